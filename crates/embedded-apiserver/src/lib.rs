@@ -1,0 +1,2 @@
+//! `embedded-apiserver`: an in-process Kubernetes API server (storage, watch, CRDs,
+//! defaulting, garbage collection) for tests and `metacontroller dev`.
