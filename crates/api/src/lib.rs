@@ -3,3 +3,4 @@
 //! types that Metacontroller exchanges with hook servers.
 
 pub mod duration;
+pub mod hook;
