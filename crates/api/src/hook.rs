@@ -105,11 +105,7 @@ pub struct Webhook {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub basic_auth: Option<BasicAuth>,
     /// Client certificate (mTLS) from a Secret.
-    #[serde(
-        default,
-        rename = "clientTLS",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, rename = "clientTLS", skip_serializing_if = "Option::is_none")]
     pub client_tls: Option<ClientTls>,
 }
 
@@ -250,11 +246,7 @@ pub struct EndpointConfig {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub basic_auth: Option<BasicAuth>,
     /// Client certificate for this host.
-    #[serde(
-        default,
-        rename = "clientTLS",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, rename = "clientTLS", skip_serializing_if = "Option::is_none")]
     pub client_tls: Option<ClientTls>,
 }
 
