@@ -1,2 +1,4 @@
 //! `embedded-apiserver`: an in-process Kubernetes API server (storage, watch, CRDs,
 //! defaulting, garbage collection) for tests and `metacontroller dev`.
+
+pub mod schema;
