@@ -3,3 +3,4 @@
 
 pub mod defaults;
 pub mod schema;
+pub mod strategic_merge;
