@@ -180,6 +180,31 @@ impl StructuralSchema {
     }
 }
 
+/// The warning (`fieldValidation=Warn`, sent as a `Warning` header) for one
+/// pruned path: `unknown field "spec.foo"`.
+pub fn unknown_field_warning(path: &str) -> String {
+    format!("unknown field {}", go_quote(path))
+}
+
+/// The strict-decoding error text for pruned paths
+/// (`strict decoding error: unknown field "spec.foo", unknown field "x"`).
+pub fn strict_decoding_error(paths: &[String]) -> String {
+    let parts: Vec<String> = paths.iter().map(|p| unknown_field_warning(p)).collect();
+    format!("strict decoding error: {}", parts.join(", "))
+}
+
+/// The 400 BadRequest message of a create/update with
+/// `fieldValidation=Strict` and unknown fields:
+/// `Widget in version "v1" cannot be handled as a Widget: strict decoding
+/// error: unknown field "spec.foo"`.
+pub fn strict_field_validation_message(kind: &str, version: &str, paths: &[String]) -> String {
+    format!(
+        "{kind} in version {} cannot be handled as a {kind}: {}",
+        go_quote(version),
+        strict_decoding_error(paths)
+    )
+}
+
 fn invalid(path: &str, message: impl Into<String>) -> SchemaError {
     SchemaError::Invalid {
         path: path.to_string(),
@@ -377,6 +402,18 @@ mod tests {
         );
         assert!(StructuralSchema::from_crd(&crd, "v2").unwrap().is_none());
         assert!(StructuralSchema::from_crd(&crd, "v3").unwrap().is_none());
+    }
+
+    #[test]
+    fn strict_field_validation_messages() {
+        assert_eq!(
+            unknown_field_warning("spec.foo"),
+            "unknown field \"spec.foo\""
+        );
+        assert_eq!(
+            strict_field_validation_message("Widget", "v1", &["spec.a".into(), "spec.b".into()]),
+            "Widget in version \"v1\" cannot be handled as a Widget: strict decoding error: unknown field \"spec.a\", unknown field \"spec.b\""
+        );
     }
 
     #[test]

@@ -473,3 +473,35 @@ fn custom_resources_use_the_crd_schema() {
         json!({})
     );
 }
+
+#[test]
+fn item_shared_with_another_manager_keeps_its_key_and_their_fields() {
+    let live = apply(
+        None,
+        &config(1, "a:1"),
+        &opts("alice", false, T1),
+        &deploy_schema(),
+    )
+    .unwrap();
+    // bob sets resources on alice's container.
+    let mut edited = live.clone();
+    edited["spec"]["template"]["spec"]["containers"][0]["resources"] =
+        json!({"limits": {"cpu": "1"}});
+    let edited = record_update(Some(&live), &edited, "bob", None, T2, &deploy_schema());
+    // alice stops applying the container altogether.
+    let cfg = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "web", "namespace": "default", "labels": {"app": "web"}},
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "web"}},
+            "template": {"metadata": {"labels": {"app": "web"}}}}});
+    let out = apply(
+        Some(&edited),
+        &cfg,
+        &opts("alice", false, T3),
+        &deploy_schema(),
+    )
+    .unwrap();
+    assert_eq!(
+        out["spec"]["template"]["spec"]["containers"],
+        json!([{"name": "nginx", "resources": {"limits": {"cpu": "1"}}}])
+    );
+}

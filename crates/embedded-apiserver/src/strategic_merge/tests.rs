@@ -278,3 +278,37 @@ fn cronjob_job_template_pod_spec_uses_container_keys() {
         json!([{"name": "a", "image": "1"}, {"name": "b", "image": "3"}])
     );
 }
+
+#[test]
+fn kubectl_three_way_patch_for_primitive_list() {
+    // What client-side `kubectl apply` sends when finalizers go from [a, b] to [a, c].
+    let p = json!({"metadata": {
+        "$setElementOrder/finalizers": ["a", "c"],
+        "$deleteFromPrimitiveList/finalizers": ["b"],
+        "finalizers": ["c"]}});
+    let out = patch(&deployment(), &p, &deploy_meta()).unwrap();
+    assert_eq!(out["metadata"]["finalizers"], json!(["a", "c"]));
+}
+
+#[test]
+fn kubectl_three_way_patch_deleting_a_container() {
+    let p = json!({"spec": {"template": {"spec": {
+        "$setElementOrder/containers": [{"name": "app"}],
+        "containers": [{"$patch": "delete", "name": "sidecar"}]}}}});
+    let out = patch(&deployment(), &p, &deploy_meta()).unwrap();
+    assert_eq!(containers(&out).as_array().unwrap().len(), 1);
+    assert_eq!(containers(&out)[0]["name"], "app");
+}
+
+#[test]
+fn set_element_order_mismatch_is_rejected() {
+    let p = json!({"spec": {"template": {"spec": {
+        "$setElementOrder/containers": [{"name": "app"}],
+        "containers": [{"name": "other", "image": "x"}]}}}});
+    let err = patch(&deployment(), &p, &deploy_meta()).unwrap_err();
+    assert!(
+        err.message.contains("doesn't match $setElementOrder list"),
+        "{}",
+        err.message
+    );
+}
