@@ -283,8 +283,9 @@ impl Walker<'_> {
                     fpath.push(k.clone());
                     path.push(PathElement::Field(k.clone()));
                     self.to_field_set(val, fpath, path, set)?;
-                    let empty = val.as_object().is_some_and(Map::is_empty);
-                    if val.is_null() || empty || !self.declared(fpath) {
+                    // Declared struct fields are members only through their
+                    // leaves; free-form map keys are members themselves.
+                    if !self.declared(fpath) {
                         set.insert(path);
                     }
                     fpath.pop();

@@ -505,3 +505,15 @@ fn item_shared_with_another_manager_keeps_its_key_and_their_fields() {
         json!([{"name": "nginx", "resources": {"limits": {"cpu": "1"}}}])
     );
 }
+
+#[test]
+fn applied_field_set_owns_leaves_and_free_form_keys_only() {
+    let cfg = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "labels": {"a": "b"}},
+        "spec": {"containers": [{"name": "c", "image": "i", "resources": {}}], "securityContext": {}}});
+    let set = field_set_of(&cfg, &BuiltinSchema::for_kind("", "Pod")).unwrap();
+    assert_eq!(
+        set.to_fields_v1(),
+        json!({"f:metadata": {"f:labels": {"f:a": {}}},
+               "f:spec": {"f:containers": {"k:{\"name\":\"c\"}": {".": {}, "f:image": {}, "f:name": {}}}}})
+    );
+}
