@@ -234,6 +234,38 @@ pub fn invalid_message(qualified_kind: &str, name: &str, errors: &[FieldError]) 
     format!("{qualified_kind} \"{name}\" is invalid: {joined}")
 }
 
+/// The whole 422 `Status` body of `errors.NewInvalid(GroupKind, name, errs)`:
+/// message as [`invalid_message`] with `Kind.group` (just `Kind` for the core
+/// group), `reason: Invalid`, details with name/group/kind and one cause per
+/// error.
+pub fn invalid_status(group: &str, kind: &str, name: &str, errors: &[FieldError]) -> Value {
+    let qualified = if group.is_empty() {
+        kind.to_string()
+    } else {
+        format!("{kind}.{group}")
+    };
+    let mut details = serde_json::Map::new();
+    details.insert("name".into(), Value::String(name.to_string()));
+    if !group.is_empty() {
+        details.insert("group".into(), Value::String(group.to_string()));
+    }
+    details.insert("kind".into(), Value::String(kind.to_string()));
+    details.insert(
+        "causes".into(),
+        Value::Array(errors.iter().map(FieldError::to_cause).collect()),
+    );
+    serde_json::json!({
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": invalid_message(&qualified, name, errors),
+        "reason": "Invalid",
+        "details": Value::Object(details),
+        "code": 422
+    })
+}
+
 /// Prints a JSON value the way Go's `field.Error` prints a decoded value:
 /// strings quoted (`%q`), numbers and bools plain, `null` for nil, other
 /// values as compact JSON (Go prints `%#v` of the map, which clients never
@@ -387,6 +419,29 @@ mod tests {
         assert_eq!(go_value(&json!(0.00001)), "1e-05");
         assert_eq!(go_value(&json!(true)), "true");
         assert_eq!(go_value(&json!("a\"b")), "\"a\\\"b\"");
+    }
+
+    #[test]
+    fn invalid_status_body() {
+        let e = FieldError::required("spec.size", "");
+        let s = invalid_status("example.com", "Widget", "w", std::slice::from_ref(&e));
+        assert_eq!(s["code"], 422);
+        assert_eq!(s["reason"], "Invalid");
+        assert_eq!(
+            s["message"],
+            "Widget.example.com \"w\" is invalid: spec.size: Required value"
+        );
+        assert_eq!(
+            s["details"],
+            json!({"name": "w", "group": "example.com", "kind": "Widget",
+                   "causes": [{"reason": "FieldValueRequired", "message": "Required value", "field": "spec.size"}]})
+        );
+        let core = invalid_status("", "Service", "s", &[e]);
+        assert_eq!(
+            core["message"],
+            "Service \"s\" is invalid: spec.size: Required value"
+        );
+        assert!(core["details"].get("group").is_none());
     }
 
     #[test]

@@ -31,7 +31,7 @@ mod errors;
 mod prune;
 mod validation;
 
-pub use errors::{go_quote, go_value, invalid_message, FieldError, FieldErrorType};
+pub use errors::{go_quote, go_value, invalid_message, invalid_status, FieldError, FieldErrorType};
 
 use regex::Regex;
 use serde_json::{Map, Value};
