@@ -121,10 +121,16 @@ pub struct Webhook {
 }
 
 impl Webhook {
-    /// The effective decoding mode for a hook of the given version.
+    /// The effective decoding mode for a hook of the given version: the configured
+    /// mode (loose by default) for v1; always strict for v2, where upstream treats
+    /// unknown or duplicate fields as fatal whatever `responseUnMarshallMode` says.
     pub fn effective_unmarshall_mode(&self, version: HookVersion) -> ResponseUnmarshallMode {
-        self.response_un_marshall_mode
-            .unwrap_or_else(|| ResponseUnmarshallMode::default_for(version))
+        match version {
+            HookVersion::V1 => self
+                .response_un_marshall_mode
+                .unwrap_or(ResponseUnmarshallMode::Loose),
+            HookVersion::V2 => ResponseUnmarshallMode::Strict,
+        }
     }
 
     /// The effective call timeout: `timeout` parsed as a Go duration, 10s when unset.
@@ -360,6 +366,36 @@ mod tests {
             ResponseUnmarshallMode::Strict
         );
         assert_eq!(serde_json::to_value(&hook).unwrap(), value);
+    }
+
+    #[test]
+    fn v2_is_strict_even_when_configured_loose() {
+        let webhook = Webhook {
+            response_un_marshall_mode: Some(ResponseUnmarshallMode::Loose),
+            ..Webhook::default()
+        };
+        assert_eq!(
+            webhook.effective_unmarshall_mode(HookVersion::V2),
+            ResponseUnmarshallMode::Strict
+        );
+        let strict_v1 = Webhook {
+            response_un_marshall_mode: Some(ResponseUnmarshallMode::Strict),
+            ..Webhook::default()
+        };
+        assert_eq!(
+            strict_v1.effective_unmarshall_mode(HookVersion::V1),
+            ResponseUnmarshallMode::Strict
+        );
+    }
+
+    #[test]
+    fn timeout_defaults_to_ten_seconds_and_parses_go_durations() {
+        let mut webhook = Webhook::default();
+        assert_eq!(webhook.timeout_duration(), Ok(Duration::from_secs(10)));
+        webhook.timeout = Some("1m30s".into());
+        assert_eq!(webhook.timeout_duration(), Ok(Duration::from_secs(90)));
+        webhook.timeout = Some("soon".into());
+        assert!(webhook.timeout_duration().is_err());
     }
 
     #[test]
