@@ -6,6 +6,7 @@
 //! `hack/gen-crds.sh` writes [`all_yaml`] to `deploy/crds/` and
 //! `charts/metacontroller/crds/`; a test fails when those files drift from the code.
 
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use schemars::generate::SchemaSettings;
 use schemars::JsonSchema;
 use serde_json::{json, Map, Value};
@@ -288,6 +289,11 @@ pub fn all() -> Vec<Value> {
     ]
 }
 
+/// All three CRDs as k8s-openapi objects, ready for `kube::Api::<CustomResourceDefinition>`.
+pub fn all_typed() -> Result<Vec<CustomResourceDefinition>, serde_json::Error> {
+    all().into_iter().map(serde_json::from_value).collect()
+}
+
 /// All CRDs as one multi-document YAML file, exactly as committed under `deploy/crds/`.
 pub fn all_yaml() -> String {
     let mut out =
@@ -298,4 +304,119 @@ pub fn all_yaml() -> String {
         out.push_str(&serde_yaml::to_string(&crd).unwrap_or_default());
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ALLOWED_KEYS: &[&str] = &[
+        "type",
+        "description",
+        "properties",
+        "items",
+        "required",
+        "enum",
+        "default",
+        "format",
+        "additionalProperties",
+        "x-kubernetes-preserve-unknown-fields",
+        "x-kubernetes-map-type",
+    ];
+
+    /// The rules of Kubernetes structural schemas our generator must meet (the API
+    /// server rejects a CRD that breaks them).
+    fn check_structural(schema: &Value, path: &str, problems: &mut Vec<String>) {
+        let Value::Object(map) = schema else {
+            problems.push(format!("{path}: schema is not an object"));
+            return;
+        };
+        for key in map.keys() {
+            if !ALLOWED_KEYS.contains(&key.as_str()) {
+                problems.push(format!("{path}: unexpected keyword {key}"));
+            }
+        }
+        let preserve = map.get("x-kubernetes-preserve-unknown-fields") == Some(&Value::Bool(true));
+        let ty = map.get("type").and_then(Value::as_str);
+        if ty.is_none() && !preserve {
+            problems.push(format!("{path}: no type"));
+        }
+        if map.contains_key("properties") && map.contains_key("additionalProperties") {
+            problems.push(format!(
+                "{path}: properties and additionalProperties together"
+            ));
+        }
+        match ty {
+            Some("array") if !map.contains_key("items") => {
+                problems.push(format!("{path}: array without items"))
+            }
+            Some("object") | Some("string") | Some("integer") | Some("boolean")
+            | Some("number") | Some("array") | None => {}
+            Some(other) => problems.push(format!("{path}: unknown type {other}")),
+        }
+        if let Some(Value::Object(props)) = map.get("properties") {
+            for (k, v) in props {
+                check_structural(v, &format!("{path}.{k}"), problems);
+            }
+        }
+        if let Some(items) = map.get("items") {
+            check_structural(items, &format!("{path}[]"), problems);
+        }
+        if let Some(additional @ Value::Object(_)) = map.get("additionalProperties") {
+            check_structural(additional, &format!("{path}{{}}"), problems);
+        }
+        if let Some(Value::Array(required)) = map.get("required") {
+            for r in required {
+                let known = map
+                    .get("properties")
+                    .and_then(|p| p.get(r.as_str().unwrap_or_default()))
+                    .is_some();
+                if !known {
+                    problems.push(format!("{path}: required {r} is not a property"));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn generated_schemas_are_structural() {
+        for crd in all() {
+            let schema = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"];
+            let mut problems = Vec::new();
+            check_structural(schema, "", &mut problems);
+            assert!(
+                problems.is_empty(),
+                "{}: {problems:#?}",
+                crd["metadata"]["name"]
+            );
+        }
+    }
+
+    #[test]
+    fn hook_version_defaults_to_v1_and_timeout_is_a_duration() {
+        let crd = composite_controller();
+        let sync = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+            ["properties"]["hooks"]["properties"]["sync"];
+        assert_eq!(sync["properties"]["version"]["default"], "v1");
+        assert_eq!(sync["properties"]["version"]["enum"], json!(["v1", "v2"]));
+        let webhook = &sync["properties"]["webhook"]["properties"];
+        assert_eq!(webhook["timeout"]["format"], "duration");
+        assert_eq!(
+            webhook["responseUnMarshallMode"]["enum"],
+            json!(["loose", "strict"])
+        );
+    }
+
+    #[test]
+    fn yaml_has_three_documents() {
+        use serde::Deserialize;
+        let yaml = all_yaml();
+        let docs: Vec<Value> = serde_yaml::Deserializer::from_str(&yaml)
+            .map(|doc| Value::deserialize(doc).unwrap())
+            .collect();
+        assert_eq!(docs, all());
+        assert!(yaml.contains("name: compositecontrollers.metacontroller.k8s.io"));
+        assert!(yaml.contains("name: controllerrevisions.metacontroller.k8s.io"));
+        assert!(yaml.contains("name: decoratorcontrollers.metacontroller.k8s.io"));
+    }
 }

@@ -227,10 +227,9 @@ fn full_manifests_use_every_schema_field() {
 #[test]
 fn crds_are_valid_custom_resource_definitions() {
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-    let all = crds::all();
+    let all: Vec<CustomResourceDefinition> = crds::all_typed().unwrap();
     assert_eq!(all.len(), 3);
-    for crd in all {
-        let typed: CustomResourceDefinition = serde_json::from_value(crd.clone()).unwrap();
+    for typed in all {
         let version = &typed.spec.versions[0];
         assert_eq!(typed.spec.group, "metacontroller.k8s.io");
         assert_eq!(version.name, "v1alpha1");
