@@ -6,6 +6,7 @@ use std::error::Error as _;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use base64::Engine as _;
 use bytes::{Bytes, BytesMut};
 use metacontroller_api::hook::{EndpointConfig, Hook, ResponseUnmarshallMode};
 use prometheus::Registry;
@@ -228,11 +229,12 @@ impl HookClient {
         };
         let client = self.inner.pool.client(&settings.tls)?;
         let connect_url = self.route(&url);
+        let secrets = Redactor::new(settings.auth.as_ref(), &url);
 
         let body = serde_json::to_vec(request).map_err(|err| HookError::Encode {
             message: err.to_string(),
         })?;
-        tracing::trace!(body = %String::from_utf8_lossy(&body), "hook request");
+        tracing::trace!(body = %secrets.scrub(&body), "hook request");
 
         let etag_cache = EtagSettings::from_config(webhook.etag.as_ref())
             .map(|settings| self.etag_cache(ctx, settings));
@@ -285,10 +287,7 @@ impl HookClient {
                     Err(HookError::Status {
                         url: shown_url.clone(),
                         status,
-                        body: redact(
-                            String::from_utf8_lossy(&prefix).into_owned(),
-                            settings.auth.as_ref(),
-                        ),
+                        body: secrets.scrub(&prefix),
                     })
                 }
             }
@@ -305,7 +304,7 @@ impl HookClient {
 
         match fetched {
             Fetched::Fresh { body, etag } => {
-                tracing::trace!(body = %String::from_utf8_lossy(&body), "hook response");
+                tracing::trace!(body = %secrets.scrub(&body), "hook response");
                 if let Some(cache) = &etag_cache {
                     match etag {
                         Some(tag) => cache.put(url.as_str(), ctx.parent_key, tag, body.clone()),
@@ -319,7 +318,7 @@ impl HookClient {
                     unreachable!("304/412 is only accepted with a cached entry")
                 };
                 tracing::debug!("hook response not modified; using the cached body");
-                tracing::trace!(body = %String::from_utf8_lossy(&entry.body), "hook response (cached)");
+                tracing::trace!(body = %secrets.scrub(&entry.body), "hook response (cached)");
                 Ok((entry.body, shown_url, true))
             }
         }
@@ -474,22 +473,74 @@ fn retry_after(value: Option<&HeaderValue>) -> Option<Duration> {
     )
 }
 
-/// A server may echo the request headers in an error page: keep credentials out of the
-/// error message.
-fn redact(mut text: String, auth: Option<&AuthHeader>) -> String {
-    if let Some(auth) = auth {
-        for needle in auth.secret_parts() {
-            if !needle.is_empty() && text.contains(needle) {
-                text = text.replace(needle, "[REDACTED]");
+/// Credentials sent with a call (auth header pieces, URL userinfo password and the Basic
+/// pair reqwest derives from it). A server may echo request headers in an error page, and
+/// bodies are logged at trace level: both pass through [`Redactor::scrub`].
+struct Redactor {
+    needles: Vec<String>,
+}
+
+impl Redactor {
+    fn new(auth: Option<&AuthHeader>, url: &Url) -> Self {
+        let mut needles: Vec<String> = auth
+            .map(|auth| auth.secret_parts().map(str::to_owned).collect())
+            .unwrap_or_default();
+        if let Some(password) = url.password() {
+            let decoded = percent_decode(password);
+            let user = percent_decode(url.username());
+            needles.push(
+                base64::engine::general_purpose::STANDARD.encode(format!("{user}:{decoded}")),
+            );
+            needles.push(password.to_owned());
+            needles.push(decoded);
+        }
+        needles.retain(|n| !n.is_empty());
+        Self { needles }
+    }
+
+    fn scrub(&self, bytes: &[u8]) -> String {
+        let mut text = String::from_utf8_lossy(bytes).into_owned();
+        for needle in &self.needles {
+            if text.contains(needle.as_str()) {
+                text = text.replace(needle.as_str(), "[REDACTED]");
             }
         }
+        text
     }
-    text
+}
+
+fn percent_decode(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' && i + 2 < bytes.len() {
+            let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).unwrap_or("");
+            if let Ok(byte) = u8::from_str_radix(hex, 16) {
+                out.push(byte);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn redactor_scrubs_url_userinfo_secrets() {
+        let url = Url::parse("http://user:p%40ss@host/").unwrap();
+        let redactor = Redactor::new(None, &url);
+        // base64("user:p@ss") is what reqwest sends as Basic credentials.
+        let text = redactor.scrub(b"got p@ss and p%40ss and dXNlcjpwQHNz");
+        assert_eq!(text, "got [REDACTED] and [REDACTED] and [REDACTED]");
+        assert_eq!(percent_decode("a%2"), "a%2");
+    }
 
     #[test]
     fn retry_after_reads_seconds_and_dates() {
