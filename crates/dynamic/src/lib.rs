@@ -1,2 +1,9 @@
 //! `metacontroller-dynamic`: discovery cache, shared informers per resource, dynamic API
 //! access, label/annotation selectors and the per-controller work queue.
+//!
+//! The modules here are the self-contained building blocks of the controller runtime; none of
+//! them talks to an API server.
+
+pub mod selector;
+
+pub use selector::{ObjectSelector, Operator, Requirement, Selector, SelectorError};
