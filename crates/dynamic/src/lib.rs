@@ -5,5 +5,7 @@
 //! them talks to an API server.
 
 pub mod selector;
+pub mod workqueue;
 
 pub use selector::{ObjectSelector, Operator, Requirement, Selector, SelectorError};
+pub use workqueue::{Backoff, Priority, QueueMetrics, WorkQueue};
