@@ -4,8 +4,10 @@
 //! The modules here are the self-contained building blocks of the controller runtime; none of
 //! them talks to an API server.
 
+pub mod expectations;
 pub mod selector;
 pub mod workqueue;
 
+pub use expectations::{Expectations, DEFAULT_EXPECTATION_TTL};
 pub use selector::{ObjectSelector, Operator, Requirement, Selector, SelectorError};
 pub use workqueue::{Backoff, Priority, QueueMetrics, WorkQueue};
