@@ -5,9 +5,11 @@
 //! them talks to an API server.
 
 pub mod expectations;
+pub mod overlay;
 pub mod selector;
 pub mod workqueue;
 
 pub use expectations::{Expectations, DEFAULT_EXPECTATION_TTL};
+pub use overlay::{ObjectKey, Overlay, Versioned};
 pub use selector::{ObjectSelector, Operator, Requirement, Selector, SelectorError};
 pub use workqueue::{Backoff, Priority, QueueMetrics, WorkQueue};
