@@ -21,8 +21,9 @@
 //! Both drop `apiVersion`, `kind`, `metadata.name`, `metadata.uid`, ... from
 //! every set like the real `stripMeta` step, sort entries like the real
 //! encoder (operation, time, manager, apiVersion, subresource) and reset
-//! unparseable `managedFields`. Not modelled: the cap of ten `Update`
-//! entries (`ancient-changes`), version conversion of field sets.
+//! unparseable `managedFields`, and merges the oldest `Update` entries into
+//! `ancient-changes` beyond ten. Not modelled: version conversion of field
+//! sets between API versions.
 //!
 //! The caller strips `status` from configurations applied to the main
 //! resource of kinds with a status subresource (and everything but `status`
@@ -180,6 +181,61 @@ fn strip_set() -> FieldSet {
         s.insert(&[f("metadata"), f(m)]);
     }
     s
+}
+
+/// Most `Update` entries kept; older ones are merged into per-apiVersion
+/// `ancient-changes` entries (the real server's cap).
+pub const MAX_UPDATE_MANAGERS: usize = 10;
+
+/// Merges the oldest `Update` entries into `ancient-changes` buckets until at
+/// most [`MAX_UPDATE_MANAGERS`] remain, as the real field manager does.
+fn cap_update_managers(managers: &mut Vec<ManagedEntry>) {
+    let mut updaters: Vec<usize> = (0..managers.len())
+        .filter(|i| managers[*i].operation == "Update")
+        .collect();
+    if updaters.len() <= MAX_UPDATE_MANAGERS {
+        return;
+    }
+    updaters.sort_by(|a, b| {
+        let (ea, eb) = (&managers[*a], &managers[*b]);
+        ea.time
+            .as_deref()
+            .unwrap_or("")
+            .cmp(eb.time.as_deref().unwrap_or(""))
+            .then_with(|| ea.manager.cmp(&eb.manager))
+    });
+    let mut length = updaters.len();
+    let mut first_by_version: BTreeMap<String, usize> = BTreeMap::new();
+    let mut removed = vec![false; managers.len()];
+    for &i in &updaters {
+        if length <= MAX_UPDATE_MANAGERS {
+            break;
+        }
+        let version = managers[i].api_version.clone();
+        match first_by_version.get(&version) {
+            Some(&first) => {
+                // `first` becomes (or already is) the bucket.
+                let fields = managers[i].fields.clone();
+                let time = managers[i].time.clone();
+                let bucket = &mut managers[first];
+                bucket.manager = "ancient-changes".into();
+                bucket.subresource = String::new();
+                bucket.fields = bucket.fields.union(&fields);
+                bucket.time = time;
+                removed[i] = true;
+                length -= 1;
+            }
+            None => {
+                first_by_version.insert(version, i);
+            }
+        }
+    }
+    let mut idx = 0;
+    managers.retain(|_| {
+        let keep = !removed[idx];
+        idx += 1;
+        keep
+    });
 }
 
 /// The object without `metadata.managedFields`.
@@ -867,6 +923,7 @@ pub fn apply(
         e.fields = e.fields.difference(&strip);
     }
     managers.retain(|e| !e.fields.is_empty());
+    cap_update_managers(&mut managers);
 
     let unchanged = live.is_some()
         && merged == live_obj
@@ -942,6 +999,7 @@ pub fn record_update(
         e.fields = e.fields.difference(&strip);
     }
     managers.retain(|e| !e.fields.is_empty());
+    cap_update_managers(&mut managers);
     set_managed_fields(&mut out, &managers);
     out
 }

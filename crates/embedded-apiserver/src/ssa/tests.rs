@@ -517,3 +517,31 @@ fn applied_field_set_owns_leaves_and_free_form_keys_only() {
                "f:spec": {"f:containers": {"k:{\"name\":\"c\"}": {".": {}, "f:image": {}, "f:name": {}}}}})
     );
 }
+
+#[test]
+fn update_managers_are_capped_into_ancient_changes() {
+    let schema = Untyped;
+    let mut obj =
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {}});
+    for i in 0..12 {
+        let mut next = obj.clone();
+        next["data"][format!("k{i}")] = json!("v");
+        let now = format!("2024-01-01T00:00:{i:02}Z");
+        obj = record_update(Some(&obj), &next, &format!("m{i:02}"), None, &now, &schema);
+    }
+    let mf = obj["metadata"]["managedFields"].as_array().unwrap();
+    assert_eq!(mf.len(), 10);
+    let ancient = mf
+        .iter()
+        .find(|e| e["manager"] == "ancient-changes")
+        .unwrap();
+    // The three oldest updates were merged; the bucket keeps the newest time of them.
+    assert_eq!(
+        ancient["fieldsV1"],
+        json!({"f:data": {"f:k0": {}, "f:k1": {}, "f:k2": {}}})
+    );
+    assert_eq!(ancient["time"], "2024-01-01T00:00:02Z");
+    assert!(mf
+        .iter()
+        .all(|e| e["manager"] != "m00" && e["manager"] != "m02"));
+}
