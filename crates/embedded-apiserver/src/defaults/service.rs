@@ -25,9 +25,11 @@ pub trait ClusterIpAllocator: Send {
     fn release(&mut self, owner: &str);
 }
 
-/// The default allocator: IPv4 service CIDR (default `10.96.0.0/12`, first
-/// host address `.1` kept for the `kubernetes` Service as on a real cluster)
-/// and the default node port range 30000-32767, allocated in order.
+/// The default allocator: IPv4 service CIDR (default `10.96.0.0/12`) and the
+/// default node port range 30000-32767, allocated in order (the real server
+/// picks randomly; clients cannot rely on either). Allocation starts at `.2`:
+/// a server creating the `default/kubernetes` Service reserves `.1` for it
+/// with [`ClusterIpAllocator::reserve_ip`], as on a real cluster.
 #[derive(Debug, Clone)]
 pub struct RangeAllocator {
     base: u32,
@@ -75,9 +77,10 @@ impl RangeAllocator {
 
     fn offset_of(&self, ip: &str) -> Option<u32> {
         let ip: Ipv4Addr = ip.parse().ok()?;
-        let n = u32::from(ip);
+        let n = u64::from(u32::from(ip));
+        let (base, size) = (u64::from(self.base), u64::from(self.size));
         // Network and broadcast addresses are not allocatable.
-        (n > self.base && n < self.base + self.size - 1).then(|| n - self.base)
+        (n > base && n < base + size - 1).then(|| (n - base) as u32)
     }
 }
 
@@ -93,7 +96,7 @@ impl ClusterIpAllocator for RangeAllocator {
             };
             if let std::collections::hash_map::Entry::Vacant(e) = self.ips.entry(off) {
                 e.insert(owner.to_string());
-                return Ok(Ipv4Addr::from(self.base + off).to_string());
+                return Ok(Ipv4Addr::from(self.base.wrapping_add(off)).to_string());
             }
         }
         Err("range is full".to_string())

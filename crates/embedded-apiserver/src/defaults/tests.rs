@@ -441,3 +441,24 @@ fn non_object_input_is_ignored() {
     apply_builtin_defaults("apps", "v1", "Deployment", &mut d, &mut alloc).unwrap();
     assert_eq!(d["spec"], "garbage");
 }
+
+#[test]
+fn allocator_ranges_at_the_top_of_the_address_space() {
+    let mut a = RangeAllocator::new(std::net::Ipv4Addr::new(255, 0, 0, 0), 8);
+    assert_eq!(a.cidr(), "255.0.0.0/8");
+    assert_eq!(a.allocate_ip("d/x").unwrap(), "255.0.0.2");
+    assert!(a.reserve_ip("255.255.255.255", "d/y").is_err());
+    assert!(a.reserve_ip("255.1.2.3", "d/y").is_ok());
+    assert!(a.reserve_ip("not-an-ip", "d/y").is_err());
+}
+
+#[test]
+fn small_ranges_fill_up_with_an_error() {
+    let mut a = RangeAllocator::new(std::net::Ipv4Addr::new(10, 0, 0, 0), 30);
+    // A /30 has .1 and .2 usable; .1 is kept for the kubernetes Service.
+    assert_eq!(a.allocate_ip("d/a").unwrap(), "10.0.0.2");
+    assert_eq!(a.allocate_ip("d/b").unwrap(), "10.0.0.1");
+    assert!(a.allocate_ip("d/c").is_err());
+    a.release("d/a");
+    assert_eq!(a.allocate_ip("d/c").unwrap(), "10.0.0.2");
+}
