@@ -462,3 +462,41 @@ fn small_ranges_fill_up_with_an_error() {
     a.release("d/a");
     assert_eq!(a.allocate_ip("d/c").unwrap(), "10.0.0.2");
 }
+
+#[test]
+fn admission_tolerations_and_priority_classes() {
+    let pod = run(
+        "",
+        "Pod",
+        json!({"metadata": {"name": "p", "namespace": "d"}, "spec": {
+            "priorityClassName": "system-node-critical",
+            "tolerations": [{"operator": "Exists", "effect": "NoExecute"}],
+            "containers": [{"name": "a", "image": "i:1"}]}}),
+    );
+    // An empty-key NoExecute toleration already covers both taints.
+    assert_eq!(
+        pod["spec"]["tolerations"],
+        json!([{"operator": "Exists", "effect": "NoExecute"}])
+    );
+    assert_eq!(pod["spec"]["priority"], 2_000_001_000);
+    let partial = run(
+        "",
+        "Pod",
+        json!({"metadata": {"name": "p", "namespace": "d"}, "spec": {
+            "tolerations": [{"key": "node.kubernetes.io/not-ready", "operator": "Exists"}],
+            "containers": [{"name": "a", "image": "i:1"}]}}),
+    );
+    let keys: Vec<&str> = partial["spec"]["tolerations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["key"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        keys,
+        vec![
+            "node.kubernetes.io/not-ready",
+            "node.kubernetes.io/unreachable"
+        ]
+    );
+}
