@@ -131,3 +131,31 @@ fn builtin_write_pipeline() {
     // Custom resources have no strategic merge patch.
     assert!(PatchMeta::for_kind("example.com", "Widget").is_none());
 }
+
+#[test]
+fn service_addresses_are_allocated_after_managed_fields_are_recorded() {
+    use embedded_apiserver::defaults::{allocate_service_addresses, apply_defaults_only};
+    let mut alloc = RangeAllocator::default();
+    let mut svc = json!({"apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": "web", "namespace": "default"},
+        "spec": {"selector": {"app": "web"}, "ports": [{"port": 80}]}});
+    apply_defaults_only("", "v1", "Service", &mut svc);
+    assert!(svc["spec"].get("clusterIP").is_none());
+    let mut svc = ssa::record_update(
+        None,
+        &svc,
+        "kubectl-create",
+        None,
+        "2024-01-01T00:00:00Z",
+        &BuiltinSchema::for_kind("", "Service"),
+    );
+    allocate_service_addresses(&mut svc, &mut alloc).unwrap();
+    assert_eq!(svc["spec"]["clusterIP"], "10.96.0.2");
+    let fields = &svc["metadata"]["managedFields"][0]["fieldsV1"]["f:spec"];
+    assert_eq!(
+        fields,
+        &json!({"f:internalTrafficPolicy": {}, "f:ports": {".": {},
+                    "k:{\"port\":80,\"protocol\":\"TCP\"}": {".": {}, "f:port": {}, "f:protocol": {}, "f:targetPort": {}}},
+                "f:selector": {}, "f:sessionAffinity": {}, "f:type": {}})
+    );
+}

@@ -28,7 +28,8 @@ mod util;
 mod workloads;
 
 pub use service::{
-    preserve_service_allocations, ClusterIpAllocator, RangeAllocator, NODE_PORT_RANGE,
+    allocate_service_addresses, preserve_service_allocations, ClusterIpAllocator, RangeAllocator,
+    NODE_PORT_RANGE,
 };
 
 use crate::schema::FieldError;
@@ -44,6 +45,28 @@ pub fn apply_builtin_defaults(
     kind: &str,
     obj: &mut Value,
     alloc: &mut dyn ClusterIpAllocator,
+) -> Result<(), FieldError> {
+    defaults(group, version, kind, obj, Some(alloc))
+}
+
+/// [`apply_builtin_defaults`] without the Service address allocation. On a
+/// real server defaults run when the request is decoded — before the field
+/// manager records `managedFields` — while cluster IPs and node ports are
+/// allocated later by the storage, so `clusterIP(s)`, `ipFamilies`,
+/// `ipFamilyPolicy` and `nodePort` are owned by nobody. For identical
+/// `managedFields` call this, then [`crate::ssa::record_update`], then
+/// [`allocate_service_addresses`].
+pub fn apply_defaults_only(group: &str, version: &str, kind: &str, obj: &mut Value) {
+    // Without an allocator nothing can fail.
+    let _ = defaults(group, version, kind, obj, None);
+}
+
+fn defaults(
+    group: &str,
+    version: &str,
+    kind: &str,
+    obj: &mut Value,
+    alloc: Option<&mut dyn ClusterIpAllocator>,
 ) -> Result<(), FieldError> {
     let Some(o) = obj.as_object_mut() else {
         return Ok(());

@@ -170,7 +170,7 @@ fn owner_of(obj: &Map<String, Value>) -> String {
 /// serializes the empty status.
 pub(crate) fn service(
     obj: &mut Map<String, Value>,
-    alloc: &mut dyn ClusterIpAllocator,
+    alloc: Option<&mut dyn ClusterIpAllocator>,
 ) -> Result<(), FieldError> {
     let owner = owner_of(obj);
     let Some(spec) = obj_at(obj, "spec") else {
@@ -230,7 +230,9 @@ pub(crate) fn service(
     }
 
     if svc_type != "ExternalName" {
-        allocate_addresses(spec, &svc_type, &owner, alloc)?;
+        if let Some(alloc) = alloc {
+            allocate_addresses(spec, &svc_type, &owner, alloc)?;
+        }
     }
 
     if let Some(status) = obj_at(obj, "status") {
@@ -350,6 +352,32 @@ fn allocate_addresses(
         result?;
     }
     Ok(())
+}
+
+/// The Service storage's address allocation alone (cluster IPs, families,
+/// node ports); see [`super::apply_defaults_only`] for why it may be run
+/// separately. Objects that are not Services are left alone.
+pub fn allocate_service_addresses(
+    obj: &mut Value,
+    alloc: &mut dyn ClusterIpAllocator,
+) -> Result<(), FieldError> {
+    let Some(o) = obj.as_object_mut() else {
+        return Ok(());
+    };
+    let owner = owner_of(o);
+    let Some(spec) = existing_obj(o, "spec") else {
+        return Ok(());
+    };
+    let svc_type = spec
+        .get("type")
+        .and_then(Value::as_str)
+        .filter(|t| !t.is_empty())
+        .unwrap_or("ClusterIP")
+        .to_string();
+    if svc_type == "ExternalName" {
+        return Ok(());
+    }
+    allocate_addresses(spec, &svc_type, &owner, alloc)
 }
 
 /// On update the real Service storage keeps the allocated addresses when the

@@ -158,11 +158,10 @@ impl SsaSchema for BuiltinSchema {
     fn is_atomic_map(&self, path: &[&str]) -> bool {
         let last = path.last().copied().unwrap_or("");
         match last {
-            // LabelSelector is `+structType=atomic`, except the Service's
-            // map selector.
-            "selector" => !(self.kind == "Service" && path == ["spec", "selector"]),
-            "labelSelector" | "namespaceSelector" | "ownerReferences" | "involvedObject"
-            | "regarding" | "related" | "roleRef" => true,
+            // LabelSelector is `+structType=atomic`; the Service's map
+            // selector is `+mapType=atomic`.
+            "selector" | "labelSelector" | "namespaceSelector" | "ownerReferences"
+            | "involvedObject" | "regarding" | "related" | "roleRef" => true,
             _ => false,
         }
     }
