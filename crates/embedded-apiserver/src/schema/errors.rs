@@ -129,6 +129,16 @@ impl FieldError {
         }
     }
 
+    /// `field.Duplicate(path, value)`.
+    pub fn duplicate(field: impl Into<String>, value: Value) -> Self {
+        FieldError {
+            error_type: FieldErrorType::Duplicate,
+            field: field.into(),
+            bad_value: Some(value),
+            detail: String::new(),
+        }
+    }
+
     /// `field.Forbidden(path, detail)`.
     pub fn forbidden(field: impl Into<String>, detail: impl Into<String>) -> Self {
         FieldError {
@@ -267,16 +277,38 @@ pub fn invalid_status(group: &str, kind: &str, name: &str, errors: &[FieldError]
 }
 
 /// Prints a JSON value the way Go's `field.Error` prints a decoded value:
-/// strings quoted (`%q`), numbers and bools plain, `null` for nil, other
-/// values as compact JSON (Go prints `%#v` of the map, which clients never
-/// parse; JSON keeps it readable).
+/// strings quoted (`%q`), numbers and bools plain, `"null"` for nil, maps and
+/// lists in Go's `%#v` syntax (`map[string]interface {}{"id":"a"}`).
 pub fn go_value(v: &Value) -> String {
     match v {
         Value::Null => "\"null\"".to_string(),
         Value::String(s) => go_quote(s),
         Value::Bool(b) => b.to_string(),
         Value::Number(n) => go_number(n),
-        other => other.to_string(),
+        other => go_sharp_v(other),
+    }
+}
+
+/// Go's `%#v` of a decoded JSON value (map keys sorted, as fmt prints them).
+pub fn go_sharp_v(v: &Value) -> String {
+    match v {
+        Value::Null => "interface {}(nil)".to_string(),
+        Value::String(s) => go_quote(s),
+        Value::Bool(b) => b.to_string(),
+        Value::Number(n) => go_number(n),
+        Value::Array(a) => format!(
+            "[]interface {{}}{{{}}}",
+            a.iter().map(go_sharp_v).collect::<Vec<_>>().join(", ")
+        ),
+        Value::Object(m) => {
+            let mut keys: Vec<&String> = m.keys().collect();
+            keys.sort();
+            let parts: Vec<String> = keys
+                .iter()
+                .map(|k| format!("{}:{}", go_quote(k), go_sharp_v(&m[*k])))
+                .collect();
+            format!("map[string]interface {{}}{{{}}}", parts.join(", "))
+        }
     }
 }
 
@@ -419,6 +451,11 @@ mod tests {
         assert_eq!(go_value(&json!(0.00001)), "1e-05");
         assert_eq!(go_value(&json!(true)), "true");
         assert_eq!(go_value(&json!("a\"b")), "\"a\\\"b\"");
+        assert_eq!(
+            go_value(&json!({"port": 80, "id": "a"})),
+            "map[string]interface {}{\"id\":\"a\", \"port\":80}"
+        );
+        assert_eq!(go_value(&json!(["x", 1])), "[]interface {}{\"x\", 1}");
     }
 
     #[test]
