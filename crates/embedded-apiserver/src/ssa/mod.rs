@@ -724,8 +724,9 @@ pub enum ApplyError {
     /// Fields owned by other managers would change (409 Conflict).
     #[error("{}", conflict_message(.0))]
     Conflicts(Vec<Conflict>),
-    /// The configuration cannot be interpreted (the real server answers
-    /// 500 for typed-conversion failures, 400 for `managedFields` set).
+    /// The configuration cannot be interpreted: 400 for a set
+    /// `managedFields` or a non-object body, 500 (`Internal error occurred`)
+    /// for configurations the type cannot represent.
     #[error("{message}")]
     Invalid {
         /// HTTP status to answer with.
@@ -776,17 +777,18 @@ impl ApplyError {
                 })).collect::<Vec<_>>()},
                 "code": 409
             }),
-            ApplyError::Invalid { code, message } => {
-                let reason = match code {
-                    400 => "BadRequest",
-                    422 => "Invalid",
-                    _ => "InternalError",
-                };
-                json!({
-                    "kind": "Status", "apiVersion": "v1", "metadata": {},
-                    "status": "Failure", "message": message, "reason": reason, "code": code
-                })
-            }
+            ApplyError::Invalid { code: 400, message } => json!({
+                "kind": "Status", "apiVersion": "v1", "metadata": {},
+                "status": "Failure", "message": message, "reason": "BadRequest", "code": 400
+            }),
+            ApplyError::Invalid { message, .. } => json!({
+                "kind": "Status", "apiVersion": "v1", "metadata": {},
+                "status": "Failure",
+                "message": format!("Internal error occurred: {message}"),
+                "reason": "InternalError",
+                "details": {"causes": [{"message": message}]},
+                "code": 500
+            }),
         }
     }
 }

@@ -391,6 +391,12 @@ fn invalid_configurations() {
     let bad_key = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "x"},
         "spec": {"template": {"spec": {"containers": [{"image": "x"}]}}}});
     let err = apply(None, &bad_key, &opts("m", false, T1), &deploy_schema()).unwrap_err();
+    let status = err.to_status();
+    assert_eq!(status["reason"], "InternalError");
+    assert!(status["message"]
+        .as_str()
+        .unwrap()
+        .starts_with("Internal error occurred: failed to create typed patch object"));
     match err {
         ApplyError::Invalid { code, message } => {
             assert_eq!(code, 500);
@@ -401,6 +407,7 @@ fn invalid_configurations() {
     let with_mf = json!({"metadata": {"name": "x", "managedFields": []}});
     let err = apply(None, &with_mf, &opts("m", false, T1), &deploy_schema()).unwrap_err();
     assert_eq!(err.to_string(), "metadata.managedFields must be nil");
+    assert_eq!(err.to_status()["reason"], "BadRequest");
 }
 
 #[test]

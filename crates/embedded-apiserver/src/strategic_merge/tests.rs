@@ -208,6 +208,25 @@ fn missing_merge_key_is_an_error() {
         err.message,
         "map: map[image:x] does not contain declared merge key: name"
     );
+    let status = err.to_status();
+    assert_eq!(
+        status["message"],
+        "Internal error occurred: map: map[image:x] does not contain declared merge key: name"
+    );
+    assert_eq!(status["reason"], "InternalError");
+}
+
+#[test]
+fn error_statuses_for_bad_request_and_unprocessable() {
+    let e = PatchError::bad_request("invalid patch format of retainKeys");
+    assert_eq!(e.to_status()["reason"], "BadRequest");
+    let e = err_list_of_lists();
+    let s = e.to_status();
+    assert_eq!(s["code"], 422);
+    assert_eq!(
+        s["details"]["causes"][0]["message"],
+        "lists of lists are not supported"
+    );
 }
 
 #[test]
