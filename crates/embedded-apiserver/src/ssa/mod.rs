@@ -123,6 +123,16 @@ impl ManagedEntry {
     }
 }
 
+/// `[]` or a single empty entry: the request asks to clear managedFields.
+fn is_reset_managed_fields(v: Option<&Value>) -> bool {
+    match v {
+        Some(Value::Array(a)) => {
+            a.is_empty() || (a.len() == 1 && a[0].as_object().is_some_and(Map::is_empty))
+        }
+        _ => false,
+    }
+}
+
 /// Decodes `metadata.managedFields`; malformed content resets to none, as
 /// the real server does.
 pub fn decode_managed_fields(obj: &Value) -> Vec<ManagedEntry> {
@@ -940,9 +950,11 @@ pub fn apply(
 }
 
 /// Records a non-apply write by `manager` (create when `old` is `None`):
-/// returns `new` with updated `managedFields`. If the request itself changed
-/// `managedFields` (compared with `old`), those are taken as the starting
-/// point, as the real server does; `[]` clears them.
+/// returns `new` with updated `managedFields`. As on the real server, valid
+/// non-empty `managedFields` in the request are the starting point (that is
+/// how clients edit them), `[]` or `[{}]` resets them, and anything else
+/// (absent, null, malformed) keeps the live ones; subresource writes always
+/// keep the live ones.
 pub fn record_update(
     old: Option<&Value>,
     new: &Value,
@@ -951,12 +963,18 @@ pub fn record_update(
     now: &str,
     schema: &dyn SsaSchema,
 ) -> Value {
+    let live_managers = || old.map(decode_managed_fields).unwrap_or_default();
     let requested = new.pointer("/metadata/managedFields");
-    let live_mf = old.and_then(|o| o.pointer("/metadata/managedFields"));
-    let mut managers = match (requested, old) {
-        (Some(r), _) if Some(r) != live_mf => decode_managed_fields(new),
-        (_, Some(o)) => decode_managed_fields(o),
-        (_, None) => Vec::new(),
+    let mut managers = if subresource.is_some() {
+        // Subresource writes cannot set managedFields.
+        live_managers()
+    } else if is_reset_managed_fields(requested) {
+        Vec::new()
+    } else {
+        match decode_managed_fields(new) {
+            m if !m.is_empty() => m,
+            _ => live_managers(),
+        }
     };
     let old_obj = match old {
         Some(o) => without_managed_fields(o),

@@ -552,3 +552,46 @@ fn update_managers_are_capped_into_ancient_changes() {
         .iter()
         .all(|e| e["manager"] != "m00" && e["manager"] != "m02"));
 }
+
+#[test]
+fn managed_fields_in_update_requests() {
+    let live = apply(
+        None,
+        &config(3, "nginx:1"),
+        &opts("alice", false, T1),
+        &deploy_schema(),
+    )
+    .unwrap();
+    // A client that drops managedFields does not erase them.
+    let mut stripped = live.clone();
+    stripped["metadata"]
+        .as_object_mut()
+        .unwrap()
+        .remove("managedFields");
+    let kept = record_update(Some(&live), &stripped, "x", None, T2, &deploy_schema());
+    assert_eq!(
+        kept["metadata"]["managedFields"],
+        live["metadata"]["managedFields"]
+    );
+    // `[]` resets them (nothing changed in this write, so none remain).
+    let mut reset = live.clone();
+    reset["metadata"]["managedFields"] = json!([]);
+    let out = record_update(Some(&live), &reset, "x", None, T2, &deploy_schema());
+    assert!(out["metadata"].get("managedFields").is_none());
+    // Edited entries are taken as given.
+    let mut edited = live.clone();
+    edited["metadata"]["managedFields"][0]["manager"] = json!("renamed");
+    let out = record_update(Some(&live), &edited, "x", None, T2, &deploy_schema());
+    assert!(entry(&out, "renamed").is_some());
+    // ...but not through a subresource.
+    let out = record_update(
+        Some(&live),
+        &edited,
+        "x",
+        Some("status"),
+        T2,
+        &deploy_schema(),
+    );
+    assert!(entry(&out, "alice").is_some());
+    assert!(entry(&out, "renamed").is_none());
+}
