@@ -99,6 +99,7 @@ fn defaults(
         ("", "v1", "Event") => core_event(o),
         ("events.k8s.io", "v1", "Event") => events_event(o),
         ("coordination.k8s.io", "v1", "Lease") => default_nil(o, "spec", json!({})),
+        ("apiextensions.k8s.io", "v1", "CustomResourceDefinition") => crd(o),
         ("apps", "v1", "Deployment") => workloads::deployment(o),
         ("apps", "v1", "StatefulSet") => workloads::stateful_set(o),
         ("apps", "v1", "DaemonSet") => workloads::daemon_set(o),
@@ -175,6 +176,59 @@ fn namespace(o: &mut Map<String, Value>) {
     }
     // NamespaceSpec is a struct: always serialized.
     default_nil(o, "spec", json!({}));
+}
+
+/// `SetDefaults_CustomResourceDefinition(Spec)`: singular and listKind from
+/// the kind, `conversion.strategy: None`, conversion webhook service port
+/// 443, `status.storedVersions` from the storage version; the status's
+/// `acceptedNames` struct is always serialized.
+fn crd(o: &mut Map<String, Value>) {
+    let mut storage_version = None;
+    if let Some(spec) = obj_at(o, "spec") {
+        if let Some(names) = obj_at(spec, "names") {
+            let kind = names
+                .get("kind")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string();
+            if is_empty_str(names, "singular") {
+                names.insert("singular".into(), json!(kind.to_lowercase()));
+            }
+            if is_empty_str(names, "listKind") && !kind.is_empty() {
+                names.insert("listKind".into(), json!(format!("{kind}List")));
+            }
+        }
+        default_nil(spec, "conversion", json!({"strategy": "None"}));
+        if let Some(conv) = existing_obj(spec, "conversion") {
+            if let Some(wh) = existing_obj(conv, "webhook") {
+                if let Some(cc) = existing_obj(wh, "clientConfig") {
+                    if let Some(svc) = existing_obj(cc, "service") {
+                        default_nil(svc, "port", json!(443));
+                    }
+                }
+            }
+        }
+        if let Some(Value::Array(vs)) = spec.get("versions") {
+            storage_version = vs
+                .iter()
+                .find(|v| v.get("storage") == Some(&Value::Bool(true)))
+                .and_then(|v| v.get("name"))
+                .cloned();
+        }
+    }
+    if let Some(status) = obj_at(o, "status") {
+        default_nil(status, "acceptedNames", json!({"plural": "", "kind": ""}));
+        let empty = match status.get("storedVersions") {
+            None | Some(Value::Null) => true,
+            Some(Value::Array(a)) => a.is_empty(),
+            _ => false,
+        };
+        if empty {
+            if let Some(v) = storage_version {
+                status.insert("storedVersions".into(), json!([v]));
+            }
+        }
+    }
 }
 
 /// core/v1 Event: non-omitempty fields Go always writes.

@@ -500,3 +500,22 @@ fn admission_tolerations_and_priority_classes() {
         ]
     );
 }
+
+#[test]
+fn crd_defaults() {
+    let crd = run(
+        "apiextensions.k8s.io",
+        "CustomResourceDefinition",
+        json!({"spec": {"group": "example.com", "scope": "Namespaced",
+            "names": {"kind": "Widget", "plural": "widgets"},
+            "versions": [{"name": "v1beta1", "served": true, "storage": false},
+                         {"name": "v1", "served": true, "storage": true}]}}),
+    );
+    assert_eq!(crd["spec"]["names"]["singular"], "widget");
+    assert_eq!(crd["spec"]["names"]["listKind"], "WidgetList");
+    assert_eq!(crd["spec"]["conversion"], json!({"strategy": "None"}));
+    assert_eq!(
+        crd["status"],
+        json!({"acceptedNames": {"plural": "", "kind": ""}, "storedVersions": ["v1"]})
+    );
+}
