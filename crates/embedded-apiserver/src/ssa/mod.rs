@@ -18,6 +18,11 @@
 //!   of a create is the Go zero value of the type (see
 //!   [`SsaSchema::empty_object`]) so the encoding matches a real server.
 //!
+//! Objects without `managedFields` (cleared with `[]`) stay untracked on
+//! updates; their first apply records the existing fields for
+//! `before-first-apply`. `kubectl apply --server-side` keeps an existing
+//! `kubectl.kubernetes.io/last-applied-configuration` annotation in step.
+//!
 //! Both drop `apiVersion`, `kind`, `metadata.name`, `metadata.uid`, ... from
 //! every set like the real `stripMeta` step, sort entries like the real
 //! encoder (operation, time, manager, apiVersion, subresource) and reset
@@ -846,6 +851,19 @@ pub fn apply(
     let empty = json!({});
     let live_obj = live.map(without_managed_fields).unwrap_or(empty);
     let mut managers = live.map(decode_managed_fields).unwrap_or_default();
+    if let (Some(l), true) = (live, managers.is_empty()) {
+        // An object nobody was tracked on: its current fields go to
+        // `before-first-apply` first, as the real server does.
+        let tracked = record_update(
+            None,
+            &without_managed_fields(l),
+            BEFORE_FIRST_APPLY,
+            None,
+            opts.now,
+            schema,
+        );
+        managers = decode_managed_fields(&tracked);
+    }
     let config = without_managed_fields(applied);
 
     let new_set = field_set_of(&config, schema)
@@ -945,8 +963,45 @@ pub fn apply(
             return Ok(l.clone());
         }
     }
+    if opts.manager == "kubectl" {
+        sync_last_applied(live, applied, &mut merged);
+    }
     set_managed_fields(&mut merged, &managers);
     Ok(merged)
+}
+
+/// The manager owning an untracked object's fields at its first apply.
+pub const BEFORE_FIRST_APPLY: &str = "before-first-apply";
+
+/// The client-side apply annotation.
+pub const LAST_APPLIED_ANNOTATION: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// `kubectl apply --server-side` keeps an existing client-side apply
+/// annotation in step with what it applied (the applied configuration
+/// without that annotation, as JSON).
+fn sync_last_applied(live: Option<&Value>, applied: &Value, merged: &mut Value) {
+    let has = live
+        .and_then(|l| l.pointer("/metadata/annotations"))
+        .and_then(|a| a.get(LAST_APPLIED_ANNOTATION))
+        .and_then(Value::as_str)
+        .is_some_and(|s| !s.is_empty());
+    if !has {
+        return;
+    }
+    let mut cfg = applied.clone();
+    if let Some(a) = cfg
+        .pointer_mut("/metadata/annotations")
+        .and_then(Value::as_object_mut)
+    {
+        a.remove(LAST_APPLIED_ANNOTATION);
+    }
+    let text = format!("{}\n", canonical_json(&cfg));
+    if let Some(a) = merged
+        .pointer_mut("/metadata/annotations")
+        .and_then(Value::as_object_mut)
+    {
+        a.insert(LAST_APPLIED_ANNOTATION.into(), Value::String(text));
+    }
 }
 
 /// Records a non-apply write by `manager` (create when `old` is `None`):
@@ -976,11 +1031,17 @@ pub fn record_update(
             _ => live_managers(),
         }
     };
+    let mut out = new.clone();
+    if old.is_some() && managers.is_empty() {
+        // Updates of an object nobody is tracked on stay untracked (only
+        // creates start tracking), as the real server's skip rule does.
+        set_managed_fields(&mut out, &managers);
+        return out;
+    }
     let old_obj = match old {
         Some(o) => without_managed_fields(o),
         None => schema.empty_object(),
     };
-    let mut out = new.clone();
     let Ok(cmp) = compare(&old_obj, &without_managed_fields(new), schema) else {
         // Objects the schema cannot describe keep their ownership as is.
         set_managed_fields(&mut out, &managers);

@@ -420,7 +420,8 @@ fn malformed_managed_fields_are_reset() {
 
 #[test]
 fn status_subresource_entries_carry_the_subresource() {
-    let live = json!({"apiVersion": "example.com/v1", "kind": "W", "metadata": {"name": "w"}, "status": {}});
+    let raw = json!({"apiVersion": "example.com/v1", "kind": "W", "metadata": {"name": "w"}, "status": {}});
+    let live = record_update(None, &raw, "creator", None, T1, &Untyped);
     let mut new = live.clone();
     new["status"]["phase"] = json!("Ready");
     let out = record_update(Some(&live), &new, "ctrl", Some("status"), T1, &Untyped);
@@ -528,9 +529,9 @@ fn applied_field_set_owns_leaves_and_free_form_keys_only() {
 #[test]
 fn update_managers_are_capped_into_ancient_changes() {
     let schema = Untyped;
-    let mut obj =
-        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {}});
-    for i in 0..12 {
+    let base = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"k0": "v"}});
+    let mut obj = record_update(None, &base, "m00", None, "2024-01-01T00:00:00Z", &schema);
+    for i in 1..12 {
         let mut next = obj.clone();
         next["data"][format!("k{i}")] = json!("v");
         let now = format!("2024-01-01T00:00:{i:02}Z");
@@ -545,7 +546,7 @@ fn update_managers_are_capped_into_ancient_changes() {
     // The three oldest updates were merged; the bucket keeps the newest time of them.
     assert_eq!(
         ancient["fieldsV1"],
-        json!({"f:data": {"f:k0": {}, "f:k1": {}, "f:k2": {}}})
+        json!({"f:data": {".": {}, "f:k0": {}, "f:k1": {}, "f:k2": {}}})
     );
     assert_eq!(ancient["time"], "2024-01-01T00:00:02Z");
     assert!(mf
@@ -594,4 +595,71 @@ fn managed_fields_in_update_requests() {
     );
     assert!(entry(&out, "alice").is_some());
     assert!(entry(&out, "renamed").is_none());
+}
+
+#[test]
+fn untracked_objects_stay_untracked_until_the_first_apply() {
+    let raw = config(3, "nginx:1");
+    let mut changed = raw.clone();
+    changed["spec"]["replicas"] = json!(4);
+    let out = record_update(Some(&raw), &changed, "x", None, T1, &deploy_schema());
+    assert!(out["metadata"].get("managedFields").is_none());
+    // The first apply attributes existing fields to before-first-apply.
+    let err = apply(
+        Some(&changed),
+        &config(5, "nginx:1"),
+        &opts("alice", false, T2),
+        &deploy_schema(),
+    )
+    .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "Apply failed with 1 conflict: conflict with \"before-first-apply\" using apps/v1: .spec.replicas"
+    );
+    let ok = apply(
+        Some(&changed),
+        &config(4, "nginx:1"),
+        &opts("alice", false, T2),
+        &deploy_schema(),
+    )
+    .unwrap();
+    assert!(entry(&ok, "before-first-apply").is_some());
+    assert!(entry(&ok, "alice").is_some());
+}
+
+#[test]
+fn kubectl_server_side_apply_syncs_an_existing_last_applied_annotation() {
+    let mut live = apply(
+        None,
+        &config(3, "nginx:1"),
+        &opts("kubectl", false, T1),
+        &deploy_schema(),
+    )
+    .unwrap();
+    live["metadata"]["annotations"] = json!({(LAST_APPLIED_ANNOTATION): "{}"});
+    let out = apply(
+        Some(&live),
+        &config(3, "nginx:2"),
+        &opts("kubectl", false, T2),
+        &deploy_schema(),
+    )
+    .unwrap();
+    let text = out["metadata"]["annotations"][LAST_APPLIED_ANNOTATION]
+        .as_str()
+        .unwrap();
+    assert!(text.ends_with('\n'));
+    let parsed: Value = serde_json::from_str(text).unwrap();
+    assert_eq!(parsed, config(3, "nginx:2"));
+    // Other managers leave it alone.
+    let other = apply(
+        Some(&live),
+        &config(3, "nginx:2"),
+        &opts("helm", true, T2),
+        &deploy_schema(),
+    )
+    .unwrap();
+    assert_eq!(
+        other["metadata"]["annotations"][LAST_APPLIED_ANNOTATION],
+        "{}"
+    );
 }
