@@ -663,3 +663,25 @@ fn kubectl_server_side_apply_syncs_an_existing_last_applied_annotation() {
         "{}"
     );
 }
+
+#[test]
+fn integral_floats_equal_integers_when_comparing() {
+    let live = apply(
+        None,
+        &config(3, "nginx:1"),
+        &opts("alice", false, T1),
+        &deploy_schema(),
+    )
+    .unwrap();
+    let mut same = config(3, "nginx:1");
+    same["spec"]["replicas"] = json!(3.0);
+    // bob applying 3.0 does not change alice's 3: no conflict.
+    let out = apply(
+        Some(&live),
+        &same,
+        &opts("bob", false, T2),
+        &deploy_schema(),
+    )
+    .unwrap();
+    assert!(entry(&out, "bob").is_some());
+}
