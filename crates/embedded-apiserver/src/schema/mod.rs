@@ -180,6 +180,24 @@ impl StructuralSchema {
     }
 }
 
+/// Rewrites integral floating-point numbers (`3.0`) as integers, recursively.
+/// Go's JSON encoder prints float64 `3.0` as `3`, so a real server never
+/// returns `3.0`; typed clients (k8s-openapi's `i32` fields) reject it.
+pub fn normalize_numbers(v: &mut Value) {
+    match v {
+        Value::Number(n) if !n.is_i64() && !n.is_u64() => {
+            if let Some(f) = n.as_f64() {
+                if f.fract() == 0.0 && f.abs() < 9.0e18 {
+                    *v = Value::from(f as i64);
+                }
+            }
+        }
+        Value::Array(a) => a.iter_mut().for_each(normalize_numbers),
+        Value::Object(m) => m.values_mut().for_each(normalize_numbers),
+        _ => {}
+    }
+}
+
 /// The warning (`fieldValidation=Warn`, sent as a `Warning` header) for one
 /// pruned path: `unknown field "spec.foo"`.
 pub fn unknown_field_warning(path: &str) -> String {
@@ -402,6 +420,13 @@ mod tests {
         );
         assert!(StructuralSchema::from_crd(&crd, "v2").unwrap().is_none());
         assert!(StructuralSchema::from_crd(&crd, "v3").unwrap().is_none());
+    }
+
+    #[test]
+    fn integral_floats_become_integers() {
+        let mut v = json!({"a": 3.0, "b": [1.5, -2.0, 7], "c": {"d": 1e3}});
+        normalize_numbers(&mut v);
+        assert_eq!(v.to_string(), r#"{"a":3,"b":[1.5,-2,7],"c":{"d":1000}}"#);
     }
 
     #[test]
