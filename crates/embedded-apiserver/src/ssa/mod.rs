@@ -20,8 +20,10 @@
 //!
 //! Objects without `managedFields` (cleared with `[]`) stay untracked on
 //! updates; their first apply records the existing fields for
-//! `before-first-apply`. `kubectl apply --server-side` keeps an existing
-//! `kubectl.kubernetes.io/last-applied-configuration` annotation in step.
+//! `before-first-apply`. For the manager `kubectl` (`kubectl apply
+//! --server-side`) an existing `kubectl.kubernetes.io/last-applied-configuration`
+//! annotation is kept in step, and conflicts on fields that annotation still
+//! describes accurately are waived (the upgrade path from client-side apply).
 //!
 //! Both drop `apiVersion`, `kind`, `metadata.name`, `metadata.uid`, ... from
 //! every set like the real `stripMeta` step, sort entries like the real
@@ -933,18 +935,29 @@ pub fn apply(
     let cmp = compare(&live_obj, &merged, schema)
         .map_err(|e| invalid(500, format!("failed to compare objects: {e}")))?;
     let changed = cmp.modified.union(&cmp.added);
-    let mut conflicts = Vec::new();
+    let mut conflicts: Vec<(Conflict, Path)> = Vec::new();
     for e in managers.iter().filter(|e| e.identity() != my_id) {
         for p in e.fields.intersection(&changed).paths() {
-            conflicts.push(Conflict {
-                manager: e.display(),
-                path: path_string(&p),
-            });
+            conflicts.push((
+                Conflict {
+                    manager: e.display(),
+                    path: path_string(&p),
+                },
+                p,
+            ));
+        }
+    }
+    if !conflicts.is_empty() && !opts.force && opts.manager == "kubectl" {
+        // Upgrading from client-side apply: conflicts on fields the
+        // last-applied annotation still describes accurately are allowed.
+        if let Some(allowed) = live.and_then(|l| allowed_from_last_applied(l, schema)) {
+            conflicts.retain(|(_, p)| !allowed.contains(p));
         }
     }
     if !conflicts.is_empty() && !opts.force {
-        conflicts.sort_by(|a, b| a.manager.cmp(&b.manager).then(a.path.cmp(&b.path)));
-        return Err(ApplyError::Conflicts(conflicts));
+        let mut list: Vec<Conflict> = conflicts.into_iter().map(|(c, _)| c).collect();
+        list.sort_by(|a, b| a.manager.cmp(&b.manager).then(a.path.cmp(&b.path)));
+        return Err(ApplyError::Conflicts(list));
     }
     let strip = strip_set();
     let old_managers = managers.clone();
@@ -985,6 +998,29 @@ pub fn apply(
     }
     set_managed_fields(&mut merged, &managers);
     Ok(merged)
+}
+
+/// Fields of the client-side apply annotation whose values still match the
+/// live object (`None` without a usable annotation).
+fn allowed_from_last_applied(live: &Value, schema: &dyn SsaSchema) -> Option<FieldSet> {
+    let text = live
+        .pointer("/metadata/annotations")?
+        .get(LAST_APPLIED_ANNOTATION)?
+        .as_str()?;
+    if text.is_empty() {
+        return None;
+    }
+    let last: Value = serde_json::from_str(text).ok()?;
+    let w = Walker { schema };
+    let mut set = FieldSet::new();
+    w.to_field_set(&last, &mut Vec::new(), &mut Vec::new(), &mut set)
+        .ok()?;
+    let cmp = compare(&last, &without_managed_fields(live), schema).ok()?;
+    Some(
+        set.difference(&cmp.modified)
+            .difference(&cmp.added)
+            .difference(&cmp.removed),
+    )
 }
 
 /// The manager owning an untracked object's fields at its first apply.

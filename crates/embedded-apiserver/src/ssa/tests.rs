@@ -685,3 +685,58 @@ fn integral_floats_equal_integers_when_comparing() {
     .unwrap();
     assert!(entry(&out, "bob").is_some());
 }
+
+#[test]
+fn kubectl_server_side_apply_upgrades_from_client_side_apply() {
+    // `kubectl apply` (client-side) created the object: Update entry plus annotation.
+    let mut created = config(3, "nginx:1");
+    created["metadata"]["annotations"] =
+        json!({(LAST_APPLIED_ANNOTATION): format!("{}\n", canonical_json(&config(3, "nginx:1")))});
+    let live = record_update(
+        None,
+        &created,
+        "kubectl-client-side-apply",
+        None,
+        T1,
+        &deploy_schema(),
+    );
+    // Server-side apply by "kubectl" changing the image: allowed (annotation matches live).
+    let out = apply(
+        Some(&live),
+        &config(3, "nginx:2"),
+        &opts("kubectl", false, T2),
+        &deploy_schema(),
+    )
+    .unwrap();
+    assert_eq!(
+        out["spec"]["template"]["spec"]["containers"][0]["image"],
+        "nginx:2"
+    );
+    // Another manager name gets the conflict.
+    let err = apply(
+        Some(&live),
+        &config(3, "nginx:2"),
+        &opts("other", false, T2),
+        &deploy_schema(),
+    )
+    .unwrap_err();
+    assert!(
+        err.to_string().contains("kubectl-client-side-apply"),
+        "{err}"
+    );
+    // A field changed since the annotation was written is a real conflict.
+    let mut drifted = live.clone();
+    drifted["spec"]["replicas"] = json!(9);
+    let drifted = record_update(Some(&live), &drifted, "hpa", None, T2, &deploy_schema());
+    let err = apply(
+        Some(&drifted),
+        &config(4, "nginx:1"),
+        &opts("kubectl", false, T3),
+        &deploy_schema(),
+    )
+    .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "Apply failed with 1 conflict: conflict with \"hpa\" using apps/v1: .spec.replicas"
+    );
+}
