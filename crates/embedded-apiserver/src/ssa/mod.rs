@@ -282,23 +282,21 @@ fn set_managed_fields(obj: &mut Value, entries: &[ManagedEntry]) {
 // ---------------------------------------------------------------------------
 // Walking typed values.
 
+static EMPTY_MAP: std::sync::LazyLock<Map<String, Value>> = std::sync::LazyLock::new(Map::new);
+
 struct Walker<'a> {
     schema: &'a dyn SsaSchema,
 }
 
-fn fstrs(fpath: &[String]) -> Vec<&str> {
-    fpath.iter().map(String::as_str).collect()
-}
-
 impl Walker<'_> {
-    fn list_type(&self, fpath: &[String]) -> ListType {
-        self.schema.list_type(&fstrs(fpath))
+    fn list_type(&self, fpath: &[&str]) -> ListType {
+        self.schema.list_type(fpath)
     }
-    fn atomic_map(&self, fpath: &[String]) -> bool {
-        self.schema.is_atomic_map(&fstrs(fpath))
+    fn atomic_map(&self, fpath: &[&str]) -> bool {
+        self.schema.is_atomic_map(fpath)
     }
-    fn declared(&self, fpath: &[String]) -> bool {
-        self.schema.is_declared_field(&fstrs(fpath))
+    fn declared(&self, fpath: &[&str]) -> bool {
+        self.schema.is_declared_field(fpath)
     }
 
     fn item_pe(
@@ -339,10 +337,10 @@ impl Walker<'_> {
     }
 
     /// `ToFieldSet` of an applied configuration.
-    fn to_field_set(
+    fn to_field_set<'v>(
         &self,
-        v: &Value,
-        fpath: &mut Vec<String>,
+        v: &'v Value,
+        fpath: &mut Vec<&'v str>,
         path: &mut Path,
         set: &mut FieldSet,
     ) -> Result<(), String> {
@@ -353,7 +351,7 @@ impl Walker<'_> {
                     return Ok(());
                 }
                 for (k, val) in m {
-                    fpath.push(k.clone());
+                    fpath.push(k.as_str());
                     path.push(PathElement::Field(k.clone()));
                     self.to_field_set(val, fpath, path, set)?;
                     // Declared struct fields are members only through their
@@ -404,11 +402,11 @@ impl Walker<'_> {
 
     /// The structured-merge-diff comparison walk: leaves added, modified,
     /// removed; non-leaf nodes added or removed as a whole.
-    fn compare(
+    fn compare<'v>(
         &self,
-        lhs: Option<&Value>,
-        rhs: Option<&Value>,
-        fpath: &mut Vec<String>,
+        lhs: Option<&'v Value>,
+        rhs: Option<&'v Value>,
+        fpath: &mut Vec<&'v str>,
         path: &mut Path,
         cmp: &mut Comparison,
     ) -> Result<(), String> {
@@ -433,15 +431,18 @@ impl Walker<'_> {
             }
             return Ok(());
         }
-        let empty_map = Map::new();
         if map_node {
-            let lm = lhs.and_then(Value::as_object).unwrap_or(&empty_map);
-            let rm = rhs.and_then(Value::as_object).unwrap_or(&empty_map);
+            let lm: &'v Map<String, Value> = lhs.and_then(Value::as_object).unwrap_or(&EMPTY_MAP);
+            let rm: &'v Map<String, Value> = rhs.and_then(Value::as_object).unwrap_or(&EMPTY_MAP);
             let mut keys: Vec<&String> = lm.keys().chain(rm.keys()).collect();
             keys.sort();
             keys.dedup();
             for k in keys {
-                fpath.push(k.clone());
+                // Ownership bookkeeping is not itself owned.
+                if k == "managedFields" && fpath.as_slice() == ["metadata"] {
+                    continue;
+                }
+                fpath.push(k.as_str());
                 path.push(PathElement::Field(k.clone()));
                 self.compare(lm.get(k), rm.get(k), fpath, path, cmp)?;
                 fpath.pop();
@@ -449,9 +450,8 @@ impl Walker<'_> {
             }
         } else {
             let lt = self.list_type(fpath);
-            let empty: Vec<Value> = Vec::new();
-            let la = lhs.and_then(Value::as_array).unwrap_or(&empty);
-            let ra = rhs.and_then(Value::as_array).unwrap_or(&empty);
+            let la: &'v [Value] = lhs.and_then(Value::as_array).map_or(&[], Vec::as_slice);
+            let ra: &'v [Value] = rhs.and_then(Value::as_array).map_or(&[], Vec::as_slice);
             let (lpes, lfirst) = self.index_items(la, &lt, path)?;
             let (rpes, rfirst) = self.index_items(ra, &lt, path)?;
             let mut all: Vec<&PathElement> = lpes.iter().chain(rpes.iter()).collect();
@@ -476,11 +476,11 @@ impl Walker<'_> {
     }
 
     /// Merge with "the applied configuration wins".
-    fn merge(
+    fn merge<'v>(
         &self,
-        lhs: Option<&Value>,
-        rhs: Option<&Value>,
-        fpath: &mut Vec<String>,
+        lhs: Option<&'v Value>,
+        rhs: Option<&'v Value>,
+        fpath: &mut Vec<&'v str>,
         path: &mut Path,
     ) -> Result<Option<Value>, String> {
         let (l, r) = match (lhs, rhs) {
@@ -494,7 +494,7 @@ impl Walker<'_> {
             {
                 let mut out = lm.clone();
                 for (k, rv) in rm {
-                    fpath.push(k.clone());
+                    fpath.push(k.as_str());
                     path.push(PathElement::Field(k.clone()));
                     let merged = self.merge(lm.get(k), Some(rv), fpath, path)?;
                     fpath.pop();
@@ -521,12 +521,12 @@ impl Walker<'_> {
     /// structured-merge-diff's list merge: shared items follow the applied
     /// order, live-only items keep their place, new items are inserted where
     /// the applied list has them.
-    fn merge_list(
+    fn merge_list<'v>(
         &self,
-        lhs: &[Value],
-        rhs: &[Value],
+        lhs: &'v [Value],
+        rhs: &'v [Value],
         lt: &ListType,
-        fpath: &mut Vec<String>,
+        fpath: &mut Vec<&'v str>,
         path: &mut Path,
     ) -> Result<Vec<Value>, String> {
         let (lpes, lfirst) = self.index_items(lhs, lt, path)?;
@@ -539,9 +539,9 @@ impl Walker<'_> {
         let (mut li, mut ri) = (0usize, 0usize);
         let merge_item = |this: &Self,
                           pe: &PathElement,
-                          l: Option<&Value>,
-                          r: Option<&Value>,
-                          fpath: &mut Vec<String>,
+                          l: Option<&'v Value>,
+                          r: Option<&'v Value>,
+                          fpath: &mut Vec<&'v str>,
                           path: &mut Path|
          -> Result<Option<Value>, String> {
             path.push(pe.clone());
@@ -621,25 +621,25 @@ impl Walker<'_> {
         removed
     }
 
-    fn find_item(&self, list: &[Value], pe: &PathElement, fpath: &[String]) -> Option<usize> {
+    fn find_item(&self, list: &[Value], pe: &PathElement, fpath: &[&str]) -> Option<usize> {
         let lt = self.list_type(fpath);
         list.iter()
             .enumerate()
             .position(|(i, item)| self.item_pe(item, &lt, i, &Vec::new()).ok().as_ref() == Some(pe))
     }
 
-    fn get_at<'v>(
+    fn get_at<'v, 'p>(
         &self,
         v: &'v Value,
-        path: &[PathElement],
-        fpath: &mut Vec<String>,
+        path: &'p [PathElement],
+        fpath: &mut Vec<&'p str>,
     ) -> Option<&'v Value> {
         let Some((first, rest)) = path.split_first() else {
             return Some(v);
         };
         match (first, v) {
             (PathElement::Field(k), Value::Object(m)) => {
-                fpath.push(k.clone());
+                fpath.push(k.as_str());
                 let r = m.get(k).and_then(|c| self.get_at(c, rest, fpath));
                 fpath.pop();
                 r
@@ -652,7 +652,12 @@ impl Walker<'_> {
         }
     }
 
-    fn remove_at(&self, v: &mut Value, path: &[PathElement], fpath: &mut Vec<String>) -> bool {
+    fn remove_at<'p>(
+        &self,
+        v: &mut Value,
+        path: &'p [PathElement],
+        fpath: &mut Vec<&'p str>,
+    ) -> bool {
         let Some((first, rest)) = path.split_first() else {
             return false;
         };
@@ -661,7 +666,7 @@ impl Walker<'_> {
                 if rest.is_empty() {
                     return m.remove(k).is_some();
                 }
-                fpath.push(k.clone());
+                fpath.push(k.as_str());
                 let r = match m.get_mut(k) {
                     Some(c) => self.remove_at(c, rest, fpath),
                     None => false,
@@ -723,8 +728,8 @@ fn compare(old: &Value, new: &Value, schema: &dyn SsaSchema) -> Result<Compariso
     let w = Walker { schema };
     let mut cmp = Comparison::default();
     w.compare(
-        Some(&without_managed_fields(old)),
-        Some(&without_managed_fields(new)),
+        Some(old),
+        Some(new),
         &mut Vec::new(),
         &mut Vec::new(),
         &mut cmp,
@@ -868,7 +873,9 @@ pub fn apply(
         .to_string();
     let w = Walker { schema };
     let empty = json!({});
-    let live_obj = live.map(without_managed_fields).unwrap_or(empty);
+    // managedFields of the live object ride along untouched (comparisons skip
+    // them) and are replaced at the end.
+    let live_obj: &Value = live.unwrap_or(&empty);
     let mut managers = live.map(decode_managed_fields).unwrap_or_default();
     if let (Some(l), true) = (live, managers.is_empty()) {
         // An object nobody was tracked on: its current fields go to
@@ -883,7 +890,7 @@ pub fn apply(
         );
         managers = decode_managed_fields(&tracked);
     }
-    let config = without_managed_fields(applied);
+    let config = applied;
 
     let new_set = field_set_of(&config, schema)
         .map_err(|e| invalid(500, format!("failed to create typed patch object: {e}")))?;
@@ -1015,7 +1022,7 @@ fn allowed_from_last_applied(live: &Value, schema: &dyn SsaSchema) -> Option<Fie
     let mut set = FieldSet::new();
     w.to_field_set(&last, &mut Vec::new(), &mut Vec::new(), &mut set)
         .ok()?;
-    let cmp = compare(&last, &without_managed_fields(live), schema).ok()?;
+    let cmp = compare(&last, live, schema).ok()?;
     Some(
         set.difference(&cmp.modified)
             .difference(&cmp.added)
@@ -1092,10 +1099,10 @@ pub fn record_update(
         return out;
     }
     let old_obj = match old {
-        Some(o) => without_managed_fields(o),
-        None => schema.empty_object(),
+        Some(o) => std::borrow::Cow::Borrowed(o),
+        None => std::borrow::Cow::Owned(schema.empty_object()),
     };
-    let Ok(cmp) = compare(&old_obj, &without_managed_fields(new), schema) else {
+    let Ok(cmp) = compare(&old_obj, new, schema) else {
         // Objects the schema cannot describe keep their ownership as is.
         set_managed_fields(&mut out, &managers);
         return out;
