@@ -892,12 +892,12 @@ pub fn apply(
     }
     let config = applied;
 
-    let new_set = field_set_of(&config, schema)
+    let new_set = field_set_of(config, schema)
         .map_err(|e| invalid(500, format!("failed to create typed patch object: {e}")))?;
     let mut merged = w
         .merge(
-            Some(&live_obj),
-            Some(&config),
+            Some(live_obj),
+            Some(config),
             &mut Vec::new(),
             &mut Vec::new(),
         )
@@ -939,7 +939,7 @@ pub fn apply(
     }
 
     // Conflicts: fields another manager owns whose value changes.
-    let cmp = compare(&live_obj, &merged, schema)
+    let cmp = compare(live_obj, &merged, schema)
         .map_err(|e| invalid(500, format!("failed to compare objects: {e}")))?;
     let changed = cmp.modified.union(&cmp.added);
     let mut conflicts: Vec<(Conflict, Path)> = Vec::new();
@@ -993,7 +993,7 @@ pub fn apply(
     cap_update_managers(&mut managers);
 
     let unchanged = live.is_some()
-        && json_eq(&merged, &live_obj)
+        && json_eq(&merged, live_obj)
         && encode_managed_fields(&managers) == encode_managed_fields(&old_managers);
     if unchanged {
         if let Some(l) = live {
