@@ -122,9 +122,8 @@ pub struct Webhook {
 
 impl Webhook {
     /// The effective decoding mode for a hook of the given version: the configured
-    /// mode, else loose for v1 and strict for v2 (the contract; note that the
-    /// newest upstream source also treats strict errors as fatal for v2 hooks configured
-    /// `loose`).
+    /// mode when set (upstream honours `loose` for v2 hooks too), else loose for v1 and
+    /// strict for v2.
     pub fn effective_unmarshall_mode(&self, version: HookVersion) -> ResponseUnmarshallMode {
         self.response_un_marshall_mode
             .unwrap_or_else(|| ResponseUnmarshallMode::default_for(version))
@@ -366,13 +365,13 @@ mod tests {
     }
 
     #[test]
-    fn configured_mode_wins_over_the_version_default() {
-        let loose_v2 = Webhook {
+    fn configured_mode_overrides_the_version_default() {
+        let webhook = Webhook {
             response_un_marshall_mode: Some(ResponseUnmarshallMode::Loose),
             ..Webhook::default()
         };
         assert_eq!(
-            loose_v2.effective_unmarshall_mode(HookVersion::V2),
+            webhook.effective_unmarshall_mode(HookVersion::V2),
             ResponseUnmarshallMode::Loose
         );
         let strict_v1 = Webhook {
