@@ -6,12 +6,16 @@
 
 pub mod discovery;
 pub mod expectations;
+pub mod object;
 pub mod overlay;
 pub mod selector;
+pub mod store;
 pub mod workqueue;
 
 pub use discovery::{ApiResource, DiscoveryError, ResourceDiff, ResourceId, ResourceMap};
 pub use expectations::{Expectations, DEFAULT_EXPECTATION_TTL};
-pub use overlay::{ObjectKey, Overlay, Versioned};
+pub use object::{NamespacedName, ObjectMetaAccess, Versioned};
+pub use overlay::{ObjectKey, Overlay};
 pub use selector::{ObjectSelector, Operator, Requirement, Selector, SelectorError};
+pub use store::{Change, Store};
 pub use workqueue::{Backoff, Priority, QueueMetrics, WorkQueue};
