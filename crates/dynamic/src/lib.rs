@@ -8,6 +8,7 @@ pub mod discovery;
 pub mod expectations;
 pub mod object;
 pub mod overlay;
+pub mod registry;
 pub mod selector;
 pub mod store;
 pub mod workqueue;
@@ -16,6 +17,7 @@ pub use discovery::{ApiResource, DiscoveryError, ResourceDiff, ResourceId, Resou
 pub use expectations::{Expectations, DEFAULT_EXPECTATION_TTL};
 pub use object::{NamespacedName, ObjectMetaAccess, Versioned};
 pub use overlay::{ObjectKey, Overlay};
+pub use registry::{Lease, SharedRegistry};
 pub use selector::{ObjectSelector, Operator, Requirement, Selector, SelectorError};
 pub use store::{Change, Store};
 pub use workqueue::{Backoff, Priority, QueueMetrics, WorkQueue};

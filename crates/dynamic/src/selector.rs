@@ -435,6 +435,15 @@ pub struct ObjectSelector {
 }
 
 impl ObjectSelector {
+    /// Whether an object with these labels and annotations matches.
+    pub fn matches<L: Labels + ?Sized, A: Labels + ?Sized>(
+        &self,
+        labels: &L,
+        annotations: &A,
+    ) -> bool {
+        self.labels.matches(labels) && self.annotations.matches(annotations)
+    }
+
     /// Whether an object (JSON with `metadata.labels` / `metadata.annotations`) matches.
     /// Missing or malformed maps count as empty.
     pub fn matches_object(&self, object: &serde_json::Value) -> bool {
@@ -446,7 +455,7 @@ impl ObjectSelector {
                 .and_then(serde_json::Value::as_object)
                 .unwrap_or(&empty)
         };
-        self.labels.matches(map("labels")) && self.annotations.matches(map("annotations"))
+        self.matches(map("labels"), map("annotations"))
     }
 }
 
