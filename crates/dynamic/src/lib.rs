@@ -8,6 +8,7 @@ pub mod discovery;
 pub mod expectations;
 pub mod object;
 pub mod overlay;
+pub mod rate;
 pub mod registry;
 pub mod selector;
 pub mod store;
@@ -17,6 +18,7 @@ pub use discovery::{ApiResource, DiscoveryError, ResourceDiff, ResourceId, Resou
 pub use expectations::{Expectations, DEFAULT_EXPECTATION_TTL};
 pub use object::{NamespacedName, ObjectMetaAccess, Versioned};
 pub use overlay::{ObjectKey, Overlay};
+pub use rate::{KeyedRateLimiter, RateError, RateLimiter};
 pub use registry::{Lease, SharedRegistry};
 pub use selector::{ObjectSelector, Operator, Requirement, Selector, SelectorError};
 pub use store::{Change, Store};
