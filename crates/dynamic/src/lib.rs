@@ -2,7 +2,21 @@
 //! access, label/annotation selectors and the per-controller work queue.
 //!
 //! The modules here are the self-contained building blocks of the controller runtime; none of
-//! them talks to an API server.
+//! them talks to an API server:
+//!
+//! - [`discovery`]: [`ResourceMap`] from `APIResourceList` documents, lookups by resource or
+//!   kind, and the diff a refresh loop uses to start/stop informers;
+//! - [`registry`]: one reference-counted instance per resource (informers shared by all
+//!   controllers, stopped with the last lease);
+//! - [`store`]: an informer's object store indexed by namespace and controller owner uid;
+//! - [`selector`]: label / annotation selectors with Kubernetes semantics and the string form;
+//! - [`workqueue`]: the per-controller queue (de-duplicated, one worker per key, backoff,
+//!   delays, event keys before bulk keys);
+//! - [`expectations`] and [`overlay`]: stale-cache safety — wait for the informer to confirm
+//!   our creates/deletes, and read our own writes until the informer delivers them;
+//! - [`rate`]: token buckets for API requests and per-object Events;
+//! - [`object`]: metadata access for `serde_json::Value` and `kube::core::DynamicObject`, and
+//!   the `namespace/name` key.
 
 pub mod discovery;
 pub mod expectations;
