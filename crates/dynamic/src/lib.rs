@@ -34,6 +34,8 @@ pub use object::{NamespacedName, ObjectMetaAccess, Versioned};
 pub use overlay::{ObjectKey, Overlay};
 pub use rate::{KeyedRateLimiter, RateError, RateLimiter};
 pub use registry::{Lease, SharedRegistry};
-pub use selector::{ObjectSelector, Operator, Requirement, Selector, SelectorError};
+pub use selector::{
+    ObjectSelector, Operator, Requirement, Selector, SelectorError, CONTROLLER_UID_LABEL,
+};
 pub use store::{Change, Store};
 pub use workqueue::{Backoff, Priority, QueueMetrics, WorkQueue};
