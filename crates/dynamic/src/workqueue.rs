@@ -547,10 +547,11 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn event_add_promotes_a_bulk_key_once() {
         let q = WorkQueue::new("t");
-        q.add("x", Priority::Bulk);
         q.add("y", Priority::Bulk);
+        q.add("x", Priority::Bulk);
         q.add("x", Priority::Event);
         assert_eq!(q.len(), 2);
+        // "x" jumps ahead of "y", which was queued first.
         assert_eq!(q.get().await, Some("x"));
         assert_eq!(q.get().await, Some("y"));
         // The stale bulk entry of "x" is skipped, not served twice.
