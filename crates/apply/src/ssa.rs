@@ -25,10 +25,10 @@ pub fn apply_patch_body(
         ));
     };
     for field in ["apiVersion", "kind"] {
-        if !obj
+        if obj
             .get(field)
             .and_then(Value::as_str)
-            .is_some_and(|s| !s.is_empty())
+            .is_none_or(str::is_empty)
         {
             return Err(ApplyError::invalid(
                 format!(".{field}"),
@@ -49,10 +49,10 @@ pub fn apply_patch_body(
             "metadata must be an object",
         ));
     };
-    if !meta
+    if meta
         .get("name")
         .and_then(Value::as_str)
-        .is_some_and(|s| !s.is_empty())
+        .is_none_or(str::is_empty)
     {
         return Err(ApplyError::invalid(
             ".metadata.name",
