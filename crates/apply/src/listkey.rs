@@ -170,7 +170,8 @@ impl<'s> KeySpec<'s> {
     where
         's: 'v,
     {
-        let value = match obj.get(field) {
+        // A null key field is unset (nulls are removed on merge), so it takes the default.
+        let value = match obj.get(field).filter(|v| !v.is_null()) {
             Some(v) => v,
             None => match self.defaults.get(idx).and_then(Option::as_ref) {
                 Some(d) => d,
@@ -235,8 +236,9 @@ impl<'s> KeySpec<'s> {
 /// one of [`CONVENTIONAL_MERGE_KEYS`] (first in that order wins). Lists without any item are not
 /// list-maps (they are replaced whole, as upstream does).
 ///
-/// Unlike upstream, a candidate key whose value is an object or list in some item is skipped
-/// (such a key cannot identify items); upstream would compare their Go `%v` renderings.
+/// Unlike upstream, a candidate key whose value is null, an object or a list in some item is
+/// skipped (such a key cannot identify items, and nulls are removed on merge); upstream would
+/// compare their Go `%v` renderings.
 pub(crate) fn detect_conventional(lists: [&[Value]; 3]) -> Option<&'static str> {
     let mut any = false;
     for item in lists.iter().flat_map(|l| l.iter()) {
@@ -252,7 +254,7 @@ pub(crate) fn detect_conventional(lists: [&[Value]; 3]) -> Option<&'static str> 
         lists.iter().flat_map(|l| l.iter()).all(|item| {
             item.as_object()
                 .and_then(|o| o.get(*key))
-                .is_some_and(|v| !v.is_object() && !v.is_array())
+                .is_some_and(|v| !v.is_null() && !v.is_object() && !v.is_array())
         })
     })
 }
