@@ -201,7 +201,7 @@ fn contains(r: &Value, d: &Value, root: bool, meta: bool) -> bool {
 }
 
 /// Test oracle for conventional list-map detection (upstream's rule).
-fn list_key<'a>(lists: [&'a [Value]; 3]) -> Option<&'static str> {
+fn list_key(lists: [&[Value]; 3]) -> Option<&'static str> {
     let items: Vec<&Value> = lists.iter().flat_map(|l| l.iter()).collect();
     if items.is_empty() || !items.iter().all(|i| i.is_object()) {
         return None;
