@@ -3,6 +3,7 @@
 
 use serde_json::{Map, Value};
 
+use crate::cursor::Cursor;
 use crate::last_applied::ANNOTATION;
 use crate::quantity::quantity_eq;
 
@@ -101,10 +102,14 @@ fn objects_eq(a: &Map<String, Value>, b: &Map<String, Value>, ctx: Ctx) -> bool 
             (None, None) => true,
         }
     };
-    a.iter().all(|(k, x)| field_eq(k, Some(x), b.get(k)))
-        && b.iter()
-            .filter(|(k, _)| !a.contains_key(*k))
-            .all(|(k, y)| field_eq(k, None, Some(y)))
+    let mut in_b = Cursor::new(b);
+    if !a.iter().all(|(k, x)| field_eq(k, Some(x), in_b.get(k))) {
+        return false;
+    }
+    let mut in_a = Cursor::new(a);
+    b.iter()
+        .filter(|(k, _)| !in_a.contains_key(k))
+        .all(|(k, y)| field_eq(k, None, Some(y)))
 }
 
 fn values_eq(a: &Value, b: &Value, ctx: Ctx, quantity: bool) -> bool {

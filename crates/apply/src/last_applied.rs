@@ -56,7 +56,20 @@ pub fn get(object: &Value) -> Result<Option<Value>, ApplyError> {
 /// Stores `applied` as the last-applied record of `object` (creating `metadata` and
 /// `metadata.annotations` as needed).
 pub fn set(object: &mut Value, applied: &Value) -> Result<(), ApplyError> {
-    let text = encode(applied);
+    set_encoded(object, encode(applied))
+}
+
+/// The raw annotation text of an object, if any.
+pub(crate) fn raw(object: &Value) -> Option<&str> {
+    object
+        .get("metadata")
+        .and_then(|m| m.get("annotations"))
+        .and_then(|a| a.get(ANNOTATION))
+        .and_then(Value::as_str)
+}
+
+/// Stores an already encoded record.
+pub(crate) fn set_encoded(object: &mut Value, text: String) -> Result<(), ApplyError> {
     let Value::Object(obj) = object else {
         return Err(ApplyError::invalid(".", "object must be a JSON object"));
     };
@@ -87,6 +100,18 @@ pub fn set(object: &mut Value, applied: &Value) -> Result<(), ApplyError> {
 /// A copy of `desired` with this annotation (if present) blanked to `""`, which is what
 /// upstream records and applies on updates so the record never nests itself.
 pub fn blank_in(desired: &Value) -> Value {
+    blank_cow(desired).into_owned()
+}
+
+/// [`blank_in`], copying only when the annotation is present.
+pub(crate) fn blank_cow(desired: &Value) -> std::borrow::Cow<'_, Value> {
+    let present = desired
+        .get("metadata")
+        .and_then(|m| m.get("annotations"))
+        .and_then(|a| a.get(ANNOTATION));
+    if present.is_none_or(|v| v.as_str() == Some("")) {
+        return std::borrow::Cow::Borrowed(desired);
+    }
     let mut copy = desired.clone();
     if let Some(v) = copy
         .get_mut("metadata")
@@ -95,7 +120,7 @@ pub fn blank_in(desired: &Value) -> Value {
     {
         *v = Value::String(String::new());
     }
-    copy
+    std::borrow::Cow::Owned(copy)
 }
 
 /// Encodes a value exactly as Go's `encoding/json.Marshal` would encode the same object.
@@ -123,16 +148,27 @@ fn write_value(out: &mut String, v: &Value) {
         }
         Value::Object(m) => {
             out.push('{');
-            let mut keys: Vec<&String> = m.keys().collect();
-            // Go sorts map keys by their UTF-8 bytes, as Rust's `str` ordering does.
-            keys.sort_unstable();
-            for (i, k) in keys.into_iter().enumerate() {
+            // Go sorts map keys by their UTF-8 bytes, as Rust's `str` ordering does. serde_json
+            // maps iterate sorted already unless its `preserve_order` feature is on.
+            let sorted = m.keys().zip(m.keys().skip(1)).all(|(a, b)| a < b);
+            let mut write_entry = |i: usize, k: &String, v: &Value| {
                 if i > 0 {
                     out.push(',');
                 }
                 write_string(out, k);
                 out.push(':');
-                write_value(out, &m[k]);
+                write_value(out, v);
+            };
+            if sorted {
+                for (i, (k, v)) in m.iter().enumerate() {
+                    write_entry(i, k, v);
+                }
+            } else {
+                let mut entries: Vec<(&String, &Value)> = m.iter().collect();
+                entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
+                for (i, (k, v)) in entries.into_iter().enumerate() {
+                    write_entry(i, k, v);
+                }
             }
             out.push('}');
         }
@@ -163,6 +199,13 @@ fn write_number(out: &mut String, n: &serde_json::Number) {
 fn write_string(out: &mut String, s: &str) {
     const HEX: &[u8; 16] = b"0123456789abcdef";
     out.push('"');
+    let plain =
+        |c: char| !matches!(c, '"' | '\\' | '<' | '>' | '&' | '\u{2028}' | '\u{2029}') && c >= ' ';
+    if s.chars().all(plain) {
+        out.push_str(s);
+        out.push('"');
+        return;
+    }
     for c in s.chars() {
         match c {
             '"' => out.push_str("\\\""),

@@ -36,6 +36,7 @@
 //!   reverted them in its caller).
 
 mod compare;
+mod cursor;
 mod error;
 pub mod last_applied;
 mod listkey;
@@ -51,4 +52,6 @@ pub use error::ApplyError;
 pub use listkey::CONVENTIONAL_MERGE_KEYS;
 pub use merge::{merge, merge_with_schema, SYSTEM_METADATA_FIELDS};
 pub use schema::Schema;
-pub use update::{apply_update, merge_for_cli, plan_update, prepare_create, MergeOutcome};
+pub use update::{
+    apply_update, merge_for_cli, plan, plan_update, prepare_create, MergeOutcome, Plan,
+};

@@ -15,6 +15,7 @@
 
 use serde_json::{Map, Value};
 
+use crate::cursor::Cursor;
 use crate::error::{type_name, ApplyError};
 use crate::listkey::{detect_conventional, KeyIndex, KeySpec};
 use crate::path::Path;
@@ -62,15 +63,33 @@ pub(crate) fn merge_inner(
     desired: &Value,
     schema: Option<SchemaRef<'_>>,
 ) -> Result<Value, ApplyError> {
+    Ok(match merge_cow(observed, last_applied, desired, schema)? {
+        Some(v) => v,
+        None => match observed {
+            Value::Null => Value::Object(Map::new()),
+            other => other.clone(),
+        },
+    })
+}
+
+/// The merge, copy-on-write: `None` when the result is exactly `observed` (nothing is
+/// allocated then — the steady state of a controller), else the merged object.
+pub(crate) fn merge_cow(
+    observed: &Value,
+    last_applied: Option<&Value>,
+    desired: &Value,
+    schema: Option<SchemaRef<'_>>,
+) -> Result<Option<Value>, ApplyError> {
     let Value::Object(des) = desired else {
         return Err(ApplyError::invalid(
             ".",
             format!("desired must be an object, found {}", type_name(desired)),
         ));
     };
+    let empty = Map::new();
     let obs = match observed {
-        Value::Object(o) => o.clone(),
-        Value::Null => Map::new(),
+        Value::Object(o) => o,
+        Value::Null => &empty,
         other => {
             return Err(ApplyError::invalid(
                 ".",
@@ -79,8 +98,13 @@ pub(crate) fn merge_inner(
         }
     };
     let last = last_applied.and_then(Value::as_object);
-    let merged = merge_object(&Path::Root, obs, last, des, schema, Level::Root)?;
-    Ok(Value::Object(merged))
+    Ok(
+        match merge_object(&Path::Root, obs, last, des, schema, Level::Root)? {
+            Some(m) => Some(Value::Object(m)),
+            None if observed.is_null() => Some(Value::Object(Map::new())),
+            None => None,
+        },
+    )
 }
 
 /// Where an object sits, for the top-level rules.
@@ -109,83 +133,116 @@ impl Level {
     }
 }
 
+/// The merge result of one field, relative to its observed value.
+enum Out {
+    /// Exactly the observed value (or still absent).
+    Same,
+    /// Remove the field.
+    Remove,
+    /// A new value.
+    New(Value),
+}
+
+/// Merges two objects; `None` when the result is exactly `obs`.
 fn merge_object(
     path: &Path<'_>,
-    mut obs: Map<String, Value>,
+    obs: &Map<String, Value>,
     last: Option<&Map<String, Value>>,
     des: &Map<String, Value>,
     schema: Option<SchemaRef<'_>>,
     level: Level,
-) -> Result<Map<String, Value>, ApplyError> {
+) -> Result<Option<Map<String, Value>>, ApplyError> {
+    // Changed fields only; the common no-change case allocates nothing.
+    let mut changes: Vec<(&str, Out)> = Vec::new();
     if let Some(last) = last {
+        let (mut in_des, mut in_obs) = (Cursor::new(des), Cursor::new(obs));
         for key in last.keys() {
-            if !des.contains_key(key) && !level.keeps_observed(key) {
-                obs.remove(key);
+            if !in_des.contains_key(key) && !level.keeps_observed(key) && in_obs.contains_key(key) {
+                changes.push((key, Out::Remove));
             }
         }
     }
+    let mut in_obs = Cursor::new(obs);
+    let mut in_last = last.map(Cursor::new);
     for (key, dv) in des {
         if level.keeps_observed(key) {
             continue;
         }
         let child_path = Path::Field(path, key);
         let child_schema = schema.and_then(|s| s.property(key));
-        let lv = last.and_then(|l| l.get(key));
+        let lv = in_last.as_mut().and_then(|l| l.get(key));
+        let ov = in_obs.get(key);
         let child_level = level.child(key);
-        if child_level == Level::RootMetadata {
+        let out = if child_level == Level::RootMetadata {
             // Metadata is always merged field by field, even when observed lacks it, so that
             // system fields echoed by a hook never reach the result.
-            if let Value::Object(dm) = dv {
-                let om = match obs.get_mut(key).map(std::mem::take) {
-                    Some(Value::Object(om)) => om,
-                    _ => Map::new(),
-                };
-                let lm = lv.and_then(Value::as_object);
-                let merged = merge_object(&child_path, om, lm, dm, child_schema, child_level)?;
-                obs.insert(key.clone(), Value::Object(merged));
-                continue;
-            }
-        }
-        match obs.get_mut(key) {
-            Some(slot) => {
-                let ov = std::mem::take(slot);
-                match merge_value(&child_path, Some(ov), lv, dv, child_schema)? {
-                    Some(v) => *slot = v,
-                    None => {
-                        obs.remove(key);
+            match dv {
+                Value::Object(dm) => {
+                    let empty = Map::new();
+                    let om = ov.and_then(Value::as_object).unwrap_or(&empty);
+                    let lm = lv.and_then(Value::as_object);
+                    let merged = merge_object(&child_path, om, lm, dm, child_schema, child_level)?;
+                    match (merged, ov) {
+                        (Some(m), _) => Out::New(Value::Object(m)),
+                        (None, Some(Value::Object(_))) => Out::Same,
+                        (None, _) => Out::New(Value::Object(Map::new())),
                     }
                 }
+                _ => merge_value(&child_path, ov, lv, dv, child_schema)?,
             }
-            None => {
-                if let Some(v) = merge_value(&child_path, None, lv, dv, child_schema)? {
-                    obs.insert(key.clone(), v);
-                }
+        } else {
+            merge_value(&child_path, ov, lv, dv, child_schema)?
+        };
+        if !matches!(out, Out::Same) {
+            changes.push((key, out));
+        }
+    }
+    if changes.is_empty() {
+        return Ok(None);
+    }
+    let mut merged = obs.clone();
+    for (key, out) in changes {
+        match out {
+            Out::Same => {}
+            Out::Remove => {
+                merged.remove(key);
+            }
+            Out::New(v) => {
+                merged.insert(key.to_string(), v);
             }
         }
     }
-    Ok(obs)
+    Ok(Some(merged))
 }
 
-/// Merges one field. `None` means "remove the field".
+/// Merges one field.
 fn merge_value(
     path: &Path<'_>,
-    obs: Option<Value>,
+    obs: Option<&Value>,
     last: Option<&Value>,
     des: &Value,
     schema: Option<SchemaRef<'_>>,
-) -> Result<Option<Value>, ApplyError> {
+) -> Result<Out, ApplyError> {
     if des.is_null() {
-        return Ok(None);
+        return Ok(if obs.is_some() {
+            Out::Remove
+        } else {
+            Out::Same
+        });
     }
     match obs {
         Some(Value::Object(om)) => match des {
             Value::Object(dm) => {
                 if schema.is_some_and(|s| s.map_atomic()) {
-                    return Ok(Some(without_nulls(des)));
+                    return Ok(replace_with(obs, des));
                 }
                 let lm = last.and_then(Value::as_object);
-                let merged = merge_object(path, om, lm, dm, schema, Level::Nested)?;
-                Ok(Some(Value::Object(merged)))
+                Ok(
+                    match merge_object(path, om, lm, dm, schema, Level::Nested)? {
+                        Some(m) => Out::New(Value::Object(m)),
+                        None => Out::Same,
+                    },
+                )
             }
             _ => Err(ApplyError::TypeMismatch {
                 path: path.render(),
@@ -196,7 +253,7 @@ fn merge_value(
         Some(Value::Array(oa)) => match des {
             Value::Array(da) => {
                 let la = last.and_then(Value::as_array).map(Vec::as_slice);
-                merge_list(path, oa, la, da, schema).map(Some)
+                merge_list(path, oa, la, da, schema)
             }
             _ => Err(ApplyError::TypeMismatch {
                 path: path.render(),
@@ -205,17 +262,42 @@ fn merge_value(
             }),
         },
         // Absent, null or scalar in observed: desired is taken as is.
-        _ => Ok(Some(without_nulls(des))),
+        _ => Ok(replace_with(obs, des)),
+    }
+}
+
+/// Replace the observed value with desired (nulls removed), unless it already is exactly that.
+fn replace_with(obs: Option<&Value>, des: &Value) -> Out {
+    match obs {
+        Some(o) if eq_without_nulls(o, des) => Out::Same,
+        _ => Out::New(without_nulls(des)),
+    }
+}
+
+/// `o == without_nulls(d)` (numbers by value), without building the copy.
+fn eq_without_nulls(o: &Value, d: &Value) -> bool {
+    match (o, d) {
+        (Value::Object(om), Value::Object(dm)) => {
+            dm.iter().filter(|(_, v)| !v.is_null()).count() == om.len()
+                && dm.iter().all(|(k, dv)| {
+                    dv.is_null() || om.get(k).is_some_and(|ov| eq_without_nulls(ov, dv))
+                })
+        }
+        (Value::Array(oa), Value::Array(da)) => {
+            oa.len() == da.len() && oa.iter().zip(da).all(|(x, y)| eq_without_nulls(x, y))
+        }
+        (Value::Number(_), Value::Number(_)) => crate::compare::json_eq(o, d),
+        _ => o == d,
     }
 }
 
 fn merge_list(
     path: &Path<'_>,
-    obs: Vec<Value>,
+    obs: &[Value],
     last: Option<&[Value]>,
     des: &[Value],
     schema: Option<SchemaRef<'_>>,
-) -> Result<Value, ApplyError> {
+) -> Result<Out, ApplyError> {
     let last_items = last.unwrap_or_default();
     let (decl, defaults) = match schema {
         Some(s) => s.list_decl(),
@@ -230,86 +312,68 @@ fn merge_list(
     };
     let spec = match decl {
         Some(ListDecl::Atomic) => None,
-        Some(ListDecl::Set) => return Ok(Value::Array(merge_set(obs, last_items, des))),
+        Some(ListDecl::Set) => return Ok(merge_set(obs, last_items, des)),
         // A declared map whose items are not all objects cannot be keyed: replace it.
         Some(ListDecl::Map(keys)) => {
             all_objects().then(|| KeySpec::declared(keys, defaults.unwrap_or_default()))
         }
-        None => detect_conventional([&obs, last_items, des]).map(KeySpec::single),
+        None => detect_conventional([obs, last_items, des]).map(KeySpec::single),
     };
     match spec {
         Some(spec) => merge_list_map(path, obs, last_items, des, spec, item_schema),
-        None => Ok(Value::Array(des.iter().map(without_nulls).collect())),
+        None => {
+            let same =
+                obs.len() == des.len() && obs.iter().zip(des).all(|(x, y)| eq_without_nulls(x, y));
+            Ok(if same {
+                Out::Same
+            } else {
+                Out::New(Value::Array(des.iter().map(without_nulls).collect()))
+            })
+        }
     }
-}
-
-/// What happens to one observed item of a list-map.
-enum Fate {
-    /// Merge with desired item `des` (the value base is observed item `base`).
-    Merge { base: usize, des: usize },
-    /// Keep observed item `base` untouched (set by others).
-    Keep { base: usize },
-    /// Removed (we applied it before and no longer want it), or a later duplicate.
-    Drop,
 }
 
 fn merge_list_map(
     path: &Path<'_>,
-    obs: Vec<Value>,
+    obs: &[Value],
     last: &[Value],
     des: &[Value],
     spec: KeySpec<'_>,
     item_schema: Option<SchemaRef<'_>>,
-) -> Result<Value, ApplyError> {
+) -> Result<Out, ApplyError> {
     let des_keys = spec.keys_of(des, path)?;
     let des_index = KeyIndex::new(&des_keys);
     let last_keys = spec.keys_of(last, path)?;
     let last_index = KeyIndex::new(&last_keys);
+    let obs_keys = spec.keys_of(obs, path)?;
+    let obs_index = KeyIndex::new(&obs_keys);
 
-    // Decide each observed item's fate while the observed keys borrow the list, then consume
-    // the list. With duplicate keys the first position wins and the last value is the base
-    // (upstream keys its map by overwriting, so the last duplicate is what it merges).
+    // With duplicate keys the first position wins and the last value is the base (upstream
+    // keys its map by overwriting, so the last duplicate is what it merges).
     let mut emitted = vec![false; des.len()];
-    let fates: Vec<Fate> = {
-        let obs_keys = spec.keys_of(&obs, path)?;
-        let obs_index = KeyIndex::new(&obs_keys);
-        obs_keys
-            .iter()
-            .enumerate()
-            .map(|(i, key)| {
-                let (first, base) = obs_index.find(key).unwrap_or((i, i));
-                if first != i {
-                    return Fate::Drop;
-                }
-                if let Some((d_first, d_last)) = des_index.find(key) {
-                    emitted[d_first] = true;
-                    Fate::Merge { base, des: d_last }
-                } else if last_index.find(key).is_some() {
-                    Fate::Drop
-                } else {
-                    Fate::Keep { base }
-                }
-            })
-            .collect()
-    };
-
-    let mut slots: Vec<Option<Value>> = obs.into_iter().map(Some).collect();
-    let mut out = Vec::with_capacity(slots.len() + des.len());
-    for fate in fates {
-        match fate {
-            Fate::Drop => {}
-            Fate::Keep { base } => out.extend(slots[base].take()),
-            Fate::Merge { base, des: d } => {
-                let key = &des_keys[d];
-                let item_path = Path::Item(path, key);
-                let lv = last_index.find(key).map(|(_, l)| &last[l]);
-                let ov = slots[base].take();
-                if let Some(v) = merge_value(&item_path, ov, lv, &des[d], item_schema)? {
-                    out.push(v);
-                }
-            }
+    let mut changed = false;
+    let mut items: Vec<(usize, Out)> = Vec::with_capacity(obs.len());
+    for (i, key) in obs_keys.iter().enumerate() {
+        let (first, base) = obs_index.find(key).unwrap_or((i, i));
+        if first != i {
+            changed = true;
+            continue;
+        }
+        if let Some((d_first, d_last)) = des_index.find(key) {
+            emitted[d_first] = true;
+            let lv = last_index.find(key).map(|(_, l)| &last[l]);
+            let item_path = Path::Item(path, &des_keys[d_last]);
+            let out = merge_value(&item_path, Some(&obs[base]), lv, &des[d_last], item_schema)?;
+            changed |= base != i || !matches!(out, Out::Same);
+            items.push((base, out));
+        } else if last_index.find(key).is_some() {
+            changed = true;
+        } else {
+            changed |= base != i;
+            items.push((base, Out::Same));
         }
     }
+    let mut added: Vec<Value> = Vec::new();
     for (i, key) in des_keys.iter().enumerate() {
         if emitted[i] {
             continue;
@@ -323,32 +387,53 @@ fn merge_list_map(
         emitted[i] = true;
         let item_path = Path::Item(path, key);
         let lv = last_index.find(key).map(|(_, l)| &last[l]);
-        if let Some(v) = merge_value(&item_path, None, lv, &des[d_last], item_schema)? {
-            out.push(v);
+        if let Out::New(v) = merge_value(&item_path, None, lv, &des[d_last], item_schema)? {
+            added.push(v);
         }
     }
-    Ok(Value::Array(out))
+    if !changed && added.is_empty() {
+        return Ok(Out::Same);
+    }
+    let mut out: Vec<Value> = Vec::with_capacity(items.len() + added.len());
+    for (base, item) in items {
+        match item {
+            Out::Same => out.push(obs[base].clone()),
+            Out::New(v) => out.push(v),
+            Out::Remove => {}
+        }
+    }
+    out.extend(added);
+    Ok(Out::New(Value::Array(out)))
 }
 
 /// Set merge (`x-kubernetes-list-type: set`, or strategic `merge` without a key): observed
 /// values stay in their order unless we applied them before and no longer want them; desired
 /// values not yet present follow in desired order. Duplicates collapse.
-fn merge_set(obs: Vec<Value>, last: &[Value], des: &[Value]) -> Vec<Value> {
-    let contains = |list: &[Value], v: &Value| list.iter().any(|x| crate::compare::json_eq(x, v));
-    let mut out: Vec<Value> = Vec::with_capacity(obs.len() + des.len());
+fn merge_set(obs: &[Value], last: &[Value], des: &[Value]) -> Out {
+    let contains = |list: &[&Value], v: &Value| list.iter().any(|x| crate::compare::json_eq(x, v));
+    let has = |list: &[Value], v: &Value| list.iter().any(|x| crate::compare::json_eq(x, v));
+    let mut kept: Vec<&Value> = Vec::with_capacity(obs.len() + des.len());
     for v in obs {
-        if contains(&out, &v) || (contains(last, &v) && !contains(des, &v)) {
+        if contains(&kept, v) || (has(last, v) && !has(des, v)) {
             continue;
         }
-        out.push(v);
+        kept.push(v);
     }
+    let mut changed = kept.len() != obs.len();
+    let mut added: Vec<Value> = Vec::new();
     for v in des {
-        if v.is_null() || contains(&out, v) {
+        if v.is_null() || contains(&kept, v) || added.iter().any(|a| eq_without_nulls(a, v)) {
             continue;
         }
-        out.push(without_nulls(v));
+        changed = true;
+        added.push(without_nulls(v));
     }
-    out
+    if !changed {
+        return Out::Same;
+    }
+    let mut out: Vec<Value> = kept.into_iter().cloned().collect();
+    out.extend(added);
+    Out::New(Value::Array(out))
 }
 
 /// A copy of a desired value with every `null` object field removed (null means "unset").

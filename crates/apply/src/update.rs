@@ -6,7 +6,7 @@ use serde_json::Value;
 use crate::compare::needs_update;
 use crate::error::{type_name, ApplyError};
 use crate::last_applied;
-use crate::merge::{merge_inner, without_nulls};
+use crate::merge::{merge_cow, without_nulls};
 use crate::schema::Schema;
 
 /// Result of planning an update.
@@ -33,19 +33,48 @@ pub fn prepare_create(desired: &Value) -> Result<Value, ApplyError> {
     Ok(body)
 }
 
+/// What to do with an existing child.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Plan {
+    /// The desired state is already in place: send nothing.
+    Unchanged,
+    /// Write this full object (it keeps observed's `resourceVersion`, so an update is
+    /// conditional on nobody having changed the object since it was read).
+    Update(Value),
+}
+
+/// The hot path of a sync: decides whether `observed` needs a write to reflect `desired`, and
+/// builds the object to write only when it does. In the steady state (record unchanged,
+/// nothing to merge) nothing is allocated beyond the encoded record.
+pub fn plan(
+    observed: &Value,
+    desired: &Value,
+    schema: Option<&Schema>,
+) -> Result<Plan, ApplyError> {
+    let prepared = prepare(observed, LastApplied::FromAnnotation, desired, schema)?;
+    if prepared.merged.is_none() && prepared.record_unchanged {
+        return Ok(Plan::Unchanged);
+    }
+    let merged = prepared.into_object(observed)?;
+    Ok(if needs_update(observed, &merged) {
+        Plan::Update(merged)
+    } else {
+        Plan::Unchanged
+    })
+}
+
 /// The object to write for an existing child: three-way merge of `observed`, its last-applied
-/// record and `desired`, with the record updated. Compare with [`needs_update`] (or use
-/// [`plan_update`]) before sending it.
+/// record and `desired`, with the record updated (upstream's `ApplyUpdate`). Compare with
+/// [`needs_update`] (or use [`plan`]) before sending it.
 pub fn apply_update(
     observed: &Value,
     desired: &Value,
     schema: Option<&Schema>,
 ) -> Result<Value, ApplyError> {
-    let last = last_applied::get(observed)?;
-    apply_update_with(observed, last.as_ref(), desired, schema)
+    prepare(observed, LastApplied::FromAnnotation, desired, schema)?.into_object(observed)
 }
 
-/// [`apply_update`] followed by [`needs_update`].
+/// [`apply_update`] followed by [`needs_update`], always returning the merged object.
 pub fn plan_update(
     observed: &Value,
     desired: &Value,
@@ -56,17 +85,61 @@ pub fn plan_update(
     Ok(MergeOutcome { merged, update })
 }
 
-fn apply_update_with(
+enum LastApplied<'a> {
+    FromAnnotation,
+    Given(Option<&'a Value>),
+}
+
+struct Prepared {
+    /// `None`: the merge left observed exactly as it is.
+    merged: Option<Value>,
+    record: String,
+    record_unchanged: bool,
+}
+
+impl Prepared {
+    fn into_object(self, observed: &Value) -> Result<Value, ApplyError> {
+        // The merge may have rebuilt (or, with `metadata: null`, dropped) the annotations, so
+        // the record is written whenever anything changed.
+        match self.merged {
+            None if self.record_unchanged => Ok(observed.clone()),
+            merged => {
+                let mut merged = merged.unwrap_or_else(|| observed.clone());
+                last_applied::set_encoded(&mut merged, self.record)?;
+                Ok(merged)
+            }
+        }
+    }
+}
+
+fn prepare(
     observed: &Value,
-    last: Option<&Value>,
+    last: LastApplied<'_>,
     desired: &Value,
     schema: Option<&Schema>,
-) -> Result<Value, ApplyError> {
+) -> Result<Prepared, ApplyError> {
     // Upstream blanks a copy of the record echoed by the hook, then merges and records that.
-    let desired = last_applied::blank_in(desired);
-    let mut merged = merge_inner(observed, last, &desired, schema.map(Schema::root))?;
-    last_applied::set(&mut merged, &desired)?;
-    Ok(merged)
+    let desired = last_applied::blank_cow(desired);
+    let record = last_applied::encode(&desired);
+    let raw = last_applied::raw(observed);
+    let record_unchanged = raw == Some(record.as_str());
+    let parsed;
+    let last: Option<&Value> = match last {
+        // The record we would write is already there, byte for byte: it *is* desired, so the
+        // annotation need not be parsed.
+        LastApplied::FromAnnotation if record_unchanged => Some(&*desired),
+        LastApplied::FromAnnotation => {
+            parsed = last_applied::get(observed)?;
+            parsed.as_ref()
+        }
+        LastApplied::Given(l) => l,
+    };
+    let merged = merge_cow(observed, last, &desired, schema.map(Schema::root))?;
+    Ok(Prepared {
+        merged,
+        record,
+        record_unchanged,
+    })
 }
 
 /// Entry point for the `metacontroller merge` debug command: everything except reading files
@@ -136,7 +209,13 @@ pub fn merge_for_cli(
         }
         None => last_applied::get(observed)?,
     };
-    let merged = apply_update_with(observed, last.as_ref(), desired, schema.as_ref())?;
+    let merged = prepare(
+        observed,
+        LastApplied::Given(last.as_ref()),
+        desired,
+        schema.as_ref(),
+    )?
+    .into_object(observed)?;
     let update = needs_update(observed, &merged);
     Ok(MergeOutcome { merged, update })
 }

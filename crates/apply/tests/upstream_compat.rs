@@ -1,7 +1,7 @@
 //! Objects created by upstream (Go) Metacontroller, with its last-applied annotation, are
 //! adopted without a single write, and our record is byte-identical to Go's.
 
-use metacontroller_apply::{last_applied, plan_update, prepare_create};
+use metacontroller_apply::{last_applied, plan, plan_update, prepare_create, Plan};
 use serde_json::{json, Value};
 
 /// What a hook returned (key order as a hook author would write it).
@@ -107,6 +107,7 @@ fn object_created_by_go_metacontroller_reapplied_unchanged_causes_no_write() {
     let observed = observed_from_go();
     let plan = plan_update(&observed, &hook_desired(), None).unwrap();
     assert!(!plan.update, "merged: {:#}", plan.merged);
+    assert_eq!(super_plan(&observed), Plan::Unchanged);
     // The record we would write is the very string Go wrote.
     assert_eq!(
         plan.merged["metadata"]["annotations"][last_applied::ANNOTATION],
@@ -156,4 +157,8 @@ fn go_record_still_removes_fields_we_stopped_setting() {
     assert!(!ann.contains_key("example.com/link"));
     assert_eq!(ann["example.com/new"], json!("x"));
     assert!(ann.contains_key("deployment.kubernetes.io/revision"));
+}
+
+fn super_plan(observed: &Value) -> Plan {
+    plan(observed, &hook_desired(), None).unwrap()
 }
