@@ -2,6 +2,7 @@
 
 mod cli;
 mod logging;
+mod merge_cmd;
 mod run;
 
 use std::process::ExitCode;
@@ -45,9 +46,7 @@ fn main() -> ExitCode {
             Command::Dev(_) => Err(anyhow::anyhow!(
                 "`metacontroller dev` is not available yet (it arrives with the embedded API server)"
             )),
-            Command::Merge(_) => Err(anyhow::anyhow!(
-                "`metacontroller merge` is not available yet (it arrives with the apply engine)"
-            )),
+            Command::Merge(args) => merge_cmd::run(&args),
         }
     });
     match result {

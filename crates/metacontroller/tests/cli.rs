@@ -69,3 +69,89 @@ fn unreadable_kubeconfig_fails_cleanly() {
     assert!(stderr.contains("/nonexistent/kubeconfig"), "{stderr:?}");
     assert!(!stderr.contains("panicked"), "{stderr:?}");
 }
+
+fn write(dir: &tempfile::TempDir, name: &str, text: &str) -> String {
+    let path = dir.path().join(name);
+    std::fs::write(&path, text).unwrap();
+    path.to_string_lossy().into_owned()
+}
+
+#[test]
+fn merge_keeps_foreign_fields_and_reports_update() {
+    let dir = tempfile::tempdir().unwrap();
+    // A Deployment as the cluster has it: a sidecar injected by someone else.
+    let observed = write(
+        &dir,
+        "observed.yaml",
+        r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: web
+  namespace: default
+  resourceVersion: "42"
+  annotations:
+    metacontroller.k8s.io/last-applied-configuration: '{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"web","namespace":"default"},"spec":{"template":{"spec":{"containers":[{"name":"app","image":"app:1"}]}}}}'
+spec:
+  template:
+    spec:
+      containers:
+      - name: app
+        image: app:1
+      - name: sidecar
+        image: proxy:1
+"#,
+    );
+    let desired = write(
+        &dir,
+        "desired.json",
+        r#"{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"web","namespace":"default"},
+            "spec":{"template":{"spec":{"containers":[{"name":"app","image":"app:2"}]}}}}"#,
+    );
+    let output = metacontroller(&["merge", "--observed", &observed, "--desired", &desired]);
+    assert!(output.status.success(), "{output:?}");
+    let merged: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let containers = &merged["spec"]["template"]["spec"]["containers"];
+    assert_eq!(containers[0]["image"], "app:2");
+    assert_eq!(containers[1]["name"], "sidecar");
+    assert_eq!(
+        String::from_utf8_lossy(&output.stderr).trim(),
+        "update: yes"
+    );
+
+    // Merging the result again changes nothing.
+    let again = write(
+        &dir,
+        "merged.json",
+        &String::from_utf8_lossy(&output.stdout),
+    );
+    let output = metacontroller(&["merge", "--observed", &again, "--desired", &desired]);
+    assert!(output.status.success(), "{output:?}");
+    assert_eq!(String::from_utf8_lossy(&output.stderr).trim(), "update: no");
+}
+
+#[test]
+fn merge_rejects_invalid_input_with_exit_1() {
+    let dir = tempfile::tempdir().unwrap();
+    let observed = write(&dir, "observed.json", "{\"spec\": {\"a\": 1}}");
+    let broken = write(&dir, "broken.json", "{not json");
+    let output = metacontroller(&["merge", "--observed", &observed, "--desired", &broken]);
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("broken.json"), "{stderr:?}");
+
+    let scalar = write(&dir, "scalar.json", "[1, 2]");
+    let output = metacontroller(&["merge", "--observed", &observed, "--desired", &scalar]);
+    assert_eq!(output.status.code(), Some(1));
+    assert!(!String::from_utf8_lossy(&output.stderr).contains("panicked"));
+
+    let missing = dir.path().join("missing.json");
+    let output = metacontroller(&[
+        "merge",
+        "--observed",
+        &observed,
+        "--desired",
+        missing.to_str().unwrap(),
+    ]);
+    assert_eq!(output.status.code(), Some(1));
+}
