@@ -1,7 +1,12 @@
 //! Hook configuration: how Metacontroller reaches a hook server (`spec.hooks.*` and
 //! `spec.endpointConfigs` of both controller kinds). JSON names follow upstream exactly.
 
+use std::time::Duration;
+
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+
+use crate::duration::{parse_go_duration, DurationParseError};
 
 /// Default hook timeout when `webhook.timeout` is unset (upstream: 10s).
 pub const DEFAULT_WEBHOOK_TIMEOUT: &str = "10s";
@@ -17,13 +22,18 @@ pub const DEFAULT_AUTHORIZATION_TYPE: &str = "Bearer";
 pub const DEFAULT_CLIENT_CERT_KEY: &str = "tls.crt";
 /// Default key of the client private key in a `clientTLS` Secret.
 pub const DEFAULT_CLIENT_KEY_KEY: &str = "tls.key";
+/// Default key of the username in a `basicAuth` Secret.
+pub const DEFAULT_BASIC_AUTH_USERNAME_KEY: &str = "username";
+/// Default key of the password in a `basicAuth` Secret.
+pub const DEFAULT_BASIC_AUTH_PASSWORD_KEY: &str = "password";
 
 /// One hook (`sync`, `finalize` or `customize`).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Hook {
     /// Wire protocol version of requests and responses; `v1` when unset.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("default" = "v1"))]
     pub version: Option<HookVersion>,
     /// How to call the hook over HTTP(S).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -38,7 +48,7 @@ impl Hook {
 }
 
 /// Hook wire protocol version.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 pub enum HookVersion {
     /// Children maps keyed by name relative to the parent's namespace.
     #[default]
@@ -50,7 +60,7 @@ pub enum HookVersion {
 }
 
 /// How strictly hook responses are decoded.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum ResponseUnmarshallMode {
     /// Unknown fields are ignored.
@@ -70,7 +80,7 @@ impl ResponseUnmarshallMode {
 }
 
 /// Where and how to POST a hook request.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Webhook {
     /// Full URL; overrides `service` and `path` when set.
@@ -78,6 +88,7 @@ pub struct Webhook {
     pub url: Option<String>,
     /// Go duration string (`10s`, `1m30s`); 10s when unset.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("format" = "duration"))]
     pub timeout: Option<String>,
     /// Path appended to the service URL.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -105,24 +116,31 @@ pub struct Webhook {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub basic_auth: Option<BasicAuth>,
     /// Client certificate (mTLS) from a Secret.
-    #[serde(
-        default,
-        rename = "clientTLS",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, rename = "clientTLS", skip_serializing_if = "Option::is_none")]
     pub client_tls: Option<ClientTls>,
 }
 
 impl Webhook {
-    /// The effective decoding mode for a hook of the given version.
+    /// The effective decoding mode for a hook of the given version: the configured
+    /// mode (loose by default) for v1; always strict for v2, where upstream treats
+    /// unknown or duplicate fields as fatal whatever `responseUnMarshallMode` says.
     pub fn effective_unmarshall_mode(&self, version: HookVersion) -> ResponseUnmarshallMode {
-        self.response_un_marshall_mode
-            .unwrap_or_else(|| ResponseUnmarshallMode::default_for(version))
+        match version {
+            HookVersion::V1 => self
+                .response_un_marshall_mode
+                .unwrap_or(ResponseUnmarshallMode::Loose),
+            HookVersion::V2 => ResponseUnmarshallMode::Strict,
+        }
+    }
+
+    /// The effective call timeout: `timeout` parsed as a Go duration, 10s when unset.
+    pub fn timeout_duration(&self) -> Result<Duration, DurationParseError> {
+        parse_go_duration(self.timeout.as_deref().unwrap_or(DEFAULT_WEBHOOK_TIMEOUT))
     }
 }
 
 /// A reference to a Kubernetes Service.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ServiceReference {
     /// `metadata.name` of the Service.
@@ -138,7 +156,7 @@ pub struct ServiceReference {
 }
 
 /// ETag caching of hook responses (RFC 7232 `If-None-Match`).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct WebhookEtagConfig {
     /// Turns the cache on.
@@ -153,7 +171,7 @@ pub struct WebhookEtagConfig {
 }
 
 /// A key of a Secret (`key` is required where the context has no default).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SecretKeyReference {
     /// Secret name.
@@ -167,7 +185,7 @@ pub struct SecretKeyReference {
 }
 
 /// A key of a ConfigMap.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ConfigMapKeyReference {
     /// ConfigMap name.
@@ -181,7 +199,7 @@ pub struct ConfigMapKeyReference {
 }
 
 /// CA certificates (PEM) to trust for a hook server: exactly one source.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CaBundle {
     /// PEM text inline in the controller spec.
@@ -196,7 +214,7 @@ pub struct CaBundle {
 }
 
 /// `Authorization` header credentials.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Authorization {
     /// Scheme; `Bearer` when unset. `Basic` is refused (use `basicAuth`).
@@ -207,7 +225,7 @@ pub struct Authorization {
 }
 
 /// HTTP basic authentication.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct BasicAuth {
     /// Secret holding username and password.
@@ -221,7 +239,7 @@ pub struct BasicAuth {
 }
 
 /// Client certificate for mutual TLS.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ClientTls {
     /// Secret holding certificate and key.
@@ -235,7 +253,7 @@ pub struct ClientTls {
 }
 
 /// Per-host connection settings shared by all hooks whose host matches.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct EndpointConfig {
     /// Host (optionally `host:port`) the settings apply to; case-insensitive.
@@ -250,12 +268,74 @@ pub struct EndpointConfig {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub basic_auth: Option<BasicAuth>,
     /// Client certificate for this host.
-    #[serde(
-        default,
-        rename = "clientTLS",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, rename = "clientTLS", skip_serializing_if = "Option::is_none")]
     pub client_tls: Option<ClientTls>,
+}
+
+impl ServiceReference {
+    /// The effective port (80 when unset).
+    pub fn effective_port(&self) -> i32 {
+        self.port.unwrap_or(DEFAULT_SERVICE_PORT)
+    }
+
+    /// The effective URL scheme (`http` when unset).
+    pub fn effective_protocol(&self) -> &str {
+        self.protocol.as_deref().unwrap_or(DEFAULT_SERVICE_PROTOCOL)
+    }
+}
+
+impl SecretKeyReference {
+    /// The key, or `default` when unset.
+    pub fn key_or<'a>(&'a self, default: &'a str) -> &'a str {
+        self.key.as_deref().unwrap_or(default)
+    }
+}
+
+impl ConfigMapKeyReference {
+    /// The key (`ca.crt` when unset).
+    pub fn effective_key(&self) -> &str {
+        self.key.as_deref().unwrap_or(DEFAULT_CA_BUNDLE_KEY)
+    }
+}
+
+impl Authorization {
+    /// The header scheme (`Bearer` when unset or empty).
+    pub fn effective_type(&self) -> &str {
+        match self.type_.as_deref() {
+            Some(t) if !t.is_empty() => t,
+            _ => DEFAULT_AUTHORIZATION_TYPE,
+        }
+    }
+}
+
+impl BasicAuth {
+    /// Key of the username in the Secret (`username` when unset).
+    pub fn effective_username_key(&self) -> &str {
+        self.username_key
+            .as_deref()
+            .unwrap_or(DEFAULT_BASIC_AUTH_USERNAME_KEY)
+    }
+
+    /// Key of the password in the Secret (`password` when unset).
+    pub fn effective_password_key(&self) -> &str {
+        self.password_key
+            .as_deref()
+            .unwrap_or(DEFAULT_BASIC_AUTH_PASSWORD_KEY)
+    }
+}
+
+impl ClientTls {
+    /// Key of the certificate in the Secret (`tls.crt` when unset).
+    pub fn effective_cert_key(&self) -> &str {
+        self.cert_key.as_deref().unwrap_or(DEFAULT_CLIENT_CERT_KEY)
+    }
+
+    /// Key of the private key in the Secret (`tls.key` when unset).
+    pub fn effective_private_key_key(&self) -> &str {
+        self.private_key_key
+            .as_deref()
+            .unwrap_or(DEFAULT_CLIENT_KEY_KEY)
+    }
 }
 
 #[cfg(test)]
@@ -286,6 +366,36 @@ mod tests {
             ResponseUnmarshallMode::Strict
         );
         assert_eq!(serde_json::to_value(&hook).unwrap(), value);
+    }
+
+    #[test]
+    fn v2_is_strict_even_when_configured_loose() {
+        let webhook = Webhook {
+            response_un_marshall_mode: Some(ResponseUnmarshallMode::Loose),
+            ..Webhook::default()
+        };
+        assert_eq!(
+            webhook.effective_unmarshall_mode(HookVersion::V2),
+            ResponseUnmarshallMode::Strict
+        );
+        let strict_v1 = Webhook {
+            response_un_marshall_mode: Some(ResponseUnmarshallMode::Strict),
+            ..Webhook::default()
+        };
+        assert_eq!(
+            strict_v1.effective_unmarshall_mode(HookVersion::V1),
+            ResponseUnmarshallMode::Strict
+        );
+    }
+
+    #[test]
+    fn timeout_defaults_to_ten_seconds_and_parses_go_durations() {
+        let mut webhook = Webhook::default();
+        assert_eq!(webhook.timeout_duration(), Ok(Duration::from_secs(10)));
+        webhook.timeout = Some("1m30s".into());
+        assert_eq!(webhook.timeout_duration(), Ok(Duration::from_secs(90)));
+        webhook.timeout = Some("soon".into());
+        assert!(webhook.timeout_duration().is_err());
     }
 
     #[test]
