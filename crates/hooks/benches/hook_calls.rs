@@ -11,18 +11,11 @@ use axum::routing::post;
 use axum::Router;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use metacontroller_api::hook::{Hook, Webhook};
+use metacontroller_api::wire::CompositeHookResponse;
 use metacontroller_hooks::{CallContext, HookClient, HookClientConfig};
-use serde::Deserialize;
 use serde_json::json;
 
 const CONCURRENCY: u64 = 32;
-
-#[derive(Deserialize)]
-#[allow(dead_code)]
-struct SyncResponse {
-    status: serde_json::Value,
-    children: Vec<serde_json::Value>,
-}
 
 /// A sync-like response of about 2 KB.
 fn response_body() -> String {
@@ -95,7 +88,7 @@ fn bench(c: &mut Criterion) {
 
     // Warm the keep-alive connection.
     rt.block_on(async {
-        let _: SyncResponse = client.call(&ctx, &hook, &[], &*request).await.unwrap();
+        let _: CompositeHookResponse = client.call(&ctx, &hook, &[], &*request).await.unwrap();
     });
 
     let mut group = c.benchmark_group("hook_calls");
@@ -123,13 +116,13 @@ fn bench(c: &mut Criterion) {
                 .await
                 .unwrap();
             let bytes = response.bytes().await.unwrap();
-            let _: SyncResponse = serde_json::from_slice(&bytes).unwrap();
+            let _: CompositeHookResponse = serde_json::from_slice(&bytes).unwrap();
         })
     });
 
     group.bench_function("sequential", |b| {
         b.to_async(&rt).iter(|| async {
-            let _: SyncResponse = client.call(&ctx, &hook, &[], &*request).await.unwrap();
+            let _: CompositeHookResponse = client.call(&ctx, &hook, &[], &*request).await.unwrap();
         })
     });
 
@@ -153,7 +146,7 @@ fn bench(c: &mut Criterion) {
                             parent_key: "default/p",
                         };
                         for _ in 0..share {
-                            let _: SyncResponse =
+                            let _: CompositeHookResponse =
                                 client.call(&ctx, &hook, &[], &*request).await.unwrap();
                         }
                     }));

@@ -10,16 +10,9 @@ use std::time::Instant;
 use axum::routing::post;
 use axum::Router;
 use metacontroller_api::hook::{Hook, Webhook};
+use metacontroller_api::wire::CompositeHookResponse;
 use metacontroller_hooks::{CallContext, HookClient, HookClientConfig};
-use serde::Deserialize;
 use serde_json::json;
-
-#[derive(Deserialize)]
-#[allow(dead_code)]
-struct SyncResponse {
-    status: serde_json::Value,
-    children: Vec<serde_json::Value>,
-}
 
 const CTX: CallContext<'static> = CallContext {
     controller: "bench",
@@ -43,7 +36,7 @@ fn response_body() -> String {
 
 async fn hook_calls(client: &HookClient, hook: &Hook, request: &serde_json::Value, n: usize) {
     for _ in 0..n {
-        let _: SyncResponse = client.call(&CTX, hook, &[], request).await.unwrap();
+        let _: CompositeHookResponse = client.call(&CTX, hook, &[], request).await.unwrap();
     }
 }
 
@@ -57,7 +50,7 @@ async fn raw_calls(client: &reqwest::Client, url: &str, body: &[u8], n: usize) {
             .await
             .unwrap();
         let bytes = response.bytes().await.unwrap();
-        let _: SyncResponse = serde_json::from_slice(&bytes).unwrap();
+        let _: CompositeHookResponse = serde_json::from_slice(&bytes).unwrap();
     }
 }
 

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use base64::Engine as _;
 use bytes::{Bytes, BytesMut};
 use metacontroller_api::hook::{EndpointConfig, Hook, ResponseUnmarshallMode};
+use metacontroller_api::wire::decode_response;
 use prometheus::Registry;
 use reqwest::header::{HeaderValue, AUTHORIZATION, CONTENT_TYPE, ETAG, IF_NONE_MATCH, RETRY_AFTER};
 use reqwest::Url;
@@ -17,7 +18,6 @@ use serde::Serialize;
 use tracing::Instrument as _;
 
 use crate::credentials::{self, AuthHeader, ResolvedSettings, Sources};
-use crate::decode::decode;
 use crate::error::HookError;
 use crate::etag::{EtagCache, EtagSettings};
 use crate::metrics::{HookMetrics, OUTCOME_CACHED, OUTCOME_SUCCESS};
@@ -107,7 +107,10 @@ impl HookClient {
     }
 
     /// Calls `hook` with `request` and decodes the response as `Resp`, strictly or loosely
-    /// as the hook asks (`responseUnMarshallMode`; loose for v1, strict for v2 by default).
+    /// as [`Webhook::effective_unmarshall_mode`] says (v1: `responseUnMarshallMode`,
+    /// loose by default; v2: strict).
+    ///
+    /// [`Webhook::effective_unmarshall_mode`]: metacontroller_api::hook::Webhook::effective_unmarshall_mode
     pub async fn call<Req, Resp>(
         &self,
         ctx: &CallContext<'_>,
@@ -117,7 +120,7 @@ impl HookClient {
     ) -> Result<Resp, HookError>
     where
         Req: Serialize + ?Sized,
-        Resp: DeserializeOwned,
+        Resp: DeserializeOwned + Default,
     {
         let mode = hook
             .webhook
@@ -139,7 +142,7 @@ impl HookClient {
     ) -> Result<Resp, HookError>
     where
         Req: Serialize + ?Sized,
-        Resp: DeserializeOwned,
+        Resp: DeserializeOwned + Default,
     {
         let started = Instant::now();
         let span = tracing::info_span!(
@@ -151,8 +154,8 @@ impl HookClient {
         );
         let result = async {
             let (body, url, cached) = self.exchange(ctx, hook, endpoint_configs, request).await?;
-            let decoded = decode::<Resp>(&body, mode)
-                .map_err(|message| HookError::Decode { url, message })?;
+            let decoded = decode_response::<Resp>(&body, mode)
+                .map_err(|error| HookError::Decode { url, error })?;
             Ok::<_, HookError>((decoded, cached))
         }
         .instrument(span.clone())

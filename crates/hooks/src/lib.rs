@@ -25,7 +25,8 @@
 //! ```
 //!
 //! * [`HookClient::call`] decodes strictly or loosely as the hook says
-//!   (`responseUnMarshallMode`, default loose for v1 and strict for v2);
+//!   (v1: `responseUnMarshallMode`, loose by default; v2: always strict, as the api crate
+//!   decides);
 //!   [`HookClient::call_with_mode`] takes the mode explicitly.
 //! * [`HookError`] separates configuration errors ([`HookError::Config`]: no target, bad
 //!   timeout, missing Secret/key, bad PEM, conflicting auth), transport
@@ -71,8 +72,9 @@
 //!   per (URL, parent key); `If-None-Match` is sent and 304/412 reuse the body. Entries
 //!   expire after `cacheTimeoutSeconds` and a task sweeps every `cacheCleanupSeconds`;
 //!   unset (or ≤ 0) means no expiry / no sweep, as upstream.
-//! * **Decoding**: see [`decode`] — strict mode rejects unknown and duplicate fields by
-//!   path; loose ignores unknown fields and keeps the last duplicate.
+//! * **Decoding**: [`metacontroller_api::wire::decode_response`] — strict mode rejects
+//!   unknown and duplicate fields by path; loose ignores unknown fields and keeps the last
+//!   duplicate; a `null` body is the response type's default, as in Go.
 //! * **Observability**: counter `metacontroller_hook_requests_total{controller,hook,outcome}`
 //!   and histogram `metacontroller_hook_request_duration_seconds{controller,hook}`; a
 //!   `hook_call` span with controller, hook, parent and URL (without userinfo); request and
@@ -80,7 +82,6 @@
 
 pub mod client;
 pub mod credentials;
-pub mod decode;
 pub mod error;
 mod etag;
 pub mod metrics;
@@ -90,5 +91,6 @@ pub mod target;
 
 pub use client::{CallContext, HookClient, HookClientConfig, DEFAULT_MAX_BODY_BYTES};
 pub use error::HookError;
+pub use metacontroller_api::wire::DecodeError;
 pub use sources::{ConfigMapSource, MemoryObjects, ObjectData, SecretSource, SourceError};
 pub use target::{HostResolver, StaticHostResolver};
