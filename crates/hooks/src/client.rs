@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use base64::Engine as _;
 use bytes::{Bytes, BytesMut};
 use metacontroller_api::hook::{EndpointConfig, Hook, ResponseUnmarshallMode};
-use metacontroller_api::wire::decode_response;
+use metacontroller_api::wire::{decode_response, DecodeError};
 use prometheus::Registry;
 use reqwest::header::{HeaderValue, AUTHORIZATION, CONTENT_TYPE, ETAG, IF_NONE_MATCH, RETRY_AFTER};
 use reqwest::Url;
@@ -154,8 +154,7 @@ impl HookClient {
         );
         let result = async {
             let (body, url, cached) = self.exchange(ctx, hook, endpoint_configs, request).await?;
-            let decoded = decode_response::<Resp>(&body, mode)
-                .map_err(|error| HookError::Decode { url, error })?;
+            let decoded = decode(&body, mode).map_err(|error| HookError::Decode { url, error })?;
             Ok::<_, HookError>((decoded, cached))
         }
         .instrument(span.clone())
@@ -371,6 +370,23 @@ impl HookClient {
     }
 }
 
+/// Decodes with the api crate's decoder. Loose mode first tries serde directly: for a
+/// well-formed body that gives the same value (unknown fields ignored) without the
+/// decoder's detour through `serde_json::Value`; anything serde rejects (duplicates,
+/// `null` bodies, type errors) goes through the full decoder for Go semantics and a
+/// path-naming error.
+fn decode<T: DeserializeOwned + Default>(
+    body: &[u8],
+    mode: ResponseUnmarshallMode,
+) -> Result<T, DecodeError> {
+    if mode == ResponseUnmarshallMode::Loose {
+        if let Ok(value) = serde_json::from_slice(body) {
+            return Ok(value);
+        }
+    }
+    decode_response(body, mode)
+}
+
 enum Fetched {
     Fresh { body: Bytes, etag: Option<String> },
     NotModified,
@@ -534,6 +550,30 @@ fn percent_decode(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn loose_fast_path_agrees_with_the_full_decoder() {
+        use metacontroller_api::wire::CompositeHookResponse;
+        let bodies: [&[u8]; 7] = [
+            br#"{"status":{"a":1},"children":[{"kind":"Pod"}],"extra":true}"#,
+            br#"{"status":{"a":1},"status":{"a":2}}"#,
+            br#"{"children":null,"resyncAfterSeconds":1.5}"#,
+            b"null",
+            br#"{"children":"nope"}"#,
+            b"{oops",
+            br#"{"status":{"x":1,"x":2}}"#,
+        ];
+        for body in bodies {
+            for mode in [
+                ResponseUnmarshallMode::Loose,
+                ResponseUnmarshallMode::Strict,
+            ] {
+                let fast = decode::<CompositeHookResponse>(body, mode);
+                let full = decode_response::<CompositeHookResponse>(body, mode);
+                assert_eq!(fast, full, "{}", String::from_utf8_lossy(body));
+            }
+        }
+    }
 
     #[test]
     fn redactor_scrubs_url_userinfo_secrets() {
