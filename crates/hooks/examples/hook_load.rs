@@ -101,12 +101,17 @@ fn main() {
     });
 
     for round in 1..=rounds {
+        // Callers run as tasks on the runtime, as controller workers do.
         let started = Instant::now();
-        rt.block_on(raw_calls(&raw, &url, &raw_body, calls));
+        let (raw2, url2, body2) = (raw.clone(), url.clone(), raw_body.clone());
+        rt.block_on(rt.spawn(async move { raw_calls(&raw2, &url2, &body2, calls).await }))
+            .unwrap();
         let raw_rate = calls as f64 / started.elapsed().as_secs_f64();
 
         let started = Instant::now();
-        rt.block_on(hook_calls(&client, &hook, &request, calls));
+        let (c2, h2, r2) = (client.clone(), hook.clone(), request.clone());
+        rt.block_on(rt.spawn(async move { hook_calls(&c2, &h2, &r2, calls).await }))
+            .unwrap();
         let seq_rate = calls as f64 / started.elapsed().as_secs_f64();
 
         let started = Instant::now();
