@@ -415,6 +415,10 @@ async fn etag_304_reuses_cached_response() {
 
         client.forget_parent("ctl", "default/parent-b");
         assert_eq!(client.etag_entries("ctl", "sync"), 1);
+        client.forget_controller("ctl");
+        assert_eq!(client.etag_entries("ctl", "sync"), 0);
+        call(&client, &hook).await.unwrap();
+        assert!(server.last().header("if-none-match").is_none());
     }
 }
 
