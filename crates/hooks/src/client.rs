@@ -107,8 +107,8 @@ impl HookClient {
     }
 
     /// Calls `hook` with `request` and decodes the response as `Resp`, strictly or loosely
-    /// as [`Webhook::effective_unmarshall_mode`] says (v1: `responseUnMarshallMode`,
-    /// loose by default; v2: strict).
+    /// as [`Webhook::effective_unmarshall_mode`] says (`responseUnMarshallMode`; loose by
+    /// default for v1 and strict for v2).
     ///
     /// [`Webhook::effective_unmarshall_mode`]: metacontroller_api::hook::Webhook::effective_unmarshall_mode
     pub async fn call<Req, Resp>(

@@ -25,8 +25,7 @@
 //! ```
 //!
 //! * [`HookClient::call`] decodes strictly or loosely as the hook says
-//!   (v1: `responseUnMarshallMode`, loose by default; v2: always strict, as the api crate
-//!   decides);
+//!   (`responseUnMarshallMode`; loose by default for v1 and strict for v2);
 //!   [`HookClient::call_with_mode`] takes the mode explicitly.
 //! * [`HookError`] separates configuration errors ([`HookError::Config`]: no target, bad
 //!   timeout, missing Secret/key, bad PEM, conflicting auth), transport
