@@ -3,6 +3,12 @@
 //! hook calls per second.
 //!
 //! Run: `cargo bench -p metacontroller-hooks --bench hook_calls`
+//! (`HOOK_BENCH_SECONDS=N` sets the measurement time; default 8).
+//!
+//! Measured 2026-11-21 on the shared 2-core dev machine (load average 7–13 from other
+//! builds): sequential ≈ 6.4k calls/s, 32 concurrent ≈ 5.5k calls/s, bare reqwest
+//! baseline 5.6k–9.3k calls/s. The `hook_load` example (rounds alternating variants)
+//! gave 8.4k–10.7k sequential and 7.3k–15.6k concurrent at load ≈ 7.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
