@@ -279,6 +279,50 @@ impl ResourceMap {
         }
     }
 
+    /// One refresh step: builds the new map from per-group-version fetch results, keeps the
+    /// group versions that failed to load from `previous`, and reports what changed.
+    /// Returns `None` (keep `previous`) if nothing at all could be loaded, as upstream does.
+    pub fn refresh(
+        previous: &ResourceMap,
+        results: impl IntoIterator<Item = (String, Result<APIResourceList, DiscoveryError>)>,
+    ) -> (Option<(ResourceMap, ResourceDiff)>, Vec<DiscoveryError>) {
+        let mut map = ResourceMap::new();
+        let mut errors = Vec::new();
+        let mut failed = Vec::new();
+        let mut loaded = 0usize;
+        for (gv, result) in results {
+            let list = match result {
+                Ok(list) if list.group_version == gv => list,
+                Ok(list) => {
+                    errors.push(DiscoveryError::InvalidDocument {
+                        source_name: gv.clone(),
+                        message: format!("groupVersion is {:?}", list.group_version),
+                    });
+                    failed.push(gv);
+                    continue;
+                }
+                Err(e) => {
+                    errors.push(e);
+                    failed.push(gv);
+                    continue;
+                }
+            };
+            match map.insert_list(&list, &mut errors) {
+                Ok(()) => loaded += 1,
+                Err(e) => {
+                    errors.push(e);
+                    failed.push(gv);
+                }
+            }
+        }
+        if loaded == 0 {
+            return (None, errors);
+        }
+        map.keep_failed_from(previous, failed.iter().map(String::as_str));
+        let diff = previous.diff(&map);
+        (Some((map, diff)), errors)
+    }
+
     /// The resource `resource` (plural) of `api_version`.
     pub fn get(&self, api_version: &str, resource: &str) -> Option<&Arc<ApiResource>> {
         self.group_versions
@@ -529,6 +573,40 @@ mod tests {
         assert_eq!(d.removed.len(), 1);
         assert_eq!(d.removed[0].resource, "widgets");
         assert!(new.get("apps/v1", "deployments").is_some());
+    }
+
+    #[test]
+    fn refresh_keeps_failed_group_versions_and_reports_changes() {
+        let old = map(&[CORE_V1, APPS_V1]);
+        let failure = DiscoveryError::InvalidDocument {
+            source_name: "apps/v1".into(),
+            message: "503".into(),
+        };
+        let (result, errors) = ResourceMap::refresh(
+            &old,
+            vec![
+                ("v1".to_string(), Ok(list(CORE_V1))),
+                ("apps/v1".to_string(), Err(failure.clone())),
+                ("ctl.example.com/v1".to_string(), Ok(list(CRD_V1))),
+                // A document for another group version than requested is not trusted.
+                ("other/v1".to_string(), Ok(list(CRD_V1))),
+            ],
+        );
+        let (new, diff) = result.unwrap();
+        assert_eq!(errors.len(), 2);
+        assert_eq!(errors[0], failure);
+        assert!(new.get("apps/v1", "deployments").is_some());
+        assert_eq!(diff.added.len(), 1);
+        assert_eq!(diff.added[0].resource, "widgets");
+        assert!(diff.removed.is_empty());
+        // A CRD that disappears is reported as removed.
+        let (result, _) = ResourceMap::refresh(&new, vec![("v1".to_string(), Ok(list(CORE_V1)))]);
+        let (_, diff) = result.unwrap();
+        assert_eq!(diff.removed.len(), 2); // deployments and widgets
+                                           // Nothing loadable: keep the previous map.
+        let (result, errors) = ResourceMap::refresh(&new, vec![("v1".to_string(), Err(failure))]);
+        assert!(result.is_none());
+        assert_eq!(errors.len(), 1);
     }
 
     #[test]

@@ -2,16 +2,40 @@
 //! access, label/annotation selectors and the per-controller work queue.
 //!
 //! The modules here are the self-contained building blocks of the controller runtime; none of
-//! them talks to an API server.
+//! them talks to an API server:
+//!
+//! - [`discovery`]: [`ResourceMap`] from `APIResourceList` documents, lookups by resource or
+//!   kind, and the diff a refresh loop uses to start/stop informers;
+//! - [`registry`]: one reference-counted instance per resource (informers shared by all
+//!   controllers, stopped with the last lease);
+//! - [`store`]: an informer's object store indexed by namespace and controller owner uid;
+//! - [`selector`]: label / annotation selectors with Kubernetes semantics and the string form;
+//! - [`workqueue`]: the per-controller queue (de-duplicated, one worker per key, backoff,
+//!   delays, event keys before bulk keys);
+//! - [`expectations`] and [`overlay`]: stale-cache safety — wait for the informer to confirm
+//!   our creates/deletes, and read our own writes until the informer delivers them;
+//! - [`rate`]: token buckets for API requests and per-object Events;
+//! - [`object`]: metadata access for `serde_json::Value` and `kube::core::DynamicObject`, and
+//!   the `namespace/name` key.
 
 pub mod discovery;
 pub mod expectations;
+pub mod object;
 pub mod overlay;
+pub mod rate;
+pub mod registry;
 pub mod selector;
+pub mod store;
 pub mod workqueue;
 
 pub use discovery::{ApiResource, DiscoveryError, ResourceDiff, ResourceId, ResourceMap};
 pub use expectations::{Expectations, DEFAULT_EXPECTATION_TTL};
-pub use overlay::{ObjectKey, Overlay, Versioned};
-pub use selector::{ObjectSelector, Operator, Requirement, Selector, SelectorError};
+pub use object::{NamespacedName, ObjectMetaAccess, Versioned};
+pub use overlay::{ObjectKey, Overlay};
+pub use rate::{KeyedRateLimiter, RateError, RateLimiter};
+pub use registry::{Lease, SharedRegistry};
+pub use selector::{
+    ObjectSelector, Operator, Requirement, Selector, SelectorError, CONTROLLER_UID_LABEL,
+};
+pub use store::{Change, Store};
 pub use workqueue::{Backoff, Priority, QueueMetrics, WorkQueue};

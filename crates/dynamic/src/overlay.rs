@@ -39,6 +39,8 @@ use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Mutex, MutexGuard};
 
+pub use crate::object::Versioned;
+
 /// Identifies an object: resource (e.g. `apps/v1/deployments`), namespace (`""` for cluster
 /// scope) and name.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -63,18 +65,6 @@ impl ObjectKey {
             namespace: namespace.into(),
             name: name.into(),
         }
-    }
-}
-
-/// Objects that carry a `metadata.resourceVersion`.
-pub trait Versioned {
-    /// The object's resourceVersion, if any.
-    fn resource_version(&self) -> Option<&str>;
-}
-
-impl Versioned for serde_json::Value {
-    fn resource_version(&self) -> Option<&str> {
-        self.get("metadata")?.get("resourceVersion")?.as_str()
     }
 }
 

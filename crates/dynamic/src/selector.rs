@@ -107,6 +107,12 @@ pub enum SelectorError {
         value: String,
         operator: Operator,
     },
+    /// A CompositeController parent's `spec.selector` selects everything.
+    #[error("{field} must have either matchLabels, matchExpressions, or both")]
+    EmptyParentSelector { field: String },
+    /// A selector in an object is not a `LabelSelector`.
+    #[error("{field}: not a label selector: {message}")]
+    Malformed { field: String, message: String },
     /// The string form could not be parsed.
     #[error("unable to parse selector {input:?} at byte {position}: {message}")]
     Parse {
@@ -404,6 +410,64 @@ impl Selector {
     }
 }
 
+/// The label CompositeController's `generateSelector` puts on children.
+pub const CONTROLLER_UID_LABEL: &str = "controller-uid";
+
+impl Selector {
+    /// The selector of a CompositeController parent (upstream `makeSelector`): with
+    /// `generate_selector`, `controller-uid=<parent uid>` (any `spec.selector` ignored);
+    /// otherwise the parent's `spec.selector`, which must not be empty. `extra_match_labels`
+    /// are added as equality requirements.
+    pub fn for_composite_parent(
+        parent: &serde_json::Value,
+        generate_selector: bool,
+        extra_match_labels: &BTreeMap<String, String>,
+    ) -> Result<Selector, SelectorError> {
+        let mut selector = if generate_selector {
+            let uid = parent
+                .get("metadata")
+                .and_then(|m| m.get("uid"))
+                .and_then(serde_json::Value::as_str)
+                .unwrap_or_default();
+            LabelSelector {
+                match_labels: Some(BTreeMap::from([(
+                    CONTROLLER_UID_LABEL.to_string(),
+                    uid.to_string(),
+                )])),
+                match_expressions: None,
+            }
+        } else {
+            let field = "spec.selector";
+            let raw = parent
+                .get("spec")
+                .and_then(|s| s.get("selector"))
+                .cloned()
+                .unwrap_or(serde_json::Value::Null);
+            let parsed: Option<LabelSelector> =
+                serde_json::from_value(raw).map_err(|e| SelectorError::Malformed {
+                    field: field.to_string(),
+                    message: e.to_string(),
+                })?;
+            let parsed = parsed.unwrap_or_default();
+            let no_labels = parsed.match_labels.as_ref().is_none_or(BTreeMap::is_empty);
+            let no_exprs = parsed.match_expressions.as_ref().is_none_or(Vec::is_empty);
+            if no_labels && no_exprs {
+                return Err(SelectorError::EmptyParentSelector {
+                    field: field.to_string(),
+                });
+            }
+            parsed
+        };
+        if !extra_match_labels.is_empty() {
+            selector
+                .match_labels
+                .get_or_insert_with(BTreeMap::new)
+                .extend(extra_match_labels.clone());
+        }
+        Selector::from_label_selector(Some(&selector))
+    }
+}
+
 impl std::str::FromStr for Selector {
     type Err = SelectorError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
@@ -435,6 +499,31 @@ pub struct ObjectSelector {
 }
 
 impl ObjectSelector {
+    /// A DecoratorController resource rule's selector: an absent label or annotation selector
+    /// selects everything (upstream's rule).
+    pub fn for_decorator(
+        label_selector: Option<&LabelSelector>,
+        match_annotations: Option<&BTreeMap<String, String>>,
+        annotation_expressions: Option<&[LabelSelectorRequirement]>,
+    ) -> Result<ObjectSelector, SelectorError> {
+        Ok(ObjectSelector {
+            labels: Selector::from_label_selector_or_everything(label_selector)?,
+            annotations: Selector::from_annotation_selector(
+                match_annotations,
+                annotation_expressions,
+            )?,
+        })
+    }
+
+    /// Whether an object with these labels and annotations matches.
+    pub fn matches<L: Labels + ?Sized, A: Labels + ?Sized>(
+        &self,
+        labels: &L,
+        annotations: &A,
+    ) -> bool {
+        self.labels.matches(labels) && self.annotations.matches(annotations)
+    }
+
     /// Whether an object (JSON with `metadata.labels` / `metadata.annotations`) matches.
     /// Missing or malformed maps count as empty.
     pub fn matches_object(&self, object: &serde_json::Value) -> bool {
@@ -446,7 +535,7 @@ impl ObjectSelector {
                 .and_then(serde_json::Value::as_object)
                 .unwrap_or(&empty)
         };
-        self.labels.matches(map("labels")) && self.annotations.matches(map("annotations"))
+        self.matches(map("labels"), map("annotations"))
     }
 }
 
@@ -1034,6 +1123,59 @@ mod tests {
         let err = Selector::from_annotation_selector(Some(&labels(&[("a", "not ok")])), None)
             .unwrap_err();
         assert!(err.to_string().contains("matchAnnotations"), "{err}");
+    }
+
+    #[test]
+    fn composite_parent_selector_follows_upstream() {
+        let none = BTreeMap::new();
+        let parent = serde_json::json!({
+            "metadata": {"uid": "u-1"},
+            "spec": {"selector": {"matchLabels": {"app": "x"}}}});
+        let s = Selector::for_composite_parent(&parent, false, &none).unwrap();
+        assert_eq!(s.to_string(), "app=x");
+        // generateSelector ignores spec.selector.
+        let s = Selector::for_composite_parent(&parent, true, &none).unwrap();
+        assert_eq!(s.to_string(), "controller-uid=u-1");
+        let extra = labels(&[("rev", "1")]);
+        let s = Selector::for_composite_parent(&parent, false, &extra).unwrap();
+        assert_eq!(s.to_string(), "app=x,rev=1");
+        for empty in [
+            serde_json::json!({"spec": {}}),
+            serde_json::json!({"spec": {"selector": {}}}),
+            serde_json::json!({"spec": {"selector": {"matchLabels": {}, "matchExpressions": []}}}),
+            serde_json::json!(null),
+        ] {
+            assert!(matches!(
+                Selector::for_composite_parent(&empty, false, &none).unwrap_err(),
+                SelectorError::EmptyParentSelector { .. }
+            ));
+        }
+        let malformed = serde_json::json!({"spec": {"selector": {"matchLabels": "app=x"}}});
+        assert!(matches!(
+            Selector::for_composite_parent(&malformed, false, &none).unwrap_err(),
+            SelectorError::Malformed { .. }
+        ));
+        let bad_op = serde_json::json!({"spec": {"selector": {
+            "matchExpressions": [{"key": "a", "operator": "Bogus"}]}}});
+        assert!(matches!(
+            Selector::for_composite_parent(&bad_op, false, &none).unwrap_err(),
+            SelectorError::InvalidOperator { .. }
+        ));
+    }
+
+    #[test]
+    fn decorator_selector_treats_absent_as_everything() {
+        let all = ObjectSelector::for_decorator(None, None, None).unwrap();
+        assert!(all.matches(&BTreeMap::new(), &BTreeMap::new()));
+        let ls = LabelSelector {
+            match_labels: Some(labels(&[("app", "web")])),
+            ..Default::default()
+        };
+        let s =
+            ObjectSelector::for_decorator(Some(&ls), Some(&labels(&[("a", "b")])), None).unwrap();
+        assert!(s.matches(&labels(&[("app", "web")]), &labels(&[("a", "b")])));
+        assert!(!s.matches(&labels(&[("app", "web")]), &BTreeMap::new()));
+        assert!(!s.matches(&BTreeMap::new(), &labels(&[("a", "b")])));
     }
 
     fn arb_key() -> impl Strategy<Value = String> {

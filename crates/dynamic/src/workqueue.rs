@@ -6,7 +6,8 @@
 //!   adding it meanwhile marks it *dirty* and it is queued again when the current run ends.
 //! - **Two priorities**: [`Priority::Event`] keys are always handed out before
 //!   [`Priority::Bulk`] keys (resync / relist), so a cache flush never starves a real change.
-//!   Adding a key as `Event` while it waits as `Bulk` promotes it.
+//!   Adding a key as `Event` while it waits as `Bulk` promotes it. The priority is strict:
+//!   bulk keys wait as long as event keys keep arriving (resyncs are the deferrable work).
 //! - **Backoff**: [`WorkQueue::add_rate_limited`] requeues after a per-key exponential delay
 //!   (5 ms doubling, capped at 1000 s, like client-go's per-item limiter); [`WorkQueue::forget`]
 //!   resets it.
@@ -547,10 +548,11 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn event_add_promotes_a_bulk_key_once() {
         let q = WorkQueue::new("t");
-        q.add("x", Priority::Bulk);
         q.add("y", Priority::Bulk);
+        q.add("x", Priority::Bulk);
         q.add("x", Priority::Event);
         assert_eq!(q.len(), 2);
+        // "x" jumps ahead of "y", which was queued first.
         assert_eq!(q.get().await, Some("x"));
         assert_eq!(q.get().await, Some("y"));
         // The stale bulk entry of "x" is skipped, not served twice.

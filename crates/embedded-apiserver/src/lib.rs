@@ -3,4 +3,5 @@
 
 pub mod defaults;
 pub mod schema;
+pub mod ssa;
 pub mod strategic_merge;

@@ -1,0 +1,319 @@
+//! Merge + no-op detection of a realistic Deployment (3 containers with ports, env, volume
+//! mounts and resources; volumes; server defaults and status in observed). Target (issue #4):
+//! ≥ 100,000 merge + needs_update per second on one core.
+
+use std::hint::black_box;
+
+use cpu_time::ThreadCpuTime;
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use metacontroller_apply::{
+    last_applied, merge, merge_with_schema, needs_update, plan, plan_update, prepare_create, Plan,
+    Schema,
+};
+use serde_json::{json, Value};
+
+fn container(name: &str, image: &str, port: u16) -> Value {
+    json!({
+        "name": name,
+        "image": image,
+        "args": ["--port", port.to_string(), "--log-level=info"],
+        "ports": [
+            {"containerPort": port, "name": "http"},
+            {"containerPort": port + 1000, "name": "metrics"}
+        ],
+        "env": [
+            {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+            {"name": "LOG_FORMAT", "value": "json"},
+            {"name": "UPSTREAM", "value": "http://backend:8080"},
+            {"name": "CACHE_SIZE", "value": "256"}
+        ],
+        "resources": {
+            "requests": {"cpu": "100m", "memory": "128Mi"},
+            "limits": {"cpu": "500m", "memory": "256Mi"}
+        },
+        "volumeMounts": [
+            {"name": "config", "mountPath": "/etc/app"},
+            {"name": "data", "mountPath": "/var/lib/app"}
+        ],
+        "readinessProbe": {"httpGet": {"path": "/healthz", "port": port}}
+    })
+}
+
+fn desired() -> Value {
+    json!({
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {
+            "name": "web",
+            "namespace": "default",
+            "labels": {"app": "web", "tier": "frontend"},
+            "annotations": {"example.com/owner": "team-a"}
+        },
+        "spec": {
+            "replicas": 3,
+            "selector": {"matchLabels": {"app": "web"}},
+            "template": {
+                "metadata": {"labels": {"app": "web", "tier": "frontend"}},
+                "spec": {
+                    "containers": [
+                        container("app", "example/app:1.2.3", 8080),
+                        container("worker", "example/worker:1.2.3", 8081),
+                        container("proxy", "example/proxy:0.9", 8082)
+                    ],
+                    "volumes": [
+                        {"name": "config", "configMap": {"name": "web-config"}},
+                        {"name": "data", "emptyDir": {}}
+                    ]
+                }
+            }
+        }
+    })
+}
+
+/// The object as the API server returns it: defaults, system metadata, status.
+fn observed(desired: &Value) -> Value {
+    let mut o = prepare_create(desired).unwrap();
+    let meta = &mut o["metadata"];
+    meta["uid"] = json!("6f1c1e0a-3d0e-4c43-a0d0-7d1f5d9a2b11");
+    meta["resourceVersion"] = json!("912345");
+    meta["generation"] = json!(4);
+    meta["creationTimestamp"] = json!("2024-05-01T10:00:00Z");
+    meta["ownerReferences"] = json!([{"apiVersion": "ctl.example.com/v1", "kind": "Web",
+        "name": "web", "uid": "0a1b", "controller": true, "blockOwnerDeletion": true}]);
+    meta["annotations"]["deployment.kubernetes.io/revision"] = json!("4");
+    let spec = &mut o["spec"];
+    spec["revisionHistoryLimit"] = json!(10);
+    spec["progressDeadlineSeconds"] = json!(600);
+    spec["strategy"] = json!({"type": "RollingUpdate",
+        "rollingUpdate": {"maxSurge": "25%", "maxUnavailable": "25%"}});
+    let pod = &mut spec["template"]["spec"];
+    pod["restartPolicy"] = json!("Always");
+    pod["dnsPolicy"] = json!("ClusterFirst");
+    pod["schedulerName"] = json!("default-scheduler");
+    pod["securityContext"] = json!({});
+    pod["terminationGracePeriodSeconds"] = json!(30);
+    for c in pod["containers"].as_array_mut().unwrap() {
+        c["imagePullPolicy"] = json!("IfNotPresent");
+        c["terminationMessagePath"] = json!("/dev/termination-log");
+        c["terminationMessagePolicy"] = json!("File");
+        for p in c["ports"].as_array_mut().unwrap() {
+            p["protocol"] = json!("TCP");
+        }
+        let probe = &mut c["readinessProbe"];
+        probe["httpGet"]["scheme"] = json!("HTTP");
+        probe["timeoutSeconds"] = json!(1);
+        probe["periodSeconds"] = json!(10);
+        probe["successThreshold"] = json!(1);
+        probe["failureThreshold"] = json!(3);
+    }
+    pod["volumes"][0]["configMap"]["defaultMode"] = json!(420);
+    o["status"] = json!({"observedGeneration": 4, "replicas": 3, "readyReplicas": 3,
+        "updatedReplicas": 3, "availableReplicas": 3,
+        "conditions": [{"type": "Available", "status": "True"}]});
+    o
+}
+
+fn pod_schema() -> Schema {
+    let ports = json!({"type": "array", "x-kubernetes-list-type": "map",
+        "x-kubernetes-list-map-keys": ["containerPort", "protocol"],
+        "items": {"type": "object", "properties": {
+            "containerPort": {"type": "integer"}, "protocol": {"type": "string", "default": "TCP"}}}});
+    let by_name = json!({"type": "array", "x-kubernetes-list-type": "map",
+        "x-kubernetes-list-map-keys": ["name"]});
+    Schema::from_openapi_v3_schema(&json!({"type": "object", "properties": {
+        "spec": {"type": "object", "properties": {"template": {"type": "object", "properties": {
+            "spec": {"type": "object", "properties": {
+                "containers": {"type": "array", "x-kubernetes-list-type": "map",
+                    "x-kubernetes-list-map-keys": ["name"],
+                    "items": {"type": "object", "properties": {
+                        "ports": ports, "env": by_name,
+                        "args": {"type": "array", "x-kubernetes-list-type": "atomic"},
+                        "volumeMounts": {"type": "array", "x-kubernetes-list-type": "map",
+                            "x-kubernetes-list-map-keys": ["mountPath"]}}}},
+                "volumes": by_name}}}}}}}}))
+    .unwrap()
+}
+
+fn bench(c: &mut Criterion<ThreadCpuTime>) {
+    let desired = desired();
+    let observed = observed(&desired);
+    let last = last_applied::get(&observed).unwrap();
+    // Sanity: the fixture is a no-op sync, and a changed desired is detected.
+    let merged = merge(&observed, last.as_ref(), &desired).unwrap();
+    assert!(!needs_update(&observed, &merged));
+    let mut changed = desired.clone();
+    changed["spec"]["replicas"] = json!(4);
+    assert!(plan_update(&observed, &changed, None).unwrap().update);
+    let schema = pod_schema();
+
+    let mut g = c.benchmark_group("deployment");
+    g.throughput(Throughput::Elements(1));
+    assert_eq!(plan(&observed, &desired, None).unwrap(), Plan::Unchanged);
+    assert!(matches!(
+        plan(&observed, &changed, None).unwrap(),
+        Plan::Update(_)
+    ));
+    g.bench_function("clone observed (baseline)", |b| {
+        b.iter(|| black_box(black_box(&observed).clone()))
+    });
+    g.bench_function("parts: encode record", |b| {
+        b.iter(|| black_box(last_applied::encode(black_box(&desired))))
+    });
+    g.bench_function("parts: needs_update(observed, observed)", |b| {
+        b.iter(|| black_box(needs_update(black_box(&observed), black_box(&observed))))
+    });
+    g.bench_function("parts: parse record", |b| {
+        b.iter(|| black_box(last_applied::get(black_box(&observed)).unwrap()))
+    });
+    // The issue's figure: three-way merge + no-op detection, record already parsed.
+    g.bench_function("merge+needs_update", |b| {
+        b.iter(|| {
+            let merged = merge(black_box(&observed), last.as_ref(), black_box(&desired)).unwrap();
+            black_box(needs_update(&observed, &merged))
+        })
+    });
+    g.bench_function("merge+needs_update (changed replicas)", |b| {
+        b.iter(|| {
+            let merged = merge(black_box(&observed), last.as_ref(), black_box(&changed)).unwrap();
+            black_box(needs_update(&observed, &merged))
+        })
+    });
+    g.bench_function("merge_with_schema+needs_update", |b| {
+        b.iter(|| {
+            let merged = merge_with_schema(
+                black_box(&observed),
+                last.as_ref(),
+                black_box(&desired),
+                &schema,
+            )
+            .unwrap();
+            black_box(needs_update(&observed, &merged))
+        })
+    });
+    // What a sync does per child: encode/compare the record, merge, decide.
+    g.bench_function("plan (steady state, no write)", |b| {
+        b.iter(|| black_box(plan(black_box(&observed), black_box(&desired), None).unwrap()))
+    });
+    g.bench_function("plan (changed replicas, write)", |b| {
+        b.iter(|| black_box(plan(black_box(&observed), black_box(&changed), None).unwrap()))
+    });
+    g.bench_function("plan_update (always builds the object)", |b| {
+        b.iter(|| black_box(plan_update(black_box(&observed), black_box(&desired), None).unwrap()))
+    });
+    g.finish();
+}
+
+/// The machine running the benches is shared (load well above the core count), so wall time
+/// says little about the code. This measurement counts the CPU time of the benchmarking thread
+/// (`CLOCK_THREAD_CPUTIME_ID`), i.e. the cost on one core. Falls back to wall time when the
+/// clock is unavailable.
+mod cpu_time {
+    use criterion::measurement::{Measurement, ValueFormatter};
+    use criterion::Throughput;
+    use std::time::Instant;
+
+    pub struct ThreadCpuTime;
+
+    #[repr(C)]
+    struct Timespec {
+        tv_sec: i64,
+        tv_nsec: i64,
+    }
+
+    extern "C" {
+        fn clock_gettime(clock: i32, ts: *mut Timespec) -> i32;
+    }
+
+    /// Linux `CLOCK_THREAD_CPUTIME_ID`.
+    const CLOCK_THREAD_CPUTIME_ID: i32 = 3;
+
+    fn on_cpu_ns() -> Option<u64> {
+        if !cfg!(all(target_os = "linux", target_pointer_width = "64")) {
+            return None;
+        }
+        let mut ts = Timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: `ts` is a valid, writable timespec; clock_gettime only writes into it.
+        let rc = unsafe { clock_gettime(CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+        (rc == 0).then(|| ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64)
+    }
+
+    pub enum Start {
+        Cpu(u64),
+        Wall(Instant),
+    }
+
+    impl Measurement for ThreadCpuTime {
+        type Intermediate = Start;
+        type Value = u64;
+        fn start(&self) -> Start {
+            match on_cpu_ns() {
+                Some(ns) => Start::Cpu(ns),
+                None => Start::Wall(Instant::now()),
+            }
+        }
+        fn end(&self, i: Start) -> u64 {
+            match i {
+                Start::Cpu(t0) => on_cpu_ns().unwrap_or(t0).saturating_sub(t0),
+                Start::Wall(t0) => t0.elapsed().as_nanos() as u64,
+            }
+        }
+        fn add(&self, a: &u64, b: &u64) -> u64 {
+            a + b
+        }
+        fn zero(&self) -> u64 {
+            0
+        }
+        fn to_f64(&self, v: &u64) -> f64 {
+            *v as f64
+        }
+        fn formatter(&self) -> &dyn ValueFormatter {
+            &Fmt
+        }
+    }
+
+    struct Fmt;
+    impl ValueFormatter for Fmt {
+        fn scale_values(&self, ns: f64, values: &mut [f64]) -> &'static str {
+            let (factor, unit) = if ns < 1e3 {
+                (1.0, "ns cpu")
+            } else if ns < 1e6 {
+                (1e-3, "µs cpu")
+            } else {
+                (1e-6, "ms cpu")
+            };
+            values.iter_mut().for_each(|v| *v *= factor);
+            unit
+        }
+        fn scale_throughputs(
+            &self,
+            _typical: f64,
+            t: &Throughput,
+            values: &mut [f64],
+        ) -> &'static str {
+            let n = match *t {
+                Throughput::Elements(e) | Throughput::ElementsAndBytes { elements: e, .. } => e,
+                Throughput::Bytes(b) | Throughput::BytesDecimal(b) => b,
+                Throughput::Bits(b) => b,
+            } as f64;
+            values.iter_mut().for_each(|v| *v = n * 1e9 / *v);
+            "elem/s per core"
+        }
+        fn scale_for_machines(&self, _values: &mut [f64]) -> &'static str {
+            "ns"
+        }
+    }
+}
+
+fn config() -> Criterion<ThreadCpuTime> {
+    Criterion::default().with_measurement(ThreadCpuTime)
+}
+
+criterion_group! {
+    name = benches;
+    config = config();
+    targets = bench
+}
+criterion_main!(benches);

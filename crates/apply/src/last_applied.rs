@@ -1,0 +1,288 @@
+//! The last-applied record: the desired object as we applied it, stored as JSON in the
+//! `metacontroller.k8s.io/last-applied-configuration` annotation of the object itself.
+//!
+//! Format, as upstream Metacontroller writes it (Go `encoding/json` of the desired object):
+//! compact JSON, object keys sorted, `<`, `>`, `&`, U+2028 and U+2029 escaped as `\u003c`…,
+//! integral numbers without a fraction. Upstream stores the desired object exactly as the hook
+//! returned it — metadata is not stripped — except that on updates a copy of this annotation
+//! inside the desired object is blanked to `""` first. [`encode`] produces byte-identical text,
+//! so objects written by Go Metacontroller are adopted without a single write.
+
+use std::fmt::Write as _;
+
+use serde_json::{Map, Value};
+
+use crate::error::ApplyError;
+
+/// The annotation holding the last-applied record.
+pub const ANNOTATION: &str = "metacontroller.k8s.io/last-applied-configuration";
+
+/// Reads the last-applied record of an object. `Ok(None)` when the object has no annotation,
+/// or it is empty or `null` (as upstream).
+pub fn get(object: &Value) -> Result<Option<Value>, ApplyError> {
+    let Some(raw) = object
+        .get("metadata")
+        .and_then(|m| m.get("annotations"))
+        .and_then(|a| a.get(ANNOTATION))
+    else {
+        return Ok(None);
+    };
+    let Some(text) = raw.as_str() else {
+        return Err(ApplyError::LastApplied {
+            annotation: ANNOTATION,
+            message: "annotation value is not a string".into(),
+        });
+    };
+    if text.is_empty() {
+        return Ok(None);
+    }
+    match serde_json::from_str::<Value>(text) {
+        Ok(Value::Null) => Ok(None),
+        Ok(v @ Value::Object(_)) => Ok(Some(v)),
+        Ok(other) => Err(ApplyError::LastApplied {
+            annotation: ANNOTATION,
+            message: format!(
+                "expected a JSON object, found {}",
+                crate::error::type_name(&other)
+            ),
+        }),
+        Err(e) => Err(ApplyError::LastApplied {
+            annotation: ANNOTATION,
+            message: e.to_string(),
+        }),
+    }
+}
+
+/// Stores `applied` as the last-applied record of `object` (creating `metadata` and
+/// `metadata.annotations` as needed).
+pub fn set(object: &mut Value, applied: &Value) -> Result<(), ApplyError> {
+    set_encoded(object, encode(applied))
+}
+
+/// The raw annotation text of an object, if any.
+pub(crate) fn raw(object: &Value) -> Option<&str> {
+    object
+        .get("metadata")
+        .and_then(|m| m.get("annotations"))
+        .and_then(|a| a.get(ANNOTATION))
+        .and_then(Value::as_str)
+}
+
+/// Stores an already encoded record.
+pub(crate) fn set_encoded(object: &mut Value, text: String) -> Result<(), ApplyError> {
+    let Value::Object(obj) = object else {
+        return Err(ApplyError::invalid(".", "object must be a JSON object"));
+    };
+    let meta = obj
+        .entry("metadata")
+        .or_insert_with(|| Value::Object(Map::new()));
+    if !meta.is_object() {
+        *meta = Value::Object(Map::new());
+    }
+    let Value::Object(meta) = meta else {
+        return Err(ApplyError::invalid(
+            ".metadata",
+            "metadata must be an object",
+        ));
+    };
+    let ann = meta
+        .entry("annotations")
+        .or_insert_with(|| Value::Object(Map::new()));
+    if !ann.is_object() {
+        *ann = Value::Object(Map::new());
+    }
+    if let Value::Object(ann) = ann {
+        ann.insert(ANNOTATION.to_string(), Value::String(text));
+    }
+    Ok(())
+}
+
+/// A copy of `desired` with this annotation (if present) blanked to `""`, which is what
+/// upstream records and applies on updates so the record never nests itself.
+pub fn blank_in(desired: &Value) -> Value {
+    blank_cow(desired).into_owned()
+}
+
+/// [`blank_in`], copying only when the annotation is present.
+pub(crate) fn blank_cow(desired: &Value) -> std::borrow::Cow<'_, Value> {
+    let present = desired
+        .get("metadata")
+        .and_then(|m| m.get("annotations"))
+        .and_then(|a| a.get(ANNOTATION));
+    if present.is_none_or(|v| v.as_str() == Some("")) {
+        return std::borrow::Cow::Borrowed(desired);
+    }
+    let mut copy = desired.clone();
+    if let Some(v) = copy
+        .get_mut("metadata")
+        .and_then(|m| m.get_mut("annotations"))
+        .and_then(|a| a.get_mut(ANNOTATION))
+    {
+        *v = Value::String(String::new());
+    }
+    std::borrow::Cow::Owned(copy)
+}
+
+/// Encodes a value exactly as Go's `encoding/json.Marshal` would encode the same object.
+pub fn encode(v: &Value) -> String {
+    let mut out = String::with_capacity(256);
+    write_value(&mut out, v);
+    out
+}
+
+fn write_value(out: &mut String, v: &Value) {
+    match v {
+        Value::Null => out.push_str("null"),
+        Value::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
+        Value::Number(n) => write_number(out, n),
+        Value::String(s) => write_string(out, s),
+        Value::Array(a) => {
+            out.push('[');
+            for (i, item) in a.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                write_value(out, item);
+            }
+            out.push(']');
+        }
+        Value::Object(m) => {
+            out.push('{');
+            // Go sorts map keys by their UTF-8 bytes, as Rust's `str` ordering does. serde_json
+            // maps iterate sorted already unless its `preserve_order` feature is on.
+            let sorted = m.keys().zip(m.keys().skip(1)).all(|(a, b)| a < b);
+            let mut write_entry = |i: usize, k: &String, v: &Value| {
+                if i > 0 {
+                    out.push(',');
+                }
+                write_string(out, k);
+                out.push(':');
+                write_value(out, v);
+            };
+            if sorted {
+                for (i, (k, v)) in m.iter().enumerate() {
+                    write_entry(i, k, v);
+                }
+            } else {
+                let mut entries: Vec<(&String, &Value)> = m.iter().collect();
+                entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
+                for (i, (k, v)) in entries.into_iter().enumerate() {
+                    write_entry(i, k, v);
+                }
+            }
+            out.push('}');
+        }
+    }
+}
+
+fn write_number(out: &mut String, n: &serde_json::Number) {
+    if n.is_i64() || n.is_u64() {
+        let _ = write!(out, "{n}");
+        return;
+    }
+    let f = n.as_f64().unwrap_or(0.0);
+    let abs = f.abs();
+    // Go: 'f' format for 1e-6 <= |f| < 1e21 (and 0), else 'e' with a sign on the exponent.
+    if abs == 0.0 || (1e-6..1e21).contains(&abs) {
+        let _ = write!(out, "{f}");
+    } else {
+        let s = format!("{f:e}");
+        match s.split_once('e') {
+            Some((mant, exp)) if !exp.starts_with('-') => {
+                let _ = write!(out, "{mant}e+{exp}");
+            }
+            _ => out.push_str(&s),
+        }
+    }
+}
+
+fn write_string(out: &mut String, s: &str) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    out.push('"');
+    let plain =
+        |c: char| !matches!(c, '"' | '\\' | '<' | '>' | '&' | '\u{2028}' | '\u{2029}') && c >= ' ';
+    if s.chars().all(plain) {
+        out.push_str(s);
+        out.push('"');
+        return;
+    }
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            '\u{8}' => out.push_str("\\b"),
+            '\u{c}' => out.push_str("\\f"),
+            '<' | '>' | '&' | '\u{2028}' | '\u{2029}' => {
+                let _ = write!(out, "\\u{:04x}", c as u32);
+            }
+            c if (c as u32) < 0x20 => {
+                let b = c as u8;
+                out.push_str("\\u00");
+                out.push(HEX[(b >> 4) as usize] as char);
+                out.push(HEX[(b & 0xf) as usize] as char);
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn encodes_like_go() {
+        let v = json!({
+            "b": 1, "a": [true, null, 1.5, 80.0, -3],
+            "s": "<a href=\"x\">&</a>\n\t\u{1}\u{2028}é",
+            "f": 1e21, "g": 1.5e-7, "h": 0.000001, "z": {}
+        });
+        assert_eq!(
+            encode(&v),
+            r#"{"a":[true,null,1.5,80,-3],"b":1,"f":1e+21,"g":1.5e-7,"h":0.000001,"s":"\u003ca href=\"x\"\u003e\u0026\u003c/a\u003e\n\t\u0001\u2028é","z":{}}"#
+        );
+    }
+
+    #[test]
+    fn round_trip_and_absent_cases() {
+        let mut obj = json!({"metadata": {"name": "x"}});
+        assert_eq!(get(&obj).unwrap(), None);
+        let applied = json!({"testing": "123"});
+        set(&mut obj, &applied).unwrap();
+        assert_eq!(get(&obj).unwrap(), Some(applied));
+        assert_eq!(
+            obj["metadata"]["annotations"][ANNOTATION],
+            json!(r#"{"testing":"123"}"#)
+        );
+
+        let blank = json!({"metadata": {"annotations": {ANNOTATION: ""}}});
+        assert_eq!(get(&blank).unwrap(), None);
+        let null = json!({"metadata": {"annotations": {ANNOTATION: "null"}}});
+        assert_eq!(get(&null).unwrap(), None);
+    }
+
+    #[test]
+    fn bad_annotation_is_an_error_value() {
+        for bad in [json!("{not json"), json!("[1,2]"), json!(5)] {
+            let obj = json!({"metadata": {"annotations": {ANNOTATION: bad}}});
+            let err = get(&obj).unwrap_err();
+            assert!(err.to_string().contains(ANNOTATION), "{err}");
+        }
+    }
+
+    #[test]
+    fn blank_in_only_touches_the_annotation() {
+        let d = json!({"metadata": {"annotations": {ANNOTATION: "{}", "other": "x"}}});
+        assert_eq!(
+            blank_in(&d),
+            json!({"metadata": {"annotations": {ANNOTATION: "", "other": "x"}}})
+        );
+        let plain = json!({"metadata": {"name": "a"}});
+        assert_eq!(blank_in(&plain), plain);
+    }
+}

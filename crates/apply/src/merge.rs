@@ -1,0 +1,451 @@
+//! The three-way merge: apply the change from last-applied to desired onto observed.
+//!
+//! Rules (compatible with Metacontroller's `pkg/dynamic/apply`):
+//! - fields in desired win; fields in last-applied but no longer in desired are removed;
+//!   fields set only by others are kept; objects merge recursively;
+//! - a `null` in desired removes the field (kubectl semantics; upstream would write `null`);
+//! - a list is a list-map when the schema says so, or — where the schema says nothing — when
+//!   every item of observed, last-applied and desired is an object and all share a
+//!   conventional key (see [`crate::CONVENTIONAL_MERGE_KEYS`]); list-maps merge item by item
+//!   with the same rule, items already present keep their observed order and new items follow
+//!   in desired order; every other list is replaced whole (or set-merged if the schema says
+//!   `set`);
+//! - at the top level, `status` and the server-populated metadata fields are never merged:
+//!   they keep their observed values (upstream reverts them after merging).
+
+use serde_json::{Map, Value};
+
+use crate::cursor::Cursor;
+use crate::error::{type_name, ApplyError};
+use crate::listkey::{detect_conventional, KeyIndex, KeySpec};
+use crate::path::Path;
+use crate::schema::{ListDecl, Schema, SchemaRef};
+
+/// Read-only metadata fields populated by the API server; a merge never changes them
+/// (upstream's `objectMetaSystemFields`).
+pub const SYSTEM_METADATA_FIELDS: [&str; 7] = [
+    "selfLink",
+    "uid",
+    "resourceVersion",
+    "generation",
+    "creationTimestamp",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+];
+
+/// Three-way merge by conventions only (no schema).
+///
+/// `observed` is the object as read from the API server (`null` if it does not exist yet),
+/// `last_applied` what we applied last time (`None`/`null` if unknown), `desired` what the hook
+/// wants now; the result is the object to write. `desired` must be a JSON object.
+pub fn merge(
+    observed: &Value,
+    last_applied: Option<&Value>,
+    desired: &Value,
+) -> Result<Value, ApplyError> {
+    merge_inner(observed, last_applied, desired, None)
+}
+
+/// Three-way merge guided by a structural schema (falls back to conventions wherever the
+/// schema says nothing).
+pub fn merge_with_schema(
+    observed: &Value,
+    last_applied: Option<&Value>,
+    desired: &Value,
+    schema: &Schema,
+) -> Result<Value, ApplyError> {
+    merge_inner(observed, last_applied, desired, Some(schema.root()))
+}
+
+pub(crate) fn merge_inner(
+    observed: &Value,
+    last_applied: Option<&Value>,
+    desired: &Value,
+    schema: Option<SchemaRef<'_>>,
+) -> Result<Value, ApplyError> {
+    Ok(match merge_cow(observed, last_applied, desired, schema)? {
+        Some(v) => v,
+        None => match observed {
+            Value::Null => Value::Object(Map::new()),
+            other => other.clone(),
+        },
+    })
+}
+
+/// The merge, copy-on-write: `None` when the result is exactly `observed` (nothing is
+/// allocated then — the steady state of a controller), else the merged object.
+pub(crate) fn merge_cow(
+    observed: &Value,
+    last_applied: Option<&Value>,
+    desired: &Value,
+    schema: Option<SchemaRef<'_>>,
+) -> Result<Option<Value>, ApplyError> {
+    let Value::Object(des) = desired else {
+        return Err(ApplyError::invalid(
+            ".",
+            format!("desired must be an object, found {}", type_name(desired)),
+        ));
+    };
+    let empty = Map::new();
+    let obs = match observed {
+        Value::Object(o) => o,
+        Value::Null => &empty,
+        other => {
+            return Err(ApplyError::invalid(
+                ".",
+                format!("observed must be an object, found {}", type_name(other)),
+            ))
+        }
+    };
+    let last = last_applied.and_then(Value::as_object);
+    Ok(
+        match merge_object(&Path::Root, obs, last, des, schema, Level::Root)? {
+            Some(m) => Some(Value::Object(m)),
+            None if observed.is_null() => Some(Value::Object(Map::new())),
+            None => None,
+        },
+    )
+}
+
+/// Where an object sits, for the top-level rules.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Level {
+    Root,
+    RootMetadata,
+    Nested,
+}
+
+impl Level {
+    fn keeps_observed(self, key: &str) -> bool {
+        match self {
+            Level::Root => key == "status",
+            Level::RootMetadata => SYSTEM_METADATA_FIELDS.contains(&key),
+            Level::Nested => false,
+        }
+    }
+
+    fn child(self, key: &str) -> Level {
+        if self == Level::Root && key == "metadata" {
+            Level::RootMetadata
+        } else {
+            Level::Nested
+        }
+    }
+}
+
+/// The merge result of one field, relative to its observed value.
+enum Out {
+    /// Exactly the observed value (or still absent).
+    Same,
+    /// Remove the field.
+    Remove,
+    /// A new value.
+    New(Value),
+}
+
+/// Merges two objects; `None` when the result is exactly `obs`.
+fn merge_object(
+    path: &Path<'_>,
+    obs: &Map<String, Value>,
+    last: Option<&Map<String, Value>>,
+    des: &Map<String, Value>,
+    schema: Option<SchemaRef<'_>>,
+    level: Level,
+) -> Result<Option<Map<String, Value>>, ApplyError> {
+    // Changed fields only; the common no-change case allocates nothing.
+    let mut changes: Vec<(&str, Out)> = Vec::new();
+    if let Some(last) = last {
+        let (mut in_des, mut in_obs) = (Cursor::new(des), Cursor::new(obs));
+        for key in last.keys() {
+            if !in_des.contains_key(key) && !level.keeps_observed(key) && in_obs.contains_key(key) {
+                changes.push((key, Out::Remove));
+            }
+        }
+    }
+    let mut in_obs = Cursor::new(obs);
+    let mut in_last = last.map(Cursor::new);
+    for (key, dv) in des {
+        if level.keeps_observed(key) {
+            continue;
+        }
+        let child_path = Path::Field(path, key);
+        let child_schema = schema.and_then(|s| s.property(key));
+        let lv = in_last.as_mut().and_then(|l| l.get(key));
+        let ov = in_obs.get(key);
+        let child_level = level.child(key);
+        let out = if child_level == Level::RootMetadata {
+            // Metadata is always merged field by field, even when observed lacks it, so that
+            // system fields echoed by a hook never reach the result.
+            match dv {
+                Value::Object(dm) => {
+                    let empty = Map::new();
+                    let om = ov.and_then(Value::as_object).unwrap_or(&empty);
+                    let lm = lv.and_then(Value::as_object);
+                    let merged = merge_object(&child_path, om, lm, dm, child_schema, child_level)?;
+                    match (merged, ov) {
+                        (Some(m), _) => Out::New(Value::Object(m)),
+                        (None, Some(Value::Object(_))) => Out::Same,
+                        (None, _) => Out::New(Value::Object(Map::new())),
+                    }
+                }
+                _ => merge_value(&child_path, ov, lv, dv, child_schema)?,
+            }
+        } else {
+            merge_value(&child_path, ov, lv, dv, child_schema)?
+        };
+        if !matches!(out, Out::Same) {
+            changes.push((key, out));
+        }
+    }
+    if changes.is_empty() {
+        return Ok(None);
+    }
+    let mut merged = obs.clone();
+    for (key, out) in changes {
+        match out {
+            Out::Same => {}
+            Out::Remove => {
+                merged.remove(key);
+            }
+            Out::New(v) => {
+                merged.insert(key.to_string(), v);
+            }
+        }
+    }
+    Ok(Some(merged))
+}
+
+/// Merges one field.
+fn merge_value(
+    path: &Path<'_>,
+    obs: Option<&Value>,
+    last: Option<&Value>,
+    des: &Value,
+    schema: Option<SchemaRef<'_>>,
+) -> Result<Out, ApplyError> {
+    if des.is_null() {
+        return Ok(if obs.is_some() {
+            Out::Remove
+        } else {
+            Out::Same
+        });
+    }
+    match obs {
+        Some(Value::Object(om)) => match des {
+            Value::Object(dm) => {
+                if schema.is_some_and(|s| s.map_atomic()) {
+                    return Ok(replace_with(obs, des));
+                }
+                let lm = last.and_then(Value::as_object);
+                Ok(
+                    match merge_object(path, om, lm, dm, schema, Level::Nested)? {
+                        Some(m) => Out::New(Value::Object(m)),
+                        None => Out::Same,
+                    },
+                )
+            }
+            _ => Err(ApplyError::TypeMismatch {
+                path: path.render(),
+                observed: "object",
+                desired: type_name(des),
+            }),
+        },
+        Some(Value::Array(oa)) => match des {
+            Value::Array(da) => {
+                let la = last.and_then(Value::as_array).map(Vec::as_slice);
+                merge_list(path, oa, la, da, schema)
+            }
+            _ => Err(ApplyError::TypeMismatch {
+                path: path.render(),
+                observed: "list",
+                desired: type_name(des),
+            }),
+        },
+        // Absent, null or scalar in observed: desired is taken as is.
+        _ => Ok(replace_with(obs, des)),
+    }
+}
+
+/// Replace the observed value with desired (nulls removed), unless it already is exactly that.
+fn replace_with(obs: Option<&Value>, des: &Value) -> Out {
+    match obs {
+        Some(o) if eq_without_nulls(o, des) => Out::Same,
+        _ => Out::New(without_nulls(des)),
+    }
+}
+
+/// `o == without_nulls(d)` (numbers by value), without building the copy.
+fn eq_without_nulls(o: &Value, d: &Value) -> bool {
+    match (o, d) {
+        (Value::Object(om), Value::Object(dm)) => {
+            dm.iter().filter(|(_, v)| !v.is_null()).count() == om.len()
+                && dm.iter().all(|(k, dv)| {
+                    dv.is_null() || om.get(k).is_some_and(|ov| eq_without_nulls(ov, dv))
+                })
+        }
+        (Value::Array(oa), Value::Array(da)) => {
+            oa.len() == da.len() && oa.iter().zip(da).all(|(x, y)| eq_without_nulls(x, y))
+        }
+        (Value::Number(_), Value::Number(_)) => crate::compare::json_eq(o, d),
+        _ => o == d,
+    }
+}
+
+fn merge_list(
+    path: &Path<'_>,
+    obs: &[Value],
+    last: Option<&[Value]>,
+    des: &[Value],
+    schema: Option<SchemaRef<'_>>,
+) -> Result<Out, ApplyError> {
+    let last_items = last.unwrap_or_default();
+    let (decl, defaults) = match schema {
+        Some(s) => s.list_decl(),
+        None => (None, None),
+    };
+    let item_schema = schema.and_then(|s| s.items());
+    let all_objects = || {
+        obs.iter()
+            .chain(last_items)
+            .chain(des)
+            .all(Value::is_object)
+    };
+    let spec = match decl {
+        Some(ListDecl::Atomic) => None,
+        Some(ListDecl::Set) => return Ok(merge_set(obs, last_items, des)),
+        // A declared map whose items are not all objects cannot be keyed: replace it.
+        Some(ListDecl::Map(keys)) => {
+            all_objects().then(|| KeySpec::declared(keys, defaults.unwrap_or_default()))
+        }
+        None => detect_conventional([obs, last_items, des]).map(KeySpec::single),
+    };
+    match spec {
+        Some(spec) => merge_list_map(path, obs, last_items, des, spec, item_schema),
+        None => {
+            let same =
+                obs.len() == des.len() && obs.iter().zip(des).all(|(x, y)| eq_without_nulls(x, y));
+            Ok(if same {
+                Out::Same
+            } else {
+                Out::New(Value::Array(des.iter().map(without_nulls).collect()))
+            })
+        }
+    }
+}
+
+fn merge_list_map(
+    path: &Path<'_>,
+    obs: &[Value],
+    last: &[Value],
+    des: &[Value],
+    spec: KeySpec<'_>,
+    item_schema: Option<SchemaRef<'_>>,
+) -> Result<Out, ApplyError> {
+    let des_keys = spec.keys_of(des, path)?;
+    let des_index = KeyIndex::new(&des_keys);
+    let last_keys = spec.keys_of(last, path)?;
+    let last_index = KeyIndex::new(&last_keys);
+    let obs_keys = spec.keys_of(obs, path)?;
+    let obs_index = KeyIndex::new(&obs_keys);
+
+    // With duplicate keys the first position wins and the last value is the base (upstream
+    // keys its map by overwriting, so the last duplicate is what it merges).
+    let mut emitted = vec![false; des.len()];
+    let mut changed = false;
+    let mut items: Vec<(usize, Out)> = Vec::with_capacity(obs.len());
+    for (i, key) in obs_keys.iter().enumerate() {
+        let (first, base) = obs_index.find(key).unwrap_or((i, i));
+        if first != i {
+            changed = true;
+            continue;
+        }
+        if let Some((d_first, d_last)) = des_index.find(key) {
+            emitted[d_first] = true;
+            let lv = last_index.find(key).map(|(_, l)| &last[l]);
+            let item_path = Path::Item(path, &des_keys[d_last]);
+            let out = merge_value(&item_path, Some(&obs[base]), lv, &des[d_last], item_schema)?;
+            changed |= base != i || !matches!(out, Out::Same);
+            items.push((base, out));
+        } else if last_index.find(key).is_some() {
+            changed = true;
+        } else {
+            changed |= base != i;
+            items.push((base, Out::Same));
+        }
+    }
+    let mut added: Vec<Value> = Vec::new();
+    for (i, key) in des_keys.iter().enumerate() {
+        if emitted[i] {
+            continue;
+        }
+        let Some((first, d_last)) = des_index.find(key) else {
+            continue;
+        };
+        if first != i {
+            continue;
+        }
+        emitted[i] = true;
+        let item_path = Path::Item(path, key);
+        let lv = last_index.find(key).map(|(_, l)| &last[l]);
+        if let Out::New(v) = merge_value(&item_path, None, lv, &des[d_last], item_schema)? {
+            added.push(v);
+        }
+    }
+    if !changed && added.is_empty() {
+        return Ok(Out::Same);
+    }
+    let mut out: Vec<Value> = Vec::with_capacity(items.len() + added.len());
+    for (base, item) in items {
+        match item {
+            Out::Same => out.push(obs[base].clone()),
+            Out::New(v) => out.push(v),
+            Out::Remove => {}
+        }
+    }
+    out.extend(added);
+    Ok(Out::New(Value::Array(out)))
+}
+
+/// Set merge (`x-kubernetes-list-type: set`, or strategic `merge` without a key): observed
+/// values stay in their order unless we applied them before and no longer want them; desired
+/// values not yet present follow in desired order. Duplicates collapse.
+fn merge_set(obs: &[Value], last: &[Value], des: &[Value]) -> Out {
+    let contains = |list: &[&Value], v: &Value| list.iter().any(|x| crate::compare::json_eq(x, v));
+    let has = |list: &[Value], v: &Value| list.iter().any(|x| crate::compare::json_eq(x, v));
+    let mut kept: Vec<&Value> = Vec::with_capacity(obs.len() + des.len());
+    for v in obs {
+        if contains(&kept, v) || (has(last, v) && !has(des, v)) {
+            continue;
+        }
+        kept.push(v);
+    }
+    let mut changed = kept.len() != obs.len();
+    let mut added: Vec<Value> = Vec::new();
+    for v in des {
+        if v.is_null() || contains(&kept, v) || added.iter().any(|a| eq_without_nulls(a, v)) {
+            continue;
+        }
+        changed = true;
+        added.push(without_nulls(v));
+    }
+    if !changed {
+        return Out::Same;
+    }
+    let mut out: Vec<Value> = kept.into_iter().cloned().collect();
+    out.extend(added);
+    Out::New(Value::Array(out))
+}
+
+/// A copy of a desired value with every `null` object field removed (null means "unset").
+pub(crate) fn without_nulls(v: &Value) -> Value {
+    match v {
+        Value::Object(m) => Value::Object(
+            m.iter()
+                .filter(|(_, v)| !v.is_null())
+                .map(|(k, v)| (k.clone(), without_nulls(v)))
+                .collect(),
+        ),
+        Value::Array(a) => Value::Array(a.iter().map(without_nulls).collect()),
+        other => other.clone(),
+    }
+}

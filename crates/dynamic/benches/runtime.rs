@@ -1,0 +1,100 @@
+//! Hot paths of the runtime building blocks: selector matching, queue throughput, indexed
+//! child lookup, overlay reads.
+
+use std::collections::BTreeMap;
+use std::hint::black_box;
+
+use criterion::{criterion_group, criterion_main, Criterion};
+use metacontroller_dynamic::{
+    NamespacedName, ObjectKey, Overlay, Priority, Selector, Store, WorkQueue,
+};
+use serde_json::json;
+
+fn selectors(c: &mut Criterion) {
+    let text = "app=web,tier in (fe,be),env notin (prod),team,!legacy,example.com/owner=x";
+    c.bench_function("selector_parse_6_requirements", |b| {
+        b.iter(|| Selector::parse(black_box(text)).unwrap())
+    });
+    let sel = Selector::parse(text).unwrap();
+    let labels: BTreeMap<String, String> = [
+        ("app", "web"),
+        ("tier", "fe"),
+        ("team", "a"),
+        ("example.com/owner", "x"),
+        ("pod-template-hash", "abc"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    c.bench_function("selector_match_6_requirements", |b| {
+        b.iter(|| black_box(&sel).matches(black_box(&labels)))
+    });
+}
+
+fn queue(c: &mut Criterion) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    c.bench_function("workqueue_10k_keys_add_get_done", |b| {
+        b.iter(|| {
+            rt.block_on(async {
+                let q = WorkQueue::new("bench");
+                for i in 0..10_000u32 {
+                    q.add(
+                        i,
+                        if i % 10 == 0 {
+                            Priority::Event
+                        } else {
+                            Priority::Bulk
+                        },
+                    );
+                }
+                for _ in 0..10_000u32 {
+                    let k = q.get().await.unwrap();
+                    q.done(&k);
+                }
+            })
+        })
+    });
+}
+
+fn store(c: &mut Criterion) {
+    let mut s = Store::new();
+    for p in 0..1_000 {
+        for child in 0..100 {
+            s.upsert(json!({"metadata": {
+                "name": format!("p{p}-c{child}"), "namespace": format!("ns{}", p % 10),
+                "resourceVersion": "1",
+                "ownerReferences": [{"apiVersion": "v1", "kind": "P", "name": format!("p{p}"),
+                                      "uid": format!("uid-{p}"), "controller": true}]}}))
+                .unwrap();
+        }
+    }
+    c.bench_function("store_children_of_parent_among_100k", |b| {
+        b.iter(|| s.controlled_by(black_box("uid-500")).len())
+    });
+    c.bench_function("store_get_among_100k", |b| {
+        let key = NamespacedName::new("ns0", "p500-c50");
+        b.iter(|| s.get(black_box(&key)).is_some())
+    });
+}
+
+fn overlay(c: &mut Criterion) {
+    let o = Overlay::new();
+    for i in 0..10_000 {
+        o.record_write(
+            ObjectKey::new("v1/configmaps", "ns", format!("o{i}")),
+            Some("1"),
+            json!({"metadata": {"resourceVersion": "2"}}),
+        );
+    }
+    let cached = json!({"metadata": {"resourceVersion": "9"}, "data": {"k": "v"}});
+    let miss = ObjectKey::new("v1/configmaps", "ns", "absent");
+    c.bench_function("overlay_get_miss_10k_entries", |b| {
+        b.iter(|| o.get(black_box(&miss), Some(&cached)).is_some())
+    });
+}
+
+criterion_group!(benches, selectors, queue, store, overlay);
+criterion_main!(benches);

@@ -1,0 +1,194 @@
+//! Metadata access shared by the cache, the overlay and the controllers, for both untyped JSON
+//! (`serde_json::Value`) and `kube::core::DynamicObject`, plus the `namespace/name` key.
+
+use std::fmt;
+
+use kube::core::DynamicObject;
+
+/// Objects that carry a `metadata.resourceVersion`.
+pub trait Versioned {
+    /// The object's resourceVersion, if any.
+    fn resource_version(&self) -> Option<&str>;
+}
+
+/// Metadata the runtime reads from cached objects. Missing or malformed fields read as `None`.
+pub trait ObjectMetaAccess: Versioned {
+    /// `metadata.namespace` (`None` for cluster-scoped objects).
+    fn namespace(&self) -> Option<&str>;
+    /// `metadata.name`.
+    fn name(&self) -> Option<&str>;
+    /// `metadata.uid`.
+    fn uid(&self) -> Option<&str>;
+    /// The uid of the owner reference with `controller: true`, if any.
+    fn controller_uid(&self) -> Option<&str>;
+}
+
+fn meta_str<'a>(v: &'a serde_json::Value, field: &str) -> Option<&'a str> {
+    v.get("metadata")?.get(field)?.as_str()
+}
+
+impl Versioned for serde_json::Value {
+    fn resource_version(&self) -> Option<&str> {
+        meta_str(self, "resourceVersion")
+    }
+}
+
+impl ObjectMetaAccess for serde_json::Value {
+    fn namespace(&self) -> Option<&str> {
+        meta_str(self, "namespace").filter(|ns| !ns.is_empty())
+    }
+    fn name(&self) -> Option<&str> {
+        meta_str(self, "name")
+    }
+    fn uid(&self) -> Option<&str> {
+        meta_str(self, "uid")
+    }
+    fn controller_uid(&self) -> Option<&str> {
+        self.get("metadata")?
+            .get("ownerReferences")?
+            .as_array()?
+            .iter()
+            .find(|r| r.get("controller").and_then(serde_json::Value::as_bool) == Some(true))?
+            .get("uid")?
+            .as_str()
+    }
+}
+
+impl Versioned for DynamicObject {
+    fn resource_version(&self) -> Option<&str> {
+        self.metadata.resource_version.as_deref()
+    }
+}
+
+impl ObjectMetaAccess for DynamicObject {
+    fn namespace(&self) -> Option<&str> {
+        self.metadata
+            .namespace
+            .as_deref()
+            .filter(|ns| !ns.is_empty())
+    }
+    fn name(&self) -> Option<&str> {
+        self.metadata.name.as_deref()
+    }
+    fn uid(&self) -> Option<&str> {
+        self.metadata.uid.as_deref()
+    }
+    fn controller_uid(&self) -> Option<&str> {
+        self.metadata
+            .owner_references
+            .as_ref()?
+            .iter()
+            .find(|r| r.controller == Some(true))
+            .map(|r| r.uid.as_str())
+    }
+}
+
+/// `namespace/name` (or `name` for cluster-scoped objects): the key of parents in work queues
+/// and of objects in a cache.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct NamespacedName {
+    /// Empty for cluster-scoped objects.
+    pub namespace: String,
+    /// Object name.
+    pub name: String,
+}
+
+/// A `namespace/name` string that cannot be split.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid object key {0:?}: expected \"name\" or \"namespace/name\"")]
+pub struct InvalidKey(pub String);
+
+impl NamespacedName {
+    /// Builds a key; `namespace` empty for cluster scope.
+    pub fn new(namespace: impl Into<String>, name: impl Into<String>) -> Self {
+        NamespacedName {
+            namespace: namespace.into(),
+            name: name.into(),
+        }
+    }
+
+    /// The key of an object, `None` if it has no name.
+    pub fn of<T: ObjectMetaAccess + ?Sized>(obj: &T) -> Option<Self> {
+        let name = obj.name().filter(|n| !n.is_empty())?;
+        Some(NamespacedName::new(obj.namespace().unwrap_or(""), name))
+    }
+
+    /// Parses `name` or `namespace/name` (client-go `SplitMetaNamespaceKey`).
+    pub fn parse(key: &str) -> Result<Self, InvalidKey> {
+        let invalid = || InvalidKey(key.to_string());
+        match key.split_once('/') {
+            None if !key.is_empty() => Ok(NamespacedName::new("", key)),
+            Some((ns, name)) if !ns.is_empty() && !name.is_empty() && !name.contains('/') => {
+                Ok(NamespacedName::new(ns, name))
+            }
+            _ => Err(invalid()),
+        }
+    }
+}
+
+impl fmt::Display for NamespacedName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.namespace.is_empty() {
+            f.write_str(&self.name)
+        } else {
+            write!(f, "{}/{}", self.namespace, self.name)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn json_and_dynamic_objects_expose_the_same_metadata() {
+        let v = json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "c", "namespace": "ns", "uid": "u1", "resourceVersion": "9",
+          "ownerReferences": [
+            {"apiVersion": "x/v1", "kind": "A", "name": "a", "uid": "not-controller"},
+            {"apiVersion": "x/v1", "kind": "B", "name": "b", "uid": "owner", "controller": true}
+          ]}});
+        let d: DynamicObject = serde_json::from_value(v.clone()).unwrap();
+        for o in [&v as &dyn ObjectMetaAccess, &d as &dyn ObjectMetaAccess] {
+            assert_eq!(o.name(), Some("c"));
+            assert_eq!(o.namespace(), Some("ns"));
+            assert_eq!(o.uid(), Some("u1"));
+            assert_eq!(o.resource_version(), Some("9"));
+            assert_eq!(o.controller_uid(), Some("owner"));
+        }
+    }
+
+    #[test]
+    fn malformed_json_metadata_reads_as_absent() {
+        for v in [
+            json!(null),
+            json!({"metadata": 1}),
+            json!({"metadata": {"name": 1, "ownerReferences": {"uid": "x"}}}),
+            json!({"metadata": {"ownerReferences": [{"controller": "true", "uid": "x"}]}}),
+        ] {
+            assert_eq!(v.name(), None);
+            assert_eq!(v.controller_uid(), None);
+            assert_eq!(NamespacedName::of(&v), None);
+        }
+        assert_eq!(json!({"metadata": {"namespace": ""}}).namespace(), None);
+    }
+
+    #[test]
+    fn keys_parse_and_print_like_client_go() {
+        assert_eq!(
+            NamespacedName::parse("ns/a").unwrap(),
+            NamespacedName::new("ns", "a")
+        );
+        assert_eq!(
+            NamespacedName::parse("a").unwrap(),
+            NamespacedName::new("", "a")
+        );
+        for bad in ["", "/a", "ns/", "a/b/c"] {
+            assert!(NamespacedName::parse(bad).is_err(), "{bad}");
+        }
+        assert_eq!(NamespacedName::new("ns", "a").to_string(), "ns/a");
+        assert_eq!(NamespacedName::new("", "a").to_string(), "a");
+    }
+}
