@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use base64::Engine as _;
 use bytes::{Bytes, BytesMut};
 use metacontroller_api::hook::{EndpointConfig, Hook, ResponseUnmarshallMode};
+use metacontroller_api::wire::{decode_response, DecodeError};
 use prometheus::Registry;
 use reqwest::header::{HeaderValue, AUTHORIZATION, CONTENT_TYPE, ETAG, IF_NONE_MATCH, RETRY_AFTER};
 use reqwest::Url;
@@ -17,7 +18,6 @@ use serde::Serialize;
 use tracing::Instrument as _;
 
 use crate::credentials::{self, AuthHeader, ResolvedSettings, Sources};
-use crate::decode::decode;
 use crate::error::HookError;
 use crate::etag::{EtagCache, EtagSettings};
 use crate::metrics::{HookMetrics, OUTCOME_CACHED, OUTCOME_SUCCESS};
@@ -107,7 +107,10 @@ impl HookClient {
     }
 
     /// Calls `hook` with `request` and decodes the response as `Resp`, strictly or loosely
-    /// as the hook asks (`responseUnMarshallMode`; loose for v1, strict for v2 by default).
+    /// as [`Webhook::effective_unmarshall_mode`] says (`responseUnMarshallMode`; loose by
+    /// default for v1 and strict for v2).
+    ///
+    /// [`Webhook::effective_unmarshall_mode`]: metacontroller_api::hook::Webhook::effective_unmarshall_mode
     pub async fn call<Req, Resp>(
         &self,
         ctx: &CallContext<'_>,
@@ -117,7 +120,7 @@ impl HookClient {
     ) -> Result<Resp, HookError>
     where
         Req: Serialize + ?Sized,
-        Resp: DeserializeOwned,
+        Resp: DeserializeOwned + Default,
     {
         let mode = hook
             .webhook
@@ -139,7 +142,7 @@ impl HookClient {
     ) -> Result<Resp, HookError>
     where
         Req: Serialize + ?Sized,
-        Resp: DeserializeOwned,
+        Resp: DeserializeOwned + Default,
     {
         let started = Instant::now();
         let span = tracing::info_span!(
@@ -151,8 +154,7 @@ impl HookClient {
         );
         let result = async {
             let (body, url, cached) = self.exchange(ctx, hook, endpoint_configs, request).await?;
-            let decoded = decode::<Resp>(&body, mode)
-                .map_err(|message| HookError::Decode { url, message })?;
+            let decoded = decode(&body, mode).map_err(|error| HookError::Decode { url, error })?;
             Ok::<_, HookError>((decoded, cached))
         }
         .instrument(span.clone())
@@ -368,6 +370,23 @@ impl HookClient {
     }
 }
 
+/// Decodes with the api crate's decoder. Loose mode first tries serde directly: for a
+/// well-formed body that gives the same value (unknown fields ignored) without the
+/// decoder's detour through `serde_json::Value`; anything serde rejects (duplicates,
+/// `null` bodies, type errors) goes through the full decoder for Go semantics and a
+/// path-naming error.
+fn decode<T: DeserializeOwned + Default>(
+    body: &[u8],
+    mode: ResponseUnmarshallMode,
+) -> Result<T, DecodeError> {
+    if mode == ResponseUnmarshallMode::Loose {
+        if let Ok(value) = serde_json::from_slice(body) {
+            return Ok(value);
+        }
+    }
+    decode_response(body, mode)
+}
+
 enum Fetched {
     Fresh { body: Bytes, etag: Option<String> },
     NotModified,
@@ -531,6 +550,30 @@ fn percent_decode(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn loose_fast_path_agrees_with_the_full_decoder() {
+        use metacontroller_api::wire::CompositeHookResponse;
+        let bodies: [&[u8]; 7] = [
+            br#"{"status":{"a":1},"children":[{"kind":"Pod"}],"extra":true}"#,
+            br#"{"status":{"a":1},"status":{"a":2}}"#,
+            br#"{"children":null,"resyncAfterSeconds":1.5}"#,
+            b"null",
+            br#"{"children":"nope"}"#,
+            b"{oops",
+            br#"{"status":{"x":1,"x":2}}"#,
+        ];
+        for body in bodies {
+            for mode in [
+                ResponseUnmarshallMode::Loose,
+                ResponseUnmarshallMode::Strict,
+            ] {
+                let fast = decode::<CompositeHookResponse>(body, mode);
+                let full = decode_response::<CompositeHookResponse>(body, mode);
+                assert_eq!(fast, full, "{}", String::from_utf8_lossy(body));
+            }
+        }
+    }
 
     #[test]
     fn redactor_scrubs_url_userinfo_secrets() {

@@ -9,19 +9,14 @@ use std::sync::Arc;
 use base64::Engine as _;
 use metacontroller_api::hook::{
     Authorization, BasicAuth, CaBundle, ClientTls, EndpointConfig, SecretKeyReference, Webhook,
-    DEFAULT_AUTHORIZATION_TYPE, DEFAULT_CA_BUNDLE_KEY, DEFAULT_CLIENT_CERT_KEY,
-    DEFAULT_CLIENT_KEY_KEY,
+    DEFAULT_AUTHORIZATION_TYPE, DEFAULT_BASIC_AUTH_PASSWORD_KEY, DEFAULT_BASIC_AUTH_USERNAME_KEY,
+    DEFAULT_CA_BUNDLE_KEY, DEFAULT_CLIENT_CERT_KEY, DEFAULT_CLIENT_KEY_KEY,
 };
 use reqwest::header::HeaderValue;
 use reqwest::Url;
 
 use crate::error::HookError;
 use crate::sources::{ConfigMapSource, ObjectData, SecretSource};
-
-/// Default `basicAuth.usernameKey` (upstream).
-pub const DEFAULT_USERNAME_KEY: &str = "username";
-/// Default `basicAuth.passwordKey` (upstream).
-pub const DEFAULT_PASSWORD_KEY: &str = "password";
 
 /// Bytes that must never be printed (private keys).
 #[derive(Clone, PartialEq, Eq, Hash)]
@@ -457,11 +452,11 @@ async fn resolve_basic_auth(
     let user_key = basic
         .username_key
         .as_deref()
-        .unwrap_or(DEFAULT_USERNAME_KEY);
+        .unwrap_or(DEFAULT_BASIC_AUTH_USERNAME_KEY);
     let pass_key = basic
         .password_key
         .as_deref()
-        .unwrap_or(DEFAULT_PASSWORD_KEY);
+        .unwrap_or(DEFAULT_BASIC_AUTH_PASSWORD_KEY);
     let mut missing = |key: &str| {
         data.remove(key).ok_or_else(|| {
             HookError::config(format!(

@@ -3,6 +3,8 @@
 
 use std::time::Duration;
 
+use metacontroller_api::wire::DecodeError;
+
 /// Why a hook call failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum HookError {
@@ -63,12 +65,12 @@ pub enum HookError {
     },
     /// The response body is not valid for the response type (or, in strict mode, has
     /// unknown or duplicate fields).
-    #[error("hook {url}: can't decode response: {message}")]
+    #[error("hook {url}: can't decode response: {error}")]
     Decode {
         /// Hook URL (userinfo removed).
         url: String,
-        /// Decoder message, naming the offending field path.
-        message: String,
+        /// What was wrong, with the JSON path of the offending field.
+        error: DecodeError,
     },
 }
 

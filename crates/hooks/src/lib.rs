@@ -1,9 +1,86 @@
-//! `metacontroller-hooks`: the webhook client that calls user hook servers.
-//! (Crate documentation is completed below once the API settles.)
+//! `metacontroller-hooks`: the webhook client that calls user hook servers, accepting every
+//! hook option of upstream Metacontroller v4.
+//!
+//! # Use
+//!
+//! ```no_run
+//! # async fn demo(hook: &metacontroller_api::hook::Hook,
+//! #               endpoint_configs: &[metacontroller_api::hook::EndpointConfig],
+//! #               registry: prometheus::Registry,
+//! #               secrets: std::sync::Arc<dyn metacontroller_hooks::SecretSource>,
+//! #               config_maps: std::sync::Arc<dyn metacontroller_hooks::ConfigMapSource>)
+//! #               -> Result<(), metacontroller_hooks::HookError> {
+//! use metacontroller_hooks::{CallContext, HookClient, HookClientConfig};
+//!
+//! let client = HookClient::new(HookClientConfig {
+//!     secrets: Some(secrets),          // served from the runtime's informer cache
+//!     config_maps: Some(config_maps),
+//!     registry: Some(registry),        // metrics are registered here
+//!     ..HookClientConfig::default()    // 16 MiB body limit, DNS for hosts
+//! })?;
+//! let ctx = CallContext { controller: "my-controller", hook_name: "sync", parent_key: "ns/name" };
+//! let request = serde_json::json!({"parent": {}});
+//! let response: serde_json::Value = client.call(&ctx, hook, endpoint_configs, &request).await?;
+//! # Ok(()) }
+//! ```
+//!
+//! * [`HookClient::call`] decodes strictly or loosely as the hook says
+//!   (`responseUnMarshallMode`; loose by default for v1 and strict for v2);
+//!   [`HookClient::call_with_mode`] takes the mode explicitly.
+//! * [`HookError`] separates configuration errors ([`HookError::Config`]: no target, bad
+//!   timeout, missing Secret/key, bad PEM, conflicting auth), transport
+//!   ([`HookError::Transport`], incl. TLS failures), [`HookError::Timeout`], non-200
+//!   status ([`HookError::Status`], with the first 1 KiB of the body),
+//!   [`HookError::TooManyRequests`] (429 with `Retry-After`), [`HookError::Oversize`] and
+//!   [`HookError::Decode`]. [`HookError::kind`] is the metrics outcome label.
+//! * [`HookClient::forget_parent`] / [`HookClient::forget_controller`] drop ETag entries
+//!   of deleted objects.
+//!
+//! # Behaviour (upstream-compatible unless noted)
+//!
+//! * **Target**: `url`, else `service` + `path` → `<protocol>://<name>.<namespace>:<port><path>`
+//!   (port 80, protocol `http` by default). A [`HostResolver`] (e.g.
+//!   [`StaticHostResolver`]) lets tests and dev mode route any `host:port` to a local
+//!   address; the URL keeps its host name, so TLS still verifies that name.
+//! * **Request**: `POST`, `Content-Type: application/json`, per-hook `timeout` in Go
+//!   duration syntax (default 10s; ≤ 0 falls back to 10s like upstream) covering the whole
+//!   exchange including the body. Redirects are not followed.
+//! * **Connections**: one pooled keep-alive reqwest client per distinct TLS material (keyed
+//!   by a SHA-256 digest of CA bundle + client certificate + key), rustls with the ring
+//!   provider, HTTP/2 via ALPN and HTTP/1.1. Unused TLS clients are dropped after 10 min.
+//! * **Response**: only 200 succeeds (and 304/412 when an ETag was sent); 429 →
+//!   `TooManyRequests`; bodies above `max_body_bytes` (default 16 MiB) fail early, also
+//!   when streamed without `Content-Length`.
+//! * **TLS**: system roots (webpki roots if the system has none) unless a `caBundle`
+//!   (inline, Secret or ConfigMap key, default `ca.crt`) replaces them, as upstream does.
+//!   `clientTLS` reads `tls.crt`/`tls.key` (defaults) from a Secret. Verification is never
+//!   disabled.
+//! * **Auth**: `authorization` → `Authorization: <type> <value>` (type `Bearer` by default,
+//!   `Basic` refused), `basicAuth` (keys `username`/`password` by default); values are
+//!   trimmed; the two are mutually exclusive. Header values are marked sensitive; types that
+//!   hold credentials redact `Debug`; errors and trace-logged bodies are scrubbed of the
+//!   credentials sent (also URL userinfo) in case a server echoes them.
+//! * **endpointConfigs**: if a hook sets any of caBundle/clientTLS/authorization/basicAuth,
+//!   those are used as a whole; else the first entry whose `host` matches (case-insensitive;
+//!   a missing port means the scheme's default, so `h`, `h:443`, `https://h` and
+//!   `https://h:443` agree) applies.
+//! * **Secrets/ConfigMaps** are read through [`SecretSource`] / [`ConfigMapSource`] on every
+//!   call, so rotated CAs, client certificates and tokens apply without a restart
+//!   (improves on upstream, which reads them once per controller update).
+//! * **ETag** (`etag.enabled`): per (controller, hook) cache of the last 200 body + ETag
+//!   per (URL, parent key); `If-None-Match` is sent and 304/412 reuse the body. Entries
+//!   expire after `cacheTimeoutSeconds` and a task sweeps every `cacheCleanupSeconds`;
+//!   unset (or ≤ 0) means no expiry / no sweep, as upstream.
+//! * **Decoding**: [`metacontroller_api::wire::decode_response`] — strict mode rejects
+//!   unknown and duplicate fields by path; loose ignores unknown fields and keeps the last
+//!   duplicate; a `null` body is the response type's default, as in Go.
+//! * **Observability**: counter `metacontroller_hook_requests_total{controller,hook,outcome}`
+//!   and histogram `metacontroller_hook_request_duration_seconds{controller,hook}`; a
+//!   `hook_call` span with controller, hook, parent and URL (without userinfo); request and
+//!   response bodies only at trace level.
 
 pub mod client;
 pub mod credentials;
-pub mod decode;
 pub mod error;
 mod etag;
 pub mod metrics;
@@ -13,5 +90,6 @@ pub mod target;
 
 pub use client::{CallContext, HookClient, HookClientConfig, DEFAULT_MAX_BODY_BYTES};
 pub use error::HookError;
+pub use metacontroller_api::wire::DecodeError;
 pub use sources::{ConfigMapSource, MemoryObjects, ObjectData, SecretSource, SourceError};
 pub use target::{HostResolver, StaticHostResolver};

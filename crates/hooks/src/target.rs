@@ -130,7 +130,8 @@ fn redact_text_url(text: &str) -> String {
 /// Production leaves this unset (cluster DNS resolves `<name>.<namespace>`). Tests and
 /// `metacontroller dev` map service hosts such as `hooks.default:80` to a local port. The
 /// hook URL keeps its host name (so TLS verification and SNI use it); only the connection
-/// goes to the returned address.
+/// goes to the returned address. The override is per host name: mapping one name to
+/// different IP addresses for different ports is not supported (ports may differ freely).
 pub trait HostResolver: Send + Sync {
     /// The address for `host:port`, or `None` to use normal DNS resolution.
     fn resolve(&self, host: &str, port: u16) -> Option<SocketAddr>;

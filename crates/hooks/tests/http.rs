@@ -14,7 +14,7 @@ use metacontroller_api::hook::{
     Hook, ResponseUnmarshallMode, ServiceReference, Webhook, WebhookEtagConfig,
 };
 use metacontroller_hooks::{
-    CallContext, HookClient, HookClientConfig, HookError, StaticHostResolver,
+    CallContext, DecodeError, HookClient, HookClientConfig, HookError, StaticHostResolver,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -31,7 +31,7 @@ struct SyncRequest {
     parent: serde_json::Value,
 }
 
-#[derive(Debug, Deserialize, PartialEq)]
+#[derive(Debug, Default, Deserialize, PartialEq)]
 struct SyncResponse {
     status: Option<serde_json::Value>,
     #[serde(default)]
@@ -284,6 +284,7 @@ async fn oversize_bodies_are_rejected() {
 async fn strict_and_loose_decoding() {
     let server = start(None, |seen, _| match seen.path.as_str() {
         "/dup" => json(StatusCode::OK, r#"{"status":{"n":1},"status":{"n":2}}"#),
+        "/null" => json(StatusCode::OK, "null"),
         _ => json(StatusCode::OK, r#"{"status":{"n":1},"unexpected":true}"#),
     })
     .await;
@@ -296,22 +297,42 @@ async fn strict_and_loose_decoding() {
 
     // v2 defaults to strict: the unknown field is named.
     match call(&client, &hook_v2(&url)).await {
-        Err(HookError::Decode { message, .. }) => {
-            assert!(message.contains(r#""unexpected""#), "{message}")
-        }
+        Err(HookError::Decode { error, .. }) => assert_eq!(
+            error,
+            DecodeError::UnknownField {
+                path: "unexpected".into()
+            }
+        ),
         other => panic!("expected decode error, got {other:?}"),
     }
 
-    // The explicit field wins over the version default, both ways.
+    // An explicit responseUnMarshallMode wins over the version default, both ways.
     let mut loose_v2 = hook_v2(&url);
     webhook_mut(&mut loose_v2).response_un_marshall_mode = Some(ResponseUnmarshallMode::Loose);
     call(&client, &loose_v2).await.unwrap();
+    // call_with_mode overrides the hook's own setting.
+    let err = bounded(client.call_with_mode::<_, SyncResponse>(
+        &CTX,
+        &loose_v2,
+        &[],
+        &request(),
+        ResponseUnmarshallMode::Strict,
+    ))
+    .await
+    .unwrap_err();
+    assert!(matches!(err, HookError::Decode { .. }), "{err:?}");
     let mut strict_v1 = hook(&url);
     webhook_mut(&mut strict_v1).response_un_marshall_mode = Some(ResponseUnmarshallMode::Strict);
     assert!(matches!(
         call(&client, &strict_v1).await,
         Err(HookError::Decode { .. })
     ));
+
+    // A `null` body is the empty response, as in Go.
+    let response = call(&client, &hook(&server.url("http", "/null")))
+        .await
+        .unwrap();
+    assert_eq!(response, SyncResponse::default());
 
     // Duplicates: loose keeps the last value, strict names the field.
     let dup = server.url("http", "/dup");
@@ -387,6 +408,10 @@ async fn etag_304_reuses_cached_response() {
 
         client.forget_parent("ctl", "default/parent-b");
         assert_eq!(client.etag_entries("ctl", "sync"), 1);
+        client.forget_controller("ctl");
+        assert_eq!(client.etag_entries("ctl", "sync"), 0);
+        call(&client, &hook).await.unwrap();
+        assert!(server.last().header("if-none-match").is_none());
     }
 }
 

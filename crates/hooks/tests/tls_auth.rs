@@ -9,13 +9,13 @@ use std::time::Duration;
 use axum::http::{StatusCode, Version};
 use metacontroller_api::hook::{
     Authorization, BasicAuth, CaBundle, ClientTls, ConfigMapKeyReference, EndpointConfig, Hook,
-    SecretKeyReference,
+    SecretKeyReference, ServiceReference, Webhook,
 };
 use metacontroller_hooks::{
     CallContext, HookClient, HookClientConfig, HookError, MemoryObjects, StaticHostResolver,
 };
 use serde_json::json;
-use support::{hook, json, server_tls, start, webhook_mut, Ca, Server};
+use support::{hook, json, server_tls, server_tls_http1, start, webhook_mut, Ca, Server};
 
 const CTX: CallContext<'static> = CallContext {
     controller: "ctl",
@@ -115,6 +115,49 @@ async fn inline_ca_bundle_verifies_server_and_negotiates_h2() {
     webhook_mut(&mut hook).ca_bundle = Some(inline_ca(&ca));
     assert_eq!(s.call(&hook, &[]).await.unwrap(), json!({"ok": true}));
     assert_eq!(server.last().version, Version::HTTP_2);
+}
+
+#[tokio::test]
+async fn http1_only_servers_are_reached_over_tls() {
+    let ca = Ca::new("hook ca");
+    let leaf = ca.server_leaf(&[HOST]);
+    let server = start(Some(server_tls_http1(&leaf)), |_, _| {
+        json(StatusCode::OK, r#"{"ok":true}"#)
+    })
+    .await;
+    let s = setup();
+    let mut hook = hook(&s.route(&server, 8443));
+    webhook_mut(&mut hook).ca_bundle = Some(inline_ca(&ca));
+    s.call(&hook, &[]).await.unwrap();
+    assert_eq!(server.last().version, Version::HTTP_11);
+}
+
+#[tokio::test]
+async fn https_service_target_verifies_the_service_host_name() {
+    let ca = Ca::new("hook ca");
+    let leaf = ca.server_leaf(&["hooks.team-a"]);
+    let server = start(Some(server_tls(&leaf, None)), |_, _| {
+        json(StatusCode::OK, r#"{"ok":true}"#)
+    })
+    .await;
+    let s = setup();
+    s.resolver.insert("hooks.team-a", 8443, server.addr);
+    let mut hook = Hook {
+        version: None,
+        webhook: Some(Webhook {
+            service: Some(ServiceReference {
+                name: "hooks".into(),
+                namespace: "team-a".into(),
+                port: Some(8443),
+                protocol: Some("https".into()),
+            }),
+            path: Some("/sync".into()),
+            ..Webhook::default()
+        }),
+    };
+    webhook_mut(&mut hook).ca_bundle = Some(inline_ca(&ca));
+    assert_eq!(s.call(&hook, &[]).await.unwrap(), json!({"ok": true}));
+    assert_eq!(server.last().path, "/sync");
 }
 
 #[tokio::test]

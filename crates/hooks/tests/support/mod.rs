@@ -240,6 +240,13 @@ fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
+/// Server TLS config offering only HTTP/1.1 via ALPN.
+pub fn server_tls_http1(leaf: &Leaf) -> Arc<ServerConfig> {
+    let mut config = (*server_tls(leaf, None)).clone();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Arc::new(config)
+}
+
 /// Server TLS config; with `client_ca`, client certificates from that CA are required.
 pub fn server_tls(leaf: &Leaf, client_ca: Option<&Ca>) -> Arc<ServerConfig> {
     let certs: Vec<CertificateDer<'static>> =
