@@ -5,7 +5,9 @@ use std::time::Duration;
 
 /// Why a string is not a Go duration.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("invalid duration {input:?}: {reason} (expected a Go duration such as 500ms, 10s, 5m or 1h30m)")]
+#[error(
+    "invalid duration {input:?}: {reason} (expected a Go duration such as 500ms, 10s, 5m or 1h30m)"
+)]
 pub struct DurationParseError {
     input: String,
     reason: &'static str,
@@ -21,8 +23,8 @@ pub fn parse_go_duration(input: &str) -> Result<Duration, DurationParseError> {
         reason,
     };
     let mut rest = input.strip_prefix('+').unwrap_or(input);
-    if rest.starts_with('-') {
-        if rest[1..].chars().all(|c| c == '0') && rest.len() > 1 {
+    if let Some(magnitude) = rest.strip_prefix('-') {
+        if magnitude == "0" {
             return Ok(Duration::ZERO);
         }
         return Err(err("negative durations are not allowed"));
@@ -151,7 +153,10 @@ mod tests {
             assert!(parse_go_duration(bad).is_err(), "{bad} should be rejected");
         }
         let msg = parse_go_duration("10").unwrap_err().to_string();
-        assert!(msg.contains("missing unit") && msg.contains("1h30m"), "{msg}");
+        assert!(
+            msg.contains("missing unit") && msg.contains("1h30m"),
+            "{msg}"
+        );
     }
 
     #[test]

@@ -325,7 +325,14 @@ pub fn resource_info(crd: &Value) -> Option<ResourceInfo> {
     for v in vs {
         let name = s(v, "/name").to_string();
         if let Some(sc) = v.pointer("/schema/openAPIV3Schema") {
-            schemas.insert(name.clone(), sc.clone());
+            match crate::schema::StructuralSchema::from_openapi_v3(sc) {
+                Ok(parsed) => {
+                    schemas.insert(name.clone(), std::sync::Arc::new(parsed));
+                }
+                Err(e) => {
+                    tracing::warn!(crd = meta_str(crd, "name"), version = %name, error = %e, "schema not structural; serving without pruning")
+                }
+            }
         }
         if let Some(cols) = v.get("additionalPrinterColumns").and_then(Value::as_array) {
             printer_columns.insert(name.clone(), cols.clone());

@@ -5,6 +5,7 @@
 
 use crate::errors::{ApiError, Cause};
 use crate::registry::ResourceInfo;
+use crate::schema::FieldError;
 use base64::Engine;
 use serde_json::{json, Map, Value};
 
@@ -37,6 +38,10 @@ impl FieldValidation {
 /// Context of one storage preparation.
 pub struct PrepareCtx<'a> {
     pub info: &'a ResourceInfo,
+    /// API version of the request (selects the CRD schema).
+    pub version: &'a str,
+    /// Service address allocation.
+    pub alloc: &'a mut dyn crate::defaults::ClusterIpAllocator,
     /// The stored object before this write (None on create).
     pub old: Option<&'a Value>,
     pub field_validation: FieldValidation,
@@ -58,6 +63,42 @@ pub fn prepare_for_storage(ctx: &mut PrepareCtx<'_>, obj: &mut Value) -> Result<
     }
     if info.is_custom() {
         prepare_custom_resource(ctx, obj)?;
+    } else {
+        builtin_defaults(ctx, obj)?;
+    }
+    Ok(())
+}
+
+fn field_errors(info: &ResourceInfo, obj: &Value, errs: &[FieldError]) -> ApiError {
+    let name = obj
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    let mut e = ApiError::invalid(&info.group, &info.kind, name, vec![]);
+    let qualified = crate::errors::qualified(&info.group, &info.kind);
+    e.message = crate::schema::invalid_message(&qualified, name, errs);
+    if let Some(d) = e.details.as_mut() {
+        d["causes"] = Value::Array(errs.iter().map(FieldError::to_cause).collect());
+    }
+    e
+}
+
+/// Built-in defaulting (apply defaults, create-only strategy changes, defaults again).
+fn builtin_defaults(ctx: &mut PrepareCtx<'_>, obj: &mut Value) -> Result<(), ApiError> {
+    let info = ctx.info;
+    if let (Some(old), true) = (
+        ctx.old,
+        info.group.is_empty() && info.resource == "services",
+    ) {
+        crate::defaults::preserve_service_allocations(old, obj);
+    }
+    let (g, v, k) = (info.group.as_str(), ctx.version, info.kind.as_str());
+    crate::defaults::apply_builtin_defaults(g, v, k, obj, ctx.alloc)
+        .map_err(|e| field_errors(info, obj, &[e]))?;
+    if ctx.old.is_none() {
+        crate::defaults::prepare_for_create(g, v, k, obj);
+        crate::defaults::apply_builtin_defaults(g, v, k, obj, ctx.alloc)
+            .map_err(|e| field_errors(info, obj, &[e]))?;
     }
     Ok(())
 }
@@ -170,9 +211,43 @@ fn prepare_namespace(obj: &mut Value, old: Option<&Value>) {
     }
 }
 
-/// Structural-schema handling of custom resources. The pure schema module plugs in here.
+/// Structural-schema handling of custom resources: prune (honouring
+/// `fieldValidation`), default, validate — the order kube-apiserver uses.
 fn prepare_custom_resource(ctx: &mut PrepareCtx<'_>, obj: &mut Value) -> Result<(), ApiError> {
-    let _ = (&ctx.field_validation, &obj);
+    let info = ctx.info;
+    let Some(schema) = info
+        .crd
+        .as_ref()
+        .and_then(|c| c.schemas.get(ctx.version))
+        .cloned()
+    else {
+        return Ok(());
+    };
+    let pruned = schema.prune(obj);
+    if !pruned.is_empty() {
+        let fields: Vec<String> = pruned
+            .iter()
+            .map(|p| format!("unknown field {p:?}"))
+            .collect();
+        match ctx.field_validation {
+            FieldValidation::Strict => {
+                return Err(ApiError::bad_request(format!(
+                    "{} in version {:?} cannot be handled as a {}: strict decoding error: {}",
+                    info.kind,
+                    ctx.version,
+                    info.kind,
+                    fields.join(", ")
+                )));
+            }
+            FieldValidation::Warn => ctx.warnings.extend(fields),
+            FieldValidation::Ignore => {}
+        }
+    }
+    schema.apply_defaults(obj);
+    let errs = schema.validate(obj);
+    if !errs.is_empty() {
+        return Err(field_errors(info, obj, &errs));
+    }
     Ok(())
 }
 

@@ -351,6 +351,8 @@ pub fn create(
     check_namespace_usable(st, info, &ns, true)?;
     let mut ctx = PrepareCtx {
         info,
+        version,
+        alloc: &mut st.ip_alloc,
         old: None,
         field_validation: opts.field_validation,
         warnings: Vec::new(),
@@ -365,6 +367,10 @@ pub fn create(
         return Err(ApiError::already_exists(&info.group, &info.resource, &name));
     }
     if opts.dry_run {
+        if info.group.is_empty() && info.resource == "services" {
+            use crate::defaults::ClusterIpAllocator;
+            st.ip_alloc.release(&format!("{ns}/{name}"));
+        }
         return Ok(WriteResult {
             object: Arc::new(obj),
             warnings,
@@ -514,6 +520,8 @@ pub fn update(
     }
     let mut ctx = PrepareCtx {
         info,
+        version,
+        alloc: &mut st.ip_alloc,
         old: Some(&old),
         field_validation: opts.field_validation,
         warnings: Vec::new(),
@@ -576,6 +584,10 @@ fn namespace_pending(info: &ResourceInfo, obj: &Value) -> bool {
 
 fn remove_now(st: &mut State, info: &ResourceInfo, ns: &str, name: &str) -> Option<Arc<Value>> {
     let removed = st.remove(info, ns, name)?;
+    if info.group.is_empty() && info.resource == "services" {
+        use crate::defaults::ClusterIpAllocator;
+        st.ip_alloc.release(&format!("{ns}/{name}"));
+    }
     if crd::is_crd(info) {
         crd::sync_registry_removed(st, &removed);
     }

@@ -88,41 +88,15 @@ pub fn apply_patch(
     }
 }
 
-/// Strategic merge patch. Until the strategic-merge module lands this treats
-/// the patch as a JSON merge patch (lists are replaced, not merged by key).
-fn strategic(_info: &ResourceInfo, current: &Value, p: &Value) -> ApiResult<Value> {
-    if !p.is_object() {
-        return Err(ApiError::bad_request(
-            "strategic merge patch must be a JSON object",
-        ));
-    }
-    let mut doc = current.clone();
-    let mut p = p.clone();
-    strip_directives(&mut p);
-    json_patch::merge(&mut doc, &p);
-    Ok(doc)
-}
-
-fn strip_directives(v: &mut Value) {
-    match v {
-        Value::Object(m) => {
-            m.retain(|k, _| {
-                !k.starts_with("$setElementOrder/")
-                    && k != "$patch"
-                    && k != "$retainKeys"
-                    && !k.starts_with("$deleteFromPrimitiveList/")
-            });
-            for x in m.values_mut() {
-                strip_directives(x);
-            }
-        }
-        Value::Array(a) => {
-            for x in a {
-                strip_directives(x);
-            }
-        }
-        _ => {}
-    }
+/// Strategic merge patch with the patch strategies of the built-in kind.
+fn strategic(info: &ResourceInfo, current: &Value, p: &Value) -> ApiResult<Value> {
+    let meta = crate::strategic_merge::PatchMeta::for_kind(&info.group, &info.kind)
+        .unwrap_or_else(crate::strategic_merge::PatchMeta::untyped);
+    crate::strategic_merge::patch(current, p, &meta).map_err(|e| match e.code {
+        400 => ApiError::bad_request(e.message),
+        422 => unprocessable(e.message),
+        _ => ApiError::internal(e.message),
+    })
 }
 
 /// Server-side apply stand-in: merges the applied configuration into the object.

@@ -24,8 +24,8 @@ pub struct ScaleInfo {
 pub struct CrdInfo {
     /// The CRD's name (`<plural>.<group>`).
     pub crd_name: String,
-    /// Per served version: `openAPIV3Schema` (if any).
-    pub schemas: BTreeMap<String, Value>,
+    /// Per version: the parsed structural schema (if the version has a valid one).
+    pub schemas: BTreeMap<String, Arc<crate::schema::StructuralSchema>>,
     /// Per served version: additionalPrinterColumns.
     pub printer_columns: BTreeMap<String, Vec<Value>>,
     /// Per version: status subresource enabled.
@@ -393,15 +393,6 @@ impl Registry {
             .filter(|r| r.versions.iter().any(|v| v == version))
     }
 
-    /// Resource for `apiVersion` + `kind`.
-    pub fn by_kind(&self, api_version: &str, kind: &str) -> Option<Arc<ResourceInfo>> {
-        let (group, version) = split_api_version(api_version);
-        self.resources
-            .values()
-            .find(|r| r.group == group && r.kind == kind && r.versions.iter().any(|v| v == version))
-            .cloned()
-    }
-
     /// All resources in discovery order.
     pub fn all(&self) -> Vec<Arc<ResourceInfo>> {
         self.order
@@ -442,14 +433,6 @@ impl Registry {
             .into_iter()
             .filter(|r| r.group == group && r.versions.iter().any(|v| v == version))
             .collect()
-    }
-}
-
-/// Splits `group/version` (core: `v1`).
-pub fn split_api_version(api_version: &str) -> (&str, &str) {
-    match api_version.rsplit_once('/') {
-        Some((g, v)) => (g, v),
-        None => ("", api_version),
     }
 }
 
@@ -506,7 +489,6 @@ mod tests {
         let r = Registry::with_builtins();
         assert!(r.get("apps", "v1", "deployments").unwrap().scale.is_some());
         assert!(r.get("apps", "v2", "deployments").is_none());
-        assert_eq!(r.by_kind("v1", "ConfigMap").unwrap().resource, "configmaps");
         assert!(r.groups().iter().any(|(g, _)| g == "batch"));
     }
 }

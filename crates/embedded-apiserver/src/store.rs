@@ -60,6 +60,8 @@ pub struct State {
     tx: broadcast::Sender<Arc<Event>>,
     /// Set when a write may give the background controllers (GC, namespaces, CRDs) work.
     pub controllers_dirty: bool,
+    /// Service cluster IPs and node ports.
+    pub ip_alloc: crate::defaults::RangeAllocator,
 }
 
 /// Reads `metadata.<field>` as a string.
@@ -83,6 +85,7 @@ impl State {
             compacted_rv: 0,
             tx,
             controllers_dirty: false,
+            ip_alloc: Default::default(),
         }
     }
 
@@ -114,23 +117,9 @@ impl State {
         }
     }
 
-    /// Number of objects of a resource.
-    pub fn count(&self, gr: &GroupResource) -> usize {
-        self.data.get(gr).map_or(0, |m| m.len())
-    }
-
     /// Total stored objects.
     pub fn total_objects(&self) -> usize {
         self.data.values().map(|m| m.len()).sum()
-    }
-
-    /// Resources that currently hold objects.
-    pub fn resources_with_data(&self) -> Vec<GroupResource> {
-        self.data
-            .iter()
-            .filter(|(_, m)| !m.is_empty())
-            .map(|(k, _)| k.clone())
-            .collect()
     }
 
     /// Where an object with this uid lives.

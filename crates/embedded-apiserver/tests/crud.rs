@@ -7,7 +7,7 @@ use common::*;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use kube::core::ErrorResponse;
+use kube::core::Status as ErrorResponse;
 use serde_json::json;
 
 fn err_of(e: kube::Error) -> ErrorResponse {

@@ -1,1 +1,61 @@
-fn main() {}
+//! The `metacontroller` binary: `run` (default), `dev` and `merge`.
+
+mod cli;
+mod logging;
+mod run;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+use cli::{Cli, Command};
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(err) if err.exit_code() == 0 => {
+            // --help and --version.
+            let _ = err.print();
+            return ExitCode::SUCCESS;
+        }
+        Err(err) => {
+            eprintln!("{}", cli::one_line_error(&err));
+            return ExitCode::from(2);
+        }
+    };
+    let command = cli.into_command();
+    let logging_args = match &command {
+        Command::Run(args) => Some(&args.logging),
+        Command::Dev(args) => Some(&args.controller.logging),
+        Command::Merge(_) => None,
+    };
+    if let Some(args) = logging_args {
+        logging::init(args);
+    }
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            eprintln!("error: cannot start the async runtime: {err}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async move {
+        match command {
+            Command::Run(args) => run::run(args).await,
+            Command::Dev(_) => Err(anyhow::anyhow!(
+                "`metacontroller dev` is not available yet (it arrives with the embedded API server)"
+            )),
+            Command::Merge(_) => Err(anyhow::anyhow!(
+                "`metacontroller merge` is not available yet (it arrives with the apply engine)"
+            )),
+        }
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            tracing::error!(error = %format!("{err:#}"), "metacontroller failed");
+            eprintln!("error: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

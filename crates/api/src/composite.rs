@@ -1,0 +1,258 @@
+//! `CompositeController` (cluster-scoped): a parent resource and the children a hook
+//! wants for each parent.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::hook::{EndpointConfig, Hook};
+use crate::selector::{label_selector_schema, LabelSelector};
+use crate::update::ChildUpdateMethod;
+use crate::{default_api_version, API_VERSION, GROUP, VERSION};
+
+/// A CompositeController object.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CompositeController {
+    /// Always `metacontroller.k8s.io/v1alpha1`.
+    #[serde(default = "default_api_version")]
+    pub api_version: String,
+    /// Always `CompositeController`.
+    #[serde(default = "CompositeController::default_kind")]
+    pub kind: String,
+    /// Standard object metadata.
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+    /// What to control and how.
+    pub spec: CompositeControllerSpec,
+    /// Free-form status (upstream defines no fields).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<serde_json::Value>,
+}
+
+impl CompositeController {
+    /// `kind` of this type.
+    pub const KIND: &'static str = "CompositeController";
+    /// Plural resource name.
+    pub const PLURAL: &'static str = "compositecontrollers";
+
+    fn default_kind() -> String {
+        Self::KIND.to_string()
+    }
+
+    /// A controller with the given name and spec (apiVersion and kind filled in).
+    pub fn new(name: &str, spec: CompositeControllerSpec) -> Self {
+        Self {
+            api_version: API_VERSION.to_string(),
+            kind: Self::KIND.to_string(),
+            metadata: ObjectMeta {
+                name: Some(name.to_string()),
+                ..ObjectMeta::default()
+            },
+            spec,
+            status: None,
+        }
+    }
+
+    /// The finalizer Metacontroller puts on parents when a finalize hook is set.
+    pub fn finalizer_name(&self) -> String {
+        format!(
+            "metacontroller.io/compositecontroller-{}",
+            self.metadata.name.as_deref().unwrap_or_default()
+        )
+    }
+}
+
+impl k8s_openapi::Resource for CompositeController {
+    const API_VERSION: &'static str = API_VERSION;
+    const GROUP: &'static str = GROUP;
+    const KIND: &'static str = Self::KIND;
+    const VERSION: &'static str = VERSION;
+    const URL_PATH_SEGMENT: &'static str = Self::PLURAL;
+    type Scope = k8s_openapi::ClusterResourceScope;
+}
+
+impl k8s_openapi::ListableResource for CompositeController {
+    const LIST_KIND: &'static str = "CompositeControllerList";
+}
+
+impl k8s_openapi::Metadata for CompositeController {
+    type Ty = ObjectMeta;
+
+    fn metadata(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+
+    fn metadata_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
+/// `spec` of a CompositeController.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CompositeControllerSpec {
+    /// The parent resource: one sync per parent object.
+    pub parent_resource: CompositeControllerParentResourceRule,
+    /// Every type of child the hooks may return.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub child_resources: Vec<CompositeControllerChildResourceRule>,
+    /// How to call sync, finalize and customize hooks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hooks: Option<CompositeControllerHooks>,
+    /// Connection settings (TLS, authentication) applied to hooks by URL host.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub endpoint_configs: Vec<EndpointConfig>,
+    /// The same settings under the name newer upstream releases use; both lists apply.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub connections: Vec<EndpointConfig>,
+    /// Resync every parent at this interval even without changes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resync_period_seconds: Option<i32>,
+    /// Ignore parents' `spec.selector` and select children by a `controller-uid` label.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generate_selector: Option<bool>,
+}
+
+impl CompositeControllerSpec {
+    /// Endpoint settings from both `endpointConfigs` and `connections`, in that order.
+    pub fn all_endpoint_configs(&self) -> impl Iterator<Item = &EndpointConfig> {
+        self.endpoint_configs.iter().chain(self.connections.iter())
+    }
+
+    /// The sync hook, if any.
+    pub fn sync_hook(&self) -> Option<&Hook> {
+        self.hooks.as_ref().and_then(|h| h.sync.as_ref())
+    }
+
+    /// The finalize hook, if any.
+    pub fn finalize_hook(&self) -> Option<&Hook> {
+        self.hooks.as_ref().and_then(|h| h.finalize.as_ref())
+    }
+
+    /// The customize hook, if any.
+    pub fn customize_hook(&self) -> Option<&Hook> {
+        self.hooks.as_ref().and_then(|h| h.customize.as_ref())
+    }
+}
+
+/// The parent resource of a CompositeController.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CompositeControllerParentResourceRule {
+    /// `<group>/<version>` or `<version>` for the core group.
+    pub api_version: String,
+    /// Lower-case plural resource name.
+    pub resource: String,
+    /// Which parent fields trigger rolling updates of children.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision_history: Option<CompositeControllerRevisionHistory>,
+    /// Only parents matching this selector are managed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "label_selector_schema")]
+    pub label_selector: Option<LabelSelector>,
+    /// When true, changes to a parent's status alone do not trigger a sync.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ignore_status_changes: Option<bool>,
+}
+
+/// Revision history settings of the parent resource.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CompositeControllerRevisionHistory {
+    /// Field paths (`spec.template`) that define a revision; `["spec"]` when empty.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub field_paths: Vec<String>,
+}
+
+impl CompositeControllerRevisionHistory {
+    /// The field paths in effect (`["spec"]` when none are listed).
+    pub fn effective_field_paths(&self) -> Vec<String> {
+        if self.field_paths.is_empty() {
+            vec!["spec".to_string()]
+        } else {
+            self.field_paths.clone()
+        }
+    }
+}
+
+/// One type of child resource.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CompositeControllerChildResourceRule {
+    /// `<group>/<version>` or `<version>` for the core group.
+    pub api_version: String,
+    /// Lower-case plural resource name.
+    pub resource: String,
+    /// How differing existing children are updated (`OnDelete` when unset).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub update_strategy: Option<CompositeControllerChildUpdateStrategy>,
+}
+
+impl CompositeControllerChildResourceRule {
+    /// The effective update method (`OnDelete` when unset or empty).
+    pub fn update_method(&self) -> ChildUpdateMethod {
+        self.update_strategy
+            .as_ref()
+            .and_then(|s| s.method.as_ref())
+            .map(|m| m.effective().into_owned())
+            .unwrap_or_default()
+    }
+}
+
+/// Update strategy of a child resource.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CompositeControllerChildUpdateStrategy {
+    /// The update method.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub method: Option<ChildUpdateMethod>,
+    /// Checks updated children must pass before a rolling update continues.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status_checks: Option<ChildUpdateStatusChecks>,
+}
+
+/// Status checks gating rolling updates.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ChildUpdateStatusChecks {
+    /// All of these conditions must hold on already-updated children.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<StatusConditionCheck>,
+}
+
+/// A check on one `status.conditions[]` entry of a child.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StatusConditionCheck {
+    /// Condition `type` to look for.
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// Required `status`; not checked when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<String>,
+    /// Required `reason`; not checked when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// Hooks of a CompositeController.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CompositeControllerHooks {
+    /// Asks which related objects a parent needs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub customize: Option<Hook>,
+    /// Computes desired children and parent status.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sync: Option<Hook>,
+    /// Called while a parent is being deleted until it reports `finalized`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finalize: Option<Hook>,
+    /// Upstream field without behaviour (accepted for compatibility).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pre_update_child: Option<Hook>,
+    /// Upstream field without behaviour (accepted for compatibility).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub post_update_child: Option<Hook>,
+}

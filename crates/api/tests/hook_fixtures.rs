@@ -1,0 +1,204 @@
+//! Every hook request/response type, v1 and v2, round-trips through its Rust type
+//! without losing or changing a field, and fixture keys follow the version's rules.
+
+use std::path::PathBuf;
+
+use metacontroller_api::hook::{HookVersion, ResponseUnmarshallMode};
+use metacontroller_api::wire::{
+    decode_response, CompositeHookRequest, CompositeHookResponse, CustomizableController,
+    CustomizeHookRequest, CustomizeHookResponse, DecoratorHookRequest, DecoratorHookRequestV1,
+    DecoratorHookRequestV2, DecoratorHookResponse, ObjectMap,
+};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use serde_json::Value;
+
+const VERSIONS: [(&str, HookVersion); 2] = [("v1", HookVersion::V1), ("v2", HookVersion::V2)];
+
+fn fixture(version: &str, name: &str) -> Value {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/hooks")
+        .join(version)
+        .join(name);
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap()
+}
+
+/// JSON equality where 60 and 60.0 are the same number (Go does not distinguish).
+fn same_json(a: &Value, b: &Value) -> bool {
+    match (a, b) {
+        (Value::Number(x), Value::Number(y)) => x.as_f64() == y.as_f64(),
+        (Value::Array(x), Value::Array(y)) => {
+            x.len() == y.len() && x.iter().zip(y).all(|(a, b)| same_json(a, b))
+        }
+        (Value::Object(x), Value::Object(y)) => {
+            x.len() == y.len()
+                && x.iter()
+                    .all(|(k, v)| y.get(k).is_some_and(|w| same_json(v, w)))
+        }
+        _ => a == b,
+    }
+}
+
+fn round_trip<T: DeserializeOwned + Serialize>(version: &str, name: &str) -> T {
+    let original = fixture(version, name);
+    let typed: T = serde_json::from_value(original.clone())
+        .unwrap_or_else(|e| panic!("{version}/{name} does not decode: {e}"));
+    let again = serde_json::to_value(&typed).unwrap();
+    assert!(
+        same_json(&original, &again),
+        "{version}/{name} changed in a round trip:\nbefore: {original:#}\nafter:  {again:#}"
+    );
+    typed
+}
+
+/// Responses must also pass strict decoding (they are what a correct hook sends).
+fn strict_response<T: DeserializeOwned + Serialize + Default + PartialEq + std::fmt::Debug>(
+    version: &str,
+    name: &str,
+) {
+    let typed: T = round_trip(version, name);
+    let body = serde_json::to_vec(&fixture(version, name)).unwrap();
+    let strict: T = decode_response(&body, ResponseUnmarshallMode::Strict).unwrap();
+    assert_eq!(strict, typed, "{version}/{name}");
+}
+
+/// Rebuilds a children map with the version's keying and compares it with the fixture.
+fn assert_keys(version: HookVersion, parent: &Value, map: &ObjectMap) {
+    let parent_ns = parent
+        .pointer("/metadata/namespace")
+        .and_then(Value::as_str);
+    let mut rebuilt = ObjectMap::new();
+    for (group, objects) in &map.0 {
+        rebuilt.0.entry(group.clone()).or_default();
+        for object in objects.values() {
+            rebuilt.insert(version, parent_ns, object.clone());
+        }
+    }
+    assert_eq!(&rebuilt, map, "keys do not follow {version:?} rules");
+}
+
+#[test]
+fn composite_requests_round_trip() {
+    for (v, version) in VERSIONS {
+        for name in [
+            "composite-sync-request.json",
+            "composite-finalize-request.json",
+        ] {
+            let req: CompositeHookRequest = round_trip(v, name);
+            assert_eq!(req.finalizing, name.contains("finalize"));
+            assert_keys(version, &req.parent, &req.children);
+            assert_keys(version, &req.parent, &req.related);
+        }
+    }
+}
+
+#[test]
+fn composite_responses_round_trip() {
+    for (v, _) in VERSIONS {
+        strict_response::<CompositeHookResponse>(v, "composite-sync-response.json");
+        strict_response::<CompositeHookResponse>(v, "composite-finalize-response.json");
+    }
+}
+
+#[test]
+fn decorator_requests_round_trip_with_version_field_names() {
+    for name in [
+        "decorator-sync-request.json",
+        "decorator-finalize-request.json",
+    ] {
+        let r1: DecoratorHookRequestV1 = round_trip("v1", name);
+        assert_keys(HookVersion::V1, &r1.object, &r1.attachments);
+        let r2: DecoratorHookRequestV2 = round_trip("v2", name);
+        assert_keys(HookVersion::V2, &r2.parent, &r2.children);
+        assert_eq!(r1.finalizing, name.contains("finalize"));
+
+        // The version-agnostic builder produces exactly the fixture's field names.
+        let built = DecoratorHookRequest::new(
+            HookVersion::V2,
+            r2.controller.clone(),
+            r2.parent.clone(),
+            r2.children.clone(),
+            r2.related.clone(),
+            r2.finalizing,
+        );
+        assert!(same_json(
+            &serde_json::to_value(&built).unwrap(),
+            &fixture("v2", name)
+        ));
+        let built = DecoratorHookRequest::new(
+            HookVersion::V1,
+            r1.controller.clone(),
+            r1.object.clone(),
+            r1.attachments.clone(),
+            r1.related.clone(),
+            r1.finalizing,
+        );
+        assert!(same_json(
+            &serde_json::to_value(&built).unwrap(),
+            &fixture("v1", name)
+        ));
+    }
+}
+
+#[test]
+fn decorator_responses_round_trip() {
+    for (v, _) in VERSIONS {
+        strict_response::<DecoratorHookResponse>(v, "decorator-sync-response.json");
+        strict_response::<DecoratorHookResponse>(v, "decorator-finalize-response.json");
+    }
+    let resp: DecoratorHookResponse = round_trip("v1", "decorator-sync-response.json");
+    let labels = resp.labels.unwrap();
+    assert_eq!(labels["obsolete-label"], None, "null removes a label");
+    assert_eq!(labels["service-per-pod/decorated"].as_deref(), Some("true"));
+}
+
+#[test]
+fn customize_messages_round_trip() {
+    for (v, _) in VERSIONS {
+        let req: CustomizeHookRequest = round_trip(v, "customize-request-composite.json");
+        assert!(matches!(
+            req.controller,
+            CustomizableController::Composite(_)
+        ));
+        let req: CustomizeHookRequest = round_trip(v, "customize-request-decorator.json");
+        assert!(matches!(
+            req.controller,
+            CustomizableController::Decorator(_)
+        ));
+        strict_response::<CustomizeHookResponse>(v, "customize-response.json");
+        let resp: CustomizeHookResponse = round_trip(v, "customize-response.json");
+        assert_eq!(resp.related_resource_rules.len(), 3);
+        assert!(resp.related_resource_rules[1].selects_by_name());
+    }
+}
+
+#[test]
+fn every_fixture_is_covered() {
+    for (v, _) in VERSIONS {
+        let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/hooks")
+            .join(v);
+        let mut names: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        names.sort();
+        assert_eq!(
+            names,
+            [
+                "composite-finalize-request.json",
+                "composite-finalize-response.json",
+                "composite-sync-request.json",
+                "composite-sync-response.json",
+                "customize-request-composite.json",
+                "customize-request-decorator.json",
+                "customize-response.json",
+                "decorator-finalize-request.json",
+                "decorator-finalize-response.json",
+                "decorator-sync-request.json",
+                "decorator-sync-response.json",
+            ]
+        );
+    }
+}

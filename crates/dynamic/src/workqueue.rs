@@ -1,0 +1,820 @@
+//! A per-controller work queue of keys (client-go `workqueue` semantics, with two priorities).
+//!
+//! Guarantees:
+//! - **De-duplication**: a key waiting in the queue is held once however often it is added.
+//! - **One worker per key**: a key handed to a worker is *processing* until [`WorkQueue::done`];
+//!   adding it meanwhile marks it *dirty* and it is queued again when the current run ends.
+//! - **Two priorities**: [`Priority::Event`] keys are always handed out before
+//!   [`Priority::Bulk`] keys (resync / relist), so a cache flush never starves a real change.
+//!   Adding a key as `Event` while it waits as `Bulk` promotes it.
+//! - **Backoff**: [`WorkQueue::add_rate_limited`] requeues after a per-key exponential delay
+//!   (5 ms doubling, capped at 1000 s, like client-go's per-item limiter); [`WorkQueue::forget`]
+//!   resets it.
+//! - **Delayed adds**: [`WorkQueue::add_after`] keeps one pending deadline per key; an earlier
+//!   deadline replaces a later one, a later one never postpones an earlier one.
+//! - **Shutdown**: [`WorkQueue::shut_down`] refuses new keys and drops pending delays; workers
+//!   still receive the keys already queued, then [`WorkQueue::get`] returns `None`.
+//!
+//! Time is `tokio::time`, so tests run on paused time.
+
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::fmt;
+use std::future::Future;
+use std::hash::Hash;
+use std::panic::AssertUnwindSafe;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use futures::FutureExt;
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+/// Which lane a key is queued in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Priority {
+    /// Caused by an observed change (watch event, failure retry, hook-requested resync).
+    Event,
+    /// Periodic resync or cache relist; served only when no `Event` key waits.
+    Bulk,
+}
+
+impl Priority {
+    fn max(self, other: Priority) -> Priority {
+        if self == Priority::Event || other == Priority::Event {
+            Priority::Event
+        } else {
+            Priority::Bulk
+        }
+    }
+}
+
+/// Backoff settings for [`WorkQueue::add_rate_limited`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Backoff {
+    /// Delay after the first failure.
+    pub base: Duration,
+    /// Upper bound of the delay.
+    pub max: Duration,
+}
+
+impl Default for Backoff {
+    /// 5 ms doubling to 1000 s, as client-go's default controller rate limiter.
+    fn default() -> Self {
+        Backoff {
+            base: Duration::from_millis(5),
+            max: Duration::from_secs(1000),
+        }
+    }
+}
+
+impl Backoff {
+    /// The delay before retry number `failures` (0-based): `base * 2^failures`, capped.
+    pub fn delay(&self, failures: u32) -> Duration {
+        let factor = 2u32.checked_pow(failures).unwrap_or(u32::MAX);
+        self.base
+            .checked_mul(factor)
+            .map_or(self.max, |d| d.min(self.max))
+    }
+}
+
+/// Prometheus metrics of a queue, named like client-go's (`workqueue_depth`,
+/// `workqueue_adds_total`, `workqueue_retries_total`) with a `name` label.
+#[derive(Clone)]
+pub struct QueueMetrics {
+    depth: prometheus::IntGaugeVec,
+    adds: prometheus::IntCounterVec,
+    retries: prometheus::IntCounterVec,
+}
+
+impl QueueMetrics {
+    /// Creates the metric families and registers them in `registry`.
+    pub fn register(registry: &prometheus::Registry) -> Result<QueueMetrics, prometheus::Error> {
+        let depth = prometheus::IntGaugeVec::new(
+            prometheus::Opts::new("workqueue_depth", "Current depth of the work queue"),
+            &["name"],
+        )?;
+        let adds = prometheus::IntCounterVec::new(
+            prometheus::Opts::new("workqueue_adds_total", "Keys newly queued"),
+            &["name"],
+        )?;
+        let retries = prometheus::IntCounterVec::new(
+            prometheus::Opts::new("workqueue_retries_total", "Keys requeued after a failure"),
+            &["name"],
+        )?;
+        registry.register(Box::new(depth.clone()))?;
+        registry.register(Box::new(adds.clone()))?;
+        registry.register(Box::new(retries.clone()))?;
+        Ok(QueueMetrics {
+            depth,
+            adds,
+            retries,
+        })
+    }
+}
+
+impl fmt::Debug for QueueMetrics {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("QueueMetrics")
+    }
+}
+
+struct State<K> {
+    /// Keys waiting for a worker, with their lane and the sequence number of their live
+    /// lane entry. Lane entries with another sequence number are stale (skipped on pop):
+    /// promotion pushes a fresh entry instead of searching the bulk lane.
+    queued: HashMap<K, (Priority, u64)>,
+    event: VecDeque<(K, u64)>,
+    bulk: VecDeque<(K, u64)>,
+    seq: u64,
+    processing: HashSet<K>,
+    /// Keys added while processing; queued again (with this priority) by `done`.
+    dirty: HashMap<K, Priority>,
+    failures: HashMap<K, u32>,
+    delayed: BTreeMap<(Instant, u64), K>,
+    /// Pending deadline per key: (deadline, seq) into `delayed`, and its priority.
+    delayed_index: HashMap<K, ((Instant, u64), Priority)>,
+    shutting_down: bool,
+}
+
+struct Shared<K> {
+    name: String,
+    backoff: Backoff,
+    metrics: Option<QueueMetrics>,
+    state: Mutex<State<K>>,
+    /// Wakes workers waiting in `get`.
+    ready: Notify,
+    /// Wakes `drained` when the queue may have become empty.
+    idle: Notify,
+}
+
+/// A cloneable handle to one controller's work queue.
+pub struct WorkQueue<K> {
+    shared: Arc<Shared<K>>,
+}
+
+impl<K> Clone for WorkQueue<K> {
+    fn clone(&self) -> Self {
+        WorkQueue {
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+impl<K> fmt::Debug for WorkQueue<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WorkQueue")
+            .field("name", &self.shared.name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<K> WorkQueue<K>
+where
+    K: Clone + Eq + Hash + Send + 'static,
+{
+    /// A queue with default backoff and no metrics.
+    pub fn new(name: impl Into<String>) -> Self {
+        Self::with_options(name, Backoff::default(), None)
+    }
+
+    /// A queue with explicit backoff and optional metrics.
+    pub fn with_options(
+        name: impl Into<String>,
+        backoff: Backoff,
+        metrics: Option<QueueMetrics>,
+    ) -> Self {
+        WorkQueue {
+            shared: Arc::new(Shared {
+                name: name.into(),
+                backoff,
+                metrics,
+                state: Mutex::new(State {
+                    queued: HashMap::new(),
+                    event: VecDeque::new(),
+                    bulk: VecDeque::new(),
+                    seq: 0,
+                    processing: HashSet::new(),
+                    dirty: HashMap::new(),
+                    failures: HashMap::new(),
+                    delayed: BTreeMap::new(),
+                    delayed_index: HashMap::new(),
+                    shutting_down: false,
+                }),
+                ready: Notify::new(),
+                idle: Notify::new(),
+            }),
+        }
+    }
+
+    /// The queue's name (metrics label).
+    pub fn name(&self) -> &str {
+        &self.shared.name
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State<K>> {
+        // A panic while holding the lock cannot leave the state half-updated in a way that
+        // matters more than stopping the controller would, so recover from poisoning.
+        self.shared
+            .state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn update_depth(&self, state: &State<K>) {
+        if let Some(m) = &self.shared.metrics {
+            m.depth
+                .with_label_values(&[self.shared.name.as_str()])
+                .set(i64::try_from(state.queued.len()).unwrap_or(i64::MAX));
+        }
+    }
+
+    /// Queues `key` now (no-op after shutdown).
+    pub fn add(&self, key: K, priority: Priority) {
+        let mut state = self.lock();
+        if state.shutting_down {
+            return;
+        }
+        self.insert(&mut state, key, priority);
+    }
+
+    /// Core of `add`; also used for due delays and dirty keys (which bypass the shutdown check).
+    fn insert(&self, state: &mut State<K>, key: K, priority: Priority) {
+        if state.processing.contains(&key) {
+            let p = state.dirty.get(&key).map_or(priority, |p| p.max(priority));
+            state.dirty.insert(key, p);
+            return;
+        }
+        match state.queued.get(&key).copied() {
+            Some((Priority::Event, _)) => {}
+            Some((Priority::Bulk, _)) if priority == Priority::Bulk => {}
+            existing => {
+                state.seq += 1;
+                let seq = state.seq;
+                state.queued.insert(key.clone(), (priority, seq));
+                match priority {
+                    Priority::Event => state.event.push_back((key, seq)),
+                    Priority::Bulk => state.bulk.push_back((key, seq)),
+                }
+                if existing.is_none() {
+                    if let Some(m) = &self.shared.metrics {
+                        m.adds.with_label_values(&[self.shared.name.as_str()]).inc();
+                    }
+                    self.update_depth(state);
+                }
+                self.shared.ready.notify_one();
+            }
+        }
+    }
+
+    /// Queues `key` once `delay` has passed. Of several pending delays for one key the
+    /// earliest wins; the priority is the highest requested.
+    pub fn add_after(&self, key: K, delay: Duration, priority: Priority) {
+        if delay.is_zero() {
+            return self.add(key, priority);
+        }
+        let mut state = self.lock();
+        if state.shutting_down {
+            return;
+        }
+        let deadline = Instant::now().checked_add(delay);
+        let Some(deadline) = deadline else {
+            // Beyond the clock's range: it will never fire, so do not store it.
+            return;
+        };
+        if let Some(&((at, seq), p)) = state.delayed_index.get(&key) {
+            if at <= deadline {
+                let p = p.max(priority);
+                state.delayed_index.insert(key, ((at, seq), p));
+                return;
+            }
+            state.delayed.remove(&(at, seq));
+        }
+        state.seq += 1;
+        let slot = (deadline, state.seq);
+        state.delayed.insert(slot, key.clone());
+        let p = state
+            .delayed_index
+            .get(&key)
+            .map_or(priority, |(_, p)| p.max(priority));
+        state.delayed_index.insert(key, (slot, p));
+        // A sleeping worker may be waiting for a later deadline.
+        self.shared.ready.notify_one();
+    }
+
+    /// Requeues `key` after its backoff delay and counts the failure.
+    pub fn add_rate_limited(&self, key: K) {
+        let delay = {
+            let mut state = self.lock();
+            if state.shutting_down {
+                return;
+            }
+            let n = state.failures.entry(key.clone()).or_insert(0);
+            let delay = self.shared.backoff.delay(*n);
+            *n = n.saturating_add(1);
+            delay
+        };
+        if let Some(m) = &self.shared.metrics {
+            m.retries
+                .with_label_values(&[self.shared.name.as_str()])
+                .inc();
+        }
+        self.add_after(key, delay, Priority::Event);
+    }
+
+    /// Clears the failure count of `key` (call after a successful sync).
+    pub fn forget(&self, key: &K) {
+        self.lock().failures.remove(key);
+    }
+
+    /// How many times `key` failed since it was last forgotten.
+    pub fn num_requeues(&self, key: &K) -> u32 {
+        self.lock().failures.get(key).copied().unwrap_or(0)
+    }
+
+    /// Keys waiting for a worker (not counting processing or delayed keys).
+    pub fn len(&self) -> usize {
+        self.lock().queued.len()
+    }
+
+    /// True if no key waits for a worker.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// True once [`WorkQueue::shut_down`] was called.
+    pub fn is_shutting_down(&self) -> bool {
+        self.lock().shutting_down
+    }
+
+    /// Moves delayed keys whose deadline passed into the queue; returns the next deadline.
+    fn promote_due(&self, state: &mut State<K>, now: Instant) -> Option<Instant> {
+        while let Some((&(at, seq), _)) = state.delayed.first_key_value() {
+            if at > now {
+                return Some(at);
+            }
+            let Some(key) = state.delayed.remove(&(at, seq)) else {
+                break;
+            };
+            let priority = state
+                .delayed_index
+                .remove(&key)
+                .map_or(Priority::Event, |(_, p)| p);
+            self.insert(state, key, priority);
+        }
+        None
+    }
+
+    fn pop(&self, state: &mut State<K>) -> Option<K> {
+        for lane in [Priority::Event, Priority::Bulk] {
+            loop {
+                let entry = match lane {
+                    Priority::Event => state.event.pop_front(),
+                    Priority::Bulk => state.bulk.pop_front(),
+                };
+                let Some((key, seq)) = entry else { break };
+                if state.queued.get(&key).is_some_and(|&(_, s)| s == seq) {
+                    state.queued.remove(&key);
+                    self.update_depth(state);
+                    return Some(key);
+                }
+            }
+        }
+        None
+    }
+
+    /// Waits for the next key and marks it processing. The caller must call
+    /// [`WorkQueue::done`] with it. Returns `None` once shut down and empty.
+    pub async fn get(&self) -> Option<K> {
+        loop {
+            let notified = self.shared.ready.notified();
+            tokio::pin!(notified);
+            // Register before looking, so an add between the look and the wait is not lost.
+            notified.as_mut().enable();
+            let next_deadline = {
+                let mut state = self.lock();
+                let next = self.promote_due(&mut state, Instant::now());
+                if let Some(key) = self.pop(&mut state) {
+                    state.processing.insert(key.clone());
+                    return Some(key);
+                }
+                if state.shutting_down {
+                    return None;
+                }
+                next
+            };
+            match next_deadline {
+                Some(at) => {
+                    tokio::select! {
+                        _ = &mut notified => {}
+                        _ = tokio::time::sleep_until(at) => {}
+                    }
+                }
+                None => notified.await,
+            }
+        }
+    }
+
+    /// Ends processing of `key`; if it was added meanwhile, it is queued again.
+    pub fn done(&self, key: &K) {
+        let mut state = self.lock();
+        state.processing.remove(key);
+        if let Some(priority) = state.dirty.remove(key) {
+            self.insert(&mut state, key.clone(), priority);
+        }
+        if state.processing.is_empty() && state.queued.is_empty() {
+            self.shared.idle.notify_waiters();
+        }
+    }
+
+    /// Stops accepting keys and drops pending delays; queued keys are still handed out.
+    pub fn shut_down(&self) {
+        let mut state = self.lock();
+        state.shutting_down = true;
+        state.delayed.clear();
+        state.delayed_index.clear();
+        let idle = state.processing.is_empty() && state.queued.is_empty();
+        drop(state);
+        self.shared.ready.notify_waiters();
+        if idle {
+            self.shared.idle.notify_waiters();
+        }
+    }
+
+    /// Waits until no key is queued or processing (use after `shut_down` to drain).
+    pub async fn drained(&self) {
+        loop {
+            let notified = self.shared.idle.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            {
+                let state = self.lock();
+                if state.processing.is_empty() && state.queued.is_empty() {
+                    return;
+                }
+            }
+            notified.await;
+        }
+    }
+
+    /// Runs `workers` workers until the queue is shut down and drained. A key whose handler
+    /// returns `Ok` is forgotten; `Err` or a panic requeues it with backoff.
+    pub async fn run<F, Fut, E>(&self, workers: usize, handler: F)
+    where
+        F: Fn(K) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<(), E>> + Send + 'static,
+        E: fmt::Display + Send + 'static,
+    {
+        let handler = Arc::new(handler);
+        let mut tasks = tokio::task::JoinSet::new();
+        for _ in 0..workers.max(1) {
+            let queue = self.clone();
+            let handler = handler.clone();
+            tasks.spawn(async move {
+                while let Some(key) = queue.get().await {
+                    let outcome = AssertUnwindSafe(handler(key.clone())).catch_unwind().await;
+                    match outcome {
+                        Ok(Ok(())) => queue.forget(&key),
+                        Ok(Err(err)) => {
+                            tracing::warn!(queue = %queue.name(), error = %err, "sync failed; requeued with backoff");
+                            queue.add_rate_limited(key.clone());
+                        }
+                        Err(_) => {
+                            tracing::error!(queue = %queue.name(), "sync panicked; requeued with backoff");
+                            queue.add_rate_limited(key.clone());
+                        }
+                    }
+                    queue.done(&key);
+                }
+            });
+        }
+        while tasks.join_next().await.is_some() {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use tokio::time::timeout;
+
+    /// `get` that must not return within `within` (paused time advances automatically).
+    async fn assert_nothing(q: &WorkQueue<&'static str>, within: Duration) {
+        assert!(
+            timeout(within, q.get()).await.is_err(),
+            "unexpected key available"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn duplicate_adds_are_processed_once() {
+        let q = WorkQueue::new("t");
+        q.add("a", Priority::Event);
+        q.add("a", Priority::Event);
+        q.add("a", Priority::Bulk);
+        assert_eq!(q.len(), 1);
+        assert_eq!(q.get().await, Some("a"));
+        q.done(&"a");
+        assert_nothing(&q, Duration::from_secs(1)).await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn key_added_while_processing_waits_for_done() {
+        let q = WorkQueue::new("t");
+        q.add("a", Priority::Event);
+        assert_eq!(q.get().await, Some("a"));
+        q.add("a", Priority::Event);
+        q.add("a", Priority::Event);
+        // Not handed to a second worker while the first still holds it.
+        assert_nothing(&q, Duration::from_secs(1)).await;
+        q.done(&"a");
+        assert_eq!(q.get().await, Some("a"));
+        q.done(&"a");
+        // The two adds while processing collapsed into one run.
+        assert_nothing(&q, Duration::from_secs(1)).await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn event_keys_are_served_before_bulk_keys() {
+        let q = WorkQueue::new("t");
+        for i in 0..10_000u32 {
+            q.add(i, Priority::Bulk);
+        }
+        q.add(20_000, Priority::Event);
+        assert_eq!(q.get().await, Some(20_000));
+        assert_eq!(q.get().await, Some(0));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn event_add_promotes_a_bulk_key_once() {
+        let q = WorkQueue::new("t");
+        q.add("x", Priority::Bulk);
+        q.add("y", Priority::Bulk);
+        q.add("x", Priority::Event);
+        assert_eq!(q.len(), 2);
+        assert_eq!(q.get().await, Some("x"));
+        assert_eq!(q.get().await, Some("y"));
+        // The stale bulk entry of "x" is skipped, not served twice.
+        q.done(&"x");
+        q.done(&"y");
+        assert_nothing(&q, Duration::from_secs(1)).await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn dirty_key_keeps_the_highest_priority() {
+        let q = WorkQueue::new("t");
+        q.add("a", Priority::Event);
+        assert_eq!(q.get().await, Some("a"));
+        q.add("a", Priority::Bulk);
+        q.add("a", Priority::Event);
+        q.add("b", Priority::Bulk);
+        q.done(&"a");
+        assert_eq!(q.get().await, Some("a"));
+    }
+
+    #[test]
+    fn backoff_doubles_from_5ms_to_1000s() {
+        let b = Backoff::default();
+        assert_eq!(b.delay(0), Duration::from_millis(5));
+        assert_eq!(b.delay(1), Duration::from_millis(10));
+        assert_eq!(b.delay(10), Duration::from_millis(5 * 1024));
+        assert_eq!(b.delay(17), Duration::from_millis(5 << 17));
+        assert_eq!(b.delay(18), Duration::from_secs(1000));
+        assert_eq!(b.delay(u32::MAX), Duration::from_secs(1000));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn failures_back_off_exponentially_and_forget_resets() {
+        let q = WorkQueue::new("t");
+        let start = Instant::now();
+        let mut expected = Duration::ZERO;
+        for n in 0..4u32 {
+            q.add_rate_limited("a");
+            expected += Duration::from_millis(5 << n);
+            assert_eq!(q.get().await, Some("a"));
+            assert_eq!(start.elapsed(), expected);
+            q.done(&"a");
+        }
+        assert_eq!(q.num_requeues(&"a"), 4);
+        q.forget(&"a");
+        assert_eq!(q.num_requeues(&"a"), 0);
+        let t = Instant::now();
+        q.add_rate_limited("a");
+        assert_eq!(q.get().await, Some("a"));
+        assert_eq!(t.elapsed(), Duration::from_millis(5));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn earlier_deadline_wins_later_does_not_postpone() {
+        let q = WorkQueue::new("t");
+        let start = Instant::now();
+        q.add_after("a", Duration::from_secs(10), Priority::Bulk);
+        q.add_after("a", Duration::from_secs(5), Priority::Bulk);
+        q.add_after("b", Duration::from_secs(5), Priority::Bulk);
+        q.add_after("b", Duration::from_secs(10), Priority::Bulk);
+        let first = q.get().await.unwrap();
+        let second = q.get().await.unwrap();
+        assert_eq!(start.elapsed(), Duration::from_secs(5));
+        assert_ne!(first, second);
+        q.done(&first);
+        q.done(&second);
+        // The replaced 10 s deadlines are gone, not duplicated.
+        assert_nothing(&q, Duration::from_secs(60)).await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn delayed_key_wakes_a_waiting_worker() {
+        let q = WorkQueue::new("t");
+        let waiter = {
+            let q = q.clone();
+            tokio::spawn(async move { q.get().await })
+        };
+        tokio::task::yield_now().await;
+        let start = Instant::now();
+        q.add_after("a", Duration::from_secs(3), Priority::Event);
+        assert_eq!(waiter.await.unwrap(), Some("a"));
+        assert_eq!(start.elapsed(), Duration::from_secs(3));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn delayed_priority_is_respected_when_due() {
+        let q = WorkQueue::new("t");
+        q.add("bulk", Priority::Bulk);
+        q.add_after("ev", Duration::from_secs(1), Priority::Event);
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert_eq!(q.get().await, Some("ev"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn shutdown_drains_queued_keys_and_refuses_new_ones() {
+        let q = WorkQueue::new("t");
+        q.add("a", Priority::Event);
+        q.add("b", Priority::Bulk);
+        q.add_after("c", Duration::from_secs(1), Priority::Event);
+        assert_eq!(q.get().await, Some("a"));
+        q.add("a", Priority::Event); // dirty before shutdown: still processed
+        q.shut_down();
+        q.add("d", Priority::Event);
+        q.add_rate_limited("e");
+        q.done(&"a");
+        let mut rest = vec![q.get().await.unwrap(), q.get().await.unwrap()];
+        rest.sort();
+        assert_eq!(rest, vec!["a", "b"]);
+        q.done(&"a");
+        q.done(&"b");
+        assert_eq!(q.get().await, None);
+        q.drained().await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn shutdown_wakes_idle_workers() {
+        let q: WorkQueue<&'static str> = WorkQueue::new("t");
+        let waiter = {
+            let q = q.clone();
+            tokio::spawn(async move { q.get().await })
+        };
+        tokio::task::yield_now().await;
+        q.shut_down();
+        assert_eq!(waiter.await.unwrap(), None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn run_retries_failures_and_forgets_on_success() {
+        let q = WorkQueue::new("t");
+        let calls = Arc::new(AtomicUsize::new(0));
+        q.add("a", Priority::Event);
+        let runner = {
+            let q = q.clone();
+            let calls = calls.clone();
+            tokio::spawn(async move {
+                q.run(2, move |_key| {
+                    let n = calls.fetch_add(1, Ordering::SeqCst);
+                    async move {
+                        match n {
+                            0 => Err("boom"),
+                            1 => panic!("handler panic is contained"),
+                            _ => Ok(()),
+                        }
+                    }
+                })
+                .await
+            })
+        };
+        let start = Instant::now();
+        while calls.load(Ordering::SeqCst) < 3 {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        // Two failures: 5 ms then 10 ms of backoff.
+        assert!(start.elapsed() >= Duration::from_millis(15));
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        assert_eq!(q.num_requeues(&"a"), 0);
+        q.shut_down();
+        runner.await.unwrap();
+        assert_eq!(calls.load(Ordering::SeqCst), 3);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn metrics_count_adds_depth_and_retries() {
+        let registry = prometheus::Registry::new();
+        let metrics = QueueMetrics::register(&registry).unwrap();
+        let q = WorkQueue::with_options("cc-x", Backoff::default(), Some(metrics));
+        q.add("a", Priority::Event);
+        q.add("a", Priority::Event);
+        q.add("b", Priority::Bulk);
+        q.add_rate_limited("c");
+        let value = |name: &str| {
+            registry
+                .gather()
+                .iter()
+                .find(|f| f.name() == name)
+                .map(|f| {
+                    let m = &f.get_metric()[0];
+                    if m.get_counter().value() != 0.0 {
+                        m.get_counter().value()
+                    } else {
+                        m.get_gauge().value()
+                    }
+                })
+                .unwrap_or(-1.0)
+        };
+        assert_eq!(value("workqueue_adds_total"), 2.0);
+        assert_eq!(value("workqueue_depth"), 2.0);
+        assert_eq!(value("workqueue_retries_total"), 1.0);
+        assert_eq!(q.get().await, Some("a"));
+        assert_eq!(value("workqueue_depth"), 1.0);
+    }
+
+    /// Many workers, many adds of few keys: no key is ever processed concurrently, and every
+    /// key added is processed at least once after its last add.
+    fn no_concurrent_processing(adds: Vec<(u8, bool)>, workers: usize) {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_time()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let q: WorkQueue<u8> = WorkQueue::new("p");
+            let active = Arc::new(Mutex::new(HashSet::new()));
+            let processed_after_add = Arc::new(Mutex::new(HashSet::new()));
+            let violations = Arc::new(AtomicUsize::new(0));
+            let runner = {
+                let q = q.clone();
+                let active = active.clone();
+                let seen = processed_after_add.clone();
+                let violations = violations.clone();
+                tokio::spawn(async move {
+                    q.run(workers, move |key: u8| {
+                        let active = active.clone();
+                        let seen = seen.clone();
+                        let violations = violations.clone();
+                        async move {
+                            if !active.lock().unwrap().insert(key) {
+                                violations.fetch_add(1, Ordering::SeqCst);
+                            }
+                            // Stay busy across several polls so overlapping runs would show.
+                            for _ in 0..4 {
+                                tokio::task::yield_now().await;
+                            }
+                            seen.lock().unwrap().insert(key);
+                            active.lock().unwrap().remove(&key);
+                            Ok::<(), String>(())
+                        }
+                    })
+                    .await
+                })
+            };
+            for (key, event) in &adds {
+                processed_after_add.lock().unwrap().remove(key);
+                let p = if *event {
+                    Priority::Event
+                } else {
+                    Priority::Bulk
+                };
+                q.add(*key, p);
+                if key % 2 == 0 {
+                    tokio::task::yield_now().await;
+                }
+            }
+            // Shut down only once every add has been handled; then drain.
+            let expected: HashSet<u8> = adds.iter().map(|(k, _)| *k).collect();
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while *processed_after_add.lock().unwrap() != expected && Instant::now() < deadline {
+                tokio::task::yield_now().await;
+            }
+            q.shut_down();
+            runner.await.unwrap();
+            assert_eq!(violations.load(Ordering::SeqCst), 0);
+            assert_eq!(*processed_after_add.lock().unwrap(), expected);
+        });
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(32))]
+        #[test]
+        fn queue_never_runs_a_key_concurrently(
+            adds in proptest::collection::vec((0u8..6, proptest::bool::ANY), 1..200),
+            workers in 1usize..8,
+        ) {
+            no_concurrent_processing(adds, workers);
+        }
+    }
+}

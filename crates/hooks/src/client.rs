@@ -1,0 +1,560 @@
+//! The hook client: one call = resolve target and credentials, pick the pooled client for
+//! the TLS material, POST the JSON request, check status and size, decode the response.
+
+use std::collections::HashMap;
+use std::error::Error as _;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use base64::Engine as _;
+use bytes::{Bytes, BytesMut};
+use metacontroller_api::hook::{EndpointConfig, Hook, ResponseUnmarshallMode};
+use prometheus::Registry;
+use reqwest::header::{HeaderValue, AUTHORIZATION, CONTENT_TYPE, ETAG, IF_NONE_MATCH, RETRY_AFTER};
+use reqwest::Url;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use tracing::Instrument as _;
+
+use crate::credentials::{self, AuthHeader, ResolvedSettings, Sources};
+use crate::decode::decode;
+use crate::error::HookError;
+use crate::etag::{EtagCache, EtagSettings};
+use crate::metrics::{HookMetrics, OUTCOME_CACHED, OUTCOME_SUCCESS};
+use crate::pool::{ClientPool, OverrideDns};
+use crate::sources::{ConfigMapSource, SecretSource};
+use crate::target::{display_url, hook_timeout, hook_url, HostResolver};
+
+/// Default limit of a response body: 16 MiB.
+pub const DEFAULT_MAX_BODY_BYTES: usize = 16 * 1024 * 1024;
+/// How much of a non-200 body goes into [`HookError::Status`].
+pub const STATUS_BODY_PREFIX_BYTES: usize = 1024;
+
+/// Construction parameters of a [`HookClient`].
+pub struct HookClientConfig {
+    /// Largest accepted response body (default [`DEFAULT_MAX_BODY_BYTES`]).
+    pub max_body_bytes: usize,
+    /// Maps hook hosts to local addresses (tests, dev mode); `None` uses DNS.
+    pub host_resolver: Option<Arc<dyn HostResolver>>,
+    /// Where Secrets referenced by hooks are read; `None` makes such hooks fail.
+    pub secrets: Option<Arc<dyn SecretSource>>,
+    /// Where ConfigMaps referenced by hooks are read; `None` makes such hooks fail.
+    pub config_maps: Option<Arc<dyn ConfigMapSource>>,
+    /// Registry the metrics are registered on; `None` keeps them unregistered.
+    pub registry: Option<Registry>,
+}
+
+impl Default for HookClientConfig {
+    fn default() -> Self {
+        Self {
+            max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+            host_resolver: None,
+            secrets: None,
+            config_maps: None,
+            registry: None,
+        }
+    }
+}
+
+/// Who is calling: labels for metrics and spans, and the ETag cache key.
+#[derive(Debug, Clone, Copy)]
+pub struct CallContext<'a> {
+    /// Controller name (e.g. the CompositeController's `metadata.name`).
+    pub controller: &'a str,
+    /// Hook name (`sync`, `finalize`, `customize`).
+    pub hook_name: &'a str,
+    /// Identifies the parent object (e.g. `namespace/name`); ETag entries are per parent.
+    pub parent_key: &'a str,
+}
+
+/// Calls hook servers. Cheap to clone; clones share connection pools and caches.
+#[derive(Clone)]
+pub struct HookClient {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    pool: ClientPool,
+    resolver: Option<Arc<dyn HostResolver>>,
+    dns: Option<Arc<OverrideDns>>,
+    sources: Sources,
+    max_body_bytes: usize,
+    metrics: HookMetrics,
+    etags: Mutex<HashMap<(String, String), Arc<EtagCache>>>,
+}
+
+impl HookClient {
+    /// Builds the client (and registers its metrics on `config.registry`).
+    pub fn new(config: HookClientConfig) -> Result<Self, HookError> {
+        let dns = config
+            .host_resolver
+            .as_ref()
+            .map(|_| Arc::new(OverrideDns::default()));
+        Ok(Self {
+            inner: Arc::new(Inner {
+                pool: ClientPool::new(dns.clone())?,
+                resolver: config.host_resolver,
+                dns,
+                sources: Sources {
+                    secrets: config.secrets,
+                    config_maps: config.config_maps,
+                },
+                max_body_bytes: config.max_body_bytes,
+                metrics: HookMetrics::new(config.registry.as_ref())?,
+                etags: Mutex::new(HashMap::new()),
+            }),
+        })
+    }
+
+    /// Calls `hook` with `request` and decodes the response as `Resp`, strictly or loosely
+    /// as the hook asks (`responseUnMarshallMode`; loose for v1, strict for v2 by default).
+    pub async fn call<Req, Resp>(
+        &self,
+        ctx: &CallContext<'_>,
+        hook: &Hook,
+        endpoint_configs: &[EndpointConfig],
+        request: &Req,
+    ) -> Result<Resp, HookError>
+    where
+        Req: Serialize + ?Sized,
+        Resp: DeserializeOwned,
+    {
+        let mode = hook
+            .webhook
+            .as_ref()
+            .map(|w| w.effective_unmarshall_mode(hook.effective_version()))
+            .unwrap_or_else(|| ResponseUnmarshallMode::default_for(hook.effective_version()));
+        self.call_with_mode(ctx, hook, endpoint_configs, request, mode)
+            .await
+    }
+
+    /// Like [`HookClient::call`] with an explicit decoding mode.
+    pub async fn call_with_mode<Req, Resp>(
+        &self,
+        ctx: &CallContext<'_>,
+        hook: &Hook,
+        endpoint_configs: &[EndpointConfig],
+        request: &Req,
+        mode: ResponseUnmarshallMode,
+    ) -> Result<Resp, HookError>
+    where
+        Req: Serialize + ?Sized,
+        Resp: DeserializeOwned,
+    {
+        let started = Instant::now();
+        let span = tracing::info_span!(
+            "hook_call",
+            controller = ctx.controller,
+            hook = ctx.hook_name,
+            parent = ctx.parent_key,
+            url = tracing::field::Empty,
+        );
+        let result = async {
+            let (body, url, cached) = self.exchange(ctx, hook, endpoint_configs, request).await?;
+            let decoded = decode::<Resp>(&body, mode)
+                .map_err(|message| HookError::Decode { url, message })?;
+            Ok::<_, HookError>((decoded, cached))
+        }
+        .instrument(span.clone())
+        .await;
+        let outcome = match &result {
+            Ok((_, true)) => OUTCOME_CACHED,
+            Ok((_, false)) => OUTCOME_SUCCESS,
+            Err(err) => err.kind(),
+        };
+        self.inner.metrics.observe(
+            ctx.controller,
+            ctx.hook_name,
+            outcome,
+            started.elapsed().as_secs_f64(),
+        );
+        match result {
+            Ok((value, _)) => Ok(value),
+            Err(err) => {
+                span.in_scope(|| tracing::debug!(error = %err, "hook call failed"));
+                Err(err)
+            }
+        }
+    }
+
+    /// Drops the ETag entries of one parent of a controller (e.g. after it was deleted).
+    pub fn forget_parent(&self, controller: &str, parent_key: &str) {
+        let etags = self.inner.etags.lock().unwrap_or_else(|e| e.into_inner());
+        for ((c, _), cache) in etags.iter() {
+            if c == controller {
+                cache.forget_parent(parent_key);
+            }
+        }
+    }
+
+    /// Drops all ETag caches of a controller (e.g. after it was deleted).
+    pub fn forget_controller(&self, controller: &str) {
+        let mut etags = self.inner.etags.lock().unwrap_or_else(|e| e.into_inner());
+        etags.retain(|(c, _), _| c != controller);
+    }
+
+    /// Number of ETag entries cached for a controller's hook (for tests and diagnostics).
+    pub fn etag_entries(&self, controller: &str, hook_name: &str) -> usize {
+        let etags = self.inner.etags.lock().unwrap_or_else(|e| e.into_inner());
+        etags
+            .get(&(controller.to_owned(), hook_name.to_owned()))
+            .map_or(0, |cache| cache.len())
+    }
+
+    /// Number of pooled clients with non-default TLS material (for tests and diagnostics).
+    pub fn tls_client_count(&self) -> usize {
+        self.inner.pool.len()
+    }
+
+    /// Sends the request; returns the response body, the hook URL as shown in messages,
+    /// and whether the body came from the ETag cache.
+    async fn exchange<Req: Serialize + ?Sized>(
+        &self,
+        ctx: &CallContext<'_>,
+        hook: &Hook,
+        endpoint_configs: &[EndpointConfig],
+        request: &Req,
+    ) -> Result<(Bytes, String, bool), HookError> {
+        let webhook = hook
+            .webhook
+            .as_ref()
+            .ok_or_else(|| HookError::config("hook has no webhook"))?;
+        let url = hook_url(webhook)?;
+        let shown_url = display_url(&url);
+        tracing::Span::current().record("url", shown_url.as_str());
+        let timeout = hook_timeout(webhook)?;
+        let settings = match credentials::select(webhook, &url, endpoint_configs) {
+            Some(selected) => credentials::resolve(&selected, &self.inner.sources).await?,
+            None => ResolvedSettings::default(),
+        };
+        let client = self.inner.pool.client(&settings.tls)?;
+        let connect_url = self.route(&url);
+        let secrets = Redactor::new(settings.auth.as_ref(), &url);
+
+        let body = serde_json::to_vec(request).map_err(|err| HookError::Encode {
+            message: err.to_string(),
+        })?;
+        tracing::trace!(body = %secrets.scrub(&body), "hook request");
+
+        let etag_cache = EtagSettings::from_config(webhook.etag.as_ref())
+            .map(|settings| self.etag_cache(ctx, settings));
+        let cached = etag_cache
+            .as_ref()
+            .and_then(|cache| cache.get(url.as_str(), ctx.parent_key));
+
+        let mut builder = client
+            .post(connect_url)
+            .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
+            .body(body);
+        if let Some(auth) = &settings.auth {
+            builder = builder.header(AUTHORIZATION, auth.header_value().clone());
+        }
+        if let Some(entry) = &cached {
+            if let Ok(value) = HeaderValue::from_str(&entry.etag) {
+                builder = builder.header(IF_NONE_MATCH, value);
+            }
+        }
+
+        let max_body = self.inner.max_body_bytes;
+        let transfer = async {
+            let response = builder
+                .send()
+                .await
+                .map_err(|err| transport_error(&shown_url, timeout, err))?;
+            let status = response.status().as_u16();
+            match status {
+                200 => {
+                    let etag = response
+                        .headers()
+                        .get(ETAG)
+                        .and_then(|v| v.to_str().ok())
+                        .map(str::to_owned);
+                    let body = read_body(response, max_body, &shown_url, timeout).await?;
+                    Ok(Fetched::Fresh { body, etag })
+                }
+                304 | 412 if cached.is_some() => {
+                    // Read the (normally empty) body so the connection can be reused.
+                    let _ =
+                        read_body(response, STATUS_BODY_PREFIX_BYTES, &shown_url, timeout).await;
+                    Ok(Fetched::NotModified)
+                }
+                429 => Err(HookError::TooManyRequests {
+                    url: shown_url.clone(),
+                    retry_after: retry_after(response.headers().get(RETRY_AFTER)),
+                }),
+                _ => {
+                    let prefix = read_prefix(response, STATUS_BODY_PREFIX_BYTES).await;
+                    Err(HookError::Status {
+                        url: shown_url.clone(),
+                        status,
+                        body: secrets.scrub(&prefix),
+                    })
+                }
+            }
+        };
+        let fetched = match tokio::time::timeout(timeout, transfer).await {
+            Ok(result) => result?,
+            Err(_) => {
+                return Err(HookError::Timeout {
+                    url: shown_url,
+                    timeout,
+                })
+            }
+        };
+
+        match fetched {
+            Fetched::Fresh { body, etag } => {
+                tracing::trace!(body = %secrets.scrub(&body), "hook response");
+                if let Some(cache) = &etag_cache {
+                    match etag {
+                        Some(tag) => cache.put(url.as_str(), ctx.parent_key, tag, body.clone()),
+                        None => cache.remove(url.as_str(), ctx.parent_key),
+                    }
+                }
+                Ok((body, shown_url, false))
+            }
+            Fetched::NotModified => {
+                let Some(entry) = cached else {
+                    unreachable!("304/412 is only accepted with a cached entry")
+                };
+                tracing::debug!("hook response not modified; using the cached body");
+                tracing::trace!(body = %secrets.scrub(&entry.body), "hook response (cached)");
+                Ok((entry.body, shown_url, true))
+            }
+        }
+    }
+
+    /// The URL to connect to: the hook URL, or its host and port replaced as the host
+    /// resolver says. Host names stay in the URL (for TLS), routed by the DNS override.
+    fn route(&self, url: &Url) -> Url {
+        let (Some(resolver), Some(host), Some(port)) = (
+            self.inner.resolver.as_ref(),
+            url.host_str(),
+            url.port_or_known_default(),
+        ) else {
+            return url.clone();
+        };
+        let bare_host = host.trim_start_matches('[').trim_end_matches(']');
+        let Some(addr) = resolver.resolve(bare_host, port) else {
+            return url.clone();
+        };
+        let mut routed = url.clone();
+        match url.domain() {
+            Some(name) => {
+                if let Some(dns) = &self.inner.dns {
+                    dns.set(name, addr.ip());
+                }
+            }
+            None => {
+                let _ = routed.set_ip_host(addr.ip());
+            }
+        }
+        let _ = routed.set_port(Some(addr.port()));
+        routed
+    }
+
+    fn etag_cache(&self, ctx: &CallContext<'_>, settings: EtagSettings) -> Arc<EtagCache> {
+        let mut etags = self.inner.etags.lock().unwrap_or_else(|e| e.into_inner());
+        let key = (ctx.controller.to_owned(), ctx.hook_name.to_owned());
+        match etags.get(&key) {
+            Some(cache) if cache.settings() == settings => cache.clone(),
+            // New hook, or its ETag settings changed: start a fresh cache.
+            _ => {
+                let cache = EtagCache::new(settings);
+                etags.insert(key, cache.clone());
+                cache
+            }
+        }
+    }
+}
+
+enum Fetched {
+    Fresh { body: Bytes, etag: Option<String> },
+    NotModified,
+}
+
+/// Reads the whole body, failing as soon as it exceeds `limit`.
+async fn read_body(
+    mut response: reqwest::Response,
+    limit: usize,
+    url: &str,
+    timeout: Duration,
+) -> Result<Bytes, HookError> {
+    let oversize = || HookError::Oversize {
+        url: url.to_owned(),
+        limit,
+    };
+    if response
+        .content_length()
+        .is_some_and(|len| len > limit as u64)
+    {
+        return Err(oversize());
+    }
+    let mut first: Option<Bytes> = None;
+    let mut rest: Option<BytesMut> = None;
+    let mut total = 0usize;
+    while let Some(chunk) = response
+        .chunk()
+        .await
+        .map_err(|err| transport_error(url, timeout, err))?
+    {
+        total += chunk.len();
+        if total > limit {
+            return Err(oversize());
+        }
+        // One chunk is the common case for small bodies: keep it without copying.
+        match (&mut first, &mut rest) {
+            (None, _) => first = Some(chunk),
+            (Some(head), None) => {
+                let mut buf = BytesMut::with_capacity(total.max(head.len() * 2));
+                buf.extend_from_slice(head);
+                buf.extend_from_slice(&chunk);
+                rest = Some(buf);
+            }
+            (Some(_), Some(buf)) => buf.extend_from_slice(&chunk),
+        }
+    }
+    Ok(match (first, rest) {
+        (_, Some(buf)) => buf.freeze(),
+        (Some(head), None) => head,
+        (None, None) => Bytes::new(),
+    })
+}
+
+/// Up to `limit` bytes of the body; transport errors just end the prefix.
+async fn read_prefix(mut response: reqwest::Response, limit: usize) -> Vec<u8> {
+    let mut prefix = Vec::new();
+    while prefix.len() < limit {
+        match response.chunk().await {
+            Ok(Some(chunk)) => {
+                let take = chunk.len().min(limit - prefix.len());
+                prefix.extend_from_slice(&chunk[..take]);
+            }
+            _ => break,
+        }
+    }
+    prefix
+}
+
+fn transport_error(url: &str, timeout: Duration, err: reqwest::Error) -> HookError {
+    if err.is_timeout() {
+        return HookError::Timeout {
+            url: url.to_owned(),
+            timeout,
+        };
+    }
+    // Without the URL: reqwest would print it with any userinfo.
+    let err = err.without_url();
+    let mut parts = vec![err.to_string()];
+    let mut source = err.source();
+    while let Some(cause) = source {
+        let text = cause.to_string();
+        if parts.last() != Some(&text) {
+            parts.push(text);
+        }
+        source = cause.source();
+    }
+    HookError::Transport {
+        url: url.to_owned(),
+        message: parts.join(": "),
+    }
+}
+
+/// `Retry-After` as seconds or an HTTP date.
+fn retry_after(value: Option<&HeaderValue>) -> Option<Duration> {
+    let text = value?.to_str().ok()?.trim();
+    if let Ok(seconds) = text.parse::<u64>() {
+        return Some(Duration::from_secs(seconds));
+    }
+    let at = httpdate::parse_http_date(text).ok()?;
+    Some(
+        at.duration_since(std::time::SystemTime::now())
+            .unwrap_or(Duration::ZERO),
+    )
+}
+
+/// Credentials sent with a call (auth header pieces, URL userinfo password and the Basic
+/// pair reqwest derives from it). A server may echo request headers in an error page, and
+/// bodies are logged at trace level: both pass through [`Redactor::scrub`].
+struct Redactor {
+    needles: Vec<String>,
+}
+
+impl Redactor {
+    fn new(auth: Option<&AuthHeader>, url: &Url) -> Self {
+        let mut needles: Vec<String> = auth
+            .map(|auth| auth.secret_parts().map(str::to_owned).collect())
+            .unwrap_or_default();
+        if let Some(password) = url.password() {
+            let decoded = percent_decode(password);
+            let user = percent_decode(url.username());
+            needles.push(
+                base64::engine::general_purpose::STANDARD.encode(format!("{user}:{decoded}")),
+            );
+            needles.push(password.to_owned());
+            needles.push(decoded);
+        }
+        needles.retain(|n| !n.is_empty());
+        Self { needles }
+    }
+
+    fn scrub(&self, bytes: &[u8]) -> String {
+        let mut text = String::from_utf8_lossy(bytes).into_owned();
+        for needle in &self.needles {
+            if text.contains(needle.as_str()) {
+                text = text.replace(needle.as_str(), "[REDACTED]");
+            }
+        }
+        text
+    }
+}
+
+fn percent_decode(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' && i + 2 < bytes.len() {
+            let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).unwrap_or("");
+            if let Ok(byte) = u8::from_str_radix(hex, 16) {
+                out.push(byte);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redactor_scrubs_url_userinfo_secrets() {
+        let url = Url::parse("http://user:p%40ss@host/").unwrap();
+        let redactor = Redactor::new(None, &url);
+        // base64("user:p@ss") is what reqwest sends as Basic credentials.
+        let text = redactor.scrub(b"got p@ss and p%40ss and dXNlcjpwQHNz");
+        assert_eq!(text, "got [REDACTED] and [REDACTED] and [REDACTED]");
+        assert_eq!(percent_decode("a%2"), "a%2");
+    }
+
+    #[test]
+    fn retry_after_reads_seconds_and_dates() {
+        assert_eq!(
+            retry_after(Some(&HeaderValue::from_static("7"))),
+            Some(Duration::from_secs(7))
+        );
+        let past = HeaderValue::from_static("Wed, 21 Oct 2015 07:28:00 GMT");
+        assert_eq!(retry_after(Some(&past)), Some(Duration::ZERO));
+        let future =
+            httpdate::fmt_http_date(std::time::SystemTime::now() + Duration::from_secs(120));
+        let got = retry_after(Some(&HeaderValue::from_str(&future).unwrap())).unwrap();
+        assert!(got > Duration::from_secs(100) && got <= Duration::from_secs(120));
+        assert_eq!(retry_after(Some(&HeaderValue::from_static("soon"))), None);
+        assert_eq!(retry_after(None), None);
+    }
+}

@@ -1,0 +1,233 @@
+//! Credentials never appear in logs (captured at TRACE), error `Display`/`Debug`, or
+//! metrics — even when a hook server echoes the request headers back.
+
+mod support;
+
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::StatusCode;
+use axum::response::Response;
+use metacontroller_api::hook::{Authorization, BasicAuth, ClientTls, SecretKeyReference};
+use metacontroller_hooks::{CallContext, HookClient, HookClientConfig, HookError, MemoryObjects};
+use serde_json::json;
+use support::{hook, server_tls, start, webhook_mut, Ca};
+
+const TOKEN: &str = "tok-SECRET-4d1f9";
+const PASSWORD: &str = "pw-SECRET-77a2c";
+const URL_PASSWORD: &str = "url-SECRET-c0ffee";
+
+#[derive(Clone, Default)]
+struct Capture(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Capture {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Capture {
+    type Writer = Capture;
+    fn make_writer(&'a self) -> Self::Writer {
+        self.clone()
+    }
+}
+
+fn secret_ref(name: &str, key: Option<&str>) -> SecretKeyReference {
+    SecretKeyReference {
+        name: name.into(),
+        namespace: Some("hooks".into()),
+        key: key.map(str::to_owned),
+    }
+}
+
+fn assert_clean(what: &str, text: &str, secrets: &[&str]) {
+    for secret in secrets {
+        assert!(!text.contains(secret), "{what} leaks {secret:?}:\n{text}");
+    }
+}
+
+#[tokio::test]
+async fn credentials_never_reach_logs_errors_or_metrics() {
+    let capture = Capture::default();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::TRACE)
+        .with_writer(capture.clone())
+        .with_ansi(false)
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+
+    // Echoes the Authorization header: in a 401 body, and in a 200 body on /ok.
+    let server = start(None, |seen, _| {
+        let auth = seen.header("authorization").unwrap_or_default();
+        let status = if seen.path == "/ok" {
+            StatusCode::OK
+        } else {
+            StatusCode::UNAUTHORIZED
+        };
+        Response::builder()
+            .status(status)
+            .body(Body::from(format!(r#"{{"echo":"{auth}"}}"#)))
+            .unwrap()
+    })
+    .await;
+
+    let client_ca = Ca::new("client ca");
+    let identity = client_ca.client_leaf("metacontroller");
+    // A distinctive line from the middle of the private key PEM.
+    let key_line = identity.key_pem.lines().nth(1).unwrap().to_owned();
+
+    let objects = Arc::new(MemoryObjects::new());
+    objects.set("hooks", "token", [("token", TOKEN), ("other", PASSWORD)]);
+    objects.set(
+        "hooks",
+        "basic",
+        [("username", "alice"), ("password", PASSWORD)],
+    );
+    objects.set(
+        "hooks",
+        "client",
+        [
+            ("tls.crt", identity.cert_pem.clone()),
+            ("tls.key", identity.key_pem.clone()),
+        ],
+    );
+    let registry = prometheus::Registry::new();
+    let client = HookClient::new(HookClientConfig {
+        secrets: Some(objects.clone()),
+        config_maps: Some(objects.clone()),
+        registry: Some(registry.clone()),
+        ..HookClientConfig::default()
+    })
+    .unwrap();
+    let ctx = CallContext {
+        controller: "ctl",
+        hook_name: "sync",
+        parent_key: "ns/p",
+    };
+    // base64("alice:<PASSWORD>"), as sent in the Basic header.
+    let basic_pair = "YWxpY2U6cHctU0VDUkVULTc3YTJj";
+    let url_pair_password = URL_PASSWORD;
+    let secrets = [
+        TOKEN,
+        PASSWORD,
+        basic_pair,
+        URL_PASSWORD,
+        url_pair_password,
+        key_line.as_str(),
+    ];
+
+    let mut errors: Vec<HookError> = Vec::new();
+    let mut run = |result: Result<serde_json::Value, HookError>| match result {
+        Ok(value) => assert_clean("decoded response", &value.to_string(), &[]),
+        Err(err) => errors.push(err),
+    };
+
+    // Bearer token: echoed in a 401 (error body) and in a 200 (trace-logged body).
+    let mut bearer = hook(&server.url("http", "/deny"));
+    webhook_mut(&mut bearer).authorization = Some(Authorization {
+        type_: None,
+        secret_ref: secret_ref("token", Some("token")),
+    });
+    run(call(&client, &ctx, &bearer).await);
+    let mut bearer_ok = hook(&server.url("http", "/ok"));
+    webhook_mut(&mut bearer_ok).authorization = webhook_mut(&mut bearer).authorization.clone();
+    run(call(&client, &ctx, &bearer_ok).await);
+
+    // Basic auth, echoed.
+    let mut basic = hook(&server.url("http", "/deny"));
+    webhook_mut(&mut basic).basic_auth = Some(BasicAuth {
+        secret_ref: secret_ref("basic", None),
+        ..BasicAuth::default()
+    });
+    run(call(&client, &ctx, &basic).await);
+
+    // Password in URL userinfo.
+    let with_userinfo = format!("http://bob:{URL_PASSWORD}@{}/deny", server.addr);
+    run(call(&client, &ctx, &hook(&with_userinfo)).await);
+    let unreachable = format!("http://bob:{URL_PASSWORD}@127.0.0.1:1/deny");
+    run(call(&client, &ctx, &hook(&unreachable)).await);
+
+    // Missing key next to secret values; Basic type refused.
+    let mut missing = bearer.clone();
+    webhook_mut(&mut missing).authorization = Some(Authorization {
+        type_: None,
+        secret_ref: secret_ref("token", Some("absent")),
+    });
+    run(call(&client, &ctx, &missing).await);
+    let mut basic_type = bearer.clone();
+    webhook_mut(&mut basic_type).authorization = Some(Authorization {
+        type_: Some("Basic".into()),
+        secret_ref: secret_ref("token", Some("token")),
+    });
+    run(call(&client, &ctx, &basic_type).await);
+
+    // mTLS key against a server whose CA we do not trust.
+    let server_ca = Ca::new("server ca");
+    let tls_server = start(
+        Some(server_tls(
+            &server_ca.server_leaf(&["localhost"]),
+            Some(&client_ca),
+        )),
+        |_, _| support::json(StatusCode::OK, "{}"),
+    )
+    .await;
+    let mut mtls = hook(&format!("https://localhost:{}/", tls_server.addr.port()));
+    webhook_mut(&mut mtls).client_tls = Some(ClientTls {
+        secret_ref: secret_ref("client", None),
+        ..ClientTls::default()
+    });
+    run(call(&client, &ctx, &mtls).await);
+
+    assert_eq!(errors.len(), 7, "{errors:#?}");
+    for err in &errors {
+        assert_clean("error Display", &err.to_string(), &secrets);
+        assert_clean("error Debug", &format!("{err:?}"), &secrets);
+    }
+    // The echo really happened and was scrubbed, so the test can fail.
+    let echoed = errors[0].to_string();
+    assert!(echoed.contains("Bearer [REDACTED]"), "{echoed}");
+
+    let logs = String::from_utf8(capture.0.lock().unwrap().clone()).unwrap();
+    assert!(
+        logs.contains("hook request"),
+        "trace capture works:\n{logs}"
+    );
+    assert!(
+        logs.contains("hook response"),
+        "trace capture works:\n{logs}"
+    );
+    assert!(
+        logs.contains("parent=\"ns/p\"") || logs.contains("parent=ns/p"),
+        "{logs}"
+    );
+    assert_clean("logs", &logs, &secrets);
+
+    let mut metrics = String::new();
+    prometheus::TextEncoder::new()
+        .encode_utf8(&registry.gather(), &mut metrics)
+        .unwrap();
+    assert!(metrics.contains("metacontroller_hook_requests_total"));
+    assert_clean("metrics", &metrics, &secrets);
+
+    assert_clean("MemoryObjects Debug", &format!("{objects:?}"), &secrets);
+}
+
+async fn call(
+    client: &HookClient,
+    ctx: &CallContext<'_>,
+    hook: &metacontroller_api::hook::Hook,
+) -> Result<serde_json::Value, HookError> {
+    tokio::time::timeout(
+        Duration::from_secs(20),
+        client.call(ctx, hook, &[], &json!({"parent": {"name": "p"}})),
+    )
+    .await
+    .expect("call did not finish in 20s")
+}

@@ -1,0 +1,117 @@
+//! `metacontroller run`: the controller process. For now it connects, lists the
+//! CompositeControllers and DecoratorControllers it would manage and logs them; the
+//! controller runtime issue fills in the reconcilers.
+
+use std::time::Duration;
+
+use anyhow::Context;
+use kube::api::{Api, ApiResource, DynamicObject, ListParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::core::GroupVersionKind;
+use kube::{Client, Config};
+
+use crate::cli::ControllerArgs;
+
+const GROUP: &str = "metacontroller.k8s.io";
+const VERSION: &str = "v1alpha1";
+
+/// Builds a client from --kubeconfig, else the usual inference ($KUBECONFIG,
+/// ~/.kube/config, in-cluster service account).
+pub async fn client(args: &ControllerArgs) -> anyhow::Result<Client> {
+    let config = match &args.kubeconfig {
+        Some(path) => {
+            let kubeconfig = Kubeconfig::read_from(path)
+                .with_context(|| format!("reading kubeconfig {}", path.display()))?;
+            Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+                .await
+                .with_context(|| format!("loading kubeconfig {}", path.display()))?
+        }
+        None => Config::infer()
+            .await
+            .context("no kubeconfig found (set --kubeconfig or $KUBECONFIG, or run in a pod)")?,
+    };
+    Client::try_from(config).context("building the Kubernetes client")
+}
+
+/// Runs the controller until Ctrl-C.
+pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
+    log_compat_flags(&args);
+    let client = client(&args).await?;
+    tokio::select! {
+        result = discover_controllers(&client, &args) => result?,
+        _ = tokio::signal::ctrl_c() => return Ok(()),
+    }
+    tokio::signal::ctrl_c()
+        .await
+        .context("waiting for Ctrl-C")?;
+    tracing::info!("shutting down");
+    Ok(())
+}
+
+/// Lists both controller kinds, retrying with backoff while the API server or the CRDs
+/// are unavailable, and logs what it finds.
+async fn discover_controllers(client: &Client, args: &ControllerArgs) -> anyhow::Result<()> {
+    let selector = args.target_label_selector.trim();
+    let params = if selector.is_empty() {
+        ListParams::default()
+    } else {
+        ListParams::default().labels(selector)
+    };
+    let mut delay = Duration::from_secs(1);
+    loop {
+        match list_controllers(client, &params).await {
+            Ok(found) => {
+                for (kind, names) in found {
+                    tracing::info!(kind, count = names.len(), names = ?names, "found controllers");
+                }
+                return Ok(());
+            }
+            Err(err) => {
+                tracing::error!(error = %format!("{err:#}"), retry_in = ?delay, "cannot list controllers");
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(60));
+            }
+        }
+    }
+}
+
+async fn list_controllers(
+    client: &Client,
+    params: &ListParams,
+) -> anyhow::Result<Vec<(&'static str, Vec<String>)>> {
+    let mut found = Vec::new();
+    for (kind, plural) in [
+        ("CompositeController", "compositecontrollers"),
+        ("DecoratorController", "decoratorcontrollers"),
+    ] {
+        let resource =
+            ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(GROUP, VERSION, kind), plural);
+        let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
+        let list = api.list(params).await.map_err(|err| match &err {
+            kube::Error::Api(status) if status.code == 404 => anyhow::anyhow!(
+                "{kind} is not served by the API server: install the CRDs from deploy/crds ({err})"
+            ),
+            _ => anyhow::Error::new(err).context(format!("listing {plural}")),
+        })?;
+        let names = list
+            .items
+            .into_iter()
+            .filter_map(|item| item.metadata.name)
+            .collect();
+        found.push((kind, names));
+    }
+    Ok(found)
+}
+
+/// Upstream flags we accept so existing manifests start, but do not act on yet.
+fn log_compat_flags(args: &ControllerArgs) {
+    if args.pprof_address != "0" {
+        tracing::warn!(pprof_address = %args.pprof_address, "--pprof-address is accepted for compatibility; pprof is not served");
+    }
+    if args.api || args.api_trigger_sync {
+        tracing::warn!("--api/--api-trigger-sync are accepted for compatibility; the HTTP API is not served yet");
+    }
+    if args.leader_election {
+        tracing::warn!("--leader-election is accepted; leader election is not implemented yet");
+    }
+}
