@@ -185,14 +185,15 @@ pub fn run_once(st: &mut State) -> bool {
     // Dependents: delete when all owners are gone (or waiting for dependents),
     // drop dangling references when some owner remains.
     for (info, ns, name, obj) in &items {
-        let refs = owner_refs(obj);
-        if refs.is_empty() || is_deleting(obj) {
+        if owner_refs(obj).is_empty() {
             continue;
         }
+        // Earlier steps of this pass may have changed it: decide on the current state.
         let Some(cur) = st.get(&info.gr(), ns, name) else {
             continue;
         };
-        if meta_str(&cur, "uid") != meta_str(obj, "uid") {
+        let refs = owner_refs(&cur);
+        if refs.is_empty() || is_deleting(&cur) || meta_str(&cur, "uid") != meta_str(obj, "uid") {
             continue;
         }
         let mut solid = Vec::new();
