@@ -306,9 +306,7 @@ pub fn create(
     check_type(info, version, &mut obj)?;
     let ns = check_namespace(info, url_ns, &mut obj)?;
     if info.is_custom() && crd::is_terminating(st, info) {
-        return Err(ApiError::method_not_allowed(format!(
-            "create not allowed while custom resource definition is terminating"
-        )));
+        return Err(ApiError::method_not_allowed("create not allowed while custom resource definition is terminating"));
     }
     {
         let meta = meta_mut(&mut obj)?;

@@ -390,9 +390,7 @@ async fn handle_inner(sh: Arc<Shared>, req: Request) -> ApiResult<Response> {
         "watch" => watch::serve(sh.clone(), rreq),
         "create" => {
             if rreq.name.is_some() {
-                return Err(ApiError::method_not_allowed(format!(
-                    "the server does not allow this method on the requested resource"
-                )));
+                return Err(ApiError::method_not_allowed("the server does not allow this method on the requested resource"));
             }
             create(&sh, &rreq, &content_type, &body)
         }
