@@ -107,10 +107,29 @@ fn delete(st: &mut State, info: &Arc<ResourceInfo>, ns: &str, name: &str, p: Pro
     ops::delete(st, info, ns, name, &opts).is_ok()
 }
 
+/// The service-account controller's part: every active namespace gets a `default` ServiceAccount.
+fn ensure_default_service_accounts(st: &mut State) -> bool {
+    let (Some(ns_info), Some(sa_info)) = (
+        st.registry.get_gr("", "namespaces"),
+        st.registry.get_gr("", "serviceaccounts"),
+    ) else {
+        return false;
+    };
+    let mut changed = false;
+    for ((_, ns), obj) in st.list(&ns_info.gr(), None) {
+        if is_deleting(&obj) || st.get(&sa_info.gr(), &ns, "default").is_some() {
+            continue;
+        }
+        let sa = json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default", "namespace": ns}});
+        changed |= ops::create(st, &sa_info, "v1", Some(&ns), sa, &WriteOpts::default()).is_ok();
+    }
+    changed
+}
+
 /// One reconciliation pass over everything; returns whether it changed anything.
 pub fn run_once(st: &mut State) -> bool {
+    let mut changed = ensure_default_service_accounts(st);
     let items = snapshot(st);
-    let mut changed = false;
     let mut dependents: HashMap<String, Vec<usize>> = HashMap::new();
     for (i, (_, _, _, obj)) in items.iter().enumerate() {
         for r in owner_refs(obj) {

@@ -21,6 +21,7 @@ mod hooks;
 mod openapi;
 mod ops;
 mod patch;
+mod protobuf;
 mod registry;
 mod scale;
 pub mod schema;

@@ -306,7 +306,9 @@ pub fn create(
     check_type(info, version, &mut obj)?;
     let ns = check_namespace(info, url_ns, &mut obj)?;
     if info.is_custom() && crd::is_terminating(st, info) {
-        return Err(ApiError::method_not_allowed("create not allowed while custom resource definition is terminating"));
+        return Err(ApiError::method_not_allowed(
+            "create not allowed while custom resource definition is terminating",
+        ));
     }
     {
         let meta = meta_mut(&mut obj)?;
@@ -384,6 +386,10 @@ pub fn create(
 
 /// Hook run after every stored write.
 fn after_write(st: &mut State, info: &ResourceInfo, obj: &Arc<Value>) {
+    if info.group.is_empty() && info.resource == "namespaces" {
+        // New namespaces get their default ServiceAccount from the controllers.
+        st.controllers_dirty = true;
+    }
     if crd::is_crd(info) {
         crd::sync_registry(st, obj);
     }

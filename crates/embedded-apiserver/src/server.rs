@@ -390,7 +390,9 @@ async fn handle_inner(sh: Arc<Shared>, req: Request) -> ApiResult<Response> {
         "watch" => watch::serve(sh.clone(), rreq),
         "create" => {
             if rreq.name.is_some() {
-                return Err(ApiError::method_not_allowed("the server does not allow this method on the requested resource"));
+                return Err(ApiError::method_not_allowed(
+                    "the server does not allow this method on the requested resource",
+                ));
             }
             create(&sh, &rreq, &content_type, &body)
         }
@@ -642,7 +644,7 @@ pub(crate) fn decode_body(content_type: &str, body: &Bytes) -> ApiResult<Value> 
             serde_yaml::from_slice::<Value>(body)
                 .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))
         }
-        "application/vnd.kubernetes.protobuf" => Err(ApiError::unsupported_media_type(ct)),
+        crate::protobuf::CONTENT_TYPE => crate::protobuf::decode(body),
         _ => serde_json::from_slice::<Value>(body).map_err(|e| {
             ApiError::bad_request(format!(
                 "Object 'Kind' is missing in '{}': {e}",

@@ -161,6 +161,9 @@ async fn names_namespaces_and_generate_name() {
         assert_eq!(e.message, "namespaces \"nope\" not found");
 
         let nss: Api<Namespace> = Api::all(client.clone());
+        nss.create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": "fresh"}})).unwrap()).await.unwrap();
+        let sas: Api<k8s_openapi::api::core::v1::ServiceAccount> = Api::namespaced(client.clone(), "fresh");
+        eventually(5, || async { sas.get_opt("default").await.unwrap().is_some() }).await;
         let ns = nss.get("default").await.unwrap();
         assert_eq!(ns.metadata.labels.unwrap()["kubernetes.io/metadata.name"], "default");
         assert_eq!(ns.status.unwrap().phase.as_deref(), Some("Active"));

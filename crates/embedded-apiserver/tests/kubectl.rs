@@ -353,3 +353,68 @@ async fn kubectl_get_watch_streams_changes() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn kubectl_imperative_create_commands() {
+    let Some((_s, k)) = setup().await else { return };
+    within(120, async {
+        // These go through kubectl's typed clients, which send protobuf bodies.
+        assert_eq!(
+            k.ok(&["create", "namespace", "team"]).await.trim(),
+            "namespace/team created"
+        );
+        k.ok(&[
+            "create",
+            "configmap",
+            "settings",
+            "-n",
+            "team",
+            "--from-literal=mode=fast",
+        ])
+        .await;
+        k.ok(&[
+            "create",
+            "secret",
+            "generic",
+            "creds",
+            "-n",
+            "team",
+            "--from-literal=user=admin",
+        ])
+        .await;
+        k.ok(&["create", "serviceaccount", "robot", "-n", "team"])
+            .await;
+        assert_eq!(
+            k.ok(&[
+                "get",
+                "cm",
+                "settings",
+                "-n",
+                "team",
+                "-o",
+                "jsonpath={.data.mode}"
+            ])
+            .await,
+            "fast"
+        );
+        assert_eq!(
+            k.ok(&[
+                "get",
+                "secret",
+                "creds",
+                "-n",
+                "team",
+                "-o",
+                "jsonpath={.data.user}"
+            ])
+            .await,
+            "YWRtaW4="
+        );
+        k.ok(&["get", "sa", "robot", "-n", "team"]).await;
+        k.ok(&["delete", "namespace", "team", "--timeout=20s"])
+            .await;
+        let (ok, _, _) = k.run(&["get", "namespace", "team"]).await;
+        assert!(!ok, "namespace removed after its contents");
+    })
+    .await;
+}
