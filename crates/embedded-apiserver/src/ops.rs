@@ -29,6 +29,8 @@ pub struct WriteResult {
     /// The object as stored (storage version).
     pub object: Arc<Value>,
     pub warnings: Vec<String>,
+    /// True when a PUT created the object (resources that allow create-on-update).
+    pub created: bool,
 }
 
 /// Which part of an object an update addresses.
@@ -374,6 +376,7 @@ pub fn create(
         return Ok(WriteResult {
             object: Arc::new(obj),
             warnings,
+            created: false,
         });
     }
     let stored = st.put(info, obj, EventType::Added);
@@ -381,6 +384,7 @@ pub fn create(
     Ok(WriteResult {
         object: stored,
         warnings,
+        created: false,
     })
 }
 
@@ -428,9 +432,14 @@ pub fn update(
             )));
         }
     }
-    let old = st
-        .get(&info.gr(), &ns, name)
-        .ok_or_else(|| ApiError::not_found(&info.group, &info.resource, name))?;
+    let Some(old) = st.get(&info.gr(), &ns, name) else {
+        if sub == Subresource::Main && allow_create_on_update(info) {
+            let mut res = create(st, info, version, url_ns, body, opts)?;
+            res.created = true;
+            return Ok(res);
+        }
+        return Err(ApiError::not_found(&info.group, &info.resource, name));
+    };
     let body_rv = meta_str(&body, "resourceVersion").to_string();
     let old_rv = meta_str(&old, "resourceVersion").to_string();
     if !body_rv.is_empty() && body_rv != old_rv {
@@ -556,12 +565,14 @@ pub fn update(
         return Ok(WriteResult {
             object: old,
             warnings,
+            created: false,
         });
     }
     if opts.dry_run {
         return Ok(WriteResult {
             object: Arc::new(new),
             warnings,
+            created: false,
         });
     }
     let finished =
@@ -574,7 +585,16 @@ pub fn update(
     Ok(WriteResult {
         object: stored,
         warnings,
+        created: false,
     })
+}
+
+/// Kinds whose strategy lets a PUT create a missing object (leases, events).
+fn allow_create_on_update(info: &ResourceInfo) -> bool {
+    matches!(
+        (info.group.as_str(), info.resource.as_str()),
+        ("coordination.k8s.io", "leases") | ("", "events") | ("events.k8s.io", "events")
+    )
 }
 
 fn namespace_pending(info: &ResourceInfo, obj: &Value) -> bool {

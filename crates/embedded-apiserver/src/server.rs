@@ -706,13 +706,12 @@ fn update(sh: &Shared, r: &ResourceReq, ct: &str, body: &Bytes) -> ApiResult<Res
         )
     })?;
     let obj = ops::to_version(&r.info, &res.object, &r.version);
-    Ok(respond_obj(
-        StatusCode::OK,
-        &r.info,
-        &r.version,
-        &obj,
-        &res.warnings,
-    ))
+    let code = if res.created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    Ok(respond_obj(code, &r.info, &r.version, &obj, &res.warnings))
 }
 
 fn patch_handler(sh: &Shared, r: &ResourceReq, ct: &str, body: &Bytes) -> ApiResult<Response> {

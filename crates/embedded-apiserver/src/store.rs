@@ -41,6 +41,9 @@ pub struct Event {
     /// The object before the change (MODIFIED/DELETED), so selector watches can
     /// turn "moved out of the selection" into DELETED.
     pub prev: Option<Arc<Value>>,
+    /// The watch-stream line for this event in its own type and storage version,
+    /// encoded once and shared by every watcher that sends it unchanged.
+    pub wire: std::sync::OnceLock<axum::body::Bytes>,
 }
 
 /// `(namespace, name)`; namespace is empty for cluster-scoped objects.
@@ -160,6 +163,7 @@ impl State {
             etype,
             object: obj.clone(),
             prev,
+            wire: Default::default(),
         });
         obj
     }
@@ -189,6 +193,7 @@ impl State {
             etype: EventType::Deleted,
             object: obj.clone(),
             prev: Some(old),
+            wire: Default::default(),
         });
         Some(obj)
     }

@@ -97,6 +97,13 @@ impl Encoder {
         Bytes::from(out)
     }
 
+    /// Whether this watcher's encoding of `obj` is the canonical one (no table,
+    /// object already in the requested version) and can be shared.
+    fn shareable(&self, obj: &Value) -> bool {
+        !self.table
+            && obj.get("apiVersion").and_then(Value::as_str) == Some(self.api_version.as_str())
+    }
+
     fn bookmark(&self, rv: u64, initial_end: bool) -> Bytes {
         let mut meta = json!({"resourceVersion": rv.to_string(), "creationTimestamp": null});
         if initial_end {
@@ -228,7 +235,12 @@ pub(crate) fn serve(sh: Arc<Shared>, r: ResourceReq) -> ApiResult<Response> {
                             continue;
                         }
                         if let Some((et, obj)) = visible(&ev, &filter) {
-                            if tx.send(enc.event(et.as_str(), &obj)).await.is_err() {
+                            let line = if et == ev.etype && enc.shareable(&obj) {
+                                ev.wire.get_or_init(|| enc.event(et.as_str(), &obj)).clone()
+                            } else {
+                                enc.event(et.as_str(), &obj)
+                            };
+                            if tx.send(line).await.is_err() {
                                 return;
                             }
                         }

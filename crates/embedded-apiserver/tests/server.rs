@@ -209,3 +209,16 @@ async fn deletecollection_and_events() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn leases_can_be_created_with_put() {
+    let (_s, client) = start().await;
+    within(20, async {
+        let body = json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": "l"}, "spec": {"holderIdentity": "me"}});
+        let (code, _, _) = raw(&client, "PUT", "/apis/coordination.k8s.io/v1/namespaces/default/leases/l", &[("content-type", "application/json")], Some(body.clone())).await;
+        assert_eq!(code, 201);
+        let (code, _, _) = raw(&client, "PUT", "/api/v1/namespaces/default/configmaps/nope", &[("content-type", "application/json")], Some(json!({"metadata": {"name": "nope"}}))).await;
+        assert_eq!(code, 404, "configmaps are not created by PUT");
+    })
+    .await;
+}
