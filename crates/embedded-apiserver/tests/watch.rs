@@ -224,3 +224,34 @@ async fn runtime_watcher_relists_after_410() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn streaming_list_watch_ends_initial_events_with_a_bookmark() {
+    let (_s, client) = start().await;
+    within(20, async {
+        let api: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+        api.create(&PostParams::default(), &cm("one", "web"))
+            .await
+            .unwrap();
+        let mut w = watcher(api.clone(), watcher::Config::default().streaming_lists()).boxed();
+        let mut seen = Vec::new();
+        loop {
+            match w.next().await.unwrap().unwrap() {
+                watcher::Event::InitApply(c) => seen.push(name_of(&c)),
+                watcher::Event::InitDone => break,
+                _ => {}
+            }
+        }
+        assert_eq!(seen, ["one"]);
+        api.create(&PostParams::default(), &cm("two", "web"))
+            .await
+            .unwrap();
+        loop {
+            if let watcher::Event::Apply(c) = w.next().await.unwrap().unwrap() {
+                assert_eq!(name_of(&c), "two");
+                break;
+            }
+        }
+    })
+    .await;
+}
