@@ -31,6 +31,8 @@ struct Column {
     priority: i64,
     /// `None` = name, `Some("")` = age, else a simple JSONPath.
     path: Option<String>,
+    /// Computed cell (takes precedence over `path`).
+    func: Option<fn(&Value) -> Value>,
 }
 
 fn columns(info: &ResourceInfo, version: &str) -> Vec<Column> {
@@ -41,6 +43,7 @@ fn columns(info: &ResourceInfo, version: &str) -> Vec<Column> {
         description: "Name must be unique within a namespace. Is required when creating resources, although some resources may allow a client to request the generation of an appropriate name automatically. Name is primarily intended for creation idempotence and configuration definition. Cannot be updated. More info: https://kubernetes.io/docs/concepts/overview/working-with-objects/names#names".into(),
         priority: 0,
         path: None,
+        func: None,
     };
     let age = || {
         Column {
@@ -50,6 +53,7 @@ fn columns(info: &ResourceInfo, version: &str) -> Vec<Column> {
         description: "CreationTimestamp is a timestamp representing the server time when this object was created. It is not guaranteed to be set in happens-before order across separate operations. Clients may not set this value. It is represented in RFC3339 form and is in UTC.\n\nPopulated by the system. Read-only. Null for lists. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata".into(),
         priority: 0,
         path: Some(String::new()),
+        func: None,
     }
     };
     let simple = |n: &str, p: &str| Column {
@@ -59,6 +63,7 @@ fn columns(info: &ResourceInfo, version: &str) -> Vec<Column> {
         description: String::new(),
         priority: 0,
         path: Some(p.into()),
+        func: None,
     };
     if let Some(crd) = &info.crd {
         let mut cols = vec![name];
@@ -89,6 +94,7 @@ fn columns(info: &ResourceInfo, version: &str) -> Vec<Column> {
                                 .unwrap_or("")
                                 .into(),
                         ),
+                        func: None,
                     });
                 }
             }
@@ -96,19 +102,144 @@ fn columns(info: &ResourceInfo, version: &str) -> Vec<Column> {
         }
         return cols;
     }
+    let computed = |n: &str, f: fn(&Value) -> Value| Column {
+        name: n.into(),
+        type_: "string".into(),
+        format: String::new(),
+        description: String::new(),
+        priority: 0,
+        path: Some("-".into()),
+        func: Some(f),
+    };
     match (info.group.as_str(), info.resource.as_str()) {
         ("", "namespaces") => vec![name, simple("Status", ".status.phase"), age()],
-        ("", "pods") => vec![name, simple("Status", ".status.phase"), age()],
+        ("", "pods") => vec![
+            name,
+            computed("Ready", |o| {
+                let total = o
+                    .pointer("/spec/containers")
+                    .and_then(Value::as_array)
+                    .map_or(0, Vec::len);
+                let ready = o
+                    .pointer("/status/containerStatuses")
+                    .and_then(Value::as_array)
+                    .map_or(0, |a| {
+                        a.iter()
+                            .filter(|c| c.get("ready") == Some(&Value::Bool(true)))
+                            .count()
+                    });
+                json!(format!("{ready}/{total}"))
+            }),
+            simple("Status", ".status.phase"),
+            computed("Restarts", |o| {
+                json!(o
+                    .pointer("/status/containerStatuses")
+                    .and_then(Value::as_array)
+                    .map_or(0, |a| a
+                        .iter()
+                        .filter_map(|c| c.get("restartCount").and_then(Value::as_i64))
+                        .sum::<i64>()))
+            }),
+            age(),
+        ],
         ("", "services") => vec![
             name,
             simple("Type", ".spec.type"),
             simple("Cluster-IP", ".spec.clusterIP"),
+            computed("External-IP", |o| {
+                json!(o
+                    .pointer("/spec/externalIPs")
+                    .and_then(Value::as_array)
+                    .filter(|a| !a.is_empty())
+                    .map_or("<none>".to_string(), |a| {
+                        a.iter()
+                            .filter_map(Value::as_str)
+                            .collect::<Vec<_>>()
+                            .join(",")
+                    }))
+            }),
+            computed("Port(s)", |o| {
+                let ports: Vec<String> = o
+                    .pointer("/spec/ports")
+                    .and_then(Value::as_array)
+                    .map(|a| {
+                        a.iter()
+                            .map(|p| {
+                                let port = p.get("port").and_then(Value::as_i64).unwrap_or(0);
+                                let proto =
+                                    p.get("protocol").and_then(Value::as_str).unwrap_or("TCP");
+                                match p.get("nodePort").and_then(Value::as_i64) {
+                                    Some(np) => format!("{port}:{np}/{proto}"),
+                                    None => format!("{port}/{proto}"),
+                                }
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                json!(if ports.is_empty() {
+                    "<none>".to_string()
+                } else {
+                    ports.join(",")
+                })
+            }),
             age(),
         ],
-        ("", "secrets") => vec![name, simple("Type", ".type"), age()],
-        ("apps", "deployments") | ("apps", "replicasets") | ("apps", "statefulsets") => {
-            vec![name, simple("Replicas", ".spec.replicas"), age()]
-        }
+        ("", "configmaps") => vec![
+            name,
+            computed("Data", |o| {
+                let n = o
+                    .get("data")
+                    .and_then(Value::as_object)
+                    .map_or(0, |m| m.len())
+                    + o.get("binaryData")
+                        .and_then(Value::as_object)
+                        .map_or(0, |m| m.len());
+                json!(n)
+            }),
+            age(),
+        ],
+        ("", "secrets") => vec![
+            name,
+            simple("Type", ".type"),
+            computed("Data", |o| {
+                json!(o
+                    .get("data")
+                    .and_then(Value::as_object)
+                    .map_or(0, |m| m.len()))
+            }),
+            age(),
+        ],
+        ("apps", "deployments") => vec![
+            name,
+            computed("Ready", |o| {
+                json!(format!(
+                    "{}/{}",
+                    int(o, "/status/readyReplicas"),
+                    int(o, "/spec/replicas")
+                ))
+            }),
+            computed("Up-to-date", |o| json!(int(o, "/status/updatedReplicas"))),
+            computed("Available", |o| json!(int(o, "/status/availableReplicas"))),
+            age(),
+        ],
+        ("apps", "statefulsets") => vec![
+            name,
+            computed("Ready", |o| {
+                json!(format!(
+                    "{}/{}",
+                    int(o, "/status/readyReplicas"),
+                    int(o, "/spec/replicas")
+                ))
+            }),
+            age(),
+        ],
+        ("apps", "replicasets") => vec![
+            name,
+            computed("Desired", |o| json!(int(o, "/spec/replicas"))),
+            computed("Current", |o| json!(int(o, "/status/replicas"))),
+            computed("Ready", |o| json!(int(o, "/status/readyReplicas"))),
+            age(),
+        ],
         ("apiextensions.k8s.io", _) => vec![
             name,
             Column {
@@ -118,6 +249,7 @@ fn columns(info: &ResourceInfo, version: &str) -> Vec<Column> {
                 description: String::new(),
                 priority: 0,
                 path: Some(".metadata.creationTimestamp".into()),
+                func: None,
             },
         ],
         _ => vec![name, age()],
@@ -166,7 +298,14 @@ fn eval_path(obj: &Value, path: &str) -> Value {
     }
 }
 
+fn int(o: &Value, ptr: &str) -> i64 {
+    o.pointer(ptr).and_then(Value::as_i64).unwrap_or(0)
+}
+
 fn cell(col: &Column, obj: &Value, now: i64) -> Value {
+    if let Some(f) = col.func {
+        return f(obj);
+    }
     match &col.path {
         None => obj.pointer("/metadata/name").cloned().unwrap_or(json!("")),
         Some(p) if p.is_empty() => {

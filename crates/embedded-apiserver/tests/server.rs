@@ -111,7 +111,7 @@ async fn tables_for_kubectl_get() {
             .iter()
             .map(|c| c["name"].as_str().unwrap())
             .collect();
-        assert_eq!(cols, ["Name", "Age"]);
+        assert_eq!(cols, ["Name", "Data", "Age"]);
         assert_eq!(t["rows"][0]["cells"][0], "t");
         assert_eq!(t["rows"][0]["object"]["kind"], "PartialObjectMetadata");
     })
