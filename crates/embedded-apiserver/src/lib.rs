@@ -1,6 +1,31 @@
 //! `embedded-apiserver`: an in-process Kubernetes API server (storage, watch,
 //! CRDs, discovery, garbage collection) for tests and `metacontroller dev`.
 //!
+//! It serves plain HTTP on loopback and behaves like kube-apiserver + etcd +
+//! the garbage collector for what kube-rs, kubectl and the controller use:
+//! discovery (legacy and aggregated v2/v2beta1), `/version`, health checks, an
+//! OpenAPI v3 index for kubectl's server-side field validation, get/list
+//! (label and field selectors, limit/continue), watch (resourceVersion
+//! replay, bookmarks, `sendInitialEvents`, timeouts, 410 once history is
+//! compacted), create/update/patch (JSON, merge, strategic for built-ins,
+//! apply)/delete/deletecollection, `/status`, `/scale`, `/finalize`, dry-run,
+//! `fieldValidation`, Tables for `kubectl get`, CRDs (all served versions,
+//! pruning/defaulting/validation from the structural schema, status/scale
+//! subresources, cleanup on deletion), finalizers, namespace termination and
+//! background/foreground/orphan garbage collection. Errors are `Status`
+//! objects with the real reasons and messages.
+//!
+//! Built-in kinds: namespaces, configmaps, secrets, services, pods,
+//! serviceaccounts, events (core and events.k8s.io), leases, deployments,
+//! replicasets, statefulsets, daemonsets, jobs, cronjobs, RBAC (4 kinds) and
+//! customresourcedefinitions.
+//!
+//! Not emulated: workload controllers, scheduler, kubelet; protobuf request
+//! bodies other than those of `kubectl create namespace|configmap|secret|
+//! serviceaccount`; unknown-field detection for built-in kinds; conversion
+//! webhooks; server-side apply field ownership until the `ssa` module lands
+//! (apply currently merges the applied configuration).
+//!
 //! ```no_run
 //! # async fn demo() -> Result<(), embedded_apiserver::StartError> {
 //! let server = embedded_apiserver::ApiServer::start(Default::default()).await?;
