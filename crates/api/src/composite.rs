@@ -54,6 +54,11 @@ impl CompositeController {
         }
     }
 
+    /// Checks what the CRD schema cannot (see [`crate::validation`]).
+    pub fn validate(&self) -> Result<(), crate::validation::ValidationErrors> {
+        crate::validation::validate_composite_controller(self)
+    }
+
     /// The finalizer Metacontroller puts on parents when a finalize hook is set.
     pub fn finalizer_name(&self) -> String {
         format!(

@@ -54,6 +54,11 @@ impl DecoratorController {
         }
     }
 
+    /// Checks what the CRD schema cannot (see [`crate::validation`]).
+    pub fn validate(&self) -> Result<(), crate::validation::ValidationErrors> {
+        crate::validation::validate_decorator_controller(self)
+    }
+
     /// The finalizer Metacontroller puts on targets when a finalize hook is set.
     pub fn finalizer_name(&self) -> String {
         format!(

@@ -122,15 +122,11 @@ pub struct Webhook {
 
 impl Webhook {
     /// The effective decoding mode for a hook of the given version: the configured
-    /// mode (loose by default) for v1; always strict for v2, where upstream treats
-    /// unknown or duplicate fields as fatal whatever `responseUnMarshallMode` says.
+    /// mode when set (upstream honours `loose` for v2 hooks too), else loose for v1 and
+    /// strict for v2.
     pub fn effective_unmarshall_mode(&self, version: HookVersion) -> ResponseUnmarshallMode {
-        match version {
-            HookVersion::V1 => self
-                .response_un_marshall_mode
-                .unwrap_or(ResponseUnmarshallMode::Loose),
-            HookVersion::V2 => ResponseUnmarshallMode::Strict,
-        }
+        self.response_un_marshall_mode
+            .unwrap_or_else(|| ResponseUnmarshallMode::default_for(version))
     }
 
     /// The effective call timeout: `timeout` parsed as a Go duration, 10s when unset.
@@ -369,14 +365,14 @@ mod tests {
     }
 
     #[test]
-    fn v2_is_strict_even_when_configured_loose() {
+    fn configured_mode_overrides_the_version_default() {
         let webhook = Webhook {
             response_un_marshall_mode: Some(ResponseUnmarshallMode::Loose),
             ..Webhook::default()
         };
         assert_eq!(
             webhook.effective_unmarshall_mode(HookVersion::V2),
-            ResponseUnmarshallMode::Strict
+            ResponseUnmarshallMode::Loose
         );
         let strict_v1 = Webhook {
             response_un_marshall_mode: Some(ResponseUnmarshallMode::Strict),

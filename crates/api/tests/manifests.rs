@@ -251,3 +251,57 @@ fn crds_are_valid_custom_resource_definitions() {
     );
     assert_eq!(crds::controller_revision()["spec"]["scope"], "Namespaced");
 }
+
+/// The embedded API server's implementation of kube-apiserver's schema handling
+/// (pruning, defaulting, validation) accepts the CRDs and leaves every manifest as is,
+/// apart from the `version: v1` hook default.
+#[test]
+fn embedded_apiserver_schema_keeps_every_manifest_field() {
+    use embedded_apiserver::schema::StructuralSchema;
+    for (name, manifest) in all_manifests() {
+        let kind = manifest["kind"].as_str().unwrap();
+        let crd = crds::all()
+            .into_iter()
+            .find(|c| c["spec"]["names"]["kind"] == kind)
+            .unwrap();
+        let schema = StructuralSchema::from_crd(&crd, "v1alpha1")
+            .unwrap()
+            .unwrap();
+        let mut stored = manifest.clone();
+        schema.apply_defaults(&mut stored);
+        let pruned = schema.prune(&mut stored);
+        assert!(pruned.is_empty(), "{name}: pruned {pruned:?}");
+        let errors = schema.validate(&stored);
+        assert!(errors.is_empty(), "{name}: {errors:?}");
+        // Defaulting only fills in hook versions.
+        let mut expected = manifest.clone();
+        for hook in [
+            "sync",
+            "finalize",
+            "customize",
+            "preUpdateChild",
+            "postUpdateChild",
+        ] {
+            if let Some(h) = expected.pointer_mut(&format!("/spec/hooks/{hook}")) {
+                h.as_object_mut()
+                    .unwrap()
+                    .entry("version")
+                    .or_insert("v1".into());
+            }
+        }
+        assert_eq!(
+            stored, expected,
+            "{name}: defaulting changed more than hook versions"
+        );
+    }
+    // The check can fail: a field the schema lacks is pruned, a bad enum is rejected.
+    let crd = crds::composite_controller();
+    let schema = StructuralSchema::from_crd(&crd, "v1alpha1")
+        .unwrap()
+        .unwrap();
+    let mut bogus = load("upstream-docs.yaml").remove(0);
+    bogus["spec"]["bogus"] = serde_json::json!(1);
+    bogus["spec"]["hooks"]["sync"]["version"] = serde_json::json!("v3");
+    assert_eq!(schema.prune(&mut bogus), vec!["spec.bogus".to_string()]);
+    assert!(!schema.validate(&bogus).is_empty());
+}

@@ -164,6 +164,7 @@ fn unknown_update_methods_and_bad_selectors_are_reported() {
         "resyncPeriodSeconds": -1
     }));
     let errors = validate_composite_controller(&cc).unwrap_err();
+    assert_eq!(cc.validate().unwrap_err(), errors);
     for path in [
         "spec.parentResource.labelSelector.matchExpressions[0].operator",
         "spec.childResources[0].updateStrategy.method",
@@ -192,6 +193,7 @@ fn endpoint_configs_are_checked_like_webhooks() {
         ]
     }));
     let errors = validate_decorator_controller(&dc).unwrap_err();
+    assert_eq!(dc.validate().unwrap_err(), errors);
     assert!(errors.has_path("spec.endpointConfigs[0]"), "{errors}");
     assert!(errors.has_path("spec.endpointConfigs[1].host"), "{errors}");
 }

@@ -40,8 +40,6 @@ pub struct PrepareCtx<'a> {
     pub info: &'a ResourceInfo,
     /// API version of the request (selects the CRD schema).
     pub version: &'a str,
-    /// Service address allocation.
-    pub alloc: &'a mut dyn crate::defaults::ClusterIpAllocator,
     /// The stored object before this write (None on create).
     pub old: Option<&'a Value>,
     pub field_validation: FieldValidation,
@@ -83,24 +81,35 @@ fn field_errors(info: &ResourceInfo, obj: &Value, errs: &[FieldError]) -> ApiErr
     e
 }
 
-/// Built-in defaulting (apply defaults, create-only strategy changes, defaults again).
+/// Built-in defaulting (apply defaults, create-only strategy changes, defaults
+/// again). Service addresses are allocated later, by [`allocate`], after the
+/// field manager ran — as the real Service storage does.
 fn builtin_defaults(ctx: &mut PrepareCtx<'_>, obj: &mut Value) -> Result<(), ApiError> {
     let info = ctx.info;
-    if let (Some(old), true) = (
-        ctx.old,
-        info.group.is_empty() && info.resource == "services",
-    ) {
-        crate::defaults::preserve_service_allocations(old, obj);
-    }
     let (g, v, k) = (info.group.as_str(), ctx.version, info.kind.as_str());
-    crate::defaults::apply_builtin_defaults(g, v, k, obj, ctx.alloc)
-        .map_err(|e| field_errors(info, obj, &[e]))?;
+    crate::defaults::apply_defaults_only(g, v, k, obj);
     if ctx.old.is_none() {
         crate::defaults::prepare_for_create(g, v, k, obj);
-        crate::defaults::apply_builtin_defaults(g, v, k, obj, ctx.alloc)
-            .map_err(|e| field_errors(info, obj, &[e]))?;
+        crate::defaults::apply_defaults_only(g, v, k, obj);
     }
     Ok(())
+}
+
+/// Storage-time allocation (Service cluster IPs and node ports), after `managedFields` were recorded.
+pub fn allocate(
+    info: &ResourceInfo,
+    old: Option<&Value>,
+    obj: &mut Value,
+    alloc: &mut dyn crate::defaults::ClusterIpAllocator,
+) -> Result<(), ApiError> {
+    if !(info.group.is_empty() && info.resource == "services") {
+        return Ok(());
+    }
+    if let Some(old) = old {
+        crate::defaults::preserve_service_allocations(old, obj);
+    }
+    crate::defaults::allocate_service_addresses(obj, alloc)
+        .map_err(|e| field_errors(info, obj, &[e]))
 }
 
 /// What PrepareForCreate of the real strategies does to status.

@@ -52,6 +52,7 @@ mod scale;
 pub mod schema;
 pub mod selector;
 mod server;
+pub mod ssa;
 mod store;
 pub mod strategic_merge;
 mod table;

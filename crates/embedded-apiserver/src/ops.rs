@@ -20,6 +20,8 @@ pub struct WriteOpts {
     /// `dryRun=All`: run every step but do not store.
     pub dry_run: bool,
     pub field_validation: FieldValidation,
+    /// Manager recorded in `managedFields`; `None` leaves them as they are
+    /// (internal controller writes, and apply, which records its own).
     pub field_manager: Option<String>,
 }
 
@@ -292,6 +294,47 @@ fn spec_view(info: &ResourceInfo, obj: &Value) -> Value {
     v
 }
 
+/// Runs `f` with the server-side-apply type information of `info` at `version`.
+pub fn with_ssa_schema<T>(
+    info: &ResourceInfo,
+    version: &str,
+    f: impl FnOnce(&dyn crate::ssa::SsaSchema) -> T,
+) -> T {
+    if let Some(crd) = &info.crd {
+        return match crd.schemas.get(version) {
+            Some(s) => f(&crate::ssa::CrdSchema::new(s)),
+            None => f(&crate::ssa::Untyped),
+        };
+    }
+    f(&crate::ssa::BuiltinSchema::for_kind(
+        &info.group,
+        &info.kind,
+    ))
+}
+
+/// Records a non-apply write in `managedFields` (no-op without a manager).
+fn record_managed_fields(
+    info: &ResourceInfo,
+    version: &str,
+    old: Option<&Value>,
+    new: Value,
+    manager: Option<&str>,
+    sub: Subresource,
+) -> Value {
+    let Some(manager) = manager else {
+        return new;
+    };
+    let subresource = match sub {
+        Subresource::Main => None,
+        Subresource::Status => Some("status"),
+        Subresource::Finalize => Some("finalize"),
+    };
+    let now = now_rfc3339();
+    with_ssa_schema(info, version, |schema| {
+        crate::ssa::record_update(old, &new, manager, subresource, &now, schema)
+    })
+}
+
 fn tracks_generation(info: &ResourceInfo) -> bool {
     info.has_generation || info.is_custom()
 }
@@ -351,10 +394,16 @@ pub fn create(
     }
     validate_meta(info, &obj)?;
     check_namespace_usable(st, info, &ns, true)?;
+    if st.get(&info.gr(), &ns, meta_str(&obj, "name")).is_some() {
+        return Err(ApiError::already_exists(
+            &info.group,
+            &info.resource,
+            meta_str(&obj, "name"),
+        ));
+    }
     let mut ctx = PrepareCtx {
         info,
         version,
-        alloc: &mut st.ip_alloc,
         old: None,
         field_validation: opts.field_validation,
         warnings: Vec::new(),
@@ -364,10 +413,16 @@ pub fn create(
     if crd::is_crd(info) {
         crd::prepare_crd(st, &mut obj, None)?;
     }
+    let mut obj = record_managed_fields(
+        info,
+        version,
+        None,
+        obj,
+        opts.field_manager.as_deref(),
+        Subresource::Main,
+    );
+    hooks::allocate(info, None, &mut obj, &mut st.ip_alloc)?;
     let name = meta_str(&obj, "name").to_string();
-    if st.get(&info.gr(), &ns, &name).is_some() {
-        return Err(ApiError::already_exists(&info.group, &info.resource, &name));
-    }
     if opts.dry_run {
         if info.group.is_empty() && info.resource == "services" {
             use crate::defaults::ClusterIpAllocator;
@@ -534,7 +589,6 @@ pub fn update(
     let mut ctx = PrepareCtx {
         info,
         version,
-        alloc: &mut st.ip_alloc,
         old: Some(&old),
         field_validation: opts.field_validation,
         warnings: Vec::new(),
@@ -559,6 +613,18 @@ pub fn update(
             .and_then(Value::as_i64)
             .unwrap_or(0);
         meta_mut(&mut new)?.insert("generation".into(), json!(g + 1));
+    }
+    let new = record_managed_fields(
+        info,
+        version,
+        Some(&old),
+        new,
+        opts.field_manager.as_deref(),
+        sub,
+    );
+    let mut new = new;
+    if sub == Subresource::Main {
+        hooks::allocate(info, Some(&old), &mut new, &mut st.ip_alloc)?;
     }
     if new == *old {
         // A no-op update is not written: no new resourceVersion, no watch event.

@@ -81,9 +81,12 @@ pub fn apply_patch(
             strategic(info, current, &p)
         }
         PatchType::Apply => {
+            // Only the scale subresource gets here: its applied configuration is merged.
             let p: Value = serde_yaml::from_slice(body)
                 .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))?;
-            Ok(apply_fallback(current, &p))
+            let mut doc = current.clone();
+            json_patch::merge(&mut doc, &p);
+            Ok(doc)
         }
     }
 }
@@ -99,30 +102,6 @@ fn strategic(info: &ResourceInfo, current: &Value, p: &Value) -> ApiResult<Value
     })
 }
 
-/// Server-side apply stand-in: merges the applied configuration into the object.
-fn apply_fallback(current: &Value, applied: &Value) -> Value {
-    fn merge(dst: &mut Value, src: &Value) {
-        match (dst, src) {
-            (Value::Object(d), Value::Object(s)) => {
-                for (k, v) in s {
-                    match d.get_mut(k) {
-                        Some(existing) if existing.is_object() && v.is_object() => {
-                            merge(existing, v)
-                        }
-                        _ => {
-                            d.insert(k.clone(), v.clone());
-                        }
-                    }
-                }
-            }
-            (d, s) => *d = s.clone(),
-        }
-    }
-    let mut doc = current.clone();
-    merge(&mut doc, applied);
-    doc
-}
-
 /// PATCH on an object or its status. Returns the write and whether it created the object (apply only).
 #[allow(clippy::too_many_arguments)]
 pub fn patch(
@@ -135,29 +114,110 @@ pub fn patch(
     body: &Bytes,
     sub: Subresource,
     opts: &WriteOpts,
-    _force: bool,
+    force: bool,
 ) -> ApiResult<(WriteResult, bool)> {
-    let existing = st.get(&info.gr(), ns.unwrap_or(""), name);
-    let Some(existing) = existing else {
-        if pt == PatchType::Apply && sub == Subresource::Main {
-            let mut obj: Value = serde_yaml::from_slice(body)
-                .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))?;
-            if let Some(meta) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
-                let body_name = meta.get("name").and_then(Value::as_str).unwrap_or("");
-                if !body_name.is_empty() && body_name != name {
-                    return Err(ApiError::bad_request(format!(
-                        "the name of the object ({body_name}) does not match the name on the URL ({name})"
-                    )));
-                }
-                meta.insert("name".into(), Value::String(name.to_string()));
-            }
-            let res = ops::create(st, info, version, ns, obj, opts)?;
-            return Ok((res, true));
-        }
-        return Err(ApiError::not_found(&info.group, &info.resource, name));
-    };
+    if pt == PatchType::Apply {
+        return server_side_apply(st, info, version, ns, name, body, sub, opts, force);
+    }
+    let existing = st
+        .get(&info.gr(), ns.unwrap_or(""), name)
+        .ok_or_else(|| ApiError::not_found(&info.group, &info.resource, name))?;
     let current = ops::to_version(info, &existing, version);
     let patched = apply_patch(pt, info, &current, body)?;
     let res = ops::update(st, info, version, ns, name, patched, sub, opts)?;
     Ok((res, false))
+}
+
+fn apply_error(e: crate::ssa::ApplyError) -> ApiError {
+    let s = e.to_status();
+    ApiError {
+        code: s.get("code").and_then(Value::as_u64).unwrap_or(500) as u16,
+        reason: s
+            .get("reason")
+            .and_then(Value::as_str)
+            .unwrap_or("InternalError")
+            .to_string(),
+        message: s
+            .get("message")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string(),
+        details: s.get("details").cloned(),
+    }
+}
+
+/// `application/apply-patch+yaml`: field-managed apply, creating the object if needed.
+#[allow(clippy::too_many_arguments)]
+fn server_side_apply(
+    st: &mut State,
+    info: &Arc<ResourceInfo>,
+    version: &str,
+    ns: Option<&str>,
+    name: &str,
+    body: &Bytes,
+    sub: Subresource,
+    opts: &WriteOpts,
+    force: bool,
+) -> ApiResult<(WriteResult, bool)> {
+    let mut applied: Value = serde_yaml::from_slice(body)
+        .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))?;
+    let Some(map) = applied.as_object_mut() else {
+        return Err(ApiError::bad_request(
+            "apply configuration must be an object",
+        ));
+    };
+    // Reset fields as the real strategies do: the main resource cannot apply
+    // status when a status subresource exists, /status only applies status.
+    match sub {
+        Subresource::Main if info.status => {
+            map.remove("status");
+        }
+        Subresource::Status => {
+            map.retain(|k, _| matches!(k.as_str(), "apiVersion" | "kind" | "metadata" | "status"))
+        }
+        _ => {}
+    }
+    if let Some(meta) = map.get_mut("metadata").and_then(Value::as_object_mut) {
+        let body_name = meta.get("name").and_then(Value::as_str).unwrap_or("");
+        if !body_name.is_empty() && body_name != name {
+            return Err(ApiError::bad_request(format!(
+                "the name of the object ({body_name}) does not match the name on the URL ({name})"
+            )));
+        }
+        meta.insert("name".into(), Value::String(name.to_string()));
+    }
+    let manager = opts.field_manager.clone().unwrap_or_default();
+    let existing = st.get(&info.gr(), ns.unwrap_or(""), name);
+    if existing.is_none() && sub != Subresource::Main {
+        return Err(ApiError::not_found(&info.group, &info.resource, name));
+    }
+    let live = existing.as_ref().map(|e| ops::to_version(info, e, version));
+    let now = crate::time::now_rfc3339();
+    let subresource = (sub == Subresource::Status).then_some("status");
+    let result = ops::with_ssa_schema(info, version, |schema| {
+        crate::ssa::apply(
+            live.as_deref(),
+            &applied,
+            &crate::ssa::ApplyOptions {
+                manager: &manager,
+                force,
+                now: &now,
+                subresource,
+            },
+            schema,
+        )
+    })
+    .map_err(apply_error)?;
+    // Apply recorded the ownership itself.
+    let inner = WriteOpts {
+        field_manager: None,
+        ..opts.clone()
+    };
+    match live {
+        None => Ok((ops::create(st, info, version, ns, result, &inner)?, true)),
+        Some(_) => Ok((
+            ops::update(st, info, version, ns, name, result, sub, &inner)?,
+            false,
+        )),
+    }
 }

@@ -142,8 +142,26 @@ impl ResourceReq {
         Ok(WriteOpts {
             dry_run: dry_run(&self.query)?,
             field_validation: FieldValidation::parse(self.q("fieldValidation"))?,
-            field_manager: self.q("fieldManager").map(String::from),
+            field_manager: Some(self.field_manager()),
         })
+    }
+
+    /// `fieldManager`, or the real server's default: the User-Agent up to the first `/`.
+    fn field_manager(&self) -> String {
+        if let Some(m) = self.q("fieldManager") {
+            return m.to_string();
+        }
+        let ua = self
+            .headers
+            .get(header::USER_AGENT)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("unknown");
+        ua.split('/')
+            .next()
+            .unwrap_or("unknown")
+            .chars()
+            .take(128)
+            .collect()
     }
 
     fn ns(&self) -> &str {
@@ -719,7 +737,7 @@ fn patch_handler(sh: &Shared, r: &ResourceReq, ct: &str, body: &Bytes) -> ApiRes
     let opts = r.write_opts()?;
     let name = r.name.clone().unwrap_or_default();
     let force = is_true(r.query.get("force"));
-    if pt == patch::PatchType::Apply && opts.field_manager.is_none() {
+    if pt == patch::PatchType::Apply && r.q("fieldManager").is_none() {
         return Err(ApiError::bad_request(
             "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: is required for apply patch",
         ));

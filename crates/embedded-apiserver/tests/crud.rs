@@ -453,3 +453,25 @@ async fn namespace_deletion_removes_contents() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn services_get_defaults_and_a_cluster_ip() {
+    let (_s, client) = start().await;
+    within(20, async {
+        let api: Api<k8s_openapi::api::core::v1::Service> = Api::namespaced(client.clone(), "default");
+        let svc = serde_json::from_value(json!({"metadata": {"name": "web"}, "spec": {"selector": {"app": "web"}, "ports": [{"port": 80}]}})).unwrap();
+        let created = api.create(&PostParams::default(), &svc).await.unwrap();
+        let spec = created.spec.clone().unwrap();
+        let ip = spec.cluster_ip.clone().unwrap();
+        assert!(ip.starts_with("10.9"), "{ip}");
+        assert_eq!(spec.type_.as_deref(), Some("ClusterIP"));
+        assert_eq!(spec.ports.as_ref().unwrap()[0].protocol.as_deref(), Some("TCP"));
+        // An update that omits the allocated address keeps it.
+        let replaced = api
+            .patch("web", &PatchParams::default(), &Patch::Merge(json!({"spec": {"clusterIP": null, "clusterIPs": null}})))
+            .await
+            .unwrap();
+        assert_eq!(replaced.spec.unwrap().cluster_ip, Some(ip));
+    })
+    .await;
+}

@@ -231,6 +231,19 @@ mod tests {
     }
 
     #[test]
+    fn strict_sees_unknown_fields_inside_label_selectors() {
+        let body = r#"{"relatedResources": [{"apiVersion": "v1", "resource": "pods",
+                        "labelSelector": {"matchLabelz": {"a": "b"}}}]}"#;
+        assert!(decode_response::<CustomizeHookResponse>(body.as_bytes(), Loose).is_ok());
+        assert_eq!(
+            decode_response::<CustomizeHookResponse>(body.as_bytes(), Strict).unwrap_err(),
+            DecodeError::UnknownField {
+                path: "relatedResources.0.labelSelector.matchLabelz".into()
+            }
+        );
+    }
+
+    #[test]
     fn strict_accepts_unknown_fields_inside_free_form_objects() {
         let body = r#"{"children": [{"apiVersion": "v1", "kind": "Pod", "anything": {"goes": 1}}],
                        "status": {"custom": true}}"#;

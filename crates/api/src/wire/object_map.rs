@@ -82,6 +82,27 @@ impl ObjectMap {
         self.0.entry(group).or_default().insert(key, object);
     }
 
+    /// Inserts an observed child/attachment the way upstream builds sync requests:
+    /// in v1, a namespaced parent only sees children in its own namespace (others,
+    /// including cluster-scoped objects, are left out); v2 sends every child. Returns
+    /// whether the object was inserted. Related objects use [`ObjectMap::insert`].
+    pub fn insert_child(
+        &mut self,
+        version: HookVersion,
+        parent_namespace: Option<&str>,
+        object: Value,
+    ) -> bool {
+        let parent_ns = parent_namespace.unwrap_or_default();
+        if version == HookVersion::V1
+            && !parent_ns.is_empty()
+            && str_at(&object, "namespace") != parent_ns
+        {
+            return false;
+        }
+        self.insert(version, parent_namespace, object);
+        true
+    }
+
     /// The objects of one type, if the type has an entry.
     pub fn group(&self, api_version: &str, kind: &str) -> Option<&BTreeMap<String, Value>> {
         self.0.get(&group_key(api_version, kind))
@@ -168,6 +189,20 @@ mod tests {
         );
         assert_eq!(ObjectMap::object_key(v2, None, &pod("ns", "a")), "ns/a");
         assert_eq!(ObjectMap::object_key(v2, Some("ns"), &namespace("n")), "n");
+    }
+
+    #[test]
+    fn v1_children_of_a_namespaced_parent_stay_in_its_namespace() {
+        let mut v1 = ObjectMap::new();
+        assert!(v1.insert_child(HookVersion::V1, Some("ns"), pod("ns", "a")));
+        assert!(!v1.insert_child(HookVersion::V1, Some("ns"), pod("other", "b")));
+        assert!(!v1.insert_child(HookVersion::V1, Some("ns"), namespace("n")));
+        assert!(v1.insert_child(HookVersion::V1, None, pod("other", "b")));
+        assert_eq!(v1.len(), 2);
+        let mut v2 = ObjectMap::new();
+        assert!(v2.insert_child(HookVersion::V2, Some("ns"), pod("other", "b")));
+        assert!(v2.insert_child(HookVersion::V2, Some("ns"), namespace("n")));
+        assert_eq!(v2.get("v1", "Pod", "other/b"), Some(&pod("other", "b")));
     }
 
     #[test]

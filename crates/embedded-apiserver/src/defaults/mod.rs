@@ -28,7 +28,8 @@ mod util;
 mod workloads;
 
 pub use service::{
-    preserve_service_allocations, ClusterIpAllocator, RangeAllocator, NODE_PORT_RANGE,
+    allocate_service_addresses, preserve_service_allocations, ClusterIpAllocator, RangeAllocator,
+    NODE_PORT_RANGE,
 };
 
 use crate::schema::FieldError;
@@ -44,6 +45,28 @@ pub fn apply_builtin_defaults(
     kind: &str,
     obj: &mut Value,
     alloc: &mut dyn ClusterIpAllocator,
+) -> Result<(), FieldError> {
+    defaults(group, version, kind, obj, Some(alloc))
+}
+
+/// [`apply_builtin_defaults`] without the Service address allocation. On a
+/// real server defaults run when the request is decoded — before the field
+/// manager records `managedFields` — while cluster IPs and node ports are
+/// allocated later by the storage, so `clusterIP(s)`, `ipFamilies`,
+/// `ipFamilyPolicy` and `nodePort` are owned by nobody. For identical
+/// `managedFields` call this, then [`crate::ssa::record_update`], then
+/// [`allocate_service_addresses`].
+pub fn apply_defaults_only(group: &str, version: &str, kind: &str, obj: &mut Value) {
+    // Without an allocator nothing can fail.
+    let _ = defaults(group, version, kind, obj, None);
+}
+
+fn defaults(
+    group: &str,
+    version: &str,
+    kind: &str,
+    obj: &mut Value,
+    alloc: Option<&mut dyn ClusterIpAllocator>,
 ) -> Result<(), FieldError> {
     let Some(o) = obj.as_object_mut() else {
         return Ok(());
@@ -76,6 +99,7 @@ pub fn apply_builtin_defaults(
         ("", "v1", "Event") => core_event(o),
         ("events.k8s.io", "v1", "Event") => events_event(o),
         ("coordination.k8s.io", "v1", "Lease") => default_nil(o, "spec", json!({})),
+        ("apiextensions.k8s.io", "v1", "CustomResourceDefinition") => crd(o),
         ("apps", "v1", "Deployment") => workloads::deployment(o),
         ("apps", "v1", "StatefulSet") => workloads::stateful_set(o),
         ("apps", "v1", "DaemonSet") => workloads::daemon_set(o),
@@ -152,6 +176,59 @@ fn namespace(o: &mut Map<String, Value>) {
     }
     // NamespaceSpec is a struct: always serialized.
     default_nil(o, "spec", json!({}));
+}
+
+/// `SetDefaults_CustomResourceDefinition(Spec)`: singular and listKind from
+/// the kind, `conversion.strategy: None`, conversion webhook service port
+/// 443, `status.storedVersions` from the storage version; the status's
+/// `acceptedNames` struct is always serialized.
+fn crd(o: &mut Map<String, Value>) {
+    let mut storage_version = None;
+    if let Some(spec) = obj_at(o, "spec") {
+        if let Some(names) = obj_at(spec, "names") {
+            let kind = names
+                .get("kind")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string();
+            if is_empty_str(names, "singular") {
+                names.insert("singular".into(), json!(kind.to_lowercase()));
+            }
+            if is_empty_str(names, "listKind") && !kind.is_empty() {
+                names.insert("listKind".into(), json!(format!("{kind}List")));
+            }
+        }
+        default_nil(spec, "conversion", json!({"strategy": "None"}));
+        if let Some(conv) = existing_obj(spec, "conversion") {
+            if let Some(wh) = existing_obj(conv, "webhook") {
+                if let Some(cc) = existing_obj(wh, "clientConfig") {
+                    if let Some(svc) = existing_obj(cc, "service") {
+                        default_nil(svc, "port", json!(443));
+                    }
+                }
+            }
+        }
+        if let Some(Value::Array(vs)) = spec.get("versions") {
+            storage_version = vs
+                .iter()
+                .find(|v| v.get("storage") == Some(&Value::Bool(true)))
+                .and_then(|v| v.get("name"))
+                .cloned();
+        }
+    }
+    if let Some(status) = obj_at(o, "status") {
+        default_nil(status, "acceptedNames", json!({"plural": "", "kind": ""}));
+        let empty = match status.get("storedVersions") {
+            None | Some(Value::Null) => true,
+            Some(Value::Array(a)) => a.is_empty(),
+            _ => false,
+        };
+        if empty {
+            if let Some(v) = storage_version {
+                status.insert("storedVersions".into(), json!([v]));
+            }
+        }
+    }
 }
 
 /// core/v1 Event: non-omitempty fields Go always writes.

@@ -209,11 +209,19 @@ pub(crate) fn pod_only(spec: &mut Map<String, Value>) {
         spec.insert("serviceAccountName".into(), json!("default"));
     }
     mirror_service_account(spec);
-    // Priority admission (no PriorityClass named: the global default 0).
-    if is_empty_str(spec, "priorityClassName") {
-        default_nil(spec, "priority", json!(0));
+    // Priority admission: no class named → 0 (no default PriorityClass
+    // exists); the two built-in system classes have fixed values. Other
+    // class names would need PriorityClass objects, which are not served.
+    let class_priority = match spec.get("priorityClassName").and_then(Value::as_str) {
+        None | Some("") => Some(0),
+        Some("system-cluster-critical") => Some(2_000_000_000),
+        Some("system-node-critical") => Some(2_000_001_000),
+        Some(_) => None,
+    };
+    if let Some(p) = class_priority {
+        default_nil(spec, "priority", json!(p));
+        default_nil(spec, "preemptionPolicy", json!("PreemptLowerPriority"));
     }
-    default_nil(spec, "preemptionPolicy", json!("PreemptLowerPriority"));
     // DefaultTolerationSeconds admission.
     let tolerations = spec
         .entry("tolerations".to_string())
@@ -226,13 +234,11 @@ pub(crate) fn pod_only(spec: &mut Map<String, Value>) {
             "node.kubernetes.io/not-ready",
             "node.kubernetes.io/unreachable",
         ] {
+            // An empty key counts as tolerating the taint, as upstream checks it.
             let present = list.iter().any(|t| {
-                let k = t.get("key").and_then(Value::as_str);
+                let k = t.get("key").and_then(Value::as_str).unwrap_or("");
                 let effect = t.get("effect").and_then(Value::as_str).unwrap_or("");
-                // An empty-key Exists toleration tolerates everything.
-                let tolerates_all = k.unwrap_or("").is_empty()
-                    && t.get("operator").and_then(Value::as_str) == Some("Exists");
-                tolerates_all || (k == Some(key) && (effect.is_empty() || effect == "NoExecute"))
+                (k.is_empty() || k == key) && (effect.is_empty() || effect == "NoExecute")
             });
             if !present {
                 list.push(json!({"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}));

@@ -25,9 +25,11 @@ pub trait ClusterIpAllocator: Send {
     fn release(&mut self, owner: &str);
 }
 
-/// The default allocator: IPv4 service CIDR (default `10.96.0.0/12`, first
-/// host address `.1` kept for the `kubernetes` Service as on a real cluster)
-/// and the default node port range 30000-32767, allocated in order.
+/// The default allocator: IPv4 service CIDR (default `10.96.0.0/12`) and the
+/// default node port range 30000-32767, allocated in order (the real server
+/// picks randomly; clients cannot rely on either). Allocation starts at `.2`:
+/// a server creating the `default/kubernetes` Service reserves `.1` for it
+/// with [`ClusterIpAllocator::reserve_ip`], as on a real cluster.
 #[derive(Debug, Clone)]
 pub struct RangeAllocator {
     base: u32,
@@ -75,9 +77,10 @@ impl RangeAllocator {
 
     fn offset_of(&self, ip: &str) -> Option<u32> {
         let ip: Ipv4Addr = ip.parse().ok()?;
-        let n = u32::from(ip);
+        let n = u64::from(u32::from(ip));
+        let (base, size) = (u64::from(self.base), u64::from(self.size));
         // Network and broadcast addresses are not allocatable.
-        (n > self.base && n < self.base + self.size - 1).then(|| n - self.base)
+        (n > base && n < base + size - 1).then(|| (n - base) as u32)
     }
 }
 
@@ -93,7 +96,7 @@ impl ClusterIpAllocator for RangeAllocator {
             };
             if let std::collections::hash_map::Entry::Vacant(e) = self.ips.entry(off) {
                 e.insert(owner.to_string());
-                return Ok(Ipv4Addr::from(self.base + off).to_string());
+                return Ok(Ipv4Addr::from(self.base.wrapping_add(off)).to_string());
             }
         }
         Err("range is full".to_string())
@@ -167,7 +170,7 @@ fn owner_of(obj: &Map<String, Value>) -> String {
 /// serializes the empty status.
 pub(crate) fn service(
     obj: &mut Map<String, Value>,
-    alloc: &mut dyn ClusterIpAllocator,
+    alloc: Option<&mut dyn ClusterIpAllocator>,
 ) -> Result<(), FieldError> {
     let owner = owner_of(obj);
     let Some(spec) = obj_at(obj, "spec") else {
@@ -227,7 +230,9 @@ pub(crate) fn service(
     }
 
     if svc_type != "ExternalName" {
-        allocate_addresses(spec, &svc_type, &owner, alloc)?;
+        if let Some(alloc) = alloc {
+            allocate_addresses(spec, &svc_type, &owner, alloc)?;
+        }
     }
 
     if let Some(status) = obj_at(obj, "status") {
@@ -347,6 +352,32 @@ fn allocate_addresses(
         result?;
     }
     Ok(())
+}
+
+/// The Service storage's address allocation alone (cluster IPs, families,
+/// node ports); see [`super::apply_defaults_only`] for why it may be run
+/// separately. Objects that are not Services are left alone.
+pub fn allocate_service_addresses(
+    obj: &mut Value,
+    alloc: &mut dyn ClusterIpAllocator,
+) -> Result<(), FieldError> {
+    let Some(o) = obj.as_object_mut() else {
+        return Ok(());
+    };
+    let owner = owner_of(o);
+    let Some(spec) = existing_obj(o, "spec") else {
+        return Ok(());
+    };
+    let svc_type = spec
+        .get("type")
+        .and_then(Value::as_str)
+        .filter(|t| !t.is_empty())
+        .unwrap_or("ClusterIP")
+        .to_string();
+    if svc_type == "ExternalName" {
+        return Ok(());
+    }
+    allocate_addresses(spec, &svc_type, &owner, alloc)
 }
 
 /// On update the real Service storage keeps the allocated addresses when the

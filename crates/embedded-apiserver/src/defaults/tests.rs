@@ -441,3 +441,81 @@ fn non_object_input_is_ignored() {
     apply_builtin_defaults("apps", "v1", "Deployment", &mut d, &mut alloc).unwrap();
     assert_eq!(d["spec"], "garbage");
 }
+
+#[test]
+fn allocator_ranges_at_the_top_of_the_address_space() {
+    let mut a = RangeAllocator::new(std::net::Ipv4Addr::new(255, 0, 0, 0), 8);
+    assert_eq!(a.cidr(), "255.0.0.0/8");
+    assert_eq!(a.allocate_ip("d/x").unwrap(), "255.0.0.2");
+    assert!(a.reserve_ip("255.255.255.255", "d/y").is_err());
+    assert!(a.reserve_ip("255.1.2.3", "d/y").is_ok());
+    assert!(a.reserve_ip("not-an-ip", "d/y").is_err());
+}
+
+#[test]
+fn small_ranges_fill_up_with_an_error() {
+    let mut a = RangeAllocator::new(std::net::Ipv4Addr::new(10, 0, 0, 0), 30);
+    // A /30 has .1 and .2 usable; .1 is kept for the kubernetes Service.
+    assert_eq!(a.allocate_ip("d/a").unwrap(), "10.0.0.2");
+    assert_eq!(a.allocate_ip("d/b").unwrap(), "10.0.0.1");
+    assert!(a.allocate_ip("d/c").is_err());
+    a.release("d/a");
+    assert_eq!(a.allocate_ip("d/c").unwrap(), "10.0.0.2");
+}
+
+#[test]
+fn admission_tolerations_and_priority_classes() {
+    let pod = run(
+        "",
+        "Pod",
+        json!({"metadata": {"name": "p", "namespace": "d"}, "spec": {
+            "priorityClassName": "system-node-critical",
+            "tolerations": [{"operator": "Exists", "effect": "NoExecute"}],
+            "containers": [{"name": "a", "image": "i:1"}]}}),
+    );
+    // An empty-key NoExecute toleration already covers both taints.
+    assert_eq!(
+        pod["spec"]["tolerations"],
+        json!([{"operator": "Exists", "effect": "NoExecute"}])
+    );
+    assert_eq!(pod["spec"]["priority"], 2_000_001_000);
+    let partial = run(
+        "",
+        "Pod",
+        json!({"metadata": {"name": "p", "namespace": "d"}, "spec": {
+            "tolerations": [{"key": "node.kubernetes.io/not-ready", "operator": "Exists"}],
+            "containers": [{"name": "a", "image": "i:1"}]}}),
+    );
+    let keys: Vec<&str> = partial["spec"]["tolerations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["key"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        keys,
+        vec![
+            "node.kubernetes.io/not-ready",
+            "node.kubernetes.io/unreachable"
+        ]
+    );
+}
+
+#[test]
+fn crd_defaults() {
+    let crd = run(
+        "apiextensions.k8s.io",
+        "CustomResourceDefinition",
+        json!({"spec": {"group": "example.com", "scope": "Namespaced",
+            "names": {"kind": "Widget", "plural": "widgets"},
+            "versions": [{"name": "v1beta1", "served": true, "storage": false},
+                         {"name": "v1", "served": true, "storage": true}]}}),
+    );
+    assert_eq!(crd["spec"]["names"]["singular"], "widget");
+    assert_eq!(crd["spec"]["names"]["listKind"], "WidgetList");
+    assert_eq!(crd["spec"]["conversion"], json!({"strategy": "None"}));
+    assert_eq!(
+        crd["status"],
+        json!({"acceptedNames": {"plural": "", "kind": ""}, "storedVersions": ["v1"]})
+    );
+}

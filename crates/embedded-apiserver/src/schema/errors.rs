@@ -129,6 +129,16 @@ impl FieldError {
         }
     }
 
+    /// `field.Duplicate(path, value)`.
+    pub fn duplicate(field: impl Into<String>, value: Value) -> Self {
+        FieldError {
+            error_type: FieldErrorType::Duplicate,
+            field: field.into(),
+            bad_value: Some(value),
+            detail: String::new(),
+        }
+    }
+
     /// `field.Forbidden(path, detail)`.
     pub fn forbidden(field: impl Into<String>, detail: impl Into<String>) -> Self {
         FieldError {
@@ -234,17 +244,71 @@ pub fn invalid_message(qualified_kind: &str, name: &str, errors: &[FieldError]) 
     format!("{qualified_kind} \"{name}\" is invalid: {joined}")
 }
 
+/// The whole 422 `Status` body of `errors.NewInvalid(GroupKind, name, errs)`:
+/// message as [`invalid_message`] with `Kind.group` (just `Kind` for the core
+/// group), `reason: Invalid`, details with name/group/kind and one cause per
+/// error.
+pub fn invalid_status(group: &str, kind: &str, name: &str, errors: &[FieldError]) -> Value {
+    let qualified = if group.is_empty() {
+        kind.to_string()
+    } else {
+        format!("{kind}.{group}")
+    };
+    let mut details = serde_json::Map::new();
+    details.insert("name".into(), Value::String(name.to_string()));
+    if !group.is_empty() {
+        details.insert("group".into(), Value::String(group.to_string()));
+    }
+    details.insert("kind".into(), Value::String(kind.to_string()));
+    details.insert(
+        "causes".into(),
+        Value::Array(errors.iter().map(FieldError::to_cause).collect()),
+    );
+    serde_json::json!({
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": invalid_message(&qualified, name, errors),
+        "reason": "Invalid",
+        "details": Value::Object(details),
+        "code": 422
+    })
+}
+
 /// Prints a JSON value the way Go's `field.Error` prints a decoded value:
-/// strings quoted (`%q`), numbers and bools plain, `null` for nil, other
-/// values as compact JSON (Go prints `%#v` of the map, which clients never
-/// parse; JSON keeps it readable).
+/// strings quoted (`%q`), numbers and bools plain, `"null"` for nil, maps and
+/// lists in Go's `%#v` syntax (`map[string]interface {}{"id":"a"}`).
 pub fn go_value(v: &Value) -> String {
     match v {
         Value::Null => "\"null\"".to_string(),
         Value::String(s) => go_quote(s),
         Value::Bool(b) => b.to_string(),
         Value::Number(n) => go_number(n),
-        other => other.to_string(),
+        other => go_sharp_v(other),
+    }
+}
+
+/// Go's `%#v` of a decoded JSON value (map keys sorted, as fmt prints them).
+pub fn go_sharp_v(v: &Value) -> String {
+    match v {
+        Value::Null => "interface {}(nil)".to_string(),
+        Value::String(s) => go_quote(s),
+        Value::Bool(b) => b.to_string(),
+        Value::Number(n) => go_number(n),
+        Value::Array(a) => format!(
+            "[]interface {{}}{{{}}}",
+            a.iter().map(go_sharp_v).collect::<Vec<_>>().join(", ")
+        ),
+        Value::Object(m) => {
+            let mut keys: Vec<&String> = m.keys().collect();
+            keys.sort();
+            let parts: Vec<String> = keys
+                .iter()
+                .map(|k| format!("{}:{}", go_quote(k), go_sharp_v(&m[*k])))
+                .collect();
+            format!("map[string]interface {{}}{{{}}}", parts.join(", "))
+        }
     }
 }
 
@@ -387,6 +451,34 @@ mod tests {
         assert_eq!(go_value(&json!(0.00001)), "1e-05");
         assert_eq!(go_value(&json!(true)), "true");
         assert_eq!(go_value(&json!("a\"b")), "\"a\\\"b\"");
+        assert_eq!(
+            go_value(&json!({"port": 80, "id": "a"})),
+            "map[string]interface {}{\"id\":\"a\", \"port\":80}"
+        );
+        assert_eq!(go_value(&json!(["x", 1])), "[]interface {}{\"x\", 1}");
+    }
+
+    #[test]
+    fn invalid_status_body() {
+        let e = FieldError::required("spec.size", "");
+        let s = invalid_status("example.com", "Widget", "w", std::slice::from_ref(&e));
+        assert_eq!(s["code"], 422);
+        assert_eq!(s["reason"], "Invalid");
+        assert_eq!(
+            s["message"],
+            "Widget.example.com \"w\" is invalid: spec.size: Required value"
+        );
+        assert_eq!(
+            s["details"],
+            json!({"name": "w", "group": "example.com", "kind": "Widget",
+                   "causes": [{"reason": "FieldValueRequired", "message": "Required value", "field": "spec.size"}]})
+        );
+        let core = invalid_status("", "Service", "s", &[e]);
+        assert_eq!(
+            core["message"],
+            "Service \"s\" is invalid: spec.size: Required value"
+        );
+        assert!(core["details"].get("group").is_none());
     }
 
     #[test]

@@ -31,7 +31,7 @@ mod errors;
 mod prune;
 mod validation;
 
-pub use errors::{go_quote, go_value, invalid_message, FieldError, FieldErrorType};
+pub use errors::{go_quote, go_value, invalid_message, invalid_status, FieldError, FieldErrorType};
 
 use regex::Regex;
 use serde_json::{Map, Value};
@@ -178,6 +178,49 @@ impl StructuralSchema {
     pub fn validate(&self, obj: &Value) -> Vec<FieldError> {
         validation::validate(obj, &self.root)
     }
+}
+
+/// Rewrites integral floating-point numbers (`3.0`) as integers, recursively.
+/// Go's JSON encoder prints float64 `3.0` as `3`, so a real server never
+/// returns `3.0`; typed clients (k8s-openapi's `i32` fields) reject it.
+pub fn normalize_numbers(v: &mut Value) {
+    match v {
+        Value::Number(n) if !n.is_i64() && !n.is_u64() => {
+            if let Some(f) = n.as_f64() {
+                if f.fract() == 0.0 && f.abs() < 9.0e18 {
+                    *v = Value::from(f as i64);
+                }
+            }
+        }
+        Value::Array(a) => a.iter_mut().for_each(normalize_numbers),
+        Value::Object(m) => m.values_mut().for_each(normalize_numbers),
+        _ => {}
+    }
+}
+
+/// The warning (`fieldValidation=Warn`, sent as a `Warning` header) for one
+/// pruned path: `unknown field "spec.foo"`.
+pub fn unknown_field_warning(path: &str) -> String {
+    format!("unknown field {}", go_quote(path))
+}
+
+/// The strict-decoding error text for pruned paths
+/// (`strict decoding error: unknown field "spec.foo", unknown field "x"`).
+pub fn strict_decoding_error(paths: &[String]) -> String {
+    let parts: Vec<String> = paths.iter().map(|p| unknown_field_warning(p)).collect();
+    format!("strict decoding error: {}", parts.join(", "))
+}
+
+/// The 400 BadRequest message of a create/update with
+/// `fieldValidation=Strict` and unknown fields:
+/// `Widget in version "v1" cannot be handled as a Widget: strict decoding
+/// error: unknown field "spec.foo"`.
+pub fn strict_field_validation_message(kind: &str, version: &str, paths: &[String]) -> String {
+    format!(
+        "{kind} in version {} cannot be handled as a {kind}: {}",
+        go_quote(version),
+        strict_decoding_error(paths)
+    )
 }
 
 fn invalid(path: &str, message: impl Into<String>) -> SchemaError {
@@ -377,6 +420,25 @@ mod tests {
         );
         assert!(StructuralSchema::from_crd(&crd, "v2").unwrap().is_none());
         assert!(StructuralSchema::from_crd(&crd, "v3").unwrap().is_none());
+    }
+
+    #[test]
+    fn integral_floats_become_integers() {
+        let mut v = json!({"a": 3.0, "b": [1.5, -2.0, 7], "c": {"d": 1e3}});
+        normalize_numbers(&mut v);
+        assert_eq!(v.to_string(), r#"{"a":3,"b":[1.5,-2,7],"c":{"d":1000}}"#);
+    }
+
+    #[test]
+    fn strict_field_validation_messages() {
+        assert_eq!(
+            unknown_field_warning("spec.foo"),
+            "unknown field \"spec.foo\""
+        );
+        assert_eq!(
+            strict_field_validation_message("Widget", "v1", &["spec.a".into(), "spec.b".into()]),
+            "Widget in version \"v1\" cannot be handled as a Widget: strict decoding error: unknown field \"spec.a\", unknown field \"spec.b\""
+        );
     }
 
     #[test]

@@ -371,25 +371,73 @@ fn array_checks(a: &[Value], s: &Node, path: &str, errs: &mut Vec<FieldError>) {
             errs.push(FieldError::too_many(path, size, max));
         }
     }
-    if s.unique_items || s.list_type.as_deref() == Some("set") {
+    if s.unique_items {
         for (i, v) in a.iter().enumerate() {
             if a[..i].iter().any(|w| json_eq(v, w)) {
-                if s.unique_items {
-                    errs.push(FieldError::invalid(
-                        path,
-                        Value::String(String::new()),
-                        format!("{} in body shouldn't contain duplicates", name(path)),
-                    ));
-                    break;
-                }
-                errs.push(FieldError {
-                    error_type: super::FieldErrorType::Duplicate,
-                    field: format!("{path}[{i}]"),
-                    bad_value: Some(v.clone()),
-                    detail: String::new(),
-                });
+                errs.push(FieldError::invalid(
+                    path,
+                    Value::String(String::new()),
+                    format!("{} in body shouldn't contain duplicates", name(path)),
+                ));
+                break;
             }
         }
+    }
+    match s.list_type.as_deref() {
+        Some("set") => {
+            for i in first_repeats(a) {
+                errs.push(FieldError::duplicate(format!("{path}[{i}]"), a[i].clone()));
+            }
+        }
+        Some("map") => list_map_checks(a, s, path, errs),
+        _ => {}
+    }
+}
+
+/// Indices where a value appears for the second time (later repeats are
+/// not reported again), as the real list-type validation does.
+fn first_repeats(a: &[Value]) -> Vec<usize> {
+    let mut out = Vec::new();
+    for (i, v) in a.iter().enumerate() {
+        let before = a[..i].iter().filter(|w| json_eq(v, w)).count();
+        if before == 1 {
+            out.push(i);
+        }
+    }
+    out
+}
+
+/// `x-kubernetes-list-type: map`: items must be objects and their key
+/// fields unique.
+fn list_map_checks(a: &[Value], s: &Node, path: &str, errs: &mut Vec<FieldError>) {
+    for (i, x) in a.iter().enumerate() {
+        if !matches!(x, Value::Object(_) | Value::Null) {
+            errs.push(FieldError::invalid(
+                format!("{path}[{i}]"),
+                x.clone(),
+                "must be an object for an array of list-type map",
+            ));
+            return;
+        }
+    }
+    // Missing key fields are left out of the key (all-missing keys collide).
+    let keys: Vec<Value> = a
+        .iter()
+        .map(|x| {
+            let mut k = serde_json::Map::new();
+            for f in &s.list_map_keys {
+                if let Some(v) = x.get(f) {
+                    k.insert(f.clone(), v.clone());
+                }
+            }
+            Value::Object(k)
+        })
+        .collect();
+    for i in first_repeats(&keys) {
+        errs.push(FieldError::duplicate(
+            format!("{path}[{i}]"),
+            keys[i].clone(),
+        ));
     }
 }
 
@@ -787,6 +835,30 @@ mod tests {
         assert_eq!(
             msgs(&s, json!({"spec": {"m": {"a": "x", "b": 1}}})),
             vec!["spec.m.b: Invalid value: \"integer\": spec.m.b in body must be of type string: \"integer\""]
+        );
+    }
+
+    #[test]
+    fn list_type_set_and_map_duplicates() {
+        let s = spec(json!({
+            "tags": {"type": "array", "x-kubernetes-list-type": "set", "items": {"type": "string"}},
+            "items": {"type": "array", "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["id"],
+                "items": {"type": "object", "properties": {"id": {"type": "string"}}}}}));
+        let errs = s.validate(&json!({"spec": {"tags": ["a", "b", "a", "a"],
+            "items": [{"id": "x"}, {"id": "y"}, {"id": "x", "v": 1}]}}));
+        let msgs: Vec<String> = errs.iter().map(|e| e.to_string()).collect();
+        assert_eq!(
+            msgs,
+            vec![
+                "spec.items[2]: Duplicate value: map[string]interface {}{\"id\":\"x\"}",
+                "spec.tags[2]: Duplicate value: \"a\""
+            ]
+        );
+        assert_eq!(errs[0].reason(), "FieldValueDuplicate");
+        let errs = s.validate(&json!({"spec": {"items": [{"id": "x"}, "nope"]}}));
+        assert_eq!(
+            errs.last().unwrap().to_string(),
+            "spec.items[1]: Invalid value: \"nope\": must be an object for an array of list-type map"
         );
     }
 }

@@ -45,6 +45,32 @@ pub struct PatchError {
 }
 
 impl PatchError {
+    /// The `Status` body kube-apiserver answers with: `BadRequest` (400),
+    /// the generic 422 response with the text as an `UnexpectedServerResponse`
+    /// cause, or `Internal error occurred: ...` (500).
+    pub fn to_status(&self) -> Value {
+        match self.code {
+            400 => serde_json::json!({
+                "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                "message": self.message, "reason": "BadRequest", "code": 400
+            }),
+            422 => serde_json::json!({
+                "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                "message": "the server rejected our request due to an error in our request",
+                "reason": "Invalid",
+                "details": {"causes": [{"reason": "UnexpectedServerResponse", "message": self.message}]},
+                "code": 422
+            }),
+            _ => serde_json::json!({
+                "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                "message": format!("Internal error occurred: {}", self.message),
+                "reason": "InternalError",
+                "details": {"causes": [{"message": self.message}]},
+                "code": 500
+            }),
+        }
+    }
+
     fn bad_request(m: impl Into<String>) -> Self {
         PatchError {
             code: 400,

@@ -208,6 +208,25 @@ fn missing_merge_key_is_an_error() {
         err.message,
         "map: map[image:x] does not contain declared merge key: name"
     );
+    let status = err.to_status();
+    assert_eq!(
+        status["message"],
+        "Internal error occurred: map: map[image:x] does not contain declared merge key: name"
+    );
+    assert_eq!(status["reason"], "InternalError");
+}
+
+#[test]
+fn error_statuses_for_bad_request_and_unprocessable() {
+    let e = PatchError::bad_request("invalid patch format of retainKeys");
+    assert_eq!(e.to_status()["reason"], "BadRequest");
+    let e = err_list_of_lists();
+    let s = e.to_status();
+    assert_eq!(s["code"], 422);
+    assert_eq!(
+        s["details"]["causes"][0]["message"],
+        "lists of lists are not supported"
+    );
 }
 
 #[test]
@@ -276,5 +295,39 @@ fn cronjob_job_template_pod_spec_uses_container_keys() {
     assert_eq!(
         out["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"],
         json!([{"name": "a", "image": "1"}, {"name": "b", "image": "3"}])
+    );
+}
+
+#[test]
+fn kubectl_three_way_patch_for_primitive_list() {
+    // What client-side `kubectl apply` sends when finalizers go from [a, b] to [a, c].
+    let p = json!({"metadata": {
+        "$setElementOrder/finalizers": ["a", "c"],
+        "$deleteFromPrimitiveList/finalizers": ["b"],
+        "finalizers": ["c"]}});
+    let out = patch(&deployment(), &p, &deploy_meta()).unwrap();
+    assert_eq!(out["metadata"]["finalizers"], json!(["a", "c"]));
+}
+
+#[test]
+fn kubectl_three_way_patch_deleting_a_container() {
+    let p = json!({"spec": {"template": {"spec": {
+        "$setElementOrder/containers": [{"name": "app"}],
+        "containers": [{"$patch": "delete", "name": "sidecar"}]}}}});
+    let out = patch(&deployment(), &p, &deploy_meta()).unwrap();
+    assert_eq!(containers(&out).as_array().unwrap().len(), 1);
+    assert_eq!(containers(&out)[0]["name"], "app");
+}
+
+#[test]
+fn set_element_order_mismatch_is_rejected() {
+    let p = json!({"spec": {"template": {"spec": {
+        "$setElementOrder/containers": [{"name": "app"}],
+        "containers": [{"name": "other", "image": "x"}]}}}});
+    let err = patch(&deployment(), &p, &deploy_meta()).unwrap_err();
+    assert!(
+        err.message.contains("doesn't match $setElementOrder list"),
+        "{}",
+        err.message
     );
 }
