@@ -52,42 +52,53 @@ fn unprocessable(msg: String) -> ApiError {
     }
 }
 
-/// Applies a patch of type `pt` to `current` (already in the request's version).
-pub fn apply_patch(
-    pt: PatchType,
-    info: &ResourceInfo,
-    current: &Value,
-    body: &Bytes,
-) -> ApiResult<Value> {
-    match pt {
-        PatchType::Json => {
-            let p: json_patch::Patch = serde_json::from_slice(body)
-                .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?;
-            let mut doc = current.clone();
-            json_patch::patch(&mut doc, &p).map_err(|e| unprocessable(e.to_string()))?;
-            Ok(doc)
-        }
-        PatchType::Merge => {
-            let p = decode_json(body)?;
-            if !p.is_object() {
-                return Err(ApiError::bad_request("merge patch must be a JSON object"));
+/// A decoded patch document (decoded before the storage lock is taken).
+#[derive(Clone, Debug)]
+pub enum PatchBody {
+    Json(json_patch::Patch),
+    Merge(Value),
+    Strategic(Value),
+    Apply(Value),
+}
+
+impl PatchBody {
+    /// Decodes the body of a patch of type `pt`.
+    pub fn parse(pt: PatchType, body: &Bytes) -> ApiResult<Self> {
+        Ok(match pt {
+            PatchType::Json => PatchBody::Json(
+                serde_json::from_slice(body)
+                    .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?,
+            ),
+            PatchType::Merge => {
+                let p = decode_json(body)?;
+                if !p.is_object() {
+                    return Err(ApiError::bad_request("merge patch must be a JSON object"));
+                }
+                PatchBody::Merge(p)
             }
-            let mut doc = current.clone();
-            json_patch::merge(&mut doc, &p);
+            PatchType::Strategic => PatchBody::Strategic(decode_json(body)?),
+            PatchType::Apply => PatchBody::Apply(
+                serde_yaml::from_slice(body)
+                    .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))?,
+            ),
+        })
+    }
+}
+
+/// Applies a (non-apply) patch to `current` (already in the request's version).
+/// An apply body only gets here for `/scale`, where it is merged.
+pub fn apply_patch(info: &ResourceInfo, current: &Value, body: &PatchBody) -> ApiResult<Value> {
+    let mut doc = current.clone();
+    match body {
+        PatchBody::Json(p) => {
+            json_patch::patch(&mut doc, p).map_err(|e| unprocessable(e.to_string()))?;
             Ok(doc)
         }
-        PatchType::Strategic => {
-            let p = decode_json(body)?;
-            strategic(info, current, &p)
-        }
-        PatchType::Apply => {
-            // Only the scale subresource gets here: its applied configuration is merged.
-            let p: Value = serde_yaml::from_slice(body)
-                .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))?;
-            let mut doc = current.clone();
-            json_patch::merge(&mut doc, &p);
+        PatchBody::Merge(p) | PatchBody::Apply(p) => {
+            json_patch::merge(&mut doc, p);
             Ok(doc)
         }
+        PatchBody::Strategic(p) => strategic(info, current, p),
     }
 }
 
@@ -110,20 +121,29 @@ pub fn patch(
     version: &str,
     ns: Option<&str>,
     name: &str,
-    pt: PatchType,
-    body: &Bytes,
+    body: &PatchBody,
     sub: Subresource,
     opts: &WriteOpts,
     force: bool,
 ) -> ApiResult<(WriteResult, bool)> {
-    if pt == PatchType::Apply {
-        return server_side_apply(st, info, version, ns, name, body, sub, opts, force);
+    if let PatchBody::Apply(applied) = body {
+        return server_side_apply(
+            st,
+            info,
+            version,
+            ns,
+            name,
+            applied.clone(),
+            sub,
+            opts,
+            force,
+        );
     }
     let existing = st
         .get(&info.gr(), ns.unwrap_or(""), name)
         .ok_or_else(|| ApiError::not_found(&info.group, &info.resource, name))?;
     let current = ops::to_version(info, &existing, version);
-    let patched = apply_patch(pt, info, &current, body)?;
+    let patched = apply_patch(info, &current, body)?;
     let res = ops::update(st, info, version, ns, name, patched, sub, opts)?;
     Ok((res, false))
 }
@@ -154,13 +174,11 @@ fn server_side_apply(
     version: &str,
     ns: Option<&str>,
     name: &str,
-    body: &Bytes,
+    mut applied: Value,
     sub: Subresource,
     opts: &WriteOpts,
     force: bool,
 ) -> ApiResult<(WriteResult, bool)> {
-    let mut applied: Value = serde_yaml::from_slice(body)
-        .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))?;
     let Some(map) = applied.as_object_mut() else {
         return Err(ApiError::bad_request(
             "apply configuration must be an object",

@@ -2,11 +2,10 @@
 
 use crate::errors::{ApiError, ApiResult};
 use crate::ops::{self, Subresource, WriteOpts};
-use crate::patch::{self, PatchType};
+use crate::patch::{self, PatchBody};
 use crate::registry::ResourceInfo;
 use crate::selector::LabelSelector;
 use crate::store::{meta_str, State};
-use axum::body::Bytes;
 use serde_json::{json, Value};
 use std::sync::Arc;
 
@@ -116,24 +115,18 @@ pub fn patch_scale(
     version: &str,
     ns: &str,
     name: &str,
-    pt: PatchType,
-    body: &Bytes,
+    body: &PatchBody,
     opts: &WriteOpts,
 ) -> ApiResult<Value> {
     let existing = st
         .get(&info.gr(), ns, name)
         .ok_or_else(|| ApiError::not_found(&info.group, &info.resource, name))?;
     let current = to_scale(info, &existing)?;
-    let patched = patch::apply_patch(
-        if pt == PatchType::Strategic {
-            PatchType::Merge
-        } else {
-            pt
-        },
-        info,
-        &current,
-        body,
-    )?;
+    let body = match body {
+        PatchBody::Strategic(p) => PatchBody::Merge(p.clone()),
+        other => other.clone(),
+    };
+    let patched = patch::apply_patch(info, &current, &body)?;
     update_scale(st, info, version, ns, name, &patched, opts)
 }
 

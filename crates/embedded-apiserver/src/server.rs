@@ -742,9 +742,10 @@ fn patch_handler(sh: &Shared, r: &ResourceReq, ct: &str, body: &Bytes) -> ApiRes
             "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: is required for apply patch",
         ));
     }
+    let body = patch::PatchBody::parse(pt, body)?;
     if r.sub.as_deref() == Some("scale") {
         let res = sh.write(|st| {
-            crate::scale::patch_scale(st, &r.info, &r.version, r.ns(), &name, pt, body, &opts)
+            crate::scale::patch_scale(st, &r.info, &r.version, r.ns(), &name, &body, &opts)
         })?;
         return Ok(respond_value(&res));
     }
@@ -756,8 +757,7 @@ fn patch_handler(sh: &Shared, r: &ResourceReq, ct: &str, body: &Bytes) -> ApiRes
             &r.version,
             r.namespace.as_deref(),
             &name,
-            pt,
-            body,
+            &body,
             sub,
             &opts,
             force,
