@@ -1,0 +1,217 @@
+//! Test control: request counters, fault injection, watch closing and
+//! history compaction. Reached through [`crate::ApiServerHandle::control`], never over HTTP.
+
+use crate::store::EventType;
+use parking_lot::Mutex;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// What an injected fault does.
+#[derive(Clone, Debug, PartialEq)]
+pub enum FaultAction {
+    /// Answer with this HTTP status and a matching `Status` body instead of serving.
+    Status(u16),
+    /// Serve normally after this delay.
+    Latency(Duration),
+}
+
+/// A fault for the next `count` requests that match `verb` and `resource`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Fault {
+    /// Kubernetes verb (`get`, `list`, `watch`, `create`, `update`, `patch`, `delete`,
+    /// `deletecollection`); `None` matches any.
+    pub verb: Option<String>,
+    /// Resource plural, optionally with subresource (`deployments/status`); `None` matches any.
+    pub resource: Option<String>,
+    /// How many matching requests it applies to.
+    pub count: usize,
+    pub action: FaultAction,
+}
+
+impl Fault {
+    /// A status-code fault.
+    pub fn status(verb: Option<&str>, resource: Option<&str>, count: usize, code: u16) -> Self {
+        Fault {
+            verb: verb.map(String::from),
+            resource: resource.map(String::from),
+            count,
+            action: FaultAction::Status(code),
+        }
+    }
+
+    /// A latency fault.
+    pub fn latency(
+        verb: Option<&str>,
+        resource: Option<&str>,
+        count: usize,
+        delay: Duration,
+    ) -> Self {
+        Fault {
+            verb: verb.map(String::from),
+            resource: resource.map(String::from),
+            count,
+            action: FaultAction::Latency(delay),
+        }
+    }
+}
+
+/// One recorded change from the event history.
+#[derive(Clone, Debug, PartialEq)]
+pub struct HistoryEntry {
+    pub resource_version: u64,
+    /// `ADDED`, `MODIFIED`, `DELETED`.
+    pub event_type: &'static str,
+    pub group: String,
+    pub resource: String,
+    pub namespace: String,
+    pub name: String,
+}
+
+impl HistoryEntry {
+    pub(crate) fn new(rv: u64, et: EventType, gr: &(String, String), ns: &str, name: &str) -> Self {
+        HistoryEntry {
+            resource_version: rv,
+            event_type: et.as_str(),
+            group: gr.0.clone(),
+            resource: gr.1.clone(),
+            namespace: ns.to_string(),
+            name: name.to_string(),
+        }
+    }
+}
+
+#[derive(Default)]
+pub(crate) struct ControlState {
+    counts: Mutex<BTreeMap<(String, String), u64>>,
+    faults: Mutex<Vec<Fault>>,
+}
+
+impl ControlState {
+    pub(crate) fn count(&self, verb: &str, resource: &str) {
+        *self
+            .counts
+            .lock()
+            .entry((verb.to_string(), resource.to_string()))
+            .or_default() += 1;
+    }
+
+    /// Takes the action of the first matching fault, consuming one use of it.
+    pub(crate) fn take_fault(&self, verb: &str, resource: &str) -> Option<FaultAction> {
+        let mut faults = self.faults.lock();
+        let idx = faults.iter().position(|f| {
+            f.count > 0
+                && f.verb.as_deref().is_none_or(|v| v == verb)
+                && f.resource.as_deref().is_none_or(|r| r == resource)
+        })?;
+        let f = &mut faults[idx];
+        f.count -= 1;
+        let action = f.action.clone();
+        if f.count == 0 {
+            faults.remove(idx);
+        }
+        Some(action)
+    }
+
+    pub(crate) fn snapshot(&self) -> BTreeMap<(String, String), u64> {
+        self.counts.lock().clone()
+    }
+
+    pub(crate) fn reset(&self) {
+        self.counts.lock().clear();
+    }
+
+    pub(crate) fn inject(&self, f: Fault) {
+        self.faults.lock().push(f);
+    }
+
+    pub(crate) fn clear_faults(&self) {
+        self.faults.lock().clear();
+    }
+}
+
+/// Verbs that change state.
+pub const WRITE_VERBS: &[&str] = &["create", "update", "patch", "delete", "deletecollection"];
+
+/// Test-control handle (cheap to clone).
+#[derive(Clone)]
+pub struct Control {
+    pub(crate) shared: Arc<crate::server::Shared>,
+}
+
+impl Control {
+    /// Requests served so far, keyed by `(verb, resource)`; resource is the plural,
+    /// with `/subresource` appended for subresource requests.
+    pub fn request_counts(&self) -> BTreeMap<(String, String), u64> {
+        self.shared.control.snapshot()
+    }
+
+    /// Requests with this verb on this resource (`"*"` matches any).
+    pub fn requests(&self, verb: &str, resource: &str) -> u64 {
+        self.request_counts()
+            .iter()
+            .filter(|((v, r), _)| (verb == "*" || v == verb) && (resource == "*" || r == resource))
+            .map(|(_, n)| *n)
+            .sum()
+    }
+
+    /// Write requests (create/update/patch/delete/deletecollection) on any resource.
+    pub fn writes(&self) -> u64 {
+        self.request_counts()
+            .iter()
+            .filter(|((v, _), _)| WRITE_VERBS.contains(&v.as_str()))
+            .map(|(_, n)| *n)
+            .sum()
+    }
+
+    /// Zeroes the counters.
+    pub fn reset_counts(&self) {
+        self.shared.control.reset();
+    }
+
+    /// Adds a fault.
+    pub fn inject(&self, fault: Fault) {
+        self.shared.control.inject(fault);
+    }
+
+    /// Removes all pending faults.
+    pub fn clear_faults(&self) {
+        self.shared.control.clear_faults();
+    }
+
+    /// Ends every open watch stream (clients see the stream close and re-watch).
+    pub fn close_watches(&self) {
+        self.shared.close_watches();
+    }
+
+    /// Forgets the event history: a watch from any earlier resourceVersion gets 410.
+    pub fn compact_history(&self) {
+        self.shared.state.lock().compact();
+    }
+
+    /// The retained event history, oldest first.
+    pub fn history(&self) -> Vec<HistoryEntry> {
+        self.shared
+            .state
+            .lock()
+            .history()
+            .iter()
+            .map(|e| HistoryEntry::new(e.rv, e.etype, &e.gr, &e.namespace, &e.name))
+            .collect()
+    }
+
+    /// The current (latest) resourceVersion.
+    pub fn resource_version(&self) -> u64 {
+        self.shared.state.lock().rv
+    }
+
+    /// Number of stored objects.
+    pub fn object_count(&self) -> usize {
+        self.shared.state.lock().total_objects()
+    }
+
+    /// Number of open watch streams.
+    pub fn open_watches(&self) -> usize {
+        self.shared.open_watches()
+    }
+}

@@ -1,0 +1,116 @@
+//! OpenAPI v3 documents, as far as kubectl needs them: the root index and one
+//! document per group-version whose PATCH operations carry
+//! `x-kubernetes-group-version-kind` and the `fieldValidation` parameter, which
+//! is how kubectl decides to let the server validate fields.
+//! `/openapi/v2` is not served (404), which kubectl tolerates.
+
+use crate::registry::Registry;
+use crate::server::{json_bytes, Shared};
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde_json::{json, Map, Value};
+use std::hash::{Hash, Hasher};
+
+fn not_found() -> Response {
+    let e = crate::errors::ApiError::not_found_path();
+    e.into_response()
+}
+
+fn gv_path(group: &str, version: &str) -> String {
+    if group.is_empty() {
+        format!("api/{version}")
+    } else {
+        format!("apis/{group}/{version}")
+    }
+}
+
+fn all_gvs(reg: &Registry) -> Vec<(String, String)> {
+    let mut out = vec![(String::new(), "v1".to_string())];
+    for (g, vs) in reg.groups() {
+        for v in vs {
+            out.push((g.clone(), v));
+        }
+    }
+    out
+}
+
+fn gv_doc(reg: &Registry, group: &str, version: &str) -> Value {
+    let mut paths = Map::new();
+    let params = json!([
+        {"name": "dryRun", "in": "query", "schema": {"type": "string", "uniqueItems": true}},
+        {"name": "fieldManager", "in": "query", "schema": {"type": "string", "uniqueItems": true}},
+        {"name": "fieldValidation", "in": "query", "schema": {"type": "string", "uniqueItems": true}},
+        {"name": "force", "in": "query", "schema": {"type": "boolean", "uniqueItems": true}},
+    ]);
+    let prefix = if group.is_empty() {
+        format!("/api/{version}")
+    } else {
+        format!("/apis/{group}/{version}")
+    };
+    for r in reg.in_group_version(group, version) {
+        let gvk = json!({"group": r.group, "version": version, "kind": r.kind});
+        let item_path = if r.namespaced {
+            format!("{prefix}/namespaces/{{namespace}}/{}/{{name}}", r.resource)
+        } else {
+            format!("{prefix}/{}/{{name}}", r.resource)
+        };
+        let op = |action: &str| {
+            json!({
+                "operationId": format!("{action}{}", r.kind),
+                "parameters": params,
+                "responses": {"200": {"description": "OK"}},
+                "x-kubernetes-action": action,
+                "x-kubernetes-group-version-kind": gvk,
+            })
+        };
+        paths.insert(
+            item_path,
+            json!({"patch": op("patch"), "put": op("put"), "get": op("get"), "delete": op("delete")}),
+        );
+    }
+    json!({
+        "openapi": "3.0.0",
+        "info": {"title": "Kubernetes", "version": "unversioned"},
+        "paths": paths,
+        "components": {"schemas": {}},
+    })
+}
+
+fn hash_of(v: &Value) -> String {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    v.to_string().hash(&mut h);
+    format!("{:016X}", h.finish())
+}
+
+fn respond(v: &Value) -> Response {
+    let mut r = (StatusCode::OK, json_bytes(v)).into_response();
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    r
+}
+
+/// `/openapi/...`.
+pub(crate) fn serve(sh: &Shared, rest: &[&str], _accept: &str) -> Response {
+    let reg = sh.state.lock().registry.clone();
+    match rest {
+        ["v3"] => {
+            let mut paths = Map::new();
+            for (g, v) in all_gvs(&reg) {
+                let doc = gv_doc(&reg, &g, &v);
+                let p = gv_path(&g, &v);
+                paths.insert(
+                    p.clone(),
+                    json!({"serverRelativeURL": format!("/openapi/v3/{p}?hash={}", hash_of(&doc))}),
+                );
+            }
+            respond(&json!({"paths": paths}))
+        }
+        ["v3", "api", v] => respond(&gv_doc(&reg, "", v)),
+        ["v3", "apis", g, v] if !reg.in_group_version(g, v).is_empty() => {
+            respond(&gv_doc(&reg, g, v))
+        }
+        _ => not_found(),
+    }
+}

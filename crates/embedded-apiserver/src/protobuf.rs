@@ -1,0 +1,272 @@
+//! Decoding of the few protobuf request bodies kubectl sends for built-in
+//! kinds through its typed clients (`kubectl create namespace|configmap|secret|
+//! serviceaccount`). Responses are always JSON, which client-go accepts.
+//! Only the fields those commands set are mapped; other kinds answer 415.
+
+use crate::errors::{ApiError, ApiResult};
+use base64::Engine;
+use serde_json::{json, Map, Value};
+
+/// Protobuf content type of the Kubernetes envelope.
+pub const CONTENT_TYPE: &str = "application/vnd.kubernetes.protobuf";
+
+struct Reader<'a> {
+    buf: &'a [u8],
+    pos: usize,
+}
+
+fn malformed() -> ApiError {
+    ApiError::bad_request("malformed protobuf body")
+}
+
+impl<'a> Reader<'a> {
+    fn new(buf: &'a [u8]) -> Self {
+        Reader { buf, pos: 0 }
+    }
+
+    fn varint(&mut self) -> ApiResult<u64> {
+        let mut v = 0u64;
+        for shift in (0..64).step_by(7) {
+            let b = *self.buf.get(self.pos).ok_or_else(malformed)?;
+            self.pos += 1;
+            v |= u64::from(b & 0x7f) << shift;
+            if b & 0x80 == 0 {
+                return Ok(v);
+            }
+        }
+        Err(malformed())
+    }
+
+    /// Next field: (number, wire type, payload for length-delimited or varint value).
+    fn field(&mut self) -> ApiResult<Option<(u64, Field<'a>)>> {
+        if self.pos >= self.buf.len() {
+            return Ok(None);
+        }
+        let key = self.varint()?;
+        let (num, wt) = (key >> 3, key & 7);
+        let f = match wt {
+            0 => Field::Varint(self.varint()?),
+            1 => {
+                self.pos += 8;
+                Field::Skip
+            }
+            2 => {
+                let len = self.varint()? as usize;
+                let end = self
+                    .pos
+                    .checked_add(len)
+                    .filter(|e| *e <= self.buf.len())
+                    .ok_or_else(malformed)?;
+                let b = &self.buf[self.pos..end];
+                self.pos = end;
+                Field::Bytes(b)
+            }
+            5 => {
+                self.pos += 4;
+                Field::Skip
+            }
+            _ => return Err(malformed()),
+        };
+        if self.pos > self.buf.len() {
+            return Err(malformed());
+        }
+        Ok(Some((num, f)))
+    }
+}
+
+enum Field<'a> {
+    Varint(u64),
+    Bytes(&'a [u8]),
+    Skip,
+}
+
+fn string(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn map_entry(b: &[u8], bytes_value: bool) -> ApiResult<(String, Value)> {
+    let mut r = Reader::new(b);
+    let (mut k, mut v) = (String::new(), Value::String(String::new()));
+    while let Some((n, f)) = r.field()? {
+        if let Field::Bytes(x) = f {
+            match n {
+                1 => k = string(x),
+                2 if bytes_value => v = json!(base64::engine::general_purpose::STANDARD.encode(x)),
+                2 => v = json!(string(x)),
+                _ => {}
+            }
+        }
+    }
+    Ok((k, v))
+}
+
+fn insert_map(m: &mut Map<String, Value>, key: &str, b: &[u8], bytes_value: bool) -> ApiResult<()> {
+    let (k, v) = map_entry(b, bytes_value)?;
+    let e = m.entry(key).or_insert_with(|| json!({}));
+    if let Some(o) = e.as_object_mut() {
+        o.insert(k, v);
+    }
+    Ok(())
+}
+
+fn push(m: &mut Map<String, Value>, key: &str, v: Value) {
+    let e = m.entry(key).or_insert_with(|| json!([]));
+    if let Some(a) = e.as_array_mut() {
+        a.push(v);
+    }
+}
+
+fn object_meta(b: &[u8]) -> ApiResult<Value> {
+    let mut r = Reader::new(b);
+    let mut m = Map::new();
+    while let Some((n, f)) = r.field()? {
+        match (n, f) {
+            (1, Field::Bytes(x)) => {
+                m.insert("name".into(), json!(string(x)));
+            }
+            (2, Field::Bytes(x)) => {
+                m.insert("generateName".into(), json!(string(x)));
+            }
+            (3, Field::Bytes(x)) => {
+                m.insert("namespace".into(), json!(string(x)));
+            }
+            (5, Field::Bytes(x)) => {
+                m.insert("uid".into(), json!(string(x)));
+            }
+            (6, Field::Bytes(x)) => {
+                m.insert("resourceVersion".into(), json!(string(x)));
+            }
+            (11, Field::Bytes(x)) => insert_map(&mut m, "labels", x, false)?,
+            (12, Field::Bytes(x)) => insert_map(&mut m, "annotations", x, false)?,
+            (14, Field::Bytes(x)) => push(&mut m, "finalizers", json!(string(x))),
+            _ => {}
+        }
+    }
+    Ok(Value::Object(m))
+}
+
+fn local_object_reference(b: &[u8]) -> ApiResult<Value> {
+    let mut r = Reader::new(b);
+    let mut m = Map::new();
+    while let Some((n, f)) = r.field()? {
+        if let (1, Field::Bytes(x)) = (n, f) {
+            m.insert("name".into(), json!(string(x)));
+        }
+    }
+    Ok(Value::Object(m))
+}
+
+fn kind_body(kind: &str, raw: &[u8]) -> ApiResult<Value> {
+    let mut r = Reader::new(raw);
+    let mut m = Map::new();
+    while let Some((n, f)) = r.field()? {
+        match (kind, n, f) {
+            (_, 1, Field::Bytes(x)) => {
+                m.insert("metadata".into(), object_meta(x)?);
+            }
+            ("ConfigMap", 2, Field::Bytes(x)) => insert_map(&mut m, "data", x, false)?,
+            ("ConfigMap", 3, Field::Bytes(x)) => insert_map(&mut m, "binaryData", x, true)?,
+            ("ConfigMap", 4, Field::Varint(v)) | ("Secret", 5, Field::Varint(v)) => {
+                m.insert("immutable".into(), json!(v != 0));
+            }
+            ("Secret", 2, Field::Bytes(x)) => insert_map(&mut m, "data", x, true)?,
+            ("Secret", 3, Field::Bytes(x)) => {
+                m.insert("type".into(), json!(string(x)));
+            }
+            ("Secret", 4, Field::Bytes(x)) => insert_map(&mut m, "stringData", x, false)?,
+            ("Namespace", 2, Field::Bytes(x)) => {
+                let mut spec = Map::new();
+                let mut sr = Reader::new(x);
+                while let Some((sn, sf)) = sr.field()? {
+                    if let (1, Field::Bytes(y)) = (sn, sf) {
+                        push(&mut spec, "finalizers", json!(string(y)));
+                    }
+                }
+                m.insert("spec".into(), Value::Object(spec));
+            }
+            ("ServiceAccount", 3, Field::Bytes(x)) => {
+                push(&mut m, "imagePullSecrets", local_object_reference(x)?)
+            }
+            ("ServiceAccount", 4, Field::Varint(v)) => {
+                m.insert("automountServiceAccountToken".into(), json!(v != 0));
+            }
+            _ => {}
+        }
+    }
+    Ok(Value::Object(m))
+}
+
+/// Decodes a `k8s\0`-enveloped protobuf body into JSON.
+pub fn decode(body: &[u8]) -> ApiResult<Value> {
+    let inner = body.strip_prefix(b"k8s\x00").ok_or_else(malformed)?;
+    let mut r = Reader::new(inner);
+    let (mut api_version, mut kind, mut raw) = (String::new(), String::new(), &[][..]);
+    while let Some((n, f)) = r.field()? {
+        match (n, f) {
+            (1, Field::Bytes(tm)) => {
+                let mut t = Reader::new(tm);
+                while let Some((tn, tf)) = t.field()? {
+                    match (tn, tf) {
+                        (1, Field::Bytes(x)) => api_version = string(x),
+                        (2, Field::Bytes(x)) => kind = string(x),
+                        _ => {}
+                    }
+                }
+            }
+            (2, Field::Bytes(x)) => raw = x,
+            _ => {}
+        }
+    }
+    if !matches!(
+        kind.as_str(),
+        "ConfigMap" | "Secret" | "Namespace" | "ServiceAccount"
+    ) {
+        return Err(ApiError::unsupported_media_type(&format!(
+            "{CONTENT_TYPE} for kind {kind:?}; send JSON"
+        )));
+    }
+    let mut obj = kind_body(&kind, raw)?;
+    if let Some(m) = obj.as_object_mut() {
+        m.insert("apiVersion".into(), json!(api_version));
+        m.insert("kind".into(), json!(kind));
+    }
+    Ok(obj)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn field(n: u64, b: &[u8]) -> Vec<u8> {
+        let mut out = vec![((n << 3) | 2) as u8, b.len() as u8];
+        out.extend_from_slice(b);
+        out
+    }
+
+    #[test]
+    fn decodes_a_configmap() {
+        let meta = [
+            field(1, b"cm"),
+            field(11, &[field(1, b"app"), field(2, b"x")].concat()),
+        ]
+        .concat();
+        let raw = [
+            field(1, &meta),
+            field(2, &[field(1, b"k"), field(2, b"v")].concat()),
+        ]
+        .concat();
+        let tm = [field(1, b"v1"), field(2, b"ConfigMap")].concat();
+        let body = [b"k8s\x00".to_vec(), field(1, &tm), field(2, &raw)].concat();
+        let v = decode(&body).unwrap();
+        assert_eq!(
+            v,
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm", "labels": {"app": "x"}}, "data": {"k": "v"}})
+        );
+    }
+
+    #[test]
+    fn garbage_is_a_bad_request() {
+        assert_eq!(decode(b"k8s\x00\xff\xff").unwrap_err().code, 400);
+        assert_eq!(decode(b"nope").unwrap_err().code, 400);
+    }
+}

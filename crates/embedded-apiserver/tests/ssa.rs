@@ -1,0 +1,114 @@
+//! Server-side apply and managedFields through kube-rs.
+
+mod common;
+
+use common::*;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use serde_json::json;
+
+fn deploy(replicas: i64, image: &str) -> serde_json::Value {
+    json!({
+        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"},
+        "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": "d"}},
+                 "template": {"metadata": {"labels": {"app": "d"}}, "spec": {"containers": [{"name": "c", "image": image}]}}}
+    })
+}
+
+#[tokio::test]
+async fn apply_conflicts_and_force() {
+    let (_s, client) = start().await;
+    within(20, async {
+        let api: Api<Deployment> = Api::namespaced(client.clone(), "default");
+        let created = api
+            .patch(
+                "d",
+                &PatchParams::apply("alice"),
+                &Patch::Apply(deploy(1, "nginx")),
+            )
+            .await
+            .unwrap();
+        let mf = created.metadata.managed_fields.clone().unwrap();
+        assert_eq!(mf[0].manager.as_deref(), Some("alice"));
+        assert_eq!(mf[0].operation.as_deref(), Some("Apply"));
+
+        // Another manager changing alice's field conflicts.
+        let e = api
+            .patch(
+                "d",
+                &PatchParams::apply("bob"),
+                &Patch::Apply(deploy(3, "nginx")),
+            )
+            .await
+            .unwrap_err();
+        let kube::Error::Api(st) = e else {
+            panic!("{e:?}")
+        };
+        assert_eq!((st.code, st.reason.as_str()), (409, "Conflict"));
+        assert!(
+            st.message
+                .starts_with("Apply failed with 1 conflict: conflict with \"alice\""),
+            "{}",
+            st.message
+        );
+        assert!(st.message.contains(".spec.replicas"), "{}", st.message);
+
+        // Force takes the field over.
+        let forced = api
+            .patch(
+                "d",
+                &PatchParams::apply("bob").force(),
+                &Patch::Apply(deploy(3, "nginx")),
+            )
+            .await
+            .unwrap();
+        assert_eq!(forced.spec.replicas, Some(3));
+        assert_eq!(forced.metadata.generation, Some(2));
+        let managers: Vec<String> = forced
+            .metadata
+            .managed_fields
+            .unwrap()
+            .into_iter()
+            .filter_map(|m| m.manager)
+            .collect();
+        assert!(managers.contains(&"bob".to_string()), "{managers:?}");
+
+        // Re-applying the same configuration is a no-op: no new resourceVersion.
+        let again = api
+            .patch(
+                "d",
+                &PatchParams::apply("bob").force(),
+                &Patch::Apply(deploy(3, "nginx")),
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            again.metadata.resource_version,
+            forced.metadata.resource_version
+        );
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn apply_removes_fields_the_manager_stopped_applying() {
+    let (_s, client) = start().await;
+    within(20, async {
+        let api: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+        let cfg = |data: serde_json::Value| json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": data});
+        api.patch("c", &PatchParams::apply("me"), &Patch::Apply(cfg(json!({"a": "1", "b": "2"})))).await.unwrap();
+        // Someone else adds a key with a plain update.
+        api.patch("c", &PatchParams::default(), &Patch::Merge(json!({"data": {"other": "x"}}))).await.unwrap();
+        let after = api.patch("c", &PatchParams::apply("me"), &Patch::Apply(cfg(json!({"a": "1"})))).await.unwrap();
+        let data = after.data.unwrap();
+        assert!(!data.contains_key("b"), "field no longer applied is removed");
+        assert_eq!(data["other"], "x", "fields of other managers stay");
+        // Plain writes are recorded as Update entries.
+        let created = api.create(&PostParams { field_manager: Some("creator".into()), ..Default::default() },
+            &serde_json::from_value(json!({"metadata": {"name": "u"}, "data": {"k": "v"}})).unwrap()).await.unwrap();
+        let mf = created.metadata.managed_fields.unwrap();
+        assert_eq!((mf[0].manager.as_deref(), mf[0].operation.as_deref()), (Some("creator"), Some("Update")));
+    })
+    .await;
+}
