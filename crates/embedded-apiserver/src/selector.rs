@@ -182,23 +182,22 @@ impl LabelSelector {
 
     /// Matches a label map.
     pub fn matches(&self, labels: &BTreeMap<&str, &str>) -> bool {
+        self.matches_with(|k| labels.get(k).copied())
+    }
+
+    /// Matches labels given by a lookup function (no map is built).
+    fn matches_with<'a>(&self, get: impl Fn(&str) -> Option<&'a str>) -> bool {
         self.0.iter().all(|r| match r {
-            Requirement::Eq(k, v) => labels.get(k.as_str()) == Some(&v.as_str()),
-            Requirement::NotEq(k, v) => labels.get(k.as_str()) != Some(&v.as_str()),
-            Requirement::In(k, vs) => labels
-                .get(k.as_str())
-                .is_some_and(|l| vs.iter().any(|v| v == l)),
-            Requirement::NotIn(k, vs) => labels
-                .get(k.as_str())
-                .is_none_or(|l| !vs.iter().any(|v| v == l)),
-            Requirement::Exists(k) => labels.contains_key(k.as_str()),
-            Requirement::NotExists(k) => !labels.contains_key(k.as_str()),
-            Requirement::Gt(k, n) => labels
-                .get(k.as_str())
+            Requirement::Eq(k, v) => get(k) == Some(v.as_str()),
+            Requirement::NotEq(k, v) => get(k) != Some(v.as_str()),
+            Requirement::In(k, vs) => get(k).is_some_and(|l| vs.iter().any(|v| v == l)),
+            Requirement::NotIn(k, vs) => get(k).is_none_or(|l| !vs.iter().any(|v| v == l)),
+            Requirement::Exists(k) => get(k).is_some(),
+            Requirement::NotExists(k) => get(k).is_none(),
+            Requirement::Gt(k, n) => get(k)
                 .and_then(|l| l.parse::<i64>().ok())
                 .is_some_and(|l| l > *n),
-            Requirement::Lt(k, n) => labels
-                .get(k.as_str())
+            Requirement::Lt(k, n) => get(k)
                 .and_then(|l| l.parse::<i64>().ok())
                 .is_some_and(|l| l < *n),
         })
@@ -209,7 +208,8 @@ impl LabelSelector {
         if self.0.is_empty() {
             return true;
         }
-        self.matches(&labels_of(obj))
+        let labels = obj.pointer("/metadata/labels").and_then(Value::as_object);
+        self.matches_with(|k| labels.and_then(|m| m.get(k)).and_then(Value::as_str))
     }
 
     /// String form (`a=b,c in (d)`), as the scale subresource reports selectors.
