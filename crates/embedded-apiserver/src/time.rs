@@ -41,7 +41,7 @@ pub fn parse_rfc3339(s: &str) -> Option<i64> {
     let num = |r: std::ops::Range<usize>| -> Option<i64> { s.get(r)?.parse().ok() };
     let (y, mo, d) = (num(0..4)?, num(5..7)?, num(8..10)?);
     let (h, mi, se) = (num(11..13)?, num(14..16)?, num(17..19)?);
-    let mut rest = &s[19..];
+    let mut rest = s.get(19..)?;
     if let Some(r) = rest.strip_prefix('.') {
         let end = r.find(|c: char| !c.is_ascii_digit()).unwrap_or(r.len());
         rest = &r[end..];
@@ -152,6 +152,9 @@ mod tests {
         assert_eq!(parse_rfc3339(&s), Some(t));
         assert_eq!(parse_rfc3339("2023-11-14T23:13:20.123+01:00"), Some(t));
         assert_eq!(parse_rfc3339("garbage"), None);
+        // Multi-byte characters where digits belong are rejected, not a panic.
+        assert_eq!(parse_rfc3339("2023-11-14T22:13:2é0Z"), None);
+        assert_eq!(parse_rfc3339("2023-11-14T22:13:20éZ"), None);
     }
 
     #[test]
