@@ -5,13 +5,21 @@ mod common;
 use common::*;
 use serde_json::json;
 
+/// (method, path, headers, body)
+type Case<'a> = (
+    &'a str,
+    String,
+    Vec<(&'a str, &'a str)>,
+    Option<serde_json::Value>,
+);
+
 #[tokio::test]
 async fn malformed_requests_are_client_errors() {
     let (_s, client) = start().await;
     within(30, async {
         let cms = "/api/v1/namespaces/default/configmaps";
         let json_ct = [("content-type", "application/json")];
-        let cases: Vec<(&str, String, Vec<(&str, &str)>, Option<serde_json::Value>)> = vec![
+        let cases: Vec<Case> = vec![
             ("POST", cms.into(), json_ct.to_vec(), Some(json!([1, 2]))),
             (
                 "POST",
