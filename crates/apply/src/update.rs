@@ -3,7 +3,7 @@
 
 use serde_json::Value;
 
-use crate::compare::needs_update;
+use crate::compare::{json_eq, needs_update, needs_update_with};
 use crate::error::{type_name, ApplyError};
 use crate::last_applied;
 use crate::merge::{merge_cow, without_nulls};
@@ -55,12 +55,16 @@ pub fn plan(
     if prepared.merged.is_none() && prepared.record_unchanged {
         return Ok(Plan::Unchanged);
     }
+    let record_same = prepared.record_same_meaning;
     let merged = prepared.into_object(observed)?;
-    Ok(if needs_update(observed, &merged) {
-        Plan::Update(merged)
-    } else {
-        Plan::Unchanged
-    })
+    // The records were compared already (without re-parsing both annotations).
+    Ok(
+        if !record_same || needs_update_with(observed, &merged, true) {
+            Plan::Update(merged)
+        } else {
+            Plan::Unchanged
+        },
+    )
 }
 
 /// The object to write for an existing child: three-way merge of `observed`, its last-applied
@@ -95,6 +99,9 @@ struct Prepared {
     merged: Option<Value>,
     record: String,
     record_unchanged: bool,
+    /// The observed record means the same as the new one (only computed for records read
+    /// from the annotation; `false` otherwise).
+    record_same_meaning: bool,
 }
 
 impl Prepared {
@@ -124,12 +131,14 @@ fn prepare(
     let raw = last_applied::raw(observed);
     let record_unchanged = raw == Some(record.as_str());
     let parsed;
+    let mut record_same_meaning = record_unchanged;
     let last: Option<&Value> = match last {
         // The record we would write is already there, byte for byte: it *is* desired, so the
         // annotation need not be parsed.
         LastApplied::FromAnnotation if record_unchanged => Some(&*desired),
         LastApplied::FromAnnotation => {
             parsed = last_applied::get(observed)?;
+            record_same_meaning = parsed.as_ref().is_some_and(|p| json_eq(p, &desired));
             parsed.as_ref()
         }
         LastApplied::Given(l) => l,
@@ -139,6 +148,7 @@ fn prepare(
         merged,
         record,
         record_unchanged,
+        record_same_meaning,
     })
 }
 
