@@ -97,7 +97,8 @@ enum LastApplied<'a> {
 struct Prepared {
     /// `None`: the merge left observed exactly as it is.
     merged: Option<Value>,
-    record: String,
+    /// The new record, when it differs from the observed one byte for byte.
+    record: Option<String>,
     record_unchanged: bool,
     /// The observed record means the same as the new one (only computed for records read
     /// from the annotation; `false` otherwise).
@@ -112,7 +113,12 @@ impl Prepared {
             None if self.record_unchanged => Ok(observed.clone()),
             merged => {
                 let mut merged = merged.unwrap_or_else(|| observed.clone());
-                last_applied::set_encoded(&mut merged, self.record)?;
+                let record = match self.record {
+                    Some(r) => r,
+                    // Unchanged record, but the merge rebuilt metadata: restore it.
+                    None => last_applied::raw(observed).unwrap_or_default().to_string(),
+                };
+                last_applied::set_encoded(&mut merged, record)?;
                 Ok(merged)
             }
         }
@@ -127,9 +133,14 @@ fn prepare(
 ) -> Result<Prepared, ApplyError> {
     // Upstream blanks a copy of the record echoed by the hook, then merges and records that.
     let desired = last_applied::blank_cow(desired);
-    let record = last_applied::encode(&desired);
     let raw = last_applied::raw(observed);
-    let record_unchanged = raw == Some(record.as_str());
+    let record_unchanged = raw.is_some_and(|r| last_applied::is_encoding_of(r, &desired));
+    // Encoded only when it has to be written.
+    let record = if record_unchanged {
+        None
+    } else {
+        Some(last_applied::encode(&desired))
+    };
     let parsed;
     let mut record_same_meaning = record_unchanged;
     let last: Option<&Value> = match last {
