@@ -192,10 +192,7 @@ fn matches_value(rest: &mut &[u8], v: &Value) -> bool {
 }
 
 fn matches_string(rest: &mut &[u8], s: &str) -> bool {
-    let plain = s
-        .chars()
-        .all(|c| !matches!(c, '"' | '\\' | '<' | '>' | '&' | '\u{2028}' | '\u{2029}') && c >= ' ');
-    if plain {
+    if is_plain(s) {
         eat(rest, b"\"") && eat(rest, s.as_bytes()) && eat(rest, b"\"")
     } else {
         let mut enc = String::new();
@@ -270,12 +267,17 @@ fn write_number(out: &mut String, n: &serde_json::Number) {
     }
 }
 
+/// True when Go writes `s` without any escape. Scans bytes: 0xE2 (the first byte of U+2028
+/// and U+2029, and of other characters) conservatively takes the slow path.
+fn is_plain(s: &str) -> bool {
+    s.bytes()
+        .all(|b| b >= 0x20 && !matches!(b, b'"' | b'\\' | b'<' | b'>' | b'&' | 0xE2))
+}
+
 fn write_string(out: &mut String, s: &str) {
     const HEX: &[u8; 16] = b"0123456789abcdef";
     out.push('"');
-    let plain =
-        |c: char| !matches!(c, '"' | '\\' | '<' | '>' | '&' | '\u{2028}' | '\u{2029}') && c >= ' ';
-    if s.chars().all(plain) {
+    if is_plain(s) {
         out.push_str(s);
         out.push('"');
         return;
