@@ -35,6 +35,17 @@ pub const SYSTEM_METADATA_FIELDS: [&str; 7] = [
 
 /// Three-way merge by conventions only (no schema).
 ///
+/// Rules (compatible with Metacontroller's `pkg/dynamic/apply`):
+/// - fields in desired win; fields in last-applied but no longer in desired are removed;
+///   fields set only by others are kept; objects merge recursively;
+/// - a `null` in desired removes the field;
+/// - a list is a list-map when every item of observed, last-applied and desired is an object
+///   and all share a conventional key ([`crate::CONVENTIONAL_MERGE_KEYS`], first in that order
+///   wins); list-maps merge item by item with the same rule, items already present keep their
+///   observed order and new items follow in desired order; every other list is replaced whole;
+/// - top-level `status` and the server-populated metadata ([`SYSTEM_METADATA_FIELDS`]) keep
+///   their observed values.
+///
 /// `observed` is the object as read from the API server (`null` if it does not exist yet),
 /// `last_applied` what we applied last time (`None`/`null` if unknown), `desired` what the hook
 /// wants now; the result is the object to write. `desired` must be a JSON object.
