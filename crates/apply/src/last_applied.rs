@@ -137,6 +137,16 @@ pub(crate) fn is_encoding_of(text: &str, v: &Value) -> bool {
     matches_value(&mut rest, v) && rest.is_empty()
 }
 
+fn eat_byte(rest: &mut &[u8], expected: u8) -> bool {
+    match rest.split_first() {
+        Some((b, r)) if *b == expected => {
+            *rest = r;
+            true
+        }
+        _ => false,
+    }
+}
+
 fn eat(rest: &mut &[u8], expected: &[u8]) -> bool {
     match rest.strip_prefix(expected) {
         Some(r) => {
@@ -150,7 +160,7 @@ fn eat(rest: &mut &[u8], expected: &[u8]) -> bool {
 fn matches_value(rest: &mut &[u8], v: &Value) -> bool {
     match v {
         Value::Object(m) => {
-            if !eat(rest, b"{") {
+            if !eat_byte(rest, b'{') {
                 return false;
             }
             let sorted = m.keys().zip(m.keys().skip(1)).all(|(a, b)| a < b);
@@ -161,26 +171,26 @@ fn matches_value(rest: &mut &[u8], v: &Value) -> bool {
                 return eat(rest, &enc.as_bytes()[1..]);
             }
             for (i, (k, item)) in m.iter().enumerate() {
-                if (i > 0 && !eat(rest, b","))
+                if (i > 0 && !eat_byte(rest, b','))
                     || !matches_string(rest, k)
-                    || !eat(rest, b":")
+                    || !eat_byte(rest, b':')
                     || !matches_value(rest, item)
                 {
                     return false;
                 }
             }
-            eat(rest, b"}")
+            eat_byte(rest, b'}')
         }
         Value::Array(a) => {
-            if !eat(rest, b"[") {
+            if !eat_byte(rest, b'[') {
                 return false;
             }
             for (i, item) in a.iter().enumerate() {
-                if (i > 0 && !eat(rest, b",")) || !matches_value(rest, item) {
+                if (i > 0 && !eat_byte(rest, b',')) || !matches_value(rest, item) {
                     return false;
                 }
             }
-            eat(rest, b"]")
+            eat_byte(rest, b']')
         }
         Value::String(s) => matches_string(rest, s),
         other => {
@@ -193,7 +203,7 @@ fn matches_value(rest: &mut &[u8], v: &Value) -> bool {
 
 fn matches_string(rest: &mut &[u8], s: &str) -> bool {
     if is_plain(s) {
-        eat(rest, b"\"") && eat(rest, s.as_bytes()) && eat(rest, b"\"")
+        eat_byte(rest, b'"') && eat(rest, s.as_bytes()) && eat_byte(rest, b'"')
     } else {
         let mut enc = String::new();
         write_string(&mut enc, s);
