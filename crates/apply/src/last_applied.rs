@@ -130,6 +130,87 @@ pub fn encode(v: &Value) -> String {
     out
 }
 
+/// True when `text` is exactly `encode(v)`, checked without building the encoding (the
+/// steady-state check of every sync).
+pub(crate) fn is_encoding_of(text: &str, v: &Value) -> bool {
+    let mut rest = text.as_bytes();
+    matches_value(&mut rest, v) && rest.is_empty()
+}
+
+fn eat_byte(rest: &mut &[u8], expected: u8) -> bool {
+    match rest.split_first() {
+        Some((b, r)) if *b == expected => {
+            *rest = r;
+            true
+        }
+        _ => false,
+    }
+}
+
+fn eat(rest: &mut &[u8], expected: &[u8]) -> bool {
+    match rest.strip_prefix(expected) {
+        Some(r) => {
+            *rest = r;
+            true
+        }
+        None => false,
+    }
+}
+
+fn matches_value(rest: &mut &[u8], v: &Value) -> bool {
+    match v {
+        Value::Object(m) => {
+            if !eat_byte(rest, b'{') {
+                return false;
+            }
+            let sorted = m.keys().zip(m.keys().skip(1)).all(|(a, b)| a < b);
+            if !sorted {
+                // Unusual map order (serde_json `preserve_order`): compare the full encoding.
+                let mut enc = String::new();
+                write_value(&mut enc, v);
+                return eat(rest, &enc.as_bytes()[1..]);
+            }
+            for (i, (k, item)) in m.iter().enumerate() {
+                if (i > 0 && !eat_byte(rest, b','))
+                    || !matches_string(rest, k)
+                    || !eat_byte(rest, b':')
+                    || !matches_value(rest, item)
+                {
+                    return false;
+                }
+            }
+            eat_byte(rest, b'}')
+        }
+        Value::Array(a) => {
+            if !eat_byte(rest, b'[') {
+                return false;
+            }
+            for (i, item) in a.iter().enumerate() {
+                if (i > 0 && !eat_byte(rest, b',')) || !matches_value(rest, item) {
+                    return false;
+                }
+            }
+            eat_byte(rest, b']')
+        }
+        Value::String(s) => matches_string(rest, s),
+        other => {
+            let mut enc = String::new();
+            write_value(&mut enc, other);
+            eat(rest, enc.as_bytes())
+        }
+    }
+}
+
+fn matches_string(rest: &mut &[u8], s: &str) -> bool {
+    if is_plain(s) {
+        eat_byte(rest, b'"') && eat(rest, s.as_bytes()) && eat_byte(rest, b'"')
+    } else {
+        let mut enc = String::new();
+        write_string(&mut enc, s);
+        eat(rest, enc.as_bytes())
+    }
+}
+
 fn write_value(out: &mut String, v: &Value) {
     match v {
         Value::Null => out.push_str("null"),
@@ -196,12 +277,17 @@ fn write_number(out: &mut String, n: &serde_json::Number) {
     }
 }
 
+/// True when Go writes `s` without any escape. Scans bytes: 0xE2 (the first byte of U+2028
+/// and U+2029, and of other characters) conservatively takes the slow path.
+fn is_plain(s: &str) -> bool {
+    s.bytes()
+        .all(|b| b >= 0x20 && !matches!(b, b'"' | b'\\' | b'<' | b'>' | b'&' | 0xE2))
+}
+
 fn write_string(out: &mut String, s: &str) {
     const HEX: &[u8; 16] = b"0123456789abcdef";
     out.push('"');
-    let plain =
-        |c: char| !matches!(c, '"' | '\\' | '<' | '>' | '&' | '\u{2028}' | '\u{2029}') && c >= ' ';
-    if s.chars().all(plain) {
+    if is_plain(s) {
         out.push_str(s);
         out.push('"');
         return;
@@ -246,6 +332,52 @@ mod tests {
             encode(&v),
             r#"{"a":[true,null,1.5,80,-3],"b":1,"f":1e+21,"g":1.5e-7,"h":0.000001,"s":"\u003ca href=\"x\"\u003e\u0026\u003c/a\u003e\n\t\u0001\u2028é","z":{}}"#
         );
+    }
+
+    #[test]
+    fn streaming_match_agrees_with_encode() {
+        let v = json!({"b": 1, "a": [true, null, 1.5, "x<y", {"z": "é\n"}], "c": {}});
+        let text = encode(&v);
+        assert!(is_encoding_of(&text, &v));
+        assert!(!is_encoding_of(&format!("{text} "), &v));
+        assert!(!is_encoding_of(&text[..text.len() - 1], &v));
+        assert!(!is_encoding_of(&text.replace("1.5", "1.6"), &v));
+        assert!(!is_encoding_of("", &v));
+    }
+
+    fn any_json() -> impl proptest::strategy::Strategy<Value = Value> {
+        use proptest::prelude::*;
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i64>().prop_map(Value::from),
+            // Exact binary fractions and the exponent-format boundaries (serde_json's own float
+            // parsing may be off by an ULP on arbitrary doubles, which is not ours to test).
+            prop_oneof![
+                any::<i32>().prop_map(|i| f64::from(i) / 64.0),
+                proptest::sample::select(vec![1e21, 1.5e-7, 1e-6, 2.5e300, -4e-300]),
+            ]
+            .prop_map(|f| serde_json::Number::from_f64(f).map_or(Value::Null, Value::Number)),
+            ".{0,6}".prop_map(Value::String),
+        ];
+        leaf.prop_recursive(3, 24, 4, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+                prop::collection::btree_map(".{0,3}", inner, 0..4)
+                    .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn encoding_is_valid_json_and_matches_itself(v in any_json(), w in any_json()) {
+            let text = encode(&v);
+            let back: Value = serde_json::from_str(&text).unwrap();
+            proptest::prop_assert!(crate::compare::json_eq(&back, &v));
+            proptest::prop_assert!(is_encoding_of(&text, &v));
+            proptest::prop_assert_eq!(is_encoding_of(&text, &w), text == encode(&w));
+        }
     }
 
     #[test]

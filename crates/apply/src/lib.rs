@@ -4,7 +4,7 @@
 //!
 //! # Typical use (client-side apply of one child)
 //! ```
-//! use metacontroller_apply::{plan_update, prepare_create};
+//! use metacontroller_apply::{plan, prepare_create, Plan};
 //! use serde_json::json;
 //!
 //! let desired = json!({"apiVersion": "v1", "kind": "ConfigMap",
@@ -14,26 +14,49 @@
 //! // Next sync: the server added fields; nothing we want changed, so no write.
 //! let mut observed = created.clone();
 //! observed["metadata"]["resourceVersion"] = json!("7");
-//! let plan = plan_update(&observed, &desired, None).unwrap();
-//! assert!(!plan.update);
+//! assert_eq!(plan(&observed, &desired, None).unwrap(), Plan::Unchanged);
+//! // The hook changes its mind: write the merged object (PUT, resourceVersion kept).
+//! let desired2 = json!({"apiVersion": "v1", "kind": "ConfigMap",
+//!                       "metadata": {"name": "c"}, "data": {"a": "2"}});
+//! let Plan::Update(object) = plan(&observed, &desired2, None).unwrap() else { panic!() };
+//! assert_eq!(object["data"]["a"], "2");
 //! ```
 //!
-//! # Rules
-//! See [`merge`] (module docs of the merge rules), [`Schema`] (which Kubernetes schema
-//! extensions are honoured), [`needs_update`] (what counts as a change) and [`last_applied`]
-//! (the record format, byte-compatible with upstream Metacontroller).
+//! # Public API
+//! - Per child: [`prepare_create`] (create body with the record), [`plan`] (hot path:
+//!   [`Plan::Unchanged`] or [`Plan::Update`] with the object to PUT), [`apply_update`] /
+//!   [`plan_update`] (always return the merged object), [`merge_for_cli`] (the
+//!   `metacontroller merge` debug command minus file I/O).
+//! - Building blocks: [`merge`], [`merge_with_schema`], [`needs_update`], [`Schema`]
+//!   (`from_crd`, `from_openapi_v3`, `from_openapi_v3_schema`, `detect`), [`last_applied`]
+//!   (`ANNOTATION`, `get`, `set`, `encode`), [`ssa::apply_patch_body`] for
+//!   `--apply-strategy=server-side-apply`.
+//! - Errors: [`ApplyError`], every variant with a field path ([`ApplyError::path`]).
 //!
-//! # Differences from upstream Metacontroller (all of them stricter or more lenient, never a
-//! different result for inputs upstream handles)
+//! # Rules
+//! See [`merge`] (the merge rules), [`Schema`] (which Kubernetes schema extensions are
+//! honoured), [`needs_update`] (what counts as a change) and [`last_applied`] (the record
+//! format, byte-compatible with upstream Metacontroller).
+//!
+//! # Differences from upstream Metacontroller (`pkg/dynamic/apply`)
+//! Same results wherever upstream's result is well defined; different only here:
 //! - `null` in desired removes the field (upstream writes `null` into the object).
 //! - A last-applied value of a different JSON type than observed is ignored instead of failing.
-//! - Schema-aware mode (optional) adds atomic lists, sets, multi-field and unconventional keys.
-//! - A conventional key candidate whose value is an object or list is skipped; a schema key with
-//!   such a value is an error.
-//! - Duplicate keys in an observed list-map collapse into one item (upstream repeated the merged
-//!   item at every duplicate position).
+//! - Schema-aware mode (optional) adds atomic lists, sets, multi-field and unconventional keys,
+//!   atomic maps, and schema defaults for omitted key fields.
+//! - A conventional key candidate whose value is null, an object or a list is skipped; a schema
+//!   key with an object or list value is an error. Keys compare by JSON value (`80` == `80.0`,
+//!   but `"80"` != `80`; upstream compared Go `%v` strings).
+//! - Duplicate keys in an observed list-map collapse into one item at the first position
+//!   (upstream repeated the merged item at every duplicate position).
 //! - Top-level `status` and server-populated metadata are kept inside [`merge`] itself (upstream
-//!   reverted them in its caller).
+//!   reverted them in its caller); [`needs_update`] is semantic (numbers, quantities, empty
+//!   values, record by meaning) where upstream used `reflect.DeepEqual`.
+//! - Like upstream, list-map items keep their observed order (reordering desired alone does not
+//!   reorder the object) and the conventional key is chosen from all three lists, so a list
+//!   whose items carry two conventional keys with clashing values may be keyed differently on a
+//!   later sync; a schema (`x-kubernetes-list-map-keys`) removes that ambiguity.
+//! - Not implemented: `x-kubernetes-patch-strategy: retainKeys` (such objects merge normally).
 
 mod compare;
 mod cursor;

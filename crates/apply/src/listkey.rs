@@ -240,23 +240,33 @@ impl<'s> KeySpec<'s> {
 /// skipped (such a key cannot identify items, and nulls are removed on merge); upstream would
 /// compare their Go `%v` renderings.
 pub(crate) fn detect_conventional(lists: [&[Value]; 3]) -> Option<&'static str> {
-    let mut any = false;
-    for item in lists.iter().flat_map(|l| l.iter()) {
-        if !item.is_object() {
-            return None;
+    let mut items = lists.iter().flat_map(|l| l.iter());
+    let first = items.next()?.as_object()?;
+    let usable =
+        |v: Option<&Value>| v.is_some_and(|v| !v.is_null() && !v.is_object() && !v.is_array());
+    // Candidates: the conventional keys the first item has, in priority order (a bitmask, so
+    // the common single-candidate case costs one pass over the other items).
+    let mut candidates: u8 = 0;
+    for (i, key) in CONVENTIONAL_MERGE_KEYS.iter().enumerate() {
+        if usable(first.get(*key)) {
+            candidates |= 1 << i;
         }
-        any = true;
     }
-    if !any {
-        return None;
+    for item in items {
+        let obj = item.as_object()?;
+        if candidates == 0 {
+            // Still must verify every item is an object (else not a list-map at all).
+            continue;
+        }
+        for (i, key) in CONVENTIONAL_MERGE_KEYS.iter().enumerate() {
+            if candidates & (1 << i) != 0 && !usable(obj.get(*key)) {
+                candidates &= !(1 << i);
+            }
+        }
     }
-    CONVENTIONAL_MERGE_KEYS.into_iter().find(|key| {
-        lists.iter().flat_map(|l| l.iter()).all(|item| {
-            item.as_object()
-                .and_then(|o| o.get(*key))
-                .is_some_and(|v| !v.is_null() && !v.is_object() && !v.is_array())
-        })
-    })
+    (0..CONVENTIONAL_MERGE_KEYS.len())
+        .find(|i| candidates & (1 << i) != 0)
+        .map(|i| CONVENTIONAL_MERGE_KEYS[i])
 }
 
 /// Lookup of first and last positions of each key in one list.

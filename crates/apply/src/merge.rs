@@ -35,6 +35,17 @@ pub const SYSTEM_METADATA_FIELDS: [&str; 7] = [
 
 /// Three-way merge by conventions only (no schema).
 ///
+/// Rules (compatible with Metacontroller's `pkg/dynamic/apply`):
+/// - fields in desired win; fields in last-applied but no longer in desired are removed;
+///   fields set only by others are kept; objects merge recursively;
+/// - a `null` in desired removes the field;
+/// - a list is a list-map when every item of observed, last-applied and desired is an object
+///   and all share a conventional key ([`crate::CONVENTIONAL_MERGE_KEYS`], first in that order
+///   wins); list-maps merge item by item with the same rule, items already present keep their
+///   observed order and new items follow in desired order; every other list is replaced whole;
+/// - top-level `status` and the server-populated metadata ([`SYSTEM_METADATA_FIELDS`]) keep
+///   their observed values.
+///
 /// `observed` is the object as read from the API server (`null` if it does not exist yet),
 /// `last_applied` what we applied last time (`None`/`null` if unknown), `desired` what the hook
 /// wants now; the result is the object to write. `desired` must be a JSON object.
@@ -154,6 +165,10 @@ fn merge_object(
 ) -> Result<Option<Map<String, Value>>, ApplyError> {
     // Changed fields only; the common no-change case allocates nothing.
     let mut changes: Vec<(&str, Out)> = Vec::new();
+    // In the steady state the record *is* desired (same reference): nothing was dropped from
+    // desired and every last-applied value is the desired one, so skip those lookups.
+    let last_is_desired = last.is_some_and(|l| std::ptr::eq(l, des));
+    let last = if last_is_desired { None } else { last };
     if let Some(last) = last {
         let (mut in_des, mut in_obs) = (Cursor::new(des), Cursor::new(obs));
         for key in last.keys() {
@@ -170,7 +185,11 @@ fn merge_object(
         }
         let child_path = Path::Field(path, key);
         let child_schema = schema.and_then(|s| s.property(key));
-        let lv = in_last.as_mut().and_then(|l| l.get(key));
+        let lv = if last_is_desired {
+            Some(dv)
+        } else {
+            in_last.as_mut().and_then(|l| l.get(key))
+        };
         let ov = in_obs.get(key);
         let child_level = level.child(key);
         let out = if child_level == Level::RootMetadata {
@@ -317,7 +336,15 @@ fn merge_list(
         Some(ListDecl::Map(keys)) => {
             all_objects().then(|| KeySpec::declared(keys, defaults.unwrap_or_default()))
         }
-        None => detect_conventional([obs, last_items, des]).map(KeySpec::single),
+        None => {
+            // Skip the record when it is desired itself (steady state).
+            let last_items = if std::ptr::eq(last_items, des) {
+                &[][..]
+            } else {
+                last_items
+            };
+            detect_conventional([obs, last_items, des]).map(KeySpec::single)
+        }
     };
     match spec {
         Some(spec) => merge_list_map(path, obs, last_items, des, spec, item_schema),
@@ -343,8 +370,17 @@ fn merge_list_map(
 ) -> Result<Out, ApplyError> {
     let des_keys = spec.keys_of(des, path)?;
     let des_index = KeyIndex::new(&des_keys);
-    let last_keys = spec.keys_of(last, path)?;
-    let last_index = KeyIndex::new(&last_keys);
+    let last_is_desired = std::ptr::eq(last, des);
+    let last_keys = if last_is_desired {
+        Vec::new()
+    } else {
+        spec.keys_of(last, path)?
+    };
+    let last_index = if last_is_desired {
+        KeyIndex::new(&des_keys)
+    } else {
+        KeyIndex::new(&last_keys)
+    };
     let obs_keys = spec.keys_of(obs, path)?;
     let obs_index = KeyIndex::new(&obs_keys);
 

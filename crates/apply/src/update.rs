@@ -3,7 +3,7 @@
 
 use serde_json::Value;
 
-use crate::compare::needs_update;
+use crate::compare::{json_eq, needs_update, needs_update_with};
 use crate::error::{type_name, ApplyError};
 use crate::last_applied;
 use crate::merge::{merge_cow, without_nulls};
@@ -55,12 +55,16 @@ pub fn plan(
     if prepared.merged.is_none() && prepared.record_unchanged {
         return Ok(Plan::Unchanged);
     }
+    let record_same = prepared.record_same_meaning;
     let merged = prepared.into_object(observed)?;
-    Ok(if needs_update(observed, &merged) {
-        Plan::Update(merged)
-    } else {
-        Plan::Unchanged
-    })
+    // The records were compared already (without re-parsing both annotations).
+    Ok(
+        if !record_same || needs_update_with(observed, &merged, true) {
+            Plan::Update(merged)
+        } else {
+            Plan::Unchanged
+        },
+    )
 }
 
 /// The object to write for an existing child: three-way merge of `observed`, its last-applied
@@ -93,8 +97,12 @@ enum LastApplied<'a> {
 struct Prepared {
     /// `None`: the merge left observed exactly as it is.
     merged: Option<Value>,
-    record: String,
+    /// The new record, when it differs from the observed one byte for byte.
+    record: Option<String>,
     record_unchanged: bool,
+    /// The observed record means the same as the new one (only computed for records read
+    /// from the annotation; `false` otherwise).
+    record_same_meaning: bool,
 }
 
 impl Prepared {
@@ -105,7 +113,12 @@ impl Prepared {
             None if self.record_unchanged => Ok(observed.clone()),
             merged => {
                 let mut merged = merged.unwrap_or_else(|| observed.clone());
-                last_applied::set_encoded(&mut merged, self.record)?;
+                let record = match self.record {
+                    Some(r) => r,
+                    // Unchanged record, but the merge rebuilt metadata: restore it.
+                    None => last_applied::raw(observed).unwrap_or_default().to_string(),
+                };
+                last_applied::set_encoded(&mut merged, record)?;
                 Ok(merged)
             }
         }
@@ -120,16 +133,23 @@ fn prepare(
 ) -> Result<Prepared, ApplyError> {
     // Upstream blanks a copy of the record echoed by the hook, then merges and records that.
     let desired = last_applied::blank_cow(desired);
-    let record = last_applied::encode(&desired);
     let raw = last_applied::raw(observed);
-    let record_unchanged = raw == Some(record.as_str());
+    let record_unchanged = raw.is_some_and(|r| last_applied::is_encoding_of(r, &desired));
+    // Encoded only when it has to be written.
+    let record = if record_unchanged {
+        None
+    } else {
+        Some(last_applied::encode(&desired))
+    };
     let parsed;
+    let mut record_same_meaning = record_unchanged;
     let last: Option<&Value> = match last {
         // The record we would write is already there, byte for byte: it *is* desired, so the
         // annotation need not be parsed.
         LastApplied::FromAnnotation if record_unchanged => Some(&*desired),
         LastApplied::FromAnnotation => {
             parsed = last_applied::get(observed)?;
+            record_same_meaning = parsed.as_ref().is_some_and(|p| json_eq(p, &desired));
             parsed.as_ref()
         }
         LastApplied::Given(l) => l,
@@ -139,6 +159,7 @@ fn prepare(
         merged,
         record,
         record_unchanged,
+        record_same_meaning,
     })
 }
 

@@ -318,6 +318,16 @@ proptest! {
     }
 
     #[test]
+    fn record_identical_to_desired_takes_the_same_path_as_a_copy((o, _l, d) in triple()) {
+        // The merge short-cuts when the record is desired itself (same reference); a copy
+        // must give the same result.
+        let copy = d.clone();
+        let same = merge(&o, Some(&d), &d);
+        let copied = merge(&o, Some(&copy), &d);
+        prop_assert_eq!(same, copied);
+    }
+
+    #[test]
     fn every_desired_leaf_is_in_the_result((o, l, d) in triple()) {
         let Ok(r) = merge(&o, Some(&l), &d) else { return Ok(()); };
         prop_assert!(contains(&r, &d, true, false), "result {:#} misses desired {:#}", r, d);

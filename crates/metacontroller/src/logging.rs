@@ -1,5 +1,7 @@
 //! Process-wide tracing subscriber set up from the logging flags.
 
+use std::io::IsTerminal;
+
 use tracing_subscriber::EnvFilter;
 
 use crate::cli::{LogFormat, LogLevel, LoggingArgs};
@@ -20,7 +22,8 @@ pub fn init(args: &LoggingArgs) {
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_directives));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal());
     // A second init (tests) is harmless; ignore the error it returns.
     let _ = match args.effective_format() {
         LogFormat::Json => builder.json().flatten_event(true).try_init(),

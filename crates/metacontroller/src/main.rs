@@ -1,6 +1,7 @@
 //! The `metacontroller` binary: `run` (default), `dev` and `merge`.
 
 mod cli;
+mod dev;
 mod logging;
 mod merge_cmd;
 mod run;
@@ -43,9 +44,7 @@ fn main() -> ExitCode {
     let result = runtime.block_on(async move {
         match command {
             Command::Run(args) => run::run(args).await,
-            Command::Dev(_) => Err(anyhow::anyhow!(
-                "`metacontroller dev` is not available yet (it arrives with the embedded API server)"
-            )),
+            Command::Dev(args) => dev::dev(args).await,
             Command::Merge(args) => merge_cmd::run(&args),
         }
     });
