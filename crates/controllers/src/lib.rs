@@ -1,2 +1,7 @@
 //! `metacontroller-controllers`: the CompositeController and DecoratorController
-//! reconcilers: claim/adopt, child management, update strategies, revisions, finalizers.
+//! reconcilers.
+//!
+//! - [`children`]: the pure part of managing children (hook request `children` map,
+//!   validation of desired children, create/update/delete planning).
+
+pub mod children;
