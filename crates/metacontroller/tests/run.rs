@@ -69,7 +69,10 @@ async fn run_lists_composite_controllers() {
     // CRDs take a moment to be served after creation.
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        match controllers.create(&PostParams::default(), &controller).await {
+        match controllers
+            .create(&PostParams::default(), &controller)
+            .await
+        {
             Ok(_) => break,
             Err(err) if Instant::now() < deadline => {
                 eprintln!("waiting for the CRD to be served: {err}");
