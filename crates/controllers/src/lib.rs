@@ -1,2 +1,10 @@
 //! `metacontroller-controllers`: the CompositeController and DecoratorController
-//! reconcilers: claim/adopt, child management, update strategies, revisions, finalizers.
+//! reconcilers.
+//!
+//! - [`children`]: the pure part of managing children (hook request `children` map,
+//!   validation of desired children, create/update/delete planning).
+//! - [`composite`]: the CompositeController reconciler (informers → queue → sync hook →
+//!   child writes and parent status).
+
+pub mod children;
+pub mod composite;

@@ -1,8 +1,8 @@
 //! `metacontroller-dynamic`: discovery cache, shared informers per resource, dynamic API
 //! access, label/annotation selectors and the per-controller work queue.
 //!
-//! The modules here are the self-contained building blocks of the controller runtime; none of
-//! them talks to an API server:
+//! [`discover`] and [`informer`] talk to the API server (discovery fetch; shared list+watch
+//! per resource). The other modules are self-contained building blocks:
 //!
 //! - [`discovery`]: [`ResourceMap`] from `APIResourceList` documents, lookups by resource or
 //!   kind, and the diff a refresh loop uses to start/stop informers;
@@ -18,8 +18,10 @@
 //! - [`object`]: metadata access for `serde_json::Value` and `kube::core::DynamicObject`, and
 //!   the `namespace/name` key.
 
+pub mod discover;
 pub mod discovery;
 pub mod expectations;
+pub mod informer;
 pub mod object;
 pub mod overlay;
 pub mod rate;
@@ -28,8 +30,10 @@ pub mod selector;
 pub mod store;
 pub mod workqueue;
 
+pub use discover::{discover, Discovered};
 pub use discovery::{ApiResource, DiscoveryError, ResourceDiff, ResourceId, ResourceMap};
 pub use expectations::{Expectations, DEFAULT_EXPECTATION_TTL};
+pub use informer::{Handler, HandlerId, Informer, InformerConfig, Informers, Origin};
 pub use object::{NamespacedName, ObjectMetaAccess, Versioned};
 pub use overlay::{ObjectKey, Overlay};
 pub use rate::{KeyedRateLimiter, RateError, RateLimiter};

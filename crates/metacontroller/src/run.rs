@@ -41,9 +41,10 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
         result = discover_controllers(&client, &args) => result?,
         _ = tokio::signal::ctrl_c() => return Ok(()),
     }
-    tokio::signal::ctrl_c()
-        .await
-        .context("waiting for Ctrl-C")?;
+    tokio::select! {
+        result = run_composite(client.clone(), &args) => result?,
+        result = tokio::signal::ctrl_c() => result.context("waiting for Ctrl-C")?,
+    }
     tracing::info!("shutting down");
     Ok(())
 }
@@ -114,4 +115,91 @@ fn log_compat_flags(args: &ControllerArgs) {
     if args.leader_election {
         tracing::warn!("--leader-election is accepted; leader election is not implemented yet");
     }
+}
+
+/// Watches CompositeControllers (matching --target-label-selector) and keeps one reconciler
+/// running per object: started on add, restarted when the spec changes, stopped on delete.
+/// An invalid spec or unknown resource is logged and the object skipped (no crash).
+async fn run_composite(client: Client, args: &ControllerArgs) -> anyhow::Result<()> {
+    use futures::StreamExt;
+    use kube::runtime::{watcher, WatchStreamExt};
+    use metacontroller_api::composite::CompositeController;
+    use std::collections::HashMap;
+
+    let informers = metacontroller_dynamic::Informers::new(
+        client.clone(),
+        metacontroller_dynamic::InformerConfig {
+            flush_interval: Some(args.cache_flush_interval).filter(|d| !d.is_zero()),
+        },
+    );
+    let hooks = metacontroller_hooks::HookClient::new(Default::default())
+        .context("building the hook client")?;
+    let mut config = watcher::Config::default();
+    let selector = args.target_label_selector.trim();
+    if !selector.is_empty() {
+        config = config.labels(selector);
+    }
+    let api: Api<CompositeController> = Api::all(client.clone());
+    let stream = watcher(api, config).default_backoff();
+    let mut stream = std::pin::pin!(stream);
+    let mut running: HashMap<
+        String,
+        (
+            serde_json::Value,
+            metacontroller_controllers::composite::CompositeHandle,
+        ),
+    > = HashMap::new();
+    let mut resources = metacontroller_dynamic::ResourceMap::new();
+    while let Some(event) = stream.next().await {
+        let cc = match event {
+            Ok(watcher::Event::Apply(cc)) | Ok(watcher::Event::InitApply(cc)) => cc,
+            Ok(watcher::Event::Delete(cc)) => {
+                if let Some((_, handle)) = cc.metadata.name.as_ref().and_then(|n| running.remove(n))
+                {
+                    tracing::info!(name = ?cc.metadata.name, "stopping CompositeController");
+                    handle.stop().await;
+                }
+                continue;
+            }
+            Ok(_) => continue,
+            Err(err) => {
+                tracing::warn!(error = %err, "watching CompositeControllers");
+                continue;
+            }
+        };
+        let Some(name) = cc.metadata.name.clone() else {
+            continue;
+        };
+        let spec = serde_json::to_value(&cc.spec).unwrap_or_default();
+        if running.get(&name).is_some_and(|(s, _)| *s == spec) {
+            continue;
+        }
+        if let Some((_, handle)) = running.remove(&name) {
+            handle.stop().await;
+        }
+        // Discovery on every (re)start so CRDs installed since are found.
+        match metacontroller_dynamic::discover(&client, &resources).await {
+            Ok(found) => {
+                if let Some((map, _)) = found.update {
+                    resources = map;
+                }
+            }
+            Err(err) => tracing::warn!(error = %err, "discovery failed; using the previous result"),
+        }
+        match metacontroller_controllers::composite::start(
+            cc,
+            client.clone(),
+            &informers,
+            &resources,
+            hooks.clone(),
+            args.workers as usize,
+        ) {
+            Ok(handle) => {
+                tracing::info!(%name, "started CompositeController");
+                running.insert(name, (spec, handle));
+            }
+            Err(err) => tracing::error!(%name, error = %err, "cannot start CompositeController"),
+        }
+    }
+    Ok(())
 }

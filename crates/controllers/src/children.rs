@@ -1,0 +1,529 @@
+//! Children of one parent, without I/O: the observed `children` map of a hook request, the
+//! validation of a hook's desired children, and the create/update/delete actions that bring
+//! the observed children to the desired ones.
+//!
+//! The rules follow upstream Metacontroller's `manage_children`: every declared child type
+//! has an entry in the request even when empty; desired children of undeclared types, or in
+//! a namespace other than a namespaced parent's, are refused; a namespaced child without a
+//! namespace gets the parent's; differing children are updated per the type's update
+//! method (OnDelete: never); observed children that are no longer desired are deleted.
+//! Objects already being deleted are left alone until they are gone.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use metacontroller_api::hook::HookVersion;
+use metacontroller_api::wire::ObjectMap;
+use metacontroller_api::ChildUpdateMethod;
+use serde_json::{json, Value};
+
+/// One declared child type, resolved through discovery.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ChildType {
+    /// `v1`, `apps/v1`, ...
+    pub api_version: String,
+    /// Kind served by the resource.
+    pub kind: String,
+    /// Plural resource name.
+    pub resource: String,
+    /// Whether objects of the type live in a namespace.
+    pub namespaced: bool,
+    /// The effective update method.
+    pub method: ChildUpdateMethod,
+}
+
+/// Identifies a child: (apiVersion, kind, namespace, name).
+pub type ChildKey = (String, String, String, String);
+
+/// Why a hook response's children were refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ChildError {
+    /// A child without apiVersion, kind or metadata.name.
+    #[error("children[{index}]: {message}")]
+    Invalid {
+        /// Index in the response's `children`.
+        index: usize,
+        /// What is missing.
+        message: String,
+    },
+    /// A child of a type the controller does not declare.
+    #[error("children[{index}]: {kind}.{api_version} is not a declared child resource")]
+    Undeclared {
+        /// Index in the response's `children`.
+        index: usize,
+        /// The child's apiVersion.
+        api_version: String,
+        /// The child's kind.
+        kind: String,
+    },
+    /// A child outside the namespaced parent's namespace, or a namespace on a
+    /// cluster-scoped type.
+    #[error("children[{index}]: namespace {namespace:?} is not allowed: {reason}")]
+    Namespace {
+        /// Index in the response's `children`.
+        index: usize,
+        /// The namespace asked for.
+        namespace: String,
+        /// Why it is refused.
+        reason: &'static str,
+    },
+    /// Two children with the same type, namespace and name.
+    #[error("children[{index}]: duplicate child {}/{} of {}.{}", key.2, key.3, key.1, key.0)]
+    Duplicate {
+        /// Index of the second occurrence.
+        index: usize,
+        /// The duplicated key.
+        key: ChildKey,
+    },
+    /// The apply engine refused an object.
+    #[error("{key:?}: {message}")]
+    Apply {
+        /// The child.
+        key: ChildKey,
+        /// The apply engine's message.
+        message: String,
+    },
+}
+
+fn str_at<'a>(v: &'a Value, path: &[&str]) -> &'a str {
+    let mut cur = v;
+    for p in path {
+        match cur.get(p) {
+            Some(next) => cur = next,
+            None => return "",
+        }
+    }
+    cur.as_str().unwrap_or_default()
+}
+
+/// The key of an object (empty strings for missing fields).
+pub fn child_key(obj: &Value) -> ChildKey {
+    (
+        str_at(obj, &["apiVersion"]).to_string(),
+        str_at(obj, &["kind"]).to_string(),
+        str_at(obj, &["metadata", "namespace"]).to_string(),
+        str_at(obj, &["metadata", "name"]).to_string(),
+    )
+}
+
+fn is_deleting(obj: &Value) -> bool {
+    obj.pointer("/metadata/deletionTimestamp")
+        .is_some_and(|v| !v.is_null())
+}
+
+/// The `children` map of a hook request: one (possibly empty) entry per declared type, then
+/// the observed children placed by the v1/v2 key rules.
+pub fn observed_map(
+    version: HookVersion,
+    parent_namespace: Option<&str>,
+    types: &[ChildType],
+    observed: impl IntoIterator<Item = Value>,
+) -> ObjectMap {
+    let mut map = ObjectMap::new();
+    for t in types {
+        map.init_group(&t.api_version, &t.kind);
+    }
+    for obj in observed {
+        map.insert_child(version, parent_namespace, obj);
+    }
+    map
+}
+
+/// Checks the desired children of a hook response and defaults their namespaces. Returns
+/// them keyed by [`ChildKey`] with the index of the declared type.
+pub fn validate_desired(
+    types: &[ChildType],
+    parent_namespace: Option<&str>,
+    desired: Vec<Value>,
+) -> Result<BTreeMap<ChildKey, (usize, Value)>, ChildError> {
+    let parent_ns = parent_namespace.unwrap_or_default();
+    let mut out = BTreeMap::new();
+    for (index, mut obj) in desired.into_iter().enumerate() {
+        let invalid = |message: &str| ChildError::Invalid {
+            index,
+            message: message.to_string(),
+        };
+        if !obj.is_object() {
+            return Err(invalid("not an object"));
+        }
+        let (api_version, kind, namespace, name) = child_key(&obj);
+        if api_version.is_empty() || kind.is_empty() {
+            return Err(invalid("apiVersion and kind are required"));
+        }
+        if name.is_empty() {
+            return Err(invalid("metadata.name is required"));
+        }
+        let Some(type_index) = types
+            .iter()
+            .position(|t| t.api_version == api_version && t.kind == kind)
+        else {
+            return Err(ChildError::Undeclared {
+                index,
+                api_version,
+                kind,
+            });
+        };
+        let namespace = if types[type_index].namespaced {
+            match namespace.as_str() {
+                "" if parent_ns.is_empty() => {
+                    return Err(ChildError::Namespace {
+                        index,
+                        namespace,
+                        reason: "a namespaced child of a cluster-scoped parent needs a namespace",
+                    })
+                }
+                "" => parent_ns.to_string(),
+                ns if !parent_ns.is_empty() && ns != parent_ns => {
+                    return Err(ChildError::Namespace {
+                        index,
+                        namespace,
+                        reason: "children must be in the parent's namespace",
+                    })
+                }
+                ns => ns.to_string(),
+            }
+        } else if !namespace.is_empty() {
+            return Err(ChildError::Namespace {
+                index,
+                namespace,
+                reason: "the child resource is cluster-scoped",
+            });
+        } else {
+            namespace
+        };
+        if !namespace.is_empty() {
+            if let Some(meta) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
+                meta.insert("namespace".into(), Value::String(namespace.clone()));
+            }
+        }
+        let key = (api_version, kind, namespace, name);
+        if out.contains_key(&key) {
+            return Err(ChildError::Duplicate { index, key });
+        }
+        out.insert(key, (type_index, obj));
+    }
+    Ok(out)
+}
+
+/// The parent an ownerReference points at.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParentRef {
+    /// Parent apiVersion.
+    pub api_version: String,
+    /// Parent kind.
+    pub kind: String,
+    /// Parent name.
+    pub name: String,
+    /// Parent uid.
+    pub uid: String,
+}
+
+/// Adds (or replaces) the controller ownerReference of `obj` with one to `parent`
+/// (`controller: true`, `blockOwnerDeletion: true`), keeping other owners.
+pub fn set_controller_ref(obj: &mut Value, parent: &ParentRef) {
+    let Some(root) = obj.as_object_mut() else {
+        return;
+    };
+    let meta = root.entry("metadata").or_insert_with(|| json!({}));
+    let Some(meta) = meta.as_object_mut() else {
+        return;
+    };
+    let refs = meta
+        .entry("ownerReferences")
+        .or_insert_with(|| Value::Array(Vec::new()));
+    if !refs.is_array() {
+        *refs = Value::Array(Vec::new());
+    }
+    if let Some(refs) = refs.as_array_mut() {
+        refs.retain(|r| r.get("controller") != Some(&Value::Bool(true)));
+        refs.push(json!({
+            "apiVersion": parent.api_version,
+            "kind": parent.kind,
+            "name": parent.name,
+            "uid": parent.uid,
+            "controller": true,
+            "blockOwnerDeletion": true,
+        }));
+    }
+}
+
+/// One write that brings the children closer to the desired state.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Action {
+    /// Create this object (last-applied recorded, controller ownerReference set).
+    Create {
+        /// Index of the child type.
+        type_index: usize,
+        /// The body to POST.
+        object: Value,
+    },
+    /// Replace the observed object with this one (carries observed's resourceVersion).
+    Update {
+        /// Index of the child type.
+        type_index: usize,
+        /// The body to PUT.
+        object: Value,
+    },
+    /// Delete the observed child (with its uid as precondition).
+    Delete {
+        /// Index of the child type.
+        type_index: usize,
+        /// The child.
+        key: ChildKey,
+        /// Its uid.
+        uid: String,
+    },
+}
+
+/// The actions for one sync: `observed` are the parent's owned children (all declared
+/// types), `desired` the validated hook output. Empty when everything is in place.
+pub fn plan_children(
+    types: &[ChildType],
+    parent: &ParentRef,
+    observed: &[Value],
+    desired: &BTreeMap<ChildKey, (usize, Value)>,
+) -> Result<Vec<Action>, ChildError> {
+    let mut actions = Vec::new();
+    let mut seen = BTreeSet::new();
+    for obs in observed {
+        let key = child_key(obs);
+        let Some(type_index) = types
+            .iter()
+            .position(|t| t.api_version == key.0 && t.kind == key.1)
+        else {
+            continue;
+        };
+        seen.insert(key.clone());
+        if is_deleting(obs) {
+            continue;
+        }
+        let uid = str_at(obs, &["metadata", "uid"]).to_string();
+        let Some((_, want)) = desired.get(&key) else {
+            actions.push(Action::Delete {
+                type_index,
+                key,
+                uid,
+            });
+            continue;
+        };
+        let method = &types[type_index].method;
+        if matches!(method, ChildUpdateMethod::OnDelete) {
+            continue;
+        }
+        let plan = metacontroller_apply::plan(obs, want, None).map_err(|e| ChildError::Apply {
+            key: key.clone(),
+            message: e.to_string(),
+        })?;
+        if let metacontroller_apply::Plan::Update(object) = plan {
+            match method {
+                ChildUpdateMethod::Recreate | ChildUpdateMethod::RollingRecreate => {
+                    actions.push(Action::Delete {
+                        type_index,
+                        key,
+                        uid,
+                    })
+                }
+                _ => actions.push(Action::Update { type_index, object }),
+            }
+        }
+    }
+    for (key, (type_index, want)) in desired {
+        if seen.contains(key) {
+            continue;
+        }
+        let mut object =
+            metacontroller_apply::prepare_create(want).map_err(|e| ChildError::Apply {
+                key: key.clone(),
+                message: e.to_string(),
+            })?;
+        set_controller_ref(&mut object, parent);
+        actions.push(Action::Create {
+            type_index: *type_index,
+            object,
+        });
+    }
+    Ok(actions)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cm_type(method: ChildUpdateMethod) -> ChildType {
+        ChildType {
+            api_version: "v1".into(),
+            kind: "ConfigMap".into(),
+            resource: "configmaps".into(),
+            namespaced: true,
+            method,
+        }
+    }
+
+    fn ns_type() -> ChildType {
+        ChildType {
+            api_version: "v1".into(),
+            kind: "Namespace".into(),
+            resource: "namespaces".into(),
+            namespaced: false,
+            method: ChildUpdateMethod::InPlace,
+        }
+    }
+
+    fn parent() -> ParentRef {
+        ParentRef {
+            api_version: "example.com/v1".into(),
+            kind: "Parent".into(),
+            name: "p".into(),
+            uid: "uid-p".into(),
+        }
+    }
+
+    fn cm(name: &str, value: &str) -> Value {
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+               "metadata": {"name": name}, "data": {"k": value}})
+    }
+
+    /// What the API server returns for a created object: server fields added.
+    fn as_created(mut obj: Value, uid: &str) -> Value {
+        let meta = obj["metadata"].as_object_mut().unwrap();
+        meta.insert("uid".into(), json!(uid));
+        meta.insert("resourceVersion".into(), json!("7"));
+        meta.insert("creationTimestamp".into(), json!("2024-01-01T00:00:00Z"));
+        obj
+    }
+
+    #[test]
+    fn observed_map_has_every_declared_type() {
+        let types = [cm_type(ChildUpdateMethod::InPlace), ns_type()];
+        let map = observed_map(HookVersion::V1, Some("default"), &types, []);
+        assert_eq!(
+            serde_json::to_value(&map).unwrap(),
+            json!({"ConfigMap.v1": {}, "Namespace.v1": {}})
+        );
+        let mut child = cm("a", "1");
+        child["metadata"]["namespace"] = json!("default");
+        let map = observed_map(HookVersion::V2, Some("default"), &types, [child]);
+        assert!(map.get("v1", "ConfigMap", "default/a").is_some());
+    }
+
+    #[test]
+    fn desired_namespace_defaulted_and_checked() {
+        let types = [cm_type(ChildUpdateMethod::InPlace), ns_type()];
+        let out = validate_desired(&types, Some("default"), vec![cm("a", "1")]).unwrap();
+        let (key, (index, obj)) = out.iter().next().unwrap();
+        assert_eq!(key.2, "default");
+        assert_eq!(*index, 0);
+        assert_eq!(obj["metadata"]["namespace"], "default");
+
+        let mut other = cm("a", "1");
+        other["metadata"]["namespace"] = json!("elsewhere");
+        assert!(matches!(
+            validate_desired(&types, Some("default"), vec![other]),
+            Err(ChildError::Namespace { index: 0, .. })
+        ));
+        assert!(matches!(
+            validate_desired(&types, None, vec![cm("a", "1")]),
+            Err(ChildError::Namespace { .. })
+        ));
+        let ns = json!({"apiVersion": "v1", "kind": "Namespace",
+                        "metadata": {"name": "n", "namespace": "default"}});
+        assert!(matches!(
+            validate_desired(&types, Some("default"), vec![ns]),
+            Err(ChildError::Namespace { .. })
+        ));
+    }
+
+    #[test]
+    fn undeclared_invalid_and_duplicate_children_refused() {
+        let types = [cm_type(ChildUpdateMethod::InPlace)];
+        let secret = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"}});
+        assert!(matches!(
+            validate_desired(&types, Some("default"), vec![secret]),
+            Err(ChildError::Undeclared { index: 0, .. })
+        ));
+        let nameless = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {}});
+        assert!(matches!(
+            validate_desired(&types, Some("default"), vec![nameless]),
+            Err(ChildError::Invalid { .. })
+        ));
+        assert!(matches!(
+            validate_desired(&types, Some("default"), vec![json!(3)]),
+            Err(ChildError::Invalid { .. })
+        ));
+        assert!(matches!(
+            validate_desired(&types, Some("default"), vec![cm("a", "1"), cm("a", "2")]),
+            Err(ChildError::Duplicate { index: 1, .. })
+        ));
+    }
+
+    fn converge(
+        method: ChildUpdateMethod,
+        observed_value: &str,
+        desired_value: &str,
+    ) -> Vec<Action> {
+        let types = [cm_type(method)];
+        let first =
+            validate_desired(&types, Some("default"), vec![cm("a", observed_value)]).unwrap();
+        let created = match plan_children(&types, &parent(), &[], &first)
+            .unwrap()
+            .as_slice()
+        {
+            [Action::Create { object, .. }] => as_created(object.clone(), "uid-a"),
+            other => panic!("expected one create, got {other:?}"),
+        };
+        let desired =
+            validate_desired(&types, Some("default"), vec![cm("a", desired_value)]).unwrap();
+        plan_children(&types, &parent(), &[created], &desired).unwrap()
+    }
+
+    #[test]
+    fn create_sets_controller_owner_reference() {
+        let types = [cm_type(ChildUpdateMethod::InPlace)];
+        let desired = validate_desired(&types, Some("default"), vec![cm("a", "1")]).unwrap();
+        let actions = plan_children(&types, &parent(), &[], &desired).unwrap();
+        let [Action::Create { object, .. }] = actions.as_slice() else {
+            panic!("{actions:?}");
+        };
+        assert_eq!(
+            object["metadata"]["ownerReferences"],
+            json!([{"apiVersion": "example.com/v1", "kind": "Parent", "name": "p",
+                    "uid": "uid-p", "controller": true, "blockOwnerDeletion": true}])
+        );
+        assert_eq!(object["metadata"]["namespace"], "default");
+    }
+
+    #[test]
+    fn converged_children_need_no_write() {
+        assert!(converge(ChildUpdateMethod::InPlace, "1", "1").is_empty());
+    }
+
+    #[test]
+    fn update_methods() {
+        let updated = converge(ChildUpdateMethod::InPlace, "1", "2");
+        let [Action::Update { object, .. }] = updated.as_slice() else {
+            panic!("{updated:?}");
+        };
+        assert_eq!(object["data"]["k"], "2");
+        assert_eq!(object["metadata"]["resourceVersion"], "7");
+        assert!(converge(ChildUpdateMethod::OnDelete, "1", "2").is_empty());
+        assert!(matches!(
+            converge(ChildUpdateMethod::Recreate, "1", "2").as_slice(),
+            [Action::Delete { uid, .. }] if uid == "uid-a"
+        ));
+    }
+
+    #[test]
+    fn undesired_children_deleted_unless_already_deleting() {
+        let types = [cm_type(ChildUpdateMethod::InPlace)];
+        let mut observed = as_created(cm("old", "1"), "uid-old");
+        observed["metadata"]["namespace"] = json!("default");
+        let actions =
+            plan_children(&types, &parent(), &[observed.clone()], &BTreeMap::new()).unwrap();
+        assert!(matches!(actions.as_slice(), [Action::Delete { uid, .. }] if uid == "uid-old"));
+        observed["metadata"]["deletionTimestamp"] = json!("2024-01-01T00:00:00Z");
+        assert!(
+            plan_children(&types, &parent(), &[observed], &BTreeMap::new())
+                .unwrap()
+                .is_empty()
+        );
+    }
+}

@@ -1,0 +1,222 @@
+//! CompositeController end to end: embedded API server, a real HTTP hook server, the
+//! in-process reconciler. Children are created with a controller ownerReference, the
+//! parent status gets observedGeneration, and a resync of the converged parent writes
+//! nothing.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::{routing::post, Json, Router};
+use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, ListParams, PostParams};
+use kube::core::DynamicObject;
+use metacontroller_api::composite::CompositeController;
+use metacontroller_dynamic::{discover, InformerConfig, Informers, ResourceMap};
+use metacontroller_hooks::{HookClient, HookClientConfig};
+use serde_json::{json, Value};
+
+async fn client(server: &embedded_apiserver::ApiServerHandle) -> kube::Client {
+    let kubeconfig = kube::config::Kubeconfig::from_yaml(&server.kubeconfig_yaml()).unwrap();
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .unwrap();
+    kube::Client::try_from(config).unwrap()
+}
+
+async fn eventually<F, Fut>(what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !check().await {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The hook: two ConfigMaps per parent carrying `spec.value`, status counts observed children.
+async fn sync(calls: Arc<AtomicUsize>, Json(req): Json<Value>) -> Json<Value> {
+    calls.fetch_add(1, Ordering::SeqCst);
+    let name = req["parent"]["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default();
+    let value = req["parent"]["spec"]["value"].clone();
+    let observed = req["children"]["ConfigMap.v1"]
+        .as_object()
+        .map_or(0, |m| m.len());
+    let children: Vec<Value> = ["a", "b"]
+        .iter()
+        .map(|suffix| {
+            json!({"apiVersion": "v1", "kind": "ConfigMap",
+                   "metadata": {"name": format!("{name}-{suffix}")},
+                   "data": {"value": value}})
+        })
+        .collect();
+    Json(json!({"status": {"children": observed}, "children": children}))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sync_creates_children_sets_status_and_resync_writes_nothing() {
+    let server = embedded_apiserver::ApiServer::start(Default::default())
+        .await
+        .unwrap();
+    let client = client(&server).await;
+
+    let crd: CustomResourceDefinition = serde_json::from_value(json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "parents.example.com"},
+        "spec": {"group": "example.com", "scope": "Namespaced",
+          "names": {"plural": "parents", "singular": "parent", "kind": "Parent", "listKind": "ParentList"},
+          "versions": [{"name": "v1", "served": true, "storage": true,
+            "subresources": {"status": {}},
+            "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]}
+    }))
+    .unwrap();
+    Api::<CustomResourceDefinition>::all(client.clone())
+        .create(&PostParams::default(), &crd)
+        .await
+        .unwrap();
+    // CRDs take a moment to be served.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let resources = loop {
+        let found = discover(&client, &ResourceMap::new()).await.unwrap();
+        if let Some((map, _)) = found.update {
+            if map.get("example.com/v1", "parents").is_some() {
+                break map;
+            }
+        }
+        assert!(Instant::now() < deadline, "parents never served");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+
+    let calls = Arc::new(AtomicUsize::new(0));
+    let app = Router::new().route(
+        "/sync",
+        post({
+            let calls = calls.clone();
+            move |body| sync(calls.clone(), body)
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let hook_addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+
+    let controller: CompositeController = serde_json::from_value(json!({
+        "apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "CompositeController",
+        "metadata": {"name": "parents"},
+        "spec": {
+          "parentResource": {"apiVersion": "example.com/v1", "resource": "parents"},
+          "childResources": [{"apiVersion": "v1", "resource": "configmaps",
+                              "updateStrategy": {"method": "InPlace"}}],
+          "resyncPeriodSeconds": 1,
+          "hooks": {"sync": {"webhook": {"url": format!("http://{hook_addr}/sync")}}}
+        }
+    }))
+    .unwrap();
+
+    let parents: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        "default",
+        &kube::discovery::ApiResource::from_gvk_with_plural(
+            &kube::api::GroupVersionKind::gvk("example.com", "v1", "Parent"),
+            "parents",
+        ),
+    );
+    let parent: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "example.com/v1", "kind": "Parent",
+        "metadata": {"name": "p1", "namespace": "default"},
+        "spec": {"value": "one"}
+    }))
+    .unwrap();
+    let created = parents
+        .create(&PostParams::default(), &parent)
+        .await
+        .unwrap();
+    let uid = created.metadata.uid.clone().unwrap();
+
+    let informers = Informers::new(client.clone(), InformerConfig::default());
+    let hooks = HookClient::new(HookClientConfig::default()).unwrap();
+    let handle = metacontroller_controllers::composite::start(
+        controller,
+        client.clone(),
+        &informers,
+        &resources,
+        hooks,
+        2,
+    )
+    .unwrap();
+
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    eventually("status with observedGeneration and both children", || {
+        let parents = parents.clone();
+        async move {
+            let p = parents.get("p1").await.unwrap();
+            p.data["status"] == json!({"children": 2, "observedGeneration": 1})
+        }
+    })
+    .await;
+    let list = cms.list(&ListParams::default()).await.unwrap();
+    let mut names: Vec<_> = list
+        .items
+        .iter()
+        .filter_map(|c| c.metadata.name.clone())
+        .filter(|n| n.starts_with("p1-"))
+        .collect();
+    names.sort();
+    assert_eq!(names, ["p1-a", "p1-b"]);
+    for cm in list
+        .items
+        .iter()
+        .filter(|c| c.metadata.name.as_deref().unwrap_or("").starts_with("p1-"))
+    {
+        let owner = &cm.metadata.owner_references.as_ref().unwrap()[0];
+        assert_eq!(owner.uid, uid);
+        assert_eq!(owner.kind, "Parent");
+        assert_eq!(owner.controller, Some(true));
+        assert_eq!(owner.block_owner_deletion, Some(true));
+        assert_eq!(cm.data.as_ref().unwrap()["value"], "one");
+    }
+
+    // Converged: resyncs (resyncPeriodSeconds: 1) call the hook but write nothing.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    server.control().reset_counts();
+    let before = calls.load(Ordering::SeqCst);
+    eventually("two resyncs", || {
+        let calls = calls.clone();
+        async move { calls.load(Ordering::SeqCst) >= before + 2 }
+    })
+    .await;
+    assert_eq!(
+        server.control().writes(),
+        0,
+        "{:?}",
+        server.control().request_counts()
+    );
+
+    // A spec change is carried to the children in place.
+    let mut p = parents.get("p1").await.unwrap();
+    p.data["spec"]["value"] = json!("two");
+    parents
+        .replace("p1", &PostParams::default(), &p)
+        .await
+        .unwrap();
+    eventually("children updated", || {
+        let cms = cms.clone();
+        async move {
+            let a = cms.get("p1-a").await.unwrap();
+            a.data.unwrap_or_default().get("value").map(String::as_str) == Some("two")
+        }
+    })
+    .await;
+    eventually("observedGeneration 2", || {
+        let parents = parents.clone();
+        async move { parents.get("p1").await.unwrap().data["status"]["observedGeneration"] == 2 }
+    })
+    .await;
+
+    handle.stop().await;
+    server.shutdown().await;
+}

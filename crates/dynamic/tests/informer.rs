@@ -1,0 +1,128 @@
+//! Discovery fetch and shared informers against the embedded API server.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, DeleteParams, PostParams};
+use metacontroller_dynamic::{
+    discover, Change, InformerConfig, Informers, NamespacedName, Origin, ResourceMap,
+};
+
+async fn client(server: &embedded_apiserver::ApiServerHandle) -> kube::Client {
+    let kubeconfig = kube::config::Kubeconfig::from_yaml(&server.kubeconfig_yaml()).unwrap();
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .unwrap();
+    kube::Client::try_from(config).unwrap()
+}
+
+async fn eventually(what: &str, mut check: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !check() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+fn cm(name: &str, value: &str) -> ConfigMap {
+    serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name, "namespace": "default"},
+        "data": {"k": value}
+    }))
+    .unwrap()
+}
+
+type Seen = Arc<Mutex<Vec<(String, String, Origin)>>>;
+
+fn record(seen: &Seen) -> metacontroller_dynamic::Handler {
+    let seen = seen.clone();
+    Arc::new(move |change: &Change<kube::core::DynamicObject>, origin| {
+        let kind = match change {
+            Change::Added(_) => "added",
+            Change::Updated { .. } => "updated",
+            Change::Deleted(_) => "deleted",
+        };
+        let name = change.object().metadata.name.clone().unwrap_or_default();
+        seen.lock().unwrap().push((kind.to_string(), name, origin));
+    })
+}
+
+fn saw(seen: &Seen, kind: &str, name: &str, origin: Origin) -> bool {
+    seen.lock()
+        .unwrap()
+        .iter()
+        .any(|(k, n, o)| k == kind && n == name && *o == origin)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn discovery_and_shared_informer() {
+    let server = embedded_apiserver::ApiServer::start(Default::default())
+        .await
+        .unwrap();
+    let client = client(&server).await;
+
+    let found = discover(&client, &ResourceMap::new()).await.unwrap();
+    let (map, diff) = found.update.expect("discovery loaded something");
+    assert!(found.errors.is_empty(), "{:?}", found.errors);
+    let configmaps = map.get("v1", "configmaps").unwrap().clone();
+    assert!(configmaps.namespaced);
+    assert!(map.get_kind("apps/v1", "Deployment").is_some());
+    assert!(!diff.is_empty());
+
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    cms.create(&PostParams::default(), &cm("before", "1"))
+        .await
+        .unwrap();
+
+    let informers = Informers::new(client.clone(), InformerConfig::default());
+    let a = informers.lease(&configmaps);
+    let b = informers.lease(&configmaps);
+    assert_eq!(informers.running().len(), 1, "one informer per resource");
+    tokio::time::timeout(Duration::from_secs(10), a.wait_synced())
+        .await
+        .unwrap();
+    let key = |n: &str| NamespacedName::new("default", n);
+    assert!(b.get(&key("before")).is_some());
+
+    let seen: Seen = Arc::default();
+    b.add_handler(record(&seen));
+    // A late handler is replayed the existing content.
+    assert!(saw(&seen, "added", "before", Origin::Relist));
+
+    cms.create(&PostParams::default(), &cm("x", "1"))
+        .await
+        .unwrap();
+    eventually("x added", || saw(&seen, "added", "x", Origin::Watch)).await;
+    cms.replace("x", &PostParams::default(), &{
+        let mut c = cms.get("x").await.unwrap();
+        c.data = Some([("k".to_string(), "2".to_string())].into());
+        c
+    })
+    .await
+    .unwrap();
+    eventually("x updated", || saw(&seen, "updated", "x", Origin::Watch)).await;
+    assert_eq!(a.get(&key("x")).unwrap().data["data"]["k"], "2");
+    cms.delete("x", &DeleteParams::default()).await.unwrap();
+    eventually("x deleted", || saw(&seen, "deleted", "x", Origin::Watch)).await;
+    assert!(a.get(&key("x")).is_none());
+
+    // The watch restarts after its history is compacted (410 Gone → relist).
+    server.control().compact_history();
+    server.control().close_watches();
+    cms.create(&PostParams::default(), &cm("after-compaction", "1"))
+        .await
+        .unwrap();
+    eventually("object after compaction", || {
+        a.get(&key("after-compaction")).is_some()
+    })
+    .await;
+
+    // The watch stops with the last lease.
+    drop(a);
+    assert_eq!(informers.running().len(), 1);
+    drop(b);
+    assert!(informers.running().is_empty());
+    eventually("watch closed", || server.control().open_watches() == 0).await;
+    server.shutdown().await;
+}
