@@ -418,3 +418,24 @@ async fn kubectl_imperative_create_commands() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn kubectl_refuses_unknown_fields_of_built_in_kinds() {
+    let Some((_s, k)) = setup().await else { return };
+    within(120, async {
+        let f = k.file(
+            "typo.yaml",
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: typo\ndatta:\n  a: b\n",
+        );
+        // kubectl sends fieldValidation=Strict: the typo fails the create, naming the field.
+        let (ok, _, err) = k.run(&["create", "-f", f.to_str().unwrap()]).await;
+        assert!(!ok);
+        assert!(err.contains("unknown field \"datta\""), "{err}");
+        // --validate=false sends Ignore: created, and the field is gone as with a real server.
+        k.ok(&["create", "--validate=false", "-f", f.to_str().unwrap()])
+            .await;
+        let v = k.json(&["get", "cm", "typo"]).await;
+        assert!(v.get("datta").is_none(), "{v}");
+    })
+    .await;
+}
