@@ -243,6 +243,18 @@ async fn kubectl_custom_resources_wait_and_cascade() {
         .await;
         let crds = k.ok(&["get", "crd"]).await;
         assert!(crds.contains("widgets.example.com"), "{crds}");
+        // Like kube-apiserver: the CREATED AT column holds the RFC 3339 timestamp, not an age.
+        let header = crds.lines().next().unwrap_or_default();
+        assert!(header.contains("CREATED AT"), "{crds}");
+        let row = crds
+            .lines()
+            .find(|l| l.contains("widgets.example.com"))
+            .unwrap();
+        let created = row.split_whitespace().nth(1).unwrap_or_default();
+        assert!(
+            created.len() == 20 && created.ends_with('Z') && created.contains('T'),
+            "{crds}"
+        );
         let w = k.file(
             "w.yaml",
             "apiVersion: example.com/v1\nkind: Widget\nmetadata:\n  name: w1\nspec:\n  size: 3\n",
