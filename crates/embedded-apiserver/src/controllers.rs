@@ -12,21 +12,8 @@ use crate::registry::ResourceInfo;
 use crate::server::Shared;
 use crate::store::{meta_str, State};
 use serde_json::{json, Value};
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
-
-type Item = (Arc<ResourceInfo>, String, String, Arc<Value>);
-
-fn snapshot(st: &State) -> Vec<Item> {
-    let mut out = Vec::new();
-    for info in st.registry.all() {
-        for ((ns, name), obj) in st.list(&info.gr(), None) {
-            out.push((info.clone(), ns, name, obj));
-        }
-    }
-    out
-}
 
 fn owner_refs(obj: &Value) -> Vec<Value> {
     obj.pointer("/metadata/ownerReferences")
@@ -126,134 +113,149 @@ fn ensure_default_service_accounts(st: &mut State) -> bool {
     changed
 }
 
-/// One reconciliation pass over everything; returns whether it changed anything.
+/// One reconciliation pass over the objects writes marked for the controllers (see
+/// `State::take_gc_dirty`); returns whether it changed anything. Its own writes mark the
+/// objects they affect, so repeating passes until nothing changes converges.
 pub fn run_once(st: &mut State) -> bool {
     let mut changed = ensure_default_service_accounts(st);
-    let items = snapshot(st);
-    let mut dependents: HashMap<String, Vec<usize>> = HashMap::new();
-    for (i, (_, _, _, obj)) in items.iter().enumerate() {
-        for r in owner_refs(obj) {
-            if let Some(uid) = r.get("uid").and_then(Value::as_str) {
-                dependents.entry(uid.to_string()).or_default().push(i);
-            }
+    for (gr, (ns, name)) in st.take_gc_dirty() {
+        let Some(info) = st.registry.get_gr(&gr.0, &gr.1) else {
+            continue;
+        };
+        let Some(obj) = st.get(&gr, &ns, &name) else {
+            continue;
+        };
+        if is_deleting(&obj) {
+            changed |= reconcile_deleting_owner(st, &info, &ns, &name, &obj);
+        } else if !owner_refs(&obj).is_empty() {
+            changed |= reconcile_dependent(st, &info, &ns, &name, &obj);
         }
     }
-    // Owners being deleted: orphan and foreground finalizers, namespaces, CRDs.
-    for (info, ns, name, obj) in &items {
-        if !is_deleting(obj) {
-            continue;
+    changed
+}
+
+/// An owner being deleted: orphan and foreground finalizers, namespaces, CRDs.
+fn reconcile_deleting_owner(
+    st: &mut State,
+    info: &Arc<ResourceInfo>,
+    ns: &str,
+    name: &str,
+    obj: &Value,
+) -> bool {
+    let mut changed = false;
+    let uid = meta_str(obj, "uid").to_string();
+    let fin = finalizers(obj);
+    let deps = st.dependents_of(&uid);
+    if fin.iter().any(|f| f == ORPHAN_FINALIZER) {
+        for (dgr, (dns, dname)) in &deps {
+            let Some(dinfo) = st.registry.get_gr(&dgr.0, &dgr.1) else {
+                continue;
+            };
+            let Some(cur) = st.get(dgr, dns, dname) else {
+                continue;
+            };
+            let refs: Vec<Value> = owner_refs(&cur)
+                .into_iter()
+                .filter(|r| r.get("uid").and_then(Value::as_str) != Some(uid.as_str()))
+                .collect();
+            let new = set_refs(&cur, refs);
+            changed |= write_back(st, &dinfo, dns, dname, new, Subresource::Main);
         }
-        let uid = meta_str(obj, "uid").to_string();
-        let fin = finalizers(obj);
-        let deps: Vec<usize> = dependents.get(&uid).cloned().unwrap_or_default();
-        if fin.iter().any(|f| f == ORPHAN_FINALIZER) {
-            for &d in &deps {
-                let (dinfo, dns, dname, _) = &items[d];
-                let Some(cur) = st.get(&dinfo.gr(), dns, dname) else {
-                    continue;
-                };
-                let refs: Vec<Value> = owner_refs(&cur)
-                    .into_iter()
-                    .filter(|r| r.get("uid").and_then(Value::as_str) != Some(uid.as_str()))
-                    .collect();
-                let new = set_refs(&cur, refs);
-                changed |= write_back(st, dinfo, dns, dname, new, Subresource::Main);
-            }
+        if let Some(cur) = st.get(&info.gr(), ns, name) {
+            changed |= write_back(
+                st,
+                info,
+                ns,
+                name,
+                without_finalizer(&cur, ORPHAN_FINALIZER),
+                Subresource::Main,
+            );
+        }
+        return changed;
+    }
+    if fin.iter().any(|f| f == FOREGROUND_FINALIZER) {
+        let blocking = deps.iter().any(|(dgr, (dns, dname))| {
+            st.get(dgr, dns, dname).is_some_and(|cur| {
+                owner_refs(&cur).iter().any(|r| {
+                    r.get("uid").and_then(Value::as_str) == Some(uid.as_str())
+                        && r.get("blockOwnerDeletion").and_then(Value::as_bool) == Some(true)
+                })
+            })
+        });
+        if !blocking {
             if let Some(cur) = st.get(&info.gr(), ns, name) {
                 changed |= write_back(
                     st,
                     info,
                     ns,
                     name,
-                    without_finalizer(&cur, ORPHAN_FINALIZER),
+                    without_finalizer(&cur, FOREGROUND_FINALIZER),
                     Subresource::Main,
                 );
             }
-            continue;
-        }
-        if fin.iter().any(|f| f == FOREGROUND_FINALIZER) {
-            let blocking = deps.iter().any(|&d| {
-                let (dinfo, dns, dname, _) = &items[d];
-                st.get(&dinfo.gr(), dns, dname).is_some_and(|cur| {
-                    owner_refs(&cur).iter().any(|r| {
-                        r.get("uid").and_then(Value::as_str) == Some(uid.as_str())
-                            && r.get("blockOwnerDeletion").and_then(Value::as_bool) == Some(true)
-                    })
-                })
-            });
-            if !blocking {
-                if let Some(cur) = st.get(&info.gr(), ns, name) {
-                    changed |= write_back(
-                        st,
-                        info,
-                        ns,
-                        name,
-                        without_finalizer(&cur, FOREGROUND_FINALIZER),
-                        Subresource::Main,
-                    );
-                }
-            }
-        }
-        if info.group.is_empty() && info.resource == "namespaces" {
-            changed |= finalize_namespace(st, info, name);
-        }
-        if crd::is_crd(info) && fin.iter().any(|f| f == CLEANUP_FINALIZER) {
-            changed |= cleanup_crd(st, info, name, obj);
         }
     }
-    // Dependents: delete when all owners are gone (or waiting for dependents),
-    // drop dangling references when some owner remains.
-    for (info, ns, name, obj) in &items {
-        if owner_refs(obj).is_empty() {
-            continue;
-        }
-        // Earlier steps of this pass may have changed it: decide on the current state.
-        let Some(cur) = st.get(&info.gr(), ns, name) else {
-            continue;
-        };
-        let refs = owner_refs(&cur);
-        if refs.is_empty() || is_deleting(&cur) || meta_str(&cur, "uid") != meta_str(obj, "uid") {
-            continue;
-        }
-        let mut solid = Vec::new();
-        let mut absent = 0;
-        let mut waiting = 0;
-        let mut orphaning = false;
-        for r in &refs {
-            let uid = r.get("uid").and_then(Value::as_str).unwrap_or("");
-            let owner = st
-                .locate_uid(uid)
-                .and_then(|(gr, (ons, oname))| st.get(&gr, &ons, &oname));
-            match owner {
-                None => absent += 1,
-                Some(o) => {
-                    let ofin = finalizers(&o);
-                    if is_deleting(&o) && ofin.iter().any(|f| f == FOREGROUND_FINALIZER) {
-                        waiting += 1;
-                    } else if is_deleting(&o) && ofin.iter().any(|f| f == ORPHAN_FINALIZER) {
-                        orphaning = true;
-                        solid.push(r.clone());
-                    } else {
-                        solid.push(r.clone());
-                    }
-                }
-            }
-        }
-        if orphaning {
-            continue; // the owner's orphan pass strips the reference
-        }
-        if solid.is_empty() && (absent > 0 || waiting > 0) {
-            let p = if waiting > 0 {
-                Propagation::Foreground
-            } else {
-                Propagation::Background
-            };
-            changed |= delete(st, info, ns, name, p);
-        } else if absent + waiting > 0 {
-            changed |= write_back(st, info, ns, name, set_refs(&cur, solid), Subresource::Main);
-        }
+    if info.group.is_empty() && info.resource == "namespaces" {
+        changed |= finalize_namespace(st, info, name);
+    }
+    if crd::is_crd(info) && fin.iter().any(|f| f == CLEANUP_FINALIZER) {
+        changed |= cleanup_crd(st, info, name, obj);
     }
     changed
+}
+
+/// A dependent: deleted when all owners are gone (or waiting for their dependents);
+/// dangling references dropped when some owner remains.
+fn reconcile_dependent(
+    st: &mut State,
+    info: &Arc<ResourceInfo>,
+    ns: &str,
+    name: &str,
+    cur: &Value,
+) -> bool {
+    let refs = owner_refs(cur);
+    if refs.is_empty() || is_deleting(cur) {
+        return false;
+    }
+    let mut solid = Vec::new();
+    let mut absent = 0;
+    let mut waiting = 0;
+    let mut orphaning = false;
+    for r in &refs {
+        let uid = r.get("uid").and_then(Value::as_str).unwrap_or("");
+        let owner = st
+            .locate_uid(uid)
+            .and_then(|(gr, (ons, oname))| st.get(&gr, &ons, &oname));
+        match owner {
+            None => absent += 1,
+            Some(o) => {
+                let ofin = finalizers(&o);
+                if is_deleting(&o) && ofin.iter().any(|f| f == FOREGROUND_FINALIZER) {
+                    waiting += 1;
+                } else if is_deleting(&o) && ofin.iter().any(|f| f == ORPHAN_FINALIZER) {
+                    orphaning = true;
+                    solid.push(r.clone());
+                } else {
+                    solid.push(r.clone());
+                }
+            }
+        }
+    }
+    if orphaning {
+        return false; // the owner's orphan pass strips the reference
+    }
+    if solid.is_empty() && (absent > 0 || waiting > 0) {
+        let p = if waiting > 0 {
+            Propagation::Foreground
+        } else {
+            Propagation::Background
+        };
+        delete(st, info, ns, name, p)
+    } else if absent + waiting > 0 {
+        write_back(st, info, ns, name, set_refs(cur, solid), Subresource::Main)
+    } else {
+        false
+    }
 }
 
 fn finalize_namespace(st: &mut State, ns_info: &Arc<ResourceInfo>, ns: &str) -> bool {
@@ -337,9 +339,11 @@ pub(crate) async fn run(sh: Arc<Shared>, mut stop: tokio::sync::watch::Receiver<
     loop {
         tokio::select! {
             _ = sh.controllers.notified() => {}
-            // Writes that give work notify; the slow tick is only a safety net,
-            // since a pass scans every object under the storage lock.
-            _ = tokio::time::sleep(Duration::from_secs(30)) => {}
+            // Writes that give work mark the objects concerned and notify; the slow
+            // tick is a safety net that looks at everything once.
+            _ = tokio::time::sleep(Duration::from_secs(30)) => {
+                sh.write(State::mark_all_gc_dirty);
+            }
             _ = stop.changed() => return,
         }
         for _ in 0..100 {

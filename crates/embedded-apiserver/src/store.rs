@@ -4,7 +4,7 @@
 
 use crate::registry::{GroupResource, Registry, ResourceInfo};
 use serde_json::Value;
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use tokio::sync::broadcast;
 
@@ -49,6 +49,9 @@ pub struct Event {
 /// `(namespace, name)`; namespace is empty for cluster-scoped objects.
 pub type ObjKey = (String, String);
 
+/// Where an object is stored: its resource and key.
+pub type Located = (GroupResource, ObjKey);
+
 /// Everything the server stores, guarded by one lock.
 pub struct State {
     /// Last assigned resourceVersion.
@@ -63,6 +66,11 @@ pub struct State {
     tx: broadcast::Sender<Arc<Event>>,
     /// Set when a write may give the background controllers (GC, namespaces, CRDs) work.
     pub controllers_dirty: bool,
+    /// Owner uid → objects whose ownerReferences name it, so the garbage collector finds
+    /// the dependents of one owner without scanning every object.
+    dependents: HashMap<String, HashSet<Located>>,
+    /// Objects the background controllers must look at again (see [`State::take_gc_dirty`]).
+    gc_dirty: HashSet<Located>,
     /// Service cluster IPs and node ports.
     pub ip_alloc: crate::defaults::RangeAllocator,
 }
@@ -88,6 +96,8 @@ impl State {
             compacted_rv: 0,
             tx,
             controllers_dirty: false,
+            dependents: HashMap::new(),
+            gc_dirty: HashSet::new(),
             ip_alloc: Default::default(),
         }
     }
@@ -155,6 +165,9 @@ impl State {
             .entry(gr.clone())
             .or_default()
             .insert((ns.clone(), name.clone()), obj.clone());
+        let here: Located = (gr.clone(), (ns.clone(), name.clone()));
+        self.index_owners(&here, prev.as_deref(), Some(&obj));
+        self.mark_after_put(&here, &obj);
         self.record(Event {
             rv,
             gr,
@@ -166,6 +179,116 @@ impl State {
             wire: Default::default(),
         });
         obj
+    }
+
+    /// Objects the background controllers should look at, taken out of the set.
+    pub fn take_gc_dirty(&mut self) -> Vec<Located> {
+        self.gc_dirty.drain().collect()
+    }
+
+    /// Marks every stored object for the background controllers (the periodic full pass).
+    pub fn mark_all_gc_dirty(&mut self) {
+        for (gr, objects) in &self.data {
+            for key in objects.keys() {
+                self.gc_dirty.insert((gr.clone(), key.clone()));
+            }
+        }
+        self.controllers_dirty = true;
+    }
+
+    /// Objects whose ownerReferences name `owner_uid`.
+    pub fn dependents_of(&self, owner_uid: &str) -> Vec<Located> {
+        self.dependents
+            .get(owner_uid)
+            .map(|s| s.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    fn mark(&mut self, at: Located) {
+        self.gc_dirty.insert(at);
+        self.controllers_dirty = true;
+    }
+
+    /// Moves `here` in the dependents index from the owners of `old` to those of `new`.
+    fn index_owners(&mut self, here: &Located, old: Option<&Value>, new: Option<&Value>) {
+        let old_owners = owner_uids(old);
+        let new_owners = owner_uids(new);
+        if old_owners == new_owners {
+            return;
+        }
+        for uid in old_owners.iter().filter(|u| !new_owners.contains(u)) {
+            if let Some(set) = self.dependents.get_mut(uid) {
+                set.remove(here);
+                if set.is_empty() {
+                    self.dependents.remove(uid);
+                }
+            }
+        }
+        for uid in new_owners {
+            self.dependents.entry(uid).or_default().insert(here.clone());
+        }
+    }
+
+    fn mark_if_deleting(&mut self, at: Located) {
+        let deleting = self
+            .data
+            .get(&at.0)
+            .and_then(|m| m.get(&at.1))
+            .is_some_and(|o| is_deleting(o));
+        if deleting {
+            self.mark(at);
+        }
+    }
+
+    /// Owners of `obj` that are being deleted: a change of one of their dependents may let
+    /// their foreground deletion finish.
+    fn mark_deleting_owners(&mut self, obj: &Value) {
+        for uid in owner_uids(Some(obj)) {
+            if let Some(owner) = self.uids.get(&uid).cloned() {
+                self.mark_if_deleting(owner);
+            }
+        }
+    }
+
+    fn mark_after_put(&mut self, here: &Located, obj: &Value) {
+        let deleting = is_deleting(obj);
+        let has_owners = !owner_uids(Some(obj)).is_empty();
+        let is_namespace = here.0 .0.is_empty() && here.0 .1 == "namespaces";
+        if deleting || has_owners || is_namespace {
+            self.mark(here.clone());
+        }
+        if deleting {
+            for dep in self.dependents_of(meta_str(obj, "uid")) {
+                self.mark(dep);
+            }
+        }
+        if has_owners {
+            self.mark_deleting_owners(obj);
+        }
+    }
+
+    fn mark_after_remove(&mut self, info: &ResourceInfo, here: &Located, old: &Value, uid: &str) {
+        for dep in self.dependents_of(uid) {
+            self.mark(dep);
+        }
+        self.mark_deleting_owners(old);
+        // A terminating namespace or a deleted CRD finishes once its contents are gone.
+        let ns = &here.1 .0;
+        if !ns.is_empty() {
+            self.mark_if_deleting((
+                (String::new(), "namespaces".to_string()),
+                (String::new(), ns.clone()),
+            ));
+        }
+        if info.is_custom() {
+            self.mark_if_deleting((
+                (
+                    "apiextensions.k8s.io".to_string(),
+                    "customresourcedefinitions".to_string(),
+                ),
+                (String::new(), format!("{}.{}", info.resource, info.group)),
+            ));
+        }
     }
 
     /// Removes an object, recording a DELETED event at a new resourceVersion.
@@ -183,6 +306,9 @@ impl State {
         }
         let uid = meta_str(&obj, "uid").to_string();
         self.uids.remove(&uid);
+        let here: Located = (gr.clone(), (ns.to_string(), name.to_string()));
+        self.index_owners(&here, Some(&old), None);
+        self.mark_after_remove(info, &here, &old, &uid);
         let obj = Arc::new(obj);
         self.controllers_dirty = true;
         self.record(Event {
@@ -245,4 +371,23 @@ impl State {
     pub fn history(&self) -> Vec<Arc<Event>> {
         self.history.iter().cloned().collect()
     }
+}
+
+fn is_deleting(obj: &Value) -> bool {
+    obj.pointer("/metadata/deletionTimestamp")
+        .is_some_and(|v| !v.is_null())
+}
+
+/// The uids named by `obj`'s ownerReferences.
+fn owner_uids(obj: Option<&Value>) -> Vec<String> {
+    obj.and_then(|o| o.pointer("/metadata/ownerReferences"))
+        .and_then(Value::as_array)
+        .map(|refs| {
+            refs.iter()
+                .filter_map(|r| r.get("uid").and_then(Value::as_str))
+                .filter(|u| !u.is_empty())
+                .map(String::from)
+                .collect()
+        })
+        .unwrap_or_default()
 }
