@@ -7,8 +7,7 @@ use std::hint::black_box;
 use cpu_time::ThreadCpuTime;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use metacontroller_apply::{
-    last_applied, merge, merge_with_schema, needs_update, plan, plan_update, prepare_create, Plan,
-    Schema,
+    last_applied, merge, merge_with_schema, needs_update, plan, plan_update, Plan,
 };
 use serde_json::json;
 
