@@ -5,12 +5,16 @@
 //! cargo build --release -p metacontroller-apply --example merge_profile
 //! valgrind --tool=callgrind target/release/examples/merge_profile merge 1000
 //! ```
-//! Operations: `merge` (merge + needs_update, steady state), `changed` (replicas changed),
-//! `plan` (steady state), `schema` (merge_with_schema + needs_update), `clone`.
+//! Operations: `merge` (merge_cow + needs_update, steady state), `owned` (owned merge +
+//! needs_update, steady state), `changed` (merge_cow + needs_update, replicas changed),
+//! `plan` (steady state), `plan-changed`, `schema` (merge_with_schema_cow + needs_update),
+//! `clone`. Subtract the setup (`clone 0`) and divide by the count for per-operation figures.
 
 use std::hint::black_box;
 
-use metacontroller_apply::{last_applied, merge, merge_with_schema, needs_update, plan};
+use metacontroller_apply::{
+    last_applied, merge, merge_cow, merge_with_schema_cow, needs_update, plan,
+};
 use serde_json::json;
 
 #[path = "../benches/fixture/mod.rs"]
@@ -34,22 +38,26 @@ fn main() {
     changed["spec"]["replicas"] = json!(4);
     let mut updates = 0usize;
     for _ in 0..n {
-        let update =
-            match op.as_str() {
-                "merge" => merge(&observed, last.as_ref(), &desired)
-                    .is_ok_and(|m| needs_update(&observed, &m)),
-                "changed" => merge(&observed, last.as_ref(), &changed)
-                    .is_ok_and(|m| needs_update(&observed, &m)),
-                "schema" => merge_with_schema(&observed, last.as_ref(), &desired, &schema)
-                    .is_ok_and(|m| needs_update(&observed, &m)),
-                "plan" => plan(&observed, &desired, None)
-                    .is_ok_and(|p| p != metacontroller_apply::Plan::Unchanged),
-                "clone" => black_box(observed.clone()).is_null(),
-                other => {
-                    eprintln!("unknown operation {other}");
-                    std::process::exit(2);
-                }
-            };
+        let update = match op.as_str() {
+            "merge" => merge_cow(&observed, last.as_ref(), &desired)
+                .is_ok_and(|m| needs_update(&observed, &m)),
+            "owned" => {
+                merge(&observed, last.as_ref(), &desired).is_ok_and(|m| needs_update(&observed, &m))
+            }
+            "changed" => merge_cow(&observed, last.as_ref(), &changed)
+                .is_ok_and(|m| needs_update(&observed, &m)),
+            "schema" => merge_with_schema_cow(&observed, last.as_ref(), &desired, &schema)
+                .is_ok_and(|m| needs_update(&observed, &m)),
+            "plan" => plan(&observed, &desired, None)
+                .is_ok_and(|p| p != metacontroller_apply::Plan::Unchanged),
+            "plan-changed" => plan(&observed, &changed, None)
+                .is_ok_and(|p| p != metacontroller_apply::Plan::Unchanged),
+            "clone" => black_box(observed.clone()).is_null(),
+            other => {
+                eprintln!("unknown operation {other}");
+                std::process::exit(2);
+            }
+        };
         updates += usize::from(black_box(update));
     }
     println!("{op} x{n}: {updates} updates");

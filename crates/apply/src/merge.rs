@@ -13,6 +13,8 @@
 //! - at the top level, `status` and the server-populated metadata fields are never merged:
 //!   they keep their observed values (upstream reverts them after merging).
 
+use std::borrow::Cow;
+
 use serde_json::{Map, Value};
 
 use crate::cursor::Cursor;
@@ -54,7 +56,7 @@ pub fn merge(
     last_applied: Option<&Value>,
     desired: &Value,
 ) -> Result<Value, ApplyError> {
-    merge_inner(observed, last_applied, desired, None)
+    merge_cow(observed, last_applied, desired).map(Cow::into_owned)
 }
 
 /// Three-way merge guided by a structural schema (falls back to conventions wherever the
@@ -65,27 +67,60 @@ pub fn merge_with_schema(
     desired: &Value,
     schema: &Schema,
 ) -> Result<Value, ApplyError> {
-    merge_inner(observed, last_applied, desired, Some(schema.root()))
+    merge_with_schema_cow(observed, last_applied, desired, schema).map(Cow::into_owned)
 }
 
-pub(crate) fn merge_inner(
-    observed: &Value,
+/// [`merge`], copy-on-write: `Cow::Borrowed(observed)` when the merge leaves `observed` exactly
+/// as it is (the steady state of a controller; nothing is cloned or allocated then), else the
+/// merged object. Pass the result to [`needs_update`](crate::needs_update), which answers
+/// `false` at once for the borrowed case.
+///
+/// ```
+/// use std::borrow::Cow;
+/// use metacontroller_apply::{merge_cow, needs_update};
+/// use serde_json::json;
+///
+/// let observed = json!({"metadata": {"name": "a", "uid": "1"}, "data": {"k": "v"}});
+/// let desired = json!({"metadata": {"name": "a"}, "data": {"k": "v"}});
+/// let merged = merge_cow(&observed, Some(&desired), &desired).unwrap();
+/// assert!(matches!(merged, Cow::Borrowed(_)));
+/// assert!(!needs_update(&observed, &merged));
+/// ```
+pub fn merge_cow<'o>(
+    observed: &'o Value,
     last_applied: Option<&Value>,
     desired: &Value,
-    schema: Option<SchemaRef<'_>>,
-) -> Result<Value, ApplyError> {
-    Ok(match merge_cow(observed, last_applied, desired, schema)? {
-        Some(v) => v,
-        None => match observed {
-            Value::Null => Value::Object(Map::new()),
-            other => other.clone(),
-        },
-    })
+) -> Result<Cow<'o, Value>, ApplyError> {
+    Ok(cow_of(
+        observed,
+        merge_opt(observed, last_applied, desired, None)?,
+    ))
+}
+
+/// [`merge_with_schema`], copy-on-write (see [`merge_cow`]).
+pub fn merge_with_schema_cow<'o>(
+    observed: &'o Value,
+    last_applied: Option<&Value>,
+    desired: &Value,
+    schema: &Schema,
+) -> Result<Cow<'o, Value>, ApplyError> {
+    Ok(cow_of(
+        observed,
+        merge_opt(observed, last_applied, desired, Some(schema.root()))?,
+    ))
+}
+
+fn cow_of(observed: &Value, merged: Option<Value>) -> Cow<'_, Value> {
+    match merged {
+        Some(v) => Cow::Owned(v),
+        None => Cow::Borrowed(observed),
+    }
 }
 
 /// The merge, copy-on-write: `None` when the result is exactly `observed` (nothing is
-/// allocated then — the steady state of a controller), else the merged object.
-pub(crate) fn merge_cow(
+/// allocated then — the steady state of a controller), else the merged object. A `null`
+/// observed always yields `Some` (the result is an object).
+pub(crate) fn merge_opt(
     observed: &Value,
     last_applied: Option<&Value>,
     desired: &Value,
