@@ -3,13 +3,14 @@
 //! key order unless its `preserve_order` feature is enabled somewhere in the build; that is
 //! detected once and then every lookup is exact.
 
+use std::cmp::Ordering;
 use std::iter::Peekable;
 use std::sync::OnceLock;
 
 use serde_json::{map, Map, Value};
 
 /// True when `serde_json::Map` iterates in sorted key order.
-fn maps_iterate_sorted() -> bool {
+pub(crate) fn maps_iterate_sorted() -> bool {
     static SORTED: OnceLock<bool> = OnceLock::new();
     *SORTED.get_or_init(|| {
         let mut m = Map::new();
@@ -17,6 +18,84 @@ fn maps_iterate_sorted() -> bool {
         m.insert("a".into(), Value::Null);
         m.keys().next().map(String::as_str) == Some("a")
     })
+}
+
+/// `a.cmp(b)` for map keys, cheaper than `str::cmp` for the short keys of Kubernetes objects:
+/// no library call, eight bytes per step, and most unequal keys differ in the first byte.
+#[inline]
+pub(crate) fn key_cmp(a: &str, b: &str) -> Ordering {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    if let (Some(x), Some(y)) = (a.first(), b.first()) {
+        if x != y {
+            return x.cmp(y);
+        }
+    }
+    let n = a.len().min(b.len());
+    let (mut ac, mut bc) = (a[..n].chunks_exact(8), b[..n].chunks_exact(8));
+    for (x, y) in (&mut ac).zip(&mut bc) {
+        let (x, y) = (word(x), word(y));
+        if x != y {
+            return x.cmp(&y);
+        }
+    }
+    for (x, y) in ac.remainder().iter().zip(bc.remainder()) {
+        if x != y {
+            return x.cmp(y);
+        }
+    }
+    a.len().cmp(&b.len())
+}
+
+/// Eight bytes as a big-endian number (so numeric order is byte order).
+#[inline]
+fn word(chunk: &[u8]) -> u64 {
+    let mut w = [0u8; 8];
+    w.copy_from_slice(chunk);
+    u64::from_be_bytes(w)
+}
+
+/// Walks a sorted map's entries forward, looking keys up in ascending order.
+pub(crate) struct Seek<'a> {
+    head: Option<(&'a String, &'a Value)>,
+    iter: map::Iter<'a>,
+}
+
+impl<'a> Seek<'a> {
+    pub(crate) fn new(map: &'a Map<String, Value>) -> Self {
+        let mut iter = map.iter();
+        Seek {
+            head: iter.next(),
+            iter,
+        }
+    }
+
+    /// The value at `key`, which must not be below any key asked before.
+    #[inline]
+    pub(crate) fn get(&mut self, key: &str) -> Option<&'a Value> {
+        while let Some((k, v)) = self.head {
+            match key_cmp(k, key) {
+                Ordering::Less => self.head = self.iter.next(),
+                Ordering::Equal => {
+                    self.head = self.iter.next();
+                    return Some(v);
+                }
+                Ordering::Greater => return None,
+            }
+        }
+        None
+    }
+
+    /// The next entry if its key is below `key` (consumed), for walking the keys another map
+    /// lacks.
+    #[inline]
+    pub(crate) fn next_below(&mut self, key: Option<&str>) -> Option<(&'a String, &'a Value)> {
+        let (k, v) = self.head?;
+        if key.is_some_and(|key| key_cmp(k, key) != Ordering::Less) {
+            return None;
+        }
+        self.head = self.iter.next();
+        Some((k, v))
+    }
 }
 
 /// Looks up keys of a map, fastest when they are asked for in ascending order.
@@ -41,18 +120,18 @@ impl<'a> Cursor<'a> {
             return self.map.get(key);
         }
         while let Some((k, v)) = self.iter.peek() {
-            match k.as_str().cmp(key) {
-                std::cmp::Ordering::Less => {
+            match key_cmp(k, key) {
+                Ordering::Less => {
                     self.iter.next();
                 }
-                std::cmp::Ordering::Equal => {
+                Ordering::Equal => {
                     let v: &'a Value = v;
                     self.iter.next();
                     return Some(v);
                 }
                 // Absent (keys are sorted) — unless the caller asked out of order, in which
                 // case the key may lie behind the cursor.
-                std::cmp::Ordering::Greater => return self.map.get(key),
+                Ordering::Greater => return self.map.get(key),
             }
         }
         // Past the end: either absent, or asked out of order (callers may do that).
@@ -68,6 +147,45 @@ impl<'a> Cursor<'a> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn key_cmp_is_str_cmp() {
+        let keys = [
+            "",
+            "a",
+            "b",
+            "ab",
+            "abcdefgh",
+            "abcdefgi",
+            "abcdefghi",
+            "abcdefgh\u{0}",
+            "abcdefghabcdefgh",
+            "abcdefghabcdefgg",
+            "é",
+            "e\u{301}",
+            "containerPort",
+            "container",
+        ];
+        for a in keys {
+            for b in keys {
+                assert_eq!(key_cmp(a, b), a.cmp(b), "{a:?} vs {b:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn seek_finds_ascending_keys_and_lists_the_ones_below() {
+        let v = json!({"a": 1, "c": 3, "e": 5});
+        let mut s = Seek::new(v.as_object().unwrap());
+        assert_eq!(s.next_below(Some("a")), None);
+        assert_eq!(s.get("a"), Some(&json!(1)));
+        assert_eq!(s.get("b"), None);
+        assert_eq!(s.next_below(Some("d")).map(|(k, _)| k.as_str()), Some("c"));
+        assert_eq!(s.next_below(Some("d")), None);
+        assert_eq!(s.get("e"), Some(&json!(5)));
+        assert_eq!(s.get("f"), None);
+        assert_eq!(s.next_below(None), None);
+    }
 
     #[test]
     fn in_order_and_out_of_order_lookups_are_exact() {

@@ -17,9 +17,9 @@ use std::borrow::Cow;
 
 use serde_json::{Map, Value};
 
-use crate::cursor::Cursor;
+use crate::cursor::{key_cmp, maps_iterate_sorted, Seek};
 use crate::error::{type_name, ApplyError};
-use crate::listkey::{detect_conventional, KeyIndex, KeySpec};
+use crate::listkey::{detect_conventional, KeyIndex, KeyPart, KeySpec};
 use crate::path::Path;
 use crate::schema::{ListDecl, Schema, SchemaRef};
 
@@ -153,6 +153,9 @@ pub(crate) fn merge_opt(
     )
 }
 
+/// Longest list merged by [`merge_aligned`] (its keys live on the stack).
+const ALIGNED_LIMIT: usize = 16;
+
 /// Where an object sits, for the top-level rules.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Level {
@@ -198,75 +201,174 @@ fn merge_object(
     schema: Option<SchemaRef<'_>>,
     level: Level,
 ) -> Result<Option<Map<String, Value>>, ApplyError> {
-    // Changed fields only; the common no-change case allocates nothing.
+    let sorted = maps_iterate_sorted();
+    merge_object_with(path, obs, last, des, schema, level, sorted)
+}
+
+/// [`merge_object`]; `sorted` says whether maps iterate in key order (then one lockstep walk
+/// over the three maps replaces per-key tree lookups).
+fn merge_object_with(
+    path: &Path<'_>,
+    obs: &Map<String, Value>,
+    last: Option<&Map<String, Value>>,
+    des: &Map<String, Value>,
+    schema: Option<SchemaRef<'_>>,
+    level: Level,
+    sorted: bool,
+) -> Result<Option<Map<String, Value>>, ApplyError> {
+    // Changed fields only, in key order when `sorted`; the no-change case allocates nothing.
     let mut changes: Vec<(&str, Out)> = Vec::new();
     // In the steady state the record *is* desired (same reference): nothing was dropped from
     // desired and every last-applied value is the desired one, so skip those lookups.
     let last_is_desired = last.is_some_and(|l| std::ptr::eq(l, des));
     let last = if last_is_desired { None } else { last };
-    if let Some(last) = last {
-        let (mut in_des, mut in_obs) = (Cursor::new(des), Cursor::new(obs));
-        for key in last.keys() {
-            if !in_des.contains_key(key) && !level.keeps_observed(key) && in_obs.contains_key(key) {
-                changes.push((key, Out::Remove));
-            }
-        }
-    }
-    let mut in_obs = Cursor::new(obs);
-    let mut in_last = last.map(Cursor::new);
-    for (key, dv) in des {
-        if level.keeps_observed(key) {
-            continue;
-        }
-        let child_path = Path::Field(path, key);
-        let child_schema = schema.and_then(|s| s.property(key));
-        let lv = if last_is_desired {
-            Some(dv)
-        } else {
-            in_last.as_mut().and_then(|l| l.get(key))
-        };
-        let ov = in_obs.get(key);
-        let child_level = level.child(key);
-        let out = if child_level == Level::RootMetadata {
-            // Metadata is always merged field by field, even when observed lacks it, so that
-            // system fields echoed by a hook never reach the result.
-            match dv {
-                Value::Object(dm) => {
-                    let empty = Map::new();
-                    let om = ov.and_then(Value::as_object).unwrap_or(&empty);
-                    let lm = lv.and_then(Value::as_object);
-                    let merged = merge_object(&child_path, om, lm, dm, child_schema, child_level)?;
-                    match (merged, ov) {
-                        (Some(m), _) => Out::New(Value::Object(m)),
-                        (None, Some(Value::Object(_))) => Out::Same,
-                        (None, _) => Out::New(Value::Object(Map::new())),
+    // A field we applied before and no longer want is removed (unless the level keeps it).
+    let removal = |key: &str, ov: Option<&Value>| {
+        (ov.is_some() && !level.keeps_observed(key)).then_some(Out::Remove)
+    };
+    if sorted {
+        let mut in_obs = Seek::new(obs);
+        let mut in_last = last.map(Seek::new);
+        for (key, dv) in des {
+            let mut lv = None;
+            if let Some(in_last) = in_last.as_mut() {
+                // Record keys below this one are not in desired.
+                while let Some((lk, _)) = in_last.next_below(Some(key)) {
+                    if let Some(out) = removal(lk, in_obs.get(lk)) {
+                        changes.push((lk, out));
                     }
                 }
-                _ => merge_value(&child_path, ov, lv, dv, child_schema)?,
+                lv = in_last.get(key);
+            } else if last_is_desired {
+                lv = Some(dv);
             }
-        } else {
-            merge_value(&child_path, ov, lv, dv, child_schema)?
-        };
-        if !matches!(out, Out::Same) {
-            changes.push((key, out));
+            let ov = in_obs.get(key);
+            merge_field(path, key, ov, lv, dv, schema, level, &mut changes)?;
+        }
+        if let Some(in_last) = in_last.as_mut() {
+            while let Some((lk, _)) = in_last.next_below(None) {
+                if let Some(out) = removal(lk, in_obs.get(lk)) {
+                    changes.push((lk, out));
+                }
+            }
+        }
+    } else {
+        if let Some(last) = last {
+            for key in last.keys() {
+                if !des.contains_key(key) {
+                    if let Some(out) = removal(key, obs.get(key)) {
+                        changes.push((key, out));
+                    }
+                }
+            }
+        }
+        for (key, dv) in des {
+            let lv = if last_is_desired {
+                Some(dv)
+            } else {
+                last.and_then(|l| l.get(key))
+            };
+            merge_field(path, key, obs.get(key), lv, dv, schema, level, &mut changes)?;
         }
     }
     if changes.is_empty() {
         return Ok(None);
     }
-    let mut merged = obs.clone();
-    for (key, out) in changes {
-        match out {
-            Out::Same => {}
-            Out::Remove => {
-                merged.remove(key);
+    Ok(Some(rebuild(obs, changes, sorted)))
+}
+
+/// Merges the field `key` of an object, recording a change.
+#[allow(clippy::too_many_arguments)]
+#[inline]
+fn merge_field<'k>(
+    path: &Path<'_>,
+    key: &'k str,
+    ov: Option<&Value>,
+    lv: Option<&Value>,
+    dv: &Value,
+    schema: Option<SchemaRef<'_>>,
+    level: Level,
+    changes: &mut Vec<(&'k str, Out)>,
+) -> Result<(), ApplyError> {
+    if level.keeps_observed(key) {
+        return Ok(());
+    }
+    let child_path = Path::Field(path, key);
+    let child_schema = schema.and_then(|s| s.property(key));
+    let child_level = level.child(key);
+    let out = if child_level == Level::RootMetadata {
+        // Metadata is always merged field by field, even when observed lacks it, so that
+        // system fields echoed by a hook never reach the result.
+        match dv {
+            Value::Object(dm) => {
+                let empty = Map::new();
+                let om = ov.and_then(Value::as_object).unwrap_or(&empty);
+                let lm = lv.and_then(Value::as_object);
+                let merged = merge_object(&child_path, om, lm, dm, child_schema, child_level)?;
+                match (merged, ov) {
+                    (Some(m), _) => Out::New(Value::Object(m)),
+                    (None, Some(Value::Object(_))) => Out::Same,
+                    (None, _) => Out::New(Value::Object(Map::new())),
+                }
             }
-            Out::New(v) => {
-                merged.insert(key.to_string(), v);
+            _ => merge_value(&child_path, ov, lv, dv, child_schema)?,
+        }
+    } else {
+        merge_value(&child_path, ov, lv, dv, child_schema)?
+    };
+    if !matches!(out, Out::Same) {
+        changes.push((key, out));
+    }
+    Ok(())
+}
+
+/// `obs` with the changes applied. Unchanged fields are cloned once; the changed ones are
+/// moved in (cloning `obs` whole first would copy the changed subtrees for nothing).
+fn rebuild(
+    obs: &Map<String, Value>,
+    changes: Vec<(&str, Out)>,
+    sorted: bool,
+) -> Map<String, Value> {
+    let mut merged = Map::new();
+    if sorted {
+        // Both in key order: a merge join.
+        let mut changes = changes.into_iter().peekable();
+        for (k, v) in obs {
+            while let Some((ck, out)) = changes.next_if(|(ck, _)| key_cmp(ck, k).is_lt()) {
+                if let Out::New(v) = out {
+                    merged.insert(ck.to_string(), v);
+                }
+            }
+            match changes.next_if(|(ck, _)| *ck == k.as_str()) {
+                Some((_, Out::New(v))) => {
+                    merged.insert(k.clone(), v);
+                }
+                Some((_, Out::Remove)) => {}
+                Some((_, Out::Same)) | None => {
+                    merged.insert(k.clone(), v.clone());
+                }
+            }
+        }
+        for (ck, out) in changes {
+            if let Out::New(v) = out {
+                merged.insert(ck.to_string(), v);
+            }
+        }
+    } else {
+        merged = obs.clone();
+        for (key, out) in changes {
+            match out {
+                Out::Same => {}
+                Out::Remove => {
+                    merged.remove(key);
+                }
+                Out::New(v) => {
+                    merged.insert(key.to_string(), v);
+                }
             }
         }
     }
-    Ok(Some(merged))
+    merged
 }
 
 /// Merges one field.
@@ -382,7 +484,10 @@ fn merge_list(
         }
     };
     match spec {
-        Some(spec) => merge_list_map(path, obs, last_items, des, spec, item_schema),
+        Some(spec) => match merge_aligned(path, obs, last_items, des, spec, item_schema)? {
+            Some(out) => Ok(out),
+            None => merge_list_map(path, obs, last_items, des, spec, item_schema),
+        },
         None => {
             let same =
                 obs.len() == des.len() && obs.iter().zip(des).all(|(x, y)| eq_without_nulls(x, y));
@@ -393,6 +498,74 @@ fn merge_list(
             })
         }
     }
+}
+
+/// The list-map merge when observed (and the record) hold exactly the desired keys in the
+/// desired order, as in the steady state: items merge pairwise, no index is built and nothing
+/// is allocated unless an item changes. `None` when the lists are not so aligned (or are long,
+/// have duplicate or multi-field keys, or a key is invalid): then the general merge decides,
+/// with the same result it gives aligned lists.
+fn merge_aligned<'v>(
+    path: &Path<'_>,
+    obs: &'v [Value],
+    last: &'v [Value],
+    des: &'v [Value],
+    spec: KeySpec<'v>,
+    item_schema: Option<SchemaRef<'_>>,
+) -> Result<Option<Out>, ApplyError> {
+    let n = des.len();
+    let last_is_desired = std::ptr::eq(last, des);
+    let Some(field) = spec.single_field() else {
+        return Ok(None);
+    };
+    if n == 0 || n > ALIGNED_LIMIT || obs.len() != n || !(last_is_desired || last.len() == n) {
+        return Ok(None);
+    }
+    let part_of = |item: &'v Value| {
+        item.as_object()
+            .and_then(|o| spec.part(o, field, 0, path).ok())
+    };
+    let mut keys = [KeyPart::Null; ALIGNED_LIMIT];
+    for (i, item) in des.iter().enumerate() {
+        match part_of(item) {
+            Some(k) if !keys[..i].contains(&k) => keys[i] = k,
+            _ => return Ok(None),
+        }
+    }
+    let same_keys = |list: &'v [Value]| {
+        list.iter()
+            .zip(&keys)
+            .all(|(item, k)| part_of(item) == Some(*k))
+    };
+    if !same_keys(obs) || !(last_is_desired || same_keys(last)) {
+        return Ok(None);
+    }
+    // Built only once some item changes.
+    let mut merged: Option<Vec<Value>> = None;
+    for (i, (o, d)) in obs.iter().zip(des).enumerate() {
+        let key = spec.single_key(keys[i]);
+        let item_path = Path::Item(path, &key);
+        let l = if last_is_desired { d } else { &last[i] };
+        let out = merge_value(&item_path, Some(o), Some(l), d, item_schema)?;
+        match (out, &mut merged) {
+            (Out::Same, None) => {}
+            (Out::Same, Some(m)) => m.push(o.clone()),
+            (out, m) => {
+                let m = m.get_or_insert_with(|| {
+                    let mut m = Vec::with_capacity(n);
+                    m.extend(obs[..i].iter().cloned());
+                    m
+                });
+                if let Out::New(v) = out {
+                    m.push(v);
+                }
+            }
+        }
+    }
+    Ok(Some(match merged {
+        Some(m) => Out::New(Value::Array(m)),
+        None => Out::Same,
+    }))
 }
 
 fn merge_list_map(
@@ -518,5 +691,109 @@ pub(crate) fn without_nulls(v: &Value) -> Value {
         ),
         Value::Array(a) => Value::Array(a.iter().map(without_nulls).collect()),
         other => other.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn obj(v: &Value) -> &Map<String, Value> {
+        v.as_object().unwrap()
+    }
+
+    #[test]
+    fn unsorted_walk_agrees_with_the_lockstep_walk() {
+        // (observed, last-applied, desired): removals before, between and after desired keys,
+        // additions, changes, kept status and system metadata.
+        let cases = [
+            (
+                json!({"a": 1, "b": 2, "c": 3, "status": {"x": 1},
+                       "metadata": {"uid": "u", "name": "n", "labels": {"k": "v"}}}),
+                json!({"a": 1, "b": 2, "d": 4, "z": 0, "status": {}, "metadata": {"labels": {"k": "v"}}}),
+                json!({"b": 3, "c": 3, "e": 5, "status": {"y": 1},
+                       "metadata": {"uid": "x", "name": "n"}}),
+            ),
+            (
+                json!({"spec": {"ports": [{"port": 80, "x": 1}, {"port": 81}]}, "z": 1}),
+                json!({"spec": {"ports": [{"port": 81}]}, "z": 1}),
+                json!({"spec": {"ports": [{"port": 80, "x": 2}]}}),
+            ),
+            (
+                json!({}),
+                json!({"a": 1}),
+                json!({"b": null, "c": {"d": null}}),
+            ),
+        ];
+        for (o, l, d) in &cases {
+            for last in [Some(obj(l)), Some(obj(d)), None] {
+                let walk = |sorted| {
+                    merge_object_with(&Path::Root, obj(o), last, obj(d), None, Level::Root, sorted)
+                };
+                assert_eq!(
+                    walk(false).unwrap(),
+                    walk(true).unwrap(),
+                    "{o} {last:?} {d}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn aligned_list_maps_merge_as_the_general_list_map_merge() {
+        let spec = KeySpec::single("name");
+        let cases = [
+            // steady state; one item changed; record with a field dropped since.
+            (
+                json!([{"name": "a", "v": 1}, {"name": "b"}]),
+                json!([{"name": "a", "v": 1}, {"name": "b"}]),
+            ),
+            (
+                json!([{"name": "a", "v": 1}, {"name": "b"}]),
+                json!([{"name": "a", "v": 2}, {"name": "b"}]),
+            ),
+            (
+                json!([{"name": "a", "v": 1, "w": 1}, {"name": "b", "w": 2}]),
+                json!([{"name": "a"}, {"name": "b", "w": 3}]),
+            ),
+        ];
+        let record = json!([{"name": "a", "w": 1}, {"name": "b"}]);
+        for (o, d) in &cases {
+            let (o, d) = (o.as_array().unwrap(), d.as_array().unwrap());
+            for l in [record.as_array().unwrap().as_slice(), d.as_slice()] {
+                let fast = merge_aligned(&Path::Root, o, l, d, spec, None).unwrap();
+                let fast = fast.expect("aligned lists take the fast path");
+                let general = merge_list_map(&Path::Root, o, l, d, spec, None).unwrap();
+                let render = |out: Out| match out {
+                    Out::Same => None,
+                    Out::Remove => Some(Value::Null),
+                    Out::New(v) => Some(v),
+                };
+                assert_eq!(render(fast), render(general), "{o:?} {l:?} {d:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn unaligned_or_duplicate_keys_take_the_general_path() {
+        let spec = KeySpec::single("name");
+        let a = json!([{"name": "a"}, {"name": "b"}]);
+        let swapped = json!([{"name": "b"}, {"name": "a"}]);
+        let dup = json!([{"name": "a"}, {"name": "a"}]);
+        let short = json!([{"name": "a"}]);
+        let arr = |v: &Value| v.as_array().unwrap().clone();
+        let (a, swapped, dup, short) = (arr(&a), arr(&swapped), arr(&dup), arr(&short));
+        for (o, l, d) in [
+            (&swapped, &a, &a),
+            (&a, &a, &dup),
+            (&dup, &dup, &dup),
+            (&a, &short, &a),
+            (&short, &a, &a),
+        ] {
+            assert!(merge_aligned(&Path::Root, o, l, d, spec, None)
+                .unwrap()
+                .is_none());
+        }
     }
 }
