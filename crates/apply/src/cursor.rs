@@ -24,34 +24,21 @@ pub(crate) fn maps_iterate_sorted() -> bool {
 /// no library call, eight bytes per step, and most unequal keys differ in the first byte.
 #[inline]
 pub(crate) fn key_cmp(a: &str, b: &str) -> Ordering {
-    let (a, b) = (a.as_bytes(), b.as_bytes());
-    if let (Some(x), Some(y)) = (a.first(), b.first()) {
+    let (mut a, mut b) = (a.as_bytes(), b.as_bytes());
+    while let (Some((x, ra)), Some((y, rb))) =
+        (a.split_first_chunk::<8>(), b.split_first_chunk::<8>())
+    {
         if x != y {
-            return x.cmp(y);
+            return u64::from_be_bytes(*x).cmp(&u64::from_be_bytes(*y));
         }
+        (a, b) = (ra, rb);
     }
-    let n = a.len().min(b.len());
-    let (mut ac, mut bc) = (a[..n].chunks_exact(8), b[..n].chunks_exact(8));
-    for (x, y) in (&mut ac).zip(&mut bc) {
-        let (x, y) = (word(x), word(y));
-        if x != y {
-            return x.cmp(&y);
-        }
-    }
-    for (x, y) in ac.remainder().iter().zip(bc.remainder()) {
+    for (x, y) in a.iter().zip(b) {
         if x != y {
             return x.cmp(y);
         }
     }
     a.len().cmp(&b.len())
-}
-
-/// Eight bytes as a big-endian number (so numeric order is byte order).
-#[inline]
-fn word(chunk: &[u8]) -> u64 {
-    let mut w = [0u8; 8];
-    w.copy_from_slice(chunk);
-    u64::from_be_bytes(w)
 }
 
 /// Walks a sorted map's entries forward, looking keys up in ascending order.
@@ -75,6 +62,30 @@ impl<'a> Seek<'a> {
         while let Some((k, v)) = self.head {
             match key_cmp(k, key) {
                 Ordering::Less => self.head = self.iter.next(),
+                Ordering::Equal => {
+                    self.head = self.iter.next();
+                    return Some(v);
+                }
+                Ordering::Greater => return None,
+            }
+        }
+        None
+    }
+
+    /// The value at `key` (as [`Seek::get`]), first handing every entry below it to
+    /// `below`: the keys of this map that a map walked in step lacks.
+    #[inline]
+    pub(crate) fn get_after(
+        &mut self,
+        key: &str,
+        mut below: impl FnMut(&'a String),
+    ) -> Option<&'a Value> {
+        while let Some((k, v)) = self.head {
+            match key_cmp(k, key) {
+                Ordering::Less => {
+                    below(k);
+                    self.head = self.iter.next();
+                }
                 Ordering::Equal => {
                     self.head = self.iter.next();
                     return Some(v);
@@ -185,6 +196,13 @@ mod tests {
         assert_eq!(s.get("e"), Some(&json!(5)));
         assert_eq!(s.get("f"), None);
         assert_eq!(s.next_below(None), None);
+
+        let mut s = Seek::new(v.as_object().unwrap());
+        let mut seen = Vec::new();
+        assert_eq!(s.get_after("c", |k| seen.push(k.clone())), Some(&json!(3)));
+        assert_eq!(s.get_after("d", |k| seen.push(k.clone())), None);
+        assert_eq!(s.get_after("f", |k| seen.push(k.clone())), None);
+        assert_eq!(seen, ["a", "e"]);
     }
 
     #[test]

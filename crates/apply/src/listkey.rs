@@ -36,7 +36,7 @@ pub(crate) enum KeyPart<'a> {
 
 impl<'a> KeyPart<'a> {
     /// The key part of a scalar, `None` for objects and lists.
-    fn of(v: &'a Value) -> Option<Self> {
+    pub(crate) fn of(v: &'a Value) -> Option<Self> {
         Some(match v {
             Value::Null => KeyPart::Null,
             Value::Bool(b) => KeyPart::Bool(*b),

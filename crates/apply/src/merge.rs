@@ -19,7 +19,7 @@ use serde_json::{Map, Value};
 
 use crate::cursor::{key_cmp, maps_iterate_sorted, Seek};
 use crate::error::{type_name, ApplyError};
-use crate::listkey::{detect_conventional, KeyIndex, KeyPart, KeySpec};
+use crate::listkey::{detect_conventional, KeyIndex, KeyPart, KeySpec, CONVENTIONAL_MERGE_KEYS};
 use crate::path::Path;
 use crate::schema::{ListDecl, Schema, SchemaRef};
 
@@ -233,12 +233,11 @@ fn merge_object_with(
             let mut lv = None;
             if let Some(in_last) = in_last.as_mut() {
                 // Record keys below this one are not in desired.
-                while let Some((lk, _)) = in_last.next_below(Some(key)) {
+                lv = in_last.get_after(key, |lk| {
                     if let Some(out) = removal(lk, in_obs.get(lk)) {
                         changes.push((lk, out));
                     }
-                }
-                lv = in_last.get(key);
+                });
             } else if last_is_desired {
                 lv = Some(dv);
             }
@@ -474,13 +473,20 @@ fn merge_list(
             all_objects().then(|| KeySpec::declared(keys, defaults.unwrap_or_default()))
         }
         None => {
-            // Skip the record when it is desired itself (steady state).
-            let last_items = if std::ptr::eq(last_items, des) {
-                &[][..]
-            } else {
-                last_items
-            };
-            detect_conventional([obs, last_items, des]).map(KeySpec::single)
+            match merge_conventional_small(path, obs, last_items, des, item_schema)? {
+                Conventional::Merged(out) => return Ok(out),
+                Conventional::Keyed(field) => Some(KeySpec::single(field)),
+                Conventional::NotMap => None,
+                Conventional::Long => {
+                    // Skip the record when it is desired itself (steady state).
+                    let last_items = if std::ptr::eq(last_items, des) {
+                        &[][..]
+                    } else {
+                        last_items
+                    };
+                    detect_conventional([obs, last_items, des]).map(KeySpec::single)
+                }
+            }
         }
     };
     match spec {
@@ -498,6 +504,102 @@ fn merge_list(
             })
         }
     }
+}
+
+/// What [`merge_conventional_small`] found.
+enum Conventional {
+    /// Lists too long for it: detect the key the general way.
+    Long,
+    /// Not a conventional list-map.
+    NotMap,
+    /// A list-map by this conventional key, not aligned: merge it the general way.
+    Keyed(&'static str),
+    /// Aligned list-map, merged.
+    Merged(Out),
+}
+
+/// For short lists without a schema: [`detect_conventional`] and [`merge_aligned`] in one pass,
+/// so every item's key field is looked up once (detection and keying need the same lookups).
+fn merge_conventional_small<'v>(
+    path: &Path<'_>,
+    obs: &'v [Value],
+    last: &'v [Value],
+    des: &'v [Value],
+    item_schema: Option<SchemaRef<'_>>,
+) -> Result<Conventional, ApplyError> {
+    let last_is_desired = std::ptr::eq(last, des);
+    // Skip the record when it is desired itself (steady state).
+    let last = if last_is_desired { &[][..] } else { last };
+    if des.len() > ALIGNED_LIMIT || obs.len() > ALIGNED_LIMIT || last.len() > ALIGNED_LIMIT {
+        return Ok(Conventional::Long);
+    }
+    let lists = [des, obs, last];
+    let Some(first) = lists.iter().find_map(|l| l.first()) else {
+        return Ok(Conventional::NotMap);
+    };
+    if !lists.iter().all(|l| l.iter().all(Value::is_object)) {
+        return Ok(Conventional::NotMap);
+    }
+    let part_of = |item: &'v Value, key: &str| {
+        item.as_object()
+            .and_then(|o| o.get(key))
+            .filter(|v| !v.is_null())
+            .and_then(KeyPart::of)
+    };
+    let n = des.len();
+    // Candidates in priority order; the first one every item has is the key.
+    for key in CONVENTIONAL_MERGE_KEYS {
+        if part_of(first, key).is_none() {
+            continue;
+        }
+        let mut keys = [KeyPart::Null; ALIGNED_LIMIT];
+        let mut aligned = n > 0 && obs.len() == n && (last_is_desired || last.len() == n);
+        let mut usable = true;
+        for (i, item) in des.iter().enumerate() {
+            match part_of(item, key) {
+                Some(k) => {
+                    aligned &= !keys[..i].contains(&k);
+                    keys[i] = k;
+                }
+                None => {
+                    usable = false;
+                    break;
+                }
+            }
+        }
+        for list in [obs, last] {
+            if !usable {
+                break;
+            }
+            for (i, item) in list.iter().enumerate() {
+                match part_of(item, key) {
+                    Some(k) => aligned &= keys.get(i) == Some(&k),
+                    None => {
+                        usable = false;
+                        break;
+                    }
+                }
+            }
+        }
+        if !usable {
+            continue;
+        }
+        if !aligned {
+            return Ok(Conventional::Keyed(key));
+        }
+        let last = if last_is_desired { des } else { last };
+        let spec = KeySpec::single(key);
+        return Ok(Conventional::Merged(merge_pairwise(
+            path,
+            obs,
+            last,
+            des,
+            spec,
+            &keys[..n],
+            item_schema,
+        )?));
+    }
+    Ok(Conventional::NotMap)
 }
 
 /// The list-map merge when observed (and the record) hold exactly the desired keys in the
@@ -540,6 +642,21 @@ fn merge_aligned<'v>(
     if !same_keys(obs) || !(last_is_desired || same_keys(last)) {
         return Ok(None);
     }
+    merge_pairwise(path, obs, last, des, spec, &keys[..n], item_schema).map(Some)
+}
+
+/// Merges aligned list-map items pairwise (`keys`: the key of each desired item).
+fn merge_pairwise(
+    path: &Path<'_>,
+    obs: &[Value],
+    last: &[Value],
+    des: &[Value],
+    spec: KeySpec<'_>,
+    keys: &[KeyPart<'_>],
+    item_schema: Option<SchemaRef<'_>>,
+) -> Result<Out, ApplyError> {
+    let n = des.len();
+    let last_is_desired = std::ptr::eq(last, des);
     // Built only once some item changes.
     let mut merged: Option<Vec<Value>> = None;
     for (i, (o, d)) in obs.iter().zip(des).enumerate() {
@@ -562,10 +679,10 @@ fn merge_aligned<'v>(
             }
         }
     }
-    Ok(Some(match merged {
+    Ok(match merged {
         Some(m) => Out::New(Value::Array(m)),
         None => Out::Same,
-    }))
+    })
 }
 
 fn merge_list_map(
@@ -771,6 +888,67 @@ mod tests {
                     Out::New(v) => Some(v),
                 };
                 assert_eq!(render(fast), render(general), "{o:?} {l:?} {d:?}");
+            }
+        }
+    }
+
+    fn render(out: Out) -> Option<Value> {
+        match out {
+            Out::Same => None,
+            Out::Remove => Some(Value::Null),
+            Out::New(v) => Some(v),
+        }
+    }
+
+    /// The list merge without the one-pass fast path: detect, then merge by key or replace.
+    fn general_list(o: &[Value], l: &[Value], d: &[Value]) -> Option<Value> {
+        let det_l = if std::ptr::eq(l, d) { &[][..] } else { l };
+        render(match detect_conventional([o, det_l, d]) {
+            Some(key) => merge_list_map(&Path::Root, o, l, d, KeySpec::single(key), None).unwrap(),
+            None => {
+                let same =
+                    o.len() == d.len() && o.iter().zip(d).all(|(x, y)| eq_without_nulls(x, y));
+                if same {
+                    Out::Same
+                } else {
+                    Out::New(Value::Array(d.iter().map(without_nulls).collect()))
+                }
+            }
+        })
+    }
+
+    #[test]
+    fn one_pass_conventional_lists_agree_with_detect_then_merge() {
+        let lists = [
+            json!([]),
+            json!([1, 2]),
+            json!([{"name": "a", "v": 1}, {"name": "b"}]),
+            json!([{"name": "b"}, {"name": "a", "v": 2}]),
+            json!([{"name": "a", "v": 1}, {"name": "b"}, {"name": "c"}]),
+            json!([{"name": "a", "port": 1}, {"name": "b", "port": 2}]),
+            json!([{"name": "a", "port": 2}, {"name": "b", "port": 1}]),
+            json!([{"port": 1, "x": 1}, {"port": 2}]),
+            json!([{"name": "a"}, {"name": "a", "v": 3}]),
+            json!([{"name": "a"}, 5]),
+            json!([{"name": null}, {"name": "b"}]),
+            json!([{"name": {"x": 1}}]),
+            json!([{"containerPort": 80, "name": "http"}, {"containerPort": 81.0}]),
+        ];
+        let long: Vec<Value> = (0..20).map(|i| json!({"name": format!("n{i}")})).collect();
+        let mut all: Vec<Vec<Value>> = lists
+            .iter()
+            .map(|l| l.as_array().unwrap().clone())
+            .collect();
+        all.push(long.clone());
+        all.push(long.iter().rev().cloned().collect());
+        for o in &all {
+            for l in &all {
+                for d in &all {
+                    for l in [l.as_slice(), d.as_slice()] {
+                        let got = render(merge_list(&Path::Root, o, Some(l), d, None).unwrap());
+                        assert_eq!(got, general_list(o, l, d), "o={o:?} l={l:?} d={d:?}");
+                    }
+                }
             }
         }
     }
