@@ -20,25 +20,51 @@ pub(crate) fn maps_iterate_sorted() -> bool {
     })
 }
 
-/// `a.cmp(b)` for map keys, cheaper than `str::cmp` for the short keys of Kubernetes objects:
-/// no library call, eight bytes per step, and most unequal keys differ in the first byte.
+/// `a.cmp(b)` for map keys, cheaper than `str::cmp` for the short keys of Kubernetes objects.
+/// A lockstep walk mostly compares a key with itself (same length): that case reads words
+/// without a library call; keys of different lengths mostly differ in their first byte.
 #[inline]
 pub(crate) fn key_cmp(a: &str, b: &str) -> Ordering {
-    let (mut a, mut b) = (a.as_bytes(), b.as_bytes());
-    while let (Some((x, ra)), Some((y, rb))) =
-        (a.split_first_chunk::<8>(), b.split_first_chunk::<8>())
-    {
-        if x != y {
-            return u64::from_be_bytes(*x).cmp(&u64::from_be_bytes(*y));
-        }
-        (a, b) = (ra, rb);
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    if a.len() == b.len() {
+        return same_len_cmp(a, b);
     }
-    for (x, y) in a.iter().zip(b) {
-        if x != y {
-            return x.cmp(y);
-        }
+    match (a.first(), b.first()) {
+        (Some(x), Some(y)) if x != y => x.cmp(y),
+        _ => a.cmp(b),
     }
-    a.len().cmp(&b.len())
+}
+
+/// Compares two slices of the same length. Words are read big-endian, so numeric order is
+/// byte order; the second word may overlap bytes already found equal, which keeps it exact.
+#[inline]
+fn same_len_cmp(a: &[u8], b: &[u8]) -> Ordering {
+    let n = a.len();
+    if n < 4 {
+        a.cmp(b)
+    } else if n <= 8 {
+        let x = (u64::from(word4(a, 0)) << 32) | u64::from(word4(a, n - 4));
+        let y = (u64::from(word4(b, 0)) << 32) | u64::from(word4(b, n - 4));
+        x.cmp(&y)
+    } else if n <= 16 {
+        (word8(a, 0), word8(a, n - 8)).cmp(&(word8(b, 0), word8(b, n - 8)))
+    } else {
+        a.cmp(b)
+    }
+}
+
+#[inline]
+fn word8(s: &[u8], at: usize) -> u64 {
+    let mut w = [0u8; 8];
+    w.copy_from_slice(&s[at..at + 8]);
+    u64::from_be_bytes(w)
+}
+
+#[inline]
+fn word4(s: &[u8], at: usize) -> u32 {
+    let mut w = [0u8; 4];
+    w.copy_from_slice(&s[at..at + 4]);
+    u32::from_be_bytes(w)
 }
 
 /// Walks a sorted map's entries forward, looking keys up in ascending order.
@@ -181,6 +207,15 @@ mod tests {
             for b in keys {
                 assert_eq!(key_cmp(a, b), a.cmp(b), "{a:?} vs {b:?}");
             }
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn key_cmp_agrees_with_str_cmp(a in "[ab\u{e9}]{0,20}", b in "[ab\u{e9}]{0,20}") {
+            proptest::prop_assert_eq!(key_cmp(&a, &b), a.cmp(&b));
+            let c = format!("{a}{b}");
+            proptest::prop_assert_eq!(key_cmp(&a, &c), a.as_str().cmp(&c));
         }
     }
 

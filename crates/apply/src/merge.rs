@@ -242,6 +242,20 @@ fn merge_object_with(
                 lv = Some(dv);
             }
             let ov = in_obs.get(key);
+            if ov.is_some_and(|ov| same_scalar(ov, dv)) {
+                continue;
+            }
+            // Nested objects without a schema recurse directly (what `merge_field` would do).
+            if let (Some(Value::Object(om)), Value::Object(dm), None, Level::Nested) =
+                (ov, dv, schema, level)
+            {
+                let lm = lv.and_then(Value::as_object);
+                let child_path = Path::Field(path, key);
+                if let Some(m) = merge_object(&child_path, om, lm, dm, None, Level::Nested)? {
+                    changes.push((key, Out::New(Value::Object(m))));
+                }
+                continue;
+            }
             merge_field(path, key, ov, lv, dv, schema, level, &mut changes)?;
         }
         if let Some(in_last) = in_last.as_mut() {
@@ -418,6 +432,19 @@ fn merge_value(
         },
         // Absent, null or scalar in observed: desired is taken as is.
         _ => Ok(replace_with(obs, des)),
+    }
+}
+
+/// True when both are the same string, bool or (identically written) number: such a field
+/// merges to its observed value whatever the record, level or schema say. A cheap check that
+/// spares most leaves of an unchanged object the general merge.
+#[inline]
+fn same_scalar(o: &Value, d: &Value) -> bool {
+    match (o, d) {
+        (Value::String(a), Value::String(b)) => a == b,
+        (Value::Number(a), Value::Number(b)) => a == b,
+        (Value::Bool(a), Value::Bool(b)) => a == b,
+        _ => false,
     }
 }
 
@@ -663,7 +690,11 @@ fn merge_pairwise(
         let key = spec.single_key(keys[i]);
         let item_path = Path::Item(path, &key);
         let l = if last_is_desired { d } else { &last[i] };
-        let out = merge_value(&item_path, Some(o), Some(l), d, item_schema)?;
+        let out = if same_scalar(o, d) {
+            Out::Same
+        } else {
+            merge_value(&item_path, Some(o), Some(l), d, item_schema)?
+        };
         match (out, &mut merged) {
             (Out::Same, None) => {}
             (Out::Same, Some(m)) => m.push(o.clone()),
