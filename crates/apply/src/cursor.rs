@@ -35,6 +35,12 @@ pub(crate) fn key_cmp(a: &str, b: &str) -> Ordering {
     }
 }
 
+/// `a == b`, without a library call for slices of at most 16 bytes.
+#[inline]
+pub(crate) fn bytes_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && same_len_cmp(a, b).is_eq()
+}
+
 /// Compares two slices of the same length. Words are read big-endian, so numeric order is
 /// byte order; the second word may overlap bytes already found equal, which keeps it exact.
 #[inline]
@@ -214,6 +220,7 @@ mod tests {
         #[test]
         fn key_cmp_agrees_with_str_cmp(a in "[ab\u{e9}]{0,20}", b in "[ab\u{e9}]{0,20}") {
             proptest::prop_assert_eq!(key_cmp(&a, &b), a.cmp(&b));
+            proptest::prop_assert_eq!(bytes_eq(a.as_bytes(), b.as_bytes()), a == b);
             let c = format!("{a}{b}");
             proptest::prop_assert_eq!(key_cmp(&a, &c), a.as_str().cmp(&c));
         }
