@@ -690,10 +690,16 @@ fn merge_pairwise(
         let key = spec.single_key(keys[i]);
         let item_path = Path::Item(path, &key);
         let l = if last_is_desired { d } else { &last[i] };
-        let out = if same_scalar(o, d) {
-            Out::Same
-        } else {
-            merge_value(&item_path, Some(o), Some(l), d, item_schema)?
+        let out = match (o, d, item_schema) {
+            _ if same_scalar(o, d) => Out::Same,
+            // Object items without a schema recurse directly (what `merge_value` would do).
+            (Value::Object(om), Value::Object(dm), None) => {
+                match merge_object(&item_path, om, l.as_object(), dm, None, Level::Nested)? {
+                    Some(m) => Out::New(Value::Object(m)),
+                    None => Out::Same,
+                }
+            }
+            _ => merge_value(&item_path, Some(o), Some(l), d, item_schema)?,
         };
         match (out, &mut merged) {
             (Out::Same, None) => {}
