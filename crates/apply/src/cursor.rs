@@ -41,6 +41,25 @@ pub(crate) fn bytes_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && same_len_cmp(a, b).is_eq()
 }
 
+/// `a == b`; strings of up to 16 bytes (most Kubernetes values) compare a word at a time
+/// without a library call.
+#[inline]
+pub(crate) fn str_eq(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    let n = a.len();
+    if n != b.len() {
+        return false;
+    }
+    if !(4..=16).contains(&n) {
+        return a == b;
+    }
+    if n <= 8 {
+        word4(a, 0) == word4(b, 0) && word4(a, n - 4) == word4(b, n - 4)
+    } else {
+        word8(a, 0) == word8(b, 0) && word8(a, n - 8) == word8(b, n - 8)
+    }
+}
+
 /// Compares two slices of the same length. Words are read big-endian, so numeric order is
 /// byte order; the second word may overlap bytes already found equal, which keeps it exact.
 #[inline]
@@ -220,6 +239,7 @@ mod tests {
         #[test]
         fn key_cmp_agrees_with_str_cmp(a in "[ab\u{e9}]{0,20}", b in "[ab\u{e9}]{0,20}") {
             proptest::prop_assert_eq!(key_cmp(&a, &b), a.cmp(&b));
+            proptest::prop_assert_eq!(str_eq(&a, &b), a == b);
             proptest::prop_assert_eq!(bytes_eq(a.as_bytes(), b.as_bytes()), a == b);
             let c = format!("{a}{b}");
             proptest::prop_assert_eq!(key_cmp(&a, &c), a.as_str().cmp(&c));

@@ -35,6 +35,15 @@ pub(crate) enum KeyPart<'a> {
 }
 
 impl<'a> KeyPart<'a> {
+    /// `self == other`, comparing short strings without a library call (hot in list merges).
+    #[inline]
+    pub(crate) fn same_as(&self, other: &KeyPart<'_>) -> bool {
+        match (self, other) {
+            (KeyPart::Str(a), KeyPart::Str(b)) => crate::cursor::str_eq(a, b),
+            _ => self == other,
+        }
+    }
+
     /// The key part of a scalar, `None` for objects and lists.
     pub(crate) fn of(v: &'a Value) -> Option<Self> {
         Some(match v {

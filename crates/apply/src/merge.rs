@@ -17,7 +17,7 @@ use std::borrow::Cow;
 
 use serde_json::{Map, Value};
 
-use crate::cursor::{key_cmp, maps_iterate_sorted, Seek};
+use crate::cursor::{key_cmp, maps_iterate_sorted, str_eq, Seek};
 use crate::error::{type_name, ApplyError};
 use crate::listkey::{detect_conventional, KeyIndex, KeyPart, KeySpec, CONVENTIONAL_MERGE_KEYS};
 use crate::path::Path;
@@ -441,7 +441,7 @@ fn merge_value(
 #[inline]
 fn same_scalar(o: &Value, d: &Value) -> bool {
     match (o, d) {
-        (Value::String(a), Value::String(b)) => a == b,
+        (Value::String(a), Value::String(b)) => str_eq(a, b),
         (Value::Number(a), Value::Number(b)) => a == b,
         (Value::Bool(a), Value::Bool(b)) => a == b,
         _ => false,
@@ -533,6 +533,28 @@ fn merge_list(
     }
 }
 
+/// Bit `i` set when the object has a usable (non-null scalar) field
+/// `CONVENTIONAL_MERGE_KEYS[i]`.
+fn conventional_fields(obj: &Map<String, Value>) -> u8 {
+    let mut found = 0;
+    for (k, v) in obj {
+        let bit = match k.as_str() {
+            "containerPort" => 0,
+            "port" => 1,
+            "mountPath" => 2,
+            "name" => 3,
+            "uid" => 4,
+            "ip" => 5,
+            "path" => 6,
+            _ => continue,
+        };
+        if !v.is_null() && KeyPart::of(v).is_some() {
+            found |= 1 << bit;
+        }
+    }
+    found
+}
+
 /// What [`merge_conventional_small`] found.
 enum Conventional {
     /// Lists too long for it: detect the key the general way.
@@ -574,9 +596,11 @@ fn merge_conventional_small<'v>(
             .and_then(KeyPart::of)
     };
     let n = des.len();
-    // Candidates in priority order; the first one every item has is the key.
-    for key in CONVENTIONAL_MERGE_KEYS {
-        if part_of(first, key).is_none() {
+    // Candidates: the conventional keys the first item has (one pass over its fields).
+    let candidates = first.as_object().map_or(0, conventional_fields);
+    // In priority order; the first one every item has is the key.
+    for (c, key) in CONVENTIONAL_MERGE_KEYS.into_iter().enumerate() {
+        if candidates & (1 << c) == 0 {
             continue;
         }
         let mut keys = [KeyPart::Null; ALIGNED_LIMIT];
@@ -585,7 +609,7 @@ fn merge_conventional_small<'v>(
         for (i, item) in des.iter().enumerate() {
             match part_of(item, key) {
                 Some(k) => {
-                    aligned &= !keys[..i].contains(&k);
+                    aligned &= !keys[..i].iter().any(|p| p.same_as(&k));
                     keys[i] = k;
                 }
                 None => {
@@ -600,7 +624,7 @@ fn merge_conventional_small<'v>(
             }
             for (i, item) in list.iter().enumerate() {
                 match part_of(item, key) {
-                    Some(k) => aligned &= keys.get(i) == Some(&k),
+                    Some(k) => aligned &= keys.get(i).is_some_and(|p| p.same_as(&k)),
                     None => {
                         usable = false;
                         break;
@@ -988,6 +1012,18 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn conventional_field_bits_follow_the_priority_order() {
+        for (i, key) in CONVENTIONAL_MERGE_KEYS.into_iter().enumerate() {
+            let item = json!({key: "v", "other": 1});
+            assert_eq!(conventional_fields(obj(&item)), 1 << i, "{key}");
+            let unusable = json!({key: null, "x": {key: 1}});
+            assert_eq!(conventional_fields(obj(&unusable)), 0, "{key}");
+        }
+        let both = json!({"name": "a", "containerPort": 80, "path": [1]});
+        assert_eq!(conventional_fields(obj(&both)), 0b1001);
     }
 
     #[test]
