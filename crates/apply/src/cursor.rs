@@ -35,17 +35,16 @@ pub(crate) fn key_cmp(a: &str, b: &str) -> Ordering {
     }
 }
 
-/// `a == b`, without a library call for slices of at most 16 bytes.
-#[inline]
-pub(crate) fn bytes_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && same_len_cmp(a, b).is_eq()
-}
-
 /// `a == b`; strings of up to 16 bytes (most Kubernetes values) compare a word at a time
 /// without a library call.
 #[inline]
 pub(crate) fn str_eq(a: &str, b: &str) -> bool {
-    let (a, b) = (a.as_bytes(), b.as_bytes());
+    bytes_eq(a.as_bytes(), b.as_bytes())
+}
+
+/// [`str_eq`] for byte slices.
+#[inline]
+pub(crate) fn bytes_eq(a: &[u8], b: &[u8]) -> bool {
     let n = a.len();
     if n != b.len() {
         return false;

@@ -166,17 +166,21 @@ fn matches_value(rest: &mut &[u8], v: &Value) -> bool {
                 write_value(&mut enc, v);
                 return eat(rest, enc.as_bytes());
             }
-            if !eat_byte(rest, b'{') {
-                return false;
-            }
-            for (i, (k, item)) in m.iter().enumerate() {
-                if (i > 0 && !eat_byte(rest, b','))
-                    || !matches_string(rest, k)
-                    || !eat_byte(rest, b':')
-                    || !matches_value(rest, item)
-                {
+            let mut open = b'{';
+            for (k, item) in m {
+                // `{"key":` or `,"key":` in one comparison when the key needs no escape.
+                let matched = if is_plain(k) {
+                    eat_framed(rest, open, k.as_bytes(), b':')
+                } else {
+                    eat_byte(rest, open) && matches_string(rest, k) && eat_byte(rest, b':')
+                };
+                if !matched || !matches_child(rest, item) {
                     return false;
                 }
+                open = b',';
+            }
+            if open == b'{' && !eat_byte(rest, b'{') {
+                return false;
             }
             eat_byte(rest, b'}')
         }
@@ -185,7 +189,7 @@ fn matches_value(rest: &mut &[u8], v: &Value) -> bool {
                 return false;
             }
             for (i, item) in a.iter().enumerate() {
-                if (i > 0 && !eat_byte(rest, b',')) || !matches_value(rest, item) {
+                if (i > 0 && !eat_byte(rest, b',')) || !matches_child(rest, item) {
                     return false;
                 }
             }
@@ -203,6 +207,16 @@ fn matches_value(rest: &mut &[u8], v: &Value) -> bool {
             write_number(&mut enc, n);
             eat(rest, enc.as_bytes())
         }
+    }
+}
+
+/// [`matches_value`] for a field or item: strings (most leaves) are matched in place, without
+/// the recursive call.
+#[inline]
+fn matches_child(rest: &mut &[u8], v: &Value) -> bool {
+    match v {
+        Value::String(s) => matches_string(rest, s),
+        _ => matches_value(rest, v),
     }
 }
 
@@ -230,6 +244,22 @@ fn integer_text<'b>(n: &serde_json::Number, buf: &'b mut [u8; 20]) -> Option<&'b
     Some(&buf[at..])
 }
 
+/// Eats `before` `"` `s` `"` `after` (`s` needing no escape).
+#[inline]
+fn eat_framed(rest: &mut &[u8], before: u8, s: &[u8], after: u8) -> bool {
+    let n = s.len();
+    match rest.get(..n + 4) {
+        Some([b0, b'"', body @ .., b'"', b1])
+            if *b0 == before && *b1 == after && crate::cursor::bytes_eq(body, s) =>
+        {
+            *rest = &rest[n + 4..];
+            true
+        }
+        _ => false,
+    }
+}
+
+#[inline]
 fn matches_string(rest: &mut &[u8], s: &str) -> bool {
     if is_plain(s) {
         // `"` + s + `"`, checked with one comparison.

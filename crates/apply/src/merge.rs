@@ -599,7 +599,7 @@ fn merge_conventional_small<'v>(
     // Candidates: the conventional keys the first item has (one pass over its fields).
     let candidates = first.as_object().map_or(0, conventional_fields);
     // In priority order; the first one every item has is the key.
-    for (c, key) in CONVENTIONAL_MERGE_KEYS.into_iter().enumerate() {
+    for (c, &key) in CONVENTIONAL_MERGE_KEYS.iter().enumerate() {
         if candidates & (1 << c) == 0 {
             continue;
         }
