@@ -58,7 +58,9 @@
 //!   reorder the object) and the conventional key is chosen from all three lists, so a list
 //!   whose items carry two conventional keys with clashing values may be keyed differently on a
 //!   later sync; a schema (`x-kubernetes-list-map-keys`) removes that ambiguity.
-//! - Not implemented: `x-kubernetes-patch-strategy: retainKeys` (such objects merge normally).
+//! - `x-kubernetes-patch-strategy: retainKeys` (schema-aware mode): an object so declared
+//!   (or each item of a list so declared) that the merge changes keeps only the fields desired
+//!   sets, as kubectl's `$retainKeys` directive does; an unchanged one keeps everything.
 
 mod compare;
 mod cursor;

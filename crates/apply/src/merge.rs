@@ -406,12 +406,15 @@ fn merge_value(
                     return Ok(replace_with(obs, des));
                 }
                 let lm = last.and_then(Value::as_object);
-                Ok(
-                    match merge_object(path, om, lm, dm, schema, Level::Nested)? {
-                        Some(m) => Out::New(Value::Object(m)),
-                        None => Out::Same,
-                    },
-                )
+                let out = match merge_object(path, om, lm, dm, schema, Level::Nested)? {
+                    Some(m) => Out::New(Value::Object(m)),
+                    None => Out::Same,
+                };
+                Ok(retain_desired_keys(
+                    out,
+                    des,
+                    schema.is_some_and(|s| s.retain_keys()),
+                ))
             }
             _ => Err(ApplyError::TypeMismatch {
                 path: path.render(),
@@ -432,6 +435,20 @@ fn merge_value(
         },
         // Absent, null or scalar in observed: desired is taken as is.
         _ => Ok(replace_with(obs, des)),
+    }
+}
+
+/// `x-kubernetes-patch-strategy: retainKeys`: when the merge changes an object, fields that
+/// desired does not set are cleared (kubectl sends `$retainKeys` with the keys of desired in
+/// every non-empty patch of such an object). An object the merge leaves alone keeps every
+/// field, so server defaults inside it cause no write.
+fn retain_desired_keys(out: Out, des: &Value, retain: bool) -> Out {
+    match (out, des) {
+        (Out::New(Value::Object(mut m)), Value::Object(dm)) if retain => {
+            m.retain(|k, _| dm.get(k).is_some_and(|v| !v.is_null()));
+            Out::New(Value::Object(m))
+        }
+        (out, _) => out,
     }
 }
 
@@ -485,7 +502,11 @@ fn merge_list(
         Some(s) => s.list_decl(),
         None => (None, None),
     };
-    let item_schema = schema.and_then(|s| s.items());
+    let items = ItemRules {
+        schema: schema.and_then(|s| s.items()),
+        // `retainKeys` on a list applies to its items.
+        retain_keys: schema.is_some_and(|s| s.retain_keys()),
+    };
     let all_objects = || {
         obs.iter()
             .chain(last_items)
@@ -500,7 +521,7 @@ fn merge_list(
             all_objects().then(|| KeySpec::declared(keys, defaults.unwrap_or_default()))
         }
         None => {
-            match merge_conventional_small(path, obs, last_items, des, item_schema)? {
+            match merge_conventional_small(path, obs, last_items, des, items)? {
                 Conventional::Merged(out) => return Ok(out),
                 Conventional::Keyed(field) => Some(KeySpec::single(field)),
                 Conventional::NotMap => None,
@@ -517,9 +538,9 @@ fn merge_list(
         }
     };
     match spec {
-        Some(spec) => match merge_aligned(path, obs, last_items, des, spec, item_schema)? {
+        Some(spec) => match merge_aligned(path, obs, last_items, des, spec, items)? {
             Some(out) => Ok(out),
-            None => merge_list_map(path, obs, last_items, des, spec, item_schema),
+            None => merge_list_map(path, obs, last_items, des, spec, items),
         },
         None => {
             let same =
@@ -555,6 +576,15 @@ fn conventional_fields(obj: &Map<String, Value>) -> u8 {
     found
 }
 
+/// How the items of a list merge (from the list's schema).
+#[derive(Clone, Copy, Default)]
+struct ItemRules<'s> {
+    /// The items' schema.
+    schema: Option<SchemaRef<'s>>,
+    /// The list is declared `retainKeys` (see [`retain_desired_keys`]).
+    retain_keys: bool,
+}
+
 /// What [`merge_conventional_small`] found.
 enum Conventional {
     /// Lists too long for it: detect the key the general way.
@@ -574,7 +604,7 @@ fn merge_conventional_small<'v>(
     obs: &'v [Value],
     last: &'v [Value],
     des: &'v [Value],
-    item_schema: Option<SchemaRef<'_>>,
+    items: ItemRules<'_>,
 ) -> Result<Conventional, ApplyError> {
     let last_is_desired = std::ptr::eq(last, des);
     // Skip the record when it is desired itself (steady state).
@@ -647,7 +677,7 @@ fn merge_conventional_small<'v>(
             des,
             spec,
             &keys[..n],
-            item_schema,
+            items,
         )?));
     }
     Ok(Conventional::NotMap)
@@ -664,7 +694,7 @@ fn merge_aligned<'v>(
     last: &'v [Value],
     des: &'v [Value],
     spec: KeySpec<'v>,
-    item_schema: Option<SchemaRef<'_>>,
+    items: ItemRules<'_>,
 ) -> Result<Option<Out>, ApplyError> {
     let n = des.len();
     let last_is_desired = std::ptr::eq(last, des);
@@ -693,7 +723,7 @@ fn merge_aligned<'v>(
     if !same_keys(obs) || !(last_is_desired || same_keys(last)) {
         return Ok(None);
     }
-    merge_pairwise(path, obs, last, des, spec, &keys[..n], item_schema).map(Some)
+    merge_pairwise(path, obs, last, des, spec, &keys[..n], items).map(Some)
 }
 
 /// Merges aligned list-map items pairwise (`keys`: the key of each desired item).
@@ -704,7 +734,7 @@ fn merge_pairwise(
     des: &[Value],
     spec: KeySpec<'_>,
     keys: &[KeyPart<'_>],
-    item_schema: Option<SchemaRef<'_>>,
+    items: ItemRules<'_>,
 ) -> Result<Out, ApplyError> {
     let n = des.len();
     let last_is_desired = std::ptr::eq(last, des);
@@ -714,7 +744,7 @@ fn merge_pairwise(
         let key = spec.single_key(keys[i]);
         let item_path = Path::Item(path, &key);
         let l = if last_is_desired { d } else { &last[i] };
-        let out = match (o, d, item_schema) {
+        let out = match (o, d, items.schema) {
             _ if same_scalar(o, d) => Out::Same,
             // Object items without a schema recurse directly (what `merge_value` would do).
             (Value::Object(om), Value::Object(dm), None) => {
@@ -723,8 +753,9 @@ fn merge_pairwise(
                     None => Out::Same,
                 }
             }
-            _ => merge_value(&item_path, Some(o), Some(l), d, item_schema)?,
+            _ => merge_value(&item_path, Some(o), Some(l), d, items.schema)?,
         };
+        let out = retain_desired_keys(out, d, items.retain_keys);
         match (out, &mut merged) {
             (Out::Same, None) => {}
             (Out::Same, Some(m)) => m.push(o.clone()),
@@ -752,7 +783,7 @@ fn merge_list_map(
     last: &[Value],
     des: &[Value],
     spec: KeySpec<'_>,
-    item_schema: Option<SchemaRef<'_>>,
+    rules: ItemRules<'_>,
 ) -> Result<Out, ApplyError> {
     let des_keys = spec.keys_of(des, path)?;
     let des_index = KeyIndex::new(&des_keys);
@@ -785,7 +816,8 @@ fn merge_list_map(
             emitted[d_first] = true;
             let lv = last_index.find(key).map(|(_, l)| &last[l]);
             let item_path = Path::Item(path, &des_keys[d_last]);
-            let out = merge_value(&item_path, Some(&obs[base]), lv, &des[d_last], item_schema)?;
+            let out = merge_value(&item_path, Some(&obs[base]), lv, &des[d_last], rules.schema)?;
+            let out = retain_desired_keys(out, &des[d_last], rules.retain_keys);
             changed |= base != i || !matches!(out, Out::Same);
             items.push((base, out));
         } else if last_index.find(key).is_some() {
@@ -809,7 +841,7 @@ fn merge_list_map(
         emitted[i] = true;
         let item_path = Path::Item(path, key);
         let lv = last_index.find(key).map(|(_, l)| &last[l]);
-        if let Out::New(v) = merge_value(&item_path, None, lv, &des[d_last], item_schema)? {
+        if let Out::New(v) = merge_value(&item_path, None, lv, &des[d_last], rules.schema)? {
             added.push(v);
         }
     }
@@ -940,9 +972,10 @@ mod tests {
         for (o, d) in &cases {
             let (o, d) = (o.as_array().unwrap(), d.as_array().unwrap());
             for l in [record.as_array().unwrap().as_slice(), d.as_slice()] {
-                let fast = merge_aligned(&Path::Root, o, l, d, spec, None).unwrap();
+                let fast = merge_aligned(&Path::Root, o, l, d, spec, ItemRules::default()).unwrap();
                 let fast = fast.expect("aligned lists take the fast path");
-                let general = merge_list_map(&Path::Root, o, l, d, spec, None).unwrap();
+                let general =
+                    merge_list_map(&Path::Root, o, l, d, spec, ItemRules::default()).unwrap();
                 let render = |out: Out| match out {
                     Out::Same => None,
                     Out::Remove => Some(Value::Null),
@@ -965,7 +998,15 @@ mod tests {
     fn general_list(o: &[Value], l: &[Value], d: &[Value]) -> Option<Value> {
         let det_l = if std::ptr::eq(l, d) { &[][..] } else { l };
         render(match detect_conventional([o, det_l, d]) {
-            Some(key) => merge_list_map(&Path::Root, o, l, d, KeySpec::single(key), None).unwrap(),
+            Some(key) => merge_list_map(
+                &Path::Root,
+                o,
+                l,
+                d,
+                KeySpec::single(key),
+                ItemRules::default(),
+            )
+            .unwrap(),
             None => {
                 let same =
                     o.len() == d.len() && o.iter().zip(d).all(|(x, y)| eq_without_nulls(x, y));
@@ -1042,9 +1083,11 @@ mod tests {
             (&a, &short, &a),
             (&short, &a, &a),
         ] {
-            assert!(merge_aligned(&Path::Root, o, l, d, spec, None)
-                .unwrap()
-                .is_none());
+            assert!(
+                merge_aligned(&Path::Root, o, l, d, spec, ItemRules::default())
+                    .unwrap()
+                    .is_none()
+            );
         }
     }
 }
