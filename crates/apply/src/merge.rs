@@ -256,6 +256,18 @@ fn merge_object_with(
                 }
                 continue;
             }
+            // Lists likewise.
+            if let (Some(Value::Array(oa)), Value::Array(da), None, Level::Nested) =
+                (ov, dv, schema, level)
+            {
+                let la = lv.and_then(Value::as_array).map(Vec::as_slice);
+                let child_path = Path::Field(path, key);
+                match merge_list(&child_path, oa, la, da, None)? {
+                    Out::Same => {}
+                    out => changes.push((key, out)),
+                }
+                continue;
+            }
             merge_field(path, key, ov, lv, dv, schema, level, &mut changes)?;
         }
         if let Some(in_last) = in_last.as_mut() {
@@ -599,6 +611,7 @@ enum Conventional {
 
 /// For short lists without a schema: [`detect_conventional`] and [`merge_aligned`] in one pass,
 /// so every item's key field is looked up once (detection and keying need the same lookups).
+#[inline(never)]
 fn merge_conventional_small<'v>(
     path: &Path<'_>,
     obs: &'v [Value],
