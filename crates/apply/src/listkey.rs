@@ -169,22 +169,39 @@ impl<'s> KeySpec<'s> {
         }
     }
 
+    /// Whether two items have the same key; `None` when either is not an object or has an
+    /// invalid key (the general merge reports that). Allocates nothing.
+    pub(crate) fn same_key(&self, a: &Value, b: &Value, path: &Path<'_>) -> Option<bool> {
+        let (a, b) = (a.as_object()?, b.as_object()?);
+        let mut same = true;
+        for i in 0..self.len() {
+            let field = self.field(i);
+            let pa = self.part(a, field, i, path).ok()?;
+            let pb = self.part(b, field, i, path).ok()?;
+            same &= pa == pb;
+        }
+        Some(same)
+    }
+
+    fn len(&self) -> usize {
+        match self.fields {
+            KeyFields::One(_) => 1,
+            KeyFields::Many(fs) => fs.len(),
+        }
+    }
+
+    fn field(&self, i: usize) -> &'s str {
+        match self.fields {
+            KeyFields::One(f) => f,
+            KeyFields::Many(fs) => &fs[i],
+        }
+    }
+
     /// The key field when there is exactly one.
     pub(crate) fn single_field(&self) -> Option<&'s str> {
         match self.fields {
             KeyFields::One(f) => Some(f),
             KeyFields::Many(_) => None,
-        }
-    }
-
-    /// The key of an item with a single key field, from its part.
-    pub(crate) fn single_key<'v>(&self, part: KeyPart<'v>) -> ListKey<'v>
-    where
-        's: 'v,
-    {
-        ListKey {
-            fields: self.fields,
-            parts: Parts::One(part),
         }
     }
 

@@ -684,13 +684,7 @@ fn merge_conventional_small<'v>(
         let last = if last_is_desired { des } else { last };
         let spec = KeySpec::single(key);
         return Ok(Conventional::Merged(merge_pairwise(
-            path,
-            obs,
-            last,
-            des,
-            spec,
-            &keys[..n],
-            items,
+            path, obs, last, des, spec, items,
         )?));
     }
     Ok(Conventional::NotMap)
@@ -711,12 +705,28 @@ fn merge_aligned<'v>(
 ) -> Result<Option<Out>, ApplyError> {
     let n = des.len();
     let last_is_desired = std::ptr::eq(last, des);
-    let Some(field) = spec.single_field() else {
-        return Ok(None);
-    };
     if n == 0 || n > ALIGNED_LIMIT || obs.len() != n || !(last_is_desired || last.len() == n) {
         return Ok(None);
     }
+    let Some(field) = spec.single_field() else {
+        // Multi-field keys: compared field by field, without building keys.
+        let same = |a: &Value, b: &Value| spec.same_key(a, b, path);
+        for (i, d) in des.iter().enumerate() {
+            // Every desired key valid and unique (an item compared with itself is checked).
+            for earlier in &des[..i] {
+                if same(earlier, d) != Some(false) {
+                    return Ok(None);
+                }
+            }
+            if same(d, d) != Some(true) || same(&obs[i], d) != Some(true) {
+                return Ok(None);
+            }
+            if !last_is_desired && same(&last[i], d) != Some(true) {
+                return Ok(None);
+            }
+        }
+        return merge_pairwise(path, obs, last, des, spec, items).map(Some);
+    };
     let part_of = |item: &'v Value| {
         item.as_object()
             .and_then(|o| spec.part(o, field, 0, path).ok())
@@ -736,17 +746,16 @@ fn merge_aligned<'v>(
     if !same_keys(obs) || !(last_is_desired || same_keys(last)) {
         return Ok(None);
     }
-    merge_pairwise(path, obs, last, des, spec, &keys[..n], items).map(Some)
+    merge_pairwise(path, obs, last, des, spec, items).map(Some)
 }
 
-/// Merges aligned list-map items pairwise (`keys`: the key of each desired item).
+/// Merges aligned list-map items pairwise (items named by `spec` in error paths).
 fn merge_pairwise(
     path: &Path<'_>,
     obs: &[Value],
     last: &[Value],
     des: &[Value],
     spec: KeySpec<'_>,
-    keys: &[KeyPart<'_>],
     items: ItemRules<'_>,
 ) -> Result<Out, ApplyError> {
     let n = des.len();
@@ -754,8 +763,7 @@ fn merge_pairwise(
     // Built only once some item changes.
     let mut merged: Option<Vec<Value>> = None;
     for (i, (o, d)) in obs.iter().zip(des).enumerate() {
-        let key = spec.single_key(keys[i]);
-        let item_path = Path::Item(path, &key);
+        let item_path = Path::Keyed(path, spec, d);
         let l = if last_is_desired { d } else { &last[i] };
         let out = match (o, d, items.schema) {
             _ if same_scalar(o, d) => Out::Same,
@@ -1066,6 +1074,49 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn aligned_multi_field_keys_merge_as_the_general_list_map_merge() {
+        let fields = ["port".to_string(), "protocol".to_string()];
+        let defaults = [None, Some(json!("TCP"))];
+        let spec = KeySpec::declared(&fields, &defaults);
+        let arr = |v: Value| v.as_array().unwrap().clone();
+        let obs = arr(json!([{"port": 53, "protocol": "UDP", "x": 1},
+                              {"port": 53, "protocol": "TCP", "n": 1}]));
+        let des = arr(json!([{"port": 53, "protocol": "UDP", "x": 2}, {"port": 53}]));
+        let rec = arr(json!([{"port": 53, "protocol": "UDP", "x": 1, "y": 1}, {"port": 53.0}]));
+        for l in [&des, &rec] {
+            let fast = merge_aligned(&Path::Root, &obs, l, &des, spec, ItemRules::default())
+                .unwrap()
+                .expect("aligned multi-field lists take the fast path");
+            let general =
+                merge_list_map(&Path::Root, &obs, l, &des, spec, ItemRules::default()).unwrap();
+            assert_eq!(render(fast), render(general));
+        }
+        // Duplicate (defaulted) keys in desired, or swapped items: the general merge decides.
+        let dup = arr(json!([{"port": 53, "protocol": "TCP"}, {"port": 53}]));
+        let swapped: Vec<Value> = obs.iter().rev().cloned().collect();
+        for (o, d) in [(&obs, &dup), (&swapped, &des)] {
+            let fast = merge_aligned(&Path::Root, o, d, d, spec, ItemRules::default()).unwrap();
+            assert!(fast.is_none());
+        }
+        // Errors inside an item name it by its key, as the general merge does.
+        let obs = arr(json!([{"port": 80, "sub": {"a": 1}}]));
+        let des = arr(json!([{"port": 80, "sub": 5}]));
+        let err = |r: Result<Option<Out>, ApplyError>| r.err().map(|e| e.to_string());
+        let fast = err(merge_aligned(
+            &Path::Root,
+            &obs,
+            &des,
+            &des,
+            spec,
+            ItemRules::default(),
+        ));
+        let general =
+            merge_list_map(&Path::Root, &obs, &des, &des, spec, ItemRules::default()).err();
+        assert_eq!(fast, general.map(|e| e.to_string()));
+        assert!(fast.unwrap().starts_with("[port=80,protocol=TCP].sub"));
     }
 
     #[test]
