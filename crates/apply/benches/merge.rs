@@ -13,20 +13,22 @@
 //! a loaded machine: `valgrind --tool=callgrind … merge_profile <op> 200`, minus `<op> 0`,
 //! divided by 200), and this bench's CPU time per operation on one core:
 //!
-//! | operation (profile op)                         | before  | after   | CPU time | per core |
-//! |------------------------------------------------|---------|---------|----------|----------|
-//! | merge+needs_update, steady (`merge`)           | 449k ¹  | 61k     | 5.8 µs   | 173k/s   |
-//! | same, owned merge (`owned`)                    | 449k    | 337k    | 34 µs    | 29k/s    |
-//! | merge+needs_update, replicas changed (`changed`)| 555k ¹ | 261k    | 22 µs    | 46k/s    |
-//! | merge_with_schema+needs_update (`schema`)      | 459k ¹  | 99k     | 10.3 µs  | 97k/s    |
-//! | plan, steady state (`plan`)                    | 188k    | 76k     | 6.6 µs   | 152k/s   |
-//! | plan, replicas changed (`plan-changed`)        | 846k    | 552k    | 57 µs    | 18k/s    |
-//! | clone observed (`clone`, baseline)             | 197k    | 197k    | 20 µs    | 49k/s    |
+//! | operation (profile op)                           | before | after | CPU time (2 runs) |
+//! |----------------------------------------------------|--------|-------|-------------------|
+//! | merge+needs_update, steady (`merge`)               | 449k ¹ | 61k   | 5.8 / 6.6 µs      |
+//! | same, owned merge (`owned`)                        | 449k   | 337k  | 34 / 43 µs        |
+//! | merge+needs_update, replicas changed (`changed`)   | 555k ¹ | 260k  | 22 / 27 µs        |
+//! | merge_with_schema+needs_update, steady (`schema`)  | 459k ¹ | 89k   | 10.3 / 10.3 µs    |
+//! | plan, steady state (`plan`)                        | 188k   | 75k   | 6.6 / 10.3 µs     |
+//! | plan, replicas changed (`plan-changed`)            | 846k   | 549k  | 57 / 68 µs        |
+//! | clone observed (`clone`, baseline)                 | 197k   | 197k  | 20 / 24 µs        |
 //!
 //! ¹ before the copy-on-write API these went through the owned [`merge`]. The figure
 //! (≥ 100,000 merge + needs_update per second on one core) is met by `merge+needs_update`:
-//! ≈ 173,000/s. A changed object must be rebuilt (owned `Value`s cannot share the unchanged
-//! subtrees), so the changed cases cost about one clone of observed plus the comparison.
+//! 150,000–170,000/s per core (the machine's load moves CPU times by ±20%; the instruction
+//! counts do not move). A changed object must be rebuilt (owned `Value`s cannot share the
+//! unchanged subtrees), so the changed cases cost about one clone of observed plus the
+//! comparison.
 
 use std::hint::black_box;
 
