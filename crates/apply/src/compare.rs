@@ -41,7 +41,13 @@ const QUANTITY_FIELDS: [&str; 1] = ["sizeLimit"];
 /// `limits`/`requests`/`hard`/`capacity`/… maps and `sizeLimit`; a missing field equals `null`,
 /// `{}` and `[]` (the API server drops empty values of built-in types); the last-applied
 /// annotation by its decoded JSON (so key order and spacing never cause a write).
+///
+/// Passing the same reference twice (as a borrowed [`merge_cow`](crate::merge_cow) result
+/// does) answers `false` without looking at the object.
 pub fn needs_update(observed: &Value, merged: &Value) -> bool {
+    if std::ptr::eq(observed, merged) {
+        return false;
+    }
     needs_update_with(observed, merged, false)
 }
 

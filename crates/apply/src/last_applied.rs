@@ -160,24 +160,27 @@ fn eat(rest: &mut &[u8], expected: &[u8]) -> bool {
 fn matches_value(rest: &mut &[u8], v: &Value) -> bool {
     match v {
         Value::Object(m) => {
-            if !eat_byte(rest, b'{') {
-                return false;
-            }
-            let sorted = m.keys().zip(m.keys().skip(1)).all(|(a, b)| a < b);
-            if !sorted {
+            if !crate::cursor::maps_iterate_sorted() {
                 // Unusual map order (serde_json `preserve_order`): compare the full encoding.
                 let mut enc = String::new();
                 write_value(&mut enc, v);
-                return eat(rest, &enc.as_bytes()[1..]);
+                return eat(rest, enc.as_bytes());
             }
-            for (i, (k, item)) in m.iter().enumerate() {
-                if (i > 0 && !eat_byte(rest, b','))
-                    || !matches_string(rest, k)
-                    || !eat_byte(rest, b':')
-                    || !matches_value(rest, item)
-                {
+            let mut open = b'{';
+            for (k, item) in m {
+                // `{"key":` or `,"key":` in one comparison when the key needs no escape.
+                let matched = if is_plain(k) {
+                    eat_framed(rest, open, k.as_bytes(), b':')
+                } else {
+                    eat_byte(rest, open) && matches_string(rest, k) && eat_byte(rest, b':')
+                };
+                if !matched || !matches_child(rest, item) {
                     return false;
                 }
+                open = b',';
+            }
+            if open == b'{' && !eat_byte(rest, b'{') {
+                return false;
             }
             eat_byte(rest, b'}')
         }
@@ -186,24 +189,88 @@ fn matches_value(rest: &mut &[u8], v: &Value) -> bool {
                 return false;
             }
             for (i, item) in a.iter().enumerate() {
-                if (i > 0 && !eat_byte(rest, b',')) || !matches_value(rest, item) {
+                if (i > 0 && !eat_byte(rest, b',')) || !matches_child(rest, item) {
                     return false;
                 }
             }
             eat_byte(rest, b']')
         }
         Value::String(s) => matches_string(rest, s),
-        other => {
+        Value::Null => eat(rest, b"null"),
+        Value::Bool(b) => eat(rest, if *b { b"true" } else { b"false" }),
+        Value::Number(n) => {
+            let mut buf = [0u8; 20];
+            if let Some(digits) = integer_text(n, &mut buf) {
+                return eat(rest, digits);
+            }
             let mut enc = String::new();
-            write_value(&mut enc, other);
+            write_number(&mut enc, n);
             eat(rest, enc.as_bytes())
         }
     }
 }
 
+/// [`matches_value`] for a field or item: strings (most leaves) are matched in place, without
+/// the recursive call.
+#[inline]
+fn matches_child(rest: &mut &[u8], v: &Value) -> bool {
+    match v {
+        Value::String(s) => matches_string(rest, s),
+        _ => matches_value(rest, v),
+    }
+}
+
+/// The decimal text of an integer number, written into `buf` (no allocation); `None` for
+/// numbers stored as floats.
+fn integer_text<'b>(n: &serde_json::Number, buf: &'b mut [u8; 20]) -> Option<&'b [u8]> {
+    let (negative, mut magnitude) = match (n.as_u64(), n.as_i64()) {
+        (Some(u), _) => (false, u),
+        (None, Some(i)) => (true, i.unsigned_abs()),
+        (None, None) => return None,
+    };
+    let mut at = buf.len();
+    loop {
+        at -= 1;
+        buf[at] = b'0' + (magnitude % 10) as u8;
+        magnitude /= 10;
+        if magnitude == 0 {
+            break;
+        }
+    }
+    if negative {
+        at -= 1;
+        buf[at] = b'-';
+    }
+    Some(&buf[at..])
+}
+
+/// Eats `before` `"` `s` `"` `after` (`s` needing no escape).
+#[inline]
+fn eat_framed(rest: &mut &[u8], before: u8, s: &[u8], after: u8) -> bool {
+    let n = s.len();
+    match rest.get(..n + 4) {
+        Some([b0, b'"', body @ .., b'"', b1])
+            if *b0 == before && *b1 == after && crate::cursor::bytes_eq(body, s) =>
+        {
+            *rest = &rest[n + 4..];
+            true
+        }
+        _ => false,
+    }
+}
+
+#[inline]
 fn matches_string(rest: &mut &[u8], s: &str) -> bool {
     if is_plain(s) {
-        eat_byte(rest, b'"') && eat(rest, s.as_bytes()) && eat_byte(rest, b'"')
+        // `"` + s + `"`, checked with one comparison.
+        let n = s.len();
+        match rest.get(..n + 2) {
+            Some([b'"', body @ .., b'"']) if crate::cursor::bytes_eq(body, s.as_bytes()) => {
+                *rest = &rest[n + 2..];
+                true
+            }
+            _ => false,
+        }
     } else {
         let mut enc = String::new();
         write_string(&mut enc, s);
@@ -277,12 +344,36 @@ fn write_number(out: &mut String, n: &serde_json::Number) {
     }
 }
 
-/// True when Go writes `s` without any escape. Scans bytes: 0xE2 (the first byte of U+2028
-/// and U+2029, and of other characters) conservatively takes the slow path.
+/// True when Go writes `s` without any escape. One table lookup per byte: 0xE2 (the first
+/// byte of U+2028 and U+2029, and of other characters) conservatively takes the slow path.
 fn is_plain(s: &str) -> bool {
-    s.bytes()
-        .all(|b| b >= 0x20 && !matches!(b, b'"' | b'\\' | b'<' | b'>' | b'&' | 0xE2))
+    let escapes = |b: &u8| NEEDS_ESCAPE[usize::from(*b)];
+    // Eight lookups per branch.
+    let mut chunks = s.as_bytes().chunks_exact(8);
+    for chunk in &mut chunks {
+        if chunk.iter().fold(false, |any, b| any | escapes(b)) {
+            return false;
+        }
+    }
+    !chunks.remainder().iter().any(escapes)
 }
+
+/// Bytes that Go's encoder escapes (or that may start U+2028/U+2029).
+static NEEDS_ESCAPE: [bool; 256] = {
+    let mut t = [false; 256];
+    let mut b = 0;
+    while b < 0x20 {
+        t[b] = true;
+        b += 1;
+    }
+    t[b'"' as usize] = true;
+    t[b'\\' as usize] = true;
+    t[b'<' as usize] = true;
+    t[b'>' as usize] = true;
+    t[b'&' as usize] = true;
+    t[0xE2] = true;
+    t
+};
 
 fn write_string(out: &mut String, s: &str) {
     const HEX: &[u8; 16] = b"0123456789abcdef";
@@ -351,6 +442,7 @@ mod tests {
             Just(Value::Null),
             any::<bool>().prop_map(Value::Bool),
             any::<i64>().prop_map(Value::from),
+            any::<u64>().prop_map(Value::from),
             // Exact binary fractions and the exponent-format boundaries (serde_json's own float
             // parsing may be off by an ULP on arbitrary doubles, which is not ours to test).
             prop_oneof![
@@ -359,6 +451,8 @@ mod tests {
             ]
             .prop_map(|f| serde_json::Number::from_f64(f).map_or(Value::Null, Value::Number)),
             ".{0,6}".prop_map(Value::String),
+            // Long enough for the word-wise scans, with the bytes Go escapes now and then.
+            "[a-z0-9<>&\"\\\\\u{2028}\u{2029}\u{e9}\n]{0,40}".prop_map(Value::String),
         ];
         leaf.prop_recursive(3, 24, 4, |inner| {
             prop_oneof![

@@ -27,7 +27,9 @@
 //!   [`Plan::Unchanged`] or [`Plan::Update`] with the object to PUT), [`apply_update`] /
 //!   [`plan_update`] (always return the merged object), [`merge_for_cli`] (the
 //!   `metacontroller merge` debug command minus file I/O).
-//! - Building blocks: [`merge`], [`merge_with_schema`], [`needs_update`], [`Schema`]
+//! - Building blocks: [`merge`], [`merge_with_schema`], their copy-on-write forms
+//!   [`merge_cow`] / [`merge_with_schema_cow`] (borrow observed when nothing changes: the
+//!   cheap steady state), [`needs_update`], [`Schema`]
 //!   (`from_crd`, `from_openapi_v3`, `from_openapi_v3_schema`, `detect`), [`last_applied`]
 //!   (`ANNOTATION`, `get`, `set`, `encode`), [`ssa::apply_patch_body`] for
 //!   `--apply-strategy=server-side-apply`.
@@ -56,7 +58,9 @@
 //!   reorder the object) and the conventional key is chosen from all three lists, so a list
 //!   whose items carry two conventional keys with clashing values may be keyed differently on a
 //!   later sync; a schema (`x-kubernetes-list-map-keys`) removes that ambiguity.
-//! - Not implemented: `x-kubernetes-patch-strategy: retainKeys` (such objects merge normally).
+//! - `x-kubernetes-patch-strategy: retainKeys` (schema-aware mode): an object so declared
+//!   (or each item of a list so declared) that the merge changes keeps only the fields desired
+//!   sets, as kubectl's `$retainKeys` directive does; an unchanged one keeps everything.
 
 mod compare;
 mod cursor;
@@ -73,7 +77,9 @@ mod update;
 pub use compare::{needs_update, IGNORED_METADATA_FIELDS};
 pub use error::ApplyError;
 pub use listkey::CONVENTIONAL_MERGE_KEYS;
-pub use merge::{merge, merge_with_schema, SYSTEM_METADATA_FIELDS};
+pub use merge::{
+    merge, merge_cow, merge_with_schema, merge_with_schema_cow, SYSTEM_METADATA_FIELDS,
+};
 pub use schema::Schema;
 pub use update::{
     apply_update, merge_for_cli, plan, plan_update, prepare_create, MergeOutcome, Plan,

@@ -35,8 +35,17 @@ pub(crate) enum KeyPart<'a> {
 }
 
 impl<'a> KeyPart<'a> {
+    /// `self == other`, comparing short strings without a library call (hot in list merges).
+    #[inline]
+    pub(crate) fn same_as(&self, other: &KeyPart<'_>) -> bool {
+        match (self, other) {
+            (KeyPart::Str(a), KeyPart::Str(b)) => crate::cursor::str_eq(a, b),
+            _ => self == other,
+        }
+    }
+
     /// The key part of a scalar, `None` for objects and lists.
-    fn of(v: &'a Value) -> Option<Self> {
+    pub(crate) fn of(v: &'a Value) -> Option<Self> {
         Some(match v {
             Value::Null => KeyPart::Null,
             Value::Bool(b) => KeyPart::Bool(*b),
@@ -160,7 +169,43 @@ impl<'s> KeySpec<'s> {
         }
     }
 
-    fn part<'v>(
+    /// Whether two items have the same key; `None` when either is not an object or has an
+    /// invalid key (the general merge reports that). Allocates nothing.
+    pub(crate) fn same_key(&self, a: &Value, b: &Value, path: &Path<'_>) -> Option<bool> {
+        let (a, b) = (a.as_object()?, b.as_object()?);
+        let mut same = true;
+        for i in 0..self.len() {
+            let field = self.field(i);
+            let pa = self.part(a, field, i, path).ok()?;
+            let pb = self.part(b, field, i, path).ok()?;
+            same &= pa == pb;
+        }
+        Some(same)
+    }
+
+    fn len(&self) -> usize {
+        match self.fields {
+            KeyFields::One(_) => 1,
+            KeyFields::Many(fs) => fs.len(),
+        }
+    }
+
+    fn field(&self, i: usize) -> &'s str {
+        match self.fields {
+            KeyFields::One(f) => f,
+            KeyFields::Many(fs) => &fs[i],
+        }
+    }
+
+    /// The key field when there is exactly one.
+    pub(crate) fn single_field(&self) -> Option<&'s str> {
+        match self.fields {
+            KeyFields::One(f) => Some(f),
+            KeyFields::Many(_) => None,
+        }
+    }
+
+    pub(crate) fn part<'v>(
         &self,
         obj: &'v Map<String, Value>,
         field: &str,
@@ -240,33 +285,21 @@ impl<'s> KeySpec<'s> {
 /// skipped (such a key cannot identify items, and nulls are removed on merge); upstream would
 /// compare their Go `%v` renderings.
 pub(crate) fn detect_conventional(lists: [&[Value]; 3]) -> Option<&'static str> {
-    let mut items = lists.iter().flat_map(|l| l.iter());
-    let first = items.next()?.as_object()?;
+    let items = || lists.iter().flat_map(|l| l.iter());
+    // Start from a desired item: usually the smallest, so the absent candidates are ruled out
+    // with the cheapest lookups.
+    let first = lists.iter().rev().find_map(|l| l.first())?.as_object()?;
+    if !items().all(Value::is_object) {
+        return None;
+    }
     let usable =
         |v: Option<&Value>| v.is_some_and(|v| !v.is_null() && !v.is_object() && !v.is_array());
-    // Candidates: the conventional keys the first item has, in priority order (a bitmask, so
-    // the common single-candidate case costs one pass over the other items).
-    let mut candidates: u8 = 0;
-    for (i, key) in CONVENTIONAL_MERGE_KEYS.iter().enumerate() {
-        if usable(first.get(*key)) {
-            candidates |= 1 << i;
-        }
-    }
-    for item in items {
-        let obj = item.as_object()?;
-        if candidates == 0 {
-            // Still must verify every item is an object (else not a list-map at all).
-            continue;
-        }
-        for (i, key) in CONVENTIONAL_MERGE_KEYS.iter().enumerate() {
-            if candidates & (1 << i) != 0 && !usable(obj.get(*key)) {
-                candidates &= !(1 << i);
-            }
-        }
-    }
-    (0..CONVENTIONAL_MERGE_KEYS.len())
-        .find(|i| candidates & (1 << i) != 0)
-        .map(|i| CONVENTIONAL_MERGE_KEYS[i])
+    // Candidates in priority order: the first one every item has wins, so lower-priority
+    // candidates are never looked at.
+    CONVENTIONAL_MERGE_KEYS.into_iter().find(|key| {
+        usable(first.get(*key))
+            && items().all(|item| item.as_object().is_some_and(|o| usable(o.get(*key))))
+    })
 }
 
 /// Lookup of first and last positions of each key in one list.

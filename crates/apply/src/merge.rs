@@ -13,11 +13,13 @@
 //! - at the top level, `status` and the server-populated metadata fields are never merged:
 //!   they keep their observed values (upstream reverts them after merging).
 
+use std::borrow::Cow;
+
 use serde_json::{Map, Value};
 
-use crate::cursor::Cursor;
+use crate::cursor::{key_cmp, maps_iterate_sorted, str_eq, Seek};
 use crate::error::{type_name, ApplyError};
-use crate::listkey::{detect_conventional, KeyIndex, KeySpec};
+use crate::listkey::{detect_conventional, KeyIndex, KeyPart, KeySpec, CONVENTIONAL_MERGE_KEYS};
 use crate::path::Path;
 use crate::schema::{ListDecl, Schema, SchemaRef};
 
@@ -54,7 +56,7 @@ pub fn merge(
     last_applied: Option<&Value>,
     desired: &Value,
 ) -> Result<Value, ApplyError> {
-    merge_inner(observed, last_applied, desired, None)
+    merge_cow(observed, last_applied, desired).map(Cow::into_owned)
 }
 
 /// Three-way merge guided by a structural schema (falls back to conventions wherever the
@@ -65,27 +67,60 @@ pub fn merge_with_schema(
     desired: &Value,
     schema: &Schema,
 ) -> Result<Value, ApplyError> {
-    merge_inner(observed, last_applied, desired, Some(schema.root()))
+    merge_with_schema_cow(observed, last_applied, desired, schema).map(Cow::into_owned)
 }
 
-pub(crate) fn merge_inner(
-    observed: &Value,
+/// [`merge`], copy-on-write: `Cow::Borrowed(observed)` when the merge leaves `observed` exactly
+/// as it is (the steady state of a controller; nothing is cloned or allocated then), else the
+/// merged object. Pass the result to [`needs_update`](crate::needs_update), which answers
+/// `false` at once for the borrowed case.
+///
+/// ```
+/// use std::borrow::Cow;
+/// use metacontroller_apply::{merge_cow, needs_update};
+/// use serde_json::json;
+///
+/// let observed = json!({"metadata": {"name": "a", "uid": "1"}, "data": {"k": "v"}});
+/// let desired = json!({"metadata": {"name": "a"}, "data": {"k": "v"}});
+/// let merged = merge_cow(&observed, Some(&desired), &desired).unwrap();
+/// assert!(matches!(merged, Cow::Borrowed(_)));
+/// assert!(!needs_update(&observed, &merged));
+/// ```
+pub fn merge_cow<'o>(
+    observed: &'o Value,
     last_applied: Option<&Value>,
     desired: &Value,
-    schema: Option<SchemaRef<'_>>,
-) -> Result<Value, ApplyError> {
-    Ok(match merge_cow(observed, last_applied, desired, schema)? {
-        Some(v) => v,
-        None => match observed {
-            Value::Null => Value::Object(Map::new()),
-            other => other.clone(),
-        },
-    })
+) -> Result<Cow<'o, Value>, ApplyError> {
+    Ok(cow_of(
+        observed,
+        merge_opt(observed, last_applied, desired, None)?,
+    ))
+}
+
+/// [`merge_with_schema`], copy-on-write (see [`merge_cow`]).
+pub fn merge_with_schema_cow<'o>(
+    observed: &'o Value,
+    last_applied: Option<&Value>,
+    desired: &Value,
+    schema: &Schema,
+) -> Result<Cow<'o, Value>, ApplyError> {
+    Ok(cow_of(
+        observed,
+        merge_opt(observed, last_applied, desired, Some(schema.root()))?,
+    ))
+}
+
+fn cow_of(observed: &Value, merged: Option<Value>) -> Cow<'_, Value> {
+    match merged {
+        Some(v) => Cow::Owned(v),
+        None => Cow::Borrowed(observed),
+    }
 }
 
 /// The merge, copy-on-write: `None` when the result is exactly `observed` (nothing is
-/// allocated then — the steady state of a controller), else the merged object.
-pub(crate) fn merge_cow(
+/// allocated then — the steady state of a controller), else the merged object. A `null`
+/// observed always yields `Some` (the result is an object).
+pub(crate) fn merge_opt(
     observed: &Value,
     last_applied: Option<&Value>,
     desired: &Value,
@@ -117,6 +152,9 @@ pub(crate) fn merge_cow(
         },
     )
 }
+
+/// Longest list merged by [`merge_aligned`] (its keys live on the stack).
+const ALIGNED_LIMIT: usize = 16;
 
 /// Where an object sits, for the top-level rules.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -163,75 +201,199 @@ fn merge_object(
     schema: Option<SchemaRef<'_>>,
     level: Level,
 ) -> Result<Option<Map<String, Value>>, ApplyError> {
-    // Changed fields only; the common no-change case allocates nothing.
+    let sorted = maps_iterate_sorted();
+    merge_object_with(path, obs, last, des, schema, level, sorted)
+}
+
+/// [`merge_object`]; `sorted` says whether maps iterate in key order (then one lockstep walk
+/// over the three maps replaces per-key tree lookups).
+fn merge_object_with(
+    path: &Path<'_>,
+    obs: &Map<String, Value>,
+    last: Option<&Map<String, Value>>,
+    des: &Map<String, Value>,
+    schema: Option<SchemaRef<'_>>,
+    level: Level,
+    sorted: bool,
+) -> Result<Option<Map<String, Value>>, ApplyError> {
+    // Changed fields only, in key order when `sorted`; the no-change case allocates nothing.
     let mut changes: Vec<(&str, Out)> = Vec::new();
     // In the steady state the record *is* desired (same reference): nothing was dropped from
     // desired and every last-applied value is the desired one, so skip those lookups.
     let last_is_desired = last.is_some_and(|l| std::ptr::eq(l, des));
     let last = if last_is_desired { None } else { last };
-    if let Some(last) = last {
-        let (mut in_des, mut in_obs) = (Cursor::new(des), Cursor::new(obs));
-        for key in last.keys() {
-            if !in_des.contains_key(key) && !level.keeps_observed(key) && in_obs.contains_key(key) {
-                changes.push((key, Out::Remove));
+    // A field we applied before and no longer want is removed (unless the level keeps it).
+    let removal = |key: &str, ov: Option<&Value>| {
+        (ov.is_some() && !level.keeps_observed(key)).then_some(Out::Remove)
+    };
+    if sorted {
+        let mut in_obs = Seek::new(obs);
+        let mut in_last = last.map(Seek::new);
+        for (key, dv) in des {
+            let mut lv = None;
+            if let Some(in_last) = in_last.as_mut() {
+                // Record keys below this one are not in desired.
+                lv = in_last.get_after(key, |lk| {
+                    if let Some(out) = removal(lk, in_obs.get(lk)) {
+                        changes.push((lk, out));
+                    }
+                });
+            } else if last_is_desired {
+                lv = Some(dv);
+            }
+            let ov = in_obs.get(key);
+            if ov.is_some_and(|ov| same_scalar(ov, dv)) {
+                continue;
+            }
+            // Nested objects without a schema recurse directly (what `merge_field` would do).
+            if let (Some(Value::Object(om)), Value::Object(dm), None, Level::Nested) =
+                (ov, dv, schema, level)
+            {
+                let lm = lv.and_then(Value::as_object);
+                let child_path = Path::Field(path, key);
+                if let Some(m) = merge_object(&child_path, om, lm, dm, None, Level::Nested)? {
+                    changes.push((key, Out::New(Value::Object(m))));
+                }
+                continue;
+            }
+            // Lists likewise.
+            if let (Some(Value::Array(oa)), Value::Array(da), None, Level::Nested) =
+                (ov, dv, schema, level)
+            {
+                let la = lv.and_then(Value::as_array).map(Vec::as_slice);
+                let child_path = Path::Field(path, key);
+                match merge_list(&child_path, oa, la, da, None)? {
+                    Out::Same => {}
+                    out => changes.push((key, out)),
+                }
+                continue;
+            }
+            merge_field(path, key, ov, lv, dv, schema, level, &mut changes)?;
+        }
+        if let Some(in_last) = in_last.as_mut() {
+            while let Some((lk, _)) = in_last.next_below(None) {
+                if let Some(out) = removal(lk, in_obs.get(lk)) {
+                    changes.push((lk, out));
+                }
             }
         }
-    }
-    let mut in_obs = Cursor::new(obs);
-    let mut in_last = last.map(Cursor::new);
-    for (key, dv) in des {
-        if level.keeps_observed(key) {
-            continue;
-        }
-        let child_path = Path::Field(path, key);
-        let child_schema = schema.and_then(|s| s.property(key));
-        let lv = if last_is_desired {
-            Some(dv)
-        } else {
-            in_last.as_mut().and_then(|l| l.get(key))
-        };
-        let ov = in_obs.get(key);
-        let child_level = level.child(key);
-        let out = if child_level == Level::RootMetadata {
-            // Metadata is always merged field by field, even when observed lacks it, so that
-            // system fields echoed by a hook never reach the result.
-            match dv {
-                Value::Object(dm) => {
-                    let empty = Map::new();
-                    let om = ov.and_then(Value::as_object).unwrap_or(&empty);
-                    let lm = lv.and_then(Value::as_object);
-                    let merged = merge_object(&child_path, om, lm, dm, child_schema, child_level)?;
-                    match (merged, ov) {
-                        (Some(m), _) => Out::New(Value::Object(m)),
-                        (None, Some(Value::Object(_))) => Out::Same,
-                        (None, _) => Out::New(Value::Object(Map::new())),
+    } else {
+        if let Some(last) = last {
+            for key in last.keys() {
+                if !des.contains_key(key) {
+                    if let Some(out) = removal(key, obs.get(key)) {
+                        changes.push((key, out));
                     }
                 }
-                _ => merge_value(&child_path, ov, lv, dv, child_schema)?,
             }
-        } else {
-            merge_value(&child_path, ov, lv, dv, child_schema)?
-        };
-        if !matches!(out, Out::Same) {
-            changes.push((key, out));
+        }
+        for (key, dv) in des {
+            let lv = if last_is_desired {
+                Some(dv)
+            } else {
+                last.and_then(|l| l.get(key))
+            };
+            merge_field(path, key, obs.get(key), lv, dv, schema, level, &mut changes)?;
         }
     }
     if changes.is_empty() {
         return Ok(None);
     }
-    let mut merged = obs.clone();
-    for (key, out) in changes {
-        match out {
-            Out::Same => {}
-            Out::Remove => {
-                merged.remove(key);
+    Ok(Some(rebuild(obs, changes, sorted)))
+}
+
+/// Merges the field `key` of an object, recording a change.
+#[allow(clippy::too_many_arguments)]
+#[inline]
+fn merge_field<'k>(
+    path: &Path<'_>,
+    key: &'k str,
+    ov: Option<&Value>,
+    lv: Option<&Value>,
+    dv: &Value,
+    schema: Option<SchemaRef<'_>>,
+    level: Level,
+    changes: &mut Vec<(&'k str, Out)>,
+) -> Result<(), ApplyError> {
+    if level.keeps_observed(key) {
+        return Ok(());
+    }
+    let child_path = Path::Field(path, key);
+    let child_schema = schema.and_then(|s| s.property(key));
+    let child_level = level.child(key);
+    let out = if child_level == Level::RootMetadata {
+        // Metadata is always merged field by field, even when observed lacks it, so that
+        // system fields echoed by a hook never reach the result.
+        match dv {
+            Value::Object(dm) => {
+                let empty = Map::new();
+                let om = ov.and_then(Value::as_object).unwrap_or(&empty);
+                let lm = lv.and_then(Value::as_object);
+                let merged = merge_object(&child_path, om, lm, dm, child_schema, child_level)?;
+                match (merged, ov) {
+                    (Some(m), _) => Out::New(Value::Object(m)),
+                    (None, Some(Value::Object(_))) => Out::Same,
+                    (None, _) => Out::New(Value::Object(Map::new())),
+                }
             }
-            Out::New(v) => {
-                merged.insert(key.to_string(), v);
+            _ => merge_value(&child_path, ov, lv, dv, child_schema)?,
+        }
+    } else {
+        merge_value(&child_path, ov, lv, dv, child_schema)?
+    };
+    if !matches!(out, Out::Same) {
+        changes.push((key, out));
+    }
+    Ok(())
+}
+
+/// `obs` with the changes applied. Unchanged fields are cloned once; the changed ones are
+/// moved in (cloning `obs` whole first would copy the changed subtrees for nothing).
+fn rebuild(
+    obs: &Map<String, Value>,
+    changes: Vec<(&str, Out)>,
+    sorted: bool,
+) -> Map<String, Value> {
+    let mut merged = Map::new();
+    if sorted {
+        // Both in key order: a merge join.
+        let mut changes = changes.into_iter().peekable();
+        for (k, v) in obs {
+            while let Some((ck, out)) = changes.next_if(|(ck, _)| key_cmp(ck, k).is_lt()) {
+                if let Out::New(v) = out {
+                    merged.insert(ck.to_string(), v);
+                }
+            }
+            match changes.next_if(|(ck, _)| *ck == k.as_str()) {
+                Some((_, Out::New(v))) => {
+                    merged.insert(k.clone(), v);
+                }
+                Some((_, Out::Remove)) => {}
+                Some((_, Out::Same)) | None => {
+                    merged.insert(k.clone(), v.clone());
+                }
+            }
+        }
+        for (ck, out) in changes {
+            if let Out::New(v) = out {
+                merged.insert(ck.to_string(), v);
+            }
+        }
+    } else {
+        merged = obs.clone();
+        for (key, out) in changes {
+            match out {
+                Out::Same => {}
+                Out::Remove => {
+                    merged.remove(key);
+                }
+                Out::New(v) => {
+                    merged.insert(key.to_string(), v);
+                }
             }
         }
     }
-    Ok(Some(merged))
+    merged
 }
 
 /// Merges one field.
@@ -256,12 +418,15 @@ fn merge_value(
                     return Ok(replace_with(obs, des));
                 }
                 let lm = last.and_then(Value::as_object);
-                Ok(
-                    match merge_object(path, om, lm, dm, schema, Level::Nested)? {
-                        Some(m) => Out::New(Value::Object(m)),
-                        None => Out::Same,
-                    },
-                )
+                let out = match merge_object(path, om, lm, dm, schema, Level::Nested)? {
+                    Some(m) => Out::New(Value::Object(m)),
+                    None => Out::Same,
+                };
+                Ok(retain_desired_keys(
+                    out,
+                    des,
+                    schema.is_some_and(|s| s.retain_keys()),
+                ))
             }
             _ => Err(ApplyError::TypeMismatch {
                 path: path.render(),
@@ -282,6 +447,33 @@ fn merge_value(
         },
         // Absent, null or scalar in observed: desired is taken as is.
         _ => Ok(replace_with(obs, des)),
+    }
+}
+
+/// `x-kubernetes-patch-strategy: retainKeys`: when the merge changes an object, fields that
+/// desired does not set are cleared (kubectl sends `$retainKeys` with the keys of desired in
+/// every non-empty patch of such an object). An object the merge leaves alone keeps every
+/// field, so server defaults inside it cause no write.
+fn retain_desired_keys(out: Out, des: &Value, retain: bool) -> Out {
+    match (out, des) {
+        (Out::New(Value::Object(mut m)), Value::Object(dm)) if retain => {
+            m.retain(|k, _| dm.get(k).is_some_and(|v| !v.is_null()));
+            Out::New(Value::Object(m))
+        }
+        (out, _) => out,
+    }
+}
+
+/// True when both are the same string, bool or (identically written) number: such a field
+/// merges to its observed value whatever the record, level or schema say. A cheap check that
+/// spares most leaves of an unchanged object the general merge.
+#[inline]
+fn same_scalar(o: &Value, d: &Value) -> bool {
+    match (o, d) {
+        (Value::String(a), Value::String(b)) => str_eq(a, b),
+        (Value::Number(a), Value::Number(b)) => a == b,
+        (Value::Bool(a), Value::Bool(b)) => a == b,
+        _ => false,
     }
 }
 
@@ -322,7 +514,11 @@ fn merge_list(
         Some(s) => s.list_decl(),
         None => (None, None),
     };
-    let item_schema = schema.and_then(|s| s.items());
+    let items = ItemRules {
+        schema: schema.and_then(|s| s.items()),
+        // `retainKeys` on a list applies to its items.
+        retain_keys: schema.is_some_and(|s| s.retain_keys()),
+    };
     let all_objects = || {
         obs.iter()
             .chain(last_items)
@@ -337,17 +533,27 @@ fn merge_list(
             all_objects().then(|| KeySpec::declared(keys, defaults.unwrap_or_default()))
         }
         None => {
-            // Skip the record when it is desired itself (steady state).
-            let last_items = if std::ptr::eq(last_items, des) {
-                &[][..]
-            } else {
-                last_items
-            };
-            detect_conventional([obs, last_items, des]).map(KeySpec::single)
+            match merge_conventional_small(path, obs, last_items, des, items)? {
+                Conventional::Merged(out) => return Ok(out),
+                Conventional::Keyed(field) => Some(KeySpec::single(field)),
+                Conventional::NotMap => None,
+                Conventional::Long => {
+                    // Skip the record when it is desired itself (steady state).
+                    let last_items = if std::ptr::eq(last_items, des) {
+                        &[][..]
+                    } else {
+                        last_items
+                    };
+                    detect_conventional([obs, last_items, des]).map(KeySpec::single)
+                }
+            }
         }
     };
     match spec {
-        Some(spec) => merge_list_map(path, obs, last_items, des, spec, item_schema),
+        Some(spec) => match merge_aligned(path, obs, last_items, des, spec, items)? {
+            Some(out) => Ok(out),
+            None => merge_list_map(path, obs, last_items, des, spec, items),
+        },
         None => {
             let same =
                 obs.len() == des.len() && obs.iter().zip(des).all(|(x, y)| eq_without_nulls(x, y));
@@ -360,13 +566,245 @@ fn merge_list(
     }
 }
 
+/// Bit `i` set when the object has a usable (non-null scalar) field
+/// `CONVENTIONAL_MERGE_KEYS[i]`.
+fn conventional_fields(obj: &Map<String, Value>) -> u8 {
+    let mut found = 0;
+    for (k, v) in obj {
+        let bit = match k.as_str() {
+            "containerPort" => 0,
+            "port" => 1,
+            "mountPath" => 2,
+            "name" => 3,
+            "uid" => 4,
+            "ip" => 5,
+            "path" => 6,
+            _ => continue,
+        };
+        if !v.is_null() && KeyPart::of(v).is_some() {
+            found |= 1 << bit;
+        }
+    }
+    found
+}
+
+/// How the items of a list merge (from the list's schema).
+#[derive(Clone, Copy, Default)]
+struct ItemRules<'s> {
+    /// The items' schema.
+    schema: Option<SchemaRef<'s>>,
+    /// The list is declared `retainKeys` (see [`retain_desired_keys`]).
+    retain_keys: bool,
+}
+
+/// What [`merge_conventional_small`] found.
+enum Conventional {
+    /// Lists too long for it: detect the key the general way.
+    Long,
+    /// Not a conventional list-map.
+    NotMap,
+    /// A list-map by this conventional key, not aligned: merge it the general way.
+    Keyed(&'static str),
+    /// Aligned list-map, merged.
+    Merged(Out),
+}
+
+/// For short lists without a schema: [`detect_conventional`] and [`merge_aligned`] in one pass,
+/// so every item's key field is looked up once (detection and keying need the same lookups).
+#[inline(never)]
+fn merge_conventional_small<'v>(
+    path: &Path<'_>,
+    obs: &'v [Value],
+    last: &'v [Value],
+    des: &'v [Value],
+    items: ItemRules<'_>,
+) -> Result<Conventional, ApplyError> {
+    let last_is_desired = std::ptr::eq(last, des);
+    // Skip the record when it is desired itself (steady state).
+    let last = if last_is_desired { &[][..] } else { last };
+    if des.len() > ALIGNED_LIMIT || obs.len() > ALIGNED_LIMIT || last.len() > ALIGNED_LIMIT {
+        return Ok(Conventional::Long);
+    }
+    let lists = [des, obs, last];
+    let Some(first) = lists.iter().find_map(|l| l.first()) else {
+        return Ok(Conventional::NotMap);
+    };
+    if !lists.iter().all(|l| l.iter().all(Value::is_object)) {
+        return Ok(Conventional::NotMap);
+    }
+    let part_of = |item: &'v Value, key: &str| {
+        item.as_object()
+            .and_then(|o| o.get(key))
+            .filter(|v| !v.is_null())
+            .and_then(KeyPart::of)
+    };
+    let n = des.len();
+    // Candidates: the conventional keys the first item has (one pass over its fields).
+    let candidates = first.as_object().map_or(0, conventional_fields);
+    // In priority order; the first one every item has is the key.
+    for (c, &key) in CONVENTIONAL_MERGE_KEYS.iter().enumerate() {
+        if candidates & (1 << c) == 0 {
+            continue;
+        }
+        let mut keys = [KeyPart::Null; ALIGNED_LIMIT];
+        let mut aligned = n > 0 && obs.len() == n && (last_is_desired || last.len() == n);
+        let mut usable = true;
+        for (i, item) in des.iter().enumerate() {
+            match part_of(item, key) {
+                Some(k) => {
+                    aligned &= !keys[..i].iter().any(|p| p.same_as(&k));
+                    keys[i] = k;
+                }
+                None => {
+                    usable = false;
+                    break;
+                }
+            }
+        }
+        for list in [obs, last] {
+            if !usable {
+                break;
+            }
+            for (i, item) in list.iter().enumerate() {
+                match part_of(item, key) {
+                    Some(k) => aligned &= keys.get(i).is_some_and(|p| p.same_as(&k)),
+                    None => {
+                        usable = false;
+                        break;
+                    }
+                }
+            }
+        }
+        if !usable {
+            continue;
+        }
+        if !aligned {
+            return Ok(Conventional::Keyed(key));
+        }
+        let last = if last_is_desired { des } else { last };
+        let spec = KeySpec::single(key);
+        return Ok(Conventional::Merged(merge_pairwise(
+            path, obs, last, des, spec, items,
+        )?));
+    }
+    Ok(Conventional::NotMap)
+}
+
+/// The list-map merge when observed (and the record) hold exactly the desired keys in the
+/// desired order, as in the steady state: items merge pairwise, no index is built and nothing
+/// is allocated unless an item changes. `None` when the lists are not so aligned (or are long,
+/// have duplicate or multi-field keys, or a key is invalid): then the general merge decides,
+/// with the same result it gives aligned lists.
+fn merge_aligned<'v>(
+    path: &Path<'_>,
+    obs: &'v [Value],
+    last: &'v [Value],
+    des: &'v [Value],
+    spec: KeySpec<'v>,
+    items: ItemRules<'_>,
+) -> Result<Option<Out>, ApplyError> {
+    let n = des.len();
+    let last_is_desired = std::ptr::eq(last, des);
+    if n == 0 || n > ALIGNED_LIMIT || obs.len() != n || !(last_is_desired || last.len() == n) {
+        return Ok(None);
+    }
+    let Some(field) = spec.single_field() else {
+        // Multi-field keys: compared field by field, without building keys.
+        let same = |a: &Value, b: &Value| spec.same_key(a, b, path);
+        for (i, d) in des.iter().enumerate() {
+            // Every desired key valid and unique (an item compared with itself is checked).
+            for earlier in &des[..i] {
+                if same(earlier, d) != Some(false) {
+                    return Ok(None);
+                }
+            }
+            if same(d, d) != Some(true) || same(&obs[i], d) != Some(true) {
+                return Ok(None);
+            }
+            if !last_is_desired && same(&last[i], d) != Some(true) {
+                return Ok(None);
+            }
+        }
+        return merge_pairwise(path, obs, last, des, spec, items).map(Some);
+    };
+    let part_of = |item: &'v Value| {
+        item.as_object()
+            .and_then(|o| spec.part(o, field, 0, path).ok())
+    };
+    let mut keys = [KeyPart::Null; ALIGNED_LIMIT];
+    for (i, item) in des.iter().enumerate() {
+        match part_of(item) {
+            Some(k) if !keys[..i].contains(&k) => keys[i] = k,
+            _ => return Ok(None),
+        }
+    }
+    let same_keys = |list: &'v [Value]| {
+        list.iter()
+            .zip(&keys)
+            .all(|(item, k)| part_of(item) == Some(*k))
+    };
+    if !same_keys(obs) || !(last_is_desired || same_keys(last)) {
+        return Ok(None);
+    }
+    merge_pairwise(path, obs, last, des, spec, items).map(Some)
+}
+
+/// Merges aligned list-map items pairwise (items named by `spec` in error paths).
+fn merge_pairwise(
+    path: &Path<'_>,
+    obs: &[Value],
+    last: &[Value],
+    des: &[Value],
+    spec: KeySpec<'_>,
+    items: ItemRules<'_>,
+) -> Result<Out, ApplyError> {
+    let n = des.len();
+    let last_is_desired = std::ptr::eq(last, des);
+    // Built only once some item changes.
+    let mut merged: Option<Vec<Value>> = None;
+    for (i, (o, d)) in obs.iter().zip(des).enumerate() {
+        let item_path = Path::Keyed(path, spec, d);
+        let l = if last_is_desired { d } else { &last[i] };
+        let out = match (o, d, items.schema) {
+            _ if same_scalar(o, d) => Out::Same,
+            // Object items without a schema recurse directly (what `merge_value` would do).
+            (Value::Object(om), Value::Object(dm), None) => {
+                match merge_object(&item_path, om, l.as_object(), dm, None, Level::Nested)? {
+                    Some(m) => Out::New(Value::Object(m)),
+                    None => Out::Same,
+                }
+            }
+            _ => merge_value(&item_path, Some(o), Some(l), d, items.schema)?,
+        };
+        let out = retain_desired_keys(out, d, items.retain_keys);
+        match (out, &mut merged) {
+            (Out::Same, None) => {}
+            (Out::Same, Some(m)) => m.push(o.clone()),
+            (out, m) => {
+                let m = m.get_or_insert_with(|| {
+                    let mut m = Vec::with_capacity(n);
+                    m.extend(obs[..i].iter().cloned());
+                    m
+                });
+                if let Out::New(v) = out {
+                    m.push(v);
+                }
+            }
+        }
+    }
+    Ok(match merged {
+        Some(m) => Out::New(Value::Array(m)),
+        None => Out::Same,
+    })
+}
+
 fn merge_list_map(
     path: &Path<'_>,
     obs: &[Value],
     last: &[Value],
     des: &[Value],
     spec: KeySpec<'_>,
-    item_schema: Option<SchemaRef<'_>>,
+    rules: ItemRules<'_>,
 ) -> Result<Out, ApplyError> {
     let des_keys = spec.keys_of(des, path)?;
     let des_index = KeyIndex::new(&des_keys);
@@ -399,7 +837,8 @@ fn merge_list_map(
             emitted[d_first] = true;
             let lv = last_index.find(key).map(|(_, l)| &last[l]);
             let item_path = Path::Item(path, &des_keys[d_last]);
-            let out = merge_value(&item_path, Some(&obs[base]), lv, &des[d_last], item_schema)?;
+            let out = merge_value(&item_path, Some(&obs[base]), lv, &des[d_last], rules.schema)?;
+            let out = retain_desired_keys(out, &des[d_last], rules.retain_keys);
             changed |= base != i || !matches!(out, Out::Same);
             items.push((base, out));
         } else if last_index.find(key).is_some() {
@@ -423,7 +862,7 @@ fn merge_list_map(
         emitted[i] = true;
         let item_path = Path::Item(path, key);
         let lv = last_index.find(key).map(|(_, l)| &last[l]);
-        if let Out::New(v) = merge_value(&item_path, None, lv, &des[d_last], item_schema)? {
+        if let Out::New(v) = merge_value(&item_path, None, lv, &des[d_last], rules.schema)? {
             added.push(v);
         }
     }
@@ -483,5 +922,236 @@ pub(crate) fn without_nulls(v: &Value) -> Value {
         ),
         Value::Array(a) => Value::Array(a.iter().map(without_nulls).collect()),
         other => other.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn obj(v: &Value) -> &Map<String, Value> {
+        v.as_object().unwrap()
+    }
+
+    #[test]
+    fn unsorted_walk_agrees_with_the_lockstep_walk() {
+        // (observed, last-applied, desired): removals before, between and after desired keys,
+        // additions, changes, kept status and system metadata.
+        let cases = [
+            (
+                json!({"a": 1, "b": 2, "c": 3, "status": {"x": 1},
+                       "metadata": {"uid": "u", "name": "n", "labels": {"k": "v"}}}),
+                json!({"a": 1, "b": 2, "d": 4, "z": 0, "status": {}, "metadata": {"labels": {"k": "v"}}}),
+                json!({"b": 3, "c": 3, "e": 5, "status": {"y": 1},
+                       "metadata": {"uid": "x", "name": "n"}}),
+            ),
+            (
+                json!({"spec": {"ports": [{"port": 80, "x": 1}, {"port": 81}]}, "z": 1}),
+                json!({"spec": {"ports": [{"port": 81}]}, "z": 1}),
+                json!({"spec": {"ports": [{"port": 80, "x": 2}]}}),
+            ),
+            (
+                json!({}),
+                json!({"a": 1}),
+                json!({"b": null, "c": {"d": null}}),
+            ),
+        ];
+        for (o, l, d) in &cases {
+            for last in [Some(obj(l)), Some(obj(d)), None] {
+                let walk = |sorted| {
+                    merge_object_with(&Path::Root, obj(o), last, obj(d), None, Level::Root, sorted)
+                };
+                assert_eq!(
+                    walk(false).unwrap(),
+                    walk(true).unwrap(),
+                    "{o} {last:?} {d}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn aligned_list_maps_merge_as_the_general_list_map_merge() {
+        let spec = KeySpec::single("name");
+        let cases = [
+            // steady state; one item changed; record with a field dropped since.
+            (
+                json!([{"name": "a", "v": 1}, {"name": "b"}]),
+                json!([{"name": "a", "v": 1}, {"name": "b"}]),
+            ),
+            (
+                json!([{"name": "a", "v": 1}, {"name": "b"}]),
+                json!([{"name": "a", "v": 2}, {"name": "b"}]),
+            ),
+            (
+                json!([{"name": "a", "v": 1, "w": 1}, {"name": "b", "w": 2}]),
+                json!([{"name": "a"}, {"name": "b", "w": 3}]),
+            ),
+        ];
+        let record = json!([{"name": "a", "w": 1}, {"name": "b"}]);
+        for (o, d) in &cases {
+            let (o, d) = (o.as_array().unwrap(), d.as_array().unwrap());
+            for l in [record.as_array().unwrap().as_slice(), d.as_slice()] {
+                let fast = merge_aligned(&Path::Root, o, l, d, spec, ItemRules::default()).unwrap();
+                let fast = fast.expect("aligned lists take the fast path");
+                let general =
+                    merge_list_map(&Path::Root, o, l, d, spec, ItemRules::default()).unwrap();
+                let render = |out: Out| match out {
+                    Out::Same => None,
+                    Out::Remove => Some(Value::Null),
+                    Out::New(v) => Some(v),
+                };
+                assert_eq!(render(fast), render(general), "{o:?} {l:?} {d:?}");
+            }
+        }
+    }
+
+    fn render(out: Out) -> Option<Value> {
+        match out {
+            Out::Same => None,
+            Out::Remove => Some(Value::Null),
+            Out::New(v) => Some(v),
+        }
+    }
+
+    /// The list merge without the one-pass fast path: detect, then merge by key or replace.
+    fn general_list(o: &[Value], l: &[Value], d: &[Value]) -> Option<Value> {
+        let det_l = if std::ptr::eq(l, d) { &[][..] } else { l };
+        render(match detect_conventional([o, det_l, d]) {
+            Some(key) => merge_list_map(
+                &Path::Root,
+                o,
+                l,
+                d,
+                KeySpec::single(key),
+                ItemRules::default(),
+            )
+            .unwrap(),
+            None => {
+                let same =
+                    o.len() == d.len() && o.iter().zip(d).all(|(x, y)| eq_without_nulls(x, y));
+                if same {
+                    Out::Same
+                } else {
+                    Out::New(Value::Array(d.iter().map(without_nulls).collect()))
+                }
+            }
+        })
+    }
+
+    #[test]
+    fn one_pass_conventional_lists_agree_with_detect_then_merge() {
+        let lists = [
+            json!([]),
+            json!([1, 2]),
+            json!([{"name": "a", "v": 1}, {"name": "b"}]),
+            json!([{"name": "b"}, {"name": "a", "v": 2}]),
+            json!([{"name": "a", "v": 1}, {"name": "b"}, {"name": "c"}]),
+            json!([{"name": "a", "port": 1}, {"name": "b", "port": 2}]),
+            json!([{"name": "a", "port": 2}, {"name": "b", "port": 1}]),
+            json!([{"port": 1, "x": 1}, {"port": 2}]),
+            json!([{"name": "a"}, {"name": "a", "v": 3}]),
+            json!([{"name": "a"}, 5]),
+            json!([{"name": null}, {"name": "b"}]),
+            json!([{"name": {"x": 1}}]),
+            json!([{"containerPort": 80, "name": "http"}, {"containerPort": 81.0}]),
+        ];
+        let long: Vec<Value> = (0..20).map(|i| json!({"name": format!("n{i}")})).collect();
+        let mut all: Vec<Vec<Value>> = lists
+            .iter()
+            .map(|l| l.as_array().unwrap().clone())
+            .collect();
+        all.push(long.clone());
+        all.push(long.iter().rev().cloned().collect());
+        for o in &all {
+            for l in &all {
+                for d in &all {
+                    for l in [l.as_slice(), d.as_slice()] {
+                        let got = render(merge_list(&Path::Root, o, Some(l), d, None).unwrap());
+                        assert_eq!(got, general_list(o, l, d), "o={o:?} l={l:?} d={d:?}");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn aligned_multi_field_keys_merge_as_the_general_list_map_merge() {
+        let fields = ["port".to_string(), "protocol".to_string()];
+        let defaults = [None, Some(json!("TCP"))];
+        let spec = KeySpec::declared(&fields, &defaults);
+        let arr = |v: Value| v.as_array().unwrap().clone();
+        let obs = arr(json!([{"port": 53, "protocol": "UDP", "x": 1},
+                              {"port": 53, "protocol": "TCP", "n": 1}]));
+        let des = arr(json!([{"port": 53, "protocol": "UDP", "x": 2}, {"port": 53}]));
+        let rec = arr(json!([{"port": 53, "protocol": "UDP", "x": 1, "y": 1}, {"port": 53.0}]));
+        for l in [&des, &rec] {
+            let fast = merge_aligned(&Path::Root, &obs, l, &des, spec, ItemRules::default())
+                .unwrap()
+                .expect("aligned multi-field lists take the fast path");
+            let general =
+                merge_list_map(&Path::Root, &obs, l, &des, spec, ItemRules::default()).unwrap();
+            assert_eq!(render(fast), render(general));
+        }
+        // Duplicate (defaulted) keys in desired, or swapped items: the general merge decides.
+        let dup = arr(json!([{"port": 53, "protocol": "TCP"}, {"port": 53}]));
+        let swapped: Vec<Value> = obs.iter().rev().cloned().collect();
+        for (o, d) in [(&obs, &dup), (&swapped, &des)] {
+            let fast = merge_aligned(&Path::Root, o, d, d, spec, ItemRules::default()).unwrap();
+            assert!(fast.is_none());
+        }
+        // Errors inside an item name it by its key, as the general merge does.
+        let obs = arr(json!([{"port": 80, "sub": {"a": 1}}]));
+        let des = arr(json!([{"port": 80, "sub": 5}]));
+        let err = |r: Result<Option<Out>, ApplyError>| r.err().map(|e| e.to_string());
+        let fast = err(merge_aligned(
+            &Path::Root,
+            &obs,
+            &des,
+            &des,
+            spec,
+            ItemRules::default(),
+        ));
+        let general =
+            merge_list_map(&Path::Root, &obs, &des, &des, spec, ItemRules::default()).err();
+        assert_eq!(fast, general.map(|e| e.to_string()));
+        assert!(fast.unwrap().starts_with("[port=80,protocol=TCP].sub"));
+    }
+
+    #[test]
+    fn conventional_field_bits_follow_the_priority_order() {
+        for (i, key) in CONVENTIONAL_MERGE_KEYS.into_iter().enumerate() {
+            let item = json!({key: "v", "other": 1});
+            assert_eq!(conventional_fields(obj(&item)), 1 << i, "{key}");
+            let unusable = json!({key: null, "x": {key: 1}});
+            assert_eq!(conventional_fields(obj(&unusable)), 0, "{key}");
+        }
+        let both = json!({"name": "a", "containerPort": 80, "path": [1]});
+        assert_eq!(conventional_fields(obj(&both)), 0b1001);
+    }
+
+    #[test]
+    fn unaligned_or_duplicate_keys_take_the_general_path() {
+        let spec = KeySpec::single("name");
+        let a = json!([{"name": "a"}, {"name": "b"}]);
+        let swapped = json!([{"name": "b"}, {"name": "a"}]);
+        let dup = json!([{"name": "a"}, {"name": "a"}]);
+        let short = json!([{"name": "a"}]);
+        let arr = |v: &Value| v.as_array().unwrap().clone();
+        let (a, swapped, dup, short) = (arr(&a), arr(&swapped), arr(&dup), arr(&short));
+        for (o, l, d) in [
+            (&swapped, &a, &a),
+            (&a, &a, &dup),
+            (&dup, &dup, &dup),
+            (&a, &short, &a),
+            (&short, &a, &a),
+        ] {
+            assert!(
+                merge_aligned(&Path::Root, o, l, d, spec, ItemRules::default())
+                    .unwrap()
+                    .is_none()
+            );
+        }
     }
 }

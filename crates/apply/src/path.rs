@@ -3,7 +3,9 @@
 
 use std::fmt;
 
-use crate::listkey::ListKey;
+use serde_json::Value;
+
+use crate::listkey::{KeySpec, ListKey};
 
 /// One step from the root to the current field.
 #[derive(Clone, Copy)]
@@ -12,6 +14,8 @@ pub(crate) enum Path<'a> {
     Field(&'a Path<'a>, &'a str),
     Index(&'a Path<'a>, usize),
     Item(&'a Path<'a>, &'a ListKey<'a>),
+    /// A list-map item named by its key, computed only when the path is rendered.
+    Keyed(&'a Path<'a>, KeySpec<'a>, &'a Value),
 }
 
 impl Path<'_> {
@@ -48,6 +52,14 @@ impl fmt::Display for Path<'_> {
             Path::Item(parent, key) => {
                 parent.fmt(f)?;
                 write!(f, "[{key}]")
+            }
+            Path::Keyed(parent, spec, item) => {
+                parent.fmt(f)?;
+                match spec.key_of(item, parent) {
+                    Ok(key) => write!(f, "[{key}]"),
+                    // Not constructed for items without a valid key; keep Display total.
+                    Err(_) => f.write_str("[?]"),
+                }
             }
         }
     }

@@ -7,7 +7,9 @@
 //!   `map` (associative list keyed by `x-kubernetes-list-map-keys`, one or more fields);
 //! - `x-kubernetes-patch-strategy` / `x-kubernetes-patch-merge-key` (strategic merge
 //!   metadata of built-in types): `merge` + key → list-map, `merge` without key → set,
-//!   `replace` → atomic; used when `x-kubernetes-list-type` is absent;
+//!   `replace` → atomic; used when `x-kubernetes-list-type` is absent; `retainKeys` (alone
+//!   or as `merge,retainKeys`): a changed object (a changed item, for lists) keeps only the
+//!   fields desired sets;
 //! - `x-kubernetes-map-type: atomic` on objects (replace whole);
 //! - `default` of list-map key fields (an omitted key field takes its default, as the API
 //!   server would fill it in).
@@ -41,6 +43,8 @@ struct Node {
     items: Option<usize>,
     list: Option<ListDecl>,
     map_atomic: Option<bool>,
+    /// `x-kubernetes-patch-strategy` includes `retainKeys`.
+    retain_keys: Option<bool>,
     default: Option<Value>,
     /// Schemas this one extends (`$ref`, `allOf`, `anyOf`, `oneOf`).
     refs: Vec<usize>,
@@ -204,6 +208,14 @@ impl<'s> SchemaRef<'s> {
 
     /// Depth-first search over this node and the nodes it extends.
     fn search<T>(&self, f: &mut impl FnMut(&'s Node) -> Option<T>) -> Option<T> {
+        // Most nodes answer themselves or extend nothing: no stack needed.
+        let node = self.node();
+        if let Some(t) = f(node) {
+            return Some(t);
+        }
+        if node.refs.is_empty() {
+            return None;
+        }
         let mut stack = vec![(self.id, 0usize)];
         let mut steps = 0;
         while let Some((id, depth)) = stack.pop() {
@@ -252,6 +264,12 @@ impl<'s> SchemaRef<'s> {
     /// True when the object is declared `x-kubernetes-map-type: atomic`.
     pub(crate) fn map_atomic(&self) -> bool {
         self.search(&mut |n| n.map_atomic).unwrap_or(false)
+    }
+
+    /// True when the field is declared `x-kubernetes-patch-strategy: retainKeys` (alone or
+    /// with `merge`): for an object, the object itself; for a list, each item.
+    pub(crate) fn retain_keys(&self) -> bool {
+        self.search(&mut |n| n.retain_keys).unwrap_or(false)
     }
 
     fn default_value(&self) -> Option<&'s Value> {
@@ -317,6 +335,10 @@ impl<'d> Builder<'d> {
             .get("x-kubernetes-map-type")
             .and_then(Value::as_str)
             .map(|t| t == "atomic");
+        node.retain_keys = obj
+            .get("x-kubernetes-patch-strategy")
+            .and_then(Value::as_str)
+            .map(|st| st.split(',').any(|p| p.trim() == "retainKeys"));
         node.default = obj.get("default").cloned();
         self.nodes[id] = node;
     }

@@ -6,7 +6,7 @@ use serde_json::Value;
 use crate::compare::{json_eq, needs_update, needs_update_with};
 use crate::error::{type_name, ApplyError};
 use crate::last_applied;
-use crate::merge::{merge_cow, without_nulls};
+use crate::merge::{merge_opt, without_nulls};
 use crate::schema::Schema;
 
 /// Result of planning an update.
@@ -154,7 +154,7 @@ fn prepare(
         }
         LastApplied::Given(l) => l,
     };
-    let merged = merge_cow(observed, last, &desired, schema.map(Schema::root))?;
+    let merged = merge_opt(observed, last, &desired, schema.map(Schema::root))?;
     Ok(Prepared {
         merged,
         record,

@@ -2,11 +2,13 @@
 //! kept, no write after a re-merge, and no panics on arbitrary input.
 
 use metacontroller_apply::{
-    last_applied, merge, merge_for_cli, merge_with_schema, needs_update, plan, plan_update,
-    prepare_create, ssa, Plan, Schema, CONVENTIONAL_MERGE_KEYS, SYSTEM_METADATA_FIELDS,
+    last_applied, merge, merge_cow, merge_for_cli, merge_with_schema, merge_with_schema_cow,
+    needs_update, plan, plan_update, prepare_create, ssa, Plan, Schema, CONVENTIONAL_MERGE_KEYS,
+    SYSTEM_METADATA_FIELDS,
 };
 use proptest::prelude::*;
 use serde_json::{Map, Value};
+use std::borrow::Cow;
 
 const KEYS: [&str; 12] = [
     "name",
@@ -325,6 +327,30 @@ proptest! {
         let same = merge(&o, Some(&d), &d);
         let copied = merge(&o, Some(&copy), &d);
         prop_assert_eq!(same, copied);
+    }
+
+    #[test]
+    fn copy_on_write_merge_agrees_with_owned_merge((o, l, d) in triple(), schema in schema_doc()) {
+        // Borrowed exactly when the merge leaves observed as it is; owned results equal merge's.
+        let owned = merge(&o, Some(&l), &d);
+        match (merge_cow(&o, Some(&l), &d), &owned) {
+            (Ok(Cow::Borrowed(b)), Ok(r)) => {
+                prop_assert!(std::ptr::eq(b, &o));
+                prop_assert_eq!(r, &o);
+                prop_assert!(!needs_update(&o, b));
+            }
+            (Ok(Cow::Owned(m)), Ok(r)) => {
+                prop_assert_eq!(&m, r);
+                prop_assert_ne!(&m, &o);
+            }
+            (Err(a), Err(b)) => prop_assert_eq!(&a, b),
+            (a, b) => prop_assert!(false, "cow {:?} vs owned {:?}", a, b),
+        }
+        if let Ok(schema) = Schema::from_openapi_v3_schema(&schema) {
+            let owned = merge_with_schema(&o, Some(&l), &d, &schema);
+            let cow = merge_with_schema_cow(&o, Some(&l), &d, &schema).map(Cow::into_owned);
+            prop_assert_eq!(cow, owned);
+        }
     }
 
     #[test]

@@ -426,6 +426,107 @@ fn atomic_map_from_schema_is_replaced() {
     assert_eq!(got, json!({"spec": {"selector": {"app": "b"}}}));
 }
 
+/// The strategic-merge metadata Kubernetes publishes for `Deployment.spec.strategy` and
+/// `PodSpec.volumes` (OpenAPI v3 of apps/v1 and v1).
+fn retain_keys_schema() -> Schema {
+    Schema::from_openapi_v3_schema(&json!({
+        "type": "object",
+        "properties": {"spec": {"type": "object", "properties": {
+            "strategy": {"allOf": [{"type": "object"}], "default": {},
+                         "x-kubernetes-patch-strategy": "retainKeys"},
+            "template": {"type": "object", "properties": {"spec": {"type": "object",
+                "properties": {"volumes": {
+                    "type": "array", "items": {"type": "object"},
+                    "x-kubernetes-list-map-keys": ["name"], "x-kubernetes-list-type": "map",
+                    "x-kubernetes-patch-merge-key": "name",
+                    "x-kubernetes-patch-strategy": "merge,retainKeys"}}}}}
+        }}}
+    }))
+    .unwrap()
+}
+
+#[test]
+fn retain_keys_clears_fields_desired_no_longer_sets_when_the_object_changes() {
+    let schema = retain_keys_schema();
+    // Switching the strategy type: the server-defaulted `rollingUpdate` must go, or the API
+    // server rejects the object (kubectl sends `$retainKeys: [type]`).
+    let observed = json!({"spec": {"strategy": {"type": "RollingUpdate",
+        "rollingUpdate": {"maxSurge": "25%", "maxUnavailable": "25%"}}}});
+    let last = json!({"spec": {"strategy": {"type": "RollingUpdate"}}});
+    let desired = json!({"spec": {"strategy": {"type": "Recreate"}}});
+    let got = merge_with_schema(&observed, Some(&last), &desired, &schema).unwrap();
+    assert_eq!(got, json!({"spec": {"strategy": {"type": "Recreate"}}}));
+    // Without the schema the defaulted field stays (plain three-way merge).
+    let got = merge(&observed, Some(&last), &desired).unwrap();
+    assert_eq!(got["spec"]["strategy"]["rollingUpdate"]["maxSurge"], "25%");
+    // Unchanged strategy: nothing is cleared, so server defaults cause no write.
+    let got = merge_with_schema(&observed, Some(&last), &last, &schema).unwrap();
+    assert_eq!(got, observed);
+}
+
+#[test]
+fn retain_keys_on_a_list_map_applies_to_each_changed_item() {
+    let schema = retain_keys_schema();
+    let vols = |v: Value| json!({"spec": {"template": {"spec": {"volumes": v}}}});
+    // `data` (not in our record, e.g. an adopted object) moves from emptyDir to a configMap:
+    // the old volume source is cleared, where a plain three-way merge would keep both (which
+    // the API server rejects). `cache` is unchanged and keeps its extra field; `foreign` is
+    // someone else's.
+    let observed = vols(json!([
+        {"name": "data", "emptyDir": {}},
+        {"name": "cache", "emptyDir": {"medium": ""}, "x": 1},
+        {"name": "foreign", "hostPath": {"path": "/x"}}
+    ]));
+    let last = vols(json!([{"name": "cache", "emptyDir": {"medium": ""}}]));
+    let desired = vols(json!([
+        {"name": "data", "configMap": {"name": "cfg"}},
+        {"name": "cache", "emptyDir": {"medium": ""}}
+    ]));
+    let got = merge_with_schema(&observed, Some(&last), &desired, &schema).unwrap();
+    assert_eq!(
+        got,
+        vols(json!([
+            {"name": "data", "configMap": {"name": "cfg"}},
+            {"name": "cache", "emptyDir": {"medium": ""}, "x": 1},
+            {"name": "foreign", "hostPath": {"path": "/x"}}
+        ]))
+    );
+    // The same when observed lists the items in another order (general list-map merge).
+    let mut reordered = observed.clone();
+    reordered["spec"]["template"]["spec"]["volumes"]
+        .as_array_mut()
+        .unwrap()
+        .reverse();
+    let got = merge_with_schema(&reordered, Some(&last), &desired, &schema).unwrap();
+    let items = got["spec"]["template"]["spec"]["volumes"]
+        .as_array()
+        .unwrap();
+    let data = items.iter().find(|v| v["name"] == "data").unwrap();
+    assert_eq!(data, &json!({"name": "data", "configMap": {"name": "cfg"}}));
+    let cache = items.iter().find(|v| v["name"] == "cache").unwrap();
+    assert_eq!(cache["x"], 1);
+    // Observed holding exactly the desired items in order (the pairwise fast path).
+    let aligned = vols(json!([
+        {"name": "data", "emptyDir": {}},
+        {"name": "cache", "emptyDir": {"medium": ""}, "x": 1}
+    ]));
+    let got = merge_with_schema(&aligned, Some(&last), &desired, &schema).unwrap();
+    assert_eq!(
+        got,
+        vols(json!([
+            {"name": "data", "configMap": {"name": "cfg"}},
+            {"name": "cache", "emptyDir": {"medium": ""}, "x": 1}
+        ]))
+    );
+    // Without the schema both volume sources stay.
+    let got = merge(&observed, Some(&last), &desired).unwrap();
+    let data = &got["spec"]["template"]["spec"]["volumes"][0];
+    assert!(
+        data["emptyDir"].is_object() && data["configMap"].is_object(),
+        "{data}"
+    );
+}
+
 #[test]
 fn null_in_desired_removes_the_field() {
     let got = m(
