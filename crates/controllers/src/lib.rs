@@ -5,6 +5,9 @@
 //!   validation of desired children, create/update/delete planning).
 //! - [`composite`]: the CompositeController reconciler (informers → queue → sync hook →
 //!   child writes and parent status).
+//! - [`writer`]: the controller-agnostic write path (create / update / server-side apply /
+//!   delete / status) with the own-writes overlay and create/delete expectations.
 
 pub mod children;
 pub mod composite;
+pub mod writer;
