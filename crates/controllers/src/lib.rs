@@ -9,5 +9,6 @@
 //!   delete / status) with the own-writes overlay and create/delete expectations.
 
 pub mod children;
+pub mod claim;
 pub mod composite;
 pub mod writer;
