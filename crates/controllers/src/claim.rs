@@ -132,7 +132,10 @@ mod tests {
         };
         assert_eq!(classify(&dying, &child(yes.clone(), None)), Claim::Ignore);
         assert_eq!(classify(&dying, &child(no, Some("p1"))), Claim::Ignore);
-        assert_eq!(classify(&dying, &child(yes.clone(), Some("p1"))), Claim::Owned);
+        assert_eq!(
+            classify(&dying, &child(yes.clone(), Some("p1"))),
+            Claim::Owned
+        );
 
         // A cluster-scoped parent adopts across namespaces.
         let cluster = Claimant {

@@ -145,11 +145,7 @@ fn priority(origin: Origin) -> Priority {
 }
 
 fn has_finalizer(obj: &DynamicObject, name: &str) -> bool {
-    obj.metadata
-        .finalizers
-        .iter()
-        .flatten()
-        .any(|f| f == name)
+    obj.metadata.finalizers.iter().flatten().any(|f| f == name)
 }
 
 fn value_has_finalizer(obj: &Value, name: &str) -> bool {
@@ -241,7 +237,8 @@ impl Mapper {
             let Some(parent) = self.parents.get(&key) else {
                 return;
             };
-            if parent.metadata.uid.as_deref() != Some(owner.uid.as_str()) || !self.interested(&parent)
+            if parent.metadata.uid.as_deref() != Some(owner.uid.as_str())
+                || !self.interested(&parent)
             {
                 return;
             }
@@ -351,7 +348,10 @@ pub fn start(
     if !parent_resource.has_subresource("status") {
         return Err(StartError::NoStatusSubresource {
             controller: name,
-            gvk: format!("{}, Kind={}", parent_resource.api_version, parent_resource.kind),
+            gvk: format!(
+                "{}, Kind={}",
+                parent_resource.api_version, parent_resource.kind
+            ),
         });
     }
     let parent_selector =
@@ -409,7 +409,10 @@ pub fn start(
             writer.observe(&res, change);
             mapper.on_child(change, origin);
         }));
-        child_index.insert(format!("{}/{}", resource.api_version, resource.name), children.len());
+        child_index.insert(
+            format!("{}/{}", resource.api_version, resource.name),
+            children.len(),
+        );
         children.push(Child {
             kind,
             resource,
@@ -533,10 +536,7 @@ impl Inner {
         }
         let mut updated = parent.object.clone();
         edit_finalizers(&mut updated, self.finalizer(), wanted);
-        parent.object = self
-            .writer
-            .replace(&self.parent_resource, updated)
-            .await?;
+        parent.object = self.writer.replace(&self.parent_resource, updated).await?;
         Ok(())
     }
 
@@ -558,14 +558,13 @@ impl Inner {
 
         let types = self.child_types();
         let deleting = is_deleting(&parent.object);
-        let (hook, hook_name, finalizing) =
-            match (deleting, self.controller.spec.finalize_hook()) {
-                (true, Some(h)) => (h, "finalize", true),
-                _ => match self.controller.spec.sync_hook() {
-                    Some(h) => (h, "sync", false),
-                    None => return Ok(()),
-                },
-            };
+        let (hook, hook_name, finalizing) = match (deleting, self.controller.spec.finalize_hook()) {
+            (true, Some(h)) => (h, "finalize", true),
+            _ => match self.controller.spec.sync_hook() {
+                Some(h) => (h, "sync", false),
+                None => return Ok(()),
+            },
+        };
         let response = self
             .call_hook(parent, hook, hook_name, finalizing, &types, &observed)
             .await?;
@@ -592,10 +591,7 @@ impl Inner {
         {
             let mut updated = parent.object.clone();
             edit_finalizers(&mut updated, self.finalizer(), false);
-            parent.object = self
-                .writer
-                .replace(&self.parent_resource, updated)
-                .await?;
+            parent.object = self.writer.replace(&self.parent_resource, updated).await?;
             finalized_now = true;
         }
 
@@ -615,7 +611,9 @@ impl Inner {
 
         let mut manage_result = Ok(());
         if !is_deleting(&parent.object) || self.should_finalize(&parent.object) {
-            manage_result = self.manage_children(parent, &types, &observed, &desired).await;
+            manage_result = self
+                .manage_children(parent, &types, &observed, &desired)
+                .await;
             if manage_result.as_ref().is_err_and(SyncError::is_conflict) {
                 return manage_result;
             }
@@ -697,7 +695,10 @@ impl Inner {
         let mut claimed = Vec::new();
         let mut can_adopt: Option<bool> = None;
         for c in &self.children {
-            let orphan_scope = parent.namespace.as_deref().filter(|_| c.resource.namespaced);
+            let orphan_scope = parent
+                .namespace
+                .as_deref()
+                .filter(|_| c.resource.namespaced);
             let orphans = if claimant.deleting {
                 Vec::new()
             } else if !c.resource.namespaced && parent.namespace.is_some() {
