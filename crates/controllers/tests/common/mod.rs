@@ -154,6 +154,11 @@ impl Env {
         created.metadata.uid.unwrap()
     }
 
+    /// [`Env::create_parent`] taking the name by value (for `join_all`).
+    pub async fn create_parent_owned(&self, name: String, spec: Value) -> String {
+        self.create_parent(&name, spec).await
+    }
+
     /// Merge-patches the parent's spec.
     pub async fn patch_parent_spec(&self, name: &str, spec: Value) {
         self.parents()
