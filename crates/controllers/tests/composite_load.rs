@@ -44,6 +44,7 @@ async fn resync_of_100_converged_parents_writes_nothing() {
         "hooks": env.sync_hook(),
     }))
     .await;
+    let started = std::time::Instant::now();
     join_all((0..100).map(|i| env.create_parent_owned(format!("p{i}"), spec("1")))).await;
     eventually_within("100 parents converged", Duration::from_secs(90), || async {
         let list = env.parents().list(&ListParams::default()).await.unwrap();
@@ -54,6 +55,10 @@ async fn resync_of_100_converged_parents_writes_nothing() {
                 .all(|p| p.data["status"] == json!({"children": 3, "observedGeneration": 1}))
     })
     .await;
+    eprintln!(
+        "100 parents x 3 children converged in {:?}",
+        started.elapsed()
+    );
     let Some(control) = env.cluster.control() else {
         return;
     };
@@ -99,6 +104,7 @@ async fn burst_of_50_events_on_one_parent_is_coalesced() {
     })
     .await;
     let calls = env.hook.calls("/sync") - before;
+    eprintln!("50 parent events -> {calls} hook calls");
     assert!(calls < 25, "{calls} hook calls for 50 events");
 }
 
