@@ -338,7 +338,12 @@ async fn parent_deleted_without_finalize_hook_calls_nothing_more() {
 
 /// Runs one update strategy: create, change `spec.value`, return (old uid, new ConfigMap).
 async fn change_value_with(method: &str) -> (String, Env) {
-    let mut env = env_with(one_child).await;
+    let cluster = TestCluster::start().await;
+    if method.starts_with("Rolling") {
+        // Rolling methods keep ControllerRevisions.
+        cluster.install_metacontroller_crds().await;
+    }
+    let mut env = Env::new(cluster, parent_crd(), one_child).await;
     env.start(json!({"childResources": [configmap_rule(method)], "hooks": env.sync_hook()}))
         .await;
     env.create_parent("p", selector_spec("a", "1")).await;
@@ -404,12 +409,12 @@ async fn update_strategy_in_place_updates() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn update_strategy_rolling_recreate_acts_as_recreate() {
+async fn update_strategy_rolling_recreate_recreates_the_single_child() {
     assert_recreated("RollingRecreate").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn update_strategy_rolling_in_place_acts_as_in_place() {
+async fn update_strategy_rolling_in_place_updates_the_single_child() {
     assert_updated_in_place("RollingInPlace").await;
 }
 
