@@ -522,11 +522,17 @@ impl Inner {
         self.children.iter().map(|c| c.kind.clone()).collect()
     }
 
-    /// Whether the cache holds the object `key` (for expectations).
+    /// Whether the cache holds the object `key`, not being deleted (for expectations: a
+    /// delete is confirmed once accepted, even while finalizers keep the object).
     fn cached(&self, key: &ObjectKey) -> Option<bool> {
         let index = self.child_index.get(&key.resource)?;
         let nn = NamespacedName::new(key.namespace.clone(), key.name.clone());
-        Some(self.children[*index].informer.get(&nn).is_some())
+        Some(
+            self.children[*index]
+                .informer
+                .get(&nn)
+                .is_some_and(|o| o.metadata.deletion_timestamp.is_none()),
+        )
     }
 
     async fn sync(&self, key: &NamespacedName) -> Result<(), SyncError> {

@@ -234,6 +234,7 @@ impl Writer {
         match change {
             Change::Deleted(_) => {
                 self.overlay.observe_deleted(&key);
+                self.applied_lock().remove(&key);
                 if let Some(owner) = owner {
                     self.expectations.observed_delete(&owner, &key);
                 }
@@ -244,14 +245,21 @@ impl Writer {
                         .observe(&key, &json!({"metadata": {"resourceVersion": rv}}));
                 }
                 if let Some(owner) = owner {
-                    self.expectations.observed_create(&owner, &key);
+                    if obj.metadata.deletion_timestamp.is_some() {
+                        // Deletion accepted; finalizers or a grace period may keep the object
+                        // a while, but our delete is confirmed.
+                        self.expectations.observed_delete(&owner, &key);
+                    } else {
+                        self.expectations.observed_create(&owner, &key);
+                    }
                 }
             }
         }
     }
 
     /// True when no create/delete of `owner`'s children is unconfirmed. `present(key)` says
-    /// whether the cache holds the object (`None`: unknown resource).
+    /// whether the cache holds the object and it is not being deleted (`None`: unknown
+    /// resource).
     pub fn satisfied(&self, owner: &str, present: impl Fn(&ObjectKey) -> Option<bool>) -> bool {
         self.expectations
             .satisfied_given(&owner.to_string(), present)

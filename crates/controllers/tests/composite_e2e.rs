@@ -569,3 +569,41 @@ async fn server_side_apply_creates_updates_and_keeps_foreign_fields() {
         assert_eq!(child_writes, 0, "{counts:?}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn child_held_by_a_finalizer_does_not_block_the_parent() {
+    let mut env = env_with(one_child).await;
+    env.start(json!({"childResources": [configmap_rule("InPlace")], "hooks": env.sync_hook()}))
+        .await;
+    let mut spec = selector_spec("a", "1");
+    spec["replicas"] = json!(1);
+    env.create_parent("p", spec).await;
+    env.wait_configmap("p-cm", "child", |_| true).await;
+    env.configmaps()
+        .patch(
+            "p-cm",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"finalizers": ["example.com/hold"]}})),
+        )
+        .await
+        .unwrap();
+    // The child is no longer wanted: its deletion is accepted but the finalizer keeps it.
+    env.patch_parent_spec("p", json!({"replicas": 0})).await;
+    env.wait_configmap("p-cm", "child being deleted", |cm| {
+        cm.metadata.deletion_timestamp.is_some()
+    })
+    .await;
+    // The parent keeps syncing meanwhile.
+    env.patch_parent_spec("p", json!({"value": "3"})).await;
+    env.wait_status("p", "generation 3 synced", |s| s["observedGeneration"] == 3)
+        .await;
+    env.configmaps()
+        .patch(
+            "p-cm",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+        )
+        .await
+        .unwrap();
+    env.wait_configmap_gone("p-cm").await;
+}
