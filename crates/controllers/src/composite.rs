@@ -248,8 +248,9 @@ impl Mapper {
             self.queue.add(key, priority(origin));
             return;
         }
-        // An orphan: we never adopt orphans that are being deleted.
-        if child_deleting {
+        // An orphan: we never adopt orphans that are being deleted. A relist needs no mapping:
+        // it also replays every parent, whose sync claims matching orphans.
+        if child_deleting || origin == Origin::Relist {
             return;
         }
         let candidates = if self.parent_resource.namespaced {
@@ -263,9 +264,11 @@ impl Mapper {
             if !self.interested(&parent) {
                 continue;
             }
-            let Ok(value) = serde_json::to_value(parent.as_ref()) else {
-                continue;
-            };
+            // Only the fields the selector needs, not the whole parent.
+            let value = json!({
+                "metadata": {"uid": parent.metadata.uid},
+                "spec": {"selector": parent.data.pointer("/spec/selector")},
+            });
             let Ok(selector) = parent_child_selector(&value, self.generate_selector) else {
                 continue;
             };
@@ -1109,16 +1112,10 @@ impl Inner {
             desired,
             self.writer.strategy().is_server_side(),
         )?;
-        let mut errors = Vec::new();
-        for action in actions {
-            let res = &self.children[action.type_index()].resource;
-            if let Err(e) = self.writer.execute(res, &parent.uid, action).await {
-                if e.is_conflict() {
-                    return Err(e.into());
-                }
-                errors.push(e);
-            }
-        }
+        let errors = self
+            .writer
+            .execute_all(&parent.uid, actions, |i| self.children[i].resource.as_ref())
+            .await;
         if errors.is_empty() {
             Ok(())
         } else {

@@ -526,6 +526,30 @@ impl Writer {
         }
     }
 
+    /// Carries out planned child actions in order (`resource_of(type_index)` names each
+    /// action's resource). A failed write does not stop the others (one bad child must not
+    /// block the rest), except a 409 Conflict, which stops at once: the data is stale. Returns
+    /// the failures (a conflict, if any, last).
+    pub async fn execute_all<'r>(
+        &self,
+        owner_uid: &str,
+        actions: Vec<Action>,
+        resource_of: impl Fn(usize) -> &'r ApiResource,
+    ) -> Vec<WriteError> {
+        let mut errors = Vec::new();
+        for action in actions {
+            let res = resource_of(action.type_index());
+            if let Err(e) = self.execute(res, owner_uid, action).await {
+                let conflict = e.is_conflict();
+                errors.push(e);
+                if conflict {
+                    break;
+                }
+            }
+        }
+        errors
+    }
+
     /// Carries out one planned child action for the parent with uid `owner_uid`.
     pub async fn execute(
         &self,
