@@ -619,13 +619,21 @@ impl Inner {
 
         let types = self.child_types();
         let deleting = is_deleting(&parent.object);
-        let (hook, hook_name, finalizing) = match (deleting, self.controller.spec.finalize_hook()) {
-            (true, Some(h)) => (h, "finalize", true),
-            _ => match self.controller.spec.sync_hook() {
-                Some(h) => (h, "sync", false),
-                None => return Ok(()),
-            },
-        };
+        // As upstream: finalize while being deleted, and also once the parent stops matching
+        // `parentResource.labelSelector` (it still carries our finalizer, or we would not be
+        // here), so the hook can clean up before the parent is let go.
+        let unselected = !self
+            .mapper
+            .parent_selector
+            .matches(&value_labels(&parent.object));
+        let (hook, hook_name, finalizing) =
+            match (deleting || unselected, self.controller.spec.finalize_hook()) {
+                (true, Some(h)) => (h, "finalize", true),
+                _ => match self.controller.spec.sync_hook() {
+                    Some(h) => (h, "sync", false),
+                    None => return Ok(()),
+                },
+            };
         let use_revisions =
             self.revisions.is_some() && (!deleting || self.should_finalize(&parent.object));
         let outcome = if use_revisions {

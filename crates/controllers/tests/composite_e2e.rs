@@ -607,3 +607,74 @@ async fn child_held_by_a_finalizer_does_not_block_the_parent() {
         .unwrap();
     env.wait_configmap_gone("p-cm").await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn parent_leaving_the_label_selector_is_finalized_and_released() {
+    let cluster = TestCluster::start().await;
+    let mut env = Env::new(cluster, parent_crd(), |path, req| {
+        if path == "/finalize" {
+            return HookReply::json(json!({"finalized": true}));
+        }
+        one_child(path, req)
+    })
+    .await;
+    let mut spec = json!({
+        "childResources": [configmap_rule("InPlace")],
+        "hooks": {
+            "sync": {"webhook": {"url": env.hook.url("/sync")}},
+            "finalize": {"webhook": {"url": env.hook.url("/finalize")}},
+        },
+    });
+    spec["parentResource"] = json!({
+        "apiVersion": env.parent.api_version(), "resource": env.parent.plural(),
+        "labelSelector": {"matchLabels": {"managed": "yes"}},
+    });
+    env.start(spec).await;
+    let finalizer = format!("metacontroller.io/compositecontroller-{}", env.name);
+
+    // Never selected: never synced.
+    env.create_parent("ignored", selector_spec("b", "1")).await;
+    env.create_parent("p", selector_spec("a", "1")).await;
+    env.parents()
+        .patch(
+            "p",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"managed": "yes"}}})),
+        )
+        .await
+        .unwrap();
+    env.wait_configmap("p-cm", "child of the selected parent", |_| true)
+        .await;
+    eventually("finalizer added", || async {
+        env.parent_value("p")
+            .await
+            .is_some_and(|p| p["metadata"]["finalizers"] == json!([finalizer.clone()]))
+    })
+    .await;
+    assert_eq!(env.hook.calls("/finalize"), 0);
+
+    env.parents()
+        .patch(
+            "p",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"managed": "no"}}})),
+        )
+        .await
+        .unwrap();
+    eventually("finalizer removed after finalize", || async {
+        env.parent_value("p")
+            .await
+            .is_some_and(|p| p["metadata"].get("finalizers").is_none())
+    })
+    .await;
+    assert!(env.hook.calls("/finalize") >= 1);
+    let req = env.hook.last_request("/finalize").unwrap();
+    assert_eq!(req["finalizing"], true);
+    env.wait_configmap_gone("p-cm").await;
+    assert!(env.configmap("ignored-cm").await.is_none());
+    assert!(env
+        .hook
+        .requests("/sync")
+        .iter()
+        .all(|r| r["parent"]["metadata"]["name"] != "ignored"));
+}
