@@ -678,3 +678,20 @@ async fn parent_leaving_the_label_selector_is_finalized_and_released() {
         .iter()
         .all(|r| r["parent"]["metadata"]["name"] != "ignored"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn v2_hook_sees_children_by_namespace_and_name() {
+    let mut env = env_with(one_child).await;
+    let hooks = json!({"sync": {"version": "v2", "webhook": {"url": env.hook.url("/sync")}}});
+    env.start(json!({"childResources": [configmap_rule("InPlace")], "hooks": hooks}))
+        .await;
+    env.create_parent("p", selector_spec("a", "1")).await;
+    env.wait_configmap("p-cm", "child", |_| true).await;
+    let key = format!("{}/p-cm", env.ns);
+    eventually("v2 children key", || async {
+        env.hook
+            .last_request("/sync")
+            .is_some_and(|r| r["children"]["ConfigMap.v1"].get(&key).is_some())
+    })
+    .await;
+}
