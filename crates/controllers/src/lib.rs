@@ -5,6 +5,13 @@
 //!   validation of desired children, create/update/delete planning).
 //! - [`composite`]: the CompositeController reconciler (informers → queue → sync hook →
 //!   child writes and parent status).
+//! - [`claim`]: ControllerRef claiming (own / adopt / release) of candidate children.
+//! - [`rolling`]: rolling updates by ControllerRevision (pure rollout steps).
+//! - [`writer`]: the controller-agnostic write path (create / update / server-side apply /
+//!   delete / status) with the own-writes overlay and create/delete expectations.
 
 pub mod children;
+pub mod claim;
 pub mod composite;
+pub mod rolling;
+pub mod writer;

@@ -119,11 +119,14 @@ fn log_compat_flags(args: &ControllerArgs) {
 
 /// Watches CompositeControllers (matching --target-label-selector) and keeps one reconciler
 /// running per object: started on add, restarted when the spec changes, stopped on delete.
-/// An invalid spec or unknown resource is logged and the object skipped (no crash).
+/// An object that cannot start (invalid spec, resource not served yet, parent without a
+/// status subresource) is logged and retried after each discovery refresh
+/// (`--discovery-interval`), so a CRD installed after its controller is picked up.
 async fn run_composite(client: Client, args: &ControllerArgs) -> anyhow::Result<()> {
     use futures::StreamExt;
     use kube::runtime::{watcher, WatchStreamExt};
     use metacontroller_api::composite::CompositeController;
+    use metacontroller_controllers::composite::CompositeHandle;
     use std::collections::HashMap;
 
     let informers = metacontroller_dynamic::Informers::new(
@@ -142,21 +145,70 @@ async fn run_composite(client: Client, args: &ControllerArgs) -> anyhow::Result<
     let api: Api<CompositeController> = Api::all(client.clone());
     let stream = watcher(api, config).default_backoff();
     let mut stream = std::pin::pin!(stream);
-    let mut running: HashMap<
-        String,
-        (
-            serde_json::Value,
-            metacontroller_controllers::composite::CompositeHandle,
-        ),
-    > = HashMap::new();
+    // name → (spec, running handle or the object waiting for a retry)
+    let mut running: HashMap<String, (serde_json::Value, CompositeHandle)> = HashMap::new();
+    let mut waiting: HashMap<String, CompositeController> = HashMap::new();
     let mut resources = metacontroller_dynamic::ResourceMap::new();
-    while let Some(event) = stream.next().await {
+    let interval = if args.discovery_interval.is_zero() {
+        Duration::from_secs(30)
+    } else {
+        args.discovery_interval
+    };
+    let mut retry = tokio::time::interval(interval);
+    retry.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let start = |cc: CompositeController,
+                 resources: &metacontroller_dynamic::ResourceMap,
+                 running: &mut HashMap<String, (serde_json::Value, CompositeHandle)>,
+                 waiting: &mut HashMap<String, CompositeController>| {
+        let Some(name) = cc.metadata.name.clone() else {
+            return;
+        };
+        let spec = serde_json::to_value(&cc.spec).unwrap_or_default();
+        match metacontroller_controllers::composite::start(
+            cc.clone(),
+            client.clone(),
+            &informers,
+            resources,
+            hooks.clone(),
+            composite_options(args),
+        ) {
+            Ok(handle) => {
+                tracing::info!(%name, "started CompositeController");
+                waiting.remove(&name);
+                running.insert(name, (spec, handle));
+            }
+            Err(err) => {
+                tracing::error!(%name, error = %err, "cannot start CompositeController; retrying after the next discovery refresh");
+                waiting.insert(name, cc);
+            }
+        }
+    };
+    loop {
+        let event = tokio::select! {
+            event = stream.next() => match event {
+                Some(event) => event,
+                None => break,
+            },
+            _ = retry.tick() => {
+                if waiting.is_empty() {
+                    continue;
+                }
+                refresh(&client, &mut resources).await;
+                for cc in waiting.values().cloned().collect::<Vec<_>>() {
+                    start(cc, &resources, &mut running, &mut waiting);
+                }
+                continue;
+            }
+        };
         let cc = match event {
             Ok(watcher::Event::Apply(cc)) | Ok(watcher::Event::InitApply(cc)) => cc,
             Ok(watcher::Event::Delete(cc)) => {
-                if let Some((_, handle)) = cc.metadata.name.as_ref().and_then(|n| running.remove(n))
-                {
-                    tracing::info!(name = ?cc.metadata.name, "stopping CompositeController");
+                let Some(name) = cc.metadata.name.as_ref() else {
+                    continue;
+                };
+                waiting.remove(name);
+                if let Some((_, handle)) = running.remove(name) {
+                    tracing::info!(%name, "stopping CompositeController");
                     handle.stop().await;
                 }
                 continue;
@@ -178,28 +230,35 @@ async fn run_composite(client: Client, args: &ControllerArgs) -> anyhow::Result<
             handle.stop().await;
         }
         // Discovery on every (re)start so CRDs installed since are found.
-        match metacontroller_dynamic::discover(&client, &resources).await {
-            Ok(found) => {
-                if let Some((map, _)) = found.update {
-                    resources = map;
-                }
-            }
-            Err(err) => tracing::warn!(error = %err, "discovery failed; using the previous result"),
-        }
-        match metacontroller_controllers::composite::start(
-            cc,
-            client.clone(),
-            &informers,
-            &resources,
-            hooks.clone(),
-            args.workers as usize,
-        ) {
-            Ok(handle) => {
-                tracing::info!(%name, "started CompositeController");
-                running.insert(name, (spec, handle));
-            }
-            Err(err) => tracing::error!(%name, error = %err, "cannot start CompositeController"),
-        }
+        refresh(&client, &mut resources).await;
+        start(cc, &resources, &mut running, &mut waiting);
     }
     Ok(())
+}
+
+/// Refreshes the discovery result in place (keeps the previous one on failure).
+async fn refresh(client: &Client, resources: &mut metacontroller_dynamic::ResourceMap) {
+    match metacontroller_dynamic::discover(client, resources).await {
+        Ok(found) => {
+            if let Some((map, _)) = found.update {
+                *resources = map;
+            }
+        }
+        Err(err) => tracing::warn!(error = %err, "discovery failed; using the previous result"),
+    }
+}
+
+/// The per-controller options from the command line.
+fn composite_options(args: &ControllerArgs) -> metacontroller_controllers::composite::Options {
+    use crate::cli::ApplyStrategy;
+    use metacontroller_controllers::writer::ApplyStrategy as Strategy;
+    metacontroller_controllers::composite::Options {
+        workers: args.workers as usize,
+        apply_strategy: match args.apply_strategy {
+            ApplyStrategy::DynamicApply => Strategy::DynamicApply,
+            ApplyStrategy::ServerSideApply => Strategy::ServerSideApply {
+                field_manager: args.apply_strategy_ssa_field_manager.clone(),
+            },
+        },
+    }
 }
