@@ -8,3 +8,4 @@
 
 pub mod children;
 pub mod composite;
+pub mod related;
