@@ -8,4 +8,5 @@
 
 pub mod children;
 pub mod composite;
+pub mod events;
 pub mod related;
