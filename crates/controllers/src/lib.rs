@@ -5,8 +5,15 @@
 //!   validation of desired children, create/update/delete planning).
 //! - [`composite`]: the CompositeController reconciler (informers → queue → sync hook →
 //!   child writes and parent status).
+//! - [`claim`]: ControllerRef claiming (own / adopt / release) of candidate children.
+//! - [`writer`]: the controller-agnostic write path (create / update / server-side apply /
+//!   delete / status) with the own-writes overlay and create/delete expectations.
+//! - [`related`]: the customize hook and `related` objects (any controller kind).
+//! - [`events`]: the rate-limited, non-blocking Event recorder.
 
 pub mod children;
+pub mod claim;
 pub mod composite;
 pub mod events;
 pub mod related;
+pub mod writer;
