@@ -10,6 +10,8 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::core::GroupVersionKind;
 use kube::{Client, Config};
 
+use metacontroller_controllers::events::{reason, EventRecorder};
+
 use crate::cli::ControllerArgs;
 
 const GROUP: &str = "metacontroller.k8s.io";
@@ -134,6 +136,8 @@ async fn run_composite(client: Client, args: &ControllerArgs) -> anyhow::Result<
     );
     let hooks = metacontroller_hooks::HookClient::new(Default::default())
         .context("building the hook client")?;
+    let events = EventRecorder::new(client.clone(), args.events_qps, args.events_burst)
+        .context("--events-qps/--events-burst")?;
     let mut config = watcher::Config::default();
     let selector = args.target_label_selector.trim();
     if !selector.is_empty() {
@@ -158,6 +162,13 @@ async fn run_composite(client: Client, args: &ControllerArgs) -> anyhow::Result<
                 {
                     tracing::info!(name = ?cc.metadata.name, "stopping CompositeController");
                     handle.stop().await;
+                    if let Ok(obj) = serde_json::to_value(&cc) {
+                        let msg = format!(
+                            "Stopped controller: {}",
+                            cc.metadata.name.as_deref().unwrap_or_default()
+                        );
+                        events.normal(&obj, reason::STOPPED, msg);
+                    }
                 }
                 continue;
             }
@@ -174,8 +185,14 @@ async fn run_composite(client: Client, args: &ControllerArgs) -> anyhow::Result<
         if running.get(&name).is_some_and(|(s, _)| *s == spec) {
             continue;
         }
+        let cc_object = serde_json::to_value(&cc).unwrap_or_default();
         if let Some((_, handle)) = running.remove(&name) {
             handle.stop().await;
+            events.normal(
+                &cc_object,
+                reason::STOPPED,
+                format!("Stopped controller: {name}"),
+            );
         }
         // Discovery on every (re)start so CRDs installed since are found.
         match metacontroller_dynamic::discover(&client, &resources).await {
@@ -192,20 +209,35 @@ async fn run_composite(client: Client, args: &ControllerArgs) -> anyhow::Result<
             &informers,
             &resources,
             hooks.clone(),
-            composite_options(args),
+            composite_options(args, &events),
         ) {
             Ok(handle) => {
                 tracing::info!(%name, "started CompositeController");
+                events.normal(
+                    &cc_object,
+                    reason::STARTED,
+                    format!("Started controller: {name}"),
+                );
                 running.insert(name, (spec, handle));
             }
-            Err(err) => tracing::error!(%name, error = %err, "cannot start CompositeController"),
+            Err(err) => {
+                tracing::error!(%name, error = %err, "cannot start CompositeController");
+                events.warning(
+                    &cc_object,
+                    reason::CREATE_ERROR,
+                    format!("Cannot create new controller: {err}"),
+                );
+            }
         }
     }
     Ok(())
 }
 
 /// The per-controller options from the command line.
-fn composite_options(args: &ControllerArgs) -> metacontroller_controllers::composite::Options {
+fn composite_options(
+    args: &ControllerArgs,
+    events: &EventRecorder,
+) -> metacontroller_controllers::composite::Options {
     use crate::cli::ApplyStrategy;
     use metacontroller_controllers::writer::ApplyStrategy as Strategy;
     metacontroller_controllers::composite::Options {
@@ -216,5 +248,6 @@ fn composite_options(args: &ControllerArgs) -> metacontroller_controllers::compo
                 field_manager: args.apply_strategy_ssa_field_manager.clone(),
             },
         },
+        events: events.clone(),
     }
 }
