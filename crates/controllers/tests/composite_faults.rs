@@ -161,3 +161,48 @@ async fn undeclared_child_type_records_event_backs_off_and_recovers() {
     )
     .await;
 }
+
+/// A failed child write (the API server answers 500 to creates) is a SyncError Event too;
+/// the parent converges once the server recovers. Needs the embedded API server's faults.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_child_create_records_event_and_recovers() {
+    let mut env = Env::new(TestCluster::start().await, parent_crd(), |_, req| good(req)).await;
+    let Some(control) = env.cluster.control() else {
+        return; // real cluster: no fault injection
+    };
+    control.inject(metacontroller_testkit::Fault::status(
+        Some("create"),
+        Some("configmaps"),
+        3,
+        500,
+    ));
+    let events = EventRecorder::new(env.cluster.client(), 0.0, 0).unwrap();
+    env.try_start(
+        json!({
+            "generateSelector": true,
+            "childResources": [configmap_rule("InPlace")],
+            "hooks": env.sync_hook(),
+        }),
+        Options {
+            workers: 2,
+            events,
+            ..Options::default()
+        },
+    )
+    .await
+    .unwrap();
+    env.create_parent("p", json!({})).await;
+    eventually("SyncError event naming the failed create", || async {
+        sync_errors(&env, "p").await.iter().any(|e| {
+            e.message
+                .as_deref()
+                .unwrap_or_default()
+                .contains("create ConfigMap")
+        })
+    })
+    .await;
+    env.wait_configmap("p-cm", "child after the server recovers", |_| true)
+        .await;
+    env.wait_status("p", "status", |s| s["healthy"] == true)
+        .await;
+}
