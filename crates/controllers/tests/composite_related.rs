@@ -18,6 +18,10 @@ use common::{configmap_rule, parent_crd, Env};
 
 /// `/sync`: one child listing `related` keys (`key=value;...`) and the related group names.
 fn sync_reply(req: &Value) -> HookReply {
+    HookReply::json(sync_body(req))
+}
+
+fn sync_body(req: &Value) -> Value {
     let name = req["parent"]["metadata"]["name"]
         .as_str()
         .unwrap_or_default();
@@ -32,12 +36,12 @@ fn sync_reply(req: &Value) -> HookReply {
         }
     }
     seen.sort();
-    HookReply::json(json!({
+    json!({
         "children": [{"apiVersion": "v1", "kind": "ConfigMap",
                       "metadata": {"name": format!("{name}-out")},
                       "data": {"seen": seen.join(";")}}],
         "status": {"related": seen.len()},
-    }))
+    })
 }
 
 async fn create_configmap(env: &Env, ns: &str, name: &str, labels: Value, value: &str) {
@@ -305,4 +309,49 @@ async fn v1_rule_for_another_namespace_is_a_sync_error() {
     });
     env.patch_parent_spec("p", json!({"touch": 1})).await;
     wait_seen(&env, "p", "recovered", "").await;
+}
+
+/// A cluster-scoped parent with v1 hooks sees related objects of any namespace, keyed
+/// `namespace/name` (v1 relative keys for a cluster-scoped parent).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_scoped_parent_sees_related_objects_of_any_namespace() {
+    let label = unique_name("rel");
+    let mut env = Env::new(
+        TestCluster::start().await,
+        parent_crd().cluster_scoped(),
+        |_, _| HookReply::json(json!({})),
+    )
+    .await;
+    let other_ns = env.cluster.create_namespace("other").await;
+    let ns = env.ns.clone();
+    create_configmap(&env, &ns, "one", json!({"related": label}), "1").await;
+    create_configmap(&env, &other_ns, "two", json!({"related": label}), "2").await;
+    let rules = json!({"relatedResources": [{"apiVersion": "v1", "resource": "configmaps",
+        "labelSelector": {"matchLabels": {"related": label}}}]});
+    let child_ns = ns.clone();
+    env.hook.set_handler(move |path, req| match path {
+        "/customize" => HookReply::json(rules.clone()),
+        _ => {
+            // Children of a cluster-scoped parent need an explicit namespace.
+            let mut body = sync_body(req);
+            body["children"][0]["metadata"]["namespace"] = json!(child_ns);
+            HookReply::json(body)
+        }
+    });
+    start(&mut env, "v1").await;
+    env.create_parent("p", json!({})).await;
+    let mut seen = vec![
+        "group:ConfigMap.v1".to_string(),
+        format!("{ns}/one=1"),
+        format!("{other_ns}/two=2"),
+    ];
+    seen.sort();
+    let expected = seen.join(";");
+    wait_seen(
+        &env,
+        "p",
+        "namespace/name keys from two namespaces",
+        &expected,
+    )
+    .await;
 }
