@@ -340,7 +340,7 @@ async fn cluster_scoped_parent_sees_related_objects_of_any_namespace() {
     });
     start(&mut env, "v1").await;
     env.create_parent("p", json!({})).await;
-    let mut seen = vec![
+    let mut seen = [
         "group:ConfigMap.v1".to_string(),
         format!("{ns}/one=1"),
         format!("{other_ns}/two=2"),
