@@ -6,6 +6,7 @@
 //! - [`composite`]: the CompositeController reconciler (informers → queue → sync hook →
 //!   child writes and parent status).
 //! - [`claim`]: ControllerRef claiming (own / adopt / release) of candidate children.
+//! - [`rolling`]: rolling updates by ControllerRevision (pure rollout steps).
 //! - [`writer`]: the controller-agnostic write path (create / update / server-side apply /
 //!   delete / status) with the own-writes overlay and create/delete expectations.
 //! - [`related`]: the customize hook and `related` objects (any controller kind).
@@ -16,4 +17,5 @@ pub mod claim;
 pub mod composite;
 pub mod events;
 pub mod related;
+pub mod rolling;
 pub mod writer;

@@ -121,11 +121,14 @@ fn log_compat_flags(args: &ControllerArgs) {
 
 /// Watches CompositeControllers (matching --target-label-selector) and keeps one reconciler
 /// running per object: started on add, restarted when the spec changes, stopped on delete.
-/// An invalid spec or unknown resource is logged and the object skipped (no crash).
+/// An object that cannot start (invalid spec, resource not served yet, parent without a
+/// status subresource) is logged and retried after each discovery refresh
+/// (`--discovery-interval`), so a CRD installed after its controller is picked up.
 async fn run_composite(client: Client, args: &ControllerArgs) -> anyhow::Result<()> {
     use futures::StreamExt;
     use kube::runtime::{watcher, WatchStreamExt};
     use metacontroller_api::composite::CompositeController;
+    use metacontroller_controllers::composite::CompositeHandle;
     use std::collections::HashMap;
 
     let informers = metacontroller_dynamic::Informers::new(
@@ -136,8 +139,6 @@ async fn run_composite(client: Client, args: &ControllerArgs) -> anyhow::Result<
     );
     let hooks = metacontroller_hooks::HookClient::new(Default::default())
         .context("building the hook client")?;
-    let events = EventRecorder::new(client.clone(), args.events_qps, args.events_burst)
-        .context("--events-qps/--events-burst")?;
     let mut config = watcher::Config::default();
     let selector = args.target_label_selector.trim();
     if !selector.is_empty() {
@@ -146,28 +147,86 @@ async fn run_composite(client: Client, args: &ControllerArgs) -> anyhow::Result<
     let api: Api<CompositeController> = Api::all(client.clone());
     let stream = watcher(api, config).default_backoff();
     let mut stream = std::pin::pin!(stream);
-    let mut running: HashMap<
-        String,
-        (
-            serde_json::Value,
-            metacontroller_controllers::composite::CompositeHandle,
-        ),
-    > = HashMap::new();
+    // name → (spec, running handle or the object waiting for a retry)
+    let mut running: HashMap<String, (serde_json::Value, CompositeHandle)> = HashMap::new();
+    let events = EventRecorder::new(client.clone(), args.events_qps, args.events_burst)
+        .context("--events-qps/--events-burst")?;
+    let mut waiting: HashMap<String, CompositeController> = HashMap::new();
     let mut resources = metacontroller_dynamic::ResourceMap::new();
-    while let Some(event) = stream.next().await {
+    let interval = if args.discovery_interval.is_zero() {
+        Duration::from_secs(30)
+    } else {
+        args.discovery_interval
+    };
+    let mut retry = tokio::time::interval(interval);
+    retry.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let start = |cc: CompositeController,
+                 resources: &metacontroller_dynamic::ResourceMap,
+                 running: &mut HashMap<String, (serde_json::Value, CompositeHandle)>,
+                 waiting: &mut HashMap<String, CompositeController>| {
+        let Some(name) = cc.metadata.name.clone() else {
+            return;
+        };
+        let spec = serde_json::to_value(&cc.spec).unwrap_or_default();
+        let cc_object = serde_json::to_value(&cc).unwrap_or_default();
+        match metacontroller_controllers::composite::start(
+            cc.clone(),
+            client.clone(),
+            &informers,
+            resources,
+            hooks.clone(),
+            composite_options(args, &events),
+        ) {
+            Ok(handle) => {
+                tracing::info!(%name, "started CompositeController");
+                events.normal(
+                    &cc_object,
+                    reason::STARTED,
+                    format!("Started controller: {name}"),
+                );
+                waiting.remove(&name);
+                running.insert(name, (spec, handle));
+            }
+            Err(err) => {
+                tracing::error!(%name, error = %err, "cannot start CompositeController; retrying after the next discovery refresh");
+                events.warning(
+                    &cc_object,
+                    reason::CREATE_ERROR,
+                    format!("Cannot create new controller: {err}"),
+                );
+                waiting.insert(name, cc);
+            }
+        }
+    };
+    loop {
+        let event = tokio::select! {
+            event = stream.next() => match event {
+                Some(event) => event,
+                None => break,
+            },
+            _ = retry.tick() => {
+                if waiting.is_empty() {
+                    continue;
+                }
+                refresh(&client, &mut resources).await;
+                for cc in waiting.values().cloned().collect::<Vec<_>>() {
+                    start(cc, &resources, &mut running, &mut waiting);
+                }
+                continue;
+            }
+        };
         let cc = match event {
             Ok(watcher::Event::Apply(cc)) | Ok(watcher::Event::InitApply(cc)) => cc,
             Ok(watcher::Event::Delete(cc)) => {
-                if let Some((_, handle)) = cc.metadata.name.as_ref().and_then(|n| running.remove(n))
-                {
-                    tracing::info!(name = ?cc.metadata.name, "stopping CompositeController");
+                let Some(name) = cc.metadata.name.as_ref() else {
+                    continue;
+                };
+                waiting.remove(name);
+                if let Some((_, handle)) = running.remove(name) {
+                    tracing::info!(%name, "stopping CompositeController");
                     handle.stop().await;
                     if let Ok(obj) = serde_json::to_value(&cc) {
-                        let msg = format!(
-                            "Stopped controller: {}",
-                            cc.metadata.name.as_deref().unwrap_or_default()
-                        );
-                        events.normal(&obj, reason::STOPPED, msg);
+                        events.normal(&obj, reason::STOPPED, format!("Stopped controller: {name}"));
                     }
                 }
                 continue;
@@ -185,52 +244,29 @@ async fn run_composite(client: Client, args: &ControllerArgs) -> anyhow::Result<
         if running.get(&name).is_some_and(|(s, _)| *s == spec) {
             continue;
         }
-        let cc_object = serde_json::to_value(&cc).unwrap_or_default();
         if let Some((_, handle)) = running.remove(&name) {
             handle.stop().await;
-            events.normal(
-                &cc_object,
-                reason::STOPPED,
-                format!("Stopped controller: {name}"),
-            );
+            if let Ok(obj) = serde_json::to_value(&cc) {
+                events.normal(&obj, reason::STOPPED, format!("Stopped controller: {name}"));
+            }
         }
         // Discovery on every (re)start so CRDs installed since are found.
-        match metacontroller_dynamic::discover(&client, &resources).await {
-            Ok(found) => {
-                if let Some((map, _)) = found.update {
-                    resources = map;
-                }
-            }
-            Err(err) => tracing::warn!(error = %err, "discovery failed; using the previous result"),
-        }
-        match metacontroller_controllers::composite::start(
-            cc,
-            client.clone(),
-            &informers,
-            &resources,
-            hooks.clone(),
-            composite_options(args, &events),
-        ) {
-            Ok(handle) => {
-                tracing::info!(%name, "started CompositeController");
-                events.normal(
-                    &cc_object,
-                    reason::STARTED,
-                    format!("Started controller: {name}"),
-                );
-                running.insert(name, (spec, handle));
-            }
-            Err(err) => {
-                tracing::error!(%name, error = %err, "cannot start CompositeController");
-                events.warning(
-                    &cc_object,
-                    reason::CREATE_ERROR,
-                    format!("Cannot create new controller: {err}"),
-                );
-            }
-        }
+        refresh(&client, &mut resources).await;
+        start(cc, &resources, &mut running, &mut waiting);
     }
     Ok(())
+}
+
+/// Refreshes the discovery result in place (keeps the previous one on failure).
+async fn refresh(client: &Client, resources: &mut metacontroller_dynamic::ResourceMap) {
+    match metacontroller_dynamic::discover(client, resources).await {
+        Ok(found) => {
+            if let Some((map, _)) = found.update {
+                *resources = map;
+            }
+        }
+        Err(err) => tracing::warn!(error = %err, "discovery failed; using the previous result"),
+    }
 }
 
 /// The per-controller options from the command line.
