@@ -470,7 +470,12 @@ impl RelatedManager {
                 .map(|e| (e.scope.clone(), e.rules.clone()))
         };
         let (scope, rules) = match cached {
-            Some(hit) => hit,
+            Some((scope, rules)) => {
+                // Normally a no-op; re-leases an informer another parent's rule change
+                // released while this parent's entry was being published.
+                self.watch(&rules);
+                (scope, rules)
+            }
             None => {
                 let scope = Scope {
                     version: hook.effective_version(),
