@@ -706,7 +706,8 @@ fn change_handler(shared: Weak<Shared>, resource: ResourceId) -> metacontroller_
                 .iter()
                 .filter(|(_, entry)| {
                     entry.rules.iter().any(|rule| {
-                        rule.resource.id() == resource
+                        rule.resource.api_version == resource.api_version
+                            && rule.resource.name == resource.resource
                             && objects
                                 .iter()
                                 .any(|o| matches(rule, &entry.scope, o, &namespace_labels))
