@@ -10,6 +10,8 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::core::GroupVersionKind;
 use kube::{Client, Config};
 
+use metacontroller_controllers::events::{reason, EventRecorder};
+
 use crate::cli::ControllerArgs;
 
 const GROUP: &str = "metacontroller.k8s.io";
@@ -147,6 +149,8 @@ async fn run_composite(client: Client, args: &ControllerArgs) -> anyhow::Result<
     let mut stream = std::pin::pin!(stream);
     // name → (spec, running handle or the object waiting for a retry)
     let mut running: HashMap<String, (serde_json::Value, CompositeHandle)> = HashMap::new();
+    let events = EventRecorder::new(client.clone(), args.events_qps, args.events_burst)
+        .context("--events-qps/--events-burst")?;
     let mut waiting: HashMap<String, CompositeController> = HashMap::new();
     let mut resources = metacontroller_dynamic::ResourceMap::new();
     let interval = if args.discovery_interval.is_zero() {
@@ -164,21 +168,32 @@ async fn run_composite(client: Client, args: &ControllerArgs) -> anyhow::Result<
             return;
         };
         let spec = serde_json::to_value(&cc.spec).unwrap_or_default();
+        let cc_object = serde_json::to_value(&cc).unwrap_or_default();
         match metacontroller_controllers::composite::start(
             cc.clone(),
             client.clone(),
             &informers,
             resources,
             hooks.clone(),
-            composite_options(args),
+            composite_options(args, &events),
         ) {
             Ok(handle) => {
                 tracing::info!(%name, "started CompositeController");
+                events.normal(
+                    &cc_object,
+                    reason::STARTED,
+                    format!("Started controller: {name}"),
+                );
                 waiting.remove(&name);
                 running.insert(name, (spec, handle));
             }
             Err(err) => {
                 tracing::error!(%name, error = %err, "cannot start CompositeController; retrying after the next discovery refresh");
+                events.warning(
+                    &cc_object,
+                    reason::CREATE_ERROR,
+                    format!("Cannot create new controller: {err}"),
+                );
                 waiting.insert(name, cc);
             }
         }
@@ -210,6 +225,9 @@ async fn run_composite(client: Client, args: &ControllerArgs) -> anyhow::Result<
                 if let Some((_, handle)) = running.remove(name) {
                     tracing::info!(%name, "stopping CompositeController");
                     handle.stop().await;
+                    if let Ok(obj) = serde_json::to_value(&cc) {
+                        events.normal(&obj, reason::STOPPED, format!("Stopped controller: {name}"));
+                    }
                 }
                 continue;
             }
@@ -228,6 +246,9 @@ async fn run_composite(client: Client, args: &ControllerArgs) -> anyhow::Result<
         }
         if let Some((_, handle)) = running.remove(&name) {
             handle.stop().await;
+            if let Ok(obj) = serde_json::to_value(&cc) {
+                events.normal(&obj, reason::STOPPED, format!("Stopped controller: {name}"));
+            }
         }
         // Discovery on every (re)start so CRDs installed since are found.
         refresh(&client, &mut resources).await;
@@ -249,7 +270,10 @@ async fn refresh(client: &Client, resources: &mut metacontroller_dynamic::Resour
 }
 
 /// The per-controller options from the command line.
-fn composite_options(args: &ControllerArgs) -> metacontroller_controllers::composite::Options {
+fn composite_options(
+    args: &ControllerArgs,
+    events: &EventRecorder,
+) -> metacontroller_controllers::composite::Options {
     use crate::cli::ApplyStrategy;
     use metacontroller_controllers::writer::ApplyStrategy as Strategy;
     metacontroller_controllers::composite::Options {
@@ -260,5 +284,6 @@ fn composite_options(args: &ControllerArgs) -> metacontroller_controllers::compo
                 field_manager: args.apply_strategy_ssa_field_manager.clone(),
             },
         },
+        events: events.clone(),
     }
 }
