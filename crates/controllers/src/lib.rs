@@ -5,6 +5,8 @@
 //!   validation of desired children, create/update/delete planning).
 //! - [`composite`]: the CompositeController reconciler (informers → queue → sync hook →
 //!   child writes and parent status).
+//! - [`decorator`]: the DecoratorController (targets, attachments, target updates).
 
 pub mod children;
 pub mod composite;
+pub mod decorator;
