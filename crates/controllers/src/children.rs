@@ -263,24 +263,62 @@ pub enum Action {
         /// The body to PUT.
         object: Value,
     },
+    /// Server-side apply of this body (creates the child when `observed` is `None`).
+    Apply {
+        /// Index of the child type.
+        type_index: usize,
+        /// The current child, if it exists.
+        observed: Option<Value>,
+        /// The apply body (controller ownerReference included).
+        object: Value,
+    },
     /// Delete the observed child (with its uid as precondition).
     Delete {
         /// Index of the child type.
         type_index: usize,
-        /// The child.
-        key: ChildKey,
-        /// Its uid.
-        uid: String,
+        /// The child as observed.
+        observed: Value,
     },
 }
 
+impl Action {
+    /// Index of the child type the action is about.
+    pub fn type_index(&self) -> usize {
+        match self {
+            Action::Create { type_index, .. }
+            | Action::Update { type_index, .. }
+            | Action::Apply { type_index, .. }
+            | Action::Delete { type_index, .. } => *type_index,
+        }
+    }
+}
+
+fn apply_error(key: &ChildKey) -> impl Fn(metacontroller_apply::ApplyError) -> ChildError + '_ {
+    move |e| ChildError::Apply {
+        key: key.clone(),
+        message: e.to_string(),
+    }
+}
+
+/// The server-side apply body of a desired child, with the controller ownerReference.
+pub fn apply_body(want: &Value, parent: &ParentRef) -> Result<Value, ChildError> {
+    let key = child_key(want);
+    let mut body =
+        metacontroller_apply::ssa::apply_patch_body(want, None).map_err(apply_error(&key))?;
+    set_controller_ref(&mut body, parent);
+    Ok(body)
+}
+
 /// The actions for one sync: `observed` are the parent's owned children (all declared
-/// types), `desired` the validated hook output. Empty when everything is in place.
+/// types), `desired` the validated hook output. With `server_side_apply`, creates and
+/// in-place updates become [`Action::Apply`] (the writer skips bodies already in place).
+/// Empty when everything is in place (dynamic apply).
 pub fn plan_children(
     types: &[ChildType],
     parent: &ParentRef,
     observed: &[Value],
     desired: &BTreeMap<ChildKey, (usize, Value)>,
+    server_side_apply: bool,
 ) -> Result<Vec<Action>, ChildError> {
     let mut actions = Vec::new();
     let mut seen = BTreeSet::new();
@@ -296,12 +334,10 @@ pub fn plan_children(
         if is_deleting(obs) {
             continue;
         }
-        let uid = str_at(obs, &["metadata", "uid"]).to_string();
         let Some((_, want)) = desired.get(&key) else {
             actions.push(Action::Delete {
                 type_index,
-                key,
-                uid,
+                observed: obs.clone(),
             });
             continue;
         };
@@ -309,20 +345,37 @@ pub fn plan_children(
         if matches!(method, ChildUpdateMethod::OnDelete) {
             continue;
         }
-        let plan = metacontroller_apply::plan(obs, want, None).map_err(|e| ChildError::Apply {
-            key: key.clone(),
-            message: e.to_string(),
-        })?;
-        if let metacontroller_apply::Plan::Update(object) = plan {
-            match method {
-                ChildUpdateMethod::Recreate | ChildUpdateMethod::RollingRecreate => {
+        let recreate = matches!(
+            method,
+            ChildUpdateMethod::Recreate | ChildUpdateMethod::RollingRecreate
+        );
+        if server_side_apply {
+            let body = apply_body(want, parent)?;
+            if recreate {
+                if !crate::writer::contains_all(obs, &body) {
                     actions.push(Action::Delete {
                         type_index,
-                        key,
-                        uid,
-                    })
+                        observed: obs.clone(),
+                    });
                 }
-                _ => actions.push(Action::Update { type_index, object }),
+            } else {
+                actions.push(Action::Apply {
+                    type_index,
+                    observed: Some(obs.clone()),
+                    object: body,
+                });
+            }
+            continue;
+        }
+        let plan = metacontroller_apply::plan(obs, want, None).map_err(apply_error(&key))?;
+        if let metacontroller_apply::Plan::Update(object) = plan {
+            if recreate {
+                actions.push(Action::Delete {
+                    type_index,
+                    observed: obs.clone(),
+                })
+            } else {
+                actions.push(Action::Update { type_index, object })
             }
         }
     }
@@ -330,11 +383,15 @@ pub fn plan_children(
         if seen.contains(key) {
             continue;
         }
-        let mut object =
-            metacontroller_apply::prepare_create(want).map_err(|e| ChildError::Apply {
-                key: key.clone(),
-                message: e.to_string(),
-            })?;
+        if server_side_apply {
+            actions.push(Action::Apply {
+                type_index: *type_index,
+                observed: None,
+                object: apply_body(want, parent)?,
+            });
+            continue;
+        }
+        let mut object = metacontroller_apply::prepare_create(want).map_err(apply_error(key))?;
         set_controller_ref(&mut object, parent);
         actions.push(Action::Create {
             type_index: *type_index,
@@ -463,7 +520,7 @@ mod tests {
         let types = [cm_type(method)];
         let first =
             validate_desired(&types, Some("default"), vec![cm("a", observed_value)]).unwrap();
-        let created = match plan_children(&types, &parent(), &[], &first)
+        let created = match plan_children(&types, &parent(), &[], &first, false)
             .unwrap()
             .as_slice()
         {
@@ -472,14 +529,14 @@ mod tests {
         };
         let desired =
             validate_desired(&types, Some("default"), vec![cm("a", desired_value)]).unwrap();
-        plan_children(&types, &parent(), &[created], &desired).unwrap()
+        plan_children(&types, &parent(), &[created], &desired, false).unwrap()
     }
 
     #[test]
     fn create_sets_controller_owner_reference() {
         let types = [cm_type(ChildUpdateMethod::InPlace)];
         let desired = validate_desired(&types, Some("default"), vec![cm("a", "1")]).unwrap();
-        let actions = plan_children(&types, &parent(), &[], &desired).unwrap();
+        let actions = plan_children(&types, &parent(), &[], &desired, false).unwrap();
         let [Action::Create { object, .. }] = actions.as_slice() else {
             panic!("{actions:?}");
         };
@@ -507,7 +564,7 @@ mod tests {
         assert!(converge(ChildUpdateMethod::OnDelete, "1", "2").is_empty());
         assert!(matches!(
             converge(ChildUpdateMethod::Recreate, "1", "2").as_slice(),
-            [Action::Delete { uid, .. }] if uid == "uid-a"
+            [Action::Delete { observed, .. }] if observed["metadata"]["uid"] == "uid-a"
         ));
     }
 
@@ -516,12 +573,20 @@ mod tests {
         let types = [cm_type(ChildUpdateMethod::InPlace)];
         let mut observed = as_created(cm("old", "1"), "uid-old");
         observed["metadata"]["namespace"] = json!("default");
-        let actions =
-            plan_children(&types, &parent(), &[observed.clone()], &BTreeMap::new()).unwrap();
-        assert!(matches!(actions.as_slice(), [Action::Delete { uid, .. }] if uid == "uid-old"));
+        let actions = plan_children(
+            &types,
+            &parent(),
+            &[observed.clone()],
+            &BTreeMap::new(),
+            false,
+        )
+        .unwrap();
+        assert!(
+            matches!(actions.as_slice(), [Action::Delete { observed, .. }] if observed["metadata"]["uid"] == "uid-old")
+        );
         observed["metadata"]["deletionTimestamp"] = json!("2024-01-01T00:00:00Z");
         assert!(
-            plan_children(&types, &parent(), &[observed], &BTreeMap::new())
+            plan_children(&types, &parent(), &[observed], &BTreeMap::new(), false)
                 .unwrap()
                 .is_empty()
         );

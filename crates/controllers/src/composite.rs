@@ -9,8 +9,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use kube::api::{Api, DeleteParams, PostParams, Preconditions};
-use kube::core::DynamicObject;
 use metacontroller_api::composite::CompositeController;
 use metacontroller_api::wire::{CompositeHookRequest, CompositeHookResponse};
 use metacontroller_dynamic::{
@@ -20,7 +18,8 @@ use metacontroller_dynamic::{
 use metacontroller_hooks::{CallContext, HookClient};
 use serde_json::Value;
 
-use crate::children::{self, Action, ChildType, ParentRef};
+use crate::children::{self, ChildType, ParentRef};
+use crate::writer::{to_value, ApplyStrategy, WriteError, Writer};
 
 /// Why a controller could not start.
 #[derive(Debug, thiserror::Error)]
@@ -43,36 +42,11 @@ pub enum SyncError {
     #[error("invalid sync hook response: {0}")]
     Children(#[from] children::ChildError),
     /// An API request failed.
-    #[error("{what}: {source}")]
-    Api {
-        /// What was attempted.
-        what: String,
-        /// The error.
-        source: kube::Error,
-    },
+    #[error(transparent)]
+    Write(#[from] WriteError),
     /// An object could not be converted.
     #[error("{0}")]
     Encode(#[from] serde_json::Error),
-}
-
-fn kube_resource(r: &ApiResource) -> kube::discovery::ApiResource {
-    kube::discovery::ApiResource {
-        group: r.group.clone(),
-        version: r.version.clone(),
-        api_version: r.api_version.clone(),
-        kind: r.kind.clone(),
-        plural: r.name.clone(),
-    }
-}
-
-/// A cached object as JSON with apiVersion/kind filled in (list items lack them).
-fn to_value(obj: &DynamicObject, res: &ApiResource) -> Result<Value, serde_json::Error> {
-    let mut v = serde_json::to_value(obj)?;
-    if let Some(map) = v.as_object_mut() {
-        map.insert("apiVersion".into(), Value::String(res.api_version.clone()));
-        map.insert("kind".into(), Value::String(res.kind.clone()));
-    }
-    Ok(v)
 }
 
 struct Child {
@@ -84,7 +58,7 @@ struct Child {
 
 struct Inner {
     controller: CompositeController,
-    client: kube::Client,
+    writer: Arc<Writer>,
     hooks: HookClient,
     parent_resource: Arc<ApiResource>,
     parent: Lease<ResourceId, Informer>,
@@ -131,15 +105,35 @@ fn priority(origin: Origin) -> Priority {
     }
 }
 
-/// Starts the reconciler of `controller` with `workers` workers. Must run inside tokio.
+/// How a controller runs.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Concurrent syncs (`--workers`); at least one runs.
+    pub workers: usize,
+    /// How children are written (`--apply-strategy`).
+    pub apply_strategy: ApplyStrategy,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            workers: 5,
+            apply_strategy: ApplyStrategy::DynamicApply,
+        }
+    }
+}
+
+/// Starts the reconciler of `controller`. Must run inside tokio.
 pub fn start(
     controller: CompositeController,
     client: kube::Client,
     informers: &Informers,
     resources: &ResourceMap,
     hooks: HookClient,
-    workers: usize,
+    options: Options,
 ) -> Result<CompositeHandle, StartError> {
+    let workers = options.workers.max(1);
+    let writer = Arc::new(Writer::new(client, options.apply_strategy));
     controller
         .validate()
         .map_err(|e| StartError::Invalid(e.to_string()))?;
@@ -174,7 +168,10 @@ pub fn start(
     let parent = informers.lease(&parent_resource);
     let parent_handler = {
         let queue = queue.clone();
+        let writer = writer.clone();
+        let res = parent_resource.clone();
         parent.add_handler(Arc::new(move |change, origin| {
+            writer.observe(&res, change);
             if let Some(key) = NamespacedName::of(change.object().as_ref()) {
                 queue.add(key, priority(origin));
             }
@@ -187,7 +184,10 @@ pub fn start(
         let parent_api_version = parent_resource.api_version.clone();
         let parent_kind = parent_resource.kind.clone();
         let parent_namespaced = parent_resource.namespaced;
+        let writer = writer.clone();
+        let res = resource.clone();
         let handler = informer.add_handler(Arc::new(move |change, origin| {
+            writer.observe(&res, change);
             let obj = change.object();
             let owner = obj
                 .metadata
@@ -218,7 +218,7 @@ pub fn start(
     }
     let inner = Arc::new(Inner {
         controller,
-        client,
+        writer,
         hooks,
         parent_resource,
         parent,
@@ -241,14 +241,6 @@ pub fn start(
             .await;
     });
     Ok(CompositeHandle { queue, task })
-}
-
-fn is_not_found(e: &kube::Error) -> bool {
-    matches!(e, kube::Error::Api(s) if s.code == 404)
-}
-
-fn is_already_exists(e: &kube::Error) -> bool {
-    matches!(e, kube::Error::Api(s) if s.code == 409 && s.reason == "AlreadyExists")
 }
 
 impl Inner {
@@ -307,12 +299,24 @@ impl Inner {
             name: key.name.clone(),
             uid,
         };
-        let actions = children::plan_children(&types, &parent_ref, &observed, &desired)?;
+        let actions = children::plan_children(
+            &types,
+            &parent_ref,
+            &observed,
+            &desired,
+            self.writer.strategy().is_server_side(),
+        )?;
         for action in actions {
-            self.write_child(action).await?;
+            let res = &self.children[action.type_index()].resource;
+            self.writer.execute(res, &parent_ref.uid, action).await?;
         }
-        if let Some(status) = response.status {
-            self.write_status(&cached, &parent, status).await?;
+        if let Some(mut status) = response.status {
+            if let Some(generation) = cached.metadata.generation {
+                status.insert("observedGeneration".into(), Value::from(generation));
+            }
+            self.writer
+                .write_status(&self.parent_resource, &parent, Value::Object(status))
+                .await?;
         }
         if response.resync_after_seconds > 0.0 {
             let delay = Duration::from_secs_f64(response.resync_after_seconds.min(1e9));
@@ -328,102 +332,5 @@ impl Inner {
             self.queue.add_after(key.clone(), delay, Priority::Bulk);
         }
         Ok(())
-    }
-
-    fn child_api(&self, type_index: usize, namespace: &str) -> Api<DynamicObject> {
-        let res = &self.children[type_index].resource;
-        let kr = kube_resource(res);
-        if res.namespaced {
-            Api::namespaced_with(self.client.clone(), namespace, &kr)
-        } else {
-            Api::all_with(self.client.clone(), &kr)
-        }
-    }
-
-    async fn write_child(&self, action: Action) -> Result<(), SyncError> {
-        let api_err = |what: String| move |source| SyncError::Api { what, source };
-        match action {
-            Action::Create { type_index, object } => {
-                let (_, kind, ns, name) = children::child_key(&object);
-                let obj: DynamicObject = serde_json::from_value(object)?;
-                tracing::info!(controller = self.name(), %kind, %ns, %name, "creating child");
-                match self
-                    .child_api(type_index, &ns)
-                    .create(&PostParams::default(), &obj)
-                    .await
-                {
-                    Err(e) if is_already_exists(&e) => Ok(()),
-                    r => r
-                        .map(drop)
-                        .map_err(api_err(format!("create {kind} {ns}/{name}"))),
-                }
-            }
-            Action::Update { type_index, object } => {
-                let (_, kind, ns, name) = children::child_key(&object);
-                let obj: DynamicObject = serde_json::from_value(object)?;
-                tracing::info!(controller = self.name(), %kind, %ns, %name, "updating child");
-                self.child_api(type_index, &ns)
-                    .replace(&name, &PostParams::default(), &obj)
-                    .await
-                    .map(drop)
-                    .map_err(api_err(format!("update {kind} {ns}/{name}")))
-            }
-            Action::Delete {
-                type_index,
-                key,
-                uid,
-            } => {
-                let (_, kind, ns, name) = key;
-                tracing::info!(controller = self.name(), %kind, %ns, %name, "deleting child");
-                let dp = DeleteParams {
-                    preconditions: Some(Preconditions {
-                        uid: Some(uid),
-                        resource_version: None,
-                    }),
-                    ..DeleteParams::background()
-                };
-                match self.child_api(type_index, &ns).delete(&name, &dp).await {
-                    Err(e) if is_not_found(&e) => Ok(()),
-                    r => r
-                        .map(drop)
-                        .map_err(api_err(format!("delete {kind} {ns}/{name}"))),
-                }
-            }
-        }
-    }
-
-    async fn write_status(
-        &self,
-        cached: &DynamicObject,
-        parent: &Value,
-        mut status: serde_json::Map<String, Value>,
-    ) -> Result<(), SyncError> {
-        if let Some(generation) = cached.metadata.generation {
-            status.insert("observedGeneration".into(), Value::from(generation));
-        }
-        let status = Value::Object(status);
-        if parent.get("status") == Some(&status) {
-            return Ok(());
-        }
-        let mut updated = parent.clone();
-        if let Some(map) = updated.as_object_mut() {
-            map.insert("status".into(), status);
-        }
-        let obj: DynamicObject = serde_json::from_value(updated)?;
-        let name = cached.metadata.name.clone().unwrap_or_default();
-        let ns = cached.metadata.namespace.clone().unwrap_or_default();
-        let kr = kube_resource(&self.parent_resource);
-        let api: Api<DynamicObject> = if self.parent_resource.namespaced {
-            Api::namespaced_with(self.client.clone(), &ns, &kr)
-        } else {
-            Api::all_with(self.client.clone(), &kr)
-        };
-        api.replace_status(&name, &PostParams::default(), &obj)
-            .await
-            .map(drop)
-            .map_err(|source| SyncError::Api {
-                what: format!("update status of {ns}/{name}"),
-                source,
-            })
     }
 }

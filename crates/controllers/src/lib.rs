@@ -6,7 +6,10 @@
 //! - [`composite`]: the CompositeController reconciler (informers → queue → sync hook →
 //!   child writes and parent status).
 //! - [`decorator`]: the DecoratorController (targets, attachments, target updates).
+//! - [`writer`]: the controller-agnostic write path (create / update / server-side apply /
+//!   delete / status) with the own-writes overlay and create/delete expectations.
 
 pub mod children;
 pub mod composite;
 pub mod decorator;
+pub mod writer;

@@ -145,7 +145,10 @@ async fn sync_creates_children_sets_status_and_resync_writes_nothing() {
         &informers,
         &resources,
         hooks,
-        2,
+        metacontroller_controllers::composite::Options {
+            workers: 2,
+            ..Default::default()
+        },
     )
     .unwrap();
 

@@ -192,7 +192,7 @@ async fn run_composite(client: Client, args: &ControllerArgs) -> anyhow::Result<
             &informers,
             &resources,
             hooks.clone(),
-            args.workers as usize,
+            composite_options(args),
         ) {
             Ok(handle) => {
                 tracing::info!(%name, "started CompositeController");
@@ -202,4 +202,19 @@ async fn run_composite(client: Client, args: &ControllerArgs) -> anyhow::Result<
         }
     }
     Ok(())
+}
+
+/// The per-controller options from the command line.
+fn composite_options(args: &ControllerArgs) -> metacontroller_controllers::composite::Options {
+    use crate::cli::ApplyStrategy;
+    use metacontroller_controllers::writer::ApplyStrategy as Strategy;
+    metacontroller_controllers::composite::Options {
+        workers: args.workers as usize,
+        apply_strategy: match args.apply_strategy {
+            ApplyStrategy::DynamicApply => Strategy::DynamicApply,
+            ApplyStrategy::ServerSideApply => Strategy::ServerSideApply {
+                field_manager: args.apply_strategy_ssa_field_manager.clone(),
+            },
+        },
+    }
 }

@@ -195,7 +195,7 @@ mod tests {
             name: "p".into(),
             uid: "t".into(),
         };
-        let actions = plan_children(&[svc_type()], &target, &[], &desired).unwrap();
+        let actions = plan_children(&[svc_type()], &target, &[], &desired, false).unwrap();
         let [Action::Create { object, .. }] = actions.as_slice() else {
             panic!("{actions:?}");
         };

@@ -1,0 +1,592 @@
+//! The write path shared by both controller kinds: child create / update / server-side apply /
+//! delete, parent metadata and status writes, with the stale-cache guards around them.
+//!
+//! A [`Writer`] belongs to one controller. It owns:
+//! - the [`ApplyStrategy`] (`--apply-strategy`): client-side three-way merge + PUT with the
+//!   observed resourceVersion (`dynamic-apply`), or `application/apply-patch+yaml` with the
+//!   configured field manager and `force=true` (`server-side-apply`, as upstream);
+//! - an [`Overlay`] of the objects our own writes returned, so a sync that runs before the
+//!   informer delivers them does not act on the older cached object ([`Writer::fresh`]);
+//! - [`Expectations`] of creates and deletes per owner uid, confirmed by informer events
+//!   ([`Writer::observe`]) or by the cache content ([`Writer::satisfied`]).
+//!
+//! Errors are values ([`WriteError`]); [`WriteError::is_conflict`] tells the caller to abort the
+//! sync and requeue with backoff rather than retry on stale data.
+
+use std::collections::hash_map::DefaultHasher;
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
+use std::sync::Mutex;
+
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::core::DynamicObject;
+use metacontroller_dynamic::{
+    ApiResource, Change, Expectations, ObjectKey, ObjectMetaAccess, Overlay, Versioned,
+};
+use serde_json::{json, Value};
+
+use crate::children::{child_key, Action};
+
+/// How children are written (`--apply-strategy`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum ApplyStrategy {
+    /// Client-side three-way merge (metacontroller-apply), PUT with resourceVersion.
+    #[default]
+    DynamicApply,
+    /// Server-side apply with this field manager, forcing conflicts (as upstream).
+    ServerSideApply {
+        /// `--apply-strategy-ssa-field-manager`.
+        field_manager: String,
+    },
+}
+
+impl ApplyStrategy {
+    /// True for server-side apply.
+    pub fn is_server_side(&self) -> bool {
+        matches!(self, ApplyStrategy::ServerSideApply { .. })
+    }
+}
+
+/// A failed write.
+#[derive(Debug, thiserror::Error)]
+pub enum WriteError {
+    /// The API server refused the request.
+    #[error("{what}: {source}")]
+    Api {
+        /// What was attempted (`create ConfigMap ns/name`).
+        what: String,
+        /// The error.
+        source: kube::Error,
+    },
+    /// An object could not be converted for the request.
+    #[error("{what}: {source}")]
+    Encode {
+        /// What was attempted.
+        what: String,
+        /// The error.
+        source: serde_json::Error,
+    },
+    /// A request this writer cannot make (a programming error, reported not panicked).
+    #[error("{0}")]
+    Unsupported(String),
+}
+
+impl WriteError {
+    /// 409 Conflict (stale resourceVersion): abort this sync, requeue with backoff.
+    pub fn is_conflict(&self) -> bool {
+        matches!(self, WriteError::Api { source: kube::Error::Api(s), .. }
+            if s.code == 409 && s.reason == "Conflict")
+    }
+
+    /// 404 Not Found.
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, WriteError::Api { source, .. } if is_not_found(source))
+    }
+}
+
+fn is_not_found(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 404)
+}
+
+fn is_already_exists(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 409 && s.reason == "AlreadyExists")
+}
+
+/// The kube-rs resource of a discovered resource.
+pub fn kube_resource(r: &ApiResource) -> kube::discovery::ApiResource {
+    kube::discovery::ApiResource {
+        group: r.group.clone(),
+        version: r.version.clone(),
+        api_version: r.api_version.clone(),
+        kind: r.kind.clone(),
+        plural: r.name.clone(),
+    }
+}
+
+/// A cached object as JSON with apiVersion/kind filled in (list items lack them).
+pub fn to_value(obj: &DynamicObject, res: &ApiResource) -> Result<Value, serde_json::Error> {
+    let mut v = serde_json::to_value(obj)?;
+    if let Some(map) = v.as_object_mut() {
+        map.insert("apiVersion".into(), Value::String(res.api_version.clone()));
+        map.insert("kind".into(), Value::String(res.kind.clone()));
+    }
+    Ok(v)
+}
+
+/// The overlay / expectations key of an object of `res`.
+pub fn object_key(res: &ApiResource, namespace: &str, name: &str) -> ObjectKey {
+    ObjectKey::new(
+        format!("{}/{}", res.api_version, res.name),
+        if res.namespaced { namespace } else { "" },
+        name,
+    )
+}
+
+fn key_of(res: &ApiResource, obj: &Value) -> ObjectKey {
+    object_key(
+        res,
+        obj.namespace().unwrap_or_default(),
+        obj.name().unwrap_or_default(),
+    )
+}
+
+fn describe(res: &ApiResource, obj: &Value) -> String {
+    match obj.namespace() {
+        Some(ns) if res.namespaced => {
+            format!("{} {ns}/{}", res.kind, obj.name().unwrap_or_default())
+        }
+        _ => format!("{} {}", res.kind, obj.name().unwrap_or_default()),
+    }
+}
+
+fn hash_value(v: &Value) -> u64 {
+    let mut h = DefaultHasher::new();
+    v.to_string().hash(&mut h);
+    h.finish()
+}
+
+/// Semantic JSON equality: numbers compare by value (`1` == `1.0`), as the API server
+/// re-encodes them.
+pub fn json_equal(a: &Value, b: &Value) -> bool {
+    match (a, b) {
+        (Value::Number(x), Value::Number(y)) => {
+            x == y || matches!((x.as_f64(), y.as_f64()), (Some(p), Some(q)) if p == q)
+        }
+        (Value::Array(x), Value::Array(y)) => {
+            x.len() == y.len() && x.iter().zip(y).all(|(p, q)| json_equal(p, q))
+        }
+        (Value::Object(x), Value::Object(y)) => {
+            x.len() == y.len()
+                && x.iter()
+                    .all(|(k, v)| y.get(k).is_some_and(|w| json_equal(v, w)))
+        }
+        _ => a == b,
+    }
+}
+
+/// The write path of one controller. Share it (`Arc`) between its workers and its informer
+/// handlers.
+pub struct Writer {
+    client: kube::Client,
+    strategy: ApplyStrategy,
+    overlay: Overlay<Value>,
+    expectations: Expectations<String, ObjectKey>,
+    /// Hash of the last apply body sent per child (server-side apply), so an unchanged body
+    /// is not sent again; a changed body (e.g. a field dropped) always is.
+    applied: Mutex<HashMap<ObjectKey, u64>>,
+}
+
+impl std::fmt::Debug for Writer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Writer")
+            .field("strategy", &self.strategy)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Writer {
+    /// A writer using `client` and `strategy`.
+    pub fn new(client: kube::Client, strategy: ApplyStrategy) -> Self {
+        Writer {
+            client,
+            strategy,
+            overlay: Overlay::new(),
+            expectations: Expectations::new(),
+            applied: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The apply strategy.
+    pub fn strategy(&self) -> &ApplyStrategy {
+        &self.strategy
+    }
+
+    /// The own-writes overlay.
+    pub fn overlay(&self) -> &Overlay<Value> {
+        &self.overlay
+    }
+
+    /// Create/delete expectations, keyed by owner uid.
+    pub fn expectations(&self) -> &Expectations<String, ObjectKey> {
+        &self.expectations
+    }
+
+    /// A dynamic API handle for `res` in `namespace` (ignored for cluster-scoped resources).
+    pub fn api(&self, res: &ApiResource, namespace: &str) -> Api<DynamicObject> {
+        let kr = kube_resource(res);
+        if res.namespaced {
+            Api::namespaced_with(self.client.clone(), namespace, &kr)
+        } else {
+            Api::all_with(self.client.clone(), &kr)
+        }
+    }
+
+    /// Informer handler hook: confirms expectations and lets the overlay drop entries the
+    /// cache caught up with. Call it for every change of every resource this writer writes.
+    pub fn observe(&self, res: &ApiResource, change: &Change<DynamicObject>) {
+        let obj = change.object();
+        let key = object_key(
+            res,
+            obj.metadata.namespace.as_deref().unwrap_or_default(),
+            obj.metadata.name.as_deref().unwrap_or_default(),
+        );
+        let owner = obj.controller_uid().map(str::to_owned);
+        match change {
+            Change::Deleted(_) => {
+                self.overlay.observe_deleted(&key);
+                if let Some(owner) = owner {
+                    self.expectations.observed_delete(&owner, &key);
+                }
+            }
+            Change::Added(_) | Change::Updated { .. } => {
+                if let Some(rv) = obj.resource_version() {
+                    self.overlay
+                        .observe(&key, &json!({"metadata": {"resourceVersion": rv}}));
+                }
+                if let Some(owner) = owner {
+                    self.expectations.observed_create(&owner, &key);
+                }
+            }
+        }
+    }
+
+    /// True when no create/delete of `owner`'s children is unconfirmed. `present(key)` says
+    /// whether the cache holds the object (`None`: unknown resource).
+    pub fn satisfied(&self, owner: &str, present: impl Fn(&ObjectKey) -> Option<bool>) -> bool {
+        self.expectations
+            .satisfied_given(&owner.to_string(), present)
+    }
+
+    /// The freshest view of a cached object: our own newer write, the cached object, or
+    /// `None` when we deleted it and the cache does not know yet.
+    pub fn fresh(&self, res: &ApiResource, cached: Value) -> Option<Value> {
+        let key = key_of(res, &cached);
+        self.overlay
+            .get(&key, Some(&cached))
+            .map(std::borrow::Cow::into_owned)
+    }
+
+    /// Reads an object from the API server (not the cache). `None` when it does not exist.
+    pub async fn get(
+        &self,
+        res: &ApiResource,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<Value>, WriteError> {
+        let what = || format!("get {} {namespace}/{name}", res.kind);
+        match self.api(res, namespace).get_opt(name).await {
+            Ok(Some(obj)) => to_value(&obj, res)
+                .map(Some)
+                .map_err(|source| WriteError::Encode {
+                    what: what(),
+                    source,
+                }),
+            Ok(None) => Ok(None),
+            Err(source) => Err(WriteError::Api {
+                what: what(),
+                source,
+            }),
+        }
+    }
+
+    /// Creates `object` (a child of `owner_uid`). `Ok(None)` if it already exists (a stale
+    /// cache; deterministic names make this harmless).
+    pub async fn create(
+        &self,
+        res: &ApiResource,
+        owner_uid: &str,
+        object: Value,
+    ) -> Result<Option<Value>, WriteError> {
+        let key = key_of(res, &object);
+        let what = format!("create {}", describe(res, &object));
+        let owner = owner_uid.to_string();
+        let body: DynamicObject =
+            serde_json::from_value(object).map_err(|source| WriteError::Encode {
+                what: what.clone(),
+                source,
+            })?;
+        tracing::info!(%what, "creating child");
+        self.expectations.expect_creates(&owner, [key.clone()]);
+        let result = self
+            .api(res, &key.namespace)
+            .create(&PostParams::default(), &body)
+            .await;
+        match result {
+            Ok(created) => {
+                self.record(res, &key, None, &created);
+                Ok(Some(
+                    to_value(&created, res)
+                        .map_err(|source| WriteError::Encode { what, source })?,
+                ))
+            }
+            Err(e) => {
+                self.expectations.cancel_create(&owner, &key);
+                if is_already_exists(&e) {
+                    Ok(None)
+                } else {
+                    Err(WriteError::Api { what, source: e })
+                }
+            }
+        }
+    }
+
+    fn record(
+        &self,
+        res: &ApiResource,
+        key: &ObjectKey,
+        based_on: Option<&str>,
+        obj: &DynamicObject,
+    ) {
+        if let Ok(v) = to_value(obj, res) {
+            self.overlay.record_write(key.clone(), based_on, v);
+        }
+    }
+
+    /// Replaces an object (PUT; the body's resourceVersion makes it conditional). Returns the
+    /// written object.
+    pub async fn replace(&self, res: &ApiResource, object: Value) -> Result<Value, WriteError> {
+        let key = key_of(res, &object);
+        let what = format!("update {}", describe(res, &object));
+        let based_on = object.resource_version().map(str::to_owned);
+        let body: DynamicObject =
+            serde_json::from_value(object).map_err(|source| WriteError::Encode {
+                what: what.clone(),
+                source,
+            })?;
+        tracing::info!(%what, "updating");
+        let written = self
+            .api(res, &key.namespace)
+            .replace(&key.name, &PostParams::default(), &body)
+            .await
+            .map_err(|source| WriteError::Api {
+                what: what.clone(),
+                source,
+            })?;
+        self.record(res, &key, based_on.as_deref(), &written);
+        to_value(&written, res).map_err(|source| WriteError::Encode { what, source })
+    }
+
+    /// Replaces the `/status` subresource of `object` (PUT with its resourceVersion).
+    pub async fn replace_status(
+        &self,
+        res: &ApiResource,
+        object: Value,
+    ) -> Result<Value, WriteError> {
+        let key = key_of(res, &object);
+        let what = format!("update status of {}", describe(res, &object));
+        let based_on = object.resource_version().map(str::to_owned);
+        let body: DynamicObject =
+            serde_json::from_value(object).map_err(|source| WriteError::Encode {
+                what: what.clone(),
+                source,
+            })?;
+        let written = self
+            .api(res, &key.namespace)
+            .replace_status(&key.name, &PostParams::default(), &body)
+            .await
+            .map_err(|source| WriteError::Api {
+                what: what.clone(),
+                source,
+            })?;
+        self.record(res, &key, based_on.as_deref(), &written);
+        to_value(&written, res).map_err(|source| WriteError::Encode { what, source })
+    }
+
+    /// Writes `status` into `current`'s `/status` unless it is already equal (semantically).
+    /// Returns the written object, or `None` when nothing was sent.
+    pub async fn write_status(
+        &self,
+        res: &ApiResource,
+        current: &Value,
+        status: Value,
+    ) -> Result<Option<Value>, WriteError> {
+        if current
+            .get("status")
+            .is_some_and(|s| json_equal(s, &status))
+        {
+            return Ok(None);
+        }
+        let mut updated = current.clone();
+        if let Some(map) = updated.as_object_mut() {
+            map.insert("status".into(), status);
+        }
+        self.replace_status(res, updated).await.map(Some)
+    }
+
+    /// Server-side apply of `body` (already an apply body: see
+    /// [`metacontroller_apply::ssa::apply_patch_body`]). `observed` is the current object if
+    /// any: when it already holds everything `body` sets and the same body was sent before,
+    /// nothing is sent (`Ok(None)`).
+    pub async fn apply(
+        &self,
+        res: &ApiResource,
+        owner_uid: &str,
+        observed: Option<&Value>,
+        body: Value,
+    ) -> Result<Option<Value>, WriteError> {
+        let ApplyStrategy::ServerSideApply { field_manager } = &self.strategy else {
+            return Err(WriteError::Unsupported(
+                "server-side apply requested from a dynamic-apply writer".into(),
+            ));
+        };
+        let key = key_of(res, &body);
+        let hash = hash_value(&body);
+        if let Some(observed) = observed {
+            let known = self.applied_hash(&key);
+            if known.is_none_or(|h| h == hash) && contains_all(observed, &body) {
+                self.applied_lock().insert(key, hash);
+                return Ok(None);
+            }
+        }
+        let what = format!("apply {}", describe(res, &body));
+        tracing::info!(%what, "server-side apply");
+        let owner = owner_uid.to_string();
+        if observed.is_none() {
+            self.expectations.expect_creates(&owner, [key.clone()]);
+        }
+        let params = PatchParams::apply(field_manager).force();
+        let result = self
+            .api(res, &key.namespace)
+            .patch(&key.name, &params, &Patch::Apply(&body))
+            .await;
+        match result {
+            Ok(written) => {
+                self.applied_lock().insert(key.clone(), hash);
+                self.record(
+                    res,
+                    &key,
+                    observed.and_then(|o| o.resource_version()),
+                    &written,
+                );
+                Ok(Some(
+                    to_value(&written, res)
+                        .map_err(|source| WriteError::Encode { what, source })?,
+                ))
+            }
+            Err(source) => {
+                if observed.is_none() {
+                    self.expectations.cancel_create(&owner, &key);
+                }
+                Err(WriteError::Api { what, source })
+            }
+        }
+    }
+
+    fn applied_lock(&self) -> std::sync::MutexGuard<'_, HashMap<ObjectKey, u64>> {
+        self.applied.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn applied_hash(&self, key: &ObjectKey) -> Option<u64> {
+        self.applied_lock().get(key).copied()
+    }
+
+    /// Deletes `observed` (uid precondition, background propagation so dependents go too,
+    /// as upstream). A child that is already gone is fine.
+    pub async fn delete(
+        &self,
+        res: &ApiResource,
+        owner_uid: &str,
+        observed: &Value,
+    ) -> Result<(), WriteError> {
+        let key = key_of(res, observed);
+        let what = format!("delete {}", describe(res, observed));
+        let owner = owner_uid.to_string();
+        let dp = DeleteParams {
+            preconditions: Some(Preconditions {
+                uid: observed.uid().map(str::to_owned),
+                resource_version: None,
+            }),
+            ..DeleteParams::background()
+        };
+        tracing::info!(%what, "deleting child");
+        self.expectations.expect_deletes(&owner, [key.clone()]);
+        match self.api(res, &key.namespace).delete(&key.name, &dp).await {
+            Ok(_) => {
+                self.overlay
+                    .record_delete(key.clone(), observed.resource_version());
+                self.applied_lock().remove(&key);
+                Ok(())
+            }
+            Err(e) => {
+                self.expectations.cancel_delete(&owner, &key);
+                if is_not_found(&e) {
+                    Ok(())
+                } else {
+                    Err(WriteError::Api { what, source: e })
+                }
+            }
+        }
+    }
+
+    /// Carries out one planned child action for the parent with uid `owner_uid`.
+    pub async fn execute(
+        &self,
+        res: &ApiResource,
+        owner_uid: &str,
+        action: Action,
+    ) -> Result<(), WriteError> {
+        match action {
+            Action::Create { object, .. } => self.create(res, owner_uid, object).await.map(drop),
+            Action::Update { object, .. } => match self.replace(res, object).await {
+                Err(e) if e.is_not_found() => Ok(()),
+                r => r.map(drop),
+            },
+            Action::Apply {
+                observed, object, ..
+            } => self
+                .apply(res, owner_uid, observed.as_ref(), object)
+                .await
+                .map(drop),
+            Action::Delete { observed, .. } => self.delete(res, owner_uid, &observed).await,
+        }
+    }
+}
+
+/// True if every field `body` sets is already in `observed` (list-maps merged by key, as the
+/// apply engine does): applying it would change nothing.
+pub(crate) fn contains_all(observed: &Value, body: &Value) -> bool {
+    match metacontroller_apply::merge(observed, None, body) {
+        Ok(merged) => !metacontroller_apply::needs_update(observed, &merged),
+        Err(_) => false,
+    }
+}
+
+/// The key of an action's object (for logs and errors).
+pub fn action_key(action: &Action) -> crate::children::ChildKey {
+    match action {
+        Action::Create { object, .. }
+        | Action::Update { object, .. }
+        | Action::Apply { object, .. } => child_key(object),
+        Action::Delete { observed, .. } => child_key(observed),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_compare_by_value() {
+        assert!(json_equal(
+            &json!({"a": 1, "b": [2.0]}),
+            &json!({"b": [2], "a": 1.0})
+        ));
+        assert!(!json_equal(&json!({"a": 1}), &json!({"a": 1, "b": null})));
+        assert!(!json_equal(&json!({"a": "1"}), &json!({"a": 1})));
+    }
+
+    #[test]
+    fn apply_body_contained_in_observed() {
+        let observed = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "a", "namespace": "n", "resourceVersion": "3", "uid": "u",
+                         "labels": {"x": "1", "other": "2"}},
+            "data": {"k": "v", "foreign": "f"}});
+        let same = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "a", "namespace": "n", "labels": {"x": "1"}},
+            "data": {"k": "v"}});
+        assert!(contains_all(&observed, &same));
+        let changed = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "a", "namespace": "n"}, "data": {"k": "w"}});
+        assert!(!contains_all(&observed, &changed));
+    }
+}
