@@ -1,6 +1,6 @@
-//! `metacontroller run`: the controller process. For now it connects, lists the
-//! CompositeControllers and DecoratorControllers it would manage and logs them; the
-//! controller runtime issue fills in the reconcilers.
+//! `metacontroller run`: the controller process. It connects, then runs one reconciler per
+//! CompositeController and per DecoratorController object (selected by
+//! `--target-label-selector`), sharing informers and the hook client between them.
 
 use std::time::Duration;
 
@@ -41,8 +41,10 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
         result = discover_controllers(&client, &args) => result?,
         _ = tokio::signal::ctrl_c() => return Ok(()),
     }
+    let shared = Shared::new(client.clone(), &args)?;
     tokio::select! {
-        result = run_composite(client.clone(), &args) => result?,
+        result = run_composite(shared.clone(), &args) => result?,
+        result = run_decorator(shared, &args) => result?,
         result = tokio::signal::ctrl_c() => result.context("waiting for Ctrl-C")?,
     }
     tracing::info!("shutting down");
@@ -117,68 +119,103 @@ fn log_compat_flags(args: &ControllerArgs) {
     }
 }
 
-/// Watches CompositeControllers (matching --target-label-selector) and keeps one reconciler
-/// running per object: started on add, restarted when the spec changes, stopped on delete.
-/// An invalid spec or unknown resource is logged and the object skipped (no crash).
-async fn run_composite(client: Client, args: &ControllerArgs) -> anyhow::Result<()> {
+/// What every controller of the process shares: one informer per resource (whatever the
+/// number of controllers using it) and one hook client (connection pools, ETag caches).
+#[derive(Clone)]
+struct Shared {
+    client: Client,
+    informers: metacontroller_dynamic::Informers,
+    hooks: metacontroller_hooks::HookClient,
+}
+
+impl Shared {
+    fn new(client: Client, args: &ControllerArgs) -> anyhow::Result<Shared> {
+        let informers = metacontroller_dynamic::Informers::new(
+            client.clone(),
+            metacontroller_dynamic::InformerConfig {
+                flush_interval: Some(args.cache_flush_interval).filter(|d| !d.is_zero()),
+            },
+        );
+        let hooks = metacontroller_hooks::HookClient::new(Default::default())
+            .context("building the hook client")?;
+        Ok(Shared {
+            client,
+            informers,
+            hooks,
+        })
+    }
+}
+
+/// Watches controller objects of kind `T` (matching --target-label-selector) and keeps one
+/// reconciler running per object: started on add, restarted when the spec changes, stopped
+/// on delete. An invalid spec or unknown resource is logged and the object skipped (no
+/// crash). `spec_of` gives the part whose change restarts the reconciler.
+async fn run_controllers<T, H, Start, Stop, StopFut>(
+    shared: &Shared,
+    args: &ControllerArgs,
+    spec_of: fn(&T) -> serde_json::Value,
+    start: Start,
+    stop: Stop,
+) -> anyhow::Result<()>
+where
+    T: kube::Resource<DynamicType = ()>
+        + Clone
+        + k8s_openapi::serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + 'static,
+    Start: Fn(T, &metacontroller_dynamic::ResourceMap) -> Result<H, String>,
+    Stop: Fn(H) -> StopFut,
+    StopFut: std::future::Future<Output = ()>,
+{
     use futures::StreamExt;
     use kube::runtime::{watcher, WatchStreamExt};
-    use metacontroller_api::composite::CompositeController;
     use std::collections::HashMap;
 
-    let informers = metacontroller_dynamic::Informers::new(
-        client.clone(),
-        metacontroller_dynamic::InformerConfig {
-            flush_interval: Some(args.cache_flush_interval).filter(|d| !d.is_zero()),
-        },
-    );
-    let hooks = metacontroller_hooks::HookClient::new(Default::default())
-        .context("building the hook client")?;
+    let kind = T::kind(&());
     let mut config = watcher::Config::default();
     let selector = args.target_label_selector.trim();
     if !selector.is_empty() {
         config = config.labels(selector);
     }
-    let api: Api<CompositeController> = Api::all(client.clone());
+    let api: Api<T> = Api::all(shared.client.clone());
     let stream = watcher(api, config).default_backoff();
     let mut stream = std::pin::pin!(stream);
-    let mut running: HashMap<
-        String,
-        (
-            serde_json::Value,
-            metacontroller_controllers::composite::CompositeHandle,
-        ),
-    > = HashMap::new();
+    let mut running: HashMap<String, (serde_json::Value, H)> = HashMap::new();
     let mut resources = metacontroller_dynamic::ResourceMap::new();
     while let Some(event) = stream.next().await {
-        let cc = match event {
-            Ok(watcher::Event::Apply(cc)) | Ok(watcher::Event::InitApply(cc)) => cc,
-            Ok(watcher::Event::Delete(cc)) => {
-                if let Some((_, handle)) = cc.metadata.name.as_ref().and_then(|n| running.remove(n))
+        let obj = match event {
+            Ok(watcher::Event::Apply(obj)) | Ok(watcher::Event::InitApply(obj)) => obj,
+            Ok(watcher::Event::Delete(obj)) => {
+                if let Some((name, (_, handle))) = obj
+                    .meta()
+                    .name
+                    .as_ref()
+                    .and_then(|n| running.remove_entry(n))
                 {
-                    tracing::info!(name = ?cc.metadata.name, "stopping CompositeController");
-                    handle.stop().await;
+                    tracing::info!(%kind, %name, "stopping controller");
+                    stop(handle).await;
                 }
                 continue;
             }
             Ok(_) => continue,
             Err(err) => {
-                tracing::warn!(error = %err, "watching CompositeControllers");
+                tracing::warn!(%kind, error = %err, "watching controllers");
                 continue;
             }
         };
-        let Some(name) = cc.metadata.name.clone() else {
+        let Some(name) = obj.meta().name.clone() else {
             continue;
         };
-        let spec = serde_json::to_value(&cc.spec).unwrap_or_default();
+        let spec = spec_of(&obj);
         if running.get(&name).is_some_and(|(s, _)| *s == spec) {
             continue;
         }
         if let Some((_, handle)) = running.remove(&name) {
-            handle.stop().await;
+            stop(handle).await;
         }
         // Discovery on every (re)start so CRDs installed since are found.
-        match metacontroller_dynamic::discover(&client, &resources).await {
+        match metacontroller_dynamic::discover(&shared.client, &resources).await {
             Ok(found) => {
                 if let Some((map, _)) = found.update {
                     resources = map;
@@ -186,22 +223,63 @@ async fn run_composite(client: Client, args: &ControllerArgs) -> anyhow::Result<
             }
             Err(err) => tracing::warn!(error = %err, "discovery failed; using the previous result"),
         }
-        match metacontroller_controllers::composite::start(
-            cc,
-            client.clone(),
-            &informers,
-            &resources,
-            hooks.clone(),
-            composite_options(args),
-        ) {
+        match start(obj, &resources) {
             Ok(handle) => {
-                tracing::info!(%name, "started CompositeController");
+                tracing::info!(%kind, %name, "started controller");
                 running.insert(name, (spec, handle));
             }
-            Err(err) => tracing::error!(%name, error = %err, "cannot start CompositeController"),
+            Err(err) => tracing::error!(%kind, %name, error = %err, "cannot start controller"),
         }
     }
     Ok(())
+}
+
+/// Runs one CompositeController reconciler per CompositeController object.
+async fn run_composite(shared: Shared, args: &ControllerArgs) -> anyhow::Result<()> {
+    use metacontroller_api::composite::CompositeController;
+    use metacontroller_controllers::composite;
+    run_controllers(
+        &shared,
+        args,
+        |cc: &CompositeController| serde_json::to_value(&cc.spec).unwrap_or_default(),
+        |cc, resources| {
+            composite::start(
+                cc,
+                shared.client.clone(),
+                &shared.informers,
+                resources,
+                shared.hooks.clone(),
+                composite_options(args),
+            )
+            .map_err(|e| e.to_string())
+        },
+        composite::CompositeHandle::stop,
+    )
+    .await
+}
+
+/// Runs one DecoratorController reconciler per DecoratorController object.
+async fn run_decorator(shared: Shared, args: &ControllerArgs) -> anyhow::Result<()> {
+    use metacontroller_api::decorator::DecoratorController;
+    use metacontroller_controllers::decorator;
+    run_controllers(
+        &shared,
+        args,
+        |dc: &DecoratorController| serde_json::to_value(&dc.spec).unwrap_or_default(),
+        |dc, resources| {
+            decorator::start(
+                dc,
+                shared.client.clone(),
+                &shared.informers,
+                resources,
+                shared.hooks.clone(),
+                composite_options(args),
+            )
+            .map_err(|e| e.to_string())
+        },
+        decorator::DecoratorHandle::stop,
+    )
+    .await
 }
 
 /// The per-controller options from the command line.
