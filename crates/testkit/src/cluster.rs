@@ -1,0 +1,221 @@
+//! The API server a test talks to: embedded in-process, or a real cluster.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use embedded_apiserver::{ApiServer, ApiServerHandle, Control};
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, PostParams};
+use kube::core::DynamicObject;
+use serde_json::{json, Value};
+
+use crate::poll::{eventually, unique_name};
+
+/// Set to a kubeconfig path to run the e2e suites against a real cluster instead of the
+/// embedded API server.
+pub const E2E_KUBECONFIG_ENV: &str = "METACONTROLLER_E2E_KUBECONFIG";
+
+/// A Kubernetes API for one test. Dropping it stops the embedded server (a real cluster is
+/// left alone; tests use unique names so leftovers do not collide).
+pub struct TestCluster {
+    client: kube::Client,
+    kubeconfig_path: PathBuf,
+    server: Option<ApiServerHandle>,
+}
+
+impl TestCluster {
+    /// The real cluster named by `METACONTROLLER_E2E_KUBECONFIG`, else a fresh embedded API
+    /// server on a random loopback port. Panics (it is test code) when neither works.
+    pub async fn start() -> Self {
+        match std::env::var(E2E_KUBECONFIG_ENV) {
+            Ok(path) if !path.trim().is_empty() => Self::real(PathBuf::from(path)).await,
+            _ => Self::embedded().await,
+        }
+    }
+
+    /// Always the embedded API server (for tests that need its counters or faults).
+    pub async fn embedded() -> Self {
+        let server = ApiServer::start(Default::default())
+            .await
+            .expect("starting the embedded API server");
+        let kubeconfig_path =
+            std::env::temp_dir().join(format!("{}.kubeconfig", unique_name("testkit")));
+        server
+            .write_kubeconfig(&kubeconfig_path)
+            .expect("writing the embedded kubeconfig");
+        let client = client_from_yaml(&server.kubeconfig_yaml()).await;
+        TestCluster {
+            client,
+            kubeconfig_path,
+            server: Some(server),
+        }
+    }
+
+    async fn real(path: PathBuf) -> Self {
+        let kubeconfig = kube::config::Kubeconfig::read_from(&path)
+            .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+        let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+            .await
+            .unwrap_or_else(|e| panic!("using {}: {e}", path.display()));
+        let client = kube::Client::try_from(config).expect("building the client");
+        TestCluster {
+            client,
+            kubeconfig_path: path,
+            server: None,
+        }
+    }
+
+    /// A client for the cluster.
+    pub fn client(&self) -> kube::Client {
+        self.client.clone()
+    }
+
+    /// A kubeconfig file for the cluster (for kubectl or the `metacontroller` binary).
+    pub fn kubeconfig_path(&self) -> &std::path::Path {
+        &self.kubeconfig_path
+    }
+
+    /// Request counters and fault injection; `None` on a real cluster.
+    pub fn control(&self) -> Option<Control> {
+        self.server.as_ref().map(ApiServerHandle::control)
+    }
+
+    /// Whether this is the embedded API server.
+    pub fn is_embedded(&self) -> bool {
+        self.server.is_some()
+    }
+
+    /// Write requests served so far (create, update, patch, delete); `None` on a real cluster.
+    pub fn writes(&self) -> Option<u64> {
+        self.control().map(|c| c.writes())
+    }
+
+    /// Creates a namespace `prefix-<unique>` and returns its name.
+    pub async fn create_namespace(&self, prefix: &str) -> String {
+        let name = unique_name(prefix);
+        let ns: Namespace =
+            serde_json::from_value(json!({"metadata": {"name": name}})).expect("namespace");
+        Api::<Namespace>::all(self.client())
+            .create(&PostParams::default(), &ns)
+            .await
+            .unwrap_or_else(|e| panic!("creating namespace {name}: {e}"));
+        name
+    }
+
+    /// Creates `crd` (JSON) unless it exists, then waits until it is Established and its
+    /// resource is listed by discovery.
+    pub async fn install_crd(&self, crd: &Value) {
+        let crd: CustomResourceDefinition =
+            serde_json::from_value(crd.clone()).expect("a valid CRD");
+        let name = crd.metadata.name.clone().unwrap_or_default();
+        let group = crd.spec.group.clone();
+        let plural = crd.spec.names.plural.clone();
+        let versions: Vec<String> = crd
+            .spec
+            .versions
+            .iter()
+            .filter(|v| v.served)
+            .map(|v| v.name.clone())
+            .collect();
+        let api = Api::<CustomResourceDefinition>::all(self.client());
+        match api.create(&PostParams::default(), &crd).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 409 => {}
+            Err(e) => panic!("creating CRD {name}: {e}"),
+        }
+        eventually(&format!("CRD {name} Established"), || {
+            let api = api.clone();
+            let name = name.clone();
+            async move {
+                let Ok(crd) = api.get(&name).await else {
+                    return false;
+                };
+                crd.status
+                    .and_then(|s| s.conditions)
+                    .unwrap_or_default()
+                    .iter()
+                    .any(|c| c.type_ == "Established" && c.status == "True")
+            }
+        })
+        .await;
+        for version in versions {
+            let gv = format!("{group}/{version}");
+            eventually(&format!("{plural} served at {gv}"), || {
+                let client = self.client();
+                let gv = gv.clone();
+                let plural = plural.clone();
+                async move {
+                    client
+                        .list_api_group_resources(&gv)
+                        .await
+                        .is_ok_and(|list| list.resources.iter().any(|r| r.name == plural))
+                }
+            })
+            .await;
+        }
+    }
+
+    /// Installs the CompositeController, DecoratorController and ControllerRevision CRDs.
+    pub async fn install_metacontroller_crds(&self) {
+        for crd in metacontroller_api::crds::all() {
+            self.install_crd(&crd).await;
+        }
+    }
+
+    /// Gives up to `timeout` for in-flight writes to settle: returns once the write counter
+    /// has not moved for `quiet`. `None` on a real cluster.
+    pub async fn settle(&self, quiet: Duration, timeout: Duration) -> Option<u64> {
+        let control = self.control()?;
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut last = control.writes();
+        let mut since = tokio::time::Instant::now();
+        while tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(25)).await;
+            let now = control.writes();
+            if now != last {
+                last = now;
+                since = tokio::time::Instant::now();
+            } else if since.elapsed() >= quiet {
+                break;
+            }
+        }
+        Some(last)
+    }
+}
+
+impl Drop for TestCluster {
+    fn drop(&mut self) {
+        if self.server.is_some() {
+            let _ = std::fs::remove_file(&self.kubeconfig_path);
+        }
+    }
+}
+
+async fn client_from_yaml(yaml: &str) -> kube::Client {
+    let kubeconfig = kube::config::Kubeconfig::from_yaml(yaml).expect("kubeconfig YAML");
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .expect("kubeconfig");
+    kube::Client::try_from(config).expect("client")
+}
+
+/// An `Api<DynamicObject>` for `plural` of `kind` at `api_version` (`v1` or `group/version`),
+/// namespaced when `namespace` is given.
+pub fn dynamic_api(
+    client: kube::Client,
+    api_version: &str,
+    kind: &str,
+    plural: &str,
+    namespace: Option<&str>,
+) -> Api<DynamicObject> {
+    let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+    let resource = kube::discovery::ApiResource::from_gvk_with_plural(
+        &kube::api::GroupVersionKind::gvk(group, version, kind),
+        plural,
+    );
+    match namespace {
+        Some(ns) => Api::namespaced_with(client, ns, &resource),
+        None => Api::all_with(client, &resource),
+    }
+}

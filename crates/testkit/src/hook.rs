@@ -1,0 +1,186 @@
+//! A hook server a test can reprogram while the controller calls it.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::http::{Request, StatusCode};
+use axum::response::Response;
+use serde_json::Value;
+
+/// What the hook server answers to one call.
+#[derive(Clone, Debug)]
+pub struct HookReply {
+    status: u16,
+    body: Vec<u8>,
+    delay: Option<Duration>,
+}
+
+impl HookReply {
+    /// 200 with `body` as JSON.
+    pub fn json(body: Value) -> Self {
+        HookReply {
+            status: 200,
+            body: body.to_string().into_bytes(),
+            delay: None,
+        }
+    }
+
+    /// `status` with a plain-text body.
+    pub fn status(status: u16, body: &str) -> Self {
+        HookReply {
+            status,
+            body: body.as_bytes().to_vec(),
+            delay: None,
+        }
+    }
+
+    /// 200 with these exact bytes (e.g. invalid JSON).
+    pub fn raw(body: &str) -> Self {
+        HookReply::status(200, body)
+    }
+
+    /// The same reply after `delay` (to make the controller's hook timeout fire).
+    pub fn delayed(mut self, delay: Duration) -> Self {
+        self.delay = Some(delay);
+        self
+    }
+}
+
+/// One request the hook server received.
+#[derive(Clone, Debug)]
+pub struct HookCall {
+    /// Request path, e.g. `/sync`.
+    pub path: String,
+    /// The body as JSON (`Value::Null` when it was not JSON).
+    pub body: Value,
+}
+
+type Handler = Arc<dyn Fn(&str, &Value) -> HookReply + Send + Sync>;
+
+struct State {
+    handler: RwLock<Handler>,
+    calls: Mutex<Vec<HookCall>>,
+}
+
+/// An HTTP server on 127.0.0.1 answering every POST with the current handler, given the
+/// request path and JSON body. Stops when dropped.
+pub struct HookServer {
+    addr: SocketAddr,
+    state: Arc<State>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl HookServer {
+    /// Starts serving `handler` on a random port.
+    pub async fn start(
+        handler: impl Fn(&str, &Value) -> HookReply + Send + Sync + 'static,
+    ) -> Self {
+        let state = Arc::new(State {
+            handler: RwLock::new(Arc::new(handler)),
+            calls: Mutex::new(Vec::new()),
+        });
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("binding the hook server");
+        let addr = listener.local_addr().expect("hook server address");
+        let app = axum::Router::new().fallback({
+            let state = state.clone();
+            move |request: Request<Body>| serve(state.clone(), request)
+        });
+        let task = tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        HookServer { addr, state, task }
+    }
+
+    /// `http://127.0.0.1:<port><path>`.
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{}", self.addr, path)
+    }
+
+    /// The address the server listens on.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Replaces the handler for the calls that follow.
+    pub fn set_handler(&self, handler: impl Fn(&str, &Value) -> HookReply + Send + Sync + 'static) {
+        *self
+            .state
+            .handler
+            .write()
+            .unwrap_or_else(|e| e.into_inner()) = Arc::new(handler);
+    }
+
+    /// Calls received on `path` so far.
+    pub fn calls(&self, path: &str) -> usize {
+        self.lock_calls().iter().filter(|c| c.path == path).count()
+    }
+
+    /// Request bodies received on `path`, oldest first.
+    pub fn requests(&self, path: &str) -> Vec<Value> {
+        self.lock_calls()
+            .iter()
+            .filter(|c| c.path == path)
+            .map(|c| c.body.clone())
+            .collect()
+    }
+
+    /// The newest request body received on `path`.
+    pub fn last_request(&self, path: &str) -> Option<Value> {
+        self.lock_calls()
+            .iter()
+            .rev()
+            .find(|c| c.path == path)
+            .map(|c| c.body.clone())
+    }
+
+    /// Every call so far, oldest first.
+    pub fn all_calls(&self) -> Vec<HookCall> {
+        self.lock_calls().clone()
+    }
+
+    /// Forgets the calls received so far.
+    pub fn clear_calls(&self) {
+        self.lock_calls().clear();
+    }
+
+    fn lock_calls(&self) -> std::sync::MutexGuard<'_, Vec<HookCall>> {
+        self.state.calls.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl Drop for HookServer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+async fn serve(state: Arc<State>, request: Request<Body>) -> Response {
+    let path = request.uri().path().to_string();
+    let bytes: Bytes = axum::body::to_bytes(request.into_body(), 64 << 20)
+        .await
+        .unwrap_or_default();
+    let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+    let handler = state
+        .handler
+        .read()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone();
+    let reply = handler(&path, &body);
+    state
+        .calls
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push(HookCall { path, body });
+    if let Some(delay) = reply.delay {
+        tokio::time::sleep(delay).await;
+    }
+    Response::builder()
+        .status(StatusCode::from_u16(reply.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR))
+        .header("content-type", "application/json")
+        .body(Body::from(reply.body))
+        .unwrap_or_default()
+}

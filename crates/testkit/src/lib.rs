@@ -1,0 +1,24 @@
+//! `metacontroller-testkit`: what every end-to-end test of this workspace needs.
+//!
+//! - [`TestCluster`]: a Kubernetes API to test against — the embedded API server started
+//!   in-process, or a real cluster when `METACONTROLLER_E2E_KUBECONFIG` names a kubeconfig
+//!   file. Request counters and fault injection ([`TestCluster::control`]) exist only for the
+//!   embedded server, so tests skip those assertions on a real cluster.
+//! - [`HookServer`]: a real HTTP hook server on 127.0.0.1 whose behaviour a test can switch
+//!   while it runs (answer JSON, fail with a status, time out, send garbage).
+//! - [`eventually`]: poll a condition until a deadline instead of sleeping.
+//! - [`crd`] / [`CrdBuilder`]: small CRDs for parents and children.
+//!
+//! Every test must be able to run in parallel with the others against the same real cluster,
+//! so names come from [`unique_name`] and each test creates its own namespace.
+
+mod cluster;
+mod crd;
+mod hook;
+mod poll;
+
+pub use cluster::{dynamic_api, TestCluster, E2E_KUBECONFIG_ENV};
+pub use crd::{crd, CrdBuilder};
+pub use embedded_apiserver::{Control, Fault, FaultAction};
+pub use hook::{HookCall, HookReply, HookServer};
+pub use poll::{eventually, eventually_within, unique_name, DEFAULT_TIMEOUT};
