@@ -11,6 +11,8 @@ use std::collections::BTreeMap;
 
 use serde_json::{Map, Value};
 
+use crate::writer::json_equal;
+
 /// Finalizers the garbage collector acts on: while one is present the GC deletes or
 /// orphans dependents itself, so managing attachments would fight it.
 const GC_FINALIZERS: [&str; 2] = ["foregroundDeletion", "orphan"];
@@ -204,8 +206,13 @@ pub fn apply_response(
             }
         }
         if let Some(status) = status {
-            if root.get("status").and_then(Value::as_object) != Some(status) {
-                root.insert("status".into(), Value::Object(status.clone()));
+            let status = Value::Object(status.clone());
+            // Semantic equality: the API server may re-encode numbers (1.0 → 1).
+            if !root
+                .get("status")
+                .is_some_and(|current| json_equal(current, &status))
+            {
+                root.insert("status".into(), status);
                 status_changed = true;
             }
         }
@@ -364,6 +371,11 @@ mod tests {
         let new = json!({"new": 1});
         let u = apply_response(&t, None, None, new.as_object(), None);
         assert!(u.status_changed && !u.metadata_changed);
+        // Numbers compare by value, as the API server re-encodes them.
+        let mut float = target(json!({}));
+        float["status"] = json!({"n": 1});
+        let same = json!({"n": 1.0});
+        assert!(apply_response(&float, None, None, same.as_object(), None).is_noop());
         assert_eq!(u.object["status"], json!({"new": 1}));
         // An empty status replaces a missing one (a hook may use it as a marker).
         let bare = target(json!({}));
