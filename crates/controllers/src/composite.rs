@@ -1,24 +1,46 @@
-//! The CompositeController reconciler for one controller object: parent and child
-//! informers feed a work queue of parent keys; a sync reads the parent and its owned
-//! children from the cache, calls the sync hook, writes the child changes and the parent
-//! status (only what changed), and schedules resyncs.
+//! The CompositeController reconciler for one controller object, following upstream
+//! Metacontroller's `parentController`:
 //!
-//! Not yet here: customize hook / related objects, finalize hook, claim/adopt by selector,
-//! Events, expectations/overlay, server-side apply.
+//! - **Events → keys.** Parent events queue the parent (skipped when the parent neither
+//!   matches `parentResource.labelSelector` nor carries our finalizer, and — with
+//!   `ignoreStatusChanges` — when only the status changed). Child events queue the parent
+//!   named by the child's controller ownerReference; an orphan's events queue every parent
+//!   whose selector matches it (so it can be adopted). Watch events are served before bulk
+//!   (relist / resync) keys.
+//! - **Sync.** Read the parent (cache + own-writes overlay); add or remove the
+//!   `metacontroller.io/compositecontroller-<name>` finalizer depending on whether a finalize
+//!   hook exists; wait while our creates/deletes are unconfirmed; claim children (owned and
+//!   matching → child; matching orphan → adopt after re-reading it from the API server; owned
+//!   but no longer matching → release); call the sync hook, or the finalize hook
+//!   (`finalizing: true`) while the parent is being deleted; write children per update
+//!   strategy; remove the finalizer once the finalize hook says `finalized`; write the status
+//!   (with `observedGeneration`) only when it changed; schedule `resyncAfterSeconds` and
+//!   `resyncPeriodSeconds`.
+//! - **Failures** are values: a failed sync is requeued with backoff; a 409 Conflict aborts
+//!   the sync (the next one recomputes from fresher state).
+//!
+//! Rolling update methods (`RollingRecreate`, `RollingInPlace`) act like their non-rolling
+//! variants (no ControllerRevisions, no status-check gating). Customize hook / related
+//! objects and Events are added by other modules.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use kube::core::DynamicObject;
 use metacontroller_api::composite::CompositeController;
+use metacontroller_api::hook::Hook;
 use metacontroller_api::wire::{CompositeHookRequest, CompositeHookResponse};
 use metacontroller_dynamic::{
-    ApiResource, HandlerId, Informer, Informers, Lease, NamespacedName, Origin, Priority,
-    ResourceId, ResourceMap, WorkQueue,
+    ApiResource, Change, HandlerId, Informer, Informers, Lease, NamespacedName, ObjectKey,
+    ObjectMetaAccess, Origin, Priority, ResourceId, ResourceMap, Selector, WorkQueue,
+    CONTROLLER_UID_LABEL,
 };
-use metacontroller_hooks::{CallContext, HookClient};
-use serde_json::Value;
+use metacontroller_hooks::{CallContext, HookClient, HookError};
+use serde_json::{json, Value};
 
 use crate::children::{self, ChildType, ParentRef};
+use crate::claim::{self, Claim, Claimant};
 use crate::writer::{to_value, ApplyStrategy, WriteError, Writer};
 
 /// Why a controller could not start.
@@ -30,23 +52,71 @@ pub enum StartError {
     /// A resource named by the spec is not served.
     #[error("{0} is not served by the API server")]
     UnknownResource(String),
+    /// The parent resource has no `/status` subresource (upstream refuses such parents).
+    #[error("[{controller}] Sync error - ignoring, parent resource {gvk} does not have subresource 'Status' enabled")]
+    NoStatusSubresource {
+        /// The CompositeController's name.
+        controller: String,
+        /// `group/version, Kind=kind` of the parent.
+        gvk: String,
+    },
 }
 
 /// Why one sync failed (the key is requeued with backoff).
 #[derive(Debug, thiserror::Error)]
 pub enum SyncError {
     /// The hook failed.
-    #[error("sync hook: {0}")]
-    Hook(#[from] metacontroller_hooks::HookError),
+    #[error("{hook} hook: {source}")]
+    Hook {
+        /// `sync` or `finalize`.
+        hook: &'static str,
+        /// The error.
+        source: HookError,
+    },
     /// The hook's children were refused.
     #[error("invalid sync hook response: {0}")]
     Children(#[from] children::ChildError),
+    /// The parent's selector is unusable, or a desired child does not match it.
+    #[error("{0}")]
+    Selector(String),
     /// An API request failed.
     #[error(transparent)]
     Write(#[from] WriteError),
+    /// Several child writes failed (the others were done).
+    #[error("can't reconcile children: {}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
+    Writes(Vec<WriteError>),
     /// An object could not be converted.
     #[error("{0}")]
     Encode(#[from] serde_json::Error),
+}
+
+impl SyncError {
+    /// True when the failure is a 409 Conflict (stale data).
+    pub fn is_conflict(&self) -> bool {
+        match self {
+            SyncError::Write(e) => e.is_conflict(),
+            SyncError::Writes(es) => es.iter().any(WriteError::is_conflict),
+            _ => false,
+        }
+    }
+}
+
+/// How a controller runs.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Concurrent syncs (`--workers`); at least one runs.
+    pub workers: usize,
+    /// How children are written (`--apply-strategy`).
+    pub apply_strategy: ApplyStrategy,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            workers: 5,
+            apply_strategy: ApplyStrategy::DynamicApply,
+        }
+    }
 }
 
 struct Child {
@@ -54,6 +124,155 @@ struct Child {
     resource: Arc<ApiResource>,
     informer: Lease<ResourceId, Informer>,
     handler: HandlerId,
+}
+
+/// Maps informer events to parent keys (shared by the handlers).
+struct Mapper {
+    parents: Arc<Informer>,
+    parent_resource: Arc<ApiResource>,
+    parent_selector: Selector,
+    finalizer: String,
+    generate_selector: bool,
+    ignore_status_changes: bool,
+    queue: WorkQueue<NamespacedName>,
+}
+
+fn priority(origin: Origin) -> Priority {
+    match origin {
+        Origin::Watch => Priority::Event,
+        Origin::Relist => Priority::Bulk,
+    }
+}
+
+fn has_finalizer(obj: &DynamicObject, name: &str) -> bool {
+    obj.metadata.finalizers.iter().flatten().any(|f| f == name)
+}
+
+fn value_has_finalizer(obj: &Value, name: &str) -> bool {
+    obj.pointer("/metadata/finalizers")
+        .and_then(Value::as_array)
+        .is_some_and(|fs| fs.iter().any(|f| f.as_str() == Some(name)))
+}
+
+fn value_labels(obj: &Value) -> serde_json::Map<String, Value> {
+    obj.pointer("/metadata/labels")
+        .and_then(Value::as_object)
+        .cloned()
+        .unwrap_or_default()
+}
+
+fn is_deleting(obj: &Value) -> bool {
+    obj.pointer("/metadata/deletionTimestamp")
+        .is_some_and(|v| !v.is_null())
+}
+
+/// The selector of a parent's children (upstream `makeSelector`).
+fn parent_child_selector(parent: &Value, generate: bool) -> Result<Selector, SyncError> {
+    Selector::for_composite_parent(parent, generate, &Default::default())
+        .map_err(|e| SyncError::Selector(format!("can't make the child selector: {e}")))
+}
+
+impl Mapper {
+    /// Parents that neither match `parentResource.labelSelector` nor carry our finalizer are
+    /// not ours.
+    fn interested(&self, parent: &DynamicObject) -> bool {
+        let empty = Default::default();
+        let labels = parent.metadata.labels.as_ref().unwrap_or(&empty);
+        has_finalizer(parent, &self.finalizer) || self.parent_selector.matches(labels)
+    }
+
+    fn on_parent(&self, change: &Change<DynamicObject>, origin: Origin) {
+        let obj = match change {
+            Change::Deleted(_) => return,
+            Change::Added(new) => new,
+            Change::Updated { old, new } => {
+                if self.ignore_status_changes
+                    && origin == Origin::Watch
+                    && old.metadata.generation == new.metadata.generation
+                    && old.metadata.labels == new.metadata.labels
+                    && old.metadata.annotations == new.metadata.annotations
+                    && new.metadata.deletion_timestamp.is_none()
+                {
+                    return;
+                }
+                new
+            }
+        };
+        if !self.interested(obj) {
+            return;
+        }
+        if let Some(key) = NamespacedName::of(obj.as_ref()) {
+            self.queue.add(key, priority(origin));
+        }
+    }
+
+    fn on_child(&self, change: &Change<DynamicObject>, origin: Origin) {
+        if let Change::Updated { old, new } = change {
+            // A relist replays unchanged objects: parents have their own resync.
+            if old.metadata.resource_version == new.metadata.resource_version {
+                return;
+            }
+        }
+        let obj = change.object();
+        let child_deleting =
+            matches!(change, Change::Deleted(_)) || obj.metadata.deletion_timestamp.is_some();
+        let owner = obj
+            .metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .find(|r| r.controller == Some(true));
+        let namespace = obj.metadata.namespace.clone().unwrap_or_default();
+        if let Some(owner) = owner {
+            let group = owner.api_version.rsplit_once('/').map_or("", |(g, _)| g);
+            if owner.kind != self.parent_resource.kind || group != self.parent_resource.group {
+                return;
+            }
+            let parent_ns = if self.parent_resource.namespaced {
+                namespace
+            } else {
+                String::new()
+            };
+            let key = NamespacedName::new(parent_ns, owner.name.clone());
+            let Some(parent) = self.parents.get(&key) else {
+                return;
+            };
+            if parent.metadata.uid.as_deref() != Some(owner.uid.as_str())
+                || !self.interested(&parent)
+            {
+                return;
+            }
+            self.queue.add(key, priority(origin));
+            return;
+        }
+        // An orphan: we never adopt orphans that are being deleted.
+        if child_deleting {
+            return;
+        }
+        let candidates = if self.parent_resource.namespaced {
+            self.parents.list_namespace(&namespace)
+        } else {
+            self.parents.list()
+        };
+        let empty = Default::default();
+        let labels = obj.metadata.labels.as_ref().unwrap_or(&empty);
+        for parent in candidates {
+            if !self.interested(&parent) {
+                continue;
+            }
+            let Ok(value) = serde_json::to_value(parent.as_ref()) else {
+                continue;
+            };
+            let Ok(selector) = parent_child_selector(&value, self.generate_selector) else {
+                continue;
+            };
+            if selector.matches(labels) {
+                if let Some(key) = NamespacedName::of(parent.as_ref()) {
+                    self.queue.add(key, priority(origin));
+                }
+            }
+        }
+    }
 }
 
 struct Inner {
@@ -64,6 +283,9 @@ struct Inner {
     parent: Lease<ResourceId, Informer>,
     parent_handler: HandlerId,
     children: Vec<Child>,
+    /// `apiVersion/plural` → index in `children`.
+    child_index: HashMap<String, usize>,
+    mapper: Arc<Mapper>,
     queue: WorkQueue<NamespacedName>,
 }
 
@@ -98,31 +320,6 @@ impl Drop for CompositeHandle {
     }
 }
 
-fn priority(origin: Origin) -> Priority {
-    match origin {
-        Origin::Watch => Priority::Event,
-        Origin::Relist => Priority::Bulk,
-    }
-}
-
-/// How a controller runs.
-#[derive(Debug, Clone)]
-pub struct Options {
-    /// Concurrent syncs (`--workers`); at least one runs.
-    pub workers: usize,
-    /// How children are written (`--apply-strategy`).
-    pub apply_strategy: ApplyStrategy,
-}
-
-impl Default for Options {
-    fn default() -> Self {
-        Options {
-            workers: 5,
-            apply_strategy: ApplyStrategy::DynamicApply,
-        }
-    }
-}
-
 /// Starts the reconciler of `controller`. Must run inside tokio.
 pub fn start(
     controller: CompositeController,
@@ -132,11 +329,10 @@ pub fn start(
     hooks: HookClient,
     options: Options,
 ) -> Result<CompositeHandle, StartError> {
-    let workers = options.workers.max(1);
-    let writer = Arc::new(Writer::new(client, options.apply_strategy));
     controller
         .validate()
         .map_err(|e| StartError::Invalid(e.to_string()))?;
+    let workers = options.workers.max(1);
     let name = controller.metadata.name.clone().unwrap_or_default();
     let spec = &controller.spec;
     let lookup = |api_version: &str, resource: &str| {
@@ -149,6 +345,18 @@ pub fn start(
         &spec.parent_resource.api_version,
         &spec.parent_resource.resource,
     )?;
+    if !parent_resource.has_subresource("status") {
+        return Err(StartError::NoStatusSubresource {
+            controller: name,
+            gvk: format!(
+                "{}, Kind={}",
+                parent_resource.api_version, parent_resource.kind
+            ),
+        });
+    }
+    let parent_selector =
+        Selector::from_label_selector_or_everything(spec.parent_resource.label_selector.as_ref())
+            .map_err(|e| StartError::Invalid(format!("spec.parentResource.labelSelector: {e}")))?;
     let mut child_resources = Vec::new();
     for rule in &spec.child_resources {
         let resource = lookup(&rule.api_version, &rule.resource)?;
@@ -163,52 +371,48 @@ pub fn start(
             resource,
         ));
     }
+    let writer = Arc::new(Writer::new(client, options.apply_strategy));
     let queue = WorkQueue::new(format!("composite-{name}"));
 
     let parent = informers.lease(&parent_resource);
+    let mapper = Arc::new(Mapper {
+        parents: parent.value().clone(),
+        parent_resource: parent_resource.clone(),
+        parent_selector,
+        finalizer: controller.finalizer_name(),
+        generate_selector: spec.generate_selector == Some(true),
+        ignore_status_changes: spec.parent_resource.ignore_status_changes == Some(true),
+        queue: queue.clone(),
+    });
     let parent_handler = {
-        let queue = queue.clone();
         let writer = writer.clone();
+        let mapper = mapper.clone();
         let res = parent_resource.clone();
         parent.add_handler(Arc::new(move |change, origin| {
             writer.observe(&res, change);
-            if let Some(key) = NamespacedName::of(change.object().as_ref()) {
-                queue.add(key, priority(origin));
+            if let Change::Deleted(obj) = change {
+                if let Some(uid) = obj.metadata.uid.as_ref() {
+                    writer.expectations().forget(uid);
+                }
             }
+            mapper.on_parent(change, origin);
         }))
     };
     let mut children = Vec::new();
+    let mut child_index = HashMap::new();
     for (kind, resource) in child_resources {
         let informer = informers.lease(&resource);
-        let queue = queue.clone();
-        let parent_api_version = parent_resource.api_version.clone();
-        let parent_kind = parent_resource.kind.clone();
-        let parent_namespaced = parent_resource.namespaced;
         let writer = writer.clone();
+        let mapper = mapper.clone();
         let res = resource.clone();
         let handler = informer.add_handler(Arc::new(move |change, origin| {
             writer.observe(&res, change);
-            let obj = change.object();
-            let owner = obj
-                .metadata
-                .owner_references
-                .iter()
-                .flatten()
-                .find(|r| r.controller == Some(true));
-            let Some(owner) = owner else { return };
-            if owner.kind != parent_kind || owner.api_version != parent_api_version {
-                return;
-            }
-            let namespace = if parent_namespaced {
-                obj.metadata.namespace.clone().unwrap_or_default()
-            } else {
-                String::new()
-            };
-            queue.add(
-                NamespacedName::new(namespace, owner.name.clone()),
-                priority(origin),
-            );
+            mapper.on_child(change, origin);
         }));
+        child_index.insert(
+            format!("{}/{}", resource.api_version, resource.name),
+            children.len(),
+        );
         children.push(Child {
             kind,
             resource,
@@ -224,6 +428,8 @@ pub fn start(
         parent,
         parent_handler,
         children,
+        child_index,
+        mapper,
         queue: queue.clone(),
     });
     let run_queue = queue.clone();
@@ -243,44 +449,219 @@ pub fn start(
     Ok(CompositeHandle { queue, task })
 }
 
+/// A parent during one sync.
+struct ParentState {
+    key: NamespacedName,
+    object: Value,
+    uid: String,
+    namespace: Option<String>,
+}
+
 impl Inner {
     fn name(&self) -> &str {
         self.controller.metadata.name.as_deref().unwrap_or_default()
+    }
+
+    fn finalizer(&self) -> &str {
+        &self.mapper.finalizer
+    }
+
+    fn child_types(&self) -> Vec<ChildType> {
+        self.children.iter().map(|c| c.kind.clone()).collect()
+    }
+
+    /// Whether the cache holds the object `key` (for expectations).
+    fn cached(&self, key: &ObjectKey) -> Option<bool> {
+        let index = self.child_index.get(&key.resource)?;
+        let nn = NamespacedName::new(key.namespace.clone(), key.name.clone());
+        Some(self.children[*index].informer.get(&nn).is_some())
     }
 
     async fn sync(&self, key: &NamespacedName) -> Result<(), SyncError> {
         let Some(cached) = self.parent.get(key) else {
             return Ok(()); // deleted; children go with the garbage collector
         };
-        if cached.metadata.deletion_timestamp.is_some() {
-            return Ok(()); // finalize hook: not yet supported
-        }
-        let Some(hook) = self.controller.spec.sync_hook() else {
+        let cached = to_value(&cached, &self.parent_resource)?;
+        let Some(object) = self.writer.fresh(&self.parent_resource, cached) else {
             return Ok(());
         };
-        let parent = to_value(&cached, &self.parent_resource)?;
-        let uid = cached.metadata.uid.clone().unwrap_or_default();
-        let parent_ns = cached.metadata.namespace.clone();
-        let parent_ns = parent_ns.as_deref().filter(|ns| !ns.is_empty());
-        let types: Vec<ChildType> = self.children.iter().map(|c| c.kind.clone()).collect();
-        let mut observed = Vec::new();
-        for c in &self.children {
-            for obj in c.informer.controlled_by(&uid) {
-                observed.push(to_value(&obj, &c.resource)?);
+        let labels = value_labels(&object);
+        if !value_has_finalizer(&object, self.finalizer())
+            && !self.mapper.parent_selector.matches(&labels)
+        {
+            return Ok(());
+        }
+        let uid = object.uid().unwrap_or_default().to_string();
+        let namespace = object.namespace().map(str::to_owned);
+        let mut parent = ParentState {
+            key: key.clone(),
+            object,
+            uid,
+            namespace,
+        };
+        self.sync_finalizer(&mut parent).await?;
+        if !value_has_finalizer(&parent.object, self.finalizer())
+            && !self.mapper.parent_selector.matches(&labels)
+        {
+            return Ok(());
+        }
+        if !self.writer.satisfied(&parent.uid, |k| self.cached(k)) {
+            // Our last writes are not in the cache yet; their events requeue the parent.
+            tracing::debug!(controller = self.name(), parent = %key, "waiting for the cache to confirm our writes");
+            self.queue
+                .add_after(key.clone(), Duration::from_secs(1), Priority::Event);
+            return Ok(());
+        }
+        let result = self.sync_parent(&mut parent).await;
+        if let Err(SyncError::Hook {
+            source: HookError::TooManyRequests { retry_after, .. },
+            ..
+        }) = &result
+        {
+            let delay = retry_after.unwrap_or(Duration::from_secs(1));
+            tracing::info!(controller = self.name(), parent = %key, ?delay, "hook asked to slow down; resyncing later");
+            self.queue.add_after(key.clone(), delay, Priority::Event);
+            return Ok(());
+        }
+        result
+    }
+
+    /// Adds our finalizer when a finalize hook exists (unless the parent is already being
+    /// deleted), removes it when the hook was removed from the spec.
+    async fn sync_finalizer(&self, parent: &mut ParentState) -> Result<(), SyncError> {
+        let wanted = self.controller.spec.finalize_hook().is_some();
+        let present = value_has_finalizer(&parent.object, self.finalizer());
+        if present == wanted || (wanted && is_deleting(&parent.object)) {
+            return Ok(());
+        }
+        let mut updated = parent.object.clone();
+        edit_finalizers(&mut updated, self.finalizer(), wanted);
+        parent.object = self.writer.replace(&self.parent_resource, updated).await?;
+        Ok(())
+    }
+
+    /// Whether children are managed while the parent is being deleted (upstream
+    /// `ShouldFinalize`): only with our finalizer and a finalize hook, and never while a
+    /// garbage-collector finalizer is working on the children.
+    fn should_finalize(&self, parent: &Value) -> bool {
+        let gc = ["foregroundDeletion", "orphan"]
+            .iter()
+            .any(|f| value_has_finalizer(parent, f));
+        !gc && value_has_finalizer(parent, self.finalizer())
+            && self.controller.spec.finalize_hook().is_some()
+    }
+
+    async fn sync_parent(&self, parent: &mut ParentState) -> Result<(), SyncError> {
+        let generate = self.mapper.generate_selector;
+        let selector = parent_child_selector(&parent.object, generate)?;
+        let observed = self.claim_children(parent, &selector).await?;
+
+        let types = self.child_types();
+        let deleting = is_deleting(&parent.object);
+        let (hook, hook_name, finalizing) = match (deleting, self.controller.spec.finalize_hook()) {
+            (true, Some(h)) => (h, "finalize", true),
+            _ => match self.controller.spec.sync_hook() {
+                Some(h) => (h, "sync", false),
+                None => return Ok(()),
+            },
+        };
+        let response = self
+            .call_hook(parent, hook, hook_name, finalizing, &types, &observed)
+            .await?;
+
+        if response.resync_after_seconds > 0.0 {
+            let delay = Duration::from_secs_f64(response.resync_after_seconds.min(1e9));
+            self.queue
+                .add_after(parent.key.clone(), delay, Priority::Event);
+        }
+        if let Some(period) = self
+            .controller
+            .spec
+            .resync_period_seconds
+            .filter(|p| *p > 0)
+        {
+            // Upstream puts a floor of one second on it.
+            let delay = Duration::from_secs(period.max(1) as u64);
+            self.queue
+                .add_after(parent.key.clone(), delay, Priority::Bulk);
+        }
+
+        let mut finalized_now = false;
+        if finalizing && response.finalized && value_has_finalizer(&parent.object, self.finalizer())
+        {
+            let mut updated = parent.object.clone();
+            edit_finalizers(&mut updated, self.finalizer(), false);
+            parent.object = self.writer.replace(&self.parent_resource, updated).await?;
+            finalized_now = true;
+        }
+
+        let parent_ns = parent.namespace.as_deref();
+        let mut desired = children::validate_desired(&types, parent_ns, response.children)?;
+        for (key, (_, child)) in desired.iter_mut() {
+            if generate {
+                add_label_if_absent(child, CONTROLLER_UID_LABEL, &parent.uid);
+            }
+            if !selector.matches(&value_labels(child)) {
+                return Err(SyncError::Selector(format!(
+                    "labels on desired child {} {}/{} don't match parent selector",
+                    key.1, key.2, key.3
+                )));
             }
         }
-        let version = hook.effective_version();
+
+        let mut manage_result = Ok(());
+        if !is_deleting(&parent.object) || self.should_finalize(&parent.object) {
+            manage_result = self
+                .manage_children(parent, &types, &observed, &desired)
+                .await;
+            if manage_result.as_ref().is_err_and(SyncError::is_conflict) {
+                return manage_result;
+            }
+        }
+
+        let mut status = response.status.unwrap_or_default();
+        if let Some(generation) = parent.object.pointer("/metadata/generation") {
+            status.insert("observedGeneration".into(), generation.clone());
+        }
+        match self
+            .writer
+            .write_status(&self.parent_resource, &parent.object, Value::Object(status))
+            .await
+        {
+            Ok(_) => {}
+            // The parent is gone (or going, once its last finalizer was removed).
+            Err(e) if e.is_not_found() => {}
+            Err(e) if finalized_now && e.is_conflict() => {}
+            Err(e) => return Err(e.into()),
+        }
+        manage_result
+    }
+
+    async fn call_hook(
+        &self,
+        parent: &ParentState,
+        hook: &Hook,
+        hook_name: &'static str,
+        finalizing: bool,
+        types: &[ChildType],
+        observed: &[Value],
+    ) -> Result<CompositeHookResponse, SyncError> {
         let request = CompositeHookRequest {
             controller: self.controller.clone(),
-            parent: parent.clone(),
-            children: children::observed_map(version, parent_ns, &types, observed.clone()),
+            parent: parent.object.clone(),
+            children: children::observed_map(
+                hook.effective_version(),
+                parent.namespace.as_deref(),
+                types,
+                observed.iter().cloned(),
+            ),
             related: Default::default(),
-            finalizing: false,
+            finalizing,
         };
-        let key_text = key.to_string();
+        let key_text = parent.key.to_string();
         let ctx = CallContext {
             controller: self.name(),
-            hook_name: "sync",
+            hook_name,
             parent_key: &key_text,
         };
         let endpoints: Vec<_> = self
@@ -289,48 +670,245 @@ impl Inner {
             .all_endpoint_configs()
             .cloned()
             .collect();
-        let response: CompositeHookResponse =
-            self.hooks.call(&ctx, hook, &endpoints, &request).await?;
+        self.hooks
+            .call(&ctx, hook, &endpoints, &request)
+            .await
+            .map_err(|source| SyncError::Hook {
+                hook: hook_name,
+                source,
+            })
+    }
 
-        let desired = children::validate_desired(&types, parent_ns, response.children)?;
+    /// The parent's children after orphaning and adoption: owned children (from the cache,
+    /// owned-writes overlay applied) plus matching orphans adopted now.
+    async fn claim_children(
+        &self,
+        parent: &ParentState,
+        selector: &Selector,
+    ) -> Result<Vec<Value>, SyncError> {
+        let claimant = Claimant {
+            uid: &parent.uid,
+            namespace: parent.namespace.as_deref(),
+            deleting: is_deleting(&parent.object),
+            selector,
+        };
+        let mut claimed = Vec::new();
+        let mut can_adopt: Option<bool> = None;
+        for c in &self.children {
+            let orphan_scope = parent
+                .namespace
+                .as_deref()
+                .filter(|_| c.resource.namespaced);
+            let orphans = if claimant.deleting {
+                Vec::new()
+            } else if !c.resource.namespaced && parent.namespace.is_some() {
+                // A namespaced parent cannot own cluster-scoped objects.
+                Vec::new()
+            } else {
+                c.informer.orphans(orphan_scope)
+            };
+            let candidates = c
+                .informer
+                .controlled_by(&parent.uid)
+                .into_iter()
+                .chain(orphans);
+            for obj in candidates {
+                let value = to_value(&obj, &c.resource)?;
+                let Some(value) = self.writer.fresh(&c.resource, value) else {
+                    continue;
+                };
+                match claim::classify(&claimant, &value) {
+                    Claim::Owned => claimed.push(value),
+                    Claim::Ignore => {}
+                    Claim::Release => self.release(&c.resource, &parent.uid, &value).await?,
+                    Claim::Adopt => {
+                        if can_adopt.is_none() {
+                            can_adopt = Some(self.can_adopt(parent).await?);
+                        }
+                        if can_adopt == Some(true) {
+                            if let Some(adopted) =
+                                self.adopt(&c.resource, parent, &claimant, &value).await?
+                            {
+                                claimed.push(adopted);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        Ok(claimed)
+    }
+
+    /// Re-reads the parent from the API server: adopt only if it still exists with the same
+    /// uid and is not being deleted.
+    async fn can_adopt(&self, parent: &ParentState) -> Result<bool, SyncError> {
+        let fresh = self
+            .writer
+            .get(
+                &self.parent_resource,
+                parent.namespace.as_deref().unwrap_or_default(),
+                &parent.key.name,
+            )
+            .await?;
+        Ok(fresh.is_some_and(|p| p.uid() == Some(parent.uid.as_str()) && !is_deleting(&p)))
+    }
+
+    /// Adopts an orphan after re-reading it from the API server (the cache may be stale).
+    async fn adopt(
+        &self,
+        res: &ApiResource,
+        parent: &ParentState,
+        claimant: &Claimant<'_>,
+        cached: &Value,
+    ) -> Result<Option<Value>, SyncError> {
+        let ns = cached.namespace().unwrap_or_default();
+        let name = cached.name().unwrap_or_default();
+        let Some(fresh) = self.writer.get(res, ns, name).await? else {
+            return Ok(None);
+        };
+        if claim::classify(claimant, &fresh) != Claim::Adopt {
+            return Ok(None);
+        }
+        tracing::info!(controller = self.name(), parent = %parent.key, kind = %res.kind, %ns, %name, "adopting");
+        let mut updated = fresh;
+        children::set_controller_ref(
+            &mut updated,
+            &ParentRef {
+                api_version: self.parent_resource.api_version.clone(),
+                kind: self.parent_resource.kind.clone(),
+                name: parent.key.name.clone(),
+                uid: parent.uid.clone(),
+            },
+        );
+        match self.writer.replace(res, updated).await {
+            Ok(adopted) => Ok(Some(adopted)),
+            Err(e) if e.is_not_found() => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Removes our ownerReference from a child that no longer matches the selector.
+    async fn release(&self, res: &ApiResource, uid: &str, cached: &Value) -> Result<(), SyncError> {
+        let ns = cached.namespace().unwrap_or_default();
+        let name = cached.name().unwrap_or_default();
+        tracing::info!(controller = self.name(), kind = %res.kind, %ns, %name, "releasing");
+        let Some(mut fresh) = self.writer.get(res, ns, name).await? else {
+            return Ok(());
+        };
+        if !claim::remove_owner(&mut fresh, uid) {
+            return Ok(());
+        }
+        match self.writer.replace(res, fresh).await {
+            Err(e) if e.is_not_found() => Ok(()),
+            r => r.map(drop).map_err(Into::into),
+        }
+    }
+
+    /// Creates, updates and deletes children. Keeps going after a failed write (so one bad
+    /// child does not block the others), except on a conflict, which aborts.
+    async fn manage_children(
+        &self,
+        parent: &ParentState,
+        types: &[ChildType],
+        observed: &[Value],
+        desired: &std::collections::BTreeMap<children::ChildKey, (usize, Value)>,
+    ) -> Result<(), SyncError> {
         let parent_ref = ParentRef {
             api_version: self.parent_resource.api_version.clone(),
             kind: self.parent_resource.kind.clone(),
-            name: key.name.clone(),
-            uid,
+            name: parent.key.name.clone(),
+            uid: parent.uid.clone(),
         };
         let actions = children::plan_children(
-            &types,
+            types,
             &parent_ref,
-            &observed,
-            &desired,
+            observed,
+            desired,
             self.writer.strategy().is_server_side(),
         )?;
+        let mut errors = Vec::new();
         for action in actions {
             let res = &self.children[action.type_index()].resource;
-            self.writer.execute(res, &parent_ref.uid, action).await?;
-        }
-        if let Some(mut status) = response.status {
-            if let Some(generation) = cached.metadata.generation {
-                status.insert("observedGeneration".into(), Value::from(generation));
+            if let Err(e) = self.writer.execute(res, &parent.uid, action).await {
+                if e.is_conflict() {
+                    return Err(e.into());
+                }
+                errors.push(e);
             }
-            self.writer
-                .write_status(&self.parent_resource, &parent, Value::Object(status))
-                .await?;
         }
-        if response.resync_after_seconds > 0.0 {
-            let delay = Duration::from_secs_f64(response.resync_after_seconds.min(1e9));
-            self.queue.add_after(key.clone(), delay, Priority::Event);
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(SyncError::Writes(errors))
         }
-        if let Some(period) = self
-            .controller
-            .spec
-            .resync_period_seconds
-            .filter(|p| *p > 0)
-        {
-            let delay = Duration::from_secs(period as u64);
-            self.queue.add_after(key.clone(), delay, Priority::Bulk);
+    }
+}
+
+/// Adds (`add`) or removes `name` in `metadata.finalizers`.
+fn edit_finalizers(obj: &mut Value, name: &str, add: bool) {
+    let Some(meta) = obj.get_mut("metadata").and_then(Value::as_object_mut) else {
+        return;
+    };
+    let list = meta
+        .entry("finalizers")
+        .or_insert_with(|| Value::Array(Vec::new()));
+    if !list.is_array() {
+        *list = Value::Array(Vec::new());
+    }
+    if let Some(items) = list.as_array_mut() {
+        items.retain(|f| f.as_str() != Some(name));
+        if add {
+            items.push(Value::String(name.to_string()));
         }
-        Ok(())
+        if items.is_empty() {
+            meta.remove("finalizers");
+        }
+    }
+}
+
+/// Sets `metadata.labels[key] = value` unless the label is already set (upstream keeps a
+/// hook-provided `controller-uid`).
+fn add_label_if_absent(obj: &mut Value, key: &str, value: &str) {
+    let Some(root) = obj.as_object_mut() else {
+        return;
+    };
+    let meta = root.entry("metadata").or_insert_with(|| json!({}));
+    let Some(meta) = meta.as_object_mut() else {
+        return;
+    };
+    let labels = meta.entry("labels").or_insert_with(|| json!({}));
+    if !labels.is_object() {
+        *labels = json!({});
+    }
+    if let Some(labels) = labels.as_object_mut() {
+        labels
+            .entry(key)
+            .or_insert_with(|| Value::String(value.to_string()));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finalizers_added_once_and_removed() {
+        let mut obj = json!({"metadata": {"name": "p", "finalizers": ["other"]}});
+        edit_finalizers(&mut obj, "mine", true);
+        edit_finalizers(&mut obj, "mine", true);
+        assert_eq!(obj["metadata"]["finalizers"], json!(["other", "mine"]));
+        edit_finalizers(&mut obj, "mine", false);
+        assert_eq!(obj["metadata"]["finalizers"], json!(["other"]));
+        edit_finalizers(&mut obj, "other", false);
+        assert!(obj["metadata"].get("finalizers").is_none());
+    }
+
+    #[test]
+    fn generated_selector_label_kept_when_set() {
+        let mut child = json!({"metadata": {"name": "c"}});
+        add_label_if_absent(&mut child, CONTROLLER_UID_LABEL, "u1");
+        assert_eq!(child["metadata"]["labels"]["controller-uid"], "u1");
+        add_label_if_absent(&mut child, CONTROLLER_UID_LABEL, "u2");
+        assert_eq!(child["metadata"]["labels"]["controller-uid"], "u1");
     }
 }

@@ -5,11 +5,13 @@
 //!   validation of desired children, create/update/delete planning).
 //! - [`composite`]: the CompositeController reconciler (informers → queue → sync hook →
 //!   child writes and parent status).
+//! - [`claim`]: ControllerRef claiming (own / adopt / release) of candidate children.
 //! - [`decorator`]: the DecoratorController (targets, attachments, target updates).
 //! - [`writer`]: the controller-agnostic write path (create / update / server-side apply /
 //!   delete / status) with the own-writes overlay and create/delete expectations.
 
 pub mod children;
+pub mod claim;
 pub mod composite;
 pub mod decorator;
 pub mod writer;

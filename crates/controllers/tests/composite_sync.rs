@@ -51,7 +51,7 @@ async fn sync(calls: Arc<AtomicUsize>, Json(req): Json<Value>) -> Json<Value> {
         .iter()
         .map(|suffix| {
             json!({"apiVersion": "v1", "kind": "ConfigMap",
-                   "metadata": {"name": format!("{name}-{suffix}")},
+                   "metadata": {"name": format!("{name}-{suffix}"), "labels": {"app": "p"}},
                    "data": {"value": value}})
         })
         .collect();
@@ -128,7 +128,7 @@ async fn sync_creates_children_sets_status_and_resync_writes_nothing() {
     let parent: DynamicObject = serde_json::from_value(json!({
         "apiVersion": "example.com/v1", "kind": "Parent",
         "metadata": {"name": "p1", "namespace": "default"},
-        "spec": {"value": "one"}
+        "spec": {"value": "one", "selector": {"matchLabels": {"app": "p"}}}
     }))
     .unwrap();
     let created = parents

@@ -177,6 +177,11 @@ impl Informer {
         self.store().controlled_by(uid)
     }
 
+    /// Cached objects without a controller owner reference in `namespace` (`None`: all).
+    pub fn orphans(&self, namespace: Option<&str>) -> Vec<Arc<DynamicObject>> {
+        self.store().orphans(namespace)
+    }
+
     /// Cached objects of one namespace (`""` for cluster-scoped objects).
     pub fn list_namespace(&self, namespace: &str) -> Vec<Arc<DynamicObject>> {
         self.store().list_namespace(namespace)

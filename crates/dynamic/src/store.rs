@@ -51,6 +51,8 @@ pub struct Store<T> {
     by_namespace: HashMap<String, BTreeSet<String>>,
     /// Controller owner uid → keys of the objects it controls.
     by_controller: HashMap<String, BTreeSet<NamespacedName>>,
+    /// Keys of objects without a controller (candidates for adoption), sorted by namespace.
+    orphans: BTreeSet<NamespacedName>,
 }
 
 impl<T> Default for Store<T> {
@@ -59,6 +61,7 @@ impl<T> Default for Store<T> {
             objects: HashMap::new(),
             by_namespace: HashMap::new(),
             by_controller: HashMap::new(),
+            orphans: BTreeSet::new(),
         }
     }
 }
@@ -79,6 +82,8 @@ impl<T: ObjectMetaAccess> Store<T> {
                 .entry(uid.to_string())
                 .or_default()
                 .insert(key.clone());
+        } else {
+            self.orphans.insert(key.clone());
         }
     }
 
@@ -96,6 +101,8 @@ impl<T: ObjectMetaAccess> Store<T> {
                     self.by_controller.remove(uid);
                 }
             }
+        } else {
+            self.orphans.remove(key);
         }
     }
 
@@ -182,6 +189,20 @@ impl<T: ObjectMetaAccess> Store<T> {
             .collect()
     }
 
+    /// Objects without a controller owner reference, in `namespace` (`None`: every
+    /// namespace), sorted by key.
+    pub fn orphans(&self, namespace: Option<&str>) -> Vec<Arc<T>> {
+        let keys: Box<dyn Iterator<Item = &NamespacedName>> = match namespace {
+            None => Box::new(self.orphans.iter()),
+            Some(ns) => Box::new(
+                self.orphans
+                    .range(NamespacedName::new(ns, "")..)
+                    .take_while(move |k| k.namespace == ns),
+            ),
+        };
+        keys.filter_map(|k| self.objects.get(k).cloned()).collect()
+    }
+
     /// All objects (unordered).
     pub fn iter(&self) -> impl Iterator<Item = &Arc<T>> {
         self.objects.values()
@@ -234,6 +255,16 @@ mod tests {
         assert_eq!(names(&s.list_namespace("a")), vec!["a/x", "a/y"]);
         assert_eq!(names(&s.list_namespace("")), vec!["cluster"]);
         assert_eq!(names(&s.controlled_by("p1")), vec!["a/x", "b/x"]);
+        assert_eq!(names(&s.orphans(None)), vec!["cluster"]);
+        assert!(s.orphans(Some("a")).is_empty());
+        s.upsert(obj("a", "o", "1", None)).unwrap();
+        s.upsert(obj("ab", "o", "1", None)).unwrap();
+        assert_eq!(names(&s.orphans(Some("a"))), vec!["a/o"]);
+        // Adoption moves it out of the orphan index.
+        s.upsert(obj("a", "o", "2", Some("p1"))).unwrap();
+        assert!(s.orphans(Some("a")).is_empty());
+        s.remove(&NamespacedName::new("ab", "o"));
+        s.remove(&NamespacedName::new("a", "o"));
         // Re-owning moves the object between controller index entries.
         let change = s.upsert(obj("a", "x", "2", Some("p2"))).unwrap();
         assert!(matches!(change, Change::Updated { .. }));
@@ -242,6 +273,7 @@ mod tests {
         // Orphaning removes it from the index.
         s.upsert(obj("a", "y", "3", None)).unwrap();
         assert_eq!(names(&s.controlled_by("p2")), vec!["a/x"]);
+        assert_eq!(names(&s.orphans(Some("a"))), vec!["a/y"]);
         assert!(matches!(
             s.remove(&NamespacedName::new("a", "x")),
             Some(Change::Deleted(_))

@@ -148,8 +148,10 @@ impl Shared {
 
 /// Watches controller objects of kind `T` (matching --target-label-selector) and keeps one
 /// reconciler running per object: started on add, restarted when the spec changes, stopped
-/// on delete. An invalid spec or unknown resource is logged and the object skipped (no
-/// crash). `spec_of` gives the part whose change restarts the reconciler.
+/// on delete. An object that cannot start (invalid spec, resource not served yet, ...) is
+/// logged and retried after each discovery refresh (`--discovery-interval`), so a CRD
+/// installed after its controller is picked up. `spec_of` gives the part whose change
+/// restarts the reconciler.
 async fn run_controllers<T, H, Start, Stop, StopFut>(
     shared: &Shared,
     args: &ControllerArgs,
@@ -182,17 +184,61 @@ where
     let stream = watcher(api, config).default_backoff();
     let mut stream = std::pin::pin!(stream);
     let mut running: HashMap<String, (serde_json::Value, H)> = HashMap::new();
+    // Objects that could not start, retried after each discovery refresh.
+    let mut waiting: HashMap<String, T> = HashMap::new();
     let mut resources = metacontroller_dynamic::ResourceMap::new();
-    while let Some(event) = stream.next().await {
+    let interval = if args.discovery_interval.is_zero() {
+        Duration::from_secs(30)
+    } else {
+        args.discovery_interval
+    };
+    let mut retry = tokio::time::interval(interval);
+    retry.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let try_start = |obj: T,
+                     resources: &metacontroller_dynamic::ResourceMap,
+                     running: &mut HashMap<String, (serde_json::Value, H)>,
+                     waiting: &mut HashMap<String, T>| {
+        let Some(name) = obj.meta().name.clone() else {
+            return;
+        };
+        let spec = spec_of(&obj);
+        match start(obj.clone(), resources) {
+            Ok(handle) => {
+                tracing::info!(%kind, %name, "started controller");
+                waiting.remove(&name);
+                running.insert(name, (spec, handle));
+            }
+            Err(err) => {
+                tracing::error!(%kind, %name, error = %err, "cannot start controller; retrying after the next discovery refresh");
+                waiting.insert(name, obj);
+            }
+        }
+    };
+    loop {
+        let event = tokio::select! {
+            event = stream.next() => match event {
+                Some(event) => event,
+                None => break,
+            },
+            _ = retry.tick() => {
+                if waiting.is_empty() {
+                    continue;
+                }
+                refresh(&shared.client, &mut resources).await;
+                for obj in waiting.values().cloned().collect::<Vec<_>>() {
+                    try_start(obj, &resources, &mut running, &mut waiting);
+                }
+                continue;
+            }
+        };
         let obj = match event {
             Ok(watcher::Event::Apply(obj)) | Ok(watcher::Event::InitApply(obj)) => obj,
             Ok(watcher::Event::Delete(obj)) => {
-                if let Some((name, (_, handle))) = obj
-                    .meta()
-                    .name
-                    .as_ref()
-                    .and_then(|n| running.remove_entry(n))
-                {
+                let Some(name) = obj.meta().name.as_ref() else {
+                    continue;
+                };
+                waiting.remove(name);
+                if let Some((_, handle)) = running.remove(name) {
                     tracing::info!(%kind, %name, "stopping controller");
                     stop(handle).await;
                 }
@@ -215,23 +261,22 @@ where
             stop(handle).await;
         }
         // Discovery on every (re)start so CRDs installed since are found.
-        match metacontroller_dynamic::discover(&shared.client, &resources).await {
-            Ok(found) => {
-                if let Some((map, _)) = found.update {
-                    resources = map;
-                }
-            }
-            Err(err) => tracing::warn!(error = %err, "discovery failed; using the previous result"),
-        }
-        match start(obj, &resources) {
-            Ok(handle) => {
-                tracing::info!(%kind, %name, "started controller");
-                running.insert(name, (spec, handle));
-            }
-            Err(err) => tracing::error!(%kind, %name, error = %err, "cannot start controller"),
-        }
+        refresh(&shared.client, &mut resources).await;
+        try_start(obj, &resources, &mut running, &mut waiting);
     }
     Ok(())
+}
+
+/// Refreshes the discovery result in place (keeps the previous one on failure).
+async fn refresh(client: &Client, resources: &mut metacontroller_dynamic::ResourceMap) {
+    match metacontroller_dynamic::discover(client, resources).await {
+        Ok(found) => {
+            if let Some((map, _)) = found.update {
+                *resources = map;
+            }
+        }
+        Err(err) => tracing::warn!(error = %err, "discovery failed; using the previous result"),
+    }
 }
 
 /// Runs one CompositeController reconciler per CompositeController object.

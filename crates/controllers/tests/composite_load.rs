@@ -1,0 +1,178 @@
+//! CompositeController under load and faults: zero writes on a converged resync, coalescing
+//! of event bursts, and convergence through injected API errors. Counter and fault
+//! assertions need the embedded API server; against a real cluster
+//! (`METACONTROLLER_E2E_KUBECONFIG`) those parts are skipped.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{configmap, configmap_rule, observed_configmaps, parent_crd, Env};
+use futures::future::join_all;
+use kube::api::{ListParams, Patch, PatchParams};
+use metacontroller_testkit::{eventually, eventually_within, Fault, HookReply, TestCluster};
+use serde_json::{json, Value};
+
+/// Three ConfigMaps per parent carrying `spec.value`; status counts observed children.
+fn three_children(_path: &str, req: &Value) -> HookReply {
+    let parent = &req["parent"];
+    let name = parent["metadata"]["name"].as_str().unwrap_or_default();
+    let children: Vec<Value> = (0..3)
+        .map(|i| {
+            configmap(
+                &format!("{name}-{i}"),
+                json!({"app": "load"}),
+                json!({"value": parent["spec"]["value"]}),
+            )
+        })
+        .collect();
+    HookReply::json(
+        json!({"children": children, "status": {"children": observed_configmaps(req).len()}}),
+    )
+}
+
+fn spec(value: &str) -> Value {
+    json!({"value": value, "selector": {"matchLabels": {"app": "load"}}})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resync_of_100_converged_parents_writes_nothing() {
+    let mut env = Env::new(TestCluster::start().await, parent_crd(), three_children).await;
+    env.start(json!({
+        "childResources": [configmap_rule("InPlace")],
+        "resyncPeriodSeconds": 1,
+        "hooks": env.sync_hook(),
+    }))
+    .await;
+    let started = std::time::Instant::now();
+    join_all((0..100).map(|i| env.create_parent_owned(format!("p{i}"), spec("1")))).await;
+    eventually_within("100 parents converged", Duration::from_secs(90), || async {
+        let list = env.parents().list(&ListParams::default()).await.unwrap();
+        list.items.len() == 100
+            && list
+                .items
+                .iter()
+                .all(|p| p.data["status"] == json!({"children": 3, "observedGeneration": 1}))
+    })
+    .await;
+    eprintln!(
+        "100 parents x 3 children converged in {:?}",
+        started.elapsed()
+    );
+    let Some(control) = env.cluster.control() else {
+        return;
+    };
+    env.settle().await;
+    control.reset_counts();
+    let before = env.hook.calls("/sync");
+    // Two full resync rounds.
+    eventually_within("two resync rounds", Duration::from_secs(60), || async {
+        env.hook.calls("/sync") >= before + 200
+    })
+    .await;
+    assert_eq!(control.writes(), 0, "{:?}", control.request_counts());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn burst_of_50_events_on_one_parent_is_coalesced() {
+    let mut env = Env::new(TestCluster::start().await, parent_crd(), |path, req| {
+        three_children(path, req).delayed(Duration::from_millis(20))
+    })
+    .await;
+    env.start(json!({"childResources": [configmap_rule("InPlace")], "hooks": env.sync_hook()}))
+        .await;
+    env.create_parent("p", spec("1")).await;
+    env.wait_status("p", "converged", |s| s["children"] == 3)
+        .await;
+    env.settle().await;
+    let before = env.hook.calls("/sync");
+    for i in 0..50 {
+        env.parents()
+            .patch(
+                "p",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"annotations": {"burst": i.to_string()}}})),
+            )
+            .await
+            .unwrap();
+    }
+    env.settle().await;
+    eventually("the last event synced", || async {
+        env.hook
+            .last_request("/sync")
+            .is_some_and(|r| r["parent"]["metadata"]["annotations"]["burst"] == "49")
+    })
+    .await;
+    let calls = env.hook.calls("/sync") - before;
+    eprintln!("50 parent events -> {calls} hook calls");
+    assert!(calls < 25, "{calls} hook calls for 50 events");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn injected_conflicts_and_server_errors_converge_without_duplicates() {
+    let mut env = Env::new(TestCluster::start().await, parent_crd(), three_children).await;
+    env.start(json!({"childResources": [configmap_rule("InPlace")], "hooks": env.sync_hook()}))
+        .await;
+    if let Some(control) = env.cluster.control() {
+        control.inject(Fault::status(Some("create"), Some("configmaps"), 2, 500));
+        control.inject(Fault::status(
+            Some("update"),
+            Some("parents/status"),
+            2,
+            409,
+        ));
+    }
+    for i in 0..5 {
+        env.create_parent(&format!("p{i}"), spec("1")).await;
+    }
+    eventually("all children created", || async {
+        env.configmaps()
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .len()
+            == 15
+    })
+    .await;
+    if let Some(control) = env.cluster.control() {
+        control.inject(Fault::status(Some("update"), Some("configmaps"), 4, 409));
+        control.inject(Fault::status(Some("update"), Some("configmaps"), 2, 500));
+    }
+    for i in 0..5 {
+        env.patch_parent_spec(&format!("p{i}"), json!({"value": "2"}))
+            .await;
+    }
+    eventually("all children updated", || async {
+        let items = env
+            .configmaps()
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items;
+        items.len() == 15
+            && items.iter().all(|c| {
+                c.data
+                    .clone()
+                    .unwrap_or_default()
+                    .get("value")
+                    .map(String::as_str)
+                    == Some("2")
+            })
+    })
+    .await;
+    for i in 0..5 {
+        env.wait_status(&format!("p{i}"), "status converged", |s| {
+            *s == json!({"children": 3, "observedGeneration": 2})
+        })
+        .await;
+    }
+    env.settle().await;
+    let items = env
+        .configmaps()
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items;
+    assert_eq!(items.len(), 15, "no duplicate children");
+}

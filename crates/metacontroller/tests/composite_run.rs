@@ -1,0 +1,116 @@
+//! The real binary runs a CompositeController end to end: the controller object exists
+//! before its parent CRD (it starts after a discovery refresh), children are written with
+//! `--apply-strategy server-side-apply` and the default field manager.
+
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, PostParams};
+use kube::core::DynamicObject;
+use metacontroller_api::composite::CompositeController;
+use metacontroller_testkit::{
+    crd, dynamic_api, eventually_within, unique_name, HookReply, HookServer, TestCluster,
+};
+use serde_json::json;
+
+struct KillOnDrop(Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn binary_starts_controller_once_its_crd_appears_and_applies_server_side() {
+    let cluster = TestCluster::start().await;
+    cluster.install_metacontroller_crds().await;
+    let ns = cluster.create_namespace("run").await;
+    let hook = HookServer::start(|_, req| {
+        let name = req["parent"]["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default();
+        HookReply::json(json!({
+            "children": [{"apiVersion": "v1", "kind": "ConfigMap",
+                          "metadata": {"name": format!("{name}-cm"), "labels": {"app": "run"}},
+                          "data": {"k": "v"}}],
+            "status": {"ok": true},
+        }))
+    })
+    .await;
+    let parent = crd(
+        &format!("{}.example.com", unique_name("run")),
+        "v1",
+        "Parent",
+        "parents",
+    );
+    let label = unique_name("team");
+    let controller: CompositeController = serde_json::from_value(json!({
+        "apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "CompositeController",
+        "metadata": {"name": unique_name("run"), "labels": {"team": label}},
+        "spec": {
+            "parentResource": {"apiVersion": parent.api_version(), "resource": parent.plural()},
+            "childResources": [{"apiVersion": "v1", "resource": "configmaps",
+                                "updateStrategy": {"method": "InPlace"}}],
+            "hooks": {"sync": {"webhook": {"url": hook.url("/sync")}}},
+        }
+    }))
+    .unwrap();
+    Api::<CompositeController>::all(cluster.client())
+        .create(&PostParams::default(), &controller)
+        .await
+        .unwrap();
+
+    let child = Command::new(env!("CARGO_BIN_EXE_metacontroller"))
+        .arg("run")
+        .arg("--kubeconfig")
+        .arg(cluster.kubeconfig_path())
+        .args(["--discovery-interval", "500ms"])
+        .args(["--apply-strategy", "server-side-apply"])
+        .args(["--target-label-selector", &format!("team={label}")])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start metacontroller run");
+    let _child = KillOnDrop(child);
+    // Let it fail to start the controller once (parent resource not served yet).
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    cluster.install_crd(&parent.build()).await;
+
+    let parents = dynamic_api(
+        cluster.client(),
+        &parent.api_version(),
+        parent.kind(),
+        parent.plural(),
+        Some(&ns),
+    );
+    let obj: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": parent.api_version(), "kind": "Parent",
+        "metadata": {"name": "p"}, "spec": {"selector": {"matchLabels": {"app": "run"}}}
+    }))
+    .unwrap();
+    parents.create(&PostParams::default(), &obj).await.unwrap();
+    let cms: Api<ConfigMap> = Api::namespaced(cluster.client(), &ns);
+    eventually_within(
+        "child applied by the binary",
+        Duration::from_secs(60),
+        || async {
+            cms.get_opt("p-cm").await.unwrap().is_some_and(|cm| {
+                cm.metadata.managed_fields.iter().flatten().any(|m| {
+                    m.manager.as_deref() == Some("metacontroller")
+                        && m.operation.as_deref() == Some("Apply")
+                })
+            })
+        },
+    )
+    .await;
+    eventually_within("parent status", Duration::from_secs(30), || async {
+        parents
+            .get("p")
+            .await
+            .is_ok_and(|p| p.data["status"]["ok"] == true)
+    })
+    .await;
+}
