@@ -20,8 +20,10 @@
 //!   the sync (the next one recomputes from fresher state).
 //!
 //! Rolling update methods (`RollingRecreate`, `RollingInPlace`) act like their non-rolling
-//! variants (no ControllerRevisions, no status-check gating). Customize hook / related
-//! objects and Events are added by other modules.
+//! variants (no ControllerRevisions, no status-check gating). The customize hook and
+//! `related` objects come from [`crate::related`]; a failed sync records a `SyncError`
+//! Warning Event on the parent through [`crate::events`] (except 409 conflicts, which are
+//! expected stale-cache retries).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -30,7 +32,9 @@ use std::time::Duration;
 use kube::core::DynamicObject;
 use metacontroller_api::composite::CompositeController;
 use metacontroller_api::hook::Hook;
-use metacontroller_api::wire::{CompositeHookRequest, CompositeHookResponse};
+use metacontroller_api::wire::{
+    CompositeHookRequest, CompositeHookResponse, CustomizableController,
+};
 use metacontroller_dynamic::{
     ApiResource, Change, HandlerId, Informer, Informers, Lease, NamespacedName, ObjectKey,
     ObjectMetaAccess, Origin, Priority, ResourceId, ResourceMap, Selector, WorkQueue,
@@ -41,6 +45,8 @@ use serde_json::{json, Value};
 
 use crate::children::{self, ChildType, ParentRef};
 use crate::claim::{self, Claim, Claimant};
+use crate::events::{self, EventRecorder};
+use crate::related::{ParentId, RelatedConfig, RelatedError, RelatedManager};
 use crate::writer::{to_value, ApplyStrategy, WriteError, Writer};
 
 /// Why a controller could not start.
@@ -88,6 +94,9 @@ pub enum SyncError {
     /// An object could not be converted.
     #[error("{0}")]
     Encode(#[from] serde_json::Error),
+    /// The customize hook failed or related objects could not be read.
+    #[error(transparent)]
+    Related(#[from] RelatedError),
 }
 
 impl SyncError {
@@ -108,6 +117,8 @@ pub struct Options {
     pub workers: usize,
     /// How children are written (`--apply-strategy`).
     pub apply_strategy: ApplyStrategy,
+    /// Where Events about parents go (default: dropped).
+    pub events: EventRecorder,
 }
 
 impl Default for Options {
@@ -115,6 +126,7 @@ impl Default for Options {
         Options {
             workers: 5,
             apply_strategy: ApplyStrategy::DynamicApply,
+            events: EventRecorder::disabled(),
         }
     }
 }
@@ -287,6 +299,8 @@ struct Inner {
     child_index: HashMap<String, usize>,
     mapper: Arc<Mapper>,
     queue: WorkQueue<NamespacedName>,
+    related: RelatedManager,
+    events: EventRecorder,
 }
 
 impl Drop for Inner {
@@ -373,6 +387,21 @@ pub fn start(
     }
     let writer = Arc::new(Writer::new(client, options.apply_strategy));
     let queue = WorkQueue::new(format!("composite-{name}"));
+    let related = RelatedManager::new(RelatedConfig {
+        controller: CustomizableController::Composite(Box::new(controller.clone())),
+        name: name.clone(),
+        hook: spec.customize_hook().cloned(),
+        endpoint_configs: spec.all_endpoint_configs().cloned().collect(),
+        hooks: hooks.clone(),
+        informers: informers.clone(),
+        resources: resources.clone(),
+        enqueue: {
+            let queue = queue.clone();
+            Arc::new(move |parent: &ParentId, origin| {
+                queue.add(parent.key.clone(), priority(origin))
+            })
+        },
+    });
 
     let parent = informers.lease(&parent_resource);
     let mapper = Arc::new(Mapper {
@@ -431,6 +460,8 @@ pub fn start(
         child_index,
         mapper,
         queue: queue.clone(),
+        related,
+        events: options.events,
     });
     let run_queue = queue.clone();
     let task = tokio::spawn(async move {
@@ -442,7 +473,7 @@ pub fn start(
         run_queue
             .run(workers, move |key: NamespacedName| {
                 let inner = worker_inner.clone();
-                async move { inner.sync(&key).await }
+                async move { inner.sync_and_record(&key).await }
             })
             .await;
     });
@@ -477,9 +508,35 @@ impl Inner {
         Some(self.children[*index].informer.get(&nn).is_some())
     }
 
+    /// [`Inner::sync`], recording a `SyncError` Event on the parent when it fails (upstream
+    /// `Sync error: <error>`), except for conflicts.
+    async fn sync_and_record(&self, key: &NamespacedName) -> Result<(), SyncError> {
+        let result = self.sync(key).await;
+        if let Err(e) = &result {
+            if !e.is_conflict() {
+                if let Some(parent) = self.parent.get(key) {
+                    if let Ok(parent) = to_value(&parent, &self.parent_resource) {
+                        self.events.warning(
+                            &parent,
+                            events::reason::SYNC_ERROR,
+                            format!("Sync error: {e}"),
+                        );
+                    }
+                }
+            }
+        }
+        result
+    }
+
     async fn sync(&self, key: &NamespacedName) -> Result<(), SyncError> {
         let Some(cached) = self.parent.get(key) else {
-            return Ok(()); // deleted; children go with the garbage collector
+            // Deleted; children go with the garbage collector.
+            self.related.forget(&ParentId {
+                api_version: self.parent_resource.api_version.clone(),
+                kind: self.parent_resource.kind.clone(),
+                key: key.clone(),
+            });
+            return Ok(());
         };
         let cached = to_value(&cached, &self.parent_resource)?;
         let Some(object) = self.writer.fresh(&self.parent_resource, cached) else {
@@ -646,6 +703,10 @@ impl Inner {
         types: &[ChildType],
         observed: &[Value],
     ) -> Result<CompositeHookResponse, SyncError> {
+        let related = self
+            .related
+            .related(&parent.object, hook.effective_version())
+            .await?;
         let request = CompositeHookRequest {
             controller: self.controller.clone(),
             parent: parent.object.clone(),
@@ -655,7 +716,7 @@ impl Inner {
                 types,
                 observed.iter().cloned(),
             ),
-            related: Default::default(),
+            related,
             finalizing,
         };
         let key_text = parent.key.to_string();

@@ -9,9 +9,13 @@
 //! - [`decorator`]: the DecoratorController (targets, attachments, target updates).
 //! - [`writer`]: the controller-agnostic write path (create / update / server-side apply /
 //!   delete / status) with the own-writes overlay and create/delete expectations.
+//! - [`related`]: the customize hook and `related` objects (any controller kind).
+//! - [`events`]: the rate-limited, non-blocking Event recorder.
 
 pub mod children;
 pub mod claim;
 pub mod composite;
 pub mod decorator;
+pub mod events;
+pub mod related;
 pub mod writer;

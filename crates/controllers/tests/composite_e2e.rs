@@ -505,6 +505,7 @@ async fn server_side_apply_creates_updates_and_keeps_foreign_fields() {
             apply_strategy: ApplyStrategy::ServerSideApply {
                 field_manager: "mc-test".into(),
             },
+            ..Options::default()
         },
     )
     .await

@@ -10,6 +10,8 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::core::GroupVersionKind;
 use kube::{Client, Config};
 
+use metacontroller_controllers::events::{reason, EventRecorder};
+
 use crate::cli::ControllerArgs;
 
 const GROUP: &str = "metacontroller.k8s.io";
@@ -120,12 +122,14 @@ fn log_compat_flags(args: &ControllerArgs) {
 }
 
 /// What every controller of the process shares: one informer per resource (whatever the
-/// number of controllers using it) and one hook client (connection pools, ETag caches).
+/// number of controllers using it), one hook client (connection pools, ETag caches) and one
+/// Event recorder (one rate limit per object, whichever controller reports).
 #[derive(Clone)]
 struct Shared {
     client: Client,
     informers: metacontroller_dynamic::Informers,
     hooks: metacontroller_hooks::HookClient,
+    events: EventRecorder,
 }
 
 impl Shared {
@@ -138,10 +142,13 @@ impl Shared {
         );
         let hooks = metacontroller_hooks::HookClient::new(Default::default())
             .context("building the hook client")?;
+        let events = EventRecorder::new(client.clone(), args.events_qps, args.events_burst)
+            .context("--events-qps/--events-burst")?;
         Ok(Shared {
             client,
             informers,
             hooks,
+            events,
         })
     }
 }
@@ -151,7 +158,8 @@ impl Shared {
 /// on delete. An object that cannot start (invalid spec, resource not served yet, ...) is
 /// logged and retried after each discovery refresh (`--discovery-interval`), so a CRD
 /// installed after its controller is picked up. `spec_of` gives the part whose change
-/// restarts the reconciler.
+/// restarts the reconciler. Started / Stopped / CreateError Events are recorded on the
+/// controller object, as upstream.
 async fn run_controllers<T, H, Start, Stop, StopFut>(
     shared: &Shared,
     args: &ControllerArgs,
@@ -163,6 +171,7 @@ where
     T: kube::Resource<DynamicType = ()>
         + Clone
         + k8s_openapi::serde::de::DeserializeOwned
+        + k8s_openapi::serde::Serialize
         + std::fmt::Debug
         + Send
         + 'static,
@@ -202,14 +211,28 @@ where
             return;
         };
         let spec = spec_of(&obj);
+        let object = serde_json::to_value(&obj).unwrap_or_default();
         match start(obj.clone(), resources) {
             Ok(handle) => {
                 tracing::info!(%kind, %name, "started controller");
+                shared.events.normal(
+                    &object,
+                    reason::STARTED,
+                    format!("Started controller: {name}"),
+                );
                 waiting.remove(&name);
                 running.insert(name, (spec, handle));
             }
             Err(err) => {
                 tracing::error!(%kind, %name, error = %err, "cannot start controller; retrying after the next discovery refresh");
+                // Once per failure, not once per retry.
+                if !waiting.contains_key(&name) {
+                    shared.events.warning(
+                        &object,
+                        reason::CREATE_ERROR,
+                        format!("Cannot create new controller: {err}"),
+                    );
+                }
                 waiting.insert(name, obj);
             }
         }
@@ -241,6 +264,12 @@ where
                 if let Some((_, handle)) = running.remove(name) {
                     tracing::info!(%kind, %name, "stopping controller");
                     stop(handle).await;
+                    let object = serde_json::to_value(&obj).unwrap_or_default();
+                    shared.events.normal(
+                        &object,
+                        reason::STOPPED,
+                        format!("Stopped controller: {name}"),
+                    );
                 }
                 continue;
             }
@@ -259,6 +288,12 @@ where
         }
         if let Some((_, handle)) = running.remove(&name) {
             stop(handle).await;
+            let object = serde_json::to_value(&obj).unwrap_or_default();
+            shared.events.normal(
+                &object,
+                reason::STOPPED,
+                format!("Stopped controller: {name}"),
+            );
         }
         // Discovery on every (re)start so CRDs installed since are found.
         refresh(&shared.client, &mut resources).await;
@@ -294,7 +329,7 @@ async fn run_composite(shared: Shared, args: &ControllerArgs) -> anyhow::Result<
                 &shared.informers,
                 resources,
                 shared.hooks.clone(),
-                composite_options(args),
+                controller_options(args, &shared.events),
             )
             .map_err(|e| e.to_string())
         },
@@ -318,7 +353,7 @@ async fn run_decorator(shared: Shared, args: &ControllerArgs) -> anyhow::Result<
                 &shared.informers,
                 resources,
                 shared.hooks.clone(),
-                composite_options(args),
+                controller_options(args, &shared.events),
             )
             .map_err(|e| e.to_string())
         },
@@ -327,8 +362,11 @@ async fn run_decorator(shared: Shared, args: &ControllerArgs) -> anyhow::Result<
     .await
 }
 
-/// The per-controller options from the command line.
-fn composite_options(args: &ControllerArgs) -> metacontroller_controllers::composite::Options {
+/// The per-controller options from the command line (both controller kinds).
+fn controller_options(
+    args: &ControllerArgs,
+    events: &EventRecorder,
+) -> metacontroller_controllers::composite::Options {
     use crate::cli::ApplyStrategy;
     use metacontroller_controllers::writer::ApplyStrategy as Strategy;
     metacontroller_controllers::composite::Options {
@@ -339,5 +377,6 @@ fn composite_options(args: &ControllerArgs) -> metacontroller_controllers::compo
                 field_manager: args.apply_strategy_ssa_field_manager.clone(),
             },
         },
+        events: events.clone(),
     }
 }

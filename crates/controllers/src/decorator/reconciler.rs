@@ -6,8 +6,10 @@
 //! and schedules resyncs.
 //!
 //! The order of a sync is upstream's: finalizer first (so there is always a chance to clean
-//! up), then the hook, then the target update (which also drops the finalizer after
-//! `finalized: true`), then the attachments.
+//! up), then related objects (customize hook, [`crate::related`]), then the hook, then the
+//! target update (which also drops the finalizer after `finalized: true`), then the
+//! attachments. A failed sync records a `SyncError` Warning Event on the target
+//! ([`crate::events`]), except 409 conflicts (stale cache: retried with backoff).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,12 +17,14 @@ use std::time::Duration;
 use kube::core::DynamicObject;
 use metacontroller_api::decorator::DecoratorController;
 use metacontroller_api::hook::Hook;
-use metacontroller_api::wire::{DecoratorHookRequest, DecoratorHookResponse, ObjectMap};
-use metacontroller_dynamic::{
-    ApiResource, Change, HandlerId, Informer, Informers, Lease, NamespacedName, Origin, Priority,
-    ResourceId, ResourceMap, WorkQueue,
+use metacontroller_api::wire::{
+    CustomizableController, DecoratorHookRequest, DecoratorHookResponse,
 };
-use metacontroller_hooks::{CallContext, HookClient};
+use metacontroller_dynamic::{
+    ApiResource, Change, HandlerId, Informer, Informers, Lease, NamespacedName, ObjectKey, Origin,
+    Priority, ResourceId, ResourceMap, WorkQueue,
+};
+use metacontroller_hooks::{CallContext, HookClient, HookError};
 use serde_json::Value;
 
 use super::attachments::{self, is_own_attachment};
@@ -28,6 +32,8 @@ use super::select::{api_group, is_status_only_update, TargetSelector};
 use super::target::{self, FinalizerSync, HookChoice};
 use crate::children::{self, ChildError, ChildType, ParentRef};
 use crate::composite::Options;
+use crate::events::{self, EventRecorder};
+use crate::related::{ParentId, RelatedConfig, RelatedError, RelatedManager};
 use crate::writer::{to_value, WriteError, Writer};
 
 /// Why a DecoratorController could not start.
@@ -55,15 +61,32 @@ pub enum SyncError {
     /// Neither hook applies (no sync hook and the target is not being finalized).
     #[error("sync hook not defined")]
     NoSyncHook,
+    /// The customize hook failed or related objects could not be read.
+    #[error(transparent)]
+    Related(#[from] RelatedError),
     /// The hook's attachments were refused.
     #[error("invalid hook response: {0}")]
     Attachments(#[from] ChildError),
     /// An API request failed (a 409 Conflict means the cache was stale: retried later).
     #[error(transparent)]
     Write(#[from] WriteError),
+    /// Some attachment writes failed (the others were done).
+    #[error("{}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
+    Writes(Vec<WriteError>),
     /// An object could not be converted.
     #[error("{0}")]
     Encode(#[from] serde_json::Error),
+}
+
+impl SyncError {
+    /// A 409 Conflict: the sync acted on stale data and is retried, without an Event.
+    pub fn is_conflict(&self) -> bool {
+        match self {
+            SyncError::Write(e) => e.is_conflict(),
+            SyncError::Writes(es) => es.iter().any(WriteError::is_conflict),
+            _ => false,
+        }
+    }
 }
 
 /// A work queue key: which targeted resource (index into the controller's target types)
@@ -107,6 +130,14 @@ fn priority(origin: Origin) -> Priority {
 }
 
 impl Routing {
+    /// The target type of an apiVersion and kind (version compared too: the key comes from
+    /// an object we read through that resource).
+    fn target_index(&self, api_version: &str, kind: &str) -> Option<usize> {
+        self.targets
+            .iter()
+            .position(|(res, _)| res.api_version == api_version && res.kind == kind)
+    }
+
     /// Whether the decorator cares about this object of target type `index`: it matches,
     /// or it still carries our finalizer (so it must be finalized).
     fn cares(&self, index: usize, obj: &DynamicObject) -> bool {
@@ -203,6 +234,8 @@ struct Inner {
     routing: Arc<Routing>,
     writer: Arc<Writer>,
     hooks: HookClient,
+    related: RelatedManager,
+    events: EventRecorder,
     /// Handler per target type (same order as `routing.targets`).
     target_handlers: Vec<HandlerId>,
     attachments: Vec<AttachmentType>,
@@ -298,7 +331,7 @@ pub fn start(
     }
 
     let writer = Arc::new(Writer::new(client, options.apply_strategy));
-    let queue = WorkQueue::new(format!("decorator-{name}"));
+    let queue: WorkQueue<TargetKey> = WorkQueue::new(format!("decorator-{name}"));
     let routing = Arc::new(Routing {
         name: name.clone(),
         selector,
@@ -309,6 +342,33 @@ pub fn start(
             .collect(),
         queue: queue.clone(),
     });
+    let related = RelatedManager::new(RelatedConfig {
+        controller: CustomizableController::Decorator(Box::new(controller.clone())),
+        name: name.clone(),
+        hook: spec.customize_hook().cloned(),
+        endpoint_configs: spec.all_endpoint_configs().cloned().collect(),
+        hooks: hooks.clone(),
+        informers: informers.clone(),
+        resources: resources.clone(),
+        enqueue: {
+            // Weak: the manager lives in the reconciler, which owns the routing.
+            let routing = Arc::downgrade(&routing);
+            Arc::new(move |target: &ParentId, origin| {
+                let Some(routing) = routing.upgrade() else {
+                    return;
+                };
+                if let Some(index) = routing.target_index(&target.api_version, &target.kind) {
+                    routing.queue.add(
+                        TargetKey {
+                            resource: index,
+                            key: target.key.clone(),
+                        },
+                        priority(origin),
+                    );
+                }
+            })
+        },
+    });
     let mut target_handlers = Vec::new();
     for (index, (res, informer)) in routing.targets.iter().enumerate() {
         let routing = routing.clone();
@@ -316,6 +376,11 @@ pub fn start(
         let res = res.clone();
         target_handlers.push(informer.add_handler(Arc::new(move |change, origin| {
             writer.observe(&res, change);
+            if let Change::Deleted(obj) = change {
+                if let Some(uid) = obj.metadata.uid.as_ref() {
+                    writer.expectations().forget(uid);
+                }
+            }
             routing.on_target(index, change, origin);
         })));
     }
@@ -343,6 +408,8 @@ pub fn start(
         routing,
         writer,
         hooks,
+        related,
+        events: options.events,
         target_handlers,
         attachments,
     });
@@ -358,7 +425,7 @@ pub fn start(
         run_queue
             .run(workers, move |key: TargetKey| {
                 let inner = worker_inner.clone();
-                async move { inner.sync(&key).await }
+                async move { inner.sync_and_record(&key).await }
             })
             .await;
     });
@@ -374,12 +441,60 @@ impl Inner {
         self.controller.spec.finalize_hook()
     }
 
+    /// Whether the cache holds the attachment `key` (for expectations).
+    fn cached(&self, key: &ObjectKey) -> Option<bool> {
+        let a = self
+            .attachments
+            .iter()
+            .find(|a| format!("{}/{}", a.resource.api_version, a.resource.name) == key.resource)?;
+        let nn = NamespacedName::new(key.namespace.clone(), key.name.clone());
+        Some(a.informer.get(&nn).is_some())
+    }
+
+    /// One sync, with a `SyncError` Warning Event on the target when it fails (not for
+    /// conflicts) and a delayed retry when the hook asked to slow down.
+    async fn sync_and_record(&self, key: &TargetKey) -> Result<(), SyncError> {
+        let result = self.sync(key).await;
+        if let Err(SyncError::Hook {
+            source: HookError::TooManyRequests { retry_after, .. },
+            ..
+        }) = &result
+        {
+            let delay = retry_after.unwrap_or(Duration::from_secs(1));
+            tracing::info!(controller = self.name(), target = %key, ?delay, "hook asked to slow down; resyncing later");
+            self.routing
+                .queue
+                .add_after(key.clone(), delay, Priority::Event);
+            return Ok(());
+        }
+        if let Err(e) = &result {
+            if !e.is_conflict() {
+                if let Some((res, informer)) = self.routing.targets.get(key.resource) {
+                    if let Some(Ok(target)) = informer.get(&key.key).map(|t| to_value(&t, res)) {
+                        self.events.warning(
+                            &target,
+                            events::reason::SYNC_ERROR,
+                            format!("Sync error: {e}"),
+                        );
+                    }
+                }
+            }
+        }
+        result
+    }
+
     async fn sync(&self, key: &TargetKey) -> Result<(), SyncError> {
         let Some((res, informer)) = self.routing.targets.get(key.resource) else {
             return Ok(());
         };
         let Some(cached) = informer.get(&key.key) else {
-            return Ok(()); // deleted; attachments go with the garbage collector
+            // Deleted; attachments go with the garbage collector.
+            self.related.forget(&ParentId {
+                api_version: res.api_version.clone(),
+                kind: res.kind.clone(),
+                key: key.key.clone(),
+            });
+            return Ok(());
         };
         let Some(mut object) = self.writer.fresh(res, to_value(&cached, res)?) else {
             return Ok(());
@@ -409,6 +524,19 @@ impl Inner {
             return Ok(());
         }
 
+        let uid_ref = object
+            .pointer("/metadata/uid")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        if !self.writer.satisfied(uid_ref, |k| self.cached(k)) {
+            // Our last attachment writes are not in the cache yet; their events requeue
+            // the target.
+            tracing::debug!(controller = self.name(), target = %key, "waiting for the cache to confirm our writes");
+            self.routing
+                .queue
+                .add_after(key.clone(), Duration::from_secs(1), Priority::Event);
+            return Ok(());
+        }
         let uid = object
             .pointer("/metadata/uid")
             .and_then(Value::as_str)
@@ -441,7 +569,7 @@ impl Inner {
             return Err(SyncError::NoSyncHook);
         };
         let version = hook.effective_version();
-        let related = ObjectMap::new();
+        let related = self.related.related(&object, version).await?;
         let request = DecoratorHookRequest::new(
             version,
             self.controller.clone(),
@@ -512,9 +640,20 @@ impl Inner {
                 &desired,
                 self.writer.strategy().is_server_side(),
             )?;
+            // Keep going after a failed write (one bad attachment does not block the
+            // others), except on a conflict, which means stale data: abort.
+            let mut errors = Vec::new();
             for action in actions {
                 let res = &self.attachments[action.type_index()].resource;
-                self.writer.execute(res, &uid, action).await?;
+                if let Err(e) = self.writer.execute(res, &uid, action).await {
+                    if e.is_conflict() {
+                        return Err(e.into());
+                    }
+                    errors.push(e);
+                }
+            }
+            if !errors.is_empty() {
+                return Err(SyncError::Writes(errors));
             }
         }
 
