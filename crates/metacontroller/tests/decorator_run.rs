@@ -131,8 +131,7 @@ async fn binary_runs_selected_decorators_restarts_on_change_and_stops_on_delete(
                     t.metadata
                         .labels
                         .unwrap_or_default()
-                        .get("seen-one")
-                        .is_some()
+                        .contains_key("seen-one")
                 })
         },
     )
