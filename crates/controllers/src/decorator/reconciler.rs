@@ -164,7 +164,9 @@ impl Routing {
             }
         }
         let obj = change.object();
-        if !self.cares(index, obj) {
+        // A deleted target is always synced once, so what was cached for it (related-object
+        // rules) is dropped even if it had stopped matching.
+        if !matches!(change, Change::Deleted(_)) && !self.cares(index, obj) {
             return;
         }
         if let Some(key) = NamespacedName::of(obj.as_ref()) {
