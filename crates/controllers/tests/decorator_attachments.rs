@@ -187,3 +187,48 @@ async fn attachment_update_strategies() {
     cms.delete("t-ondelete", &Default::default()).await.unwrap();
     wait_until(&cms, "t-ondelete", "OnDelete recreated", data).await;
 }
+
+/// A cluster-scoped target (a Namespace) gets a namespaced attachment inside it; v1 hooks
+/// see it under `<namespace>/<name>`, as upstream keys children of cluster-scoped parents.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_scoped_target_gets_a_namespaced_attachment() {
+    let env = Env::start("dec-cluster").await;
+    let marker = metacontroller_testkit::unique_name("ns");
+    let hook = HookServer::start(|_, req| {
+        let ns = req["object"]["metadata"]["name"].clone();
+        HookReply::json(json!({"attachments": [{
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "ns-config", "namespace": ns}, "data": {"k": "v"}}]}))
+    })
+    .await;
+    let _dc = env
+        .start_decorator(json!({
+            "metadata": {"name": "per-namespace"},
+            "spec": {
+                "resources": [{"apiVersion": "v1", "resource": "namespaces",
+                               "labelSelector": {"matchLabels": {"decorate-ns": marker}}}],
+                "attachments": [{"apiVersion": "v1", "resource": "configmaps"}],
+                "hooks": {"sync": {"webhook": {"url": hook.url("/sync")}}}
+            }
+        }))
+        .await;
+    let namespaces =
+        metacontroller_testkit::dynamic_api(env.client(), "v1", "Namespace", "namespaces", None);
+    let patch = json!({"metadata": {"labels": {"decorate-ns": marker}}});
+    decorator_support::merge_patch(&namespaces, &env.ns, patch).await;
+    let cms = env.builtin("v1", "ConfigMap", "configmaps");
+    let cm = wait_for(&cms, "ns-config").await;
+    let owner = &cm.metadata.owner_references.as_ref().unwrap()[0];
+    assert_eq!(owner.kind, "Namespace");
+    assert_eq!(owner.name, env.ns);
+    let key = format!("{}/ns-config", env.ns);
+    eventually(
+        "the attachment under namespace/name in a v1 request",
+        || async {
+            hook.requests("/sync")
+                .iter()
+                .any(|r| r["attachments"]["ConfigMap.v1"].get(&key).is_some())
+        },
+    )
+    .await;
+}

@@ -12,6 +12,7 @@ use kube::core::DynamicObject;
 use metacontroller_api::decorator::DecoratorController;
 use metacontroller_controllers::composite::Options;
 use metacontroller_controllers::decorator::{self, DecoratorHandle};
+use metacontroller_controllers::events::EventRecorder;
 use metacontroller_dynamic::{discover, InformerConfig, Informers, ResourceMap};
 use metacontroller_hooks::{HookClient, HookClientConfig};
 use metacontroller_testkit::{crd, dynamic_api, eventually, unique_name, CrdBuilder, TestCluster};
@@ -24,6 +25,7 @@ pub struct Env {
     pub group: String,
     pub informers: Informers,
     pub hooks: HookClient,
+    pub events: EventRecorder,
 }
 
 impl Env {
@@ -33,12 +35,14 @@ impl Env {
         let ns = cluster.create_namespace(prefix).await;
         let informers = Informers::new(cluster.client(), InformerConfig::default());
         let hooks = HookClient::new(HookClientConfig::default()).unwrap();
+        let events = EventRecorder::new(cluster.client(), 0.0, 25).unwrap();
         Env {
             cluster,
             ns,
             group: format!("{}.example.com", unique_name(prefix)),
             informers,
             hooks,
+            events,
         }
     }
 
@@ -129,6 +133,7 @@ impl Env {
             self.hooks.clone(),
             Options {
                 workers: 2,
+                events: self.events.clone(),
                 ..Options::default()
             },
         )
@@ -140,6 +145,19 @@ impl Env {
         let obj: DynamicObject = serde_json::from_value(obj).unwrap();
         api.create(&PostParams::default(), &obj).await.unwrap()
     }
+}
+
+/// Events in the test namespace about the object `name` with `reason`.
+pub async fn events_for(env: &Env, name: &str, reason: &str) -> Vec<Value> {
+    let api = dynamic_api(env.client(), "v1", "Event", "events", Some(&env.ns));
+    api.list(&Default::default())
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|e| serde_json::to_value(e).unwrap())
+        .filter(|e| e["involvedObject"]["name"] == name && e["reason"] == reason)
+        .collect()
 }
 
 /// A JSON merge patch.
