@@ -90,12 +90,11 @@ async fn undeclared_attachment_type_is_refused_with_an_event() {
     let secrets = env.builtin("v1", "Secret", "secrets");
     assert!(secrets.get_opt("nope").await.unwrap().is_none());
     let t = targets.get("u").await.unwrap();
-    assert!(t
+    assert!(!t
         .metadata
         .labels
         .unwrap_or_default()
-        .get("decorated")
-        .is_none());
+        .contains_key("decorated"));
 }
 
 /// Updates of the target fail with 409 a few times: the sync is retried and converges,
