@@ -19,19 +19,20 @@
 //! - **Failures** are values: a failed sync is requeued with backoff; a 409 Conflict aborts
 //!   the sync (the next one recomputes from fresher state).
 //!
-//! Rolling update methods (`RollingRecreate`, `RollingInPlace`) act like their non-rolling
-//! variants (no ControllerRevisions, no status-check gating). The customize hook and
-//! `related` objects come from [`crate::related`]; a failed sync records a `SyncError`
-//! Warning Event on the parent through [`crate::events`] (except 409 conflicts, which are
-//! expected stale-cache retries).
+//! Rolling update methods (`RollingRecreate`, `RollingInPlace`) keep ControllerRevisions and
+//! move one child per sync, gated by `statusChecks` (see [`crate::rolling`]). The customize
+//! hook and `related` objects come from [`crate::related`]; a failed sync records a
+//! `SyncError` Warning Event on the parent through [`crate::events`] (except 409 conflicts,
+//! which are expected stale-cache retries).
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use kube::core::DynamicObject;
-use metacontroller_api::composite::CompositeController;
+use metacontroller_api::composite::{ChildUpdateStatusChecks, CompositeController};
 use metacontroller_api::hook::Hook;
+use metacontroller_api::revision::{ControllerRevision, LABEL_API_GROUP, LABEL_RESOURCE};
 use metacontroller_api::wire::{
     CompositeHookRequest, CompositeHookResponse, CustomizableController,
 };
@@ -47,6 +48,7 @@ use crate::children::{self, ChildType, ParentRef};
 use crate::claim::{self, Claim, Claimant};
 use crate::events::{self, EventRecorder};
 use crate::related::{ParentId, RelatedConfig, RelatedError, RelatedManager};
+use crate::rolling::{self, Desired, ParentRevision, RevisionParent, Rollout};
 use crate::writer::{to_value, ApplyStrategy, WriteError, Writer};
 
 /// Why a controller could not start.
@@ -133,6 +135,7 @@ impl Default for Options {
 
 struct Child {
     kind: ChildType,
+    status_checks: Option<ChildUpdateStatusChecks>,
     resource: Arc<ApiResource>,
     informer: Lease<ResourceId, Informer>,
     handler: HandlerId,
@@ -257,8 +260,9 @@ impl Mapper {
             self.queue.add(key, priority(origin));
             return;
         }
-        // An orphan: we never adopt orphans that are being deleted.
-        if child_deleting {
+        // An orphan: we never adopt orphans that are being deleted. A relist needs no mapping:
+        // it also replays every parent, whose sync claims matching orphans.
+        if child_deleting || origin == Origin::Relist {
             return;
         }
         let candidates = if self.parent_resource.namespaced {
@@ -272,9 +276,11 @@ impl Mapper {
             if !self.interested(&parent) {
                 continue;
             }
-            let Ok(value) = serde_json::to_value(parent.as_ref()) else {
-                continue;
-            };
+            // Only the fields the selector needs, not the whole parent.
+            let value = json!({
+                "metadata": {"uid": parent.metadata.uid},
+                "spec": {"selector": parent.data.pointer("/spec/selector")},
+            });
             let Ok(selector) = parent_child_selector(&value, self.generate_selector) else {
                 continue;
             };
@@ -295,6 +301,8 @@ struct Inner {
     parent: Lease<ResourceId, Informer>,
     parent_handler: HandlerId,
     children: Vec<Child>,
+    /// ControllerRevisions, when a child type uses a rolling update method.
+    revisions: Option<Revisions>,
     /// `apiVersion/plural` → index in `children`.
     child_index: HashMap<String, usize>,
     mapper: Arc<Mapper>,
@@ -309,7 +317,24 @@ impl Drop for Inner {
         for c in &self.children {
             c.informer.remove_handler(c.handler);
         }
+        if let Some(r) = &self.revisions {
+            r.informer.remove_handler(r.handler);
+        }
     }
+}
+
+struct Revisions {
+    resource: Arc<ApiResource>,
+    informer: Lease<ResourceId, Informer>,
+    handler: HandlerId,
+}
+
+/// The outcome of the hook call(s) of one sync.
+struct HookOutcome {
+    status: Option<serde_json::Map<String, Value>>,
+    desired: Desired,
+    resync_after_seconds: f64,
+    finalized: bool,
 }
 
 /// A running CompositeController. Dropping it (or [`CompositeHandle::stop`]) stops it.
@@ -382,9 +407,23 @@ pub fn start(
                 namespaced: resource.namespaced,
                 method: rule.update_method(),
             },
+            rule.update_strategy
+                .as_ref()
+                .and_then(|s| s.status_checks.clone()),
             resource,
         ));
     }
+    let any_rolling = child_resources
+        .iter()
+        .any(|(t, _, _)| t.method.is_rolling());
+    let revision_resource = if any_rolling {
+        Some(lookup(
+            metacontroller_api::API_VERSION,
+            ControllerRevision::PLURAL,
+        )?)
+    } else {
+        None
+    };
     let writer = Arc::new(Writer::new(client, options.apply_strategy));
     let queue = WorkQueue::new(format!("composite-{name}"));
     let related = RelatedManager::new(RelatedConfig {
@@ -429,7 +468,18 @@ pub fn start(
     };
     let mut children = Vec::new();
     let mut child_index = HashMap::new();
-    for (kind, resource) in child_resources {
+    let revisions = revision_resource.map(|resource| {
+        let informer = informers.lease(&resource);
+        let writer = writer.clone();
+        let res = resource.clone();
+        let handler = informer.add_handler(Arc::new(move |change, _| writer.observe(&res, change)));
+        Revisions {
+            resource,
+            informer,
+            handler,
+        }
+    });
+    for (kind, status_checks, resource) in child_resources {
         let informer = informers.lease(&resource);
         let writer = writer.clone();
         let mapper = mapper.clone();
@@ -444,6 +494,7 @@ pub fn start(
         );
         children.push(Child {
             kind,
+            status_checks,
             resource,
             informer,
             handler,
@@ -457,6 +508,7 @@ pub fn start(
         parent,
         parent_handler,
         children,
+        revisions,
         child_index,
         mapper,
         queue: queue.clone(),
@@ -467,6 +519,9 @@ pub fn start(
     let task = tokio::spawn(async move {
         for c in &inner.children {
             c.informer.wait_synced().await;
+        }
+        if let Some(r) = &inner.revisions {
+            r.informer.wait_synced().await;
         }
         inner.parent.wait_synced().await;
         let worker_inner = inner.clone();
@@ -501,11 +556,17 @@ impl Inner {
         self.children.iter().map(|c| c.kind.clone()).collect()
     }
 
-    /// Whether the cache holds the object `key` (for expectations).
+    /// Whether the cache holds the object `key`, not being deleted (for expectations: a
+    /// delete is confirmed once accepted, even while finalizers keep the object).
     fn cached(&self, key: &ObjectKey) -> Option<bool> {
         let index = self.child_index.get(&key.resource)?;
         let nn = NamespacedName::new(key.namespace.clone(), key.name.clone());
-        Some(self.children[*index].informer.get(&nn).is_some())
+        Some(
+            self.children[*index]
+                .informer
+                .get(&nn)
+                .is_some_and(|o| o.metadata.deletion_timestamp.is_none()),
+        )
     }
 
     /// [`Inner::sync`], recording a `SyncError` Event on the parent when it fails (upstream
@@ -615,19 +676,52 @@ impl Inner {
 
         let types = self.child_types();
         let deleting = is_deleting(&parent.object);
-        let (hook, hook_name, finalizing) = match (deleting, self.controller.spec.finalize_hook()) {
-            (true, Some(h)) => (h, "finalize", true),
-            _ => match self.controller.spec.sync_hook() {
-                Some(h) => (h, "sync", false),
-                None => return Ok(()),
-            },
+        // As upstream: finalize while being deleted, and also once the parent stops matching
+        // `parentResource.labelSelector` (it still carries our finalizer, or we would not be
+        // here), so the hook can clean up before the parent is let go.
+        let unselected = !self
+            .mapper
+            .parent_selector
+            .matches(&value_labels(&parent.object));
+        let (hook, hook_name, finalizing) =
+            match (deleting || unselected, self.controller.spec.finalize_hook()) {
+                (true, Some(h)) => (h, "finalize", true),
+                _ => match self.controller.spec.sync_hook() {
+                    Some(h) => (h, "sync", false),
+                    None => return Ok(()),
+                },
+            };
+        let use_revisions =
+            self.revisions.is_some() && (!deleting || self.should_finalize(&parent.object));
+        let outcome = if use_revisions {
+            self.sync_revisions(parent, hook, hook_name, finalizing, &types, &observed)
+                .await?
+        } else {
+            let response = self
+                .call_hook(
+                    parent,
+                    &parent.object,
+                    hook,
+                    hook_name,
+                    finalizing,
+                    &types,
+                    &observed,
+                )
+                .await?;
+            HookOutcome {
+                desired: children::validate_desired(
+                    &types,
+                    parent.namespace.as_deref(),
+                    response.children,
+                )?,
+                status: response.status,
+                resync_after_seconds: response.resync_after_seconds,
+                finalized: response.finalized,
+            }
         };
-        let response = self
-            .call_hook(parent, hook, hook_name, finalizing, &types, &observed)
-            .await?;
 
-        if response.resync_after_seconds > 0.0 {
-            let delay = Duration::from_secs_f64(response.resync_after_seconds.min(1e9));
+        if outcome.resync_after_seconds > 0.0 {
+            let delay = Duration::from_secs_f64(outcome.resync_after_seconds.min(1e9));
             self.queue
                 .add_after(parent.key.clone(), delay, Priority::Event);
         }
@@ -644,7 +738,7 @@ impl Inner {
         }
 
         let mut finalized_now = false;
-        if finalizing && response.finalized && value_has_finalizer(&parent.object, self.finalizer())
+        if finalizing && outcome.finalized && value_has_finalizer(&parent.object, self.finalizer())
         {
             let mut updated = parent.object.clone();
             edit_finalizers(&mut updated, self.finalizer(), false);
@@ -652,8 +746,7 @@ impl Inner {
             finalized_now = true;
         }
 
-        let parent_ns = parent.namespace.as_deref();
-        let mut desired = children::validate_desired(&types, parent_ns, response.children)?;
+        let mut desired = outcome.desired;
         for (key, (_, child)) in desired.iter_mut() {
             if generate {
                 add_label_if_absent(child, CONTROLLER_UID_LABEL, &parent.uid);
@@ -676,7 +769,7 @@ impl Inner {
             }
         }
 
-        let mut status = response.status.unwrap_or_default();
+        let mut status = outcome.status.unwrap_or_default();
         if let Some(generation) = parent.object.pointer("/metadata/generation") {
             status.insert("observedGeneration".into(), generation.clone());
         }
@@ -694,9 +787,11 @@ impl Inner {
         manage_result
     }
 
+    #[allow(clippy::too_many_arguments)]
     async fn call_hook(
         &self,
         parent: &ParentState,
+        parent_object: &Value,
         hook: &Hook,
         hook_name: &'static str,
         finalizing: bool,
@@ -709,7 +804,7 @@ impl Inner {
             .await?;
         let request = CompositeHookRequest {
             controller: self.controller.clone(),
-            parent: parent.object.clone(),
+            parent: parent_object.clone(),
             children: children::observed_map(
                 hook.effective_version(),
                 parent.namespace.as_deref(),
@@ -738,6 +833,205 @@ impl Inner {
                 hook: hook_name,
                 source,
             })
+    }
+
+    /// Rolling updates: one hook call per parent revision, one child moved to the latest
+    /// revision per sync, ControllerRevisions written before children (upstream
+    /// `syncRevisions`).
+    #[allow(clippy::too_many_arguments)]
+    async fn sync_revisions(
+        &self,
+        parent: &ParentState,
+        hook: &Hook,
+        hook_name: &'static str,
+        finalizing: bool,
+        types: &[ChildType],
+        observed: &[Value],
+    ) -> Result<HookOutcome, SyncError> {
+        let Some(revs) = &self.revisions else {
+            return Err(SyncError::Selector("no ControllerRevision informer".into()));
+        };
+        let generate = self.mapper.generate_selector;
+        // Revisions are found by controller ownership plus the parent-type labels; upstream
+        // also requires the parent's selector to match labels copied from
+        // `spec.template.metadata.labels`, which parents without a template never satisfy.
+        let selector = Selector::from_requirements(vec![
+            metacontroller_dynamic::Requirement::new(
+                "revision",
+                LABEL_API_GROUP,
+                metacontroller_dynamic::Operator::Equals,
+                [self.parent_resource.group.clone()],
+            )
+            .map_err(|e| SyncError::Selector(e.to_string()))?,
+            metacontroller_dynamic::Requirement::new(
+                "revision",
+                LABEL_RESOURCE,
+                metacontroller_dynamic::Operator::Equals,
+                [self.parent_resource.name.clone()],
+            )
+            .map_err(|e| SyncError::Selector(e.to_string()))?,
+        ]);
+        let mut observed_revisions = Vec::new();
+        for obj in revs.informer.controlled_by(&parent.uid) {
+            let value = to_value(&obj, &revs.resource)?;
+            let Some(value) = self.writer.fresh(&revs.resource, value) else {
+                continue;
+            };
+            if !selector.matches(&value_labels(&value)) {
+                continue;
+            }
+            observed_revisions.push(serde_json::from_value::<ControllerRevision>(value)?);
+        }
+
+        let field_paths = self
+            .controller
+            .spec
+            .parent_resource
+            .revision_history
+            .as_ref()
+            .map(|h| h.effective_field_paths())
+            .unwrap_or_else(|| vec!["spec".to_string()]);
+        let latest_patch = rolling::make_patch(&parent.object, &field_paths);
+        let mut latest_revision = None;
+        let mut others = Vec::new();
+        for rev in &observed_revisions {
+            if crate::writer::json_equal(&rev.parent_patch, &latest_patch) {
+                latest_revision = Some(rev.clone());
+            } else {
+                let mut object = parent.object.clone();
+                rolling::apply_patch(&mut object, &rev.parent_patch, &field_paths);
+                others.push((object, rev.clone()));
+            }
+        }
+        let rp = RevisionParent {
+            plural: &self.parent_resource.name,
+            group: &self.parent_resource.group,
+            api_version: &self.parent_resource.api_version,
+            kind: &self.parent_resource.kind,
+            object: &parent.object,
+            generate_selector: generate,
+        };
+        let latest_revision =
+            latest_revision.unwrap_or_else(|| rolling::new_revision(&rp, latest_patch));
+
+        let mut revisions = Vec::new();
+        let mut statuses = Vec::new();
+        let mut resync = 0.0_f64;
+        let mut finalized = true;
+        for (object, revision) in
+            std::iter::once((parent.object.clone(), latest_revision)).chain(others)
+        {
+            let response = self
+                .call_hook(
+                    parent, &object, hook, hook_name, finalizing, types, observed,
+                )
+                .await?;
+            let order = response
+                .children
+                .iter()
+                .map(|c| {
+                    let k = children::child_key(c);
+                    (k.0, k.1, k.3)
+                })
+                .collect();
+            let desired =
+                children::validate_desired(types, parent.namespace.as_deref(), response.children)?;
+            let r = response.resync_after_seconds;
+            if r > 0.0 && (resync == 0.0 || r < resync) {
+                resync = r;
+            }
+            finalized &= response.finalized;
+            statuses.push(response.status);
+            revisions.push(ParentRevision {
+                parent: object,
+                revision,
+                desired,
+                order,
+            });
+        }
+
+        let server_side = self.writer.strategy().is_server_side();
+        let parent_ref = ParentRef {
+            api_version: self.parent_resource.api_version.clone(),
+            kind: self.parent_resource.kind.clone(),
+            name: parent.key.name.clone(),
+            uid: parent.uid.clone(),
+        };
+        let up_to_date = |obs: &Value, want: &Value| -> bool {
+            if server_side {
+                children::apply_body(want, &parent_ref)
+                    .is_ok_and(|body| crate::writer::contains_all(obs, &body))
+            } else {
+                matches!(
+                    metacontroller_apply::plan(obs, want, None),
+                    Ok(metacontroller_apply::Plan::Unchanged)
+                )
+            }
+        };
+        let rolling_of = |group: &str, kind: &str| {
+            self.children
+                .iter()
+                .find(|c| {
+                    c.kind.kind == kind
+                        && c.kind.api_version.rsplit_once('/').map_or("", |(g, _)| g) == group
+                        && c.kind.method.is_rolling()
+                })
+                .map(|c| (c.kind.method.clone(), c.status_checks.clone()))
+        };
+        let condition = rolling::sync_rolling_update(
+            &mut revisions,
+            &Rollout {
+                observed,
+                rolling: &rolling_of,
+                up_to_date: &up_to_date,
+                parent_namespace: parent.namespace.as_deref(),
+            },
+        );
+        let mut status = statuses.into_iter().next().flatten().unwrap_or_default();
+        rolling::set_condition(&mut status, "Updated", &condition);
+        let revisions = rolling::prune(revisions);
+        self.manage_revisions(&revs.resource, parent, &observed_revisions, &revisions)
+            .await?;
+        Ok(HookOutcome {
+            status: Some(status),
+            desired: rolling::merged_desired(&revisions, parent.namespace.as_deref()),
+            resync_after_seconds: resync,
+            finalized,
+        })
+    }
+
+    /// Creates, updates and deletes ControllerRevisions so they match `desired`; all of it
+    /// before any child is touched, so the rollout state is persisted first.
+    async fn manage_revisions(
+        &self,
+        res: &ApiResource,
+        parent: &ParentState,
+        observed: &[ControllerRevision],
+        desired: &[ParentRevision],
+    ) -> Result<(), SyncError> {
+        let name_of = |r: &ControllerRevision| r.metadata.name.clone().unwrap_or_default();
+        for old in observed {
+            if !desired.iter().any(|d| name_of(&d.revision) == name_of(old)) {
+                let value = serde_json::to_value(old)?;
+                self.writer.delete(res, &parent.uid, &value).await?;
+            }
+        }
+        for d in desired {
+            let value = serde_json::to_value(&d.revision)?;
+            match observed.iter().find(|o| name_of(o) == name_of(&d.revision)) {
+                Some(old) if old == &d.revision => {}
+                Some(_) => match self.writer.replace(res, value).await {
+                    Err(e) if e.is_not_found() => {}
+                    r => {
+                        r?;
+                    }
+                },
+                None => {
+                    self.writer.create(res, &parent.uid, value).await?;
+                }
+            }
+        }
+        Ok(())
     }
 
     /// The parent's children after orphaning and adoption: owned children (from the cache,
@@ -887,16 +1181,10 @@ impl Inner {
             desired,
             self.writer.strategy().is_server_side(),
         )?;
-        let mut errors = Vec::new();
-        for action in actions {
-            let res = &self.children[action.type_index()].resource;
-            if let Err(e) = self.writer.execute(res, &parent.uid, action).await {
-                if e.is_conflict() {
-                    return Err(e.into());
-                }
-                errors.push(e);
-            }
-        }
+        let errors = self
+            .writer
+            .execute_all(&parent.uid, actions, |i| self.children[i].resource.as_ref())
+            .await;
         if errors.is_empty() {
             Ok(())
         } else {

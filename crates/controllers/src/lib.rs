@@ -7,6 +7,7 @@
 //!   child writes and parent status).
 //! - [`claim`]: ControllerRef claiming (own / adopt / release) of candidate children.
 //! - [`decorator`]: the DecoratorController (targets, attachments, target updates).
+//! - [`rolling`]: rolling updates by ControllerRevision (pure rollout steps).
 //! - [`writer`]: the controller-agnostic write path (create / update / server-side apply /
 //!   delete / status) with the own-writes overlay and create/delete expectations.
 //! - [`related`]: the customize hook and `related` objects (any controller kind).
@@ -18,4 +19,5 @@ pub mod composite;
 pub mod decorator;
 pub mod events;
 pub mod related;
+pub mod rolling;
 pub mod writer;

@@ -234,6 +234,7 @@ impl Writer {
         match change {
             Change::Deleted(_) => {
                 self.overlay.observe_deleted(&key);
+                self.applied_lock().remove(&key);
                 if let Some(owner) = owner {
                     self.expectations.observed_delete(&owner, &key);
                 }
@@ -244,14 +245,21 @@ impl Writer {
                         .observe(&key, &json!({"metadata": {"resourceVersion": rv}}));
                 }
                 if let Some(owner) = owner {
-                    self.expectations.observed_create(&owner, &key);
+                    if obj.metadata.deletion_timestamp.is_some() {
+                        // Deletion accepted; finalizers or a grace period may keep the object
+                        // a while, but our delete is confirmed.
+                        self.expectations.observed_delete(&owner, &key);
+                    } else {
+                        self.expectations.observed_create(&owner, &key);
+                    }
                 }
             }
         }
     }
 
     /// True when no create/delete of `owner`'s children is unconfirmed. `present(key)` says
-    /// whether the cache holds the object (`None`: unknown resource).
+    /// whether the cache holds the object and it is not being deleted (`None`: unknown
+    /// resource).
     pub fn satisfied(&self, owner: &str, present: impl Fn(&ObjectKey) -> Option<bool>) -> bool {
         self.expectations
             .satisfied_given(&owner.to_string(), present)
@@ -516,6 +524,30 @@ impl Writer {
                 }
             }
         }
+    }
+
+    /// Carries out planned child actions in order (`resource_of(type_index)` names each
+    /// action's resource). A failed write does not stop the others (one bad child must not
+    /// block the rest), except a 409 Conflict, which stops at once: the data is stale. Returns
+    /// the failures (a conflict, if any, last).
+    pub async fn execute_all<'r>(
+        &self,
+        owner_uid: &str,
+        actions: Vec<Action>,
+        resource_of: impl Fn(usize) -> &'r ApiResource,
+    ) -> Vec<WriteError> {
+        let mut errors = Vec::new();
+        for action in actions {
+            let res = resource_of(action.type_index());
+            if let Err(e) = self.execute(res, owner_uid, action).await {
+                let conflict = e.is_conflict();
+                errors.push(e);
+                if conflict {
+                    break;
+                }
+            }
+        }
+        errors
     }
 
     /// Carries out one planned child action for the parent with uid `owner_uid`.

@@ -338,7 +338,12 @@ async fn parent_deleted_without_finalize_hook_calls_nothing_more() {
 
 /// Runs one update strategy: create, change `spec.value`, return (old uid, new ConfigMap).
 async fn change_value_with(method: &str) -> (String, Env) {
-    let mut env = env_with(one_child).await;
+    let cluster = TestCluster::start().await;
+    if method.starts_with("Rolling") {
+        // Rolling methods keep ControllerRevisions.
+        cluster.install_metacontroller_crds().await;
+    }
+    let mut env = Env::new(cluster, parent_crd(), one_child).await;
     env.start(json!({"childResources": [configmap_rule(method)], "hooks": env.sync_hook()}))
         .await;
     env.create_parent("p", selector_spec("a", "1")).await;
@@ -404,12 +409,12 @@ async fn update_strategy_in_place_updates() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn update_strategy_rolling_recreate_acts_as_recreate() {
+async fn update_strategy_rolling_recreate_recreates_the_single_child() {
     assert_recreated("RollingRecreate").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn update_strategy_rolling_in_place_acts_as_in_place() {
+async fn update_strategy_rolling_in_place_updates_the_single_child() {
     assert_updated_in_place("RollingInPlace").await;
 }
 
@@ -564,4 +569,130 @@ async fn server_side_apply_creates_updates_and_keeps_foreign_fields() {
             .sum();
         assert_eq!(child_writes, 0, "{counts:?}");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn child_held_by_a_finalizer_does_not_block_the_parent() {
+    let mut env = env_with(one_child).await;
+    env.start(json!({"childResources": [configmap_rule("InPlace")], "hooks": env.sync_hook()}))
+        .await;
+    let mut spec = selector_spec("a", "1");
+    spec["replicas"] = json!(1);
+    env.create_parent("p", spec).await;
+    env.wait_configmap("p-cm", "child", |_| true).await;
+    env.configmaps()
+        .patch(
+            "p-cm",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"finalizers": ["example.com/hold"]}})),
+        )
+        .await
+        .unwrap();
+    // The child is no longer wanted: its deletion is accepted but the finalizer keeps it.
+    env.patch_parent_spec("p", json!({"replicas": 0})).await;
+    env.wait_configmap("p-cm", "child being deleted", |cm| {
+        cm.metadata.deletion_timestamp.is_some()
+    })
+    .await;
+    // The parent keeps syncing meanwhile.
+    env.patch_parent_spec("p", json!({"value": "3"})).await;
+    env.wait_status("p", "generation 3 synced", |s| s["observedGeneration"] == 3)
+        .await;
+    env.configmaps()
+        .patch(
+            "p-cm",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+        )
+        .await
+        .unwrap();
+    env.wait_configmap_gone("p-cm").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn parent_leaving_the_label_selector_is_finalized_and_released() {
+    let cluster = TestCluster::start().await;
+    let mut env = Env::new(cluster, parent_crd(), |path, req| {
+        if path == "/finalize" {
+            return HookReply::json(json!({"finalized": true}));
+        }
+        one_child(path, req)
+    })
+    .await;
+    let mut spec = json!({
+        "childResources": [configmap_rule("InPlace")],
+        "hooks": {
+            "sync": {"webhook": {"url": env.hook.url("/sync")}},
+            "finalize": {"webhook": {"url": env.hook.url("/finalize")}},
+        },
+    });
+    spec["parentResource"] = json!({
+        "apiVersion": env.parent.api_version(), "resource": env.parent.plural(),
+        "labelSelector": {"matchLabels": {"managed": "yes"}},
+    });
+    env.start(spec).await;
+    let finalizer = format!("metacontroller.io/compositecontroller-{}", env.name);
+
+    // Never selected: never synced.
+    env.create_parent("ignored", selector_spec("b", "1")).await;
+    env.create_parent("p", selector_spec("a", "1")).await;
+    env.parents()
+        .patch(
+            "p",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"managed": "yes"}}})),
+        )
+        .await
+        .unwrap();
+    env.wait_configmap("p-cm", "child of the selected parent", |_| true)
+        .await;
+    eventually("finalizer added", || async {
+        env.parent_value("p")
+            .await
+            .is_some_and(|p| p["metadata"]["finalizers"] == json!([finalizer.clone()]))
+    })
+    .await;
+    assert_eq!(env.hook.calls("/finalize"), 0);
+
+    env.parents()
+        .patch(
+            "p",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"managed": "no"}}})),
+        )
+        .await
+        .unwrap();
+    eventually("finalizer removed after finalize", || async {
+        env.parent_value("p")
+            .await
+            .is_some_and(|p| p["metadata"].get("finalizers").is_none())
+    })
+    .await;
+    assert!(env.hook.calls("/finalize") >= 1);
+    let req = env.hook.last_request("/finalize").unwrap();
+    assert_eq!(req["finalizing"], true);
+    env.wait_configmap_gone("p-cm").await;
+    assert!(env.configmap("ignored-cm").await.is_none());
+    assert!(env
+        .hook
+        .requests("/sync")
+        .iter()
+        .all(|r| r["parent"]["metadata"]["name"] != "ignored"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn v2_hook_sees_children_by_namespace_and_name() {
+    let mut env = env_with(one_child).await;
+    let hooks = json!({"sync": {"version": "v2", "webhook": {"url": env.hook.url("/sync")}}});
+    env.start(json!({"childResources": [configmap_rule("InPlace")], "hooks": hooks}))
+        .await;
+    env.create_parent("p", selector_spec("a", "1")).await;
+    env.wait_configmap("p-cm", "child", |_| true).await;
+    let key = format!("{}/p-cm", env.ns);
+    eventually("v2 children key", || async {
+        env.hook
+            .last_request("/sync")
+            .is_some_and(|r| r["children"]["ConfigMap.v1"].get(&key).is_some())
+    })
+    .await;
 }

@@ -62,6 +62,7 @@ pub fn prepare_for_storage(ctx: &mut PrepareCtx<'_>, obj: &mut Value) -> Result<
     if info.is_custom() {
         prepare_custom_resource(ctx, obj)?;
     } else {
+        drop_unknown_builtin_fields(ctx, obj)?;
         builtin_defaults(ctx, obj)?;
     }
     Ok(())
@@ -84,6 +85,39 @@ fn field_errors(info: &ResourceInfo, obj: &Value, errs: &[FieldError]) -> ApiErr
 /// Built-in defaulting (apply defaults, create-only strategy changes, defaults
 /// again). Service addresses are allocated later, by [`allocate`], after the
 /// field manager ran — as the real Service storage does.
+/// What decoding into the Go struct does to fields the type lacks (see
+/// [`crate::builtin_fields`]): refused under `Strict`, dropped with a warning under `Warn`,
+/// dropped silently under `Ignore`.
+fn drop_unknown_builtin_fields(ctx: &mut PrepareCtx<'_>, obj: &mut Value) -> Result<(), ApiError> {
+    let info = ctx.info;
+    let unknown = crate::builtin_fields::unknown_fields(&info.group, &info.resource, obj);
+    if unknown.is_empty() {
+        return Ok(());
+    }
+    let fields: Vec<String> = unknown
+        .iter()
+        .map(|p| format!("unknown field {:?}", crate::builtin_fields::render(p)))
+        .collect();
+    match ctx.field_validation {
+        FieldValidation::Strict => {
+            return Err(ApiError::bad_request(format!(
+                "{} in version {:?} cannot be handled as a {}: strict decoding error: {}",
+                info.kind,
+                ctx.version,
+                info.kind,
+                fields.join(", ")
+            )));
+        }
+        FieldValidation::Warn => ctx.warnings.extend(fields),
+        FieldValidation::Ignore => {}
+    }
+    // Only object fields are ever removed, so list indices of later paths stay valid.
+    for path in &unknown {
+        crate::builtin_fields::remove(obj, path);
+    }
+    Ok(())
+}
+
 fn builtin_defaults(ctx: &mut PrepareCtx<'_>, obj: &mut Value) -> Result<(), ApiError> {
     let info = ctx.info;
     let (g, v, k) = (info.group.as_str(), ctx.version, info.kind.as_str());

@@ -36,6 +36,7 @@
 //! # Ok(()) }
 //! ```
 
+mod builtin_fields;
 mod control;
 mod controllers;
 mod crd;

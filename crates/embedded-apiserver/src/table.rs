@@ -249,7 +249,13 @@ fn columns(info: &ResourceInfo, version: &str) -> Vec<Column> {
                 description: String::new(),
                 priority: 0,
                 path: Some(".metadata.creationTimestamp".into()),
-                func: None,
+                // The generic table of kube-apiserver prints the RFC 3339 timestamp itself
+                // (`kubectl get crd` shows `CREATED AT 2024-05-01T10:00:00Z`), not an age.
+                func: Some(|o| {
+                    o.pointer("/metadata/creationTimestamp")
+                        .cloned()
+                        .unwrap_or(Value::Null)
+                }),
             },
         ],
         _ => vec![name, age()],

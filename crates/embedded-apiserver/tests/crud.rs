@@ -475,3 +475,47 @@ async fn services_get_defaults_and_a_cluster_ip() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn unknown_fields_of_built_in_kinds_follow_field_validation() {
+    let (_s, client) = start().await;
+    within(20, async {
+        let body = |name: &str| {
+            json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name},
+                "spec": {"replicas": 1, "replica": 2, "selector": {"matchLabels": {"a": "b"}},
+                    "template": {"metadata": {"labels": {"a": "b"}},
+                        "spec": {"containers": [{"name": "c", "image": "i", "imagePullPolicyy": "Always"}]}}}})
+        };
+        let url = "/apis/apps/v1/namespaces/default/deployments";
+        let ct = [("content-type", "application/json")];
+        let (code, body_s, _) = raw(&client, "POST", &format!("{url}?fieldValidation=Strict"), &ct, Some(body("strict"))).await;
+        assert_eq!(code, 400, "{body_s}");
+        assert_eq!(body_s["reason"], "BadRequest");
+        let msg = body_s["message"].as_str().unwrap();
+        assert!(msg.contains("strict decoding error"), "{msg}");
+        assert!(msg.contains("unknown field \"spec.replica\""), "{msg}");
+        assert!(msg.contains("unknown field \"spec.template.spec.containers[0].imagePullPolicyy\""), "{msg}");
+
+        // Warn (the default): created without the fields, one Warning each.
+        let (code, created, headers) = raw(&client, "POST", url, &ct, Some(body("warn"))).await;
+        assert_eq!(code, 201, "{created}");
+        let warnings: Vec<_> = headers.get_all("warning").iter().map(|h| h.to_str().unwrap().to_string()).collect();
+        assert!(warnings.iter().any(|w| w.contains("spec.replica")), "{warnings:?}");
+        assert!(created["spec"].get("replica").is_none(), "{created}");
+        assert!(created["spec"]["template"]["spec"]["containers"][0].get("imagePullPolicyy").is_none());
+        assert_eq!(created["spec"]["replicas"], 1);
+
+        // Ignore: created silently.
+        let (code, _, headers) = raw(&client, "POST", &format!("{url}?fieldValidation=Ignore"), &ct, Some(body("ignore"))).await;
+        assert_eq!(code, 201);
+        assert!(headers.get("warning").is_none());
+
+        // Updates go through the same decode.
+        let mut update = created.clone();
+        update["spec"]["bogus"] = json!(true);
+        let (code, updated, _) = raw(&client, "PUT", &format!("{url}/warn"), &ct, Some(update)).await;
+        assert_eq!(code, 200, "{updated}");
+        assert!(updated["spec"].get("bogus").is_none());
+    })
+    .await;
+}

@@ -243,6 +243,18 @@ async fn kubectl_custom_resources_wait_and_cascade() {
         .await;
         let crds = k.ok(&["get", "crd"]).await;
         assert!(crds.contains("widgets.example.com"), "{crds}");
+        // Like kube-apiserver: the CREATED AT column holds the RFC 3339 timestamp, not an age.
+        let header = crds.lines().next().unwrap_or_default();
+        assert!(header.contains("CREATED AT"), "{crds}");
+        let row = crds
+            .lines()
+            .find(|l| l.contains("widgets.example.com"))
+            .unwrap();
+        let created = row.split_whitespace().nth(1).unwrap_or_default();
+        assert!(
+            created.len() == 20 && created.ends_with('Z') && created.contains('T'),
+            "{crds}"
+        );
         let w = k.file(
             "w.yaml",
             "apiVersion: example.com/v1\nkind: Widget\nmetadata:\n  name: w1\nspec:\n  size: 3\n",
@@ -415,6 +427,27 @@ async fn kubectl_imperative_create_commands() {
             .await;
         let (ok, _, _) = k.run(&["get", "namespace", "team"]).await;
         assert!(!ok, "namespace removed after its contents");
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn kubectl_refuses_unknown_fields_of_built_in_kinds() {
+    let Some((_s, k)) = setup().await else { return };
+    within(120, async {
+        let f = k.file(
+            "typo.yaml",
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: typo\ndatta:\n  a: b\n",
+        );
+        // kubectl sends fieldValidation=Strict: the typo fails the create, naming the field.
+        let (ok, _, err) = k.run(&["create", "-f", f.to_str().unwrap()]).await;
+        assert!(!ok);
+        assert!(err.contains("unknown field \"datta\""), "{err}");
+        // --validate=false sends Ignore: created, and the field is gone as with a real server.
+        k.ok(&["create", "--validate=false", "-f", f.to_str().unwrap()])
+            .await;
+        let v = k.json(&["get", "cm", "typo"]).await;
+        assert!(v.get("datta").is_none(), "{v}");
     })
     .await;
 }

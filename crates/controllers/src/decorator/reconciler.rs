@@ -450,7 +450,13 @@ impl Inner {
             .iter()
             .find(|a| format!("{}/{}", a.resource.api_version, a.resource.name) == key.resource)?;
         let nn = NamespacedName::new(key.namespace.clone(), key.name.clone());
-        Some(a.informer.get(&nn).is_some())
+        // An accepted delete (deletionTimestamp set) counts as done: a finalizer or grace
+        // period on the attachment must not hold up the target's syncs.
+        Some(
+            a.informer
+                .get(&nn)
+                .is_some_and(|o| o.metadata.deletion_timestamp.is_none()),
+        )
     }
 
     /// One sync, with a `SyncError` Warning Event on the target when it fails (not for
@@ -642,18 +648,11 @@ impl Inner {
                 &desired,
                 self.writer.strategy().is_server_side(),
             )?;
-            // Keep going after a failed write (one bad attachment does not block the
-            // others), except on a conflict, which means stale data: abort.
-            let mut errors = Vec::new();
-            for action in actions {
-                let res = &self.attachments[action.type_index()].resource;
-                if let Err(e) = self.writer.execute(res, &uid, action).await {
-                    if e.is_conflict() {
-                        return Err(e.into());
-                    }
-                    errors.push(e);
-                }
-            }
+            // One bad attachment does not block the others; a conflict stops at once.
+            let errors = self
+                .writer
+                .execute_all(&uid, actions, |i| &self.attachments[i].resource)
+                .await;
             if !errors.is_empty() {
                 return Err(SyncError::Writes(errors));
             }
