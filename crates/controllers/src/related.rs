@@ -20,7 +20,10 @@
 //! * Related objects are read from shared informers ([`Informers`]), leased when a rule
 //!   first names their resource and released when no cached rule names it any more.
 //! * A change of a related object enqueues every parent whose cached rules select it (old
-//!   or new state), so the sync hook sees the new data.
+//!   or new state), so the sync hook sees the new data. Matching uses the last rules known
+//!   for each parent, also past their TTL (the newest upstream calls the customize hook from
+//!   the informer handler instead; our handlers never do I/O). Unchanged relisted objects
+//!   (same resourceVersion) enqueue nothing.
 //! * The `related` map has an entry for every rule's type, even when empty; keys are
 //!   relative names for v1 sync hooks and `namespace/name` for v2 (see [`ObjectMap`]).
 
@@ -470,7 +473,12 @@ impl RelatedManager {
                 .map(|e| (e.scope.clone(), e.rules.clone()))
         };
         let (scope, rules) = match cached {
-            Some(hit) => hit,
+            Some((scope, rules)) => {
+                // Normally a no-op; re-leases an informer another parent's rule change
+                // released while this parent's entry was being published.
+                self.watch(&rules);
+                (scope, rules)
+            }
             None => {
                 let scope = Scope {
                     version: hook.effective_version(),
@@ -698,7 +706,8 @@ fn change_handler(shared: Weak<Shared>, resource: ResourceId) -> metacontroller_
                 .iter()
                 .filter(|(_, entry)| {
                     entry.rules.iter().any(|rule| {
-                        rule.resource.id() == resource
+                        rule.resource.api_version == resource.api_version
+                            && rule.resource.name == resource.resource
                             && objects
                                 .iter()
                                 .any(|o| matches(rule, &entry.scope, o, &namespace_labels))

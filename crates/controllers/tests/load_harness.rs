@@ -140,3 +140,51 @@ async fn load_parents_with_three_children() {
     );
     assert_eq!(control.writes(), 0, "{:?}", control.request_counts());
 }
+
+/// Baseline for the harness: the same writes without the controller (owned ConfigMap creates
+/// and status updates straight to the API server), to tell controller cost from API cost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "load harness: run explicitly"]
+async fn load_baseline_writes_without_controller() {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::api::PostParams;
+    let n: usize = std::env::var("LOAD_PARENTS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1000);
+    let env = Env::new(TestCluster::embedded().await, parent_crd(), three_children).await;
+    let mut uids = Vec::new();
+    for i in 0..n {
+        uids.push(
+            env.create_parent(&format!("p{i}"), json!({"value": "1"}))
+                .await,
+        );
+    }
+    let started = Instant::now();
+    stream::iter(0..n * 3)
+        .for_each_concurrent(5, |j| {
+            let env = &env;
+            let uid = uids[j / 3].clone();
+            let api_version = env.parent.api_version();
+            async move {
+                let cm: ConfigMap = serde_json::from_value(json!({
+                    "metadata": {"name": format!("p{}-{}", j / 3, j % 3),
+                        "ownerReferences": [{"apiVersion": api_version, "kind": "Parent",
+                            "name": format!("p{}", j / 3), "uid": uid,
+                            "controller": true, "blockOwnerDeletion": true}]},
+                    "data": {"value": "1"}
+                }))
+                .unwrap();
+                env.configmaps()
+                    .create(&PostParams::default(), &cm)
+                    .await
+                    .unwrap();
+            }
+        })
+        .await;
+    println!(
+        "{} owned ConfigMap creates (5 concurrent): {:?}",
+        n * 3,
+        started.elapsed()
+    );
+}

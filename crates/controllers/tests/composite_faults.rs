@@ -1,0 +1,208 @@
+//! Hook faults, end to end: the sync hook answers 500, times out, sends invalid JSON or
+//! returns a child of an undeclared type. Each gives a `SyncError` Warning Event on the
+//! parent, the parent is retried with backoff (a handful of calls, not a hot loop), and
+//! once the test switches the hook server to a good answer the parent converges.
+
+mod common;
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Event;
+use kube::api::{Api, ListParams};
+use metacontroller_controllers::composite::Options;
+use metacontroller_controllers::events::EventRecorder;
+use metacontroller_testkit::{eventually, HookReply, TestCluster};
+use serde_json::{json, Value};
+
+use common::{configmap_rule, parent_crd, Env};
+
+/// The good answer: one ConfigMap child and a status.
+fn good(req: &Value) -> HookReply {
+    let name = req["parent"]["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default();
+    HookReply::json(json!({
+        "children": [{"apiVersion": "v1", "kind": "ConfigMap",
+                      "metadata": {"name": format!("{name}-cm")}, "data": {"ok": "yes"}}],
+        "status": {"healthy": true},
+    }))
+}
+
+async fn sync_errors(env: &Env, parent: &str) -> Vec<Event> {
+    Api::<Event>::namespaced(env.cluster.client(), &env.ns)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| {
+            e.involved_object.name.as_deref() == Some(parent)
+                && e.reason.as_deref() == Some("SyncError")
+        })
+        .collect()
+}
+
+/// Runs one fault scenario: `bad` answers every sync until the hook is fixed; the Event
+/// message must contain `expected`.
+async fn fault_then_recovery(
+    bad: impl Fn(&Value) -> HookReply + Send + Sync + 'static,
+    timeout: Option<&str>,
+    expected: &str,
+) {
+    let mut env = Env::new(TestCluster::start().await, parent_crd(), move |_, req| {
+        bad(req)
+    })
+    .await;
+    let mut webhook = json!({"url": env.hook.url("/sync")});
+    if let Some(t) = timeout {
+        webhook["timeout"] = json!(t);
+    }
+    let events = EventRecorder::new(env.cluster.client(), 0.0, 0).unwrap();
+    env.try_start(
+        json!({
+            "generateSelector": true,
+            "childResources": [configmap_rule("InPlace")],
+            "hooks": {"sync": {"webhook": webhook}},
+        }),
+        Options {
+            workers: 2,
+            events,
+            ..Options::default()
+        },
+    )
+    .await
+    .unwrap();
+    env.create_parent("p", json!({})).await;
+
+    // An Event on the parent, with the upstream reason, type and message prefix.
+    eventually("SyncError event on the parent", || async {
+        sync_errors(&env, "p").await.iter().any(|e| {
+            let msg = e.message.as_deref().unwrap_or_default();
+            msg.starts_with("Sync error: ") && msg.contains(expected)
+        })
+    })
+    .await;
+    let event = sync_errors(&env, "p").await.remove(0);
+    assert_eq!(event.type_.as_deref(), Some("Warning"));
+    assert_eq!(
+        event.source.and_then(|s| s.component).as_deref(),
+        Some("metacontroller")
+    );
+    assert_eq!(event.involved_object.kind.as_deref(), Some("Parent"));
+    assert!(env.configmap("p-cm").await.is_none());
+
+    // Backoff: over two seconds the failing parent is retried a handful of times (5 ms
+    // doubling gives ~9 tries), not in a hot loop.
+    let before = env.hook.calls("/sync");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let retries = env.hook.calls("/sync") - before;
+    assert!(retries <= 12, "{retries} retries in 2 s: no backoff");
+    // Repeats of the same failure are one Event with a count, not a flood.
+    let errors = sync_errors(&env, "p").await;
+    assert!(errors.len() <= 2, "{} SyncError events", errors.len());
+    assert!(
+        errors.iter().any(|e| e.count.unwrap_or(0) >= 2),
+        "repeated failures counted: {:?}",
+        errors.iter().map(|e| e.count).collect::<Vec<_>>()
+    );
+
+    // Fixed hook: the parent converges (on the next backoff retry).
+    env.hook.set_handler(|_, req| good(req));
+    env.wait_configmap("p-cm", "child after recovery", |cm| {
+        cm.data.as_ref().is_some_and(|d| d["ok"] == "yes")
+    })
+    .await;
+    env.wait_status("p", "status after recovery", |s| s["healthy"] == true)
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hook_500_records_event_backs_off_and_recovers() {
+    fault_then_recovery(
+        |_| HookReply::status(500, "internal trouble"),
+        None,
+        "unsupported status code 500",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hook_timeout_records_event_backs_off_and_recovers() {
+    fault_then_recovery(
+        |req| good(req).delayed(Duration::from_secs(2)),
+        Some("200ms"),
+        "no response within",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hook_invalid_json_records_event_backs_off_and_recovers() {
+    fault_then_recovery(
+        |_| HookReply::raw("{\"children\": [oops"),
+        None,
+        "can't decode response",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn undeclared_child_type_records_event_backs_off_and_recovers() {
+    fault_then_recovery(
+        |req| {
+            let name = req["parent"]["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default();
+            HookReply::json(json!({"children": [{"apiVersion": "v1", "kind": "Secret",
+                "metadata": {"name": format!("{name}-secret")}}]}))
+        },
+        None,
+        "Secret.v1 is not a declared child resource",
+    )
+    .await;
+}
+
+/// A failed child write (the API server answers 500 to creates) is a SyncError Event too;
+/// the parent converges once the server recovers. Needs the embedded API server's faults.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_child_create_records_event_and_recovers() {
+    let mut env = Env::new(TestCluster::start().await, parent_crd(), |_, req| good(req)).await;
+    let Some(control) = env.cluster.control() else {
+        return; // real cluster: no fault injection
+    };
+    control.inject(metacontroller_testkit::Fault::status(
+        Some("create"),
+        Some("configmaps"),
+        3,
+        500,
+    ));
+    let events = EventRecorder::new(env.cluster.client(), 0.0, 0).unwrap();
+    env.try_start(
+        json!({
+            "generateSelector": true,
+            "childResources": [configmap_rule("InPlace")],
+            "hooks": env.sync_hook(),
+        }),
+        Options {
+            workers: 2,
+            events,
+            ..Options::default()
+        },
+    )
+    .await
+    .unwrap();
+    env.create_parent("p", json!({})).await;
+    eventually("SyncError event naming the failed create", || async {
+        sync_errors(&env, "p").await.iter().any(|e| {
+            e.message
+                .as_deref()
+                .unwrap_or_default()
+                .contains("create ConfigMap")
+        })
+    })
+    .await;
+    env.wait_configmap("p-cm", "child after the server recovers", |_| true)
+        .await;
+    env.wait_status("p", "status", |s| s["healthy"] == true)
+        .await;
+}

@@ -1,0 +1,357 @@
+//! Customize hook and `related` objects, end to end (embedded API server or
+//! `METACONTROLLER_E2E_KUBECONFIG`, real HTTP hooks, in-process reconciler).
+//!
+//! The hook server answers `/customize` with rules naming ConfigMaps and `/sync` with one
+//! child ConfigMap `<parent>-out` whose data lists the related objects it was sent and their
+//! `value`, so the tests see what the sync hook saw — and that a related change resyncs.
+
+mod common;
+
+use k8s_openapi::api::core::v1::{ConfigMap, Event};
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use metacontroller_controllers::composite::Options;
+use metacontroller_controllers::events::EventRecorder;
+use metacontroller_testkit::{eventually, unique_name, HookReply, TestCluster};
+use serde_json::{json, Value};
+
+use common::{configmap_rule, parent_crd, Env};
+
+/// `/sync`: one child listing `related` keys (`key=value;...`) and the related group names.
+fn sync_reply(req: &Value) -> HookReply {
+    HookReply::json(sync_body(req))
+}
+
+fn sync_body(req: &Value) -> Value {
+    let name = req["parent"]["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default();
+    let mut seen = Vec::new();
+    if let Some(groups) = req["related"].as_object() {
+        for (group, objects) in groups {
+            seen.push(format!("group:{group}"));
+            for (key, obj) in objects.as_object().into_iter().flatten() {
+                let value = obj["data"]["value"].as_str().unwrap_or("-");
+                seen.push(format!("{key}={value}"));
+            }
+        }
+    }
+    seen.sort();
+    json!({
+        "children": [{"apiVersion": "v1", "kind": "ConfigMap",
+                      "metadata": {"name": format!("{name}-out")},
+                      "data": {"seen": seen.join(";")}}],
+        "status": {"related": seen.len()},
+    })
+}
+
+async fn create_configmap(env: &Env, ns: &str, name: &str, labels: Value, value: &str) {
+    let cm: ConfigMap = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": ns, "labels": labels},
+        "data": {"value": value},
+    }))
+    .unwrap();
+    Api::<ConfigMap>::namespaced(env.cluster.client(), ns)
+        .create(&PostParams::default(), &cm)
+        .await
+        .unwrap();
+}
+
+async fn set_value(env: &Env, ns: &str, name: &str, value: &str) {
+    Api::<ConfigMap>::namespaced(env.cluster.client(), ns)
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"data": {"value": value}})),
+        )
+        .await
+        .unwrap();
+}
+
+async fn wait_seen(env: &Env, parent: &str, what: &str, expected: &str) {
+    let out = format!("{parent}-out");
+    eventually(what, || async {
+        env.configmap(&out).await.is_some_and(|cm| {
+            cm.data.unwrap_or_default().get("seen").map(String::as_str) == Some(expected)
+        })
+    })
+    .await;
+}
+
+fn hooks(env: &Env, version: &str) -> Value {
+    json!({
+        "customize": {"version": version, "webhook": {"url": env.hook.url("/customize")}},
+        "sync": {"version": version, "webhook": {"url": env.hook.url("/sync")}},
+    })
+}
+
+/// Starts with a real Event recorder, generateSelector and one ConfigMap child type.
+async fn start(env: &mut Env, version: &str) {
+    let events = EventRecorder::new(env.cluster.client(), 0.0, 0).unwrap();
+    let spec = json!({
+        "generateSelector": true,
+        "childResources": [configmap_rule("InPlace")],
+        "hooks": hooks(env, version),
+    });
+    env.try_start(
+        spec,
+        Options {
+            workers: 2,
+            events,
+            ..Options::default()
+        },
+    )
+    .await
+    .unwrap();
+}
+
+/// Events with `reason` about object `name` in `ns`.
+async fn events_for(env: &Env, ns: &str, name: &str, reason: &str) -> Vec<Event> {
+    Api::<Event>::namespaced(env.cluster.client(), ns)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| {
+            e.involved_object.name.as_deref() == Some(name) && e.reason.as_deref() == Some(reason)
+        })
+        .collect()
+}
+
+/// v1 hooks, namespaced parent: a label rule only sees its own namespace, keys are names;
+/// changing a related object resyncs with the new data; the customize hook is not called
+/// again while the parent's generation is unchanged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn v1_related_objects_from_the_parent_namespace_resync_on_change() {
+    let label = unique_name("rel");
+    let rules = json!({"relatedResources": [{"apiVersion": "v1", "resource": "configmaps",
+        "labelSelector": {"matchLabels": {"related": label}}}]});
+    let mut env = Env::new(
+        TestCluster::start().await,
+        parent_crd(),
+        move |path, req| match path {
+            "/customize" => HookReply::json(rules.clone()),
+            _ => sync_reply(req),
+        },
+    )
+    .await;
+    let other_ns = env.cluster.create_namespace("other").await;
+    let ns = env.ns.clone();
+    create_configmap(&env, &ns, "rel-a", json!({"related": label}), "1").await;
+    create_configmap(&env, &other_ns, "rel-b", json!({"related": label}), "1").await;
+    create_configmap(&env, &ns, "unrelated", json!({"related": "no"}), "1").await;
+    start(&mut env, "v1").await;
+    env.create_parent("p", json!({})).await;
+
+    wait_seen(
+        &env,
+        "p",
+        "related map sent to sync",
+        "group:ConfigMap.v1;rel-a=1",
+    )
+    .await;
+    let req = env.hook.last_request("/sync").unwrap();
+    assert_eq!(
+        req["related"]["ConfigMap.v1"]["rel-a"]["metadata"]["namespace"],
+        json!(ns)
+    );
+    assert_eq!(req["related"]["ConfigMap.v1"]["rel-a"]["kind"], "ConfigMap");
+    let customize = env.hook.last_request("/customize").unwrap();
+    assert_eq!(customize["parent"]["metadata"]["name"], "p");
+    assert_eq!(customize["controller"]["kind"], "CompositeController");
+
+    set_value(&env, &ns, "rel-a", "2").await;
+    wait_seen(
+        &env,
+        "p",
+        "resync after related change",
+        "group:ConfigMap.v1;rel-a=2",
+    )
+    .await;
+    // A change in another namespace is not this parent's business, nor is an unrelated one.
+    assert_eq!(env.hook.calls("/customize"), 1, "customize response cached");
+    let syncs = env.hook.calls("/sync");
+    set_value(&env, &other_ns, "rel-b", "2").await;
+    set_value(&env, &ns, "unrelated", "2").await;
+    create_configmap(&env, &ns, "marker", json!({"related": label}), "9").await;
+    wait_seen(
+        &env,
+        "p",
+        "new related object seen",
+        "group:ConfigMap.v1;marker=9;rel-a=2",
+    )
+    .await;
+    assert!(
+        env.hook.calls("/sync") <= syncs + 3,
+        "unrelated changes should not resync the parent much: {} -> {}",
+        syncs,
+        env.hook.calls("/sync")
+    );
+
+    // A new generation calls the customize hook again.
+    env.patch_parent_spec("p", json!({"touch": 1})).await;
+    eventually("customize called for the new generation", || async {
+        env.hook.calls("/customize") >= 2
+    })
+    .await;
+}
+
+/// v2 hooks: objects from any namespace, uniform `namespace/name` keys, names + namespace
+/// rules and namespaceSelector rules; a related change resyncs with the new data.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn v2_related_objects_use_uniform_keys_across_namespaces() {
+    let label = unique_name("rel");
+    let mut env = Env::new(TestCluster::start().await, parent_crd(), |_, _| {
+        HookReply::json(json!({}))
+    })
+    .await;
+    let other_ns = env.cluster.create_namespace("other").await;
+    let selected_ns = env.cluster.create_namespace("sel").await;
+    Api::<k8s_openapi::api::core::v1::Namespace>::all(env.cluster.client())
+        .patch(
+            &selected_ns,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"team": label}}})),
+        )
+        .await
+        .unwrap();
+    let ns = env.ns.clone();
+    create_configmap(&env, &other_ns, "by-name", json!({}), "1").await;
+    create_configmap(&env, &selected_ns, "by-ns", json!({"related": label}), "1").await;
+    create_configmap(&env, &ns, "skipped", json!({}), "1").await;
+    let rules = json!({"relatedResources": [
+        {"apiVersion": "v1", "resource": "configmaps", "namespace": other_ns, "names": ["by-name"]},
+        {"apiVersion": "v1", "resource": "configmaps",
+         "namespaceSelector": {"matchLabels": {"team": label}},
+         "labelSelector": {"matchLabels": {"related": label}}},
+    ]});
+    env.hook.set_handler(move |path, req| match path {
+        "/customize" => HookReply::json(rules.clone()),
+        _ => sync_reply(req),
+    });
+    start(&mut env, "v2").await;
+    env.create_parent("p", json!({})).await;
+
+    let expected = format!("group:ConfigMap.v1;{other_ns}/by-name=1;{selected_ns}/by-ns=1");
+    wait_seen(&env, "p", "uniform keys from two namespaces", &expected).await;
+
+    set_value(&env, &other_ns, "by-name", "2").await;
+    let expected = format!("group:ConfigMap.v1;{other_ns}/by-name=2;{selected_ns}/by-ns=1");
+    wait_seen(&env, "p", "resync after a related change", &expected).await;
+    set_value(&env, &selected_ns, "by-ns", "3").await;
+    let expected = format!("group:ConfigMap.v1;{other_ns}/by-name=2;{selected_ns}/by-ns=3");
+    wait_seen(
+        &env,
+        "p",
+        "resync after a namespace-selected change",
+        &expected,
+    )
+    .await;
+}
+
+/// Every rule's type has an entry even when nothing matches.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn related_types_are_present_when_empty() {
+    let label = unique_name("none");
+    let rules = json!({"relatedResources": [{"apiVersion": "v1", "resource": "configmaps",
+        "labelSelector": {"matchLabels": {"related": label}}}]});
+    let mut env = Env::new(
+        TestCluster::start().await,
+        parent_crd(),
+        move |path, req| match path {
+            "/customize" => HookReply::json(rules.clone()),
+            _ => sync_reply(req),
+        },
+    )
+    .await;
+    start(&mut env, "v1").await;
+    env.create_parent("p", json!({})).await;
+    wait_seen(&env, "p", "empty related group", "group:ConfigMap.v1").await;
+    let req = env.hook.last_request("/sync").unwrap();
+    assert_eq!(req["related"], json!({"ConfigMap.v1": {}}));
+}
+
+/// A v1 rule naming another namespace for a namespaced parent fails the sync with a
+/// SyncError Event on the parent; fixing the customize hook recovers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn v1_rule_for_another_namespace_is_a_sync_error() {
+    let mut env = Env::new(TestCluster::start().await, parent_crd(), |path, req| {
+        match path {
+            "/customize" => HookReply::json(json!({"relatedResources": [
+                {"apiVersion": "v1", "resource": "configmaps", "namespace": "elsewhere", "names": ["x"]}
+            ]})),
+            _ => sync_reply(req),
+        }
+    })
+    .await;
+    start(&mut env, "v1").await;
+    env.create_parent("p", json!({})).await;
+    let ns = env.ns.clone();
+    eventually("SyncError event", || async {
+        events_for(&env, &ns, "p", "SyncError")
+            .await
+            .iter()
+            .any(|e| {
+                e.message
+                    .as_deref()
+                    .unwrap_or_default()
+                    .contains("differs from parent object namespace")
+            })
+    })
+    .await;
+    assert!(env.configmap("p-out").await.is_none());
+    // The rules are cached per parent generation (as upstream): a fixed customize hook is
+    // asked again once the parent changes.
+    env.hook.set_handler(|path, req| match path {
+        "/customize" => HookReply::json(json!({})),
+        _ => sync_reply(req),
+    });
+    env.patch_parent_spec("p", json!({"touch": 1})).await;
+    wait_seen(&env, "p", "recovered", "").await;
+}
+
+/// A cluster-scoped parent with v1 hooks sees related objects of any namespace, keyed
+/// `namespace/name` (v1 relative keys for a cluster-scoped parent).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_scoped_parent_sees_related_objects_of_any_namespace() {
+    let label = unique_name("rel");
+    let mut env = Env::new(
+        TestCluster::start().await,
+        parent_crd().cluster_scoped(),
+        |_, _| HookReply::json(json!({})),
+    )
+    .await;
+    let other_ns = env.cluster.create_namespace("other").await;
+    let ns = env.ns.clone();
+    create_configmap(&env, &ns, "one", json!({"related": label}), "1").await;
+    create_configmap(&env, &other_ns, "two", json!({"related": label}), "2").await;
+    let rules = json!({"relatedResources": [{"apiVersion": "v1", "resource": "configmaps",
+        "labelSelector": {"matchLabels": {"related": label}}}]});
+    let child_ns = ns.clone();
+    env.hook.set_handler(move |path, req| match path {
+        "/customize" => HookReply::json(rules.clone()),
+        _ => {
+            // Children of a cluster-scoped parent need an explicit namespace.
+            let mut body = sync_body(req);
+            body["children"][0]["metadata"]["namespace"] = json!(child_ns);
+            HookReply::json(body)
+        }
+    });
+    start(&mut env, "v1").await;
+    env.create_parent("p", json!({})).await;
+    let mut seen = [
+        "group:ConfigMap.v1".to_string(),
+        format!("{ns}/one=1"),
+        format!("{other_ns}/two=2"),
+    ];
+    seen.sort();
+    let expected = seen.join(";");
+    wait_seen(
+        &env,
+        "p",
+        "namespace/name keys from two namespaces",
+        &expected,
+    )
+    .await;
+}
