@@ -232,3 +232,79 @@ async fn cluster_scoped_target_gets_a_namespaced_attachment() {
     )
     .await;
 }
+
+/// With `--apply-strategy server-side-apply`, attachments are applied with the field
+/// manager (annotation and ownerReference included), updated in place when the hook's
+/// output changes, and a converged resync sends nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn attachments_with_server_side_apply() {
+    let env = Env::start("dec-ssa").await;
+    let target = env.crd("Applied").await;
+    let hook = HookServer::start(|_, req| {
+        let name = req["object"]["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default();
+        let value = req["object"]["spec"]["value"].clone();
+        HookReply::json(
+            json!({"attachments": [configmap(&format!("{name}-ssa"), json!({"value": value}))]}),
+        )
+    })
+    .await;
+    let _dc = env
+        .start_decorator_with(
+            json!({
+                "metadata": {"name": "ssa"},
+                "spec": {
+                    "resources": [{"apiVersion": target.api_version(), "resource": target.plural()}],
+                    "attachments": [{"apiVersion": "v1", "resource": "configmaps",
+                                     "updateStrategy": {"method": "InPlace"}}],
+                    "resyncPeriodSeconds": 1,
+                    "hooks": {"sync": {"webhook": {"url": hook.url("/sync")}}}
+                }
+            }),
+            decorator_support::ApplyStrategy::ServerSideApply {
+                field_manager: "metacontroller".into(),
+            },
+        )
+        .await;
+    let targets = env.api(&target);
+    let mut obj = object(&target, "t", json!({}));
+    obj["spec"] = json!({"value": "1"});
+    let created = env.create(&targets, obj).await;
+    let cms = env.builtin("v1", "ConfigMap", "configmaps");
+    let cm = wait_for(&cms, "t-ssa").await;
+    assert!(cm
+        .metadata
+        .managed_fields
+        .iter()
+        .flatten()
+        .any(|m| m.manager.as_deref() == Some("metacontroller")
+            && m.operation.as_deref() == Some("Apply")));
+    assert_eq!(
+        cm.metadata.annotations.as_ref().unwrap()[DECORATOR_CONTROLLER_ANNOTATION],
+        "ssa"
+    );
+    assert_eq!(
+        cm.metadata.owner_references.as_ref().unwrap()[0].uid,
+        created.metadata.uid.clone().unwrap()
+    );
+    decorator_support::merge_patch(&targets, "t", json!({"spec": {"value": "2"}})).await;
+    wait_until(&cms, "t-ssa", "applied update", |o| {
+        o["data"]["value"] == "2"
+    })
+    .await;
+
+    let Some(control) = env.cluster.control() else {
+        return;
+    };
+    env.cluster
+        .settle(Duration::from_millis(1200), Duration::from_secs(20))
+        .await;
+    control.reset_counts();
+    let before = hook.calls("/sync");
+    eventually("two resyncs", || async {
+        hook.calls("/sync") >= before + 2
+    })
+    .await;
+    assert_eq!(control.writes(), 0, "{:?}", control.request_counts());
+}

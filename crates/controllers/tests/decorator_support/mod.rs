@@ -13,6 +13,7 @@ use metacontroller_api::decorator::DecoratorController;
 use metacontroller_controllers::composite::Options;
 use metacontroller_controllers::decorator::{self, DecoratorHandle};
 use metacontroller_controllers::events::EventRecorder;
+pub use metacontroller_controllers::writer::ApplyStrategy;
 use metacontroller_dynamic::{discover, InformerConfig, Informers, ResourceMap};
 use metacontroller_hooks::{HookClient, HookClientConfig};
 use metacontroller_testkit::{crd, dynamic_api, eventually, unique_name, CrdBuilder, TestCluster};
@@ -105,6 +106,16 @@ impl Env {
     /// Starts a decorator from its JSON (`metadata.name` and `spec`), after discovery
     /// serves every resource it names.
     pub async fn start_decorator(&self, controller: Value) -> DecoratorHandle {
+        self.start_decorator_with(controller, ApplyStrategy::DynamicApply)
+            .await
+    }
+
+    /// [`Env::start_decorator`] with an explicit `--apply-strategy`.
+    pub async fn start_decorator_with(
+        &self,
+        controller: Value,
+        apply_strategy: ApplyStrategy,
+    ) -> DecoratorHandle {
         let dc: DecoratorController = serde_json::from_value(json!({
             "apiVersion": "metacontroller.k8s.io/v1alpha1",
             "kind": "DecoratorController",
@@ -134,7 +145,7 @@ impl Env {
             Options {
                 workers: 2,
                 events: self.events.clone(),
-                ..Options::default()
+                apply_strategy,
             },
         )
         .unwrap()
