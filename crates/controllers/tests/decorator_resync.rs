@@ -44,6 +44,7 @@ async fn noop_resync_of_100_targets_makes_zero_writes() {
         }))
         .await;
     let targets = env.api(&target);
+    let started = std::time::Instant::now();
     for i in 0..TARGETS {
         env.create(&targets, object(&target, &format!("t{i:03}"), json!({})))
             .await;
@@ -72,9 +73,15 @@ async fn noop_resync_of_100_targets_makes_zero_writes() {
                 == TARGETS
     })
     .await;
+    let converged = started.elapsed();
     let Some(control) = env.cluster.control() else {
         return; // counters exist only on the embedded API server
     };
+    eprintln!(
+        "decorator: {TARGETS} targets converged in {converged:?}; {} writes so far (incl. {TARGETS} target creates), {} hook calls",
+        control.writes(),
+        hook.calls("/sync")
+    );
     env.cluster
         .settle(Duration::from_millis(1500), Duration::from_secs(30))
         .await;
@@ -84,6 +91,11 @@ async fn noop_resync_of_100_targets_makes_zero_writes() {
         hook.calls("/sync") >= before + 2 * TARGETS
     })
     .await;
+    eprintln!(
+        "decorator: resync of {TARGETS} converged targets: {} hook calls, {} writes",
+        hook.calls("/sync") - before,
+        control.writes()
+    );
     assert_eq!(
         control.writes(),
         0,
