@@ -1067,7 +1067,15 @@ impl Inner {
                 .controlled_by(&parent.uid)
                 .into_iter()
                 .chain(orphans);
+            let empty = Default::default();
             for obj in candidates {
+                // Most orphans (e.g. every namespace's kube-root-ca.crt) do not match: skip
+                // them before converting anything.
+                if obj.controller_uid().is_none()
+                    && !selector.matches(obj.metadata.labels.as_ref().unwrap_or(&empty))
+                {
+                    continue;
+                }
                 let value = to_value(&obj, &c.resource)?;
                 let Some(value) = self.writer.fresh(&c.resource, value) else {
                     continue;

@@ -88,7 +88,12 @@ pub fn apply_patch(dest: &mut Value, patch: &Value, field_paths: &[String]) {
 pub fn revision_name(plural: &str, group: &str, parent_uid: &str, patch: &Value) -> String {
     let group = if group.is_empty() { "core" } else { group };
     let mut prefix = format!("{plural}.{group}");
-    prefix.truncate(253 - 41);
+    // Names are ASCII in practice; cut on a character boundary anyway (no panic on input).
+    let mut cut = prefix.len().min(253 - 41);
+    while !prefix.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    prefix.truncate(cut);
     let mut ctx = ring::digest::Context::new(&ring::digest::SHA1_FOR_LEGACY_USE_ONLY);
     ctx.update(parent_uid.as_bytes());
     ctx.update(patch.to_string().as_bytes());
@@ -625,6 +630,8 @@ mod tests {
         let name = revision_name("parents", "", "uid", &patch);
         assert!(name.starts_with("parents.core-") && name.len() == "parents.core-".len() + 40);
         assert_eq!(name, revision_name("parents", "", "uid", &patch));
+        let long = revision_name(&"é".repeat(200), "g", "uid", &patch);
+        assert!(long.len() <= 253, "{}", long.len());
     }
 
     #[test]

@@ -424,7 +424,9 @@ impl Writer {
     /// Server-side apply of `body` (already an apply body: see
     /// [`metacontroller_apply::ssa::apply_patch_body`]). `observed` is the current object if
     /// any: when it already holds everything `body` sets and the same body was sent before,
-    /// nothing is sent (`Ok(None)`).
+    /// nothing is sent (`Ok(None)`). The record of sent bodies lives in memory: after a
+    /// restart a body whose fields are all in place is not re-sent, so a field the hook
+    /// stopped setting is only dropped with the next change of the body.
     pub async fn apply(
         &self,
         res: &ApiResource,

@@ -319,7 +319,7 @@ async fn finalize_hook_runs_before_the_parent_goes_and_finalizer_follows_the_spe
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn parent_deleted_without_finalize_hook_calls_nothing_more() {
+async fn parent_without_finalize_hook_gets_no_finalizer_and_children_are_collected() {
     let mut env = env_with(one_child).await;
     env.start(json!({"childResources": [configmap_rule("InPlace")], "hooks": env.sync_hook()}))
         .await;
