@@ -355,3 +355,41 @@ async fn cluster_scoped_parent_sees_related_objects_of_any_namespace() {
     )
     .await;
 }
+
+/// A failing customize hook is a SyncError Event; failures are not cached, so the parent
+/// recovers on a backoff retry once the hook answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn customize_hook_failure_records_event_and_recovers() {
+    let mut env = Env::new(
+        TestCluster::start().await,
+        parent_crd(),
+        |path, req| match path {
+            "/customize" => HookReply::status(500, "customize is down"),
+            _ => sync_reply(req),
+        },
+    )
+    .await;
+    start(&mut env, "v1").await;
+    env.create_parent("p", json!({})).await;
+    let ns = env.ns.clone();
+    eventually("SyncError event for the customize hook", || async {
+        events_for(&env, &ns, "p", "SyncError")
+            .await
+            .iter()
+            .any(|e| {
+                let msg = e.message.as_deref().unwrap_or_default();
+                msg.starts_with("Sync error: customize hook: ") && msg.contains("500")
+            })
+    })
+    .await;
+    assert_eq!(
+        env.hook.calls("/sync"),
+        0,
+        "no sync without related objects"
+    );
+    env.hook.set_handler(|path, req| match path {
+        "/customize" => HookReply::json(json!({})),
+        _ => sync_reply(req),
+    });
+    wait_seen(&env, "p", "recovered without a parent change", "").await;
+}
