@@ -176,3 +176,34 @@ async fn v2_hook_gets_parent_and_uniformly_keyed_children() {
     );
     assert_eq!(first["related"], json!({}));
 }
+
+/// `resyncPeriodSeconds` sends unchanged targets to the sync hook again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resync_period_resyncs_unchanged_targets() {
+    let env = Env::start("dec-period").await;
+    let parent = env.crd("PeriodParent").await;
+    let hook = HookServer::start(|_, _| HookReply::json(json!({}))).await;
+    let _dc = env
+        .start_decorator(json!({
+            "metadata": {"name": "period"},
+            "spec": {
+                "resources": [{"apiVersion": parent.api_version(), "resource": parent.plural()}],
+                "resyncPeriodSeconds": 1,
+                "hooks": {"sync": {"webhook": {"url": hook.url("/sync")}}}
+            }
+        }))
+        .await;
+    env.create(&env.api(&parent), object(&parent, "p", json!({})))
+        .await;
+    eventually("the first sync", || async { hook.calls("/sync") >= 1 }).await;
+    let first = Instant::now();
+    eventually("two periodic resyncs", || async {
+        hook.calls("/sync") >= 3
+    })
+    .await;
+    assert!(
+        first.elapsed() >= std::time::Duration::from_millis(900),
+        "resyncs came faster than the period: {:?}",
+        first.elapsed()
+    );
+}
