@@ -9,6 +9,15 @@
 //! - [`target`]: finalizer rules, hook choice (sync vs finalize, also when a target stops
 //!   matching) and the labels/annotations/status changes a hook response makes;
 //! - [`reconciler`]: the running controller ([`start`]).
+//!
+//! The runtime is shared with the CompositeController: informers and the work queue from
+//! `metacontroller-dynamic`, writes through [`crate::writer`] (update strategies, server-side
+//! apply, own-writes overlay, expectations), child planning from [`crate::children`],
+//! customize/related objects from [`crate::related`], Events from [`crate::events`].
+//!
+//! One deliberate difference from upstream: `resyncPeriodSeconds` is a per-target delayed
+//! requeue, so it also works with `ignoreStatusChanges` (upstream's informer resync is
+//! filtered out by that option).
 
 pub mod attachments;
 pub mod reconciler;
