@@ -6,6 +6,7 @@
 //! - [`composite`]: the CompositeController reconciler (informers → queue → sync hook →
 //!   child writes and parent status).
 //! - [`claim`]: ControllerRef claiming (own / adopt / release) of candidate children.
+//! - [`decorator`]: the DecoratorController (targets, attachments, target updates).
 //! - [`rolling`]: rolling updates by ControllerRevision (pure rollout steps).
 //! - [`writer`]: the controller-agnostic write path (create / update / server-side apply /
 //!   delete / status) with the own-writes overlay and create/delete expectations.
@@ -15,6 +16,7 @@
 pub mod children;
 pub mod claim;
 pub mod composite;
+pub mod decorator;
 pub mod events;
 pub mod related;
 pub mod rolling;

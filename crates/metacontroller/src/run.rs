@@ -1,6 +1,6 @@
-//! `metacontroller run`: the controller process. For now it connects, lists the
-//! CompositeControllers and DecoratorControllers it would manage and logs them; the
-//! controller runtime issue fills in the reconcilers.
+//! `metacontroller run`: the controller process. It connects, then runs one reconciler per
+//! CompositeController and per DecoratorController object (selected by
+//! `--target-label-selector`), sharing informers and the hook client between them.
 
 use std::time::Duration;
 
@@ -43,8 +43,10 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
         result = discover_controllers(&client, &args) => result?,
         _ = tokio::signal::ctrl_c() => return Ok(()),
     }
+    let shared = Shared::new(client.clone(), &args)?;
     tokio::select! {
-        result = run_composite(client.clone(), &args) => result?,
+        result = run_composite(shared.clone(), &args) => result?,
+        result = run_decorator(shared, &args) => result?,
         result = tokio::signal::ctrl_c() => result.context("waiting for Ctrl-C")?,
     }
     tracing::info!("shutting down");
@@ -119,39 +121,80 @@ fn log_compat_flags(args: &ControllerArgs) {
     }
 }
 
-/// Watches CompositeControllers (matching --target-label-selector) and keeps one reconciler
-/// running per object: started on add, restarted when the spec changes, stopped on delete.
-/// An object that cannot start (invalid spec, resource not served yet, parent without a
-/// status subresource) is logged and retried after each discovery refresh
-/// (`--discovery-interval`), so a CRD installed after its controller is picked up.
-async fn run_composite(client: Client, args: &ControllerArgs) -> anyhow::Result<()> {
+/// What every controller of the process shares: one informer per resource (whatever the
+/// number of controllers using it), one hook client (connection pools, ETag caches) and one
+/// Event recorder (one rate limit per object, whichever controller reports).
+#[derive(Clone)]
+struct Shared {
+    client: Client,
+    informers: metacontroller_dynamic::Informers,
+    hooks: metacontroller_hooks::HookClient,
+    events: EventRecorder,
+}
+
+impl Shared {
+    fn new(client: Client, args: &ControllerArgs) -> anyhow::Result<Shared> {
+        let informers = metacontroller_dynamic::Informers::new(
+            client.clone(),
+            metacontroller_dynamic::InformerConfig {
+                flush_interval: Some(args.cache_flush_interval).filter(|d| !d.is_zero()),
+            },
+        );
+        let hooks = metacontroller_hooks::HookClient::new(Default::default())
+            .context("building the hook client")?;
+        let events = EventRecorder::new(client.clone(), args.events_qps, args.events_burst)
+            .context("--events-qps/--events-burst")?;
+        Ok(Shared {
+            client,
+            informers,
+            hooks,
+            events,
+        })
+    }
+}
+
+/// Watches controller objects of kind `T` (matching --target-label-selector) and keeps one
+/// reconciler running per object: started on add, restarted when the spec changes, stopped
+/// on delete. An object that cannot start (invalid spec, resource not served yet, ...) is
+/// logged and retried after each discovery refresh (`--discovery-interval`), so a CRD
+/// installed after its controller is picked up. `spec_of` gives the part whose change
+/// restarts the reconciler. Started / Stopped / CreateError Events are recorded on the
+/// controller object, as upstream.
+async fn run_controllers<T, H, Start, Stop, StopFut>(
+    shared: &Shared,
+    args: &ControllerArgs,
+    spec_of: fn(&T) -> serde_json::Value,
+    start: Start,
+    stop: Stop,
+) -> anyhow::Result<()>
+where
+    T: kube::Resource<DynamicType = ()>
+        + Clone
+        + k8s_openapi::serde::de::DeserializeOwned
+        + k8s_openapi::serde::Serialize
+        + std::fmt::Debug
+        + Send
+        + 'static,
+    Start: Fn(T, &metacontroller_dynamic::ResourceMap) -> Result<H, String>,
+    Stop: Fn(H) -> StopFut,
+    StopFut: std::future::Future<Output = ()>,
+{
     use futures::StreamExt;
     use kube::runtime::{watcher, WatchStreamExt};
-    use metacontroller_api::composite::CompositeController;
-    use metacontroller_controllers::composite::CompositeHandle;
     use std::collections::HashMap;
 
-    let informers = metacontroller_dynamic::Informers::new(
-        client.clone(),
-        metacontroller_dynamic::InformerConfig {
-            flush_interval: Some(args.cache_flush_interval).filter(|d| !d.is_zero()),
-        },
-    );
-    let hooks = metacontroller_hooks::HookClient::new(Default::default())
-        .context("building the hook client")?;
+    let kind = T::kind(&());
     let mut config = watcher::Config::default();
     let selector = args.target_label_selector.trim();
     if !selector.is_empty() {
         config = config.labels(selector);
     }
-    let api: Api<CompositeController> = Api::all(client.clone());
+    let api: Api<T> = Api::all(shared.client.clone());
     let stream = watcher(api, config).default_backoff();
     let mut stream = std::pin::pin!(stream);
-    // name → (spec, running handle or the object waiting for a retry)
-    let mut running: HashMap<String, (serde_json::Value, CompositeHandle)> = HashMap::new();
-    let events = EventRecorder::new(client.clone(), args.events_qps, args.events_burst)
-        .context("--events-qps/--events-burst")?;
-    let mut waiting: HashMap<String, CompositeController> = HashMap::new();
+    let mut running: HashMap<String, (serde_json::Value, H)> = HashMap::new();
+    // Objects that could not start, retried after each discovery refresh.
+    let mut waiting: HashMap<String, T> = HashMap::new();
     let mut resources = metacontroller_dynamic::ResourceMap::new();
     let interval = if args.discovery_interval.is_zero() {
         Duration::from_secs(30)
@@ -160,27 +203,20 @@ async fn run_composite(client: Client, args: &ControllerArgs) -> anyhow::Result<
     };
     let mut retry = tokio::time::interval(interval);
     retry.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let start = |cc: CompositeController,
-                 resources: &metacontroller_dynamic::ResourceMap,
-                 running: &mut HashMap<String, (serde_json::Value, CompositeHandle)>,
-                 waiting: &mut HashMap<String, CompositeController>| {
-        let Some(name) = cc.metadata.name.clone() else {
+    let try_start = |obj: T,
+                     resources: &metacontroller_dynamic::ResourceMap,
+                     running: &mut HashMap<String, (serde_json::Value, H)>,
+                     waiting: &mut HashMap<String, T>| {
+        let Some(name) = obj.meta().name.clone() else {
             return;
         };
-        let spec = serde_json::to_value(&cc.spec).unwrap_or_default();
-        let cc_object = serde_json::to_value(&cc).unwrap_or_default();
-        match metacontroller_controllers::composite::start(
-            cc.clone(),
-            client.clone(),
-            &informers,
-            resources,
-            hooks.clone(),
-            composite_options(args, &events),
-        ) {
+        let spec = spec_of(&obj);
+        let object = serde_json::to_value(&obj).unwrap_or_default();
+        match start(obj.clone(), resources) {
             Ok(handle) => {
-                tracing::info!(%name, "started CompositeController");
-                events.normal(
-                    &cc_object,
+                tracing::info!(%kind, %name, "started controller");
+                shared.events.normal(
+                    &object,
                     reason::STARTED,
                     format!("Started controller: {name}"),
                 );
@@ -188,13 +224,16 @@ async fn run_composite(client: Client, args: &ControllerArgs) -> anyhow::Result<
                 running.insert(name, (spec, handle));
             }
             Err(err) => {
-                tracing::error!(%name, error = %err, "cannot start CompositeController; retrying after the next discovery refresh");
-                events.warning(
-                    &cc_object,
-                    reason::CREATE_ERROR,
-                    format!("Cannot create new controller: {err}"),
-                );
-                waiting.insert(name, cc);
+                tracing::error!(%kind, %name, error = %err, "cannot start controller; retrying after the next discovery refresh");
+                // Once per failure, not once per retry.
+                if !waiting.contains_key(&name) {
+                    shared.events.warning(
+                        &object,
+                        reason::CREATE_ERROR,
+                        format!("Cannot create new controller: {err}"),
+                    );
+                }
+                waiting.insert(name, obj);
             }
         }
     };
@@ -208,51 +247,57 @@ async fn run_composite(client: Client, args: &ControllerArgs) -> anyhow::Result<
                 if waiting.is_empty() {
                     continue;
                 }
-                refresh(&client, &mut resources).await;
-                for cc in waiting.values().cloned().collect::<Vec<_>>() {
-                    start(cc, &resources, &mut running, &mut waiting);
+                refresh(&shared.client, &mut resources).await;
+                for obj in waiting.values().cloned().collect::<Vec<_>>() {
+                    try_start(obj, &resources, &mut running, &mut waiting);
                 }
                 continue;
             }
         };
-        let cc = match event {
-            Ok(watcher::Event::Apply(cc)) | Ok(watcher::Event::InitApply(cc)) => cc,
-            Ok(watcher::Event::Delete(cc)) => {
-                let Some(name) = cc.metadata.name.as_ref() else {
+        let obj = match event {
+            Ok(watcher::Event::Apply(obj)) | Ok(watcher::Event::InitApply(obj)) => obj,
+            Ok(watcher::Event::Delete(obj)) => {
+                let Some(name) = obj.meta().name.as_ref() else {
                     continue;
                 };
                 waiting.remove(name);
                 if let Some((_, handle)) = running.remove(name) {
-                    tracing::info!(%name, "stopping CompositeController");
-                    handle.stop().await;
-                    if let Ok(obj) = serde_json::to_value(&cc) {
-                        events.normal(&obj, reason::STOPPED, format!("Stopped controller: {name}"));
-                    }
+                    tracing::info!(%kind, %name, "stopping controller");
+                    stop(handle).await;
+                    let object = serde_json::to_value(&obj).unwrap_or_default();
+                    shared.events.normal(
+                        &object,
+                        reason::STOPPED,
+                        format!("Stopped controller: {name}"),
+                    );
                 }
                 continue;
             }
             Ok(_) => continue,
             Err(err) => {
-                tracing::warn!(error = %err, "watching CompositeControllers");
+                tracing::warn!(%kind, error = %err, "watching controllers");
                 continue;
             }
         };
-        let Some(name) = cc.metadata.name.clone() else {
+        let Some(name) = obj.meta().name.clone() else {
             continue;
         };
-        let spec = serde_json::to_value(&cc.spec).unwrap_or_default();
+        let spec = spec_of(&obj);
         if running.get(&name).is_some_and(|(s, _)| *s == spec) {
             continue;
         }
         if let Some((_, handle)) = running.remove(&name) {
-            handle.stop().await;
-            if let Ok(obj) = serde_json::to_value(&cc) {
-                events.normal(&obj, reason::STOPPED, format!("Stopped controller: {name}"));
-            }
+            stop(handle).await;
+            let object = serde_json::to_value(&obj).unwrap_or_default();
+            shared.events.normal(
+                &object,
+                reason::STOPPED,
+                format!("Stopped controller: {name}"),
+            );
         }
         // Discovery on every (re)start so CRDs installed since are found.
-        refresh(&client, &mut resources).await;
-        start(cc, &resources, &mut running, &mut waiting);
+        refresh(&shared.client, &mut resources).await;
+        try_start(obj, &resources, &mut running, &mut waiting);
     }
     Ok(())
 }
@@ -269,8 +314,56 @@ async fn refresh(client: &Client, resources: &mut metacontroller_dynamic::Resour
     }
 }
 
-/// The per-controller options from the command line.
-fn composite_options(
+/// Runs one CompositeController reconciler per CompositeController object.
+async fn run_composite(shared: Shared, args: &ControllerArgs) -> anyhow::Result<()> {
+    use metacontroller_api::composite::CompositeController;
+    use metacontroller_controllers::composite;
+    run_controllers(
+        &shared,
+        args,
+        |cc: &CompositeController| serde_json::to_value(&cc.spec).unwrap_or_default(),
+        |cc, resources| {
+            composite::start(
+                cc,
+                shared.client.clone(),
+                &shared.informers,
+                resources,
+                shared.hooks.clone(),
+                controller_options(args, &shared.events),
+            )
+            .map_err(|e| e.to_string())
+        },
+        composite::CompositeHandle::stop,
+    )
+    .await
+}
+
+/// Runs one DecoratorController reconciler per DecoratorController object.
+async fn run_decorator(shared: Shared, args: &ControllerArgs) -> anyhow::Result<()> {
+    use metacontroller_api::decorator::DecoratorController;
+    use metacontroller_controllers::decorator;
+    run_controllers(
+        &shared,
+        args,
+        |dc: &DecoratorController| serde_json::to_value(&dc.spec).unwrap_or_default(),
+        |dc, resources| {
+            decorator::start(
+                dc,
+                shared.client.clone(),
+                &shared.informers,
+                resources,
+                shared.hooks.clone(),
+                controller_options(args, &shared.events),
+            )
+            .map_err(|e| e.to_string())
+        },
+        decorator::DecoratorHandle::stop,
+    )
+    .await
+}
+
+/// The per-controller options from the command line (both controller kinds).
+fn controller_options(
     args: &ControllerArgs,
     events: &EventRecorder,
 ) -> metacontroller_controllers::composite::Options {

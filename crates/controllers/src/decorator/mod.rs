@@ -1,0 +1,27 @@
+//! The DecoratorController: adds labels, annotations, status and attachments to existing
+//! objects ("targets") selected by `resources` rules, behaving like upstream
+//! Metacontroller v4.x.
+//!
+//! - [`select`]: which objects are targets (label + annotation selectors per rule,
+//!   `ignoreStatusChanges`);
+//! - [`attachments`]: the observed attachments of a target (controlled by it *and*
+//!   annotated with this decorator's name) and the desired ones;
+//! - [`target`]: finalizer rules, hook choice (sync vs finalize, also when a target stops
+//!   matching) and the labels/annotations/status changes a hook response makes;
+//! - [`reconciler`]: the running controller ([`start`]).
+//!
+//! The runtime is shared with the CompositeController: informers and the work queue from
+//! `metacontroller-dynamic`, writes through [`crate::writer`] (update strategies, server-side
+//! apply, own-writes overlay, expectations), child planning from [`crate::children`],
+//! customize/related objects from [`crate::related`], Events from [`crate::events`].
+//!
+//! One deliberate difference from upstream: `resyncPeriodSeconds` is a per-target delayed
+//! requeue, so it also works with `ignoreStatusChanges` (upstream's informer resync is
+//! filtered out by that option).
+
+pub mod attachments;
+pub mod reconciler;
+pub mod select;
+pub mod target;
+
+pub use reconciler::{start, DecoratorHandle, StartError, SyncError, TargetKey};

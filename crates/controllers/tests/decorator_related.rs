@@ -1,0 +1,107 @@
+//! DecoratorController customize hook + related objects (upstream TestCustomizeWebhook):
+//! the customize hook names a ConfigMap; the sync hook gets it under `related` and
+//! attaches a child named after the target and the related object; a change of the related
+//! object triggers a new sync.
+
+mod decorator_support;
+
+use decorator_support::{group_key, object, wait_for, Env};
+use kube::api::{Patch, PatchParams};
+use metacontroller_testkit::{eventually, HookReply, HookServer};
+use serde_json::{json, Value};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn customize_hook_related_objects_reach_the_sync_hook() {
+    let env = Env::start("dec-customize").await;
+    let parent = env.crd("Parent").await;
+    let child = env.crd("Child").await;
+    let cms = env.builtin("v1", "ConfigMap", "configmaps");
+    env.create(
+        &cms,
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+               "metadata": {"name": "related-config-map"}, "data": {"v": "1"}}),
+    )
+    .await;
+    let (child_av, child_kind) = (child.api_version(), child.kind().to_string());
+    let hook = HookServer::start(move |path, req| {
+        if path == "/customize" {
+            let ns = req["parent"]["metadata"]["namespace"].clone();
+            return HookReply::json(json!({"relatedResources": [{
+                "apiVersion": "v1", "resource": "configmaps",
+                "namespace": ns, "names": ["related-config-map"]}]}));
+        }
+        let related: Vec<&Value> = req["related"]["ConfigMap.v1"]
+            .as_object()
+            .map(|m| m.values().collect())
+            .unwrap_or_default();
+        let attachments: Vec<Value> = related
+            .iter()
+            .map(|r| {
+                let name = format!(
+                    "{}-{}",
+                    req["object"]["metadata"]["name"]
+                        .as_str()
+                        .unwrap_or_default(),
+                    r["metadata"]["name"].as_str().unwrap_or_default()
+                );
+                json!({"apiVersion": child_av, "kind": child_kind,
+                       "metadata": {"name": name},
+                       "spec": {"v": r["data"]["v"]}})
+            })
+            .collect();
+        HookReply::json(json!({"attachments": attachments}))
+    })
+    .await;
+    let _dc = env
+        .start_decorator(json!({
+            "metadata": {"name": "dc"},
+            "spec": {
+                "resources": [{"apiVersion": parent.api_version(), "resource": parent.plural()}],
+                "attachments": [{"apiVersion": child.api_version(), "resource": child.plural(),
+                                 "updateStrategy": {"method": "InPlace"}}],
+                "hooks": {
+                    "sync": {"webhook": {"url": hook.url("/sync")}},
+                    "customize": {"webhook": {"url": hook.url("/customize")}}
+                }
+            }
+        }))
+        .await;
+    env.create(
+        &env.api(&parent),
+        object(&parent, "test-customize-webhook", json!({})),
+    )
+    .await;
+    let attached = wait_for(
+        &env.api(&child),
+        "test-customize-webhook-related-config-map",
+    )
+    .await;
+    assert_eq!(attached.data["spec"]["v"], "1");
+    let customize = hook.last_request("/customize").unwrap();
+    assert_eq!(customize["controller"]["kind"], "DecoratorController");
+    assert_eq!(
+        customize["parent"]["metadata"]["name"],
+        "test-customize-webhook"
+    );
+    let key = group_key(&child);
+    assert!(hook
+        .requests("/sync")
+        .iter()
+        .all(|r| r["attachments"].get(&key).is_some()));
+
+    // The related object changes: the target is synced again with the new data.
+    cms.patch(
+        "related-config-map",
+        &PatchParams::default(),
+        &Patch::Merge(&json!({"data": {"v": "2"}})),
+    )
+    .await
+    .unwrap();
+    eventually("the attachment updated from the related object", || async {
+        env.api(&child)
+            .get("test-customize-webhook-related-config-map")
+            .await
+            .is_ok_and(|c| c.data["spec"]["v"] == "2")
+    })
+    .await;
+}

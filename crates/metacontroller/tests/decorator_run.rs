@@ -1,0 +1,165 @@
+//! The real binary runs DecoratorControllers: only those matching
+//! `--target-label-selector` are started, a spec change restarts the reconciler with the new
+//! spec, and deleting the controller object stops it.
+
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::core::DynamicObject;
+use metacontroller_api::decorator::DecoratorController;
+use metacontroller_testkit::{
+    crd, dynamic_api, eventually_within, unique_name, HookReply, HookServer, TestCluster,
+};
+use serde_json::{json, Value};
+
+struct KillOnDrop(Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn decorator(
+    name: &str,
+    labels: Value,
+    target: &metacontroller_testkit::CrdBuilder,
+    url: &str,
+) -> DecoratorController {
+    serde_json::from_value(json!({
+        "apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "DecoratorController",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {
+            "resources": [{"apiVersion": target.api_version(), "resource": target.plural()}],
+            "attachments": [{"apiVersion": "v1", "resource": "configmaps"}],
+            "hooks": {"sync": {"webhook": {"url": url}}},
+        }
+    }))
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn binary_runs_selected_decorators_restarts_on_change_and_stops_on_delete() {
+    let cluster = TestCluster::start().await;
+    cluster.install_metacontroller_crds().await;
+    let ns = cluster.create_namespace("decrun").await;
+    let target = crd(
+        &format!("{}.example.com", unique_name("decrun")),
+        "v1",
+        "Target",
+        "targets",
+    );
+    cluster.install_crd(&target.build()).await;
+    let hook = HookServer::start(|path, req| {
+        let name = req["object"]["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default();
+        let suffix = path.trim_start_matches('/');
+        HookReply::json(json!({
+            "labels": {format!("seen-{suffix}"): "yes"},
+            "attachments": [{"apiVersion": "v1", "kind": "ConfigMap",
+                             "metadata": {"name": format!("{name}-{suffix}")}}],
+        }))
+    })
+    .await;
+    let label = unique_name("team");
+    let selected = unique_name("selected");
+    let dcs = Api::<DecoratorController>::all(cluster.client());
+    dcs.create(
+        &PostParams::default(),
+        &decorator(
+            &selected,
+            json!({"team": label}),
+            &target,
+            &hook.url("/one"),
+        ),
+    )
+    .await
+    .unwrap();
+    let other = unique_name("other");
+    dcs.create(
+        &PostParams::default(),
+        &decorator(
+            &other,
+            json!({"team": "nobody"}),
+            &target,
+            &hook.url("/other"),
+        ),
+    )
+    .await
+    .unwrap();
+
+    let child = Command::new(env!("CARGO_BIN_EXE_metacontroller"))
+        .arg("run")
+        .arg("--kubeconfig")
+        .arg(cluster.kubeconfig_path())
+        .args(["--discovery-interval", "500ms"])
+        .args(["--target-label-selector", &format!("team={label}")])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start metacontroller run");
+    let _child = KillOnDrop(child);
+
+    let targets = dynamic_api(
+        cluster.client(),
+        &target.api_version(),
+        target.kind(),
+        target.plural(),
+        Some(&ns),
+    );
+    let create = |name: &str| {
+        let obj: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": target.api_version(), "kind": "Target",
+            "metadata": {"name": name}, "spec": {}
+        }))
+        .unwrap();
+        let targets = targets.clone();
+        async move { targets.create(&PostParams::default(), &obj).await.unwrap() }
+    };
+    create("t1").await;
+    let cms: Api<ConfigMap> = Api::namespaced(cluster.client(), &ns);
+    eventually_within(
+        "t1 decorated by the selected controller",
+        Duration::from_secs(60),
+        || async {
+            cms.get_opt("t1-one").await.unwrap().is_some()
+                && targets.get("t1").await.is_ok_and(|t| {
+                    t.metadata
+                        .labels
+                        .unwrap_or_default()
+                        .contains_key("seen-one")
+                })
+        },
+    )
+    .await;
+    assert_eq!(
+        hook.calls("/other"),
+        0,
+        "a controller outside the selector ran"
+    );
+
+    // A spec change restarts the reconciler with the new hook.
+    let patch = json!({"spec": {"hooks": {"sync": {"webhook": {"url": hook.url("/two")}}}}});
+    dcs.patch(&selected, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    eventually_within(
+        "t1 decorated by the new spec",
+        Duration::from_secs(60),
+        || async { cms.get_opt("t1-two").await.unwrap().is_some() },
+    )
+    .await;
+
+    // Deleted: new targets are no longer decorated.
+    dcs.delete(&selected, &Default::default()).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let calls = hook.all_calls().len();
+    create("t2").await;
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    assert!(cms.get_opt("t2-two").await.unwrap().is_none());
+    assert_eq!(hook.all_calls().len(), calls, "a stopped controller synced");
+}
