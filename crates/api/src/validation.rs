@@ -125,7 +125,6 @@ pub fn validate_composite_controller(cc: &CompositeController) -> Result<(), Val
             }
         }
     }
-    resync_period(&mut c, spec.resync_period_seconds);
     if let Some(hooks) = &spec.hooks {
         for (name, hook) in [
             ("sync", &hooks.sync),
@@ -176,7 +175,6 @@ pub fn validate_decorator_controller(dc: &DecoratorController) -> Result<(), Val
             );
         }
     }
-    resync_period(&mut c, spec.resync_period_seconds);
     if let Some(hooks) = &spec.hooks {
         for (name, hook) in [
             ("sync", &hooks.sync),
@@ -253,12 +251,6 @@ fn update_method(
                 list.join(", ")
             ),
         );
-    }
-}
-
-fn resync_period(c: &mut Collector, seconds: Option<i32>) {
-    if seconds.is_some_and(|s| s < 0) {
-        c.push("spec.resyncPeriodSeconds", "must not be negative");
     }
 }
 

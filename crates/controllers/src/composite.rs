@@ -725,13 +725,8 @@ impl Inner {
             self.queue
                 .add_after(parent.key.clone(), delay, Priority::Event);
         }
-        if let Some(period) = self
-            .controller
-            .spec
-            .resync_period_seconds
-            .filter(|p| *p > 0)
-        {
-            // Upstream puts a floor of one second on it.
+        if let Some(period) = self.controller.spec.resync_period_seconds {
+            // Upstream raises any period below one second (0 and negatives too) to one.
             let delay = Duration::from_secs(period.max(1) as u64);
             self.queue
                 .add_after(parent.key.clone(), delay, Priority::Bulk);

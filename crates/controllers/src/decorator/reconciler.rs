@@ -658,13 +658,9 @@ impl Inner {
             }
         }
 
-        if let Some(period) = self
-            .controller
-            .spec
-            .resync_period_seconds
-            .filter(|p| *p > 0)
-        {
-            let delay = Duration::from_secs(period as u64);
+        if let Some(period) = self.controller.spec.resync_period_seconds {
+            // Upstream raises any period below one second (0 and negatives too) to one.
+            let delay = Duration::from_secs(period.max(1) as u64);
             self.routing
                 .queue
                 .add_after(key.clone(), delay, Priority::Bulk);
