@@ -171,7 +171,9 @@ pub fn validate_decorator_controller(dc: &DecoratorController) -> Result<(), Val
                 &mut c,
                 &format!("{path}.updateStrategy.method"),
                 method,
-                &ChildUpdateMethod::DECORATOR,
+                // Upstream accepts the rolling methods on attachments too and treats them
+                // as their non-rolling counterparts.
+                &ChildUpdateMethod::ALL,
             );
         }
     }
