@@ -66,14 +66,6 @@ pub enum ChildError {
         /// Why it is refused.
         reason: &'static str,
     },
-    /// Two children with the same type, namespace and name.
-    #[error("children[{index}]: duplicate child {}/{} of {}.{}", key.2, key.3, key.1, key.0)]
-    Duplicate {
-        /// Index of the second occurrence.
-        index: usize,
-        /// The duplicated key.
-        key: ChildKey,
-    },
     /// The apply engine refused an object.
     #[error("{key:?}: {message}")]
     Apply {
@@ -196,10 +188,10 @@ pub fn validate_desired(
             }
         }
         let key = (api_version, kind, namespace, name);
-        if out.contains_key(&key) {
-            return Err(ChildError::Duplicate { index, key });
+        // As upstream (a map insert), a later duplicate replaces the earlier one.
+        if out.insert(key.clone(), (type_index, obj)).is_some() {
+            tracing::debug!(index, ?key, "duplicate desired child: the last one wins");
         }
-        out.insert(key, (type_index, obj));
     }
     Ok(out)
 }
@@ -490,7 +482,7 @@ mod tests {
     }
 
     #[test]
-    fn undeclared_invalid_and_duplicate_children_refused() {
+    fn undeclared_and_invalid_children_refused() {
         let types = [cm_type(ChildUpdateMethod::InPlace)];
         let secret = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"}});
         assert!(matches!(
@@ -506,10 +498,16 @@ mod tests {
             validate_desired(&types, Some("default"), vec![json!(3)]),
             Err(ChildError::Invalid { .. })
         ));
-        assert!(matches!(
-            validate_desired(&types, Some("default"), vec![cm("a", "1"), cm("a", "2")]),
-            Err(ChildError::Duplicate { index: 1, .. })
-        ));
+    }
+
+    #[test]
+    fn duplicate_children_last_one_wins() {
+        let types = [cm_type(ChildUpdateMethod::InPlace)];
+        let out =
+            validate_desired(&types, Some("default"), vec![cm("a", "1"), cm("a", "2")]).unwrap();
+        assert_eq!(out.len(), 1);
+        let (_, obj) = out.values().next().unwrap();
+        assert_eq!(obj["data"]["k"], "2");
     }
 
     fn converge(

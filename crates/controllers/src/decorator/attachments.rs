@@ -64,8 +64,9 @@ pub fn observed_map(
 }
 
 /// Checks the hook's desired attachments (declared types only, namespace defaulted to the
-/// target's, no duplicates) and marks each with this decorator's annotation, which is part
-/// of the desired state, so it is recorded in last-applied and restored if removed.
+/// target's, a later duplicate replacing an earlier one) and marks each with this
+/// decorator's annotation, which is part of the desired state, so it is recorded in
+/// last-applied and restored if removed.
 pub fn prepare_desired(
     types: &[ChildType],
     target_namespace: Option<&str>,
