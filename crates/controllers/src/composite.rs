@@ -16,8 +16,9 @@
 //!   strategy; remove the finalizer once the finalize hook says `finalized`; write the status
 //!   (with `observedGeneration`) only when it changed; schedule `resyncAfterSeconds` and
 //!   `resyncPeriodSeconds`.
-//! - **Failures** are values: a failed sync is requeued with backoff; a 409 Conflict aborts
-//!   the sync (the next one recomputes from fresher state).
+//! - **Failures** are values: a failed sync is requeued with backoff; a 409 Conflict on a
+//!   child stops the child writes, the status is still written, and the next sync
+//!   recomputes from fresher state.
 //!
 //! Rolling update methods (`RollingRecreate`, `RollingInPlace`) keep ControllerRevisions and
 //! move one child per sync, gated by `statusChecks` (see [`crate::rolling`]). The customize
@@ -756,12 +757,11 @@ impl Inner {
 
         let mut manage_result = Ok(());
         if !is_deleting(&parent.object) || self.should_finalize(&parent.object) {
+            // As upstream, the status is written even when a child write failed (a 409
+            // Conflict included); the failure is returned afterwards, for a retry.
             manage_result = self
                 .manage_children(parent, &types, &observed, &desired)
                 .await;
-            if manage_result.as_ref().is_err_and(SyncError::is_conflict) {
-                return manage_result;
-            }
         }
 
         let mut status = outcome.status.unwrap_or_default();

@@ -206,3 +206,31 @@ async fn failed_child_create_records_event_and_recovers() {
     env.wait_status("p", "status", |s| s["healthy"] == true)
         .await;
 }
+
+/// A 409 Conflict on a child write does not keep the parent's status from being written
+/// (upstream writes the status after the children whatever their errors).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn child_conflict_still_writes_the_status() {
+    let mut env = Env::new(TestCluster::start().await, parent_crd(), |_, req| good(req)).await;
+    let Some(control) = env.cluster.control() else {
+        return; // real cluster: no fault injection
+    };
+    control.inject(metacontroller_testkit::Fault::status(
+        Some("create"),
+        Some("configmaps"),
+        1_000_000,
+        409,
+    ));
+    env.start(json!({
+        "generateSelector": true,
+        "childResources": [configmap_rule("InPlace")],
+        "hooks": env.sync_hook(),
+    }))
+    .await;
+    env.create_parent("p", json!({})).await;
+    env.wait_status("p", "status despite the conflicting child create", |s| {
+        s["healthy"] == true
+    })
+    .await;
+    assert!(env.configmap("p-cm").await.is_none());
+}
