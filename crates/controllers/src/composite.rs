@@ -82,9 +82,13 @@ pub enum SyncError {
         /// The error.
         source: HookError,
     },
-    /// The hook's children were refused.
+    /// A child could not be planned.
     #[error("invalid sync hook response: {0}")]
     Children(#[from] children::ChildError),
+    /// Some of the hook's children were refused (skipped; the others and the status were
+    /// written).
+    #[error("invalid sync hook response: {}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
+    Refused(Vec<children::ChildError>),
     /// The parent's selector is unusable, or a desired child does not match it.
     #[error("{0}")]
     Selector(String),
@@ -336,6 +340,8 @@ struct HookOutcome {
     desired: Desired,
     resync_after_seconds: f64,
     finalized: bool,
+    /// Children refused by validation (skipped).
+    refused: Vec<children::ChildError>,
 }
 
 /// A running CompositeController. Dropping it (or [`CompositeHandle::stop`]) stops it.
@@ -709,15 +715,14 @@ impl Inner {
                     &observed,
                 )
                 .await?;
+            let (desired, refused) =
+                children::validate_desired(&types, parent.namespace.as_deref(), response.children);
             HookOutcome {
-                desired: children::validate_desired(
-                    &types,
-                    parent.namespace.as_deref(),
-                    response.children,
-                )?,
+                desired,
                 status: response.status,
                 resync_after_seconds: response.resync_after_seconds,
                 finalized: response.finalized,
+                refused,
             }
         };
 
@@ -743,6 +748,7 @@ impl Inner {
         }
 
         let mut desired = outcome.desired;
+        let refused = outcome.refused;
         for (key, (_, child)) in desired.iter_mut() {
             if generate {
                 add_label_if_absent(child, CONTROLLER_UID_LABEL, &parent.uid);
@@ -779,7 +785,12 @@ impl Inner {
             Err(e) if finalized_now && e.is_conflict() => {}
             Err(e) => return Err(e.into()),
         }
-        manage_result
+        manage_result?;
+        if refused.is_empty() {
+            Ok(())
+        } else {
+            Err(SyncError::Refused(refused))
+        }
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -913,6 +924,7 @@ impl Inner {
         let mut statuses = Vec::new();
         let mut resync = 0.0_f64;
         let mut finalized = true;
+        let mut refused = Vec::new();
         for (object, revision) in
             std::iter::once((parent.object.clone(), latest_revision)).chain(others)
         {
@@ -929,8 +941,9 @@ impl Inner {
                     (k.0, k.1, k.3)
                 })
                 .collect();
-            let desired =
-                children::validate_desired(types, parent.namespace.as_deref(), response.children)?;
+            let (desired, mut refused_here) =
+                children::validate_desired(types, parent.namespace.as_deref(), response.children);
+            refused.append(&mut refused_here);
             let r = response.resync_after_seconds;
             if r > 0.0 && (resync == 0.0 || r < resync) {
                 resync = r;
@@ -992,6 +1005,7 @@ impl Inner {
             desired: rolling::merged_desired(&revisions, parent.namespace.as_deref()),
             resync_after_seconds: resync,
             finalized,
+            refused,
         })
     }
 

@@ -234,3 +234,61 @@ async fn child_conflict_still_writes_the_status() {
     .await;
     assert!(env.configmap("p-cm").await.is_none());
 }
+
+/// Children refused by validation (undeclared type, another namespace) are skipped, as
+/// upstream: the valid child and the status are still written, a SyncError Event names the
+/// refused ones, and the parent keeps being retried.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_children_are_skipped_and_the_rest_is_written() {
+    let mut env = Env::new(TestCluster::start().await, parent_crd(), |_, req| {
+        let name = req["parent"]["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default();
+        HookReply::json(json!({
+            "children": [
+                {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": format!("{name}-s")}},
+                {"apiVersion": "v1", "kind": "ConfigMap",
+                 "metadata": {"name": format!("{name}-other"), "namespace": "elsewhere"}},
+                {"apiVersion": "v1", "kind": "ConfigMap",
+                 "metadata": {"name": format!("{name}-cm")}, "data": {"ok": "yes"}},
+            ],
+            "status": {"healthy": true},
+        }))
+    })
+    .await;
+    let events = EventRecorder::new(env.cluster.client(), 0.0, 0).unwrap();
+    env.try_start(
+        json!({
+            "generateSelector": true,
+            "childResources": [configmap_rule("InPlace")],
+            "hooks": env.sync_hook(),
+        }),
+        Options {
+            workers: 2,
+            events,
+            ..Options::default()
+        },
+    )
+    .await
+    .unwrap();
+    env.create_parent("p", json!({})).await;
+    env.wait_configmap("p-cm", "the valid child", |cm| {
+        cm.data.as_ref().is_some_and(|d| d["ok"] == "yes")
+    })
+    .await;
+    env.wait_status("p", "status", |s| s["healthy"] == true)
+        .await;
+    eventually("SyncError event naming both refused children", || async {
+        sync_errors(&env, "p").await.iter().any(|e| {
+            let msg = e.message.as_deref().unwrap_or_default();
+            msg.contains("Secret.v1 is not a declared child resource")
+                && msg.contains("\"elsewhere\"")
+        })
+    })
+    .await;
+    let before = env.hook.calls("/sync");
+    eventually("retried with backoff", || async {
+        env.hook.calls("/sync") > before
+    })
+    .await;
+}

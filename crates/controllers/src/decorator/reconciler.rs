@@ -64,9 +64,13 @@ pub enum SyncError {
     /// The customize hook failed or related objects could not be read.
     #[error(transparent)]
     Related(#[from] RelatedError),
-    /// The hook's attachments were refused.
+    /// An attachment could not be planned.
     #[error("invalid hook response: {0}")]
     Attachments(#[from] ChildError),
+    /// Some of the hook's attachments were refused (skipped; the target and the other
+    /// attachments were written).
+    #[error("invalid hook response: {}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
+    Refused(Vec<ChildError>),
     /// An API request failed (a 409 Conflict means the cache was stale: retried later).
     #[error(transparent)]
     Write(#[from] WriteError),
@@ -606,12 +610,12 @@ impl Inner {
                 hook: hook_name,
                 source,
             })?;
-        let desired = attachments::prepare_desired(
+        let (desired, refused) = attachments::prepare_desired(
             &types,
             target_ns.as_deref(),
             self.name(),
             response.attachments,
-        )?;
+        );
 
         if response.resync_after_seconds > 0.0 {
             let delay = Duration::from_secs_f64(response.resync_after_seconds.min(1e9));
@@ -665,7 +669,11 @@ impl Inner {
                 .queue
                 .add_after(key.clone(), delay, Priority::Bulk);
         }
-        Ok(())
+        if refused.is_empty() {
+            Ok(())
+        } else {
+            Err(SyncError::Refused(refused))
+        }
     }
 
     /// Writes the target's new status (through `/status` when the resource has it) and
