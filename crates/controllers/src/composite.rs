@@ -203,7 +203,9 @@ impl Mapper {
 
     fn on_parent(&self, change: &Change<DynamicObject>, origin: Origin) {
         let obj = match change {
-            Change::Deleted(_) => return,
+            // As upstream, a deleted parent is synced once more: the sync finds it gone and
+            // drops what was cached for it (related objects, their informer leases).
+            Change::Deleted(obj) => obj,
             Change::Added(new) => new,
             Change::Updated { old, new } => {
                 if self.ignore_status_changes

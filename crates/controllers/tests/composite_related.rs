@@ -393,3 +393,39 @@ async fn customize_hook_failure_records_event_and_recovers() {
     });
     wait_seen(&env, "p", "recovered without a parent change", "").await;
 }
+
+/// Deleting a parent releases what the customize hook made us watch for it: the informer
+/// of its related resource (Secrets here, watched only for it) stops.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleted_parent_releases_its_related_informers() {
+    let mut env = Env::new(
+        TestCluster::start().await,
+        parent_crd(),
+        |path, req| match path {
+            "/customize" => HookReply::json(json!({"relatedResources": [
+                {"apiVersion": "v1", "resource": "secrets",
+                 "labelSelector": {"matchLabels": {"related": "yes"}}}]})),
+            _ => sync_reply(req),
+        },
+    )
+    .await;
+    start(&mut env, "v1").await;
+    let secrets_watched = |env: &Env| {
+        env.informers()
+            .running()
+            .iter()
+            .any(|id| id.api_version == "v1" && id.resource == "secrets")
+    };
+    env.create_parent("p", json!({})).await;
+    env.wait_status("p", "first sync", |s| s["observedGeneration"] == 1)
+        .await;
+    assert!(secrets_watched(&env), "related informer started");
+    env.parents()
+        .delete("p", &Default::default())
+        .await
+        .unwrap();
+    eventually("related informer released", || async {
+        !secrets_watched(&env)
+    })
+    .await;
+}
