@@ -107,6 +107,22 @@ pub enum SyncError {
 }
 
 impl SyncError {
+    /// `Some(delay)` when the sync or customize hook answered 429 Too Many Requests: the
+    /// key is retried after `Retry-After` (one second without it), with no Event.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            SyncError::Hook {
+                source: HookError::TooManyRequests { retry_after, .. },
+                ..
+            }
+            | SyncError::Related(RelatedError::Hook(HookError::TooManyRequests {
+                retry_after,
+                ..
+            })) => Some(retry_after.unwrap_or(Duration::from_secs(1))),
+            _ => None,
+        }
+    }
+
     /// True when the failure is a 409 Conflict (stale data).
     pub fn is_conflict(&self) -> bool {
         match self {
@@ -640,12 +656,7 @@ impl Inner {
             return Ok(());
         }
         let result = self.sync_parent(&mut parent).await;
-        if let Err(SyncError::Hook {
-            source: HookError::TooManyRequests { retry_after, .. },
-            ..
-        }) = &result
-        {
-            let delay = retry_after.unwrap_or(Duration::from_secs(1));
+        if let Some(delay) = result.as_ref().err().and_then(SyncError::retry_after) {
             tracing::info!(controller = self.name(), parent = %key, ?delay, "hook asked to slow down; resyncing later");
             self.queue.add_after(key.clone(), delay, Priority::Event);
             return Ok(());

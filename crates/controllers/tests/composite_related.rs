@@ -429,3 +429,45 @@ async fn deleted_parent_releases_its_related_informers() {
     })
     .await;
 }
+
+/// A 429 from the customize hook is a "slow down", like the sync hook's: retried after
+/// Retry-After (one second without it), without a SyncError Event.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn customize_hook_429_is_retried_without_an_event() {
+    let refusals = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = refusals.clone();
+    let mut env = Env::new(
+        TestCluster::start().await,
+        parent_crd(),
+        move |path, req| {
+            use std::sync::atomic::Ordering;
+            match path {
+                "/customize" if counter.fetch_add(1, Ordering::SeqCst) < 2 => {
+                    HookReply::status(429, "slow down")
+                }
+                "/customize" => HookReply::json(json!({"relatedResources": []})),
+                _ => sync_reply(req),
+            }
+        },
+    )
+    .await;
+    start(&mut env, "v1").await;
+    let created = std::time::Instant::now();
+    env.create_parent("p", json!({})).await;
+    env.wait_status("p", "synced after the 429s", |s| {
+        s["observedGeneration"] == 1
+    })
+    .await;
+    assert!(env.hook.calls("/customize") >= 3);
+    let ns = env.ns.clone();
+    assert!(
+        events_for(&env, &ns, "p", "SyncError").await.is_empty(),
+        "a 429 is not a sync error"
+    );
+    // Two 429s without Retry-After: two one-second waits, not the fast error backoff.
+    assert!(
+        created.elapsed() >= std::time::Duration::from_millis(1500),
+        "retried too soon: {:?}",
+        created.elapsed()
+    );
+}

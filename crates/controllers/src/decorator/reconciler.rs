@@ -83,6 +83,22 @@ pub enum SyncError {
 }
 
 impl SyncError {
+    /// `Some(delay)` when the sync or customize hook answered 429 Too Many Requests: the
+    /// key is retried after `Retry-After` (one second without it), with no Event.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            SyncError::Hook {
+                source: HookError::TooManyRequests { retry_after, .. },
+                ..
+            }
+            | SyncError::Related(RelatedError::Hook(HookError::TooManyRequests {
+                retry_after,
+                ..
+            })) => Some(retry_after.unwrap_or(Duration::from_secs(1))),
+            _ => None,
+        }
+    }
+
     /// A 409 Conflict: the sync acted on stale data and is retried, without an Event.
     pub fn is_conflict(&self) -> bool {
         match self {
@@ -467,12 +483,7 @@ impl Inner {
     /// conflicts) and a delayed retry when the hook asked to slow down.
     async fn sync_and_record(&self, key: &TargetKey) -> Result<(), SyncError> {
         let result = self.sync(key).await;
-        if let Err(SyncError::Hook {
-            source: HookError::TooManyRequests { retry_after, .. },
-            ..
-        }) = &result
-        {
-            let delay = retry_after.unwrap_or(Duration::from_secs(1));
+        if let Some(delay) = result.as_ref().err().and_then(SyncError::retry_after) {
             tracing::info!(controller = self.name(), target = %key, ?delay, "hook asked to slow down; resyncing later");
             self.routing
                 .queue
