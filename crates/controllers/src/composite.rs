@@ -82,6 +82,9 @@ pub enum SyncError {
         /// The error.
         source: HookError,
     },
+    /// The parent is not being finalized and there is no sync hook.
+    #[error("sync hook not defined")]
+    NoSyncHook,
     /// A child could not be planned.
     #[error("invalid sync hook response: {0}")]
     Children(#[from] children::ChildError),
@@ -708,7 +711,8 @@ impl Inner {
                 (true, Some(h)) => (h, "finalize", true),
                 _ => match self.controller.spec.sync_hook() {
                     Some(h) => (h, "sync", false),
-                    None => return Ok(()),
+                    // As upstream: a live parent needs a sync hook (SyncError, backoff).
+                    None => return Err(SyncError::NoSyncHook),
                 },
             };
         let use_revisions =

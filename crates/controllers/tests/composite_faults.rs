@@ -292,3 +292,36 @@ async fn refused_children_are_skipped_and_the_rest_is_written() {
     })
     .await;
 }
+
+/// A live parent of a controller with only a finalize hook: as upstream, the sync fails
+/// (a SyncError Event, retried with backoff) instead of silently doing nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn live_parent_without_sync_hook_is_a_sync_error() {
+    let mut env = Env::new(TestCluster::start().await, parent_crd(), |_, req| good(req)).await;
+    let events = EventRecorder::new(env.cluster.client(), 0.0, 0).unwrap();
+    env.try_start(
+        json!({
+            "generateSelector": true,
+            "childResources": [configmap_rule("InPlace")],
+            "hooks": {"finalize": {"webhook": {"url": env.hook.url("/finalize")}}},
+        }),
+        Options {
+            workers: 2,
+            events,
+            ..Options::default()
+        },
+    )
+    .await
+    .unwrap();
+    env.create_parent("p", json!({})).await;
+    eventually("SyncError event: no sync hook", || async {
+        sync_errors(&env, "p").await.iter().any(|e| {
+            e.message
+                .as_deref()
+                .unwrap_or_default()
+                .contains("sync hook not defined")
+        })
+    })
+    .await;
+    assert_eq!(env.hook.calls("/finalize"), 0);
+}
