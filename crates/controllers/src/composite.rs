@@ -74,11 +74,14 @@ pub enum StartError {
 /// Why one sync failed (the key is requeued with backoff).
 #[derive(Debug, thiserror::Error)]
 pub enum SyncError {
-    /// The hook failed.
-    #[error("{hook} hook: {source}")]
+    /// The hook failed. Upstream's wording, also for the finalize hook (upstream calls both
+    /// through the same path): `sync hook failed for <Kind> <namespace>/<name>: <error>`.
+    #[error("sync hook failed for {parent}: {source}")]
     Hook {
         /// `sync` or `finalize`.
         hook: &'static str,
+        /// `<Kind> <namespace>/<name>` of the parent (empty namespace when cluster-scoped).
+        parent: String,
         /// The error.
         source: HookError,
     },
@@ -854,6 +857,12 @@ impl Inner {
             .await
             .map_err(|source| SyncError::Hook {
                 hook: hook_name,
+                parent: format!(
+                    "{} {}/{}",
+                    self.parent_resource.kind,
+                    parent.namespace.as_deref().unwrap_or_default(),
+                    parent.key.name
+                ),
                 source,
             })
     }

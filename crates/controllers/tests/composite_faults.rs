@@ -48,6 +48,7 @@ async fn fault_then_recovery(
     bad: impl Fn(&Value) -> HookReply + Send + Sync + 'static,
     timeout: Option<&str>,
     expected: &str,
+    hook_failure: bool,
 ) {
     let mut env = Env::new(TestCluster::start().await, parent_crd(), move |_, req| {
         bad(req)
@@ -82,6 +83,12 @@ async fn fault_then_recovery(
         })
     })
     .await;
+    if hook_failure {
+        let prefix = format!("Sync error: sync hook failed for Parent {}/p: ", env.ns);
+        let event = sync_errors(&env, "p").await.remove(0);
+        let msg = event.message.unwrap_or_default();
+        assert!(msg.starts_with(&prefix), "{msg}");
+    }
     let event = sync_errors(&env, "p").await.remove(0);
     assert_eq!(event.type_.as_deref(), Some("Warning"));
     assert_eq!(
@@ -122,6 +129,7 @@ async fn hook_500_records_event_backs_off_and_recovers() {
         |_| HookReply::status(500, "internal trouble"),
         None,
         "unsupported status code 500",
+        true,
     )
     .await;
 }
@@ -132,6 +140,7 @@ async fn hook_timeout_records_event_backs_off_and_recovers() {
         |req| good(req).delayed(Duration::from_secs(2)),
         Some("200ms"),
         "no response within",
+        true,
     )
     .await;
 }
@@ -142,6 +151,7 @@ async fn hook_invalid_json_records_event_backs_off_and_recovers() {
         |_| HookReply::raw("{\"children\": [oops"),
         None,
         "can't decode response",
+        true,
     )
     .await;
 }
@@ -158,6 +168,7 @@ async fn undeclared_child_type_records_event_backs_off_and_recovers() {
         },
         None,
         "Secret.v1 is not a declared child resource",
+        false,
     )
     .await;
 }
