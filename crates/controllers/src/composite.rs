@@ -102,8 +102,13 @@ pub enum SyncError {
     #[error(transparent)]
     Write(#[from] WriteError),
     /// Several child writes failed (the others were done).
-    #[error("can't reconcile children: {}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
-    Writes(Vec<WriteError>),
+    #[error("can't reconcile children for {parent}: {}", .errors.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
+    Writes {
+        /// `<Kind> <namespace>/<name>` of the parent (upstream's wording).
+        parent: String,
+        /// The failed writes.
+        errors: Vec<WriteError>,
+    },
     /// An object could not be converted.
     #[error("{0}")]
     Encode(#[from] serde_json::Error),
@@ -133,7 +138,7 @@ impl SyncError {
     pub fn is_conflict(&self) -> bool {
         match self {
             SyncError::Write(e) => e.is_conflict(),
-            SyncError::Writes(es) => es.iter().any(WriteError::is_conflict),
+            SyncError::Writes { errors, .. } => errors.iter().any(WriteError::is_conflict),
             _ => false,
         }
     }
@@ -1231,7 +1236,15 @@ impl Inner {
         if errors.is_empty() {
             Ok(())
         } else {
-            Err(SyncError::Writes(errors))
+            Err(SyncError::Writes {
+                parent: format!(
+                    "{} {}/{}",
+                    self.parent_resource.kind,
+                    parent.namespace.as_deref().unwrap_or_default(),
+                    parent.key.name
+                ),
+                errors,
+            })
         }
     }
 }

@@ -203,12 +203,15 @@ async fn failed_child_create_records_event_and_recovers() {
     .await
     .unwrap();
     env.create_parent("p", json!({})).await;
+    // Upstream's wording: "Sync error: can't reconcile children for <Kind> <ns>/<name>: ...".
+    let prefix = format!(
+        "Sync error: can't reconcile children for Parent {}/p: ",
+        env.ns
+    );
     eventually("SyncError event naming the failed create", || async {
         sync_errors(&env, "p").await.iter().any(|e| {
-            e.message
-                .as_deref()
-                .unwrap_or_default()
-                .contains("create ConfigMap")
+            let msg = e.message.as_deref().unwrap_or_default();
+            msg.starts_with(&prefix) && msg.contains("create ConfigMap")
         })
     })
     .await;
