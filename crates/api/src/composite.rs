@@ -111,7 +111,8 @@ pub struct CompositeControllerSpec {
     /// The same settings under the name newer upstream releases use; both lists apply.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub connections: Vec<EndpointConfig>,
-    /// Resync every parent at this interval even without changes.
+    /// Resync every parent at this interval even without changes. As upstream, any value
+    /// below one second (zero and negatives included) means one second.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resync_period_seconds: Option<i32>,
     /// Ignore parents' `spec.selector` and select children by a `controller-uid` label.

@@ -111,7 +111,8 @@ pub struct DecoratorControllerSpec {
     /// The same settings under the name newer upstream releases use; both lists apply.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub connections: Vec<EndpointConfig>,
-    /// Resync every target at this interval even without changes.
+    /// Resync every target at this interval even without changes. As upstream, any value
+    /// below one second (zero and negatives included) means one second.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resync_period_seconds: Option<i32>,
 }
@@ -172,21 +173,30 @@ pub struct DecoratorControllerAttachmentRule {
 }
 
 impl DecoratorControllerAttachmentRule {
-    /// The effective update method (`OnDelete` when unset or empty).
+    /// The effective update method (`OnDelete` when unset or empty). Attachments are never
+    /// rolled: as upstream, `RollingRecreate` means `Recreate` and `RollingInPlace` means
+    /// `InPlace`.
     pub fn update_method(&self) -> ChildUpdateMethod {
-        self.update_strategy
+        let method = self
+            .update_strategy
             .as_ref()
             .and_then(|s| s.method.as_ref())
             .map(|m| m.effective().into_owned())
-            .unwrap_or_default()
+            .unwrap_or_default();
+        match method {
+            ChildUpdateMethod::RollingRecreate => ChildUpdateMethod::Recreate,
+            ChildUpdateMethod::RollingInPlace => ChildUpdateMethod::InPlace,
+            other => other,
+        }
     }
 }
 
-/// Update strategy of an attachment (no rolling methods).
+/// Update strategy of an attachment (rolling methods act as their non-rolling forms).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct DecoratorControllerAttachmentUpdateStrategy {
-    /// `OnDelete`, `Recreate` or `InPlace`.
+    /// `OnDelete`, `Recreate` or `InPlace` (`RollingRecreate`/`RollingInPlace` are
+    /// accepted and mean `Recreate`/`InPlace`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub method: Option<ChildUpdateMethod>,
 }

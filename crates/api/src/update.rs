@@ -37,13 +37,6 @@ impl ChildUpdateMethod {
         ChildUpdateMethod::RollingInPlace,
     ];
 
-    /// The methods a DecoratorController attachment may use.
-    pub const DECORATOR: [ChildUpdateMethod; 3] = [
-        ChildUpdateMethod::OnDelete,
-        ChildUpdateMethod::Recreate,
-        ChildUpdateMethod::InPlace,
-    ];
-
     /// The wire spelling.
     pub fn as_str(&self) -> &str {
         match self {

@@ -125,7 +125,6 @@ pub fn validate_composite_controller(cc: &CompositeController) -> Result<(), Val
             }
         }
     }
-    resync_period(&mut c, spec.resync_period_seconds);
     if let Some(hooks) = &spec.hooks {
         for (name, hook) in [
             ("sync", &hooks.sync),
@@ -172,11 +171,12 @@ pub fn validate_decorator_controller(dc: &DecoratorController) -> Result<(), Val
                 &mut c,
                 &format!("{path}.updateStrategy.method"),
                 method,
-                &ChildUpdateMethod::DECORATOR,
+                // Upstream accepts the rolling methods on attachments too and treats them
+                // as their non-rolling counterparts.
+                &ChildUpdateMethod::ALL,
             );
         }
     }
-    resync_period(&mut c, spec.resync_period_seconds);
     if let Some(hooks) = &spec.hooks {
         for (name, hook) in [
             ("sync", &hooks.sync),
@@ -253,12 +253,6 @@ fn update_method(
                 list.join(", ")
             ),
         );
-    }
-}
-
-fn resync_period(c: &mut Collector, seconds: Option<i32>) {
-    if seconds.is_some_and(|s| s < 0) {
-        c.push("spec.resyncPeriodSeconds", "must not be negative");
     }
 }
 

@@ -1,5 +1,6 @@
 //! Validation rejects what the schema cannot express, naming the field path.
 
+use metacontroller_api::update::ChildUpdateMethod;
 use metacontroller_api::validation::{
     validate_composite_controller, validate_decorator_controller, validate_hook,
     validate_related_rules, ValidationErrors,
@@ -135,18 +136,36 @@ fn ca_bundle_needs_exactly_one_source() {
 }
 
 #[test]
-fn decorators_accept_only_non_rolling_update_methods() {
+fn decorators_accept_rolling_update_methods_as_their_plain_forms() {
     let dc = decorator(json!({
         "resources": [{"apiVersion": "apps/v1", "resource": "statefulsets"}],
         "attachments": [
-            {"apiVersion": "v1", "resource": "services", "updateStrategy": {"method": "InPlace"}},
-            {"apiVersion": "v1", "resource": "pods", "updateStrategy": {"method": "RollingRecreate"}}
+            {"apiVersion": "v1", "resource": "services", "updateStrategy": {"method": "RollingInPlace"}},
+            {"apiVersion": "v1", "resource": "pods", "updateStrategy": {"method": "RollingRecreate"}},
+            {"apiVersion": "v1", "resource": "secrets", "updateStrategy": {"method": "Sideways"}}
         ]
     }));
     assert_error_at(
         validate_decorator_controller(&dc),
-        "spec.attachments[1].updateStrategy.method",
-        "accepted: OnDelete, Recreate, InPlace",
+        "spec.attachments[2].updateStrategy.method",
+        "Sideways",
+    );
+    let errors = validate_decorator_controller(&dc).unwrap_err();
+    assert!(
+        !errors.has_path("spec.attachments[0].updateStrategy.method"),
+        "{errors}"
+    );
+    assert!(
+        !errors.has_path("spec.attachments[1].updateStrategy.method"),
+        "{errors}"
+    );
+    assert_eq!(
+        dc.spec.attachments[0].update_method(),
+        ChildUpdateMethod::InPlace
+    );
+    assert_eq!(
+        dc.spec.attachments[1].update_method(),
+        ChildUpdateMethod::Recreate
     );
 }
 
@@ -163,13 +182,18 @@ fn unknown_update_methods_and_bad_selectors_are_reported() {
         ],
         "resyncPeriodSeconds": -1
     }));
+    // Upstream raises a period below one second to one second instead of refusing it.
+    assert!(!validate_composite_controller(&composite(json!({
+        "parentResource": {"apiVersion": "v1", "resource": "things"},
+        "resyncPeriodSeconds": -1
+    })))
+    .is_err_and(|e| e.has_path("spec.resyncPeriodSeconds")));
     let errors = validate_composite_controller(&cc).unwrap_err();
     assert_eq!(cc.validate().unwrap_err(), errors);
     for path in [
         "spec.parentResource.labelSelector.matchExpressions[0].operator",
         "spec.childResources[0].updateStrategy.method",
         "spec.childResources[1].resource",
-        "spec.resyncPeriodSeconds",
     ] {
         assert!(errors.has_path(path), "missing {path}: {errors}");
     }

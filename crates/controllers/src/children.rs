@@ -66,14 +66,6 @@ pub enum ChildError {
         /// Why it is refused.
         reason: &'static str,
     },
-    /// Two children with the same type, namespace and name.
-    #[error("children[{index}]: duplicate child {}/{} of {}.{}", key.2, key.3, key.1, key.0)]
-    Duplicate {
-        /// Index of the second occurrence.
-        index: usize,
-        /// The duplicated key.
-        key: ChildKey,
-    },
     /// The apply engine refused an object.
     #[error("{key:?}: {message}")]
     Apply {
@@ -129,79 +121,96 @@ pub fn observed_map(
 }
 
 /// Checks the desired children of a hook response and defaults their namespaces. Returns
-/// them keyed by [`ChildKey`] with the index of the declared type.
+/// the accepted ones keyed by [`ChildKey`] with the index of the declared type, and the
+/// refused ones' errors: as upstream (where only that child's write fails), a refused
+/// child is skipped and the others are still written.
 pub fn validate_desired(
     types: &[ChildType],
     parent_namespace: Option<&str>,
     desired: Vec<Value>,
-) -> Result<BTreeMap<ChildKey, (usize, Value)>, ChildError> {
+) -> (BTreeMap<ChildKey, (usize, Value)>, Vec<ChildError>) {
     let parent_ns = parent_namespace.unwrap_or_default();
     let mut out = BTreeMap::new();
-    for (index, mut obj) in desired.into_iter().enumerate() {
-        let invalid = |message: &str| ChildError::Invalid {
-            index,
-            message: message.to_string(),
-        };
-        if !obj.is_object() {
-            return Err(invalid("not an object"));
-        }
-        let (api_version, kind, namespace, name) = child_key(&obj);
-        if api_version.is_empty() || kind.is_empty() {
-            return Err(invalid("apiVersion and kind are required"));
-        }
-        if name.is_empty() {
-            return Err(invalid("metadata.name is required"));
-        }
-        let Some(type_index) = types
-            .iter()
-            .position(|t| t.api_version == api_version && t.kind == kind)
-        else {
-            return Err(ChildError::Undeclared {
-                index,
-                api_version,
-                kind,
-            });
-        };
-        let namespace = if types[type_index].namespaced {
-            match namespace.as_str() {
-                "" if parent_ns.is_empty() => {
-                    return Err(ChildError::Namespace {
-                        index,
-                        namespace,
-                        reason: "a namespaced child of a cluster-scoped parent needs a namespace",
-                    })
+    let mut refused = Vec::new();
+    for (index, obj) in desired.into_iter().enumerate() {
+        match validate_one(types, parent_ns, index, obj) {
+            Ok((key, type_index, obj)) => {
+                // As upstream (a map insert), a later duplicate replaces the earlier one.
+                if out.insert(key.clone(), (type_index, obj)).is_some() {
+                    tracing::debug!(index, ?key, "duplicate desired child: the last one wins");
                 }
-                "" => parent_ns.to_string(),
-                ns if !parent_ns.is_empty() && ns != parent_ns => {
-                    return Err(ChildError::Namespace {
-                        index,
-                        namespace,
-                        reason: "children must be in the parent's namespace",
-                    })
-                }
-                ns => ns.to_string(),
             }
-        } else if !namespace.is_empty() {
-            return Err(ChildError::Namespace {
-                index,
-                namespace,
-                reason: "the child resource is cluster-scoped",
-            });
-        } else {
-            namespace
-        };
-        if !namespace.is_empty() {
-            if let Some(meta) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
-                meta.insert("namespace".into(), Value::String(namespace.clone()));
-            }
+            Err(e) => refused.push(e),
         }
-        let key = (api_version, kind, namespace, name);
-        if out.contains_key(&key) {
-            return Err(ChildError::Duplicate { index, key });
-        }
-        out.insert(key, (type_index, obj));
     }
-    Ok(out)
+    (out, refused)
+}
+
+/// Checks one desired child (see [`validate_desired`]).
+fn validate_one(
+    types: &[ChildType],
+    parent_ns: &str,
+    index: usize,
+    mut obj: Value,
+) -> Result<(ChildKey, usize, Value), ChildError> {
+    let invalid = |message: &str| ChildError::Invalid {
+        index,
+        message: message.to_string(),
+    };
+    if !obj.is_object() {
+        return Err(invalid("not an object"));
+    }
+    let (api_version, kind, namespace, name) = child_key(&obj);
+    if api_version.is_empty() || kind.is_empty() {
+        return Err(invalid("apiVersion and kind are required"));
+    }
+    if name.is_empty() {
+        return Err(invalid("metadata.name is required"));
+    }
+    let Some(type_index) = types
+        .iter()
+        .position(|t| t.api_version == api_version && t.kind == kind)
+    else {
+        return Err(ChildError::Undeclared {
+            index,
+            api_version,
+            kind,
+        });
+    };
+    let namespace = if types[type_index].namespaced {
+        match namespace.as_str() {
+            "" if parent_ns.is_empty() => {
+                return Err(ChildError::Namespace {
+                    index,
+                    namespace,
+                    reason: "a namespaced child of a cluster-scoped parent needs a namespace",
+                })
+            }
+            "" => parent_ns.to_string(),
+            ns if !parent_ns.is_empty() && ns != parent_ns => {
+                return Err(ChildError::Namespace {
+                    index,
+                    namespace,
+                    reason: "children must be in the parent's namespace",
+                })
+            }
+            ns => ns.to_string(),
+        }
+    } else if !namespace.is_empty() {
+        return Err(ChildError::Namespace {
+            index,
+            namespace,
+            reason: "the child resource is cluster-scoped",
+        });
+    } else {
+        namespace
+    };
+    if !namespace.is_empty() {
+        if let Some(meta) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
+            meta.insert("namespace".into(), Value::String(namespace.clone()));
+        }
+    }
+    Ok(((api_version, kind, namespace, name), type_index, obj))
 }
 
 /// The parent an ownerReference points at.
@@ -434,6 +443,38 @@ mod tests {
         }
     }
 
+    fn accepted(
+        (out, refused): (BTreeMap<ChildKey, (usize, Value)>, Vec<ChildError>),
+    ) -> BTreeMap<ChildKey, (usize, Value)> {
+        assert!(refused.is_empty(), "{refused:?}");
+        out
+    }
+
+    /// The only error of a response whose one child was refused (and not kept).
+    fn refused_one(
+        (out, mut refused): (BTreeMap<ChildKey, (usize, Value)>, Vec<ChildError>),
+    ) -> Option<ChildError> {
+        assert!(out.is_empty());
+        assert_eq!(refused.len(), 1, "{refused:?}");
+        refused.pop()
+    }
+
+    #[test]
+    fn refused_child_is_skipped_and_the_others_kept() {
+        let types = [cm_type(ChildUpdateMethod::InPlace)];
+        let secret = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"}});
+        let (out, refused) = validate_desired(
+            &types,
+            Some("default"),
+            vec![cm("a", "1"), secret, cm("b", "2")],
+        );
+        assert_eq!(out.len(), 2);
+        assert!(matches!(
+            refused[..],
+            [ChildError::Undeclared { index: 1, .. }]
+        ));
+    }
+
     fn cm(name: &str, value: &str) -> Value {
         json!({"apiVersion": "v1", "kind": "ConfigMap",
                "metadata": {"name": name}, "data": {"k": value}})
@@ -465,7 +506,11 @@ mod tests {
     #[test]
     fn desired_namespace_defaulted_and_checked() {
         let types = [cm_type(ChildUpdateMethod::InPlace), ns_type()];
-        let out = validate_desired(&types, Some("default"), vec![cm("a", "1")]).unwrap();
+        let out = accepted(validate_desired(
+            &types,
+            Some("default"),
+            vec![cm("a", "1")],
+        ));
         let (key, (index, obj)) = out.iter().next().unwrap();
         assert_eq!(key.2, "default");
         assert_eq!(*index, 0);
@@ -474,42 +519,51 @@ mod tests {
         let mut other = cm("a", "1");
         other["metadata"]["namespace"] = json!("elsewhere");
         assert!(matches!(
-            validate_desired(&types, Some("default"), vec![other]),
-            Err(ChildError::Namespace { index: 0, .. })
+            refused_one(validate_desired(&types, Some("default"), vec![other])),
+            Some(ChildError::Namespace { index: 0, .. })
         ));
         assert!(matches!(
-            validate_desired(&types, None, vec![cm("a", "1")]),
-            Err(ChildError::Namespace { .. })
+            refused_one(validate_desired(&types, None, vec![cm("a", "1")])),
+            Some(ChildError::Namespace { .. })
         ));
         let ns = json!({"apiVersion": "v1", "kind": "Namespace",
                         "metadata": {"name": "n", "namespace": "default"}});
         assert!(matches!(
-            validate_desired(&types, Some("default"), vec![ns]),
-            Err(ChildError::Namespace { .. })
+            refused_one(validate_desired(&types, Some("default"), vec![ns])),
+            Some(ChildError::Namespace { .. })
         ));
     }
 
     #[test]
-    fn undeclared_invalid_and_duplicate_children_refused() {
+    fn undeclared_and_invalid_children_refused() {
         let types = [cm_type(ChildUpdateMethod::InPlace)];
         let secret = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"}});
         assert!(matches!(
-            validate_desired(&types, Some("default"), vec![secret]),
-            Err(ChildError::Undeclared { index: 0, .. })
+            refused_one(validate_desired(&types, Some("default"), vec![secret])),
+            Some(ChildError::Undeclared { index: 0, .. })
         ));
         let nameless = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {}});
         assert!(matches!(
-            validate_desired(&types, Some("default"), vec![nameless]),
-            Err(ChildError::Invalid { .. })
+            refused_one(validate_desired(&types, Some("default"), vec![nameless])),
+            Some(ChildError::Invalid { .. })
         ));
         assert!(matches!(
-            validate_desired(&types, Some("default"), vec![json!(3)]),
-            Err(ChildError::Invalid { .. })
+            refused_one(validate_desired(&types, Some("default"), vec![json!(3)])),
+            Some(ChildError::Invalid { .. })
         ));
-        assert!(matches!(
-            validate_desired(&types, Some("default"), vec![cm("a", "1"), cm("a", "2")]),
-            Err(ChildError::Duplicate { index: 1, .. })
+    }
+
+    #[test]
+    fn duplicate_children_last_one_wins() {
+        let types = [cm_type(ChildUpdateMethod::InPlace)];
+        let out = accepted(validate_desired(
+            &types,
+            Some("default"),
+            vec![cm("a", "1"), cm("a", "2")],
         ));
+        assert_eq!(out.len(), 1);
+        let (_, obj) = out.values().next().unwrap();
+        assert_eq!(obj["data"]["k"], "2");
     }
 
     fn converge(
@@ -518,8 +572,11 @@ mod tests {
         desired_value: &str,
     ) -> Vec<Action> {
         let types = [cm_type(method)];
-        let first =
-            validate_desired(&types, Some("default"), vec![cm("a", observed_value)]).unwrap();
+        let first = accepted(validate_desired(
+            &types,
+            Some("default"),
+            vec![cm("a", observed_value)],
+        ));
         let created = match plan_children(&types, &parent(), &[], &first, false)
             .unwrap()
             .as_slice()
@@ -527,15 +584,22 @@ mod tests {
             [Action::Create { object, .. }] => as_created(object.clone(), "uid-a"),
             other => panic!("expected one create, got {other:?}"),
         };
-        let desired =
-            validate_desired(&types, Some("default"), vec![cm("a", desired_value)]).unwrap();
+        let desired = accepted(validate_desired(
+            &types,
+            Some("default"),
+            vec![cm("a", desired_value)],
+        ));
         plan_children(&types, &parent(), &[created], &desired, false).unwrap()
     }
 
     #[test]
     fn create_sets_controller_owner_reference() {
         let types = [cm_type(ChildUpdateMethod::InPlace)];
-        let desired = validate_desired(&types, Some("default"), vec![cm("a", "1")]).unwrap();
+        let desired = accepted(validate_desired(
+            &types,
+            Some("default"),
+            vec![cm("a", "1")],
+        ));
         let actions = plan_children(&types, &parent(), &[], &desired, false).unwrap();
         let [Action::Create { object, .. }] = actions.as_slice() else {
             panic!("{actions:?}");

@@ -16,8 +16,9 @@
 //!   strategy; remove the finalizer once the finalize hook says `finalized`; write the status
 //!   (with `observedGeneration`) only when it changed; schedule `resyncAfterSeconds` and
 //!   `resyncPeriodSeconds`.
-//! - **Failures** are values: a failed sync is requeued with backoff; a 409 Conflict aborts
-//!   the sync (the next one recomputes from fresher state).
+//! - **Failures** are values: a failed sync is requeued with backoff; a 409 Conflict on a
+//!   child stops the child writes, the status is still written, and the next sync
+//!   recomputes from fresher state.
 //!
 //! Rolling update methods (`RollingRecreate`, `RollingInPlace`) keep ControllerRevisions and
 //! move one child per sync, gated by `statusChecks` (see [`crate::rolling`]). The customize
@@ -73,17 +74,27 @@ pub enum StartError {
 /// Why one sync failed (the key is requeued with backoff).
 #[derive(Debug, thiserror::Error)]
 pub enum SyncError {
-    /// The hook failed.
-    #[error("{hook} hook: {source}")]
+    /// The hook failed. Upstream's wording, also for the finalize hook (upstream calls both
+    /// through the same path): `sync hook failed for <Kind> <namespace>/<name>: <error>`.
+    #[error("sync hook failed for {parent}: {source}")]
     Hook {
         /// `sync` or `finalize`.
         hook: &'static str,
+        /// `<Kind> <namespace>/<name>` of the parent (empty namespace when cluster-scoped).
+        parent: String,
         /// The error.
         source: HookError,
     },
-    /// The hook's children were refused.
+    /// The parent is not being finalized and there is no sync hook.
+    #[error("sync hook not defined")]
+    NoSyncHook,
+    /// A child could not be planned.
     #[error("invalid sync hook response: {0}")]
     Children(#[from] children::ChildError),
+    /// Some of the hook's children were refused (skipped; the others and the status were
+    /// written).
+    #[error("invalid sync hook response: {}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
+    Refused(Vec<children::ChildError>),
     /// The parent's selector is unusable, or a desired child does not match it.
     #[error("{0}")]
     Selector(String),
@@ -91,8 +102,13 @@ pub enum SyncError {
     #[error(transparent)]
     Write(#[from] WriteError),
     /// Several child writes failed (the others were done).
-    #[error("can't reconcile children: {}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
-    Writes(Vec<WriteError>),
+    #[error("can't reconcile children for {parent}: {}", .errors.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
+    Writes {
+        /// `<Kind> <namespace>/<name>` of the parent (upstream's wording).
+        parent: String,
+        /// The failed writes.
+        errors: Vec<WriteError>,
+    },
     /// An object could not be converted.
     #[error("{0}")]
     Encode(#[from] serde_json::Error),
@@ -102,11 +118,27 @@ pub enum SyncError {
 }
 
 impl SyncError {
+    /// `Some(delay)` when the sync or customize hook answered 429 Too Many Requests: the
+    /// key is retried after `Retry-After` (one second without it), with no Event.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            SyncError::Hook {
+                source: HookError::TooManyRequests { retry_after, .. },
+                ..
+            }
+            | SyncError::Related(RelatedError::Hook(HookError::TooManyRequests {
+                retry_after,
+                ..
+            })) => Some(retry_after.unwrap_or(Duration::from_secs(1))),
+            _ => None,
+        }
+    }
+
     /// True when the failure is a 409 Conflict (stale data).
     pub fn is_conflict(&self) -> bool {
         match self {
             SyncError::Write(e) => e.is_conflict(),
-            SyncError::Writes(es) => es.iter().any(WriteError::is_conflict),
+            SyncError::Writes { errors, .. } => errors.iter().any(WriteError::is_conflict),
             _ => false,
         }
     }
@@ -198,7 +230,9 @@ impl Mapper {
 
     fn on_parent(&self, change: &Change<DynamicObject>, origin: Origin) {
         let obj = match change {
-            Change::Deleted(_) => return,
+            // As upstream, a deleted parent is synced once more: the sync finds it gone and
+            // drops what was cached for it (related objects, their informer leases).
+            Change::Deleted(obj) => obj,
             Change::Added(new) => new,
             Change::Updated { old, new } => {
                 if self.ignore_status_changes
@@ -335,6 +369,8 @@ struct HookOutcome {
     desired: Desired,
     resync_after_seconds: f64,
     finalized: bool,
+    /// Children refused by validation (skipped).
+    refused: Vec<children::ChildError>,
 }
 
 /// A running CompositeController. Dropping it (or [`CompositeHandle::stop`]) stops it.
@@ -631,12 +667,7 @@ impl Inner {
             return Ok(());
         }
         let result = self.sync_parent(&mut parent).await;
-        if let Err(SyncError::Hook {
-            source: HookError::TooManyRequests { retry_after, .. },
-            ..
-        }) = &result
-        {
-            let delay = retry_after.unwrap_or(Duration::from_secs(1));
+        if let Some(delay) = result.as_ref().err().and_then(SyncError::retry_after) {
             tracing::info!(controller = self.name(), parent = %key, ?delay, "hook asked to slow down; resyncing later");
             self.queue.add_after(key.clone(), delay, Priority::Event);
             return Ok(());
@@ -688,7 +719,8 @@ impl Inner {
                 (true, Some(h)) => (h, "finalize", true),
                 _ => match self.controller.spec.sync_hook() {
                     Some(h) => (h, "sync", false),
-                    None => return Ok(()),
+                    // As upstream: a live parent needs a sync hook (SyncError, backoff).
+                    None => return Err(SyncError::NoSyncHook),
                 },
             };
         let use_revisions =
@@ -708,15 +740,14 @@ impl Inner {
                     &observed,
                 )
                 .await?;
+            let (desired, refused) =
+                children::validate_desired(&types, parent.namespace.as_deref(), response.children);
             HookOutcome {
-                desired: children::validate_desired(
-                    &types,
-                    parent.namespace.as_deref(),
-                    response.children,
-                )?,
+                desired,
                 status: response.status,
                 resync_after_seconds: response.resync_after_seconds,
                 finalized: response.finalized,
+                refused,
             }
         };
 
@@ -725,13 +756,8 @@ impl Inner {
             self.queue
                 .add_after(parent.key.clone(), delay, Priority::Event);
         }
-        if let Some(period) = self
-            .controller
-            .spec
-            .resync_period_seconds
-            .filter(|p| *p > 0)
-        {
-            // Upstream puts a floor of one second on it.
+        if let Some(period) = self.controller.spec.resync_period_seconds {
+            // Upstream raises any period below one second (0 and negatives too) to one.
             let delay = Duration::from_secs(period.max(1) as u64);
             self.queue
                 .add_after(parent.key.clone(), delay, Priority::Bulk);
@@ -747,6 +773,7 @@ impl Inner {
         }
 
         let mut desired = outcome.desired;
+        let refused = outcome.refused;
         for (key, (_, child)) in desired.iter_mut() {
             if generate {
                 add_label_if_absent(child, CONTROLLER_UID_LABEL, &parent.uid);
@@ -761,12 +788,11 @@ impl Inner {
 
         let mut manage_result = Ok(());
         if !is_deleting(&parent.object) || self.should_finalize(&parent.object) {
+            // As upstream, the status is written even when a child write failed (a 409
+            // Conflict included); the failure is returned afterwards, for a retry.
             manage_result = self
                 .manage_children(parent, &types, &observed, &desired)
                 .await;
-            if manage_result.as_ref().is_err_and(SyncError::is_conflict) {
-                return manage_result;
-            }
         }
 
         let mut status = outcome.status.unwrap_or_default();
@@ -784,7 +810,12 @@ impl Inner {
             Err(e) if finalized_now && e.is_conflict() => {}
             Err(e) => return Err(e.into()),
         }
-        manage_result
+        manage_result?;
+        if refused.is_empty() {
+            Ok(())
+        } else {
+            Err(SyncError::Refused(refused))
+        }
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -831,6 +862,12 @@ impl Inner {
             .await
             .map_err(|source| SyncError::Hook {
                 hook: hook_name,
+                parent: format!(
+                    "{} {}/{}",
+                    self.parent_resource.kind,
+                    parent.namespace.as_deref().unwrap_or_default(),
+                    parent.key.name
+                ),
                 source,
             })
     }
@@ -918,6 +955,7 @@ impl Inner {
         let mut statuses = Vec::new();
         let mut resync = 0.0_f64;
         let mut finalized = true;
+        let mut refused = Vec::new();
         for (object, revision) in
             std::iter::once((parent.object.clone(), latest_revision)).chain(others)
         {
@@ -934,8 +972,9 @@ impl Inner {
                     (k.0, k.1, k.3)
                 })
                 .collect();
-            let desired =
-                children::validate_desired(types, parent.namespace.as_deref(), response.children)?;
+            let (desired, mut refused_here) =
+                children::validate_desired(types, parent.namespace.as_deref(), response.children);
+            refused.append(&mut refused_here);
             let r = response.resync_after_seconds;
             if r > 0.0 && (resync == 0.0 || r < resync) {
                 resync = r;
@@ -997,6 +1036,7 @@ impl Inner {
             desired: rolling::merged_desired(&revisions, parent.namespace.as_deref()),
             resync_after_seconds: resync,
             finalized,
+            refused,
         })
     }
 
@@ -1196,7 +1236,15 @@ impl Inner {
         if errors.is_empty() {
             Ok(())
         } else {
-            Err(SyncError::Writes(errors))
+            Err(SyncError::Writes {
+                parent: format!(
+                    "{} {}/{}",
+                    self.parent_resource.kind,
+                    parent.namespace.as_deref().unwrap_or_default(),
+                    parent.key.name
+                ),
+                errors,
+            })
         }
     }
 }

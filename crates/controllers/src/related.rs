@@ -12,11 +12,11 @@
 //!   namespace and/or names. `names` cannot be combined with a selector, nor `namespace`
 //!   with `namespaceSelector`.
 //! * Scope: with a **v1** customize hook, a namespaced parent only sees namespaced related
-//!   objects of its own namespace when selecting by labels or by names, and naming another
-//!   namespace is an error. With a **v2** customize hook, or for a cluster-scoped parent,
-//!   objects come from any namespace the rule allows. (Upstream lists every namespace for
-//!   a v1 names-only rule of a namespaced parent, contrary to its documentation and to its
-//!   own change matching; we follow the documentation: the parent's namespace.)
+//!   objects of its own namespace when selecting by labels or by namespace (and names), and
+//!   naming another namespace is an error. A v1 rule with `names` but no `namespace` lists
+//!   the names in every namespace, as upstream's code does (its documentation says the
+//!   parent's namespace; compatibility follows the code). With a **v2** customize hook, or
+//!   for a cluster-scoped parent, objects come from any namespace the rule allows.
 //! * Related objects are read from shared informers ([`Informers`]), leased when a rule
 //!   first names their resource and released when no cached rule names it any more.
 //! * A change of a related object enqueues every parent whose cached rules select it (old
@@ -226,8 +226,10 @@ pub fn listing(rule: &CompiledRule, scope: &Scope) -> Result<Listing, RelatedErr
         Selection::NamespaceAndLabels => Listing::Namespace(rule.namespace().to_string()),
         Selection::NamespaceSelector => Listing::SelectedNamespaces,
         Selection::NamespaceAndNames => match (scope.confined(), rule.namespace()) {
+            // Upstream: names without a namespace are looked up in every namespace.
+            (Some(_), "") => Listing::All,
             (Some(parent), requested) if namespaced => {
-                if !requested.is_empty() && requested != parent {
+                if requested != parent {
                     return Err(RelatedError::NamespaceMismatch {
                         requested: requested.to_string(),
                         parent: parent.to_string(),
@@ -830,7 +832,7 @@ mod tests {
     }
 
     #[test]
-    fn v1_namespaced_parent_is_confined_to_its_namespace() {
+    fn v1_namespaced_parent_is_confined_to_its_namespace_except_names_only() {
         let v1 = scope(HookVersion::V1, Some("p"));
         let labels =
             compiled(json!({"apiVersion": "v1", "resource": "configmaps", "labelSelector": {}}));
@@ -838,11 +840,9 @@ mod tests {
             listing(&labels, &v1).unwrap(),
             Listing::Namespace("p".into())
         );
+        // Names without a namespace: every namespace, as upstream's code.
         let names = compiled(json!({"apiVersion": "v1", "resource": "configmaps", "names": ["x"]}));
-        assert_eq!(
-            listing(&names, &v1).unwrap(),
-            Listing::Namespace("p".into())
-        );
+        assert_eq!(listing(&names, &v1).unwrap(), Listing::All);
         let same =
             compiled(json!({"apiVersion": "v1", "resource": "configmaps", "namespace": "p"}));
         assert_eq!(listing(&same, &v1).unwrap(), Listing::Namespace("p".into()));

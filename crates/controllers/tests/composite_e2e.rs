@@ -107,6 +107,31 @@ async fn resync_after_seconds_resyncs_without_changes() {
     .await;
 }
 
+/// Upstream raises a `resyncPeriodSeconds` below one second (0 here) to one second: the
+/// converged parent is still resynced periodically.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resync_period_zero_means_one_second() {
+    let env_calls = Arc::new(AtomicUsize::new(0));
+    let calls = env_calls.clone();
+    let cluster = TestCluster::start().await;
+    let mut env = Env::new(cluster, parent_crd(), move |_, _| {
+        calls.fetch_add(1, Ordering::SeqCst);
+        HookReply::json(json!({"status": {}}))
+    })
+    .await;
+    env.start(json!({"hooks": env.sync_hook(), "resyncPeriodSeconds": 0}))
+        .await;
+    env.create_parent("p", selector_spec("a", "1")).await;
+    env.wait_status("p", "first status", |s| s["observedGeneration"] == 1)
+        .await;
+    let before = env_calls.load(Ordering::SeqCst);
+    eventually("two periodic resyncs", || {
+        let calls = env_calls.clone();
+        async move { calls.load(Ordering::SeqCst) >= before + 2 }
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn parent_without_status_subresource_is_refused() {
     let cluster = TestCluster::start().await;
@@ -456,12 +481,11 @@ async fn cluster_scoped_parent_child_without_namespace_is_refused() {
         env.hook.calls("/sync") >= 2
     })
     .await;
-    assert!(env
-        .parent_value(&name)
-        .await
-        .unwrap()
-        .get("status")
-        .is_none());
+    // As upstream, only that child is skipped: the status is still written.
+    env.wait_status(&name, "status despite the refused child", |s| {
+        s["observedGeneration"] == 1
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -48,6 +48,7 @@ async fn fault_then_recovery(
     bad: impl Fn(&Value) -> HookReply + Send + Sync + 'static,
     timeout: Option<&str>,
     expected: &str,
+    hook_failure: bool,
 ) {
     let mut env = Env::new(TestCluster::start().await, parent_crd(), move |_, req| {
         bad(req)
@@ -82,6 +83,12 @@ async fn fault_then_recovery(
         })
     })
     .await;
+    if hook_failure {
+        let prefix = format!("Sync error: sync hook failed for Parent {}/p: ", env.ns);
+        let event = sync_errors(&env, "p").await.remove(0);
+        let msg = event.message.unwrap_or_default();
+        assert!(msg.starts_with(&prefix), "{msg}");
+    }
     let event = sync_errors(&env, "p").await.remove(0);
     assert_eq!(event.type_.as_deref(), Some("Warning"));
     assert_eq!(
@@ -122,6 +129,7 @@ async fn hook_500_records_event_backs_off_and_recovers() {
         |_| HookReply::status(500, "internal trouble"),
         None,
         "unsupported status code 500",
+        true,
     )
     .await;
 }
@@ -132,6 +140,7 @@ async fn hook_timeout_records_event_backs_off_and_recovers() {
         |req| good(req).delayed(Duration::from_secs(2)),
         Some("200ms"),
         "no response within",
+        true,
     )
     .await;
 }
@@ -142,6 +151,7 @@ async fn hook_invalid_json_records_event_backs_off_and_recovers() {
         |_| HookReply::raw("{\"children\": [oops"),
         None,
         "can't decode response",
+        true,
     )
     .await;
 }
@@ -158,6 +168,7 @@ async fn undeclared_child_type_records_event_backs_off_and_recovers() {
         },
         None,
         "Secret.v1 is not a declared child resource",
+        false,
     )
     .await;
 }
@@ -192,12 +203,15 @@ async fn failed_child_create_records_event_and_recovers() {
     .await
     .unwrap();
     env.create_parent("p", json!({})).await;
+    // Upstream's wording: "Sync error: can't reconcile children for <Kind> <ns>/<name>: ...".
+    let prefix = format!(
+        "Sync error: can't reconcile children for Parent {}/p: ",
+        env.ns
+    );
     eventually("SyncError event naming the failed create", || async {
         sync_errors(&env, "p").await.iter().any(|e| {
-            e.message
-                .as_deref()
-                .unwrap_or_default()
-                .contains("create ConfigMap")
+            let msg = e.message.as_deref().unwrap_or_default();
+            msg.starts_with(&prefix) && msg.contains("create ConfigMap")
         })
     })
     .await;
@@ -205,4 +219,123 @@ async fn failed_child_create_records_event_and_recovers() {
         .await;
     env.wait_status("p", "status", |s| s["healthy"] == true)
         .await;
+}
+
+/// A 409 Conflict on a child write does not keep the parent's status from being written
+/// (upstream writes the status after the children whatever their errors).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn child_conflict_still_writes_the_status() {
+    let mut env = Env::new(TestCluster::start().await, parent_crd(), |_, req| good(req)).await;
+    let Some(control) = env.cluster.control() else {
+        return; // real cluster: no fault injection
+    };
+    control.inject(metacontroller_testkit::Fault::status(
+        Some("create"),
+        Some("configmaps"),
+        1_000_000,
+        409,
+    ));
+    env.start(json!({
+        "generateSelector": true,
+        "childResources": [configmap_rule("InPlace")],
+        "hooks": env.sync_hook(),
+    }))
+    .await;
+    env.create_parent("p", json!({})).await;
+    env.wait_status("p", "status despite the conflicting child create", |s| {
+        s["healthy"] == true
+    })
+    .await;
+    assert!(env.configmap("p-cm").await.is_none());
+}
+
+/// Children refused by validation (undeclared type, another namespace) are skipped, as
+/// upstream: the valid child and the status are still written, a SyncError Event names the
+/// refused ones, and the parent keeps being retried.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_children_are_skipped_and_the_rest_is_written() {
+    let mut env = Env::new(TestCluster::start().await, parent_crd(), |_, req| {
+        let name = req["parent"]["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default();
+        HookReply::json(json!({
+            "children": [
+                {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": format!("{name}-s")}},
+                {"apiVersion": "v1", "kind": "ConfigMap",
+                 "metadata": {"name": format!("{name}-other"), "namespace": "elsewhere"}},
+                {"apiVersion": "v1", "kind": "ConfigMap",
+                 "metadata": {"name": format!("{name}-cm")}, "data": {"ok": "yes"}},
+            ],
+            "status": {"healthy": true},
+        }))
+    })
+    .await;
+    let events = EventRecorder::new(env.cluster.client(), 0.0, 0).unwrap();
+    env.try_start(
+        json!({
+            "generateSelector": true,
+            "childResources": [configmap_rule("InPlace")],
+            "hooks": env.sync_hook(),
+        }),
+        Options {
+            workers: 2,
+            events,
+            ..Options::default()
+        },
+    )
+    .await
+    .unwrap();
+    env.create_parent("p", json!({})).await;
+    env.wait_configmap("p-cm", "the valid child", |cm| {
+        cm.data.as_ref().is_some_and(|d| d["ok"] == "yes")
+    })
+    .await;
+    env.wait_status("p", "status", |s| s["healthy"] == true)
+        .await;
+    eventually("SyncError event naming both refused children", || async {
+        sync_errors(&env, "p").await.iter().any(|e| {
+            let msg = e.message.as_deref().unwrap_or_default();
+            msg.contains("Secret.v1 is not a declared child resource")
+                && msg.contains("\"elsewhere\"")
+        })
+    })
+    .await;
+    let before = env.hook.calls("/sync");
+    eventually("retried with backoff", || async {
+        env.hook.calls("/sync") > before
+    })
+    .await;
+}
+
+/// A live parent of a controller with only a finalize hook: as upstream, the sync fails
+/// (a SyncError Event, retried with backoff) instead of silently doing nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn live_parent_without_sync_hook_is_a_sync_error() {
+    let mut env = Env::new(TestCluster::start().await, parent_crd(), |_, req| good(req)).await;
+    let events = EventRecorder::new(env.cluster.client(), 0.0, 0).unwrap();
+    env.try_start(
+        json!({
+            "generateSelector": true,
+            "childResources": [configmap_rule("InPlace")],
+            "hooks": {"finalize": {"webhook": {"url": env.hook.url("/finalize")}}},
+        }),
+        Options {
+            workers: 2,
+            events,
+            ..Options::default()
+        },
+    )
+    .await
+    .unwrap();
+    env.create_parent("p", json!({})).await;
+    eventually("SyncError event: no sync hook", || async {
+        sync_errors(&env, "p").await.iter().any(|e| {
+            e.message
+                .as_deref()
+                .unwrap_or_default()
+                .contains("sync hook not defined")
+        })
+    })
+    .await;
+    assert_eq!(env.hook.calls("/finalize"), 0);
 }

@@ -393,3 +393,81 @@ async fn customize_hook_failure_records_event_and_recovers() {
     });
     wait_seen(&env, "p", "recovered without a parent change", "").await;
 }
+
+/// Deleting a parent releases what the customize hook made us watch for it: the informer
+/// of its related resource (Secrets here, watched only for it) stops.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleted_parent_releases_its_related_informers() {
+    let mut env = Env::new(
+        TestCluster::start().await,
+        parent_crd(),
+        |path, req| match path {
+            "/customize" => HookReply::json(json!({"relatedResources": [
+                {"apiVersion": "v1", "resource": "secrets",
+                 "labelSelector": {"matchLabels": {"related": "yes"}}}]})),
+            _ => sync_reply(req),
+        },
+    )
+    .await;
+    start(&mut env, "v1").await;
+    let secrets_watched = |env: &Env| {
+        env.informers()
+            .running()
+            .iter()
+            .any(|id| id.api_version == "v1" && id.resource == "secrets")
+    };
+    env.create_parent("p", json!({})).await;
+    env.wait_status("p", "first sync", |s| s["observedGeneration"] == 1)
+        .await;
+    assert!(secrets_watched(&env), "related informer started");
+    env.parents()
+        .delete("p", &Default::default())
+        .await
+        .unwrap();
+    eventually("related informer released", || async {
+        !secrets_watched(&env)
+    })
+    .await;
+}
+
+/// A 429 from the customize hook is a "slow down", like the sync hook's: retried after
+/// Retry-After (one second without it), without a SyncError Event.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn customize_hook_429_is_retried_without_an_event() {
+    let refusals = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = refusals.clone();
+    let mut env = Env::new(
+        TestCluster::start().await,
+        parent_crd(),
+        move |path, req| {
+            use std::sync::atomic::Ordering;
+            match path {
+                "/customize" if counter.fetch_add(1, Ordering::SeqCst) < 2 => {
+                    HookReply::status(429, "slow down")
+                }
+                "/customize" => HookReply::json(json!({"relatedResources": []})),
+                _ => sync_reply(req),
+            }
+        },
+    )
+    .await;
+    start(&mut env, "v1").await;
+    let created = std::time::Instant::now();
+    env.create_parent("p", json!({})).await;
+    env.wait_status("p", "synced after the 429s", |s| {
+        s["observedGeneration"] == 1
+    })
+    .await;
+    assert!(env.hook.calls("/customize") >= 3);
+    let ns = env.ns.clone();
+    assert!(
+        events_for(&env, &ns, "p", "SyncError").await.is_empty(),
+        "a 429 is not a sync error"
+    );
+    // Two 429s without Retry-After: two one-second waits, not the fast error backoff.
+    assert!(
+        created.elapsed() >= std::time::Duration::from_millis(1500),
+        "retried too soon: {:?}",
+        created.elapsed()
+    );
+}

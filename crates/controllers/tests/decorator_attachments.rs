@@ -155,6 +155,9 @@ async fn attachment_update_strategies() {
         ("inplace", "InPlace"),
         ("recreate", "Recreate"),
         ("ondelete", "OnDelete"),
+        // Upstream accepts the rolling methods on attachments as their plain forms.
+        ("rollinginplace", "RollingInPlace"),
+        ("rollingrecreate", "RollingRecreate"),
     ] {
         handles.push(
             env.start_decorator(json!({
@@ -175,7 +178,13 @@ async fn attachment_update_strategies() {
     env.create(&targets, obj).await;
     let cms = env.builtin("v1", "ConfigMap", "configmaps");
     let mut uids = Vec::new();
-    for suffix in ["inplace", "recreate", "ondelete"] {
+    for suffix in [
+        "inplace",
+        "recreate",
+        "ondelete",
+        "rollinginplace",
+        "rollingrecreate",
+    ] {
         let cm = wait_for(&cms, &format!("t-{suffix}")).await;
         uids.push(cm.metadata.uid.clone().unwrap());
     }
@@ -185,6 +194,10 @@ async fn attachment_update_strategies() {
     assert_eq!(inplace["metadata"]["uid"], uids[0].as_str());
     let recreated = wait_until(&cms, "t-recreate", "Recreate", data).await;
     assert_ne!(recreated["metadata"]["uid"], uids[1].as_str());
+    let inplace = wait_until(&cms, "t-rollinginplace", "RollingInPlace update", data).await;
+    assert_eq!(inplace["metadata"]["uid"], uids[3].as_str());
+    let recreated = wait_until(&cms, "t-rollingrecreate", "RollingRecreate", data).await;
+    assert_ne!(recreated["metadata"]["uid"], uids[4].as_str());
     tokio::time::sleep(Duration::from_millis(300)).await;
     let ondelete = cms.get("t-ondelete").await.unwrap();
     assert_eq!(ondelete.data["data"]["value"], "1");

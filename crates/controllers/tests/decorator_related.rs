@@ -5,7 +5,7 @@
 
 mod decorator_support;
 
-use decorator_support::{group_key, object, wait_for, Env};
+use decorator_support::{events_for, group_key, object, wait_for, wait_until, Env};
 use kube::api::{Patch, PatchParams};
 use metacontroller_testkit::{eventually, HookReply, HookServer};
 use serde_json::{json, Value};
@@ -104,4 +104,55 @@ async fn customize_hook_related_objects_reach_the_sync_hook() {
             .is_ok_and(|c| c.data["spec"]["v"] == "2")
     })
     .await;
+}
+
+/// A 429 from the customize hook is retried after Retry-After (one second without it),
+/// without a SyncError Event, as the sync hook's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn customize_hook_429_is_retried_without_an_event() {
+    let env = Env::start("dec-cust429").await;
+    let target = env.crd("Busy").await;
+    let refusals = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = refusals.clone();
+    let hook = HookServer::start(move |path, _| {
+        use std::sync::atomic::Ordering;
+        match path {
+            "/customize" if counter.fetch_add(1, Ordering::SeqCst) < 2 => {
+                HookReply::status(429, "slow down")
+            }
+            "/customize" => HookReply::json(json!({"relatedResources": []})),
+            _ => HookReply::json(json!({"labels": {"decorated": "yes"}})),
+        }
+    })
+    .await;
+    let _dc = env
+        .start_decorator(json!({
+            "metadata": {"name": "busy"},
+            "spec": {
+                "resources": [{"apiVersion": target.api_version(), "resource": target.plural()}],
+                "hooks": {
+                    "customize": {"webhook": {"url": hook.url("/customize")}},
+                    "sync": {"webhook": {"url": hook.url("/sync")}}
+                }
+            }
+        }))
+        .await;
+    let targets = env.api(&target);
+    let created = std::time::Instant::now();
+    env.create(&targets, object(&target, "b", json!({}))).await;
+    wait_until(&targets, "b", "decorated after the 429s", |o| {
+        o["metadata"]["labels"]["decorated"] == "yes"
+    })
+    .await;
+    assert!(hook.calls("/customize") >= 3);
+    assert!(
+        events_for(&env, "b", "SyncError").await.is_empty(),
+        "a 429 is not a sync error"
+    );
+    // Two 429s without Retry-After: two one-second waits, not the fast error backoff.
+    assert!(
+        created.elapsed() >= std::time::Duration::from_millis(1500),
+        "retried too soon: {:?}",
+        created.elapsed()
+    );
 }

@@ -207,3 +207,28 @@ async fn resync_period_resyncs_unchanged_targets() {
         first.elapsed()
     );
 }
+
+/// A negative `resyncPeriodSeconds` is accepted and means one second, as upstream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn negative_resync_period_means_one_second() {
+    let env = Env::start("dec-negperiod").await;
+    let parent = env.crd("NegPeriodParent").await;
+    let hook = HookServer::start(|_, _| HookReply::json(json!({}))).await;
+    let _dc = env
+        .start_decorator(json!({
+            "metadata": {"name": "negperiod"},
+            "spec": {
+                "resources": [{"apiVersion": parent.api_version(), "resource": parent.plural()}],
+                "resyncPeriodSeconds": -5,
+                "hooks": {"sync": {"webhook": {"url": hook.url("/sync")}}}
+            }
+        }))
+        .await;
+    env.create(&env.api(&parent), object(&parent, "p", json!({})))
+        .await;
+    eventually("the first sync", || async { hook.calls("/sync") >= 1 }).await;
+    eventually("two periodic resyncs", || async {
+        hook.calls("/sync") >= 3
+    })
+    .await;
+}

@@ -153,13 +153,40 @@ impl Shared {
     }
 }
 
+/// Why a reconciler could not start, and which Event reports it on the controller object.
+struct StartFailure {
+    /// The Event reason (`CreateError`, or `SyncError` for a parent without `/status`).
+    reason: &'static str,
+    /// The error.
+    message: String,
+}
+
+impl StartFailure {
+    /// Upstream's `Cannot create new controller: <error>`, except the parent-without-status
+    /// case, whose message is complete as it is.
+    fn event_message(&self) -> String {
+        if self.reason == reason::CREATE_ERROR {
+            format!("Cannot create new controller: {}", self.message)
+        } else {
+            self.message.clone()
+        }
+    }
+
+    fn create_error(err: impl std::fmt::Display) -> Self {
+        StartFailure {
+            reason: reason::CREATE_ERROR,
+            message: err.to_string(),
+        }
+    }
+}
+
 /// Watches controller objects of kind `T` (matching --target-label-selector) and keeps one
 /// reconciler running per object: started on add, restarted when the spec changes, stopped
 /// on delete. An object that cannot start (invalid spec, resource not served yet, ...) is
 /// logged and retried after each discovery refresh (`--discovery-interval`), so a CRD
 /// installed after its controller is picked up. `spec_of` gives the part whose change
-/// restarts the reconciler. Started / Stopped / CreateError Events are recorded on the
-/// controller object, as upstream.
+/// restarts the reconciler. Starting / Started / Stopping / Stopped / CreateError /
+/// SyncError Events are recorded on the controller object, as upstream.
 async fn run_controllers<T, H, Start, Stop, StopFut>(
     shared: &Shared,
     args: &ControllerArgs,
@@ -175,7 +202,7 @@ where
         + std::fmt::Debug
         + Send
         + 'static,
-    Start: Fn(T, &metacontroller_dynamic::ResourceMap) -> Result<H, String>,
+    Start: Fn(T, &metacontroller_dynamic::ResourceMap) -> Result<H, StartFailure>,
     Stop: Fn(H) -> StopFut,
     StopFut: std::future::Future<Output = ()>,
 {
@@ -217,6 +244,11 @@ where
                 tracing::info!(%kind, %name, "started controller");
                 shared.events.normal(
                     &object,
+                    reason::STARTING,
+                    format!("Starting controller: {name}"),
+                );
+                shared.events.normal(
+                    &object,
                     reason::STARTED,
                     format!("Started controller: {name}"),
                 );
@@ -224,14 +256,12 @@ where
                 running.insert(name, (spec, handle));
             }
             Err(err) => {
-                tracing::error!(%kind, %name, error = %err, "cannot start controller; retrying after the next discovery refresh");
+                tracing::error!(%kind, %name, error = %err.message, "cannot start controller; retrying after the next discovery refresh");
                 // Once per failure, not once per retry.
                 if !waiting.contains_key(&name) {
-                    shared.events.warning(
-                        &object,
-                        reason::CREATE_ERROR,
-                        format!("Cannot create new controller: {err}"),
-                    );
+                    shared
+                        .events
+                        .warning(&object, err.reason, err.event_message());
                 }
                 waiting.insert(name, obj);
             }
@@ -263,8 +293,13 @@ where
                 waiting.remove(name);
                 if let Some((_, handle)) = running.remove(name) {
                     tracing::info!(%kind, %name, "stopping controller");
-                    stop(handle).await;
                     let object = serde_json::to_value(&obj).unwrap_or_default();
+                    shared.events.normal(
+                        &object,
+                        reason::STOPPING,
+                        format!("Stopping controller: {name}"),
+                    );
+                    stop(handle).await;
                     shared.events.normal(
                         &object,
                         reason::STOPPED,
@@ -287,8 +322,13 @@ where
             continue;
         }
         if let Some((_, handle)) = running.remove(&name) {
-            stop(handle).await;
             let object = serde_json::to_value(&obj).unwrap_or_default();
+            shared.events.normal(
+                &object,
+                reason::STOPPING,
+                format!("Stopping controller: {name}"),
+            );
+            stop(handle).await;
             shared.events.normal(
                 &object,
                 reason::STOPPED,
@@ -331,7 +371,14 @@ async fn run_composite(shared: Shared, args: &ControllerArgs) -> anyhow::Result<
                 shared.hooks.clone(),
                 controller_options(args, &shared.events),
             )
-            .map_err(|e| e.to_string())
+            .map_err(|e| match e {
+                // Upstream: a SyncError Event "[<name>] Sync error - ignoring, ...".
+                composite::StartError::NoStatusSubresource { .. } => StartFailure {
+                    reason: reason::SYNC_ERROR,
+                    message: e.to_string(),
+                },
+                e => StartFailure::create_error(e),
+            })
         },
         composite::CompositeHandle::stop,
     )
@@ -355,7 +402,7 @@ async fn run_decorator(shared: Shared, args: &ControllerArgs) -> anyhow::Result<
                 shared.hooks.clone(),
                 controller_options(args, &shared.events),
             )
-            .map_err(|e| e.to_string())
+            .map_err(StartFailure::create_error)
         },
         decorator::DecoratorHandle::stop,
     )

@@ -5,8 +5,8 @@
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::{Api, PostParams};
+use k8s_openapi::api::core::v1::{ConfigMap, Event};
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::core::DynamicObject;
 use metacontroller_api::composite::CompositeController;
 use metacontroller_testkit::{
@@ -113,4 +113,147 @@ async fn binary_starts_controller_once_its_crd_appears_and_applies_server_side()
             .is_ok_and(|p| p.data["status"]["ok"] == true)
     })
     .await;
+}
+
+/// Events recorded on the (cluster-scoped, so in `default`) controller object `name`:
+/// `(type, reason, message)` in creation order.
+async fn controller_events(cluster: &TestCluster, name: &str) -> Vec<(String, String, String)> {
+    let mut events: Vec<Event> = Api::<Event>::namespaced(cluster.client(), "default")
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.involved_object.name.as_deref() == Some(name))
+        .collect();
+    events.sort_by_key(|e| e.metadata.name.clone());
+    events
+        .into_iter()
+        .map(|e| {
+            (
+                e.type_.unwrap_or_default(),
+                e.reason.unwrap_or_default(),
+                e.message.unwrap_or_default(),
+            )
+        })
+        .collect()
+}
+
+fn composite_controller(
+    name: &str,
+    label: &str,
+    parent: &metacontroller_testkit::CrdBuilder,
+    url: String,
+) -> CompositeController {
+    serde_json::from_value(json!({
+        "apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "CompositeController",
+        "metadata": {"name": name, "labels": {"team": label}},
+        "spec": {
+            "parentResource": {"apiVersion": parent.api_version(), "resource": parent.plural()},
+            "hooks": {"sync": {"webhook": {"url": url}}},
+        }
+    }))
+    .unwrap()
+}
+
+fn spawn_run(cluster: &TestCluster, label: &str) -> KillOnDrop {
+    let child = Command::new(env!("CARGO_BIN_EXE_metacontroller"))
+        .arg("run")
+        .arg("--kubeconfig")
+        .arg(cluster.kubeconfig_path())
+        .args(["--discovery-interval", "500ms"])
+        .args(["--target-label-selector", &format!("team={label}")])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start metacontroller run");
+    KillOnDrop(child)
+}
+
+/// A parent resource without `/status`: upstream records a Warning SyncError Event
+/// "[<name>] Sync error - ignoring, parent resource <gvk> does not have subresource
+/// 'Status' enabled" on the CompositeController.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn parent_without_status_gives_a_sync_error_event_on_the_controller() {
+    let cluster = TestCluster::start().await;
+    cluster.install_metacontroller_crds().await;
+    let parent = crd(
+        &format!("{}.example.com", unique_name("nostatus")),
+        "v1",
+        "Parent",
+        "parents",
+    )
+    .without_status_subresource();
+    cluster.install_crd(&parent.build()).await;
+    let label = unique_name("team");
+    let name = unique_name("nostatus");
+    let cc = composite_controller(&name, &label, &parent, "http://127.0.0.1:9/sync".into());
+    Api::<CompositeController>::all(cluster.client())
+        .create(&PostParams::default(), &cc)
+        .await
+        .unwrap();
+    let _child = spawn_run(&cluster, &label);
+    let expected = format!(
+        "[{name}] Sync error - ignoring, parent resource {}, Kind=Parent does not have subresource 'Status' enabled",
+        parent.api_version()
+    );
+    eventually_within(
+        "SyncError event on the controller",
+        Duration::from_secs(60),
+        || async {
+            controller_events(&cluster, &name)
+                .await
+                .iter()
+                .any(|(t, r, m)| t == "Warning" && r == "SyncError" && *m == expected)
+        },
+    )
+    .await;
+    assert!(!controller_events(&cluster, &name)
+        .await
+        .iter()
+        .any(|(_, r, _)| r == "CreateError"));
+}
+
+/// Upstream's lifecycle Events: Starting then Started when a controller starts, Stopping
+/// then Stopped when its object is deleted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lifecycle_events_starting_started_stopping_stopped() {
+    let cluster = TestCluster::start().await;
+    cluster.install_metacontroller_crds().await;
+    let parent = crd(
+        &format!("{}.example.com", unique_name("life")),
+        "v1",
+        "Parent",
+        "parents",
+    );
+    cluster.install_crd(&parent.build()).await;
+    let label = unique_name("team");
+    let name = unique_name("life");
+    let cc = composite_controller(&name, &label, &parent, "http://127.0.0.1:9/sync".into());
+    let ccs = Api::<CompositeController>::all(cluster.client());
+    ccs.create(&PostParams::default(), &cc).await.unwrap();
+    let _child = spawn_run(&cluster, &label);
+    let reasons = || async {
+        controller_events(&cluster, &name)
+            .await
+            .into_iter()
+            .map(|(_, r, m)| (r, m))
+            .collect::<Vec<_>>()
+    };
+    eventually_within("Started", Duration::from_secs(60), || async {
+        reasons().await.iter().any(|(r, _)| r == "Started")
+    })
+    .await;
+    ccs.delete(&name, &DeleteParams::default()).await.unwrap();
+    eventually_within("Stopped", Duration::from_secs(60), || async {
+        reasons().await.iter().any(|(r, _)| r == "Stopped")
+    })
+    .await;
+    assert_eq!(
+        reasons().await,
+        ["Starting", "Started", "Stopping", "Stopped"]
+            .iter()
+            .map(|r| (r.to_string(), format!("{r} controller: {name}")))
+            .collect::<Vec<_>>()
+    );
 }

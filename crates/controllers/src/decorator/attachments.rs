@@ -64,19 +64,21 @@ pub fn observed_map(
 }
 
 /// Checks the hook's desired attachments (declared types only, namespace defaulted to the
-/// target's, no duplicates) and marks each with this decorator's annotation, which is part
-/// of the desired state, so it is recorded in last-applied and restored if removed.
+/// target's, a later duplicate replacing an earlier one; refused ones are returned apart,
+/// see [`children::validate_desired`]) and marks each with this
+/// decorator's annotation, which is part of the desired state, so it is recorded in
+/// last-applied and restored if removed.
 pub fn prepare_desired(
     types: &[ChildType],
     target_namespace: Option<&str>,
     decorator: &str,
     desired: Vec<Value>,
-) -> Result<BTreeMap<ChildKey, (usize, Value)>, ChildError> {
-    let mut out = children::validate_desired(types, target_namespace, desired)?;
+) -> (BTreeMap<ChildKey, (usize, Value)>, Vec<ChildError>) {
+    let (mut out, refused) = children::validate_desired(types, target_namespace, desired);
     for (_, object) in out.values_mut() {
         set_annotation(object, DECORATOR_CONTROLLER_ANNOTATION, decorator);
     }
-    Ok(out)
+    (out, refused)
 }
 
 fn set_annotation(object: &mut Value, key: &str, value: &str) {
@@ -165,7 +167,8 @@ mod tests {
     fn desired_attachments_get_namespace_and_annotation() {
         let desired = vec![json!({"apiVersion": "v1", "kind": "Service",
             "metadata": {"name": "a", "annotations": {"keep": "me"}}})];
-        let out = prepare_desired(&[svc_type()], Some("ns"), "dc1", desired).unwrap();
+        let (out, refused) = prepare_desired(&[svc_type()], Some("ns"), "dc1", desired);
+        assert!(refused.is_empty());
         let (_, obj) = out.values().next().unwrap();
         assert_eq!(obj["metadata"]["namespace"], "ns");
         assert_eq!(
@@ -174,10 +177,9 @@ mod tests {
         );
         let undeclared = vec![json!({"apiVersion": "v1", "kind": "Secret",
             "metadata": {"name": "s"}})];
-        assert!(matches!(
-            prepare_desired(&[svc_type()], Some("ns"), "dc1", undeclared),
-            Err(ChildError::Undeclared { .. })
-        ));
+        let (out, refused) = prepare_desired(&[svc_type()], Some("ns"), "dc1", undeclared);
+        assert!(out.is_empty());
+        assert!(matches!(refused[..], [ChildError::Undeclared { .. }]));
     }
 
     #[test]
@@ -188,7 +190,7 @@ mod tests {
             "dc1",
             vec![json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "a"}})],
         )
-        .unwrap();
+        .0;
         let target = ParentRef {
             api_version: "v1".into(),
             kind: "Pod".into(),

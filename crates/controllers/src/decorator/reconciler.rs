@@ -64,9 +64,13 @@ pub enum SyncError {
     /// The customize hook failed or related objects could not be read.
     #[error(transparent)]
     Related(#[from] RelatedError),
-    /// The hook's attachments were refused.
+    /// An attachment could not be planned.
     #[error("invalid hook response: {0}")]
     Attachments(#[from] ChildError),
+    /// Some of the hook's attachments were refused (skipped; the target and the other
+    /// attachments were written).
+    #[error("invalid hook response: {}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
+    Refused(Vec<ChildError>),
     /// An API request failed (a 409 Conflict means the cache was stale: retried later).
     #[error(transparent)]
     Write(#[from] WriteError),
@@ -79,6 +83,22 @@ pub enum SyncError {
 }
 
 impl SyncError {
+    /// `Some(delay)` when the sync or customize hook answered 429 Too Many Requests: the
+    /// key is retried after `Retry-After` (one second without it), with no Event.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            SyncError::Hook {
+                source: HookError::TooManyRequests { retry_after, .. },
+                ..
+            }
+            | SyncError::Related(RelatedError::Hook(HookError::TooManyRequests {
+                retry_after,
+                ..
+            })) => Some(retry_after.unwrap_or(Duration::from_secs(1))),
+            _ => None,
+        }
+    }
+
     /// A 409 Conflict: the sync acted on stale data and is retried, without an Event.
     pub fn is_conflict(&self) -> bool {
         match self {
@@ -463,12 +483,7 @@ impl Inner {
     /// conflicts) and a delayed retry when the hook asked to slow down.
     async fn sync_and_record(&self, key: &TargetKey) -> Result<(), SyncError> {
         let result = self.sync(key).await;
-        if let Err(SyncError::Hook {
-            source: HookError::TooManyRequests { retry_after, .. },
-            ..
-        }) = &result
-        {
-            let delay = retry_after.unwrap_or(Duration::from_secs(1));
+        if let Some(delay) = result.as_ref().err().and_then(SyncError::retry_after) {
             tracing::info!(controller = self.name(), target = %key, ?delay, "hook asked to slow down; resyncing later");
             self.routing
                 .queue
@@ -606,12 +621,12 @@ impl Inner {
                 hook: hook_name,
                 source,
             })?;
-        let desired = attachments::prepare_desired(
+        let (desired, refused) = attachments::prepare_desired(
             &types,
             target_ns.as_deref(),
             self.name(),
             response.attachments,
-        )?;
+        );
 
         if response.resync_after_seconds > 0.0 {
             let delay = Duration::from_secs_f64(response.resync_after_seconds.min(1e9));
@@ -658,18 +673,18 @@ impl Inner {
             }
         }
 
-        if let Some(period) = self
-            .controller
-            .spec
-            .resync_period_seconds
-            .filter(|p| *p > 0)
-        {
-            let delay = Duration::from_secs(period as u64);
+        if let Some(period) = self.controller.spec.resync_period_seconds {
+            // Upstream raises any period below one second (0 and negatives too) to one.
+            let delay = Duration::from_secs(period.max(1) as u64);
             self.routing
                 .queue
                 .add_after(key.clone(), delay, Priority::Bulk);
         }
-        Ok(())
+        if refused.is_empty() {
+            Ok(())
+        } else {
+            Err(SyncError::Refused(refused))
+        }
     }
 
     /// Writes the target's new status (through `/status` when the resource has it) and

@@ -43,8 +43,9 @@ pub struct TargetSelector {
 
 impl TargetSelector {
     /// Compiles the rules; `resolved` gives, per rule in spec order, the group and kind
-    /// discovery found for it. When two rules name the same group and kind the later one
-    /// wins, as in upstream.
+    /// discovery found for it. When two rules name the same group and kind the later one's
+    /// selectors win, as in upstream, and `ignoreStatusChanges` holds if any of them sets it
+    /// (upstream ORs the flags).
     pub fn new<'a>(
         rules: impl IntoIterator<Item = (&'a str, &'a str, &'a DecoratorControllerResourceRule)>,
     ) -> Result<TargetSelector, RuleError> {
@@ -57,14 +58,17 @@ impl TargetSelector {
                 annotations.and_then(|a| a.match_expressions.as_deref()),
             )
             .map_err(|source| RuleError { index, source })?;
-            let compiled = TargetRule {
+            let mut compiled = TargetRule {
                 group: group.to_string(),
                 kind: kind.to_string(),
                 selector,
                 ignore_status_changes: rule.ignore_status_changes == Some(true),
             };
             match out.iter_mut().find(|r| r.group == group && r.kind == kind) {
-                Some(existing) => *existing = compiled,
+                Some(existing) => {
+                    compiled.ignore_status_changes |= existing.ignore_status_changes;
+                    *existing = compiled;
+                }
                 None => out.push(compiled),
             }
         }
@@ -224,6 +228,27 @@ mod tests {
         ])
         .unwrap_err();
         assert_eq!(err.index, 1);
+    }
+
+    #[test]
+    fn ignore_status_changes_of_rules_for_the_same_kind_are_ored() {
+        let mut ignoring = rule(None, None);
+        ignoring.ignore_status_changes = Some(true);
+        let plain = rule(None, None);
+        for order in [[&ignoring, &plain], [&plain, &ignoring]] {
+            let s = TargetSelector::new(order.map(|r| ("apps", "StatefulSet", r))).unwrap();
+            assert!(
+                s.rule("apps/v1", "StatefulSet")
+                    .unwrap()
+                    .ignore_status_changes
+            );
+        }
+        let s = TargetSelector::new([("apps", "StatefulSet", &plain)]).unwrap();
+        assert!(
+            !s.rule("apps/v1", "StatefulSet")
+                .unwrap()
+                .ignore_status_changes
+        );
     }
 
     #[test]

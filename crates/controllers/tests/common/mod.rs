@@ -119,6 +119,11 @@ impl Env {
         }
     }
 
+    /// The informer factory the reconciler uses.
+    pub fn informers(&self) -> &Informers {
+        &self.informers
+    }
+
     /// A sync hook spec pointing at `/sync` of the hook server.
     pub fn sync_hook(&self) -> Value {
         json!({"sync": {"webhook": {"url": self.hook.url("/sync")}}})
