@@ -122,14 +122,9 @@ impl SyncError {
     /// key is retried after `Retry-After` (one second without it), with no Event.
     pub fn retry_after(&self) -> Option<Duration> {
         match self {
-            SyncError::Hook {
-                source: HookError::TooManyRequests { retry_after, .. },
-                ..
+            SyncError::Hook { source, .. } | SyncError::Related(RelatedError::Hook(source)) => {
+                crate::handle::hook_retry_after(source)
             }
-            | SyncError::Related(RelatedError::Hook(HookError::TooManyRequests {
-                retry_after,
-                ..
-            })) => Some(retry_after.unwrap_or(Duration::from_secs(1))),
             _ => None,
         }
     }
@@ -373,27 +368,8 @@ struct HookOutcome {
     refused: Vec<children::ChildError>,
 }
 
-/// A running CompositeController. Dropping it (or [`CompositeHandle::stop`]) stops it.
-pub struct CompositeHandle {
-    queue: WorkQueue<NamespacedName>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl CompositeHandle {
-    /// Stops the workers and releases the informers.
-    pub async fn stop(self) {
-        self.queue.shut_down();
-        self.task.abort();
-        let _ = (&mut { self }.task).await;
-    }
-}
-
-impl Drop for CompositeHandle {
-    fn drop(&mut self) {
-        self.queue.shut_down();
-        self.task.abort();
-    }
-}
+/// A running CompositeController. Dropping it (or `stop`) stops it.
+pub type CompositeHandle = crate::handle::ControllerHandle<NamespacedName>;
 
 /// Starts the reconciler of `controller`. Must run inside tokio.
 pub fn start(
@@ -568,7 +544,7 @@ pub fn start(
             })
             .await;
     });
-    Ok(CompositeHandle { queue, task })
+    Ok(CompositeHandle::new(queue, task))
 }
 
 /// A parent during one sync.

@@ -18,6 +18,7 @@ pub mod claim;
 pub mod composite;
 pub mod decorator;
 pub mod events;
+pub mod handle;
 pub mod related;
 pub mod rolling;
 pub mod writer;

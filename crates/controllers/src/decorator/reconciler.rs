@@ -24,7 +24,7 @@ use metacontroller_dynamic::{
     ApiResource, Change, HandlerId, Informer, Informers, Lease, NamespacedName, ObjectKey, Origin,
     Priority, ResourceId, ResourceMap, WorkQueue,
 };
-use metacontroller_hooks::{CallContext, HookClient, HookError};
+use metacontroller_hooks::{CallContext, HookClient};
 use serde_json::Value;
 
 use super::attachments::{self, is_own_attachment};
@@ -87,14 +87,9 @@ impl SyncError {
     /// key is retried after `Retry-After` (one second without it), with no Event.
     pub fn retry_after(&self) -> Option<Duration> {
         match self {
-            SyncError::Hook {
-                source: HookError::TooManyRequests { retry_after, .. },
-                ..
+            SyncError::Hook { source, .. } | SyncError::Related(RelatedError::Hook(source)) => {
+                crate::handle::hook_retry_after(source)
             }
-            | SyncError::Related(RelatedError::Hook(HookError::TooManyRequests {
-                retry_after,
-                ..
-            })) => Some(retry_after.unwrap_or(Duration::from_secs(1))),
             _ => None,
         }
     }
@@ -276,27 +271,8 @@ impl Drop for Inner {
     }
 }
 
-/// A running DecoratorController. Dropping it (or [`DecoratorHandle::stop`]) stops it.
-pub struct DecoratorHandle {
-    queue: WorkQueue<TargetKey>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl DecoratorHandle {
-    /// Stops the workers and releases the informers.
-    pub async fn stop(self) {
-        self.queue.shut_down();
-        self.task.abort();
-        let _ = (&mut { self }.task).await;
-    }
-}
-
-impl Drop for DecoratorHandle {
-    fn drop(&mut self) {
-        self.queue.shut_down();
-        self.task.abort();
-    }
-}
+/// A running DecoratorController. Dropping it (or `stop`) stops it.
+pub type DecoratorHandle = crate::handle::ControllerHandle<TargetKey>;
 
 /// Starts the reconciler of `controller`. Must run inside tokio.
 pub fn start(
@@ -451,7 +427,7 @@ pub fn start(
             })
             .await;
     });
-    Ok(DecoratorHandle { queue, task })
+    Ok(DecoratorHandle::new(queue, task))
 }
 
 impl Inner {
