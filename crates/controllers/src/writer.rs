@@ -353,25 +353,7 @@ impl Writer {
     /// Replaces an object (PUT; the body's resourceVersion makes it conditional). Returns the
     /// written object.
     pub async fn replace(&self, res: &ApiResource, object: Value) -> Result<Value, WriteError> {
-        let key = key_of(res, &object);
-        let what = format!("update {}", describe(res, &object));
-        let based_on = object.resource_version().map(str::to_owned);
-        let body: DynamicObject =
-            serde_json::from_value(object).map_err(|source| WriteError::Encode {
-                what: what.clone(),
-                source,
-            })?;
-        tracing::info!(%what, "updating");
-        let written = self
-            .api(res, &key.namespace)
-            .replace(&key.name, &PostParams::default(), &body)
-            .await
-            .map_err(|source| WriteError::Api {
-                what: what.clone(),
-                source,
-            })?;
-        self.record(res, &key, based_on.as_deref(), &written);
-        to_value(&written, res).map_err(|source| WriteError::Encode { what, source })
+        self.put(res, object, false).await
     }
 
     /// Replaces the `/status` subresource of `object` (PUT with its resourceVersion).
@@ -380,22 +362,40 @@ impl Writer {
         res: &ApiResource,
         object: Value,
     ) -> Result<Value, WriteError> {
+        self.put(res, object, true).await
+    }
+
+    /// PUT of the main object or of `/status`; the written object feeds the overlay.
+    async fn put(
+        &self,
+        res: &ApiResource,
+        object: Value,
+        status: bool,
+    ) -> Result<Value, WriteError> {
         let key = key_of(res, &object);
-        let what = format!("update status of {}", describe(res, &object));
+        let what = if status {
+            format!("update status of {}", describe(res, &object))
+        } else {
+            format!("update {}", describe(res, &object))
+        };
         let based_on = object.resource_version().map(str::to_owned);
         let body: DynamicObject =
             serde_json::from_value(object).map_err(|source| WriteError::Encode {
                 what: what.clone(),
                 source,
             })?;
-        let written = self
-            .api(res, &key.namespace)
-            .replace_status(&key.name, &PostParams::default(), &body)
-            .await
-            .map_err(|source| WriteError::Api {
-                what: what.clone(),
-                source,
-            })?;
+        let api = self.api(res, &key.namespace);
+        let pp = PostParams::default();
+        let written = if status {
+            api.replace_status(&key.name, &pp, &body).await
+        } else {
+            tracing::info!(%what, "updating");
+            api.replace(&key.name, &pp, &body).await
+        }
+        .map_err(|source| WriteError::Api {
+            what: what.clone(),
+            source,
+        })?;
         self.record(res, &key, based_on.as_deref(), &written);
         to_value(&written, res).map_err(|source| WriteError::Encode { what, source })
     }
