@@ -8,6 +8,8 @@
 //!   while it runs (answer JSON, fail with a status, time out, send garbage).
 //! - [`eventually`]: poll a condition until a deadline instead of sleeping.
 //! - [`crd`] / [`CrdBuilder`]: small CRDs for parents and children.
+//! - [`ControllerProcess`]: the real binary as a child process (logs captured, signals,
+//!   killed on drop).
 //!
 //! Every test must be able to run in parallel with the others against the same real cluster,
 //! so names come from [`unique_name`] and each test creates its own namespace.
@@ -16,9 +18,11 @@ mod cluster;
 mod crd;
 mod hook;
 mod poll;
+mod process;
 
 pub use cluster::{dynamic_api, TestCluster, E2E_KUBECONFIG_ENV};
 pub use crd::{crd, CrdBuilder};
 pub use embedded_apiserver::{Control, Fault, FaultAction};
 pub use hook::{HookCall, HookReply, HookServer};
 pub use poll::{eventually, eventually_within, unique_name, DEFAULT_TIMEOUT};
+pub use process::ControllerProcess;

@@ -1,0 +1,127 @@
+//! The real `metacontroller` binary as a child process of a test.
+//!
+//! Binary-level tests start the binary the way an operator does (flags, a kubeconfig) and
+//! observe it from outside: through the API server, the hook servers, its HTTP endpoints and
+//! its log output. [`ControllerProcess`] captures stdout and stderr into a file the test can
+//! read at any time ([`ControllerProcess::logs`]), sends signals, and kills the process when
+//! dropped, so a failing test never leaves a controller running.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+/// A running `metacontroller` process, killed on drop.
+pub struct ControllerProcess {
+    child: Option<Child>,
+    log_path: PathBuf,
+    _log_dir: tempfile::TempDir,
+}
+
+impl ControllerProcess {
+    /// Starts `binary` with `args` (use `env!("CARGO_BIN_EXE_metacontroller")` from the
+    /// binary crate's tests), logging both output streams to a temporary file.
+    pub fn start<I, S>(binary: impl AsRef<Path>, args: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<std::ffi::OsStr>,
+    {
+        Self::start_with_env(binary, args, std::iter::empty::<(String, String)>())
+    }
+
+    /// Like [`ControllerProcess::start`], with extra environment variables.
+    pub fn start_with_env<I, S, E, K, V>(binary: impl AsRef<Path>, args: I, env: E) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<std::ffi::OsStr>,
+        E: IntoIterator<Item = (K, V)>,
+        K: AsRef<std::ffi::OsStr>,
+        V: AsRef<std::ffi::OsStr>,
+    {
+        let log_dir = tempfile::tempdir().expect("temporary directory for controller logs");
+        let log_path = log_dir.path().join("controller.log");
+        let log = std::fs::File::create(&log_path).expect("controller log file");
+        let log_err = log.try_clone().expect("controller log file handle");
+        let child = Command::new(binary.as_ref())
+            .args(args)
+            .envs(env)
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(log))
+            .stderr(Stdio::from(log_err))
+            .spawn()
+            .unwrap_or_else(|err| panic!("starting {}: {err}", binary.as_ref().display()));
+        ControllerProcess {
+            child: Some(child),
+            log_path,
+            _log_dir: log_dir,
+        }
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map(Child::id).unwrap_or_default()
+    }
+
+    /// Everything the process has written to stdout and stderr so far.
+    pub fn logs(&self) -> String {
+        std::fs::read_to_string(&self.log_path).unwrap_or_default()
+    }
+
+    /// Sends SIGTERM (as the kubelet does on pod deletion).
+    pub fn terminate(&self) {
+        self.signal("TERM");
+    }
+
+    /// Sends SIGINT (Ctrl-C).
+    pub fn interrupt(&self) {
+        self.signal("INT");
+    }
+
+    /// Kills the process with SIGKILL (no chance to clean up) and reaps it.
+    pub fn kill9(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Waits up to `timeout` for the process to exit; `None` if it is still running.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let child = self.child.as_mut()?;
+            match child.try_wait() {
+                Ok(Some(status)) => return Some(status),
+                Ok(None) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(20))
+                }
+                _ => return None,
+            }
+        }
+    }
+
+    fn signal(&self, name: &str) {
+        if let Some(child) = &self.child {
+            let status = Command::new("kill")
+                .arg(format!("-{name}"))
+                .arg(child.id().to_string())
+                .status()
+                .expect("running kill");
+            assert!(status.success(), "kill -{name} {} failed", child.id());
+        }
+    }
+}
+
+impl Drop for ControllerProcess {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            // A failing test shows what the controller said.
+            let logs = self.logs();
+            let tail: Vec<&str> = logs.lines().rev().take(60).collect();
+            eprintln!("--- last controller log lines ---");
+            for line in tail.into_iter().rev() {
+                eprintln!("{line}");
+            }
+        }
+        self.kill9();
+    }
+}
