@@ -236,7 +236,7 @@ impl HookClient {
         let body = serde_json::to_vec(request).map_err(|err| HookError::Encode {
             message: err.to_string(),
         })?;
-        tracing::trace!(body = %secrets.scrub(&body), "hook request");
+        tracing::trace!(body = %secrets.scrub_body(&body), "hook request");
 
         let etag_cache = EtagSettings::from_config(webhook.etag.as_ref())
             .map(|settings| self.etag_cache(ctx, settings));
@@ -306,7 +306,7 @@ impl HookClient {
 
         match fetched {
             Fetched::Fresh { body, etag } => {
-                tracing::trace!(body = %secrets.scrub(&body), "hook response");
+                tracing::trace!(body = %secrets.scrub_body(&body), "hook response");
                 if let Some(cache) = &etag_cache {
                     match etag {
                         Some(tag) => cache.put(url.as_str(), ctx.parent_key, tag, body.clone()),
@@ -320,7 +320,7 @@ impl HookClient {
                     unreachable!("304/412 is only accepted with a cached entry")
                 };
                 tracing::debug!("hook response not modified; using the cached body");
-                tracing::trace!(body = %secrets.scrub(&entry.body), "hook response (cached)");
+                tracing::trace!(body = %secrets.scrub_body(&entry.body), "hook response (cached)");
                 Ok((entry.body, shown_url, true))
             }
         }
@@ -525,6 +525,12 @@ impl Redactor {
             }
         }
         text
+    }
+
+    /// A JSON body for a trace log line: Secret `data`/`stringData` values redacted, then
+    /// the call's credentials scrubbed.
+    fn scrub_body(&self, bytes: &[u8]) -> String {
+        self.scrub(crate::redact::loggable_body(bytes).as_bytes())
     }
 }
 

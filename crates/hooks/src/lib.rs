@@ -77,7 +77,8 @@
 //! * **Observability**: counter `metacontroller_hook_requests_total{controller,hook,outcome}`
 //!   and histogram `metacontroller_hook_request_duration_seconds{controller,hook}`; a
 //!   `hook_call` span with controller, hook, parent and URL (without userinfo); request and
-//!   response bodies only at trace level.
+//!   response bodies only at trace level, with the `data`/`stringData` values of every
+//!   Secret in them replaced by `[REDACTED]` ([`redact`]).
 
 pub mod client;
 pub mod credentials;
@@ -85,6 +86,7 @@ pub mod error;
 mod etag;
 pub mod metrics;
 mod pool;
+pub mod redact;
 pub mod sources;
 pub mod target;
 

@@ -66,9 +66,17 @@ pub struct ControllerArgs {
     #[arg(long, value_name = "QPS", default_value_t = 0.0, allow_negative_numbers = true, value_parser = non_negative_f64)]
     pub client_go_qps: f64,
 
-    /// Client-side burst allowance on top of --client-go-qps; 0 means no limit.
+    /// Client-side burst allowance of the --client-go-qps token bucket (requests that may
+    /// go at once after a quiet period); 0 means client-go's default of 10. Has no effect
+    /// while --client-go-qps is 0.
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub client_go_burst: u32,
+
+    /// Deadline of every API request other than watches, until its response headers
+    /// arrive (not an upstream flag). A request on a dead connection fails after it and
+    /// its sync is retried with backoff instead of parking a worker; 0 disables it.
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = go_duration)]
+    pub api_request_timeout: Duration,
 
     /// Number of sync workers per controller.
     #[arg(long, value_name = "N", default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..))]

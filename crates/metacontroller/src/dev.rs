@@ -33,7 +33,8 @@ pub async fn dev(args: DevArgs) -> anyhow::Result<()> {
 
     let mut controller = args.controller.clone();
     controller.kubeconfig = Some(kubeconfig.clone());
-    let client = run::client(&controller).await?;
+    // A registry of its own: this client only installs the CRDs.
+    let client = crate::client::client(&controller, &prometheus::Registry::new()).await?;
     install_crds(&client).await?;
 
     println!(

@@ -1,10 +1,12 @@
 //! The `metacontroller` binary: `run` (default), `dev` and `merge`.
 
 mod cli;
+mod client;
 mod dev;
 mod logging;
 mod merge_cmd;
 mod run;
+mod sources;
 
 use std::process::ExitCode;
 

@@ -6,9 +6,8 @@ use std::time::Duration;
 
 use anyhow::Context;
 use kube::api::{Api, ApiResource, DynamicObject, ListParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::core::GroupVersionKind;
-use kube::{Client, Config};
+use kube::Client;
 
 use metacontroller_controllers::events::{reason, EventRecorder};
 
@@ -17,28 +16,11 @@ use crate::cli::ControllerArgs;
 const GROUP: &str = "metacontroller.k8s.io";
 const VERSION: &str = "v1alpha1";
 
-/// Builds a client from --kubeconfig, else the usual inference ($KUBECONFIG,
-/// ~/.kube/config, in-cluster service account).
-pub async fn client(args: &ControllerArgs) -> anyhow::Result<Client> {
-    let config = match &args.kubeconfig {
-        Some(path) => {
-            let kubeconfig = Kubeconfig::read_from(path)
-                .with_context(|| format!("reading kubeconfig {}", path.display()))?;
-            Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-                .await
-                .with_context(|| format!("loading kubeconfig {}", path.display()))?
-        }
-        None => Config::infer()
-            .await
-            .context("no kubeconfig found (set --kubeconfig or $KUBECONFIG, or run in a pod)")?,
-    };
-    Client::try_from(config).context("building the Kubernetes client")
-}
-
 /// Runs the controller until Ctrl-C.
 pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
     log_compat_flags(&args);
-    let client = client(&args).await?;
+    let registry = prometheus::Registry::new();
+    let client = crate::client::client(&args, &registry).await?;
     tokio::select! {
         result = discover_controllers(&client, &args) => result?,
         _ = tokio::signal::ctrl_c() => return Ok(()),
@@ -140,8 +122,14 @@ impl Shared {
                 flush_interval: Some(args.cache_flush_interval).filter(|d| !d.is_zero()),
             },
         );
-        let hooks = metacontroller_hooks::HookClient::new(Default::default())
-            .context("building the hook client")?;
+        // Hook credentials are read from the API on each call that uses them.
+        let sources = std::sync::Arc::new(crate::sources::ApiSources::new(client.clone()));
+        let hooks = metacontroller_hooks::HookClient::new(metacontroller_hooks::HookClientConfig {
+            secrets: Some(sources.clone()),
+            config_maps: Some(sources),
+            ..Default::default()
+        })
+        .context("building the hook client")?;
         let events = EventRecorder::new(client.clone(), args.events_qps, args.events_burst)
             .context("--events-qps/--events-burst")?;
         Ok(Shared {

@@ -1,0 +1,67 @@
+//! The Kubernetes client of the process: configuration (kubeconfig or in-cluster, proxy
+//! from the environment) and the request stack every API call goes through.
+//!
+//! Stack, outermost first: client-side rate limit (`--client-go-qps`/`--client-go-burst`)
+//! → `rest_client_requests_total` counter → per-request deadline (`--api-request-timeout`,
+//! watches exempt) → kube's own stack (auth, base URL, tracing, connection pool).
+
+mod metrics;
+mod proxy;
+mod rate_limit;
+mod timeout;
+
+use anyhow::Context;
+use kube::client::ClientBuilder;
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Client, Config};
+
+use crate::cli::ControllerArgs;
+
+pub use metrics::RequestMetrics;
+
+/// Burst used when `--client-go-burst` is 0 (client-go's default).
+const DEFAULT_BURST: u32 = 10;
+
+/// Builds the client from --kubeconfig, else the usual inference ($KUBECONFIG,
+/// ~/.kube/config, in-cluster service account), and registers its request counter in
+/// `registry`.
+pub async fn client(
+    args: &ControllerArgs,
+    registry: &prometheus::Registry,
+) -> anyhow::Result<Client> {
+    let mut config = match &args.kubeconfig {
+        Some(path) => {
+            let kubeconfig = Kubeconfig::read_from(path)
+                .with_context(|| format!("reading kubeconfig {}", path.display()))?;
+            Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+                .await
+                .with_context(|| format!("loading kubeconfig {}", path.display()))?
+        }
+        None => Config::infer()
+            .await
+            .context("no kubeconfig found (set --kubeconfig or $KUBECONFIG, or run in a pod)")?,
+    };
+    proxy::apply_environment(&mut config);
+    let host = config
+        .cluster_url
+        .authority()
+        .map(|a| a.to_string())
+        .unwrap_or_default();
+    let metrics = RequestMetrics::register(registry, host)
+        .context("registering rest_client_requests_total")?;
+    let bucket = (args.client_go_qps > 0.0).then(|| {
+        let burst = match args.client_go_burst {
+            0 => DEFAULT_BURST,
+            n => n,
+        };
+        rate_limit::TokenBucket::new(args.client_go_qps, burst)
+    });
+    let timeout = Some(args.api_request_timeout).filter(|t| !t.is_zero());
+    let client = ClientBuilder::try_from(config)
+        .context("building the Kubernetes client")?
+        .with_layer(&timeout::TimeoutLayer::new(timeout))
+        .with_layer(&metrics::MetricsLayer::new(metrics))
+        .with_layer(&rate_limit::RateLimitLayer::new(bucket))
+        .build();
+    Ok(client)
+}

@@ -1,0 +1,151 @@
+//! Client-side rate limit of API requests (`--client-go-qps`, `--client-go-burst`): a
+//! token bucket like client-go's. It waits in `poll_ready`, so it paces the dispatch of
+//! requests; kube's client puts one `Buffer` in front of the stack, so all clones of the
+//! client share this one bucket.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use tokio::time::{Instant, Sleep};
+use tower::{BoxError, Layer, Service};
+
+/// Tokens refill at `qps` per second up to `burst`; each request takes one.
+#[derive(Debug, Clone)]
+pub struct TokenBucket {
+    qps: f64,
+    burst: f64,
+    tokens: f64,
+    refilled: Instant,
+}
+
+impl TokenBucket {
+    /// A full bucket.
+    pub fn new(qps: f64, burst: u32) -> Self {
+        let burst = f64::from(burst.max(1));
+        Self {
+            qps,
+            burst,
+            tokens: burst,
+            refilled: Instant::now(),
+        }
+    }
+
+    /// Takes a token, or says how long until one is available.
+    fn try_take(&mut self, now: Instant) -> Result<(), Duration> {
+        let elapsed = now.saturating_duration_since(self.refilled).as_secs_f64();
+        self.tokens = (self.tokens + elapsed * self.qps).min(self.burst);
+        self.refilled = now;
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            Ok(())
+        } else {
+            Err(Duration::from_secs_f64((1.0 - self.tokens) / self.qps))
+        }
+    }
+}
+
+/// Wraps a service with [`RateLimit`].
+#[derive(Debug, Clone)]
+pub struct RateLimitLayer {
+    bucket: Option<TokenBucket>,
+}
+
+impl RateLimitLayer {
+    /// `None` passes requests through unthrottled.
+    pub fn new(bucket: Option<TokenBucket>) -> Self {
+        Self { bucket }
+    }
+}
+
+impl<S> Layer<S> for RateLimitLayer {
+    type Service = RateLimit<S>;
+
+    fn layer(&self, inner: S) -> RateLimit<S> {
+        RateLimit {
+            inner,
+            bucket: self.bucket.clone(),
+            wait: None,
+            holds_token: false,
+        }
+    }
+}
+
+/// Readiness waits for a token of the bucket (if any), then for the inner service.
+pub struct RateLimit<S> {
+    inner: S,
+    bucket: Option<TokenBucket>,
+    wait: Option<Pin<Box<Sleep>>>,
+    /// A token was taken for the next `call` (the inner service may not be ready yet).
+    holds_token: bool,
+}
+
+impl<S, Req> Service<Req> for RateLimit<S>
+where
+    S: Service<Req>,
+    S::Error: Into<BoxError>,
+    S::Future: Send + 'static,
+{
+    type Response = S::Response;
+    type Error = BoxError;
+    type Future = Pin<Box<dyn Future<Output = Result<S::Response, BoxError>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        if let Some(bucket) = &mut self.bucket {
+            while !self.holds_token {
+                if let Some(wait) = &mut self.wait {
+                    std::task::ready!(wait.as_mut().poll(cx));
+                    self.wait = None;
+                }
+                match bucket.try_take(Instant::now()) {
+                    Ok(()) => self.holds_token = true,
+                    Err(delay) => self.wait = Some(Box::pin(tokio::time::sleep(delay))),
+                }
+            }
+        }
+        self.inner.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, req: Req) -> Self::Future {
+        self.holds_token = false;
+        let response = self.inner.call(req);
+        Box::pin(async move { response.await.map_err(Into::into) })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tower::ServiceExt as _;
+
+    #[tokio::test(start_paused = true)]
+    async fn burst_goes_at_once_then_requests_are_paced_at_qps() {
+        let svc = tower::service_fn(|_: ()| async { Ok::<_, BoxError>(()) });
+        let mut svc = RateLimitLayer::new(Some(TokenBucket::new(10.0, 3))).layer(svc);
+        let start = Instant::now();
+        for _ in 0..3 {
+            svc.ready().await.unwrap().call(()).await.unwrap();
+        }
+        assert_eq!(start.elapsed(), Duration::ZERO, "the burst is not delayed");
+        for _ in 0..10 {
+            svc.ready().await.unwrap().call(()).await.unwrap();
+        }
+        let elapsed = start.elapsed();
+        assert!(
+            elapsed >= Duration::from_millis(990) && elapsed <= Duration::from_millis(1010),
+            "10 requests beyond the burst at 10 qps take 1s, took {elapsed:?}"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn without_a_bucket_nothing_waits() {
+        let svc = tower::service_fn(|_: ()| async { Ok::<_, BoxError>(()) });
+        let mut svc = RateLimitLayer::new(None).layer(svc);
+        let start = Instant::now();
+        for _ in 0..100 {
+            svc.ready().await.unwrap().call(()).await.unwrap();
+        }
+        assert_eq!(start.elapsed(), Duration::ZERO);
+    }
+}

@@ -1,0 +1,408 @@
+//! Hook credentials in the shipped binary: CA bundles, Bearer/Basic authorization and
+//! client certificates come from Secrets and ConfigMaps read through the API (per hook or
+//! via `endpointConfigs`), a rotated Secret is used by the next call, a missing one is
+//! reported as a SyncError Event naming it (children kept), and Secret data never
+//! reaches the logs, even at `--log-level trace`.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use base64::Engine as _;
+use k8s_openapi::api::core::v1::{ConfigMap, Event, Secret};
+use k8s_openapi::ByteString;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::core::DynamicObject;
+use metacontroller_api::composite::CompositeController;
+use metacontroller_testkit::{
+    crd, dynamic_api, eventually_within, unique_name, ControllerProcess, CrdBuilder, HookReply,
+    HookServer, TestCluster,
+};
+use serde_json::{json, Value};
+use support::{server_tls, Ca, TlsHookServer};
+
+const WAIT: Duration = Duration::from_secs(60);
+
+/// The sync answer: one ConfigMap child `<parent>-cm` and a status.
+fn sync_reply(request: &Value) -> Value {
+    let name = request["parent"]["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default();
+    json!({
+        "children": [{"apiVersion": "v1", "kind": "ConfigMap",
+                      "metadata": {"name": format!("{name}-cm"), "labels": {"app": name}},
+                      "data": {"k": "v"}}],
+        "status": {"ok": true},
+    })
+}
+
+/// A parent CRD installed in the cluster.
+async fn parent_crd(cluster: &TestCluster, prefix: &str) -> CrdBuilder {
+    let parent = crd(
+        &format!("{}.example.com", unique_name(prefix)),
+        "v1",
+        "Parent",
+        "parents",
+    );
+    cluster.install_crd(&parent.build()).await;
+    parent
+}
+
+/// Creates a CompositeController over `parent` with ConfigMap children and `spec` merged
+/// into its spec; returns the label that selects it.
+async fn create_controller(cluster: &TestCluster, parent: &CrdBuilder, spec: Value) -> String {
+    let label = unique_name("team");
+    let mut full = json!({
+        "parentResource": {"apiVersion": parent.api_version(), "resource": parent.plural()},
+        "childResources": [{"apiVersion": "v1", "resource": "configmaps",
+                            "updateStrategy": {"method": "InPlace"}}],
+    });
+    for (key, value) in spec.as_object().unwrap() {
+        full[key] = value.clone();
+    }
+    let controller: CompositeController = serde_json::from_value(json!({
+        "apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "CompositeController",
+        "metadata": {"name": unique_name("creds"), "labels": {"team": label}},
+        "spec": full,
+    }))
+    .unwrap();
+    Api::<CompositeController>::all(cluster.client())
+        .create(&PostParams::default(), &controller)
+        .await
+        .unwrap();
+    label
+}
+
+fn start_binary(cluster: &TestCluster, label: &str, extra: &[&str]) -> ControllerProcess {
+    let mut args = vec![
+        "run".to_owned(),
+        "--kubeconfig".to_owned(),
+        cluster.kubeconfig_path().display().to_string(),
+        "--discovery-interval".to_owned(),
+        "500ms".to_owned(),
+        "--target-label-selector".to_owned(),
+        format!("team={label}"),
+    ];
+    args.extend(extra.iter().map(|s| s.to_string()));
+    ControllerProcess::start(env!("CARGO_BIN_EXE_metacontroller"), args)
+}
+
+async fn create_parent(cluster: &TestCluster, parent: &CrdBuilder, ns: &str, name: &str) {
+    let api = dynamic_api(
+        cluster.client(),
+        &parent.api_version(),
+        parent.kind(),
+        parent.plural(),
+        Some(ns),
+    );
+    let obj: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": parent.api_version(), "kind": "Parent",
+        "metadata": {"name": name},
+        "spec": {"n": 1, "selector": {"matchLabels": {"app": name}}}
+    }))
+    .unwrap();
+    api.create(&PostParams::default(), &obj).await.unwrap();
+}
+
+fn secret(name: &str, data: &[(&str, &[u8])]) -> Secret {
+    Secret {
+        metadata: kube::api::ObjectMeta {
+            name: Some(name.to_owned()),
+            ..Default::default()
+        },
+        data: Some(
+            data.iter()
+                .map(|(k, v)| (k.to_string(), ByteString(v.to_vec())))
+                .collect::<BTreeMap<_, _>>(),
+        ),
+        ..Default::default()
+    }
+}
+
+async fn wait_child(cluster: &TestCluster, ns: &str, name: &str, process: &ControllerProcess) {
+    let cms: Api<ConfigMap> = Api::namespaced(cluster.client(), ns);
+    let what = format!("child ConfigMap {ns}/{name}");
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        if cms.get_opt(name).await.unwrap().is_some() {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}; controller logs:\n{}",
+            process.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bearer_token_and_ca_via_endpoint_configs_follow_rotation_and_report_a_missing_secret() {
+    let cluster = TestCluster::start().await;
+    cluster.install_metacontroller_crds().await;
+    let ns = cluster.create_namespace("bearer").await;
+    let parent = parent_crd(&cluster, "bearer").await;
+
+    let ca = Ca::new("hook CA");
+    let expected = Arc::new(Mutex::new("Bearer token-one".to_owned()));
+    let server = TlsHookServer::start(server_tls(&ca.server_leaf(), None), {
+        let expected = expected.clone();
+        move |call| {
+            if call.authorization.as_deref() != Some(expected.lock().unwrap().as_str()) {
+                return (401, json!({"error": "unauthorized"}));
+            }
+            (200, sync_reply(&call.body))
+        }
+    })
+    .await;
+
+    let cms: Api<ConfigMap> = Api::namespaced(cluster.client(), &ns);
+    let ca_cm: ConfigMap = serde_json::from_value(json!({
+        "metadata": {"name": "hook-ca"}, "data": {"ca.crt": ca.pem()}
+    }))
+    .unwrap();
+    cms.create(&PostParams::default(), &ca_cm).await.unwrap();
+    let secrets: Api<Secret> = Api::namespaced(cluster.client(), &ns);
+    secrets
+        .create(
+            &PostParams::default(),
+            &secret("hook-token", &[("token", b"token-one")]),
+        )
+        .await
+        .unwrap();
+
+    let port = server.addr.port();
+    let label = create_controller(
+        &cluster,
+        &parent,
+        json!({
+            "hooks": {"sync": {"webhook": {"url": server.url("/sync")}}},
+            "endpointConfigs": [
+                // Same host, default HTTPS port (443): must not match the hook's port.
+                {"host": "127.0.0.1",
+                 "authorization": {"secretRef": {"name": "wrong", "namespace": ns, "key": "token"}}},
+                {"host": format!("127.0.0.1:{port}"),
+                 "caBundle": {"configMapRef": {"name": "hook-ca", "namespace": ns}},
+                 "authorization": {"secretRef": {"name": "hook-token", "namespace": ns, "key": "token"}}},
+            ],
+        }),
+    )
+    .await;
+    let process = start_binary(&cluster, &label, &[]);
+
+    create_parent(&cluster, &parent, &ns, "p1").await;
+    wait_child(&cluster, &ns, "p1-cm", &process).await;
+    assert!(server
+        .calls()
+        .iter()
+        .any(|c| c.authorization.as_deref() == Some("Bearer token-one")));
+
+    // Rotation: the server only accepts the new token from now on; a new parent converges
+    // only if the binary reads the Secret again.
+    *expected.lock().unwrap() = "Bearer token-two".to_owned();
+    secrets
+        .replace(
+            "hook-token",
+            &PostParams::default(),
+            &secret("hook-token", &[("token", b"token-two")]),
+        )
+        .await
+        .unwrap();
+    create_parent(&cluster, &parent, &ns, "p2").await;
+    wait_child(&cluster, &ns, "p2-cm", &process).await;
+    let last = server.calls().last().cloned().unwrap();
+    assert_eq!(last.authorization.as_deref(), Some("Bearer token-two"));
+
+    // Missing Secret: a change to p1 triggers a sync that cannot authenticate.
+    secrets
+        .delete("hook-token", &DeleteParams::default())
+        .await
+        .unwrap();
+    let parents = dynamic_api(
+        cluster.client(),
+        &parent.api_version(),
+        parent.kind(),
+        parent.plural(),
+        Some(&ns),
+    );
+    parents
+        .patch(
+            "p1",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"n": 2}})),
+        )
+        .await
+        .unwrap();
+    let events: Api<Event> = Api::namespaced(cluster.client(), &ns);
+    let needle = format!("Secret {ns}/hook-token not found");
+    let sync_error = || async {
+        let list = events.list(&ListParams::default()).await.unwrap();
+        list.items.into_iter().find_map(|e| {
+            let message = e.message.unwrap_or_default();
+            (e.involved_object.name.as_deref() == Some("p1")
+                && e.reason.as_deref() == Some("SyncError")
+                && message.contains(&needle))
+            .then_some(message)
+        })
+    };
+    eventually_within("SyncError Event naming the Secret", WAIT, || async {
+        sync_error().await.is_some()
+    })
+    .await;
+    let message = sync_error().await.unwrap();
+    assert!(
+        message.contains(&format!("sync hook failed for Parent {ns}/p1: ")),
+        "{message}"
+    );
+    // The sync failed before any write: the child is still there.
+    assert!(cms.get_opt("p1-cm").await.unwrap().is_some());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn basic_auth_and_client_certificate_from_secrets() {
+    let cluster = TestCluster::start().await;
+    cluster.install_metacontroller_crds().await;
+    let ns = cluster.create_namespace("mtls").await;
+    let parent = parent_crd(&cluster, "mtls").await;
+
+    let server_ca = Ca::new("server CA");
+    let client_ca = Ca::new("client CA");
+    let client = client_ca.client_leaf("metacontroller");
+    let basic = format!(
+        "Basic {}",
+        base64::engine::general_purpose::STANDARD.encode("alice:pw-1")
+    );
+    // The server requires a client certificate from `client_ca` (rustls refuses the
+    // handshake otherwise) and the Basic credentials.
+    let server = TlsHookServer::start(server_tls(&server_ca.server_leaf(), Some(&client_ca)), {
+        let basic = basic.clone();
+        move |call| {
+            if call.authorization.as_deref() != Some(basic.as_str()) {
+                return (401, json!({"error": "unauthorized"}));
+            }
+            (200, sync_reply(&call.body))
+        }
+    })
+    .await;
+
+    let secrets: Api<Secret> = Api::namespaced(cluster.client(), &ns);
+    for s in [
+        secret("hook-ca", &[("ca.crt", server_ca.pem().as_bytes())]),
+        secret(
+            "hook-client",
+            &[
+                ("tls.crt", client.cert_pem.as_bytes()),
+                ("tls.key", client.key_pem.as_bytes()),
+            ],
+        ),
+        secret(
+            "hook-basic",
+            &[("username", b"alice"), ("password", b"pw-1")],
+        ),
+    ] {
+        secrets.create(&PostParams::default(), &s).await.unwrap();
+    }
+    let label = create_controller(
+        &cluster,
+        &parent,
+        json!({"hooks": {"sync": {"webhook": {
+            "url": server.url("/sync"),
+            "caBundle": {"secretRef": {"name": "hook-ca", "namespace": ns}},
+            "clientTLS": {"secretRef": {"name": "hook-client", "namespace": ns}},
+            "basicAuth": {"secretRef": {"name": "hook-basic", "namespace": ns}},
+        }}}}),
+    )
+    .await;
+    let process = start_binary(&cluster, &label, &[]);
+    create_parent(&cluster, &parent, &ns, "p").await;
+    wait_child(&cluster, &ns, "p-cm", &process).await;
+    let calls = server.calls();
+    assert!(
+        calls
+            .iter()
+            .any(|c| c.authorization.as_deref() == Some(basic.as_str())),
+        "{calls:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn secret_data_never_reaches_trace_logs() {
+    const RELATED_VALUE: &str = "related-SECRET-9f3b1";
+    const CHILD_VALUE: &str = "child-SECRET-51c7e";
+    let cluster = TestCluster::start().await;
+    cluster.install_metacontroller_crds().await;
+    let ns = cluster.create_namespace("redact").await;
+    let parent = parent_crd(&cluster, "redact").await;
+    let secrets: Api<Secret> = Api::namespaced(cluster.client(), &ns);
+    secrets
+        .create(
+            &PostParams::default(),
+            &secret("related", &[("password", RELATED_VALUE.as_bytes())]),
+        )
+        .await
+        .unwrap();
+    let child_b64 = base64::engine::general_purpose::STANDARD.encode(CHILD_VALUE);
+    let related_b64 = base64::engine::general_purpose::STANDARD.encode(RELATED_VALUE);
+    let hook = HookServer::start({
+        let child_b64 = child_b64.clone();
+        move |path, req| {
+            if path == "/customize" {
+                return HookReply::json(json!({"relatedResources": [
+                    {"apiVersion": "v1", "resource": "secrets", "names": ["related"]}]}));
+            }
+            let name = req["parent"]["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default();
+            HookReply::json(json!({
+                "children": [{"apiVersion": "v1", "kind": "Secret",
+                              "metadata": {"name": format!("{name}-secret"),
+                                           "labels": {"app": name}},
+                              "data": {"value": child_b64}}],
+                "status": {"ok": true},
+            }))
+        }
+    })
+    .await;
+    let label = unique_name("team");
+    let controller: CompositeController = serde_json::from_value(json!({
+        "apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "CompositeController",
+        "metadata": {"name": unique_name("redact"), "labels": {"team": label}},
+        "spec": {
+            "parentResource": {"apiVersion": parent.api_version(), "resource": parent.plural()},
+            "childResources": [{"apiVersion": "v1", "resource": "secrets",
+                                "updateStrategy": {"method": "InPlace"}}],
+            "hooks": {"sync": {"webhook": {"url": hook.url("/sync")}},
+                      "customize": {"webhook": {"url": hook.url("/customize")}}},
+        }
+    }))
+    .unwrap();
+    Api::<CompositeController>::all(cluster.client())
+        .create(&PostParams::default(), &controller)
+        .await
+        .unwrap();
+    let process = start_binary(&cluster, &label, &["--log-level", "trace"]);
+    create_parent(&cluster, &parent, &ns, "p").await;
+
+    // Positive signal first: a sync request that carried both the related Secret and the
+    // observed child Secret with their data, so both were in a logged body.
+    eventually_within("a sync request with both Secrets", WAIT, || async {
+        hook.requests("/sync").iter().any(|req| {
+            let text = req.to_string();
+            text.contains(&related_b64) && text.contains(&child_b64)
+        })
+    })
+    .await;
+    // The request was logged before it was sent; the response after it arrived.
+    eventually_within("the hook response logged", WAIT, || async {
+        process.logs().matches("hook response").count() >= 2
+    })
+    .await;
+    let logs = process.logs();
+    assert!(logs.contains("hook request"), "trace bodies are logged");
+    assert!(logs.contains("[REDACTED]"), "Secret data shown redacted");
+    for value in [RELATED_VALUE, CHILD_VALUE, &related_b64, &child_b64] {
+        assert!(!logs.contains(value), "logs leak {value:?}:\n{logs}");
+    }
+}
