@@ -96,3 +96,41 @@ where
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tower::ServiceExt as _;
+
+    #[tokio::test]
+    async fn requests_are_counted_by_code_method_and_host() {
+        let registry = Registry::new();
+        let metrics = RequestMetrics::register(&registry, "10.0.0.1:6443".into()).unwrap();
+        let svc = tower::service_fn(|req: Request<()>| async move {
+            if req.uri().path() == "/fail" {
+                return Err::<Response<()>, BoxError>("connection reset".into());
+            }
+            Ok(Response::builder().status(404).body(()).unwrap())
+        });
+        let mut svc = MetricsLayer::new(metrics).layer(svc);
+        for path in ["/a", "/b", "/fail"] {
+            let req = Request::get(path).body(()).unwrap();
+            let _ = svc.ready().await.unwrap().call(req).await;
+        }
+        let text = prometheus::TextEncoder::new()
+            .encode_to_string(&registry.gather())
+            .unwrap();
+        assert!(
+            text.contains(
+                r#"rest_client_requests_total{code="404",host="10.0.0.1:6443",method="GET"} 2"#
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                r#"rest_client_requests_total{code="<error>",host="10.0.0.1:6443",method="GET"} 1"#
+            ),
+            "{text}"
+        );
+    }
+}
