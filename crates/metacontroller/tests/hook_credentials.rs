@@ -258,6 +258,39 @@ async fn bearer_token_and_ca_via_endpoint_configs_follow_rotation_and_report_a_m
     );
     // The sync failed before any write: the child is still there.
     assert!(cms.get_opt("p1-cm").await.unwrap().is_some());
+
+    // The Secret is back without the referenced key: the Event names Secret and key.
+    secrets
+        .create(
+            &PostParams::default(),
+            &secret("hook-token", &[("other", b"x")]),
+        )
+        .await
+        .unwrap();
+    parents
+        .patch(
+            "p1",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"n": 3}})),
+        )
+        .await
+        .unwrap();
+    let needle = format!("Secret {ns}/hook-token has no key \"token\"");
+    eventually_within("SyncError Event naming the missing key", WAIT, || async {
+        events
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .iter()
+            .any(|e| {
+                e.involved_object.name.as_deref() == Some("p1")
+                    && e.reason.as_deref() == Some("SyncError")
+                    && e.message.as_deref().is_some_and(|m| m.contains(&needle))
+            })
+    })
+    .await;
+    assert!(cms.get_opt("p1-cm").await.unwrap().is_some());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
