@@ -148,6 +148,8 @@ pub struct Options {
     pub apply_strategy: ApplyStrategy,
     /// Where Events about parents go (default: dropped).
     pub events: EventRecorder,
+    /// Passed by every sync (leader election, shutdown); default: always open.
+    pub gate: metacontroller_dynamic::SyncGate,
 }
 
 impl Default for Options {
@@ -156,6 +158,7 @@ impl Default for Options {
             workers: 5,
             apply_strategy: ApplyStrategy::DynamicApply,
             events: EventRecorder::disabled(),
+            gate: Default::default(),
         }
     }
 }
@@ -438,6 +441,7 @@ pub fn start(
     };
     let writer = Arc::new(Writer::new(client, options.apply_strategy));
     let queue = WorkQueue::new(format!("composite-{name}"));
+    queue.set_gate(options.gate.clone());
     let related = RelatedManager::new(RelatedConfig {
         controller: CustomizableController::Composite(Box::new(controller.clone())),
         name: name.clone(),

@@ -2,9 +2,11 @@
 
 mod cli;
 mod dev;
+mod leader;
 mod logging;
 mod merge_cmd;
 mod run;
+mod shutdown;
 
 use std::process::ExitCode;
 

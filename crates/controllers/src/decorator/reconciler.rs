@@ -330,6 +330,7 @@ pub fn start(
 
     let writer = Arc::new(Writer::new(client, options.apply_strategy));
     let queue: WorkQueue<TargetKey> = WorkQueue::new(format!("decorator-{name}"));
+    queue.set_gate(options.gate.clone());
     let routing = Arc::new(Routing {
         name: name.clone(),
         selector,
