@@ -352,6 +352,7 @@ impl Drop for Inner {
         if let Some(r) = &self.revisions {
             r.informer.remove_handler(r.handler);
         }
+        self.hooks.forget_controller(self.name());
     }
 }
 
@@ -608,6 +609,7 @@ impl Inner {
     async fn sync(&self, key: &NamespacedName) -> Result<(), SyncError> {
         let Some(cached) = self.parent.get(key) else {
             // Deleted; children go with the garbage collector.
+            self.hooks.forget_parent(self.name(), &key.to_string());
             self.related.forget(&ParentId {
                 api_version: self.parent_resource.api_version.clone(),
                 kind: self.parent_resource.kind.clone(),
