@@ -59,9 +59,14 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
     let shared = Shared::new(client.clone(), &args, gate.clone())?;
     let leader = leader
         .map(|config| crate::shutdown::LeaderTask::spawn(client.clone(), config, gate.clone()));
+    // Pinned out here, not moved into the select: dropping them would stop the reconcilers,
+    // cancelling running syncs, before the shutdown drain lets them finish.
+    let composite = run_composite(shared.clone(), &args);
+    let decorator = run_decorator(shared.clone(), &args);
+    tokio::pin!(composite, decorator);
     tokio::select! {
-        result = run_composite(shared.clone(), &args) => result?,
-        result = run_decorator(shared.clone(), &args) => result?,
+        result = &mut composite => result?,
+        result = &mut decorator => result?,
         signal = crate::shutdown::signal() => tracing::info!(signal, "shutdown requested"),
     }
     crate::shutdown::graceful(&gate, &shared.events, leader).await;

@@ -282,3 +282,85 @@ fn version_flag_prints_the_version() {
         format!("metacontroller {}", env!("CARGO_PKG_VERSION"))
     );
 }
+
+/// SIGTERM while a sync is in flight (the hook answers after 3 s): the process takes no new
+/// keys but lets the running sync finish (its child is written), then exits 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_lets_the_running_sync_finish_then_exits_zero() {
+    let cluster = TestCluster::start().await;
+    cluster.install_metacontroller_crds().await;
+    let ns = cluster.create_namespace("drain").await;
+    let hook = HookServer::start(|_, req| {
+        let name = req["parent"]["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default();
+        HookReply::json(json!({
+            "children": [{"apiVersion": "v1", "kind": "ConfigMap",
+                          "metadata": {"name": format!("{name}-cm")}, "data": {"k": "v"}}],
+        }))
+        .delayed(Duration::from_secs(3))
+    })
+    .await;
+    let parent = crd(
+        &format!("{}.example.com", unique_name("drain")),
+        "v1",
+        "Parent",
+        "parents",
+    );
+    cluster.install_crd(&parent.build()).await;
+    let label = unique_name("team");
+    let controller: CompositeController = serde_json::from_value(json!({
+        "apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "CompositeController",
+        "metadata": {"name": unique_name("drain"), "labels": {"team": label}},
+        "spec": {
+            "generateSelector": true,
+            "parentResource": {"apiVersion": parent.api_version(), "resource": parent.plural()},
+            "childResources": [{"apiVersion": "v1", "resource": "configmaps"}],
+            "hooks": {"sync": {"webhook": {"url": hook.url("/sync"), "timeout": "30s"}}},
+        }
+    }))
+    .unwrap();
+    Api::<CompositeController>::all(cluster.client())
+        .create(&PostParams::default(), &controller)
+        .await
+        .unwrap();
+    let mut process = ControllerProcess::start(
+        env!("CARGO_BIN_EXE_metacontroller"),
+        [
+            "run".to_string(),
+            "--kubeconfig".to_string(),
+            cluster.kubeconfig_path().display().to_string(),
+            format!("--target-label-selector=team={label}"),
+        ],
+    );
+    let parents = dynamic_api(
+        cluster.client(),
+        &parent.api_version(),
+        parent.kind(),
+        parent.plural(),
+        Some(&ns),
+    );
+    let obj: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": parent.api_version(), "kind": "Parent",
+        "metadata": {"name": "slow"}, "spec": {}
+    }))
+    .unwrap();
+    parents.create(&PostParams::default(), &obj).await.unwrap();
+    eventually_within("the sync is in flight", Duration::from_secs(30), || async {
+        hook.calls("/sync") > 0
+    })
+    .await;
+
+    process.terminate();
+    let status = process
+        .wait_exit(Duration::from_secs(30))
+        .expect("exits after SIGTERM");
+    assert!(status.success(), "{status:?}:\n{}", process.logs());
+    let cms: Api<ConfigMap> = Api::namespaced(cluster.client(), &ns);
+    assert!(
+        cms.get_opt("slow-cm").await.unwrap().is_some(),
+        "the in-flight sync was cut off:\n{}",
+        process.logs()
+    );
+    assert_eq!(hook.calls("/sync"), 1, "a new sync started after SIGTERM");
+}
