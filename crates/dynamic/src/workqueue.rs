@@ -12,7 +12,10 @@
 //!   (5 ms doubling, capped at 1000 s, like client-go's per-item limiter); [`WorkQueue::forget`]
 //!   resets it.
 //! - **Delayed adds**: [`WorkQueue::add_after`] keeps one pending deadline per key; an earlier
-//!   deadline replaces a later one, a later one never postpones an earlier one.
+//!   deadline replaces a later one, a later one never postpones an earlier one. A delay
+//!   beyond [`MAX_DELAY`] is capped, never dropped.
+//! - **Gate**: [`WorkQueue::set_gate`] puts the process's [`SyncGate`] (leader election,
+//!   shutdown) in front of the workers of [`WorkQueue::run`].
 //! - **Shutdown**: [`WorkQueue::shut_down`] refuses new keys and drops pending delays; workers
 //!   still receive the keys already queued, then [`WorkQueue::get`] returns `None`.
 //!

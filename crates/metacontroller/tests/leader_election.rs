@@ -364,3 +364,42 @@ async fn sigterm_lets_the_running_sync_finish_then_exits_zero() {
     );
     assert_eq!(hook.calls("/sync"), 1, "a new sync started after SIGTERM");
 }
+
+/// A leader whose renewals fail (the API server answers 500 to Lease updates) gives up
+/// leading at the renew deadline, stops its syncs, and leads again once renewals work.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leader_that_cannot_renew_stops_syncing_and_recovers() {
+    let setup = Setup::new().await;
+    let Some(control) = setup.cluster.control() else {
+        eprintln!("skipped: needs the embedded API server (fault injection)");
+        return;
+    };
+    let process = setup.replica();
+    setup.leader_of(&[&process]).await;
+    setup.create_parent("first").await;
+    setup.converged("first", Duration::from_secs(30)).await;
+
+    // About 12 s of failed renewals (one attempt every 2 s): past the 10 s renew deadline.
+    control.inject(metacontroller_testkit::Fault::status(
+        Some("update"),
+        Some("leases"),
+        6,
+        500,
+    ));
+    eventually_within(
+        "the leader gives up at the renew deadline",
+        Duration::from_secs(20),
+        || async { process.logs().contains("syncs stopped; standing by") },
+    )
+    .await;
+    let logs = process.logs();
+    assert!(logs.contains("lost the lease"), "{logs}");
+    eventually_within(
+        "the lease is acquired again",
+        Duration::from_secs(30),
+        || async { process.logs().matches("acquired the lease").count() >= 2 },
+    )
+    .await;
+    setup.create_parent("second").await;
+    setup.converged("second", Duration::from_secs(10)).await;
+}
