@@ -148,6 +148,8 @@ pub struct Options {
     pub apply_strategy: ApplyStrategy,
     /// Where Events about parents go (default: dropped).
     pub events: EventRecorder,
+    /// Passed by every sync (leader election, shutdown); default: always open.
+    pub gate: metacontroller_dynamic::SyncGate,
 }
 
 impl Default for Options {
@@ -156,6 +158,7 @@ impl Default for Options {
             workers: 5,
             apply_strategy: ApplyStrategy::DynamicApply,
             events: EventRecorder::disabled(),
+            gate: Default::default(),
         }
     }
 }
@@ -349,6 +352,7 @@ impl Drop for Inner {
         if let Some(r) = &self.revisions {
             r.informer.remove_handler(r.handler);
         }
+        self.hooks.forget_controller(self.name());
     }
 }
 
@@ -438,6 +442,7 @@ pub fn start(
     };
     let writer = Arc::new(Writer::new(client, options.apply_strategy));
     let queue = WorkQueue::new(format!("composite-{name}"));
+    queue.set_gate(options.gate.clone());
     let related = RelatedManager::new(RelatedConfig {
         controller: CustomizableController::Composite(Box::new(controller.clone())),
         name: name.clone(),
@@ -604,6 +609,7 @@ impl Inner {
     async fn sync(&self, key: &NamespacedName) -> Result<(), SyncError> {
         let Some(cached) = self.parent.get(key) else {
             // Deleted; children go with the garbage collector.
+            self.hooks.forget_parent(self.name(), &key.to_string());
             self.related.forget(&ParentId {
                 api_version: self.parent_resource.api_version.clone(),
                 kind: self.parent_resource.kind.clone(),

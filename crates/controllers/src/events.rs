@@ -335,6 +335,8 @@ impl Correlator {
 #[derive(Clone)]
 pub struct EventRecorder {
     tx: Option<mpsc::Sender<Record>>,
+    /// Records queued or being written, for [`EventRecorder::flush`].
+    pending: Arc<tokio::sync::watch::Sender<usize>>,
     _worker: Option<Arc<WorkerGuard>>,
 }
 
@@ -360,9 +362,11 @@ impl EventRecorder {
     pub fn new(client: kube::Client, qps: f64, burst: u32) -> Result<EventRecorder, RateError> {
         let correlator = Correlator::new(qps, burst)?;
         let (tx, rx) = mpsc::channel(QUEUE_CAPACITY);
-        let task = tokio::spawn(write_loop(client, correlator, rx));
+        let pending = Arc::new(tokio::sync::watch::channel(0).0);
+        let task = tokio::spawn(write_loop(client, correlator, rx, pending.clone()));
         Ok(EventRecorder {
             tx: Some(tx),
+            pending,
             _worker: Some(Arc::new(WorkerGuard(task))),
         })
     }
@@ -371,8 +375,18 @@ impl EventRecorder {
     pub fn disabled() -> EventRecorder {
         EventRecorder {
             tx: None,
+            pending: Arc::new(tokio::sync::watch::channel(0).0),
             _worker: None,
         }
+    }
+
+    /// Waits up to `timeout` until every Event recorded so far is written (or dropped by the
+    /// rate limit). Returns `false` on timeout. Used by shutdown.
+    pub async fn flush(&self, timeout: std::time::Duration) -> bool {
+        let mut rx = self.pending.subscribe();
+        tokio::time::timeout(timeout, rx.wait_for(|n| *n == 0))
+            .await
+            .is_ok_and(|r| r.is_ok())
     }
 
     /// Queues an event about `object`. Never blocks; drops (debug log) when the queue is full.
@@ -390,7 +404,10 @@ impl EventRecorder {
             reason: reason.to_string(),
             message: message.into(),
         };
+        // Counted before sending so the writer never decrements below zero.
+        self.pending.send_modify(|n| *n += 1);
         if let Err(e) = tx.try_send(record) {
+            self.pending.send_modify(|n| *n = n.saturating_sub(1));
             let record = match e {
                 mpsc::error::TrySendError::Full(r) | mpsc::error::TrySendError::Closed(r) => r,
             };
@@ -423,33 +440,39 @@ async fn write_loop(
     client: kube::Client,
     mut correlator: Correlator,
     mut rx: mpsc::Receiver<Record>,
+    pending: Arc<tokio::sync::watch::Sender<usize>>,
 ) {
     while let Some(record) = rx.recv().await {
-        let action = correlator.observe(&record, Instant::now(), Timestamp::now());
-        let ns = record.object.event_namespace().to_string();
-        let api: Api<Event> = Api::namespaced(client.clone(), &ns);
-        let result = match action {
-            Action::Drop => {
-                tracing::debug!(reason = %record.reason, object = %record.object.name, "event rate limited; dropped");
-                continue;
-            }
-            Action::Create(event) => api.create(&PostParams::default(), &event).await.map(drop),
-            Action::Patch { event, patch } => {
-                let name = event.metadata.name.clone().unwrap_or_default();
-                match api
-                    .patch(&name, &PatchParams::default(), &Patch::Strategic(patch))
-                    .await
-                {
-                    Err(kube::Error::Api(s)) if s.code == 404 => {
-                        api.create(&PostParams::default(), &event).await.map(drop)
-                    }
-                    r => r.map(drop),
-                }
-            }
-        };
-        if let Err(e) = result {
-            tracing::debug!(reason = %record.reason, object = %record.object.name, error = %e, "event write failed; dropped");
+        write_one(&client, &mut correlator, record).await;
+        pending.send_modify(|n| *n = n.saturating_sub(1));
+    }
+}
+
+async fn write_one(client: &kube::Client, correlator: &mut Correlator, record: Record) {
+    let action = correlator.observe(&record, Instant::now(), Timestamp::now());
+    let ns = record.object.event_namespace().to_string();
+    let api: Api<Event> = Api::namespaced(client.clone(), &ns);
+    let result = match action {
+        Action::Drop => {
+            tracing::debug!(reason = %record.reason, object = %record.object.name, "event rate limited; dropped");
+            return;
         }
+        Action::Create(event) => api.create(&PostParams::default(), &event).await.map(drop),
+        Action::Patch { event, patch } => {
+            let name = event.metadata.name.clone().unwrap_or_default();
+            match api
+                .patch(&name, &PatchParams::default(), &Patch::Strategic(patch))
+                .await
+            {
+                Err(kube::Error::Api(s)) if s.code == 404 => {
+                    api.create(&PostParams::default(), &event).await.map(drop)
+                }
+                r => r.map(drop),
+            }
+        }
+    };
+    if let Err(e) = result {
+        tracing::debug!(reason = %record.reason, object = %record.object.name, error = %e, "event write failed; dropped");
     }
 }
 

@@ -41,13 +41,55 @@ where
     }
 }
 
+/// The longest `Retry-After` a hook can ask for: a hook answering "come back in a day" (or
+/// a garbage header) must not park a parent that long.
+pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(600);
+
 /// `Some(delay)` when a hook answered 429 Too Many Requests: the key is retried after
-/// `Retry-After` (one second without it), with no Event — for both controller kinds.
+/// `Retry-After` (one second without it, at most [`MAX_RETRY_AFTER`]), with no Event — for
+/// both controller kinds.
 pub(crate) fn hook_retry_after(error: &HookError) -> Option<Duration> {
     match error {
-        HookError::TooManyRequests { retry_after, .. } => {
-            Some(retry_after.unwrap_or(Duration::from_secs(1)))
-        }
+        HookError::TooManyRequests { retry_after, .. } => Some(
+            retry_after
+                .unwrap_or(Duration::from_secs(1))
+                .min(MAX_RETRY_AFTER),
+        ),
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn too_many(retry_after: Option<Duration>) -> HookError {
+        HookError::TooManyRequests {
+            url: "http://hook/sync".into(),
+            retry_after,
+        }
+    }
+
+    #[test]
+    fn retry_after_is_capped_at_ten_minutes() {
+        let day = Duration::from_secs(24 * 3600);
+        assert_eq!(
+            hook_retry_after(&too_many(Some(day))),
+            Some(MAX_RETRY_AFTER)
+        );
+        assert_eq!(
+            hook_retry_after(&too_many(Some(Duration::MAX))),
+            Some(Duration::from_secs(600))
+        );
+    }
+
+    #[test]
+    fn retry_after_below_the_cap_is_kept_and_defaults_to_one_second() {
+        let asked = Duration::from_secs(42);
+        assert_eq!(hook_retry_after(&too_many(Some(asked))), Some(asked));
+        assert_eq!(
+            hook_retry_after(&too_many(None)),
+            Some(Duration::from_secs(1))
+        );
     }
 }

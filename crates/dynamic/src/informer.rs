@@ -4,9 +4,10 @@
 //! An [`Informer`] runs kube-runtime's `watcher` for `DynamicObject`s of one resource. A
 //! (re)list replaces the store content atomically at `InitDone` (so handlers see deletions
 //! that happened while the watch was down, e.g. after a 410 Gone), watch events update it one
-//! by one. Every `flush_interval` the watch is restarted, which relists everything: handlers
-//! get an `Updated` for every object with [`Origin::Relist`], which controllers queue as bulk
-//! work.
+//! by one. Every `flush_interval` (`--cache-flush-interval`) the cache is replayed to the
+//! handlers (upstream's informer resync): an unchanged `Updated` for every object with
+//! [`Origin::Relist`], which controllers queue as bulk work. No API request is made for it;
+//! a full relist happens only when the watch fails.
 //!
 //! [`Informers`] shares them per resource through a [`SharedRegistry`]: the watch starts
 //! with the first lease and stops when the last lease is dropped.
@@ -63,7 +64,13 @@ impl Shared {
         let handlers: Vec<Handler> = self.handlers().iter().map(|(_, h)| h.clone()).collect();
         for change in changes {
             for h in &handlers {
-                h(change, origin);
+                // A panicking handler is a bug in one controller: log it and keep the watch
+                // (and every other controller sharing it) running.
+                let call = std::panic::AssertUnwindSafe(|| h(change, origin));
+                if std::panic::catch_unwind(call).is_err() {
+                    let key = NamespacedName::of(change.object().as_ref());
+                    tracing::error!(object = ?key, "informer handler panicked; event skipped for it");
+                }
             }
         }
     }
@@ -72,7 +79,8 @@ impl Shared {
 /// Informer settings.
 #[derive(Debug, Clone, Default)]
 pub struct InformerConfig {
-    /// Full relist period (`--cache-flush-interval`); `None` never relists on purpose.
+    /// Resync period (`--cache-flush-interval`): the cache is replayed to the handlers, no
+    /// API request is made; `None` never resyncs.
     pub flush_interval: Option<Duration>,
 }
 
@@ -204,54 +212,81 @@ impl Informer {
 }
 
 async fn run(api: Api<DynamicObject>, shared: Arc<Shared>, id: ResourceId, config: InformerConfig) {
+    // The watch is never restarted on purpose: kube-runtime's watcher relists by itself after
+    // an error (410 Gone included). The flush interval only replays the cache.
+    let stream = watcher(api, watcher::Config::default()).default_backoff();
+    let mut stream = std::pin::pin!(stream);
+    let mut flush = config.flush_interval.map(|period| {
+        let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        tick
+    });
+    let mut buffer: Vec<DynamicObject> = Vec::new();
     loop {
-        let stream = watcher(api.clone(), watcher::Config::default()).default_backoff();
-        let mut stream = std::pin::pin!(stream);
-        let flush = async {
-            match config.flush_interval {
-                Some(d) => tokio::time::sleep(d).await,
-                None => std::future::pending().await,
+        let event = tokio::select! {
+            _ = async {
+                match flush.as_mut() {
+                    Some(tick) => tick.tick().await,
+                    None => std::future::pending().await,
+                }
+            } => {
+                if *shared.synced.borrow() {
+                    resync(&shared);
+                }
+                continue;
             }
+            event = stream.next() => event,
         };
-        let mut flush = std::pin::pin!(flush);
-        let mut buffer: Vec<DynamicObject> = Vec::new();
-        loop {
-            let event = tokio::select! {
-                _ = &mut flush => break,
-                event = stream.next() => event,
-            };
-            let Some(event) = event else {
-                // The watcher stream never ends on its own; restart it if it does.
-                break;
-            };
-            match event {
-                Ok(watcher::Event::Init) => buffer.clear(),
-                Ok(watcher::Event::InitApply(obj)) => buffer.push(obj),
-                Ok(watcher::Event::InitDone) => {
-                    let (changes, skipped) = shared.store_mut().replace(buffer.drain(..));
-                    if skipped > 0 {
-                        tracing::warn!(resource = ?id, skipped, "listed objects without a name");
-                    }
-                    shared.synced.send_replace(true);
-                    shared.notify(&changes, Origin::Relist);
+        let Some(event) = event else {
+            // The backoff watcher never ends; if it did, nothing more would arrive.
+            tracing::error!(resource = ?id, "watch stream ended");
+            return;
+        };
+        match event {
+            Ok(watcher::Event::Init) => buffer.clear(),
+            Ok(watcher::Event::InitApply(obj)) => buffer.push(obj),
+            Ok(watcher::Event::InitDone) => {
+                let (changes, skipped) = shared.store_mut().replace(buffer.drain(..));
+                // Do not keep the list's capacity next to the store until the next relist.
+                buffer = Vec::new();
+                if skipped > 0 {
+                    tracing::warn!(resource = ?id, skipped, "listed objects without a name");
                 }
-                Ok(watcher::Event::Apply(obj)) => {
-                    let change = shared.store_mut().upsert(obj);
-                    if let Ok(change) = change {
-                        shared.notify(std::slice::from_ref(&change), Origin::Watch);
-                    }
-                }
-                Ok(watcher::Event::Delete(obj)) => {
-                    let change =
-                        NamespacedName::of(&obj).and_then(|k| shared.store_mut().remove(&k));
-                    if let Some(change) = change {
-                        shared.notify(std::slice::from_ref(&change), Origin::Watch);
-                    }
-                }
-                Err(e) => tracing::warn!(resource = ?id, error = %e, "watch failed; retrying"),
+                shared.synced.send_replace(true);
+                shared.notify(&changes, Origin::Relist);
             }
+            Ok(watcher::Event::Apply(obj)) => {
+                let change = shared.store_mut().upsert(obj);
+                if let Ok(change) = change {
+                    shared.notify(std::slice::from_ref(&change), Origin::Watch);
+                }
+            }
+            Ok(watcher::Event::Delete(obj)) => {
+                let change = NamespacedName::of(&obj).and_then(|k| shared.store_mut().remove(&k));
+                if let Some(change) = change {
+                    shared.notify(std::slice::from_ref(&change), Origin::Watch);
+                }
+            }
+            Err(e) => tracing::warn!(resource = ?id, error = %e, "watch failed; retrying"),
         }
     }
+}
+
+/// Upstream's informer resync: every cached object is handed to the handlers again as an
+/// unchanged `Updated` (`old` and `new` are the same object) with [`Origin::Relist`], from
+/// the cache and without any API request. Controllers resync parents from it as bulk work.
+fn resync(shared: &Shared) {
+    let changes: Vec<Change<DynamicObject>> = {
+        let store = shared.store.read().unwrap_or_else(|p| p.into_inner());
+        store
+            .iter()
+            .map(|obj| Change::Updated {
+                old: obj.clone(),
+                new: obj.clone(),
+            })
+            .collect()
+    };
+    shared.notify(&changes, Origin::Relist);
 }
 
 /// The process-wide informers, one per resource, shared by all controllers.

@@ -10,6 +10,7 @@
 //!   controllers, stopped with the last lease);
 //! - [`store`]: an informer's object store indexed by namespace and controller owner uid;
 //! - [`selector`]: label / annotation selectors with Kubernetes semantics and the string form;
+//! - [`gate`]: the sync gate leader election and shutdown close in front of every worker;
 //! - [`workqueue`]: the per-controller queue (de-duplicated, one worker per key, backoff,
 //!   delays, event keys before bulk keys);
 //! - [`expectations`] and [`overlay`]: stale-cache safety — wait for the informer to confirm
@@ -21,6 +22,7 @@
 pub mod discover;
 pub mod discovery;
 pub mod expectations;
+pub mod gate;
 pub mod informer;
 pub mod object;
 pub mod overlay;
@@ -33,6 +35,7 @@ pub mod workqueue;
 pub use discover::{discover, Discovered};
 pub use discovery::{ApiResource, DiscoveryError, ResourceDiff, ResourceId, ResourceMap};
 pub use expectations::{Expectations, DEFAULT_EXPECTATION_TTL};
+pub use gate::{SyncGate, SyncPermit};
 pub use informer::{Handler, HandlerId, Informer, InformerConfig, Informers, Origin};
 pub use object::{NamespacedName, ObjectMetaAccess, Versioned};
 pub use overlay::{ObjectKey, Overlay};

@@ -12,7 +12,10 @@
 //!   (5 ms doubling, capped at 1000 s, like client-go's per-item limiter); [`WorkQueue::forget`]
 //!   resets it.
 //! - **Delayed adds**: [`WorkQueue::add_after`] keeps one pending deadline per key; an earlier
-//!   deadline replaces a later one, a later one never postpones an earlier one.
+//!   deadline replaces a later one, a later one never postpones an earlier one. A delay
+//!   beyond [`MAX_DELAY`] is capped, never dropped.
+//! - **Gate**: [`WorkQueue::set_gate`] puts the process's [`SyncGate`] (leader election,
+//!   shutdown) in front of the workers of [`WorkQueue::run`].
 //! - **Shutdown**: [`WorkQueue::shut_down`] refuses new keys and drops pending delays; workers
 //!   still receive the keys already queued, then [`WorkQueue::get`] returns `None`.
 //!
@@ -29,6 +32,12 @@ use std::time::Duration;
 use futures::FutureExt;
 use tokio::sync::Notify;
 use tokio::time::Instant;
+
+use crate::gate::SyncGate;
+
+/// The longest delay [`WorkQueue::add_after`] stores (about a year); longer ones are capped,
+/// never dropped.
+pub const MAX_DELAY: Duration = Duration::from_secs(365 * 24 * 3600);
 
 /// Which lane a key is queued in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -146,6 +155,8 @@ struct Shared<K> {
     ready: Notify,
     /// Wakes `drained` when the queue may have become empty.
     idle: Notify,
+    /// The process's sync gate, passed by workers before each sync (none: always open).
+    gate: std::sync::OnceLock<SyncGate>,
 }
 
 /// A cloneable handle to one controller's work queue.
@@ -203,8 +214,16 @@ where
                 }),
                 ready: Notify::new(),
                 idle: Notify::new(),
+                gate: std::sync::OnceLock::new(),
             }),
         }
+    }
+
+    /// Puts `gate` in front of the workers of [`WorkQueue::run`]: each sync waits for it to
+    /// be open and holds a permit while it runs. Set once, before `run`; later calls are
+    /// ignored.
+    pub fn set_gate(&self, gate: SyncGate) {
+        let _ = self.shared.gate.set(gate);
     }
 
     /// The queue's name (metrics label).
@@ -277,11 +296,10 @@ where
         if state.shutting_down {
             return;
         }
-        let deadline = Instant::now().checked_add(delay);
-        let Some(deadline) = deadline else {
-            // Beyond the clock's range: it will never fire, so do not store it.
-            return;
-        };
+        // A deadline is never dropped: one beyond the clock's range fires at the cap.
+        let delay = delay.min(MAX_DELAY);
+        let now = Instant::now();
+        let deadline = now.checked_add(delay).unwrap_or(now);
         if let Some(&((at, seq), p)) = state.delayed_index.get(&key) {
             if at <= deadline {
                 let p = p.max(priority);
@@ -472,7 +490,14 @@ where
             let handler = handler.clone();
             tasks.spawn(async move {
                 while let Some(key) = queue.get().await {
+                    // Held (with the key processing) while the gate is closed: the standby
+                    // keeps its queue, and the key is synced once this process leads.
+                    let permit = match queue.shared.gate.get() {
+                        Some(gate) => Some(gate.enter().await),
+                        None => None,
+                    };
                     let outcome = AssertUnwindSafe(handler(key.clone())).catch_unwind().await;
+                    drop(permit);
                     match outcome {
                         Ok(Ok(())) => queue.forget(&key),
                         Ok(Err(err)) => {
@@ -621,6 +646,48 @@ mod tests {
         q.done(&second);
         // The replaced 10 s deadlines are gone, not duplicated.
         assert_nothing(&q, Duration::from_secs(60)).await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn huge_delays_are_capped_not_dropped() {
+        let q = WorkQueue::new("t");
+        let start = Instant::now();
+        q.add_after("a", Duration::MAX, Priority::Event);
+        assert_eq!(q.get().await, Some("a"));
+        assert_eq!(start.elapsed(), MAX_DELAY);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn closed_gate_holds_workers_and_opening_releases_them() {
+        let q = WorkQueue::new("t");
+        let gate = SyncGate::new(false);
+        q.set_gate(gate.clone());
+        let calls = Arc::new(AtomicUsize::new(0));
+        q.add("a", Priority::Event);
+        let runner = {
+            let q = q.clone();
+            let calls = calls.clone();
+            tokio::spawn(async move {
+                q.run(2, move |_key| {
+                    calls.fetch_add(1, Ordering::SeqCst);
+                    async { Ok::<(), String>(()) }
+                })
+                .await
+            })
+        };
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        assert_eq!(
+            calls.load(Ordering::SeqCst),
+            0,
+            "synced through a closed gate"
+        );
+        gate.open();
+        while calls.load(Ordering::SeqCst) == 0 {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        q.shut_down();
+        runner.await.unwrap();
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
     }
 
     #[tokio::test(start_paused = true)]

@@ -126,3 +126,53 @@ async fn discovery_and_shared_informer() {
     eventually("watch closed", || server.control().open_watches() == 0).await;
     server.shutdown().await;
 }
+
+/// A panicking handler is contained: the watch keeps running and other handlers keep
+/// receiving changes. A flush interval replays the cache (unchanged `Updated`, `Relist`)
+/// without any API request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn handler_panics_are_contained_and_flush_replays_the_cache() {
+    let server = embedded_apiserver::ApiServer::start(Default::default())
+        .await
+        .unwrap();
+    let client = client(&server).await;
+    let found = discover(&client, &ResourceMap::new()).await.unwrap();
+    let (map, _) = found.update.expect("discovery loaded something");
+    let configmaps = map.get("v1", "configmaps").unwrap().clone();
+    let informers = Informers::new(
+        client.clone(),
+        InformerConfig {
+            flush_interval: Some(Duration::from_millis(300)),
+        },
+    );
+    let informer = informers.lease(&configmaps);
+    tokio::time::timeout(Duration::from_secs(10), informer.wait_synced())
+        .await
+        .unwrap();
+    informer.add_handler(Arc::new(|change: &Change<kube::core::DynamicObject>, _| {
+        if change.object().metadata.name.as_deref() == Some("boom") {
+            panic!("handler bug");
+        }
+    }));
+    let seen: Seen = Arc::default();
+    informer.add_handler(record(&seen));
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    cms.create(&PostParams::default(), &cm("boom", "1"))
+        .await
+        .unwrap();
+    cms.create(&PostParams::default(), &cm("after", "1"))
+        .await
+        .unwrap();
+    eventually("change after the panic", || {
+        saw(&seen, "added", "after", Origin::Watch)
+    })
+    .await;
+
+    server.control().reset_counts();
+    eventually("flush replay", || {
+        saw(&seen, "updated", "after", Origin::Relist)
+    })
+    .await;
+    assert_eq!(server.control().requests("list", "configmaps"), 0);
+    assert_eq!(server.control().requests("watch", "configmaps"), 0);
+}

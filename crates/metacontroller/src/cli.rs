@@ -52,7 +52,8 @@ pub struct ControllerArgs {
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = go_duration)]
     pub discovery_interval: Duration,
 
-    /// How often to flush local caches and relist objects from the API server.
+    /// How often to resync every parent from the local cache (no API request; the cache
+    /// relists only after watch errors). 0 disables it.
     #[arg(long, value_name = "DURATION", default_value = "30m", value_parser = go_duration)]
     pub cache_flush_interval: Duration,
 

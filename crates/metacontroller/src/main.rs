@@ -3,9 +3,11 @@
 mod cli;
 mod client;
 mod dev;
+mod leader;
 mod logging;
 mod merge_cmd;
 mod run;
+mod shutdown;
 mod sources;
 
 use std::process::ExitCode;

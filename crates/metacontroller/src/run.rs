@@ -16,22 +16,42 @@ use crate::cli::ControllerArgs;
 const GROUP: &str = "metacontroller.k8s.io";
 const VERSION: &str = "v1alpha1";
 
-/// Runs the controller until Ctrl-C.
+/// Runs the controller until SIGTERM/SIGINT, then shuts down gracefully.
 pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
     log_compat_flags(&args);
+    let leader = args
+        .leader_election
+        .then(|| {
+            crate::leader::LeaderConfig::from_args(
+                &args.leader_election_namespace,
+                &args.leader_election_id,
+                &args.leader_election_resource_lock,
+            )
+        })
+        .transpose()?;
     let registry = prometheus::Registry::new();
     let client = crate::client::client(&args, &registry).await?;
     tokio::select! {
         result = discover_controllers(&client, &args) => result?,
-        _ = tokio::signal::ctrl_c() => return Ok(()),
+        _ = crate::shutdown::signal() => return Ok(()),
     }
-    let shared = Shared::new(client.clone(), &args)?;
+    // With leader election the gate opens only while this replica holds the Lease; the
+    // controllers below run either way, so a standby keeps its caches warm.
+    let gate = metacontroller_dynamic::SyncGate::new(leader.is_none());
+    let shared = Shared::new(client.clone(), &args, gate.clone())?;
+    let leader = leader
+        .map(|config| crate::shutdown::LeaderTask::spawn(client.clone(), config, gate.clone()));
+    // Pinned out here, not moved into the select: dropping them would stop the reconcilers,
+    // cancelling running syncs, before the shutdown drain lets them finish.
+    let composite = run_composite(shared.clone(), &args);
+    let decorator = run_decorator(shared.clone(), &args);
+    tokio::pin!(composite, decorator);
     tokio::select! {
-        result = run_composite(shared.clone(), &args) => result?,
-        result = run_decorator(shared, &args) => result?,
-        result = tokio::signal::ctrl_c() => result.context("waiting for Ctrl-C")?,
+        result = &mut composite => result?,
+        result = &mut decorator => result?,
+        signal = crate::shutdown::signal() => tracing::info!(signal, "shutdown requested"),
     }
-    tracing::info!("shutting down");
+    crate::shutdown::graceful(&gate, &shared.events, leader).await;
     Ok(())
 }
 
@@ -98,9 +118,6 @@ fn log_compat_flags(args: &ControllerArgs) {
     if args.api || args.api_trigger_sync {
         tracing::warn!("--api/--api-trigger-sync are accepted for compatibility; the HTTP API is not served yet");
     }
-    if args.leader_election {
-        tracing::warn!("--leader-election is accepted; leader election is not implemented yet");
-    }
 }
 
 /// What every controller of the process shares: one informer per resource (whatever the
@@ -112,10 +129,16 @@ struct Shared {
     informers: metacontroller_dynamic::Informers,
     hooks: metacontroller_hooks::HookClient,
     events: EventRecorder,
+    /// Opened by leader election, closed by shutdown; every sync passes it.
+    gate: metacontroller_dynamic::SyncGate,
 }
 
 impl Shared {
-    fn new(client: Client, args: &ControllerArgs) -> anyhow::Result<Shared> {
+    fn new(
+        client: Client,
+        args: &ControllerArgs,
+        gate: metacontroller_dynamic::SyncGate,
+    ) -> anyhow::Result<Shared> {
         let informers = metacontroller_dynamic::Informers::new(
             client.clone(),
             metacontroller_dynamic::InformerConfig {
@@ -137,6 +160,7 @@ impl Shared {
             informers,
             hooks,
             events,
+            gate,
         })
     }
 }
@@ -255,6 +279,10 @@ where
             }
         }
     };
+    // The last object seen per name (for the Stopping/Stopped Events of a controller whose
+    // deletion we only learn from a relist) and the names seen by a relist in progress.
+    let mut objects: HashMap<String, serde_json::Value> = HashMap::new();
+    let mut relisted: Option<std::collections::HashSet<String>> = None;
     loop {
         let event = tokio::select! {
             event = stream.next() => match event {
@@ -273,30 +301,49 @@ where
             }
         };
         let obj = match event {
-            Ok(watcher::Event::Apply(obj)) | Ok(watcher::Event::InitApply(obj)) => obj,
+            Ok(watcher::Event::Init) => {
+                relisted = Some(Default::default());
+                continue;
+            }
+            Ok(watcher::Event::InitApply(obj)) => {
+                if let (Some(seen), Some(name)) = (relisted.as_mut(), obj.meta().name.as_ref()) {
+                    seen.insert(name.clone());
+                }
+                obj
+            }
+            Ok(watcher::Event::InitDone) => {
+                // A relist (first list, 410 Gone, ...) is the whole truth: controllers
+                // missing from it were deleted while the watch was down.
+                let seen = relisted.take().unwrap_or_default();
+                waiting.retain(|name, _| seen.contains(name));
+                let gone: Vec<String> = running
+                    .keys()
+                    .filter(|name| !seen.contains(*name))
+                    .cloned()
+                    .collect();
+                for name in gone {
+                    if let Some((_, handle)) = running.remove(&name) {
+                        let object = objects.remove(&name).unwrap_or_default();
+                        stop_with_events(shared, kind.as_ref(), &name, &object, handle, &stop)
+                            .await;
+                    }
+                }
+                objects.retain(|name, _| seen.contains(name));
+                continue;
+            }
+            Ok(watcher::Event::Apply(obj)) => obj,
             Ok(watcher::Event::Delete(obj)) => {
                 let Some(name) = obj.meta().name.as_ref() else {
                     continue;
                 };
                 waiting.remove(name);
+                objects.remove(name);
                 if let Some((_, handle)) = running.remove(name) {
-                    tracing::info!(%kind, %name, "stopping controller");
                     let object = serde_json::to_value(&obj).unwrap_or_default();
-                    shared.events.normal(
-                        &object,
-                        reason::STOPPING,
-                        format!("Stopping controller: {name}"),
-                    );
-                    stop(handle).await;
-                    shared.events.normal(
-                        &object,
-                        reason::STOPPED,
-                        format!("Stopped controller: {name}"),
-                    );
+                    stop_with_events(shared, kind.as_ref(), name, &object, handle, &stop).await;
                 }
                 continue;
             }
-            Ok(_) => continue,
             Err(err) => {
                 tracing::warn!(%kind, error = %err, "watching controllers");
                 continue;
@@ -305,29 +352,46 @@ where
         let Some(name) = obj.meta().name.clone() else {
             continue;
         };
+        objects.insert(name.clone(), serde_json::to_value(&obj).unwrap_or_default());
         let spec = spec_of(&obj);
         if running.get(&name).is_some_and(|(s, _)| *s == spec) {
             continue;
         }
         if let Some((_, handle)) = running.remove(&name) {
             let object = serde_json::to_value(&obj).unwrap_or_default();
-            shared.events.normal(
-                &object,
-                reason::STOPPING,
-                format!("Stopping controller: {name}"),
-            );
-            stop(handle).await;
-            shared.events.normal(
-                &object,
-                reason::STOPPED,
-                format!("Stopped controller: {name}"),
-            );
+            stop_with_events(shared, kind.as_ref(), &name, &object, handle, &stop).await;
         }
         // Discovery on every (re)start so CRDs installed since are found.
         refresh(&shared.client, &mut resources).await;
         try_start(obj, &resources, &mut running, &mut waiting);
     }
     Ok(())
+}
+
+/// Stops one reconciler, with upstream's Stopping / Stopped Events on its object.
+async fn stop_with_events<H, Stop, StopFut>(
+    shared: &Shared,
+    kind: &str,
+    name: &str,
+    object: &serde_json::Value,
+    handle: H,
+    stop: &Stop,
+) where
+    Stop: Fn(H) -> StopFut,
+    StopFut: std::future::Future<Output = ()>,
+{
+    tracing::info!(%kind, %name, "stopping controller");
+    shared.events.normal(
+        object,
+        reason::STOPPING,
+        format!("Stopping controller: {name}"),
+    );
+    stop(handle).await;
+    shared.events.normal(
+        object,
+        reason::STOPPED,
+        format!("Stopped controller: {name}"),
+    );
 }
 
 /// Refreshes the discovery result in place (keeps the previous one on failure).
@@ -357,7 +421,7 @@ async fn run_composite(shared: Shared, args: &ControllerArgs) -> anyhow::Result<
                 &shared.informers,
                 resources,
                 shared.hooks.clone(),
-                controller_options(args, &shared.events),
+                controller_options(args, &shared),
             )
             .map_err(|e| match e {
                 // Upstream: a SyncError Event "[<name>] Sync error - ignoring, ...".
@@ -388,7 +452,7 @@ async fn run_decorator(shared: Shared, args: &ControllerArgs) -> anyhow::Result<
                 &shared.informers,
                 resources,
                 shared.hooks.clone(),
-                controller_options(args, &shared.events),
+                controller_options(args, &shared),
             )
             .map_err(StartFailure::create_error)
         },
@@ -400,7 +464,7 @@ async fn run_decorator(shared: Shared, args: &ControllerArgs) -> anyhow::Result<
 /// The per-controller options from the command line (both controller kinds).
 fn controller_options(
     args: &ControllerArgs,
-    events: &EventRecorder,
+    shared: &Shared,
 ) -> metacontroller_controllers::composite::Options {
     use crate::cli::ApplyStrategy;
     use metacontroller_controllers::writer::ApplyStrategy as Strategy;
@@ -412,6 +476,7 @@ fn controller_options(
                 field_manager: args.apply_strategy_ssa_field_manager.clone(),
             },
         },
-        events: events.clone(),
+        events: shared.events.clone(),
+        gate: shared.gate.clone(),
     }
 }

@@ -268,6 +268,7 @@ impl Drop for Inner {
         for a in &self.attachments {
             a.informer.remove_handler(a.handler);
         }
+        self.hooks.forget_controller(self.name());
     }
 }
 
@@ -330,6 +331,7 @@ pub fn start(
 
     let writer = Arc::new(Writer::new(client, options.apply_strategy));
     let queue: WorkQueue<TargetKey> = WorkQueue::new(format!("decorator-{name}"));
+    queue.set_gate(options.gate.clone());
     let routing = Arc::new(Routing {
         name: name.clone(),
         selector,
@@ -488,6 +490,8 @@ impl Inner {
         };
         let Some(cached) = informer.get(&key.key) else {
             // Deleted; attachments go with the garbage collector.
+            let etag_key = format!("{}/{}/{}", res.api_version, res.kind, key.key);
+            self.hooks.forget_parent(self.name(), &etag_key);
             self.related.forget(&ParentId {
                 api_version: res.api_version.clone(),
                 kind: res.kind.clone(),

@@ -1,0 +1,388 @@
+//! Leader election (`--leader-election`) on a `coordination.k8s.io/v1` Lease, with
+//! client-go's semantics and controller-runtime's default timings.
+//!
+//! The elector drives the process's [`SyncGate`]: open while this replica holds the Lease,
+//! closed otherwise. The controllers, informers and queues run in every replica (a standby
+//! keeps warm caches and every key queued), only the gate decides who syncs.
+//!
+//! Safety rule: no two replicas write at the same time. A leader that cannot renew for
+//! `renew_deadline` closes the gate and waits for its running syncs; another replica can take
+//! the Lease only `lease_duration` after it last saw it renewed, which is later. If the syncs
+//! do not end before that moment, the process exits rather than write alongside a new leader.
+
+use std::hash::{BuildHasher, Hasher};
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use kube::api::{Api, PostParams};
+use kube::Client;
+use metacontroller_dynamic::SyncGate;
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+/// Where the service account's namespace is mounted in a pod.
+const SERVICE_ACCOUNT_NAMESPACE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
+
+/// Lease settings (controller-runtime's defaults).
+#[derive(Debug, Clone)]
+pub struct LeaderConfig {
+    /// Namespace of the Lease.
+    pub namespace: String,
+    /// Name of the Lease (`--leader-election-id`).
+    pub name: String,
+    /// This replica's `holderIdentity`: hostname + unique suffix.
+    pub identity: String,
+    /// How long a Lease is valid after its last renewal, as seen by the others.
+    pub lease_duration: Duration,
+    /// How long the leader keeps trying to renew before it gives up leading.
+    pub renew_deadline: Duration,
+    /// Pause between attempts to acquire or renew.
+    pub retry_period: Duration,
+}
+
+impl LeaderConfig {
+    /// From the command line: `--leader-election-namespace` (default: the pod's namespace from
+    /// `$POD_NAMESPACE` or the service account mount, else `metacontroller`),
+    /// `--leader-election-id`, and `--leader-election-resource-lock` (only `leases`).
+    pub fn from_args(
+        namespace: &str,
+        id: &str,
+        resource_lock: &str,
+    ) -> anyhow::Result<LeaderConfig> {
+        if resource_lock != "leases" {
+            anyhow::bail!(
+                "--leader-election-resource-lock={resource_lock} is not supported; use leases"
+            );
+        }
+        if id.is_empty() {
+            anyhow::bail!("--leader-election-id must not be empty");
+        }
+        Ok(LeaderConfig {
+            namespace: default_namespace(namespace),
+            name: id.to_string(),
+            identity: identity(),
+            lease_duration: Duration::from_secs(15),
+            renew_deadline: Duration::from_secs(10),
+            retry_period: Duration::from_secs(2),
+        })
+    }
+}
+
+fn default_namespace(flag: &str) -> String {
+    let flag = flag.trim();
+    if !flag.is_empty() {
+        return flag.to_string();
+    }
+    if let Some(ns) = std::env::var("POD_NAMESPACE")
+        .ok()
+        .filter(|ns| !ns.trim().is_empty())
+    {
+        return ns.trim().to_string();
+    }
+    std::fs::read_to_string(SERVICE_ACCOUNT_NAMESPACE)
+        .ok()
+        .map(|ns| ns.trim().to_string())
+        .filter(|ns| !ns.is_empty())
+        .unwrap_or_else(|| "metacontroller".to_string())
+}
+
+/// `<hostname>_<16 random hex digits>`, unique per process even for replicas sharing a
+/// hostname (as controller-runtime's hostname + UUID).
+fn identity() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "metacontroller".to_string());
+    // RandomState is seeded from the OS's randomness: no extra dependency for a nonce.
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u32(std::process::id());
+    format!("{host}_{:016x}", hasher.finish())
+}
+
+/// The elector of one process.
+pub struct Elector {
+    api: Api<Lease>,
+    config: LeaderConfig,
+    gate: SyncGate,
+    /// The Lease spec last read and when it was first seen as it is (local clock): expiry is
+    /// judged from our own observation, never from the holder's timestamps (clock skew).
+    observed: Option<(LeaseSpec, Instant)>,
+}
+
+/// Why one attempt did not leave us holding the Lease.
+enum Attempt {
+    Held,
+    HeldByOther(String),
+    Failed(String),
+}
+
+impl Elector {
+    /// An elector for `config`, driving `gate` (which should start closed).
+    pub fn new(client: Client, config: LeaderConfig, gate: SyncGate) -> Elector {
+        Elector {
+            api: Api::namespaced(client, &config.namespace),
+            config,
+            gate,
+            observed: None,
+        }
+    }
+
+    /// Runs until `stop` turns true: competes for the Lease, opens the gate while leading,
+    /// closes it (after draining) when the Lease is lost. On stop, a leader releases the
+    /// Lease so a standby takes over at once; the caller must have closed and drained the
+    /// gate first.
+    pub async fn run(mut self, mut stop: watch::Receiver<bool>) {
+        let config = self.config.clone();
+        tracing::info!(lease = %format!("{}/{}", config.namespace, config.name), identity = %config.identity, "leader election: waiting to acquire the lease");
+        loop {
+            // Candidate.
+            let mut last_wait: Option<String> = None;
+            loop {
+                if *stop.borrow() {
+                    return;
+                }
+                match self.try_acquire_or_renew().await {
+                    Attempt::Held => break,
+                    Attempt::HeldByOther(holder) => {
+                        if last_wait.as_deref() != Some(holder.as_str()) {
+                            tracing::info!(%holder, "leader election: lease held by another replica; standing by");
+                            last_wait = Some(holder);
+                        }
+                    }
+                    Attempt::Failed(err) => {
+                        tracing::warn!(error = %err, "leader election: cannot acquire the lease; retrying")
+                    }
+                }
+                if sleep_or_stop(jitter(config.retry_period), &mut stop).await {
+                    return;
+                }
+            }
+            tracing::info!(identity = %config.identity, lease = %format!("{}/{}", config.namespace, config.name), "leader election: acquired the lease; this replica syncs");
+            self.gate.open();
+            // Leader: renew every retry period until the renew deadline passes without success.
+            let mut renewed = Instant::now();
+            loop {
+                if sleep_or_stop(config.retry_period, &mut stop).await {
+                    self.release().await;
+                    return;
+                }
+                let left = config
+                    .renew_deadline
+                    .saturating_sub(renewed.elapsed())
+                    .max(Duration::from_millis(100));
+                match tokio::time::timeout(left, self.try_acquire_or_renew()).await {
+                    Ok(Attempt::Held) => {
+                        renewed = Instant::now();
+                        continue;
+                    }
+                    Ok(Attempt::HeldByOther(holder)) => {
+                        tracing::error!(%holder, "leader election: the lease was taken over");
+                    }
+                    Ok(Attempt::Failed(err)) => {
+                        tracing::warn!(error = %err, "leader election: cannot renew the lease");
+                    }
+                    Err(_) => tracing::warn!("leader election: renewing the lease timed out"),
+                }
+                if renewed.elapsed() >= config.renew_deadline
+                    || matches!(self.observed_holder(), Some(h) if h != config.identity)
+                {
+                    break;
+                }
+            }
+            self.lost(renewed).await;
+        }
+    }
+
+    /// Leadership lost: stop syncing before anyone else may start.
+    async fn lost(&mut self, renewed: Instant) {
+        // Others may take the Lease `lease_duration` after our last renewal; keep a margin.
+        let expiry = renewed + self.config.lease_duration;
+        let budget = expiry
+            .saturating_duration_since(Instant::now())
+            .saturating_sub(Duration::from_millis(500));
+        tracing::error!(
+            ?budget,
+            "leader election: lost the lease; stopping syncs (caches stay warm)"
+        );
+        if !self.gate.close_and_drain(budget).await {
+            tracing::error!("leader election: running syncs did not end before the lease expires; exiting so two replicas never write at once");
+            std::process::exit(1);
+        }
+        tracing::info!("leader election: syncs stopped; standing by");
+        self.observed = None;
+    }
+
+    fn observed_holder(&self) -> Option<&str> {
+        self.observed
+            .as_ref()
+            .and_then(|(spec, _)| spec.holder_identity.as_deref())
+    }
+
+    /// One client-go `tryAcquireOrRenew`: read the Lease; take it if it is ours, free, or
+    /// expired by our own observation; write with the read resourceVersion (a concurrent
+    /// writer makes this fail with 409 instead of both winning).
+    async fn try_acquire_or_renew(&mut self) -> Attempt {
+        let now = k8s_openapi::jiff::Timestamp::now();
+        let config = &self.config;
+        let mine = LeaseSpec {
+            holder_identity: Some(config.identity.clone()),
+            lease_duration_seconds: Some(seconds(config.lease_duration)),
+            acquire_time: Some(MicroTime(now)),
+            renew_time: Some(MicroTime(now)),
+            lease_transitions: Some(0),
+            ..LeaseSpec::default()
+        };
+        let current = match self.api.get_opt(&config.name).await {
+            Ok(current) => current,
+            Err(err) => return Attempt::Failed(format!("reading lease: {err}")),
+        };
+        let Some(mut lease) = current else {
+            let lease = Lease {
+                metadata: ObjectMeta {
+                    name: Some(config.name.clone()),
+                    namespace: Some(config.namespace.clone()),
+                    ..ObjectMeta::default()
+                },
+                spec: Some(mine.clone()),
+            };
+            return match self.api.create(&PostParams::default(), &lease).await {
+                Ok(_) => {
+                    self.observed = Some((mine, Instant::now()));
+                    Attempt::Held
+                }
+                Err(err) => Attempt::Failed(format!("creating lease: {err}")),
+            };
+        };
+        let old = lease.spec.clone().unwrap_or_default();
+        if self.observed.as_ref().map(|(spec, _)| spec) != Some(&old) {
+            self.observed = Some((old.clone(), Instant::now()));
+        }
+        let observed_at = self
+            .observed
+            .as_ref()
+            .map_or_else(Instant::now, |(_, t)| *t);
+        let holder = old.holder_identity.clone().unwrap_or_default();
+        let we_hold = holder == config.identity;
+        let valid_for = Duration::from_secs(
+            u64::try_from(old.lease_duration_seconds.unwrap_or(0)).unwrap_or(0),
+        );
+        if !holder.is_empty() && !we_hold && observed_at.elapsed() < valid_for {
+            return Attempt::HeldByOther(holder);
+        }
+        let mut spec = mine;
+        if we_hold {
+            spec.acquire_time = old.acquire_time.clone();
+            spec.lease_transitions = old.lease_transitions;
+        } else {
+            spec.lease_transitions = Some(old.lease_transitions.unwrap_or(0).saturating_add(1));
+        }
+        lease.spec = Some(spec.clone());
+        match self
+            .api
+            .replace(&config.name, &PostParams::default(), &lease)
+            .await
+        {
+            Ok(_) => {
+                self.observed = Some((spec, Instant::now()));
+                Attempt::Held
+            }
+            Err(err) => Attempt::Failed(format!("updating lease: {err}")),
+        }
+    }
+
+    /// client-go's ReleaseOnCancel: clear the holder and shorten the duration to one second,
+    /// keeping the transition count, so a standby acquires at its next attempt.
+    async fn release(&mut self) {
+        self.gate.close_and_drain(Duration::ZERO).await;
+        let lease = match self.api.get_opt(&self.config.name).await {
+            Ok(Some(lease)) => lease,
+            Ok(None) => return,
+            Err(err) => {
+                tracing::warn!(error = %err, "leader election: cannot read the lease to release it; it expires on its own");
+                return;
+            }
+        };
+        let old = lease.spec.clone().unwrap_or_default();
+        if old.holder_identity.as_deref() != Some(self.config.identity.as_str()) {
+            return;
+        }
+        let now = k8s_openapi::jiff::Timestamp::now();
+        let mut released = lease;
+        released.spec = Some(LeaseSpec {
+            holder_identity: None,
+            lease_duration_seconds: Some(1),
+            acquire_time: Some(MicroTime(now)),
+            renew_time: Some(MicroTime(now)),
+            lease_transitions: old.lease_transitions,
+            ..LeaseSpec::default()
+        });
+        match self
+            .api
+            .replace(&self.config.name, &PostParams::default(), &released)
+            .await
+        {
+            Ok(_) => tracing::info!("leader election: released the lease"),
+            Err(err) => {
+                tracing::warn!(error = %err, "leader election: cannot release the lease; it expires on its own")
+            }
+        }
+    }
+}
+
+fn seconds(d: Duration) -> i32 {
+    i32::try_from(d.as_secs()).unwrap_or(i32::MAX)
+}
+
+/// client-go's JitterUntil factor 1.2: candidates spread their attempts.
+fn jitter(period: Duration) -> Duration {
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u8(0);
+    let fraction = (hasher.finish() % 1000) as f64 / 1000.0;
+    period.mul_f64(1.0 + 0.2 * fraction)
+}
+
+/// Sleeps `d`; `true` if `stop` turned true (or its sender went) meanwhile.
+async fn sleep_or_stop(d: Duration, stop: &mut watch::Receiver<bool>) -> bool {
+    let stopped = tokio::select! {
+        _ = tokio::time::sleep(d) => false,
+        changed = stop.wait_for(|s| *s) => { let _ = changed; true }
+    };
+    stopped || *stop.borrow()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_leases_are_supported() {
+        assert!(LeaderConfig::from_args("ns", "id", "leases").is_ok());
+        let err = LeaderConfig::from_args("ns", "id", "configmaps")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("--leader-election-resource-lock"), "{err}");
+    }
+
+    #[test]
+    fn controller_runtime_timings_and_unique_identities() {
+        let a = LeaderConfig::from_args("ns", "metacontroller", "leases").unwrap();
+        let b = LeaderConfig::from_args("ns", "metacontroller", "leases").unwrap();
+        assert_eq!(a.lease_duration, Duration::from_secs(15));
+        assert_eq!(a.renew_deadline, Duration::from_secs(10));
+        assert_eq!(a.retry_period, Duration::from_secs(2));
+        assert_eq!(a.namespace, "ns");
+        assert_ne!(a.identity, b.identity);
+        assert!(a.identity.contains('_'));
+    }
+
+    #[test]
+    fn jitter_stays_within_twenty_percent() {
+        for _ in 0..100 {
+            let d = jitter(Duration::from_secs(2));
+            assert!(d >= Duration::from_secs(2) && d <= Duration::from_millis(2400));
+        }
+    }
+}

@@ -1,0 +1,405 @@
+//! `metacontroller run --leader-election`: two replicas of the real binary on one API server.
+//! Exactly one syncs (the Lease holder); a standby takes over within the lease duration after
+//! the leader is killed, and at once after the leader shuts down cleanly (SIGTERM releases
+//! the Lease and exits 0).
+//!
+//! Which process called the hook is read from its own log: `RUST_LOG` turns on the hook
+//! client's per-request trace line, so each replica's syncs are attributable.
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, PostParams};
+use kube::core::DynamicObject;
+use metacontroller_api::composite::CompositeController;
+use metacontroller_testkit::{
+    crd, dynamic_api, eventually_within, unique_name, ControllerProcess, CrdBuilder, HookReply,
+    HookServer, TestCluster,
+};
+use serde_json::json;
+
+/// The hook client's per-call trace line (one per hook request the process sends).
+const HOOK_REQUEST_LINE: &str = "hook request";
+
+struct Setup {
+    cluster: TestCluster,
+    ns: String,
+    label: String,
+    lease_name: String,
+    parent: CrdBuilder,
+    _hook: HookServer,
+}
+
+impl Setup {
+    async fn new() -> Setup {
+        let cluster = TestCluster::start().await;
+        cluster.install_metacontroller_crds().await;
+        let ns = cluster.create_namespace("leader").await;
+        let hook = HookServer::start(|_, req| {
+            let name = req["parent"]["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default();
+            HookReply::json(json!({
+                "children": [{"apiVersion": "v1", "kind": "ConfigMap",
+                              "metadata": {"name": format!("{name}-cm")},
+                              "data": {"k": "v"}}],
+                "status": {"ok": true},
+            }))
+        })
+        .await;
+        let parent = crd(
+            &format!("{}.example.com", unique_name("leader")),
+            "v1",
+            "Parent",
+            "parents",
+        );
+        cluster.install_crd(&parent.build()).await;
+        let label = unique_name("team");
+        let controller: CompositeController = serde_json::from_value(json!({
+            "apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "CompositeController",
+            "metadata": {"name": unique_name("leader"), "labels": {"team": label}},
+            "spec": {
+                "generateSelector": true,
+                "parentResource": {"apiVersion": parent.api_version(), "resource": parent.plural()},
+                "childResources": [{"apiVersion": "v1", "resource": "configmaps"}],
+                "hooks": {"sync": {"webhook": {"url": hook.url("/sync")}}},
+            }
+        }))
+        .unwrap();
+        Api::<CompositeController>::all(cluster.client())
+            .create(&PostParams::default(), &controller)
+            .await
+            .unwrap();
+        Setup {
+            cluster,
+            ns,
+            label,
+            lease_name: unique_name("lease"),
+            parent,
+            _hook: hook,
+        }
+    }
+
+    /// A replica: same Lease, namespace taken from `POD_NAMESPACE` as in a pod.
+    fn replica(&self) -> ControllerProcess {
+        ControllerProcess::start_with_env(
+            env!("CARGO_BIN_EXE_metacontroller"),
+            [
+                "run".to_string(),
+                "--kubeconfig".to_string(),
+                self.cluster.kubeconfig_path().display().to_string(),
+                "--discovery-interval=500ms".to_string(),
+                format!("--target-label-selector=team={}", self.label),
+                "--leader-election".to_string(),
+                format!("--leader-election-id={}", self.lease_name),
+            ],
+            [
+                ("POD_NAMESPACE", self.ns.clone()),
+                (
+                    "RUST_LOG",
+                    "warn,metacontroller=info,metacontroller_controllers=info,metacontroller_hooks=trace"
+                        .to_string(),
+                ),
+            ],
+        )
+    }
+
+    fn leases(&self) -> Api<Lease> {
+        Api::namespaced(self.cluster.client(), &self.ns)
+    }
+
+    async fn holder(&self) -> Option<String> {
+        self.leases()
+            .get_opt(&self.lease_name)
+            .await
+            .ok()
+            .flatten()
+            .and_then(|l| l.spec)
+            .and_then(|s| s.holder_identity)
+            .filter(|h| !h.is_empty())
+    }
+
+    /// Waits for a holder and returns the index (into `replicas`) of the process holding it.
+    async fn leader_of(&self, replicas: &[&ControllerProcess]) -> usize {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(holder) = self.holder().await {
+                let found = replicas.iter().position(|p| {
+                    let logs = p.logs();
+                    logs.contains(&holder) && logs.contains("acquired the lease")
+                });
+                if let Some(found) = found {
+                    return found;
+                }
+            }
+            assert!(Instant::now() < deadline, "no replica holds the lease");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    async fn create_parent(&self, name: &str) {
+        let parents = dynamic_api(
+            self.cluster.client(),
+            &self.parent.api_version(),
+            self.parent.kind(),
+            self.parent.plural(),
+            Some(&self.ns),
+        );
+        let obj: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": self.parent.api_version(), "kind": "Parent",
+            "metadata": {"name": name}, "spec": {}
+        }))
+        .unwrap();
+        parents.create(&PostParams::default(), &obj).await.unwrap();
+    }
+
+    async fn converged(&self, name: &str, within: Duration) {
+        let cms: Api<ConfigMap> = Api::namespaced(self.cluster.client(), &self.ns);
+        let cm = format!("{name}-cm");
+        eventually_within(&format!("child {cm}"), within, || async {
+            cms.get_opt(&cm).await.ok().flatten().is_some()
+        })
+        .await;
+    }
+}
+
+fn hook_requests(p: &ControllerProcess) -> usize {
+    p.logs().matches(HOOK_REQUEST_LINE).count()
+}
+
+async fn wait_standing_by(p: &ControllerProcess) {
+    eventually_within(
+        "the other replica stands by",
+        Duration::from_secs(30),
+        || async { p.logs().contains("standing by") },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_the_lease_holder_syncs_and_a_standby_takes_over_after_kill9() {
+    let setup = Setup::new().await;
+    let a = setup.replica();
+    let b = setup.replica();
+    let leader = setup.leader_of(&[&a, &b]).await;
+    let (mut leader, standby) = if leader == 0 { (a, b) } else { (b, a) };
+    wait_standing_by(&standby).await;
+
+    setup.create_parent("first").await;
+    setup.converged("first", Duration::from_secs(30)).await;
+    // The leader synced (positive signal); the standby, with the same controller running
+    // and the same parent in its cache, sent no hook request.
+    assert!(hook_requests(&leader) > 0, "leader did not call the hook");
+    assert_eq!(
+        hook_requests(&standby),
+        0,
+        "standby synced:\n{}",
+        standby.logs()
+    );
+    let old_holder = setup.holder().await.unwrap();
+    let transitions_before = setup
+        .leases()
+        .get(&setup.lease_name)
+        .await
+        .unwrap()
+        .spec
+        .unwrap()
+        .lease_transitions
+        .unwrap_or(0);
+
+    leader.kill9();
+    let killed = Instant::now();
+    setup.create_parent("second").await;
+    // Lease duration 15 s + 5 s.
+    setup.converged("second", Duration::from_secs(20)).await;
+    let took = killed.elapsed();
+    eprintln!("standby converged a new parent {took:?} after kill -9 of the leader");
+    assert!(hook_requests(&standby) > 0);
+    let lease = setup.leases().get(&setup.lease_name).await.unwrap();
+    let spec = lease.spec.unwrap();
+    let holder = spec.holder_identity.unwrap();
+    assert_ne!(holder, old_holder);
+    assert!(standby.logs().contains(&holder));
+    assert_eq!(spec.lease_duration_seconds, Some(15));
+    assert_eq!(spec.lease_transitions, Some(transitions_before + 1));
+    assert!(spec.acquire_time.is_some() && spec.renew_time.is_some());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_exits_zero_releases_the_lease_and_the_standby_leads_at_once() {
+    let setup = Setup::new().await;
+    let a = setup.replica();
+    let b = setup.replica();
+    let leader = setup.leader_of(&[&a, &b]).await;
+    let (mut leader, standby) = if leader == 0 { (a, b) } else { (b, a) };
+    wait_standing_by(&standby).await;
+    setup.create_parent("first").await;
+    setup.converged("first", Duration::from_secs(30)).await;
+    let old_holder = setup.holder().await.unwrap();
+
+    leader.terminate();
+    let status = leader
+        .wait_exit(Duration::from_secs(30))
+        .expect("leader exits after SIGTERM");
+    let exited = Instant::now();
+    assert!(
+        status.success(),
+        "exit status {status:?}:\n{}",
+        leader.logs()
+    );
+    let logs = leader.logs();
+    assert!(logs.contains("released the lease"), "{logs}");
+    assert!(logs.contains("shutdown complete"), "{logs}");
+
+    // A released Lease is free at once: the standby takes it at its next attempt (retry
+    // period 2 s, jittered up to 2.4 s), not after the 15 s lease duration.
+    eventually_within(
+        "standby holds the released lease",
+        Duration::from_secs(3),
+        || async { setup.holder().await.is_some_and(|h| h != old_holder) },
+    )
+    .await;
+    eprintln!(
+        "standby leads {:?} after the leader exited",
+        exited.elapsed()
+    );
+    setup.create_parent("second").await;
+    setup.converged("second", Duration::from_secs(10)).await;
+    assert!(hook_requests(&standby) > 0);
+}
+
+#[test]
+fn version_flag_prints_the_version() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_metacontroller"))
+        .arg("--version")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        text.trim(),
+        format!("metacontroller {}", env!("CARGO_PKG_VERSION"))
+    );
+}
+
+/// SIGTERM while a sync is in flight (the hook answers after 3 s): the process takes no new
+/// keys but lets the running sync finish (its child is written), then exits 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_lets_the_running_sync_finish_then_exits_zero() {
+    let cluster = TestCluster::start().await;
+    cluster.install_metacontroller_crds().await;
+    let ns = cluster.create_namespace("drain").await;
+    let hook = HookServer::start(|_, req| {
+        let name = req["parent"]["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default();
+        HookReply::json(json!({
+            "children": [{"apiVersion": "v1", "kind": "ConfigMap",
+                          "metadata": {"name": format!("{name}-cm")}, "data": {"k": "v"}}],
+        }))
+        .delayed(Duration::from_secs(3))
+    })
+    .await;
+    let parent = crd(
+        &format!("{}.example.com", unique_name("drain")),
+        "v1",
+        "Parent",
+        "parents",
+    );
+    cluster.install_crd(&parent.build()).await;
+    let label = unique_name("team");
+    let controller: CompositeController = serde_json::from_value(json!({
+        "apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "CompositeController",
+        "metadata": {"name": unique_name("drain"), "labels": {"team": label}},
+        "spec": {
+            "generateSelector": true,
+            "parentResource": {"apiVersion": parent.api_version(), "resource": parent.plural()},
+            "childResources": [{"apiVersion": "v1", "resource": "configmaps"}],
+            "hooks": {"sync": {"webhook": {"url": hook.url("/sync"), "timeout": "30s"}}},
+        }
+    }))
+    .unwrap();
+    Api::<CompositeController>::all(cluster.client())
+        .create(&PostParams::default(), &controller)
+        .await
+        .unwrap();
+    let mut process = ControllerProcess::start(
+        env!("CARGO_BIN_EXE_metacontroller"),
+        [
+            "run".to_string(),
+            "--kubeconfig".to_string(),
+            cluster.kubeconfig_path().display().to_string(),
+            format!("--target-label-selector=team={label}"),
+        ],
+    );
+    let parents = dynamic_api(
+        cluster.client(),
+        &parent.api_version(),
+        parent.kind(),
+        parent.plural(),
+        Some(&ns),
+    );
+    let obj: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": parent.api_version(), "kind": "Parent",
+        "metadata": {"name": "slow"}, "spec": {}
+    }))
+    .unwrap();
+    parents.create(&PostParams::default(), &obj).await.unwrap();
+    eventually_within("the sync is in flight", Duration::from_secs(30), || async {
+        hook.calls("/sync") > 0
+    })
+    .await;
+
+    process.terminate();
+    let status = process
+        .wait_exit(Duration::from_secs(30))
+        .expect("exits after SIGTERM");
+    assert!(status.success(), "{status:?}:\n{}", process.logs());
+    let cms: Api<ConfigMap> = Api::namespaced(cluster.client(), &ns);
+    assert!(
+        cms.get_opt("slow-cm").await.unwrap().is_some(),
+        "the in-flight sync was cut off:\n{}",
+        process.logs()
+    );
+    assert_eq!(hook.calls("/sync"), 1, "a new sync started after SIGTERM");
+}
+
+/// A leader whose renewals fail (the API server answers 500 to Lease updates) gives up
+/// leading at the renew deadline, stops its syncs, and leads again once renewals work.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leader_that_cannot_renew_stops_syncing_and_recovers() {
+    let setup = Setup::new().await;
+    let Some(control) = setup.cluster.control() else {
+        eprintln!("skipped: needs the embedded API server (fault injection)");
+        return;
+    };
+    let process = setup.replica();
+    setup.leader_of(&[&process]).await;
+    setup.create_parent("first").await;
+    setup.converged("first", Duration::from_secs(30)).await;
+
+    // About 12 s of failed renewals (one attempt every 2 s): past the 10 s renew deadline.
+    control.inject(metacontroller_testkit::Fault::status(
+        Some("update"),
+        Some("leases"),
+        6,
+        500,
+    ));
+    eventually_within(
+        "the leader gives up at the renew deadline",
+        Duration::from_secs(20),
+        || async { process.logs().contains("syncs stopped; standing by") },
+    )
+    .await;
+    let logs = process.logs();
+    assert!(logs.contains("lost the lease"), "{logs}");
+    eventually_within(
+        "the lease is acquired again",
+        Duration::from_secs(30),
+        || async { process.logs().matches("acquired the lease").count() >= 2 },
+    )
+    .await;
+    setup.create_parent("second").await;
+    setup.converged("second", Duration::from_secs(10)).await;
+}
