@@ -2,6 +2,7 @@
 //! CompositeController and per DecoratorController object (selected by
 //! `--target-label-selector`), sharing informers and the hook client between them.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -208,9 +209,7 @@ where
 {
     use futures::StreamExt;
     use kube::runtime::{watcher, WatchStreamExt};
-    use std::collections::HashMap;
 
-    let kind = T::kind(&());
     let mut config = watcher::Config::default();
     let selector = args.target_label_selector.trim();
     if !selector.is_empty() {
@@ -219,54 +218,9 @@ where
     let api: Api<T> = Api::all(shared.client.clone());
     let stream = watcher(api, config).default_backoff();
     let mut stream = std::pin::pin!(stream);
-    let mut running: HashMap<String, (serde_json::Value, H)> = HashMap::new();
-    // Objects that could not start, retried after each discovery refresh.
-    let mut waiting: HashMap<String, T> = HashMap::new();
-    let mut resources = metacontroller_dynamic::ResourceMap::new();
-    let interval = if args.discovery_interval.is_zero() {
-        Duration::from_secs(30)
-    } else {
-        args.discovery_interval
-    };
-    let mut retry = tokio::time::interval(interval);
+    let mut retry = tokio::time::interval(retry_interval(args));
     retry.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let try_start = |obj: T,
-                     resources: &metacontroller_dynamic::ResourceMap,
-                     running: &mut HashMap<String, (serde_json::Value, H)>,
-                     waiting: &mut HashMap<String, T>| {
-        let Some(name) = obj.meta().name.clone() else {
-            return;
-        };
-        let spec = spec_of(&obj);
-        let object = serde_json::to_value(&obj).unwrap_or_default();
-        match start(obj.clone(), resources) {
-            Ok(handle) => {
-                tracing::info!(%kind, %name, "started controller");
-                shared.events.normal(
-                    &object,
-                    reason::STARTING,
-                    format!("Starting controller: {name}"),
-                );
-                shared.events.normal(
-                    &object,
-                    reason::STARTED,
-                    format!("Started controller: {name}"),
-                );
-                waiting.remove(&name);
-                running.insert(name, (spec, handle));
-            }
-            Err(err) => {
-                tracing::error!(%kind, %name, error = %err.message, "cannot start controller; retrying after the next discovery refresh");
-                // Once per failure, not once per retry.
-                if !waiting.contains_key(&name) {
-                    shared
-                        .events
-                        .warning(&object, err.reason, err.event_message());
-                }
-                waiting.insert(name, obj);
-            }
-        }
-    };
+    let mut controllers = Controllers::new(shared, spec_of, start, stop);
     loop {
         let event = tokio::select! {
             event = stream.next() => match event {
@@ -274,72 +228,161 @@ where
                 None => break,
             },
             _ = retry.tick() => {
-                if waiting.is_empty() {
-                    continue;
-                }
-                refresh(&shared.client, &mut resources).await;
-                for obj in waiting.values().cloned().collect::<Vec<_>>() {
-                    try_start(obj, &resources, &mut running, &mut waiting);
-                }
+                controllers.retry_waiting().await;
                 continue;
             }
         };
-        let obj = match event {
-            Ok(watcher::Event::Apply(obj)) | Ok(watcher::Event::InitApply(obj)) => obj,
-            Ok(watcher::Event::Delete(obj)) => {
-                let Some(name) = obj.meta().name.as_ref() else {
-                    continue;
-                };
-                waiting.remove(name);
-                if let Some((_, handle)) = running.remove(name) {
-                    tracing::info!(%kind, %name, "stopping controller");
-                    let object = serde_json::to_value(&obj).unwrap_or_default();
-                    shared.events.normal(
-                        &object,
-                        reason::STOPPING,
-                        format!("Stopping controller: {name}"),
-                    );
-                    stop(handle).await;
-                    shared.events.normal(
-                        &object,
-                        reason::STOPPED,
-                        format!("Stopped controller: {name}"),
-                    );
-                }
-                continue;
+        match event {
+            Ok(watcher::Event::Apply(obj)) | Ok(watcher::Event::InitApply(obj)) => {
+                controllers.applied(obj).await
             }
-            Ok(_) => continue,
-            Err(err) => {
-                tracing::warn!(%kind, error = %err, "watching controllers");
-                continue;
-            }
-        };
-        let Some(name) = obj.meta().name.clone() else {
-            continue;
-        };
-        let spec = spec_of(&obj);
-        if running.get(&name).is_some_and(|(s, _)| *s == spec) {
-            continue;
+            Ok(watcher::Event::Delete(obj)) => controllers.deleted(&obj).await,
+            Ok(_) => {}
+            Err(err) => tracing::warn!(kind = %T::kind(&()), error = %err, "watching controllers"),
         }
-        if let Some((_, handle)) = running.remove(&name) {
-            let object = serde_json::to_value(&obj).unwrap_or_default();
-            shared.events.normal(
-                &object,
-                reason::STOPPING,
-                format!("Stopping controller: {name}"),
-            );
-            stop(handle).await;
-            shared.events.normal(
-                &object,
-                reason::STOPPED,
-                format!("Stopped controller: {name}"),
-            );
-        }
-        // Discovery on every (re)start so CRDs installed since are found.
-        refresh(&shared.client, &mut resources).await;
-        try_start(obj, &resources, &mut running, &mut waiting);
     }
     Ok(())
+}
+
+/// How often controller objects that could not start are retried: each discovery refresh
+/// (`--discovery-interval`), or every 30s when that is disabled.
+fn retry_interval(args: &ControllerArgs) -> Duration {
+    if args.discovery_interval.is_zero() {
+        Duration::from_secs(30)
+    } else {
+        args.discovery_interval
+    }
+}
+
+/// The reconcilers of one controller kind: those running (with the spec they run) and the
+/// controller objects waiting for a retry because they could not start.
+struct Controllers<'a, T, H, Start, Stop> {
+    shared: &'a Shared,
+    spec_of: fn(&T) -> serde_json::Value,
+    start: Start,
+    stop: Stop,
+    running: HashMap<String, (serde_json::Value, H)>,
+    waiting: HashMap<String, T>,
+    resources: metacontroller_dynamic::ResourceMap,
+}
+
+impl<'a, T, H, Start, Stop, StopFut> Controllers<'a, T, H, Start, Stop>
+where
+    T: kube::Resource<DynamicType = ()> + Clone + k8s_openapi::serde::Serialize,
+    Start: Fn(T, &metacontroller_dynamic::ResourceMap) -> Result<H, StartFailure>,
+    Stop: Fn(H) -> StopFut,
+    StopFut: std::future::Future<Output = ()>,
+{
+    fn new(
+        shared: &'a Shared,
+        spec_of: fn(&T) -> serde_json::Value,
+        start: Start,
+        stop: Stop,
+    ) -> Self {
+        Controllers {
+            shared,
+            spec_of,
+            start,
+            stop,
+            running: HashMap::new(),
+            waiting: HashMap::new(),
+            resources: metacontroller_dynamic::ResourceMap::new(),
+        }
+    }
+
+    /// A controller object was added or changed: (re)start its reconciler unless it already
+    /// runs this spec.
+    async fn applied(&mut self, obj: T) {
+        let Some(name) = obj.meta().name.clone() else {
+            return;
+        };
+        let spec = (self.spec_of)(&obj);
+        if self.running.get(&name).is_some_and(|(s, _)| *s == spec) {
+            return;
+        }
+        if let Some((_, handle)) = self.running.remove(&name) {
+            self.stop_reconciler(&name, &obj, handle).await;
+        }
+        // Discovery on every (re)start so CRDs installed since are found.
+        refresh(&self.shared.client, &mut self.resources).await;
+        self.try_start(obj);
+    }
+
+    /// A controller object was deleted: stop its reconciler and forget any pending retry.
+    async fn deleted(&mut self, obj: &T) {
+        let Some(name) = obj.meta().name.as_ref() else {
+            return;
+        };
+        self.waiting.remove(name);
+        if let Some((_, handle)) = self.running.remove(name) {
+            tracing::info!(kind = %T::kind(&()), %name, "stopping controller");
+            self.stop_reconciler(name, obj, handle).await;
+        }
+    }
+
+    /// Retries the objects that could not start, against a fresh discovery result.
+    async fn retry_waiting(&mut self) {
+        if self.waiting.is_empty() {
+            return;
+        }
+        refresh(&self.shared.client, &mut self.resources).await;
+        for obj in self.waiting.values().cloned().collect::<Vec<_>>() {
+            self.try_start(obj);
+        }
+    }
+
+    /// Starts a reconciler for `obj`, or records why not and queues it for a retry.
+    fn try_start(&mut self, obj: T) {
+        let kind = T::kind(&());
+        let Some(name) = obj.meta().name.clone() else {
+            return;
+        };
+        let spec = (self.spec_of)(&obj);
+        let object = serde_json::to_value(&obj).unwrap_or_default();
+        let events = &self.shared.events;
+        match (self.start)(obj.clone(), &self.resources) {
+            Ok(handle) => {
+                tracing::info!(%kind, %name, "started controller");
+                events.normal(
+                    &object,
+                    reason::STARTING,
+                    format!("Starting controller: {name}"),
+                );
+                events.normal(
+                    &object,
+                    reason::STARTED,
+                    format!("Started controller: {name}"),
+                );
+                self.waiting.remove(&name);
+                self.running.insert(name, (spec, handle));
+            }
+            Err(err) => {
+                tracing::error!(%kind, %name, error = %err.message, "cannot start controller; retrying after the next discovery refresh");
+                // Once per failure, not once per retry.
+                if !self.waiting.contains_key(&name) {
+                    events.warning(&object, err.reason, err.event_message());
+                }
+                self.waiting.insert(name, obj);
+            }
+        }
+    }
+
+    /// Stops one reconciler, with the Stopping / Stopped Events around it.
+    async fn stop_reconciler(&self, name: &str, obj: &T, handle: H) {
+        let object = serde_json::to_value(obj).unwrap_or_default();
+        let events = &self.shared.events;
+        events.normal(
+            &object,
+            reason::STOPPING,
+            format!("Stopping controller: {name}"),
+        );
+        (self.stop)(handle).await;
+        events.normal(
+            &object,
+            reason::STOPPED,
+            format!("Stopped controller: {name}"),
+        );
+    }
 }
 
 /// Refreshes the discovery result in place (keeps the previous one on failure).
