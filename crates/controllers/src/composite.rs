@@ -48,6 +48,7 @@ use serde_json::{json, Value};
 use crate::children::{self, ChildType, ParentRef};
 use crate::claim::{self, Claim, Claimant};
 use crate::events::{self, EventRecorder};
+use crate::meta::{api_group, is_deleting};
 use crate::related::{ParentId, RelatedConfig, RelatedError, RelatedManager};
 use crate::rolling::{self, Desired, ParentRevision, RevisionParent, Rollout};
 use crate::writer::{to_value, ApplyStrategy, WriteError, Writer};
@@ -203,11 +204,6 @@ fn value_labels(obj: &Value) -> serde_json::Map<String, Value> {
         .unwrap_or_default()
 }
 
-fn is_deleting(obj: &Value) -> bool {
-    obj.pointer("/metadata/deletionTimestamp")
-        .is_some_and(|v| !v.is_null())
-}
-
 /// The selector of a parent's children (upstream `makeSelector`).
 fn parent_child_selector(parent: &Value, generate: bool) -> Result<Selector, SyncError> {
     Selector::for_composite_parent(parent, generate, &Default::default())
@@ -268,7 +264,7 @@ impl Mapper {
             .find(|r| r.controller == Some(true));
         let namespace = obj.metadata.namespace.clone().unwrap_or_default();
         if let Some(owner) = owner {
-            let group = owner.api_version.rsplit_once('/').map_or("", |(g, _)| g);
+            let group = api_group(&owner.api_version);
             if owner.kind != self.parent_resource.kind || group != self.parent_resource.group {
                 return;
             }
@@ -988,7 +984,7 @@ impl Inner {
                 .iter()
                 .find(|c| {
                     c.kind.kind == kind
-                        && c.kind.api_version.rsplit_once('/').map_or("", |(g, _)| g) == group
+                        && api_group(&c.kind.api_version) == group
                         && c.kind.method.is_rolling()
                 })
                 .map(|c| (c.kind.method.clone(), c.status_checks.clone()))

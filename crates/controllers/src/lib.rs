@@ -11,6 +11,7 @@
 //! - [`writer`]: the controller-agnostic write path (create / update / server-side apply /
 //!   delete / status) with the own-writes overlay and create/delete expectations.
 //! - [`related`]: the customize hook and `related` objects (any controller kind).
+//! - [`meta`]: object facts read the same way everywhere (deleting? API group?).
 //! - [`events`]: the rate-limited, non-blocking Event recorder.
 
 pub mod children;
@@ -19,6 +20,7 @@ pub mod composite;
 pub mod decorator;
 pub mod events;
 pub mod handle;
+pub mod meta;
 pub mod related;
 pub mod rolling;
 pub mod writer;

@@ -31,12 +31,7 @@ pub fn has_finalizer(target: &Value, name: &str) -> bool {
     finalizers(target).any(|f| f == name)
 }
 
-/// Whether the target has a deletionTimestamp.
-pub fn is_deleting(target: &Value) -> bool {
-    target
-        .pointer("/metadata/deletionTimestamp")
-        .is_some_and(|v| !v.is_null())
-}
+pub use crate::meta::is_deleting;
 
 /// What to do with our finalizer before calling a hook.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
