@@ -26,7 +26,6 @@
 //! `SyncError` Warning Event on the parent through [`crate::events`] (except 409 conflicts,
 //! which are expected stale-cache retries).
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -39,16 +38,16 @@ use metacontroller_api::wire::{
 };
 use metacontroller_dynamic::{
     ApiResource, Change, HandlerId, Informer, Informers, Lease, NamespacedName, ObjectKey,
-    ObjectMetaAccess, Origin, Priority, ResourceId, ResourceMap, Selector, WorkQueue,
-    CONTROLLER_UID_LABEL,
+    ObjectMetaAccess, Origin, ResourceId, ResourceMap, Selector, WorkQueue, CONTROLLER_UID_LABEL,
 };
 use metacontroller_hooks::{CallContext, HookClient, HookError};
 use serde_json::{json, Value};
 
 use crate::children::{self, ChildType, ParentRef};
 use crate::claim::{self, Claim, Claimant};
-use crate::events::{self, EventRecorder};
+use crate::events::EventRecorder;
 use crate::meta::{api_group, is_deleting};
+use crate::reconcile::{self, priority, Reconciler, SyncFailure};
 use crate::related::{ParentId, RelatedConfig, RelatedError, RelatedManager};
 use crate::rolling::{self, Desired, ParentRevision, RevisionParent, Rollout};
 use crate::writer::{to_value, ApplyStrategy, WriteError, Writer};
@@ -140,6 +139,16 @@ impl SyncError {
     }
 }
 
+impl SyncFailure for SyncError {
+    fn retry_after(&self) -> Option<Duration> {
+        SyncError::retry_after(self)
+    }
+
+    fn is_conflict(&self) -> bool {
+        SyncError::is_conflict(self)
+    }
+}
+
 /// How a controller runs.
 #[derive(Debug, Clone)]
 pub struct Options {
@@ -178,13 +187,6 @@ struct Mapper {
     generate_selector: bool,
     ignore_status_changes: bool,
     queue: WorkQueue<NamespacedName>,
-}
-
-fn priority(origin: Origin) -> Priority {
-    match origin {
-        Origin::Watch => Priority::Event,
-        Origin::Relist => Priority::Bulk,
-    }
 }
 
 fn has_finalizer(obj: &DynamicObject, name: &str) -> bool {
@@ -328,8 +330,6 @@ struct Inner {
     children: Vec<Child>,
     /// ControllerRevisions, when a child type uses a rolling update method.
     revisions: Option<Revisions>,
-    /// `apiVersion/plural` → index in `children`.
-    child_index: HashMap<String, usize>,
     mapper: Arc<Mapper>,
     queue: WorkQueue<NamespacedName>,
     related: RelatedManager,
@@ -352,6 +352,17 @@ struct Revisions {
     resource: Arc<ApiResource>,
     informer: Lease<ResourceId, Informer>,
     handler: HandlerId,
+}
+
+/// Which hook one sync calls, and what it shows the hook besides the parent.
+struct HookCall<'a> {
+    hook: &'a Hook,
+    /// `sync` or `finalize`.
+    name: &'static str,
+    finalizing: bool,
+    types: &'a [ChildType],
+    /// The claimed children.
+    observed: &'a [Value],
 }
 
 /// The outcome of the hook call(s) of one sync.
@@ -379,168 +390,213 @@ pub fn start(
     controller
         .validate()
         .map_err(|e| StartError::Invalid(e.to_string()))?;
-    let workers = options.workers.max(1);
+    let resolved = Resolved::new(&controller, resources)?;
     let name = controller.metadata.name.clone().unwrap_or_default();
-    let spec = &controller.spec;
-    let lookup = |api_version: &str, resource: &str| {
-        resources
-            .get(api_version, resource)
-            .cloned()
-            .ok_or_else(|| StartError::UnknownResource(format!("{resource}.{api_version}")))
-    };
-    let parent_resource = lookup(
-        &spec.parent_resource.api_version,
-        &spec.parent_resource.resource,
-    )?;
-    if !parent_resource.has_subresource("status") {
-        return Err(StartError::NoStatusSubresource {
-            controller: name,
-            gvk: format!(
-                "{}, Kind={}",
-                parent_resource.api_version, parent_resource.kind
-            ),
-        });
-    }
-    let parent_selector =
-        Selector::from_label_selector_or_everything(spec.parent_resource.label_selector.as_ref())
-            .map_err(|e| StartError::Invalid(format!("spec.parentResource.labelSelector: {e}")))?;
-    let mut child_resources = Vec::new();
-    for rule in &spec.child_resources {
-        let resource = lookup(&rule.api_version, &rule.resource)?;
-        child_resources.push((
-            ChildType {
-                api_version: resource.api_version.clone(),
-                kind: resource.kind.clone(),
-                resource: resource.name.clone(),
-                namespaced: resource.namespaced,
-                method: rule.update_method(),
-            },
-            rule.update_strategy
-                .as_ref()
-                .and_then(|s| s.status_checks.clone()),
-            resource,
-        ));
-    }
-    let any_rolling = child_resources
-        .iter()
-        .any(|(t, _, _)| t.method.is_rolling());
-    let revision_resource = if any_rolling {
-        Some(lookup(
-            metacontroller_api::API_VERSION,
-            ControllerRevision::PLURAL,
-        )?)
-    } else {
-        None
-    };
     let writer = Arc::new(Writer::new(client, options.apply_strategy));
     let queue = WorkQueue::new(format!("composite-{name}"));
-    let related = RelatedManager::new(RelatedConfig {
-        controller: CustomizableController::Composite(Box::new(controller.clone())),
-        name: name.clone(),
-        hook: spec.customize_hook().cloned(),
-        endpoint_configs: spec.all_endpoint_configs().cloned().collect(),
-        hooks: hooks.clone(),
-        informers: informers.clone(),
-        resources: resources.clone(),
-        enqueue: {
-            let queue = queue.clone();
-            Arc::new(move |parent: &ParentId, origin| {
-                queue.add(parent.key.clone(), priority(origin))
-            })
-        },
-    });
-
-    let parent = informers.lease(&parent_resource);
+    let related = related_manager(&controller, &hooks, informers, resources, &queue);
+    let parent = informers.lease(&resolved.parent);
+    let spec = &controller.spec;
     let mapper = Arc::new(Mapper {
         parents: parent.value().clone(),
-        parent_resource: parent_resource.clone(),
-        parent_selector,
+        parent_resource: resolved.parent.clone(),
+        parent_selector: resolved.parent_selector,
         finalizer: controller.finalizer_name(),
         generate_selector: spec.generate_selector == Some(true),
         ignore_status_changes: spec.parent_resource.ignore_status_changes == Some(true),
         queue: queue.clone(),
     });
     let parent_handler = {
-        let writer = writer.clone();
         let mapper = mapper.clone();
-        let res = parent_resource.clone();
-        parent.add_handler(Arc::new(move |change, origin| {
-            writer.observe(&res, change);
-            if let Change::Deleted(obj) = change {
-                if let Some(uid) = obj.metadata.uid.as_ref() {
-                    writer.expectations().forget(uid);
-                }
-            }
-            mapper.on_parent(change, origin);
-        }))
+        reconcile::watch_owners(
+            &parent,
+            writer.clone(),
+            resolved.parent.clone(),
+            move |change, origin| mapper.on_parent(change, origin),
+        )
     };
-    let mut children = Vec::new();
-    let mut child_index = HashMap::new();
-    let revisions = revision_resource.map(|resource| {
+    let revisions = resolved.revisions.map(|resource| {
         let informer = informers.lease(&resource);
-        let writer = writer.clone();
-        let res = resource.clone();
-        let handler = informer.add_handler(Arc::new(move |change, _| writer.observe(&res, change)));
+        let handler =
+            reconcile::watch_owned(&informer, writer.clone(), resource.clone(), |_, _| {});
         Revisions {
             resource,
             informer,
             handler,
         }
     });
-    for (kind, status_checks, resource) in child_resources {
-        let informer = informers.lease(&resource);
-        let writer = writer.clone();
-        let mapper = mapper.clone();
-        let res = resource.clone();
-        let handler = informer.add_handler(Arc::new(move |change, origin| {
-            writer.observe(&res, change);
-            mapper.on_child(change, origin);
-        }));
-        child_index.insert(
-            format!("{}/{}", resource.api_version, resource.name),
-            children.len(),
-        );
-        children.push(Child {
-            kind,
-            status_checks,
-            resource,
-            informer,
-            handler,
-        });
-    }
+    let children = resolved
+        .children
+        .into_iter()
+        .map(|(kind, status_checks, resource)| {
+            let informer = informers.lease(&resource);
+            let mapper = mapper.clone();
+            let handler = reconcile::watch_owned(
+                &informer,
+                writer.clone(),
+                resource.clone(),
+                move |change, origin| mapper.on_child(change, origin),
+            );
+            Child {
+                kind,
+                status_checks,
+                resource,
+                informer,
+                handler,
+            }
+        })
+        .collect();
     let inner = Arc::new(Inner {
         controller,
         writer,
         hooks,
-        parent_resource,
+        parent_resource: resolved.parent,
         parent,
         parent_handler,
         children,
         revisions,
-        child_index,
         mapper,
-        queue: queue.clone(),
+        queue,
         related,
         events: options.events,
     });
-    let run_queue = queue.clone();
-    let task = tokio::spawn(async move {
-        for c in &inner.children {
-            c.informer.wait_synced().await;
+    Ok(reconcile::run(inner, options.workers))
+}
+
+/// The resources a CompositeController's spec names, resolved through discovery.
+struct Resolved {
+    parent: Arc<ApiResource>,
+    parent_selector: Selector,
+    children: Vec<(ChildType, Option<ChildUpdateStatusChecks>, Arc<ApiResource>)>,
+    /// ControllerRevisions, when a child type uses a rolling update method.
+    revisions: Option<Arc<ApiResource>>,
+}
+
+impl Resolved {
+    fn new(controller: &CompositeController, resources: &ResourceMap) -> Result<Self, StartError> {
+        let spec = &controller.spec;
+        let lookup = |api_version: &str, resource: &str| {
+            resources
+                .get(api_version, resource)
+                .cloned()
+                .ok_or_else(|| StartError::UnknownResource(format!("{resource}.{api_version}")))
+        };
+        let parent = lookup(
+            &spec.parent_resource.api_version,
+            &spec.parent_resource.resource,
+        )?;
+        if !parent.has_subresource("status") {
+            return Err(StartError::NoStatusSubresource {
+                controller: controller.metadata.name.clone().unwrap_or_default(),
+                gvk: format!("{}, Kind={}", parent.api_version, parent.kind),
+            });
         }
-        if let Some(r) = &inner.revisions {
-            r.informer.wait_synced().await;
+        let parent_selector = Selector::from_label_selector_or_everything(
+            spec.parent_resource.label_selector.as_ref(),
+        )
+        .map_err(|e| StartError::Invalid(format!("spec.parentResource.labelSelector: {e}")))?;
+        let mut children = Vec::new();
+        for rule in &spec.child_resources {
+            let resource = lookup(&rule.api_version, &rule.resource)?;
+            children.push((
+                ChildType {
+                    api_version: resource.api_version.clone(),
+                    kind: resource.kind.clone(),
+                    resource: resource.name.clone(),
+                    namespaced: resource.namespaced,
+                    method: rule.update_method(),
+                },
+                rule.update_strategy
+                    .as_ref()
+                    .and_then(|s| s.status_checks.clone()),
+                resource,
+            ));
         }
-        inner.parent.wait_synced().await;
-        let worker_inner = inner.clone();
-        run_queue
-            .run(workers, move |key: NamespacedName| {
-                let inner = worker_inner.clone();
-                async move { inner.sync_and_record(&key).await }
-            })
-            .await;
-    });
-    Ok(CompositeHandle::new(queue, task))
+        let revisions = if children.iter().any(|(t, _, _)| t.method.is_rolling()) {
+            Some(lookup(
+                metacontroller_api::API_VERSION,
+                ControllerRevision::PLURAL,
+            )?)
+        } else {
+            None
+        };
+        Ok(Resolved {
+            parent,
+            parent_selector,
+            children,
+            revisions,
+        })
+    }
+}
+
+/// The customize hook and related objects of `controller`; related changes queue the parent.
+fn related_manager(
+    controller: &CompositeController,
+    hooks: &HookClient,
+    informers: &Informers,
+    resources: &ResourceMap,
+    queue: &WorkQueue<NamespacedName>,
+) -> RelatedManager {
+    let spec = &controller.spec;
+    let queue = queue.clone();
+    RelatedManager::new(RelatedConfig {
+        controller: CustomizableController::Composite(Box::new(controller.clone())),
+        name: controller.metadata.name.clone().unwrap_or_default(),
+        hook: spec.customize_hook().cloned(),
+        endpoint_configs: spec.all_endpoint_configs().cloned().collect(),
+        hooks: hooks.clone(),
+        informers: informers.clone(),
+        resources: resources.clone(),
+        enqueue: Arc::new(move |parent: &ParentId, origin| {
+            queue.add(parent.key.clone(), priority(origin))
+        }),
+    })
+}
+
+impl Reconciler for Inner {
+    type Key = NamespacedName;
+    type Error = SyncError;
+
+    fn name(&self) -> &str {
+        self.controller.metadata.name.as_deref().unwrap_or_default()
+    }
+
+    fn queue(&self) -> &WorkQueue<NamespacedName> {
+        &self.queue
+    }
+
+    fn events(&self) -> &EventRecorder {
+        &self.events
+    }
+
+    fn resync_period_seconds(&self) -> Option<i32> {
+        self.controller.spec.resync_period_seconds
+    }
+
+    fn informers(&self) -> Vec<&Informer> {
+        let children = self.children.iter().map(|c| &*c.informer);
+        let revisions = self.revisions.iter().map(|r| &*r.informer);
+        children
+            .chain(revisions)
+            .chain(std::iter::once(&*self.parent))
+            .collect()
+    }
+
+    fn object(&self, key: &NamespacedName) -> Option<Value> {
+        let cached = to_value(&*self.parent.get(key)?, &self.parent_resource).ok()?;
+        self.writer.fresh(&self.parent_resource, cached)
+    }
+
+    /// Parents that neither match `parentResource.labelSelector` nor carry our finalizer
+    /// are not ours.
+    fn cares(&self, parent: &Value) -> bool {
+        value_has_finalizer(parent, self.finalizer())
+            || self.mapper.parent_selector.matches(&value_labels(parent))
+    }
+
+    async fn sync(&self, key: &NamespacedName) -> Result<(), SyncError> {
+        self.sync_key(key).await
+    }
 }
 
 /// A parent during one sync.
@@ -552,10 +608,6 @@ struct ParentState {
 }
 
 impl Inner {
-    fn name(&self) -> &str {
-        self.controller.metadata.name.as_deref().unwrap_or_default()
-    }
-
     fn finalizer(&self) -> &str {
         &self.mapper.finalizer
     }
@@ -564,40 +616,16 @@ impl Inner {
         self.children.iter().map(|c| c.kind.clone()).collect()
     }
 
-    /// Whether the cache holds the object `key`, not being deleted (for expectations: a
-    /// delete is confirmed once accepted, even while finalizers keep the object).
+    /// For expectations: whether the cache holds the child `key` (see
+    /// [`reconcile::presence`]).
     fn cached(&self, key: &ObjectKey) -> Option<bool> {
-        let index = self.child_index.get(&key.resource)?;
-        let nn = NamespacedName::new(key.namespace.clone(), key.name.clone());
-        Some(
-            self.children[*index]
-                .informer
-                .get(&nn)
-                .is_some_and(|o| o.metadata.deletion_timestamp.is_none()),
-        )
+        let watched = self.children.iter().map(|c| (&*c.resource, &*c.informer));
+        reconcile::presence(watched, key)
     }
 
-    /// [`Inner::sync`], recording a `SyncError` Event on the parent when it fails (upstream
-    /// `Sync error: <error>`), except for conflicts.
-    async fn sync_and_record(&self, key: &NamespacedName) -> Result<(), SyncError> {
-        let result = self.sync(key).await;
-        if let Err(e) = &result {
-            if !e.is_conflict() {
-                if let Some(parent) = self.parent.get(key) {
-                    if let Ok(parent) = to_value(&parent, &self.parent_resource) {
-                        self.events.warning(
-                            &parent,
-                            events::reason::SYNC_ERROR,
-                            format!("Sync error: {e}"),
-                        );
-                    }
-                }
-            }
-        }
-        result
-    }
-
-    async fn sync(&self, key: &NamespacedName) -> Result<(), SyncError> {
+    /// One sync: the parent from the cache (own writes applied), its finalizer, then — once
+    /// the cache has caught up with our last writes — hook and writes ([`Inner::sync_parent`]).
+    async fn sync_key(&self, key: &NamespacedName) -> Result<(), SyncError> {
         let Some(cached) = self.parent.get(key) else {
             // Deleted; children go with the garbage collector.
             self.related.forget(&ParentId {
@@ -611,10 +639,7 @@ impl Inner {
         let Some(object) = self.writer.fresh(&self.parent_resource, cached) else {
             return Ok(());
         };
-        let labels = value_labels(&object);
-        if !value_has_finalizer(&object, self.finalizer())
-            && !self.mapper.parent_selector.matches(&labels)
-        {
+        if !self.cares(&object) {
             return Ok(());
         }
         let uid = object.uid().unwrap_or_default().to_string();
@@ -626,25 +651,21 @@ impl Inner {
             namespace,
         };
         self.sync_finalizer(&mut parent).await?;
-        if !value_has_finalizer(&parent.object, self.finalizer())
-            && !self.mapper.parent_selector.matches(&labels)
-        {
+        // Check again: we may just have removed our finalizer.
+        if !self.cares(&parent.object) {
             return Ok(());
         }
-        if !self.writer.satisfied(&parent.uid, |k| self.cached(k)) {
-            // Our last writes are not in the cache yet; their events requeue the parent.
-            tracing::debug!(controller = self.name(), parent = %key, "waiting for the cache to confirm our writes");
-            self.queue
-                .add_after(key.clone(), Duration::from_secs(1), Priority::Event);
+        if !reconcile::own_writes_confirmed(
+            self.name(),
+            &self.writer,
+            &self.queue,
+            key,
+            &parent.uid,
+            |k| self.cached(k),
+        ) {
             return Ok(());
         }
-        let result = self.sync_parent(&mut parent).await;
-        if let Some(delay) = result.as_ref().err().and_then(SyncError::retry_after) {
-            tracing::info!(controller = self.name(), parent = %key, ?delay, "hook asked to slow down; resyncing later");
-            self.queue.add_after(key.clone(), delay, Priority::Event);
-            return Ok(());
-        }
-        result
+        self.sync_parent(&mut parent).await
     }
 
     /// Adds our finalizer when a finalize hook exists (unless the parent is already being
@@ -672,82 +693,115 @@ impl Inner {
             && self.controller.spec.finalize_hook().is_some()
     }
 
+    /// Claims children, calls the hook (once per revision with rolling updates), then
+    /// writes: the finalizer removal after `finalized`, the children, the status.
     async fn sync_parent(&self, parent: &mut ParentState) -> Result<(), SyncError> {
-        let generate = self.mapper.generate_selector;
-        let selector = parent_child_selector(&parent.object, generate)?;
+        let selector = parent_child_selector(&parent.object, self.mapper.generate_selector)?;
         let observed = self.claim_children(parent, &selector).await?;
-
         let types = self.child_types();
+        let (hook, name, finalizing) = self.choose_hook(&parent.object)?;
+        let call = HookCall {
+            hook,
+            name,
+            finalizing,
+            types: &types,
+            observed: &observed,
+        };
         let deleting = is_deleting(&parent.object);
-        // As upstream: finalize while being deleted, and also once the parent stops matching
-        // `parentResource.labelSelector` (it still carries our finalizer, or we would not be
-        // here), so the hook can clean up before the parent is let go.
-        let unselected = !self
-            .mapper
-            .parent_selector
-            .matches(&value_labels(&parent.object));
-        let (hook, hook_name, finalizing) =
-            match (deleting || unselected, self.controller.spec.finalize_hook()) {
-                (true, Some(h)) => (h, "finalize", true),
-                _ => match self.controller.spec.sync_hook() {
-                    Some(h) => (h, "sync", false),
-                    // As upstream: a live parent needs a sync hook (SyncError, backoff).
-                    None => return Err(SyncError::NoSyncHook),
-                },
-            };
         let use_revisions =
             self.revisions.is_some() && (!deleting || self.should_finalize(&parent.object));
         let outcome = if use_revisions {
-            self.sync_revisions(parent, hook, hook_name, finalizing, &types, &observed)
-                .await?
+            self.sync_revisions(parent, &call).await?
         } else {
-            let response = self
-                .call_hook(
-                    parent,
-                    &parent.object,
-                    hook,
-                    hook_name,
-                    finalizing,
-                    &types,
-                    &observed,
-                )
-                .await?;
-            let (desired, refused) =
-                children::validate_desired(&types, parent.namespace.as_deref(), response.children);
-            HookOutcome {
-                desired,
-                status: response.status,
-                resync_after_seconds: response.resync_after_seconds,
-                finalized: response.finalized,
-                refused,
-            }
+            self.sync_once(parent, &call).await?
         };
+        reconcile::resync_after(&self.queue, &parent.key, outcome.resync_after_seconds);
 
-        if outcome.resync_after_seconds > 0.0 {
-            let delay = Duration::from_secs_f64(outcome.resync_after_seconds.min(1e9));
-            self.queue
-                .add_after(parent.key.clone(), delay, Priority::Event);
-        }
-        if let Some(period) = self.controller.spec.resync_period_seconds {
-            // Upstream raises any period below one second (0 and negatives too) to one.
-            let delay = Duration::from_secs(period.max(1) as u64);
-            self.queue
-                .add_after(parent.key.clone(), delay, Priority::Bulk);
-        }
-
-        let mut finalized_now = false;
-        if finalizing && outcome.finalized && value_has_finalizer(&parent.object, self.finalizer())
-        {
-            let mut updated = parent.object.clone();
-            edit_finalizers(&mut updated, self.finalizer(), false);
-            parent.object = self.writer.replace(&self.parent_resource, updated).await?;
-            finalized_now = true;
-        }
-
+        let finalized_now = if finalizing && outcome.finalized {
+            self.remove_finalizer(parent).await?
+        } else {
+            false
+        };
         let mut desired = outcome.desired;
-        let refused = outcome.refused;
+        self.label_desired(parent, &selector, &mut desired)?;
+        let mut manage_result = Ok(());
+        if !is_deleting(&parent.object) || self.should_finalize(&parent.object) {
+            // As upstream, the status is written even when a child write failed (a 409
+            // Conflict included); the failure is returned afterwards, for a retry.
+            manage_result = self
+                .manage_children(parent, &types, &observed, &desired)
+                .await;
+        }
+        self.write_status(parent, outcome.status, finalized_now)
+            .await?;
+        manage_result?;
+        if outcome.refused.is_empty() {
+            Ok(())
+        } else {
+            Err(SyncError::Refused(outcome.refused))
+        }
+    }
+
+    /// The hook this sync calls: as upstream, the finalize hook while the parent is being
+    /// deleted, and also once it stops matching `parentResource.labelSelector` (it still
+    /// carries our finalizer, or we would not be here), so the hook can clean up before
+    /// the parent is let go; else the sync hook, which a live parent needs (SyncError,
+    /// backoff).
+    fn choose_hook(&self, parent: &Value) -> Result<(&Hook, &'static str, bool), SyncError> {
+        let unselected = !self.mapper.parent_selector.matches(&value_labels(parent));
+        match (
+            is_deleting(parent) || unselected,
+            self.controller.spec.finalize_hook(),
+        ) {
+            (true, Some(h)) => Ok((h, "finalize", true)),
+            _ => match self.controller.spec.sync_hook() {
+                Some(h) => Ok((h, "sync", false)),
+                None => Err(SyncError::NoSyncHook),
+            },
+        }
+    }
+
+    /// Without rolling updates: one hook call for the parent as it is.
+    async fn sync_once(
+        &self,
+        parent: &ParentState,
+        call: &HookCall<'_>,
+    ) -> Result<HookOutcome, SyncError> {
+        let response = self.call_hook(parent, &parent.object, call).await?;
+        let (desired, refused) =
+            children::validate_desired(call.types, parent.namespace.as_deref(), response.children);
+        Ok(HookOutcome {
+            desired,
+            status: response.status,
+            resync_after_seconds: response.resync_after_seconds,
+            finalized: response.finalized,
+            refused,
+        })
+    }
+
+    /// Removes our finalizer after the finalize hook said `finalized`. True when it was
+    /// removed now.
+    async fn remove_finalizer(&self, parent: &mut ParentState) -> Result<bool, SyncError> {
+        if !value_has_finalizer(&parent.object, self.finalizer()) {
+            return Ok(false);
+        }
+        let mut updated = parent.object.clone();
+        edit_finalizers(&mut updated, self.finalizer(), false);
+        parent.object = self.writer.replace(&self.parent_resource, updated).await?;
+        Ok(true)
+    }
+
+    /// With `generateSelector`, labels each desired child `controller-uid: <parent uid>`;
+    /// then every desired child must match the parent's selector (upstream refuses the
+    /// sync otherwise).
+    fn label_desired(
+        &self,
+        parent: &ParentState,
+        selector: &Selector,
+        desired: &mut Desired,
+    ) -> Result<(), SyncError> {
         for (key, (_, child)) in desired.iter_mut() {
-            if generate {
+            if self.mapper.generate_selector {
                 add_label_if_absent(child, CONTROLLER_UID_LABEL, &parent.uid);
             }
             if !selector.matches(&value_labels(child)) {
@@ -757,17 +811,19 @@ impl Inner {
                 )));
             }
         }
+        Ok(())
+    }
 
-        let mut manage_result = Ok(());
-        if !is_deleting(&parent.object) || self.should_finalize(&parent.object) {
-            // As upstream, the status is written even when a child write failed (a 409
-            // Conflict included); the failure is returned afterwards, for a retry.
-            manage_result = self
-                .manage_children(parent, &types, &observed, &desired)
-                .await;
-        }
-
-        let mut status = outcome.status.unwrap_or_default();
+    /// Writes the hook's status with `observedGeneration` through `/status` (only when it
+    /// changed). A parent that is gone — or going, once we removed its last finalizer — is
+    /// not an error.
+    async fn write_status(
+        &self,
+        parent: &ParentState,
+        status: Option<serde_json::Map<String, Value>>,
+        finalized_now: bool,
+    ) -> Result<(), SyncError> {
+        let mut status = status.unwrap_or_default();
         if let Some(generation) = parent.object.pointer("/metadata/generation") {
             status.insert("observedGeneration".into(), generation.clone());
         }
@@ -776,51 +832,39 @@ impl Inner {
             .write_status(&self.parent_resource, &parent.object, Value::Object(status))
             .await
         {
-            Ok(_) => {}
-            // The parent is gone (or going, once its last finalizer was removed).
-            Err(e) if e.is_not_found() => {}
-            Err(e) if finalized_now && e.is_conflict() => {}
-            Err(e) => return Err(e.into()),
-        }
-        manage_result?;
-        if refused.is_empty() {
-            Ok(())
-        } else {
-            Err(SyncError::Refused(refused))
+            Ok(_) => Ok(()),
+            Err(e) if e.is_not_found() => Ok(()),
+            Err(e) if finalized_now && e.is_conflict() => Ok(()),
+            Err(e) => Err(e.into()),
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
+    /// Calls `call.hook` with `parent_object` as the parent (the parent itself, or as one
+    /// of its revisions sees it).
     async fn call_hook(
         &self,
         parent: &ParentState,
         parent_object: &Value,
-        hook: &Hook,
-        hook_name: &'static str,
-        finalizing: bool,
-        types: &[ChildType],
-        observed: &[Value],
+        call: &HookCall<'_>,
     ) -> Result<CompositeHookResponse, SyncError> {
-        let related = self
-            .related
-            .related(&parent.object, hook.effective_version())
-            .await?;
+        let version = call.hook.effective_version();
+        let related = self.related.related(&parent.object, version).await?;
         let request = CompositeHookRequest {
             controller: self.controller.clone(),
             parent: parent_object.clone(),
             children: children::observed_map(
-                hook.effective_version(),
+                version,
                 parent.namespace.as_deref(),
-                types,
-                observed.iter().cloned(),
+                call.types,
+                call.observed.iter().cloned(),
             ),
             related,
-            finalizing,
+            finalizing: call.finalizing,
         };
         let key_text = parent.key.to_string();
         let ctx = CallContext {
             controller: self.name(),
-            hook_name,
+            hook_name: call.name,
             parent_key: &key_text,
         };
         let endpoints: Vec<_> = self
@@ -830,57 +874,87 @@ impl Inner {
             .cloned()
             .collect();
         self.hooks
-            .call(&ctx, hook, &endpoints, &request)
+            .call(&ctx, call.hook, &endpoints, &request)
             .await
             .map_err(|source| SyncError::Hook {
-                hook: hook_name,
-                parent: format!(
-                    "{} {}/{}",
-                    self.parent_resource.kind,
-                    parent.namespace.as_deref().unwrap_or_default(),
-                    parent.key.name
-                ),
+                hook: call.name,
+                parent: self.describe(parent),
                 source,
             })
+    }
+
+    /// `<Kind> <namespace>/<name>` of a parent (upstream's wording in errors).
+    fn describe(&self, parent: &ParentState) -> String {
+        format!(
+            "{} {}/{}",
+            self.parent_resource.kind,
+            parent.namespace.as_deref().unwrap_or_default(),
+            parent.key.name
+        )
+    }
+
+    /// The controller ownerReference our children carry.
+    fn parent_ref(&self, parent: &ParentState) -> ParentRef {
+        ParentRef {
+            api_version: self.parent_resource.api_version.clone(),
+            kind: self.parent_resource.kind.clone(),
+            name: parent.key.name.clone(),
+            uid: parent.uid.clone(),
+        }
     }
 
     /// Rolling updates: one hook call per parent revision, one child moved to the latest
     /// revision per sync, ControllerRevisions written before children (upstream
     /// `syncRevisions`).
-    #[allow(clippy::too_many_arguments)]
     async fn sync_revisions(
         &self,
         parent: &ParentState,
-        hook: &Hook,
-        hook_name: &'static str,
-        finalizing: bool,
-        types: &[ChildType],
-        observed: &[Value],
+        call: &HookCall<'_>,
     ) -> Result<HookOutcome, SyncError> {
         let Some(revs) = &self.revisions else {
             return Err(SyncError::Selector("no ControllerRevision informer".into()));
         };
-        let generate = self.mapper.generate_selector;
-        // Revisions are found by controller ownership plus the parent-type labels; upstream
-        // also requires the parent's selector to match labels copied from
-        // `spec.template.metadata.labels`, which parents without a template never satisfy.
+        let observed_revisions = self.observed_revisions(revs, parent)?;
+        let parents = self.revision_parents(parent, &observed_revisions);
+        let (mut revisions, answers) = self.call_hook_per_revision(parent, call, parents).await?;
+        let condition = self.roll_out(parent, call.observed, &mut revisions);
+        let mut status = answers.status.unwrap_or_default();
+        rolling::set_condition(&mut status, "Updated", &condition);
+        let revisions = rolling::prune(revisions);
+        self.manage_revisions(&revs.resource, parent, &observed_revisions, &revisions)
+            .await?;
+        Ok(HookOutcome {
+            status: Some(status),
+            desired: rolling::merged_desired(&revisions, parent.namespace.as_deref()),
+            resync_after_seconds: answers.resync_after_seconds,
+            finalized: answers.finalized,
+            refused: answers.refused,
+        })
+    }
+
+    /// The parent's ControllerRevisions (cache + own writes). They are found by controller
+    /// ownership plus the parent-type labels; upstream also requires the parent's selector
+    /// to match labels copied from `spec.template.metadata.labels`, which parents without a
+    /// template never satisfy.
+    fn observed_revisions(
+        &self,
+        revs: &Revisions,
+        parent: &ParentState,
+    ) -> Result<Vec<ControllerRevision>, SyncError> {
+        let label = |key: &str, value: &str| {
+            metacontroller_dynamic::Requirement::new(
+                "revision",
+                key,
+                metacontroller_dynamic::Operator::Equals,
+                [value.to_string()],
+            )
+            .map_err(|e| SyncError::Selector(e.to_string()))
+        };
         let selector = Selector::from_requirements(vec![
-            metacontroller_dynamic::Requirement::new(
-                "revision",
-                LABEL_API_GROUP,
-                metacontroller_dynamic::Operator::Equals,
-                [self.parent_resource.group.clone()],
-            )
-            .map_err(|e| SyncError::Selector(e.to_string()))?,
-            metacontroller_dynamic::Requirement::new(
-                "revision",
-                LABEL_RESOURCE,
-                metacontroller_dynamic::Operator::Equals,
-                [self.parent_resource.name.clone()],
-            )
-            .map_err(|e| SyncError::Selector(e.to_string()))?,
+            label(LABEL_API_GROUP, &self.parent_resource.group)?,
+            label(LABEL_RESOURCE, &self.parent_resource.name)?,
         ]);
-        let mut observed_revisions = Vec::new();
+        let mut observed = Vec::new();
         for obj in revs.informer.controlled_by(&parent.uid) {
             let value = to_value(&obj, &revs.resource)?;
             let Some(value) = self.writer.fresh(&revs.resource, value) else {
@@ -889,9 +963,19 @@ impl Inner {
             if !selector.matches(&value_labels(&value)) {
                 continue;
             }
-            observed_revisions.push(serde_json::from_value::<ControllerRevision>(value)?);
+            observed.push(serde_json::from_value::<ControllerRevision>(value)?);
         }
+        Ok(observed)
+    }
 
+    /// The parent as each revision sees it, the latest first (a new revision when no
+    /// observed one matches the parent's current fields); the others are the parent with
+    /// the revision's patch applied.
+    fn revision_parents(
+        &self,
+        parent: &ParentState,
+        observed: &[ControllerRevision],
+    ) -> Vec<(Value, ControllerRevision)> {
         let field_paths = self
             .controller
             .spec
@@ -901,41 +985,53 @@ impl Inner {
             .map(|h| h.effective_field_paths())
             .unwrap_or_else(|| vec!["spec".to_string()]);
         let latest_patch = rolling::make_patch(&parent.object, &field_paths);
-        let mut latest_revision = None;
+        let mut latest = None;
         let mut others = Vec::new();
-        for rev in &observed_revisions {
+        for rev in observed {
             if crate::writer::json_equal(&rev.parent_patch, &latest_patch) {
-                latest_revision = Some(rev.clone());
+                latest = Some(rev.clone());
             } else {
                 let mut object = parent.object.clone();
                 rolling::apply_patch(&mut object, &rev.parent_patch, &field_paths);
                 others.push((object, rev.clone()));
             }
         }
-        let rp = RevisionParent {
-            plural: &self.parent_resource.name,
-            group: &self.parent_resource.group,
-            api_version: &self.parent_resource.api_version,
-            kind: &self.parent_resource.kind,
-            object: &parent.object,
-            generate_selector: generate,
-        };
-        let latest_revision =
-            latest_revision.unwrap_or_else(|| rolling::new_revision(&rp, latest_patch));
+        let latest = latest.unwrap_or_else(|| {
+            rolling::new_revision(
+                &RevisionParent {
+                    plural: &self.parent_resource.name,
+                    group: &self.parent_resource.group,
+                    api_version: &self.parent_resource.api_version,
+                    kind: &self.parent_resource.kind,
+                    object: &parent.object,
+                    generate_selector: self.mapper.generate_selector,
+                },
+                latest_patch,
+            )
+        });
+        std::iter::once((parent.object.clone(), latest))
+            .chain(others)
+            .collect()
+    }
 
+    /// One hook call per revision. The latest revision's status counts; the earliest
+    /// `resyncAfterSeconds` wins; finalized only when every revision says so.
+    async fn call_hook_per_revision(
+        &self,
+        parent: &ParentState,
+        call: &HookCall<'_>,
+        parents: Vec<(Value, ControllerRevision)>,
+    ) -> Result<(Vec<ParentRevision>, HookOutcome), SyncError> {
         let mut revisions = Vec::new();
-        let mut statuses = Vec::new();
-        let mut resync = 0.0_f64;
-        let mut finalized = true;
-        let mut refused = Vec::new();
-        for (object, revision) in
-            std::iter::once((parent.object.clone(), latest_revision)).chain(others)
-        {
-            let response = self
-                .call_hook(
-                    parent, &object, hook, hook_name, finalizing, types, observed,
-                )
-                .await?;
+        let mut answers = HookOutcome {
+            status: None,
+            desired: Desired::new(),
+            resync_after_seconds: 0.0,
+            finalized: true,
+            refused: Vec::new(),
+        };
+        for (index, (object, revision)) in parents.into_iter().enumerate() {
+            let response = self.call_hook(parent, &object, call).await?;
             let order = response
                 .children
                 .iter()
@@ -944,15 +1040,21 @@ impl Inner {
                     (k.0, k.1, k.3)
                 })
                 .collect();
-            let (desired, mut refused_here) =
-                children::validate_desired(types, parent.namespace.as_deref(), response.children);
-            refused.append(&mut refused_here);
+            let (desired, mut refused) = children::validate_desired(
+                call.types,
+                parent.namespace.as_deref(),
+                response.children,
+            );
+            answers.refused.append(&mut refused);
             let r = response.resync_after_seconds;
+            let resync = answers.resync_after_seconds;
             if r > 0.0 && (resync == 0.0 || r < resync) {
-                resync = r;
+                answers.resync_after_seconds = r;
             }
-            finalized &= response.finalized;
-            statuses.push(response.status);
+            answers.finalized &= response.finalized;
+            if index == 0 {
+                answers.status = response.status;
+            }
             revisions.push(ParentRevision {
                 parent: object,
                 revision,
@@ -960,14 +1062,19 @@ impl Inner {
                 order,
             });
         }
+        Ok((revisions, answers))
+    }
 
+    /// Moves children between revisions (one per sync, gated by `statusChecks`) and
+    /// returns the `Updated` condition.
+    fn roll_out(
+        &self,
+        parent: &ParentState,
+        observed: &[Value],
+        revisions: &mut [ParentRevision],
+    ) -> rolling::UpdatedCondition {
         let server_side = self.writer.strategy().is_server_side();
-        let parent_ref = ParentRef {
-            api_version: self.parent_resource.api_version.clone(),
-            kind: self.parent_resource.kind.clone(),
-            name: parent.key.name.clone(),
-            uid: parent.uid.clone(),
-        };
+        let parent_ref = self.parent_ref(parent);
         let up_to_date = |obs: &Value, want: &Value| -> bool {
             if server_side {
                 children::apply_body(want, &parent_ref)
@@ -989,27 +1096,15 @@ impl Inner {
                 })
                 .map(|c| (c.kind.method.clone(), c.status_checks.clone()))
         };
-        let condition = rolling::sync_rolling_update(
-            &mut revisions,
+        rolling::sync_rolling_update(
+            revisions,
             &Rollout {
                 observed,
                 rolling: &rolling_of,
                 up_to_date: &up_to_date,
                 parent_namespace: parent.namespace.as_deref(),
             },
-        );
-        let mut status = statuses.into_iter().next().flatten().unwrap_or_default();
-        rolling::set_condition(&mut status, "Updated", &condition);
-        let revisions = rolling::prune(revisions);
-        self.manage_revisions(&revs.resource, parent, &observed_revisions, &revisions)
-            .await?;
-        Ok(HookOutcome {
-            status: Some(status),
-            desired: rolling::merged_desired(&revisions, parent.namespace.as_deref()),
-            resync_after_seconds: resync,
-            finalized,
-            refused,
-        })
+        )
     }
 
     /// Creates, updates and deletes ControllerRevisions so they match `desired`; all of it
@@ -1146,15 +1241,7 @@ impl Inner {
         }
         tracing::info!(controller = self.name(), parent = %parent.key, kind = %res.kind, %ns, %name, "adopting");
         let mut updated = fresh;
-        children::set_controller_ref(
-            &mut updated,
-            &ParentRef {
-                api_version: self.parent_resource.api_version.clone(),
-                kind: self.parent_resource.kind.clone(),
-                name: parent.key.name.clone(),
-                uid: parent.uid.clone(),
-            },
-        );
+        children::set_controller_ref(&mut updated, &self.parent_ref(parent));
         match self.writer.replace(res, updated).await {
             Ok(adopted) => Ok(Some(adopted)),
             Err(e) if e.is_not_found() => Ok(None),
@@ -1188,12 +1275,7 @@ impl Inner {
         observed: &[Value],
         desired: &std::collections::BTreeMap<children::ChildKey, (usize, Value)>,
     ) -> Result<(), SyncError> {
-        let parent_ref = ParentRef {
-            api_version: self.parent_resource.api_version.clone(),
-            kind: self.parent_resource.kind.clone(),
-            name: parent.key.name.clone(),
-            uid: parent.uid.clone(),
-        };
+        let parent_ref = self.parent_ref(parent);
         let actions = children::plan_children(
             types,
             &parent_ref,
@@ -1209,12 +1291,7 @@ impl Inner {
             Ok(())
         } else {
             Err(SyncError::Writes {
-                parent: format!(
-                    "{} {}/{}",
-                    self.parent_resource.kind,
-                    parent.namespace.as_deref().unwrap_or_default(),
-                    parent.key.name
-                ),
+                parent: self.describe(parent),
                 errors,
             })
         }

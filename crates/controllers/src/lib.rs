@@ -11,6 +11,8 @@
 //! - [`writer`]: the controller-agnostic write path (create / update / server-side apply /
 //!   delete / status) with the own-writes overlay and create/delete expectations.
 //! - [`related`]: the customize hook and `related` objects (any controller kind).
+//! - `reconcile`: the skeleton both kinds run on (queue, workers, the rules around a
+//!   sync); each kind implements its `Reconciler` trait.
 //! - [`meta`]: object facts read the same way everywhere (deleting? API group?).
 //! - [`events`]: the rate-limited, non-blocking Event recorder.
 
@@ -21,6 +23,7 @@ pub mod decorator;
 pub mod events;
 pub mod handle;
 pub mod meta;
+mod reconcile;
 pub mod related;
 pub mod rolling;
 pub mod writer;

@@ -1,0 +1,234 @@
+//! The skeleton both controller kinds run on. A CompositeController and a
+//! DecoratorController differ in what one sync does (claim children vs. decorate a target);
+//! everything around a sync is the same and lives here, once:
+//!
+//! - **Events → queue.** Watch events are served before relist replays ([`priority`]);
+//!   the informer of the synced objects feeds the own-writes overlay and drops expectations
+//!   of deleted owners ([`watch_owners`]); informers of written objects feed the overlay
+//!   ([`watch_owned`]).
+//! - **Workers.** [`run`] waits for every informer to sync, then runs `--workers` syncs at
+//!   a time.
+//! - **Around a sync** ([`sync_and_record`]): a hook's 429 retries the key after
+//!   `Retry-After` with no Event; any other failure except a 409 Conflict records a
+//!   `SyncError` Warning Event on the object; `resyncPeriodSeconds` requeues every object
+//!   the controller cares about, whatever the sync's outcome (upstream's informer resync).
+//! - **Inside a sync**, the shared steps: wait while our own writes are unconfirmed
+//!   ([`own_writes_confirmed`]) and honour the hook's `resyncAfterSeconds`
+//!   ([`resync_after`]).
+//!
+//! The kind-specific part is the [`Reconciler`] trait.
+
+use std::fmt::Display;
+use std::future::Future;
+use std::hash::Hash;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kube::core::DynamicObject;
+use metacontroller_dynamic::{
+    ApiResource, Change, HandlerId, Informer, NamespacedName, ObjectKey, Origin, Priority,
+    WorkQueue,
+};
+use serde_json::Value;
+
+use crate::events::{self, EventRecorder};
+use crate::handle::ControllerHandle;
+use crate::writer::Writer;
+
+/// The queue priority of an informer event: watch events go before relist replays, so a
+/// cache flush never starves real changes.
+pub(crate) fn priority(origin: Origin) -> Priority {
+    match origin {
+        Origin::Watch => Priority::Event,
+        Origin::Relist => Priority::Bulk,
+    }
+}
+
+/// How the skeleton treats a failed sync.
+pub(crate) trait SyncFailure: Display {
+    /// `Some(delay)` when a hook asked to slow down (429): retried after `delay`, no Event.
+    fn retry_after(&self) -> Option<Duration>;
+    /// A 409 Conflict (stale cache): retried with backoff, no Event.
+    fn is_conflict(&self) -> bool;
+}
+
+/// What one controller kind plugs into the skeleton.
+pub(crate) trait Reconciler: Send + Sync + 'static {
+    /// A work queue key (one synced object).
+    type Key: Clone + Eq + Hash + Display + Send + Sync + 'static;
+    /// Why one sync failed.
+    type Error: SyncFailure + Send + 'static;
+
+    /// The controller object's name (for logs).
+    fn name(&self) -> &str;
+    /// The work queue of keys.
+    fn queue(&self) -> &WorkQueue<Self::Key>;
+    /// Where Events about synced objects go.
+    fn events(&self) -> &EventRecorder;
+    /// `spec.resyncPeriodSeconds`.
+    fn resync_period_seconds(&self) -> Option<i32>;
+    /// Every informer the reconciler reads; syncs start once all of them have synced.
+    fn informers(&self) -> Vec<&Informer>;
+    /// The object `key` names, as the reconciler currently sees it (cache + own writes).
+    fn object(&self, key: &Self::Key) -> Option<Value>;
+    /// Whether the controller cares about `object`: it is selected, or it still carries
+    /// the controller's finalizer (so it must be finalized).
+    fn cares(&self, object: &Value) -> bool;
+    /// One sync of `key`.
+    fn sync(&self, key: &Self::Key) -> impl Future<Output = Result<(), Self::Error>> + Send;
+}
+
+/// Starts the workers of `reconciler` once its informers have synced. Must run inside tokio.
+pub(crate) fn run<R: Reconciler>(reconciler: Arc<R>, workers: usize) -> ControllerHandle<R::Key> {
+    let queue = reconciler.queue().clone();
+    let run_queue = queue.clone();
+    let task = tokio::spawn(async move {
+        for informer in reconciler.informers() {
+            informer.wait_synced().await;
+        }
+        run_queue
+            .run(workers.max(1), move |key: R::Key| {
+                let reconciler = reconciler.clone();
+                async move { sync_and_record(&*reconciler, &key).await }
+            })
+            .await;
+    });
+    ControllerHandle::new(queue, task)
+}
+
+/// One sync of `key` with the rules every kind shares around it (see the module doc).
+pub(crate) async fn sync_and_record<R: Reconciler>(
+    reconciler: &R,
+    key: &R::Key,
+) -> Result<(), R::Error> {
+    let result = reconciler.sync(key).await;
+    schedule_resync_period(reconciler, key);
+    let Err(error) = &result else {
+        return result;
+    };
+    if let Some(delay) = error.retry_after() {
+        tracing::info!(controller = reconciler.name(), object = %key, ?delay, "hook asked to slow down; resyncing later");
+        reconciler
+            .queue()
+            .add_after(key.clone(), delay, Priority::Event);
+        return Ok(());
+    }
+    if !error.is_conflict() {
+        if let Some(object) = reconciler.object(key) {
+            reconciler.events().warning(
+                &object,
+                events::reason::SYNC_ERROR,
+                format!("Sync error: {error}"),
+            );
+        }
+    }
+    result
+}
+
+/// `resyncPeriodSeconds`: like upstream's informer resync, every object the controller
+/// cares about comes back after the period, whether its last sync succeeded or not (a
+/// failure is also retried with backoff, whichever comes first). Upstream raises any period
+/// below one second (0 and negatives too) to one.
+fn schedule_resync_period<R: Reconciler>(reconciler: &R, key: &R::Key) {
+    let Some(period) = reconciler.resync_period_seconds() else {
+        return;
+    };
+    if !reconciler
+        .object(key)
+        .is_some_and(|object| reconciler.cares(&object))
+    {
+        return;
+    }
+    let delay = Duration::from_secs(period.max(1) as u64);
+    reconciler
+        .queue()
+        .add_after(key.clone(), delay, Priority::Bulk);
+}
+
+/// The hook's `resyncAfterSeconds`: sync `key` again after that many seconds (0 = no).
+pub(crate) fn resync_after<K>(queue: &WorkQueue<K>, key: &K, seconds: f64)
+where
+    K: Clone + Eq + Hash + Send + 'static,
+{
+    if seconds > 0.0 {
+        let delay = Duration::from_secs_f64(seconds.min(1e9));
+        queue.add_after(key.clone(), delay, Priority::Event);
+    }
+}
+
+/// Whether the cache has caught up with our last creates/deletes for the object with uid
+/// `owner` (`present` answers for one written object, see [`presence`]). If not, the
+/// sync must not act on the stale cache: `key` is retried in a second (the watch events of
+/// our writes usually requeue it sooner).
+pub(crate) fn own_writes_confirmed<K>(
+    controller: &str,
+    writer: &Writer,
+    queue: &WorkQueue<K>,
+    key: &K,
+    owner: &str,
+    present: impl Fn(&ObjectKey) -> Option<bool>,
+) -> bool
+where
+    K: Clone + Eq + Hash + Display + Send + 'static,
+{
+    if writer.satisfied(owner, present) {
+        return true;
+    }
+    tracing::debug!(controller, object = %key, "waiting for the cache to confirm our writes");
+    queue.add_after(key.clone(), Duration::from_secs(1), Priority::Event);
+    false
+}
+
+/// For expectations: whether the informer of `key`'s resource (among `watched`) holds it.
+/// An accepted delete (deletionTimestamp set) counts as done, so a finalizer or grace period
+/// on a written object does not hold up its owner's syncs. `None` when `key`'s resource is
+/// not watched.
+pub(crate) fn presence<'a>(
+    watched: impl IntoIterator<Item = (&'a ApiResource, &'a Informer)>,
+    key: &ObjectKey,
+) -> Option<bool> {
+    // Keys are `<apiVersion>/<plural>` (see `writer::object_key`).
+    let (api_version, plural) = key.resource.rsplit_once('/')?;
+    let (_, informer) = watched
+        .into_iter()
+        .find(|(res, _)| res.api_version == api_version && res.name == plural)?;
+    let name = NamespacedName::new(key.namespace.clone(), key.name.clone());
+    Some(
+        informer
+            .get(&name)
+            .is_some_and(|o| o.metadata.deletion_timestamp.is_none()),
+    )
+}
+
+/// Watches the informer of synced objects (parents / targets): changes feed the own-writes
+/// overlay, a deleted object's expectations are dropped, then `route` queues keys.
+pub(crate) fn watch_owners(
+    informer: &Informer,
+    writer: Arc<Writer>,
+    res: Arc<ApiResource>,
+    route: impl Fn(&Change<DynamicObject>, Origin) + Send + Sync + 'static,
+) -> HandlerId {
+    informer.add_handler(Arc::new(move |change, origin| {
+        writer.observe(&res, change);
+        if let Change::Deleted(obj) = change {
+            if let Some(uid) = obj.metadata.uid.as_ref() {
+                writer.expectations().forget(uid);
+            }
+        }
+        route(change, origin);
+    }))
+}
+
+/// Watches the informer of objects a controller writes (children, attachments, revisions):
+/// changes feed the own-writes overlay, then `route` queues keys.
+pub(crate) fn watch_owned(
+    informer: &Informer,
+    writer: Arc<Writer>,
+    res: Arc<ApiResource>,
+    route: impl Fn(&Change<DynamicObject>, Origin) + Send + Sync + 'static,
+) -> HandlerId {
+    informer.add_handler(Arc::new(move |change, origin| {
+        writer.observe(&res, change);
+        route(change, origin);
+    }))
+}
