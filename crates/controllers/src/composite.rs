@@ -46,6 +46,7 @@ use serde_json::{json, Value};
 use crate::children::{self, ChildType, ParentRef};
 use crate::claim::{self, Claim, Claimant};
 use crate::events::EventRecorder;
+use crate::finalizer::{self, HookChoice};
 use crate::meta::{api_group, is_deleting};
 use crate::reconcile::{self, priority, Reconciler, SyncFailure};
 use crate::related::{ParentId, RelatedConfig, RelatedError, RelatedManager};
@@ -191,12 +192,6 @@ struct Mapper {
 
 fn has_finalizer(obj: &DynamicObject, name: &str) -> bool {
     obj.metadata.finalizers.iter().flatten().any(|f| f == name)
-}
-
-fn value_has_finalizer(obj: &Value, name: &str) -> bool {
-    obj.pointer("/metadata/finalizers")
-        .and_then(Value::as_array)
-        .is_some_and(|fs| fs.iter().any(|f| f.as_str() == Some(name)))
 }
 
 fn value_labels(obj: &Value) -> serde_json::Map<String, Value> {
@@ -590,8 +585,8 @@ impl Reconciler for Inner {
     /// Parents that neither match `parentResource.labelSelector` nor carry our finalizer
     /// are not ours.
     fn cares(&self, parent: &Value) -> bool {
-        value_has_finalizer(parent, self.finalizer())
-            || self.mapper.parent_selector.matches(&value_labels(parent))
+        let matches = self.mapper.parent_selector.matches(&value_labels(parent));
+        !finalizer::is_ignored(matches, parent, self.finalizer())
     }
 
     async fn sync(&self, key: &NamespacedName) -> Result<(), SyncError> {
@@ -650,7 +645,19 @@ impl Inner {
             uid,
             namespace,
         };
-        self.sync_finalizer(&mut parent).await?;
+        let finalize_hook = self.controller.spec.finalize_hook().is_some();
+        let written = reconcile::sync_finalizer(
+            &self.writer,
+            &self.parent_resource,
+            parent.object,
+            self.finalizer(),
+            finalize_hook,
+        )
+        .await?;
+        let Some(written) = written else {
+            return Ok(()); // the parent is gone
+        };
+        parent.object = written;
         // Check again: we may just have removed our finalizer.
         if !self.cares(&parent.object) {
             return Ok(());
@@ -668,31 +675,6 @@ impl Inner {
         self.sync_parent(&mut parent).await
     }
 
-    /// Adds our finalizer when a finalize hook exists (unless the parent is already being
-    /// deleted), removes it when the hook was removed from the spec.
-    async fn sync_finalizer(&self, parent: &mut ParentState) -> Result<(), SyncError> {
-        let wanted = self.controller.spec.finalize_hook().is_some();
-        let present = value_has_finalizer(&parent.object, self.finalizer());
-        if present == wanted || (wanted && is_deleting(&parent.object)) {
-            return Ok(());
-        }
-        let mut updated = parent.object.clone();
-        edit_finalizers(&mut updated, self.finalizer(), wanted);
-        parent.object = self.writer.replace(&self.parent_resource, updated).await?;
-        Ok(())
-    }
-
-    /// Whether children are managed while the parent is being deleted (upstream
-    /// `ShouldFinalize`): only with our finalizer and a finalize hook, and never while a
-    /// garbage-collector finalizer is working on the children.
-    fn should_finalize(&self, parent: &Value) -> bool {
-        let gc = ["foregroundDeletion", "orphan"]
-            .iter()
-            .any(|f| value_has_finalizer(parent, f));
-        !gc && value_has_finalizer(parent, self.finalizer())
-            && self.controller.spec.finalize_hook().is_some()
-    }
-
     /// Claims children, calls the hook (once per revision with rolling updates), then
     /// writes: the finalizer removal after `finalized`, the children, the status.
     async fn sync_parent(&self, parent: &mut ParentState) -> Result<(), SyncError> {
@@ -707,9 +689,7 @@ impl Inner {
             types: &types,
             observed: &observed,
         };
-        let deleting = is_deleting(&parent.object);
-        let use_revisions =
-            self.revisions.is_some() && (!deleting || self.should_finalize(&parent.object));
+        let use_revisions = self.revisions.is_some() && self.manages_children(&parent.object);
         let outcome = if use_revisions {
             self.sync_revisions(parent, &call).await?
         } else {
@@ -725,7 +705,7 @@ impl Inner {
         let mut desired = outcome.desired;
         self.label_desired(parent, &selector, &mut desired)?;
         let mut manage_result = Ok(());
-        if !is_deleting(&parent.object) || self.should_finalize(&parent.object) {
+        if self.manages_children(&parent.object) {
             // As upstream, the status is written even when a child write failed (a 409
             // Conflict included); the failure is returned afterwards, for a retry.
             manage_result = self
@@ -742,23 +722,24 @@ impl Inner {
         }
     }
 
-    /// The hook this sync calls: as upstream, the finalize hook while the parent is being
-    /// deleted, and also once it stops matching `parentResource.labelSelector` (it still
-    /// carries our finalizer, or we would not be here), so the hook can clean up before
-    /// the parent is let go; else the sync hook, which a live parent needs (SyncError,
-    /// backoff).
+    /// The hook this sync calls (see [`finalizer::choose_hook`]): the finalize hook also
+    /// once the parent stops matching `parentResource.labelSelector` (it still carries our
+    /// finalizer, or we would not be here), so the hook can clean up before the parent is
+    /// let go. A live parent needs a sync hook (SyncError, backoff), as upstream.
     fn choose_hook(&self, parent: &Value) -> Result<(&Hook, &'static str, bool), SyncError> {
-        let unselected = !self.mapper.parent_selector.matches(&value_labels(parent));
-        match (
-            is_deleting(parent) || unselected,
-            self.controller.spec.finalize_hook(),
-        ) {
-            (true, Some(h)) => Ok((h, "finalize", true)),
-            _ => match self.controller.spec.sync_hook() {
-                Some(h) => Ok((h, "sync", false)),
-                None => Err(SyncError::NoSyncHook),
-            },
+        let spec = &self.controller.spec;
+        let matches = self.mapper.parent_selector.matches(&value_labels(parent));
+        match finalizer::choose_hook(parent, matches, spec.finalize_hook().is_some()) {
+            HookChoice::Finalize => spec.finalize_hook().map(|h| (h, "finalize", true)),
+            HookChoice::Sync => spec.sync_hook().map(|h| (h, "sync", false)),
         }
+        .ok_or(SyncError::NoSyncHook)
+    }
+
+    /// Whether children are managed in this sync (see [`finalizer::manages_children`]).
+    fn manages_children(&self, parent: &Value) -> bool {
+        let finalize_hook = self.controller.spec.finalize_hook().is_some();
+        finalizer::manages_children(parent, self.finalizer(), finalize_hook)
     }
 
     /// Without rolling updates: one hook call for the parent as it is.
@@ -782,11 +763,10 @@ impl Inner {
     /// Removes our finalizer after the finalize hook said `finalized`. True when it was
     /// removed now.
     async fn remove_finalizer(&self, parent: &mut ParentState) -> Result<bool, SyncError> {
-        if !value_has_finalizer(&parent.object, self.finalizer()) {
+        let Some(updated) = finalizer::with_finalizer(&parent.object, self.finalizer(), false)
+        else {
             return Ok(false);
-        }
-        let mut updated = parent.object.clone();
-        edit_finalizers(&mut updated, self.finalizer(), false);
+        };
         parent.object = self.writer.replace(&self.parent_resource, updated).await?;
         Ok(true)
     }
@@ -1298,28 +1278,6 @@ impl Inner {
     }
 }
 
-/// Adds (`add`) or removes `name` in `metadata.finalizers`.
-fn edit_finalizers(obj: &mut Value, name: &str, add: bool) {
-    let Some(meta) = obj.get_mut("metadata").and_then(Value::as_object_mut) else {
-        return;
-    };
-    let list = meta
-        .entry("finalizers")
-        .or_insert_with(|| Value::Array(Vec::new()));
-    if !list.is_array() {
-        *list = Value::Array(Vec::new());
-    }
-    if let Some(items) = list.as_array_mut() {
-        items.retain(|f| f.as_str() != Some(name));
-        if add {
-            items.push(Value::String(name.to_string()));
-        }
-        if items.is_empty() {
-            meta.remove("finalizers");
-        }
-    }
-}
-
 /// Sets `metadata.labels[key] = value` unless the label is already set (upstream keeps a
 /// hook-provided `controller-uid`).
 fn add_label_if_absent(obj: &mut Value, key: &str, value: &str) {
@@ -1344,18 +1302,6 @@ fn add_label_if_absent(obj: &mut Value, key: &str, value: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn finalizers_added_once_and_removed() {
-        let mut obj = json!({"metadata": {"name": "p", "finalizers": ["other"]}});
-        edit_finalizers(&mut obj, "mine", true);
-        edit_finalizers(&mut obj, "mine", true);
-        assert_eq!(obj["metadata"]["finalizers"], json!(["other", "mine"]));
-        edit_finalizers(&mut obj, "mine", false);
-        assert_eq!(obj["metadata"]["finalizers"], json!(["other"]));
-        edit_finalizers(&mut obj, "other", false);
-        assert!(obj["metadata"].get("finalizers").is_none());
-    }
 
     #[test]
     fn generated_selector_label_kept_when_set() {

@@ -13,6 +13,7 @@
 //! - [`related`]: the customize hook and `related` objects (any controller kind).
 //! - `reconcile`: the skeleton both kinds run on (queue, workers, the rules around a
 //!   sync); each kind implements its `Reconciler` trait.
+//! - [`finalizer`]: the finalizer and hook-choice rules of both kinds (pure).
 //! - [`meta`]: object facts read the same way everywhere (deleting? API group?).
 //! - [`events`]: the rate-limited, non-blocking Event recorder.
 
@@ -21,6 +22,7 @@ pub mod claim;
 pub mod composite;
 pub mod decorator;
 pub mod events;
+pub mod finalizer;
 pub mod handle;
 pub mod meta;
 mod reconcile;

@@ -13,8 +13,8 @@
 //!   `SyncError` Warning Event on the object; `resyncPeriodSeconds` requeues every object
 //!   the controller cares about, whatever the sync's outcome (upstream's informer resync).
 //! - **Inside a sync**, the shared steps: wait while our own writes are unconfirmed
-//!   ([`own_writes_confirmed`]) and honour the hook's `resyncAfterSeconds`
-//!   ([`resync_after`]).
+//!   ([`own_writes_confirmed`]), put the finalizer in place first ([`sync_finalizer`]) and
+//!   honour the hook's `resyncAfterSeconds` ([`resync_after`]).
 //!
 //! The kind-specific part is the [`Reconciler`] trait.
 
@@ -32,8 +32,9 @@ use metacontroller_dynamic::{
 use serde_json::Value;
 
 use crate::events::{self, EventRecorder};
+use crate::finalizer::{self, FinalizerSync};
 use crate::handle::ControllerHandle;
-use crate::writer::Writer;
+use crate::writer::{WriteError, Writer};
 
 /// The queue priority of an informer event: watch events go before relist replays, so a
 /// cache flush never starves real changes.
@@ -198,6 +199,31 @@ pub(crate) fn presence<'a>(
             .get(&name)
             .is_some_and(|o| o.metadata.deletion_timestamp.is_none()),
     )
+}
+
+/// Before anything else in a sync, puts the controller's finalizer in place (present iff
+/// a finalize hook is configured, see [`finalizer::finalizer_sync`]), so whatever the sync
+/// does later can be cleaned up. Returns the object as written, or `None` when it is gone.
+pub(crate) async fn sync_finalizer(
+    writer: &Writer,
+    res: &ApiResource,
+    object: Value,
+    name: &str,
+    finalize_hook: bool,
+) -> Result<Option<Value>, WriteError> {
+    let present = match finalizer::finalizer_sync(&object, name, finalize_hook) {
+        FinalizerSync::Keep => return Ok(Some(object)),
+        FinalizerSync::Add => true,
+        FinalizerSync::Remove => false,
+    };
+    let Some(updated) = finalizer::with_finalizer(&object, name, present) else {
+        return Ok(Some(object));
+    };
+    match writer.replace(res, updated).await {
+        Ok(written) => Ok(Some(written)),
+        Err(e) if e.is_not_found() => Ok(None),
+        Err(e) => Err(e),
+    }
 }
 
 /// Watches the informer of synced objects (parents / targets): changes feed the own-writes

@@ -29,10 +29,11 @@ use serde_json::Value;
 
 use super::attachments::{self, is_own_attachment};
 use super::select::{api_group, is_status_only_update, TargetSelector};
-use super::target::{self, FinalizerSync, HookChoice};
+use super::target;
 use crate::children::{self, ChildError, ChildType, ParentRef};
 use crate::composite::Options;
 use crate::events::EventRecorder;
+use crate::finalizer::{self, HookChoice};
 use crate::reconcile::{self, priority, Reconciler, SyncFailure};
 use crate::related::{ParentId, RelatedConfig, RelatedError, RelatedManager};
 use crate::writer::{to_value, WriteError, Writer};
@@ -483,7 +484,7 @@ impl Reconciler for Inner {
     /// ours.
     fn cares(&self, target: &Value) -> bool {
         let matches = self.routing.selector.matches(target);
-        !target::is_ignored(matches, target, &self.routing.finalizer)
+        !finalizer::is_ignored(matches, target, &self.routing.finalizer)
     }
 
     async fn sync(&self, key: &TargetKey) -> Result<(), SyncError> {
@@ -538,7 +539,11 @@ impl Inner {
         if !self.cares(&object) {
             return Ok(());
         }
-        let Some(object) = self.sync_finalizer(res, object).await? else {
+        let finalizer = &self.routing.finalizer;
+        let finalize_hook = self.finalize_hook().is_some();
+        let written =
+            reconcile::sync_finalizer(&self.writer, res, object, finalizer, finalize_hook).await?;
+        let Some(object) = written else {
             return Ok(()); // the target is gone
         };
         // Check again: we may just have removed our finalizer.
@@ -575,31 +580,6 @@ impl Inner {
         self.sync_target(&target).await
     }
 
-    /// Adds our finalizer when a finalize hook exists (unless the target is already being
-    /// deleted), removes it when the hook was removed from the spec. `None` when the target
-    /// is gone.
-    async fn sync_finalizer(
-        &self,
-        res: &ApiResource,
-        object: Value,
-    ) -> Result<Option<Value>, SyncError> {
-        let finalizer = self.routing.finalizer.as_str();
-        let present =
-            match target::finalizer_sync(&object, finalizer, self.finalize_hook().is_some()) {
-                FinalizerSync::Keep => return Ok(Some(object)),
-                FinalizerSync::Add => true,
-                FinalizerSync::Remove => false,
-            };
-        let Some(updated) = target::with_finalizer(&object, finalizer, present) else {
-            return Ok(Some(object));
-        };
-        match self.writer.replace(res, updated).await {
-            Ok(written) => Ok(Some(written)),
-            Err(e) if e.is_not_found() => Ok(None),
-            Err(e) => Err(e.into()),
-        }
-    }
-
     /// Hook, then the target update (which also drops the finalizer after
     /// `finalized: true`), then the attachments.
     async fn sync_target(&self, target: &TargetState<'_>) -> Result<(), SyncError> {
@@ -621,8 +601,8 @@ impl Inner {
         );
 
         let object = &target.object;
-        let finalized =
-            (response.finalized && target::has_finalizer(object, finalizer)).then_some(finalizer);
+        let finalized = (response.finalized && finalizer::has_finalizer(object, finalizer))
+            .then_some(finalizer);
         let update = target::apply_response(
             object,
             response.labels.as_ref(),
@@ -630,7 +610,7 @@ impl Inner {
             response.status.as_ref(),
             finalized,
         );
-        let manage = target::manages_attachments(object, finalizer, finalize_enabled);
+        let manage = finalizer::manages_children(object, finalizer, finalize_enabled);
         if !self.write_target(target.res, update).await? {
             return Ok(()); // the target is gone
         }
@@ -672,7 +652,7 @@ impl Inner {
     ) -> Result<DecoratorHookResponse, SyncError> {
         let object = &target.object;
         let matches = self.routing.selector.matches(object);
-        let choice = target::choose_hook(object, matches, self.finalize_hook().is_some());
+        let choice = finalizer::choose_hook(object, matches, self.finalize_hook().is_some());
         let (hook, hook_name) = match choice {
             HookChoice::Finalize => (self.finalize_hook(), "finalize"),
             HookChoice::Sync => (self.controller.spec.sync_hook(), "sync"),
