@@ -244,44 +244,23 @@ impl Mapper {
     }
 
     fn on_child(&self, change: &Change<DynamicObject>, origin: Origin) {
-        if let Change::Updated { old, new } = change {
-            // A relist replays unchanged objects: parents have their own resync.
-            if old.metadata.resource_version == new.metadata.resource_version {
-                return;
-            }
+        if reconcile::is_unchanged_replay(change) {
+            return;
         }
         let obj = change.object();
         let child_deleting =
             matches!(change, Change::Deleted(_)) || obj.metadata.deletion_timestamp.is_some();
-        let owner = obj
-            .metadata
-            .owner_references
-            .iter()
-            .flatten()
-            .find(|r| r.controller == Some(true));
-        let namespace = obj.metadata.namespace.clone().unwrap_or_default();
-        if let Some(owner) = owner {
-            let group = api_group(&owner.api_version);
-            if owner.kind != self.parent_resource.kind || group != self.parent_resource.group {
-                return;
+        if reconcile::controller_ref(obj).is_some() {
+            let resolved =
+                reconcile::resolve_controller_ref(obj, &self.parent_resource, &self.parents);
+            if let Some((key, parent)) = resolved {
+                if self.interested(&parent) {
+                    self.queue.add(key, priority(origin));
+                }
             }
-            let parent_ns = if self.parent_resource.namespaced {
-                namespace
-            } else {
-                String::new()
-            };
-            let key = NamespacedName::new(parent_ns, owner.name.clone());
-            let Some(parent) = self.parents.get(&key) else {
-                return;
-            };
-            if parent.metadata.uid.as_deref() != Some(owner.uid.as_str())
-                || !self.interested(&parent)
-            {
-                return;
-            }
-            self.queue.add(key, priority(origin));
             return;
         }
+        let namespace = obj.metadata.namespace.clone().unwrap_or_default();
         // An orphan: we never adopt orphans that are being deleted. A relist needs no mapping:
         // it also replays every parent, whose sync claims matching orphans.
         if child_deleting || origin == Origin::Relist {

@@ -24,6 +24,7 @@ use std::hash::Hash;
 use std::sync::Arc;
 use std::time::Duration;
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::core::DynamicObject;
 use metacontroller_dynamic::{
     ApiResource, Change, HandlerId, Informer, NamespacedName, ObjectKey, Origin, Priority,
@@ -199,6 +200,43 @@ pub(crate) fn presence<'a>(
             .get(&name)
             .is_some_and(|o| o.metadata.deletion_timestamp.is_none()),
     )
+}
+
+/// A relist replays unchanged objects: for written objects (children, attachments) that is
+/// no reason to sync their owner, whose own resync covers it.
+pub(crate) fn is_unchanged_replay(change: &Change<DynamicObject>) -> bool {
+    matches!(change, Change::Updated { old, new }
+        if old.metadata.resource_version == new.metadata.resource_version)
+}
+
+/// The controller ownerReference of `obj`, if any.
+pub(crate) fn controller_ref(obj: &DynamicObject) -> Option<&OwnerReference> {
+    obj.metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .find(|r| r.controller == Some(true))
+}
+
+/// Upstream `resolveControllerRef`: the object of `owners` (the informer of `res`) that
+/// `obj`'s controller ownerReference names — same group and kind (any version), same uid.
+pub(crate) fn resolve_controller_ref(
+    obj: &DynamicObject,
+    res: &ApiResource,
+    owners: &Informer,
+) -> Option<(NamespacedName, Arc<DynamicObject>)> {
+    let owner = controller_ref(obj)?;
+    if owner.kind != res.kind || crate::meta::api_group(&owner.api_version) != res.group {
+        return None;
+    }
+    let namespace = if res.namespaced {
+        obj.metadata.namespace.clone().unwrap_or_default()
+    } else {
+        String::new()
+    };
+    let key = NamespacedName::new(namespace, owner.name.clone());
+    let found = owners.get(&key)?;
+    (found.metadata.uid.as_deref() == Some(owner.uid.as_str())).then_some((key, found))
 }
 
 /// Before anything else in a sync, puts the controller's finalizer in place (present iff

@@ -203,20 +203,11 @@ impl Routing {
     /// An attachment changed: sync the target named by its controller ownerReference, if
     /// that is a target of ours (group and kind compared; the version may differ).
     fn on_attachment(&self, change: &Change<DynamicObject>, origin: Origin) {
-        if let Change::Updated { old, new } = change {
-            // A relist replay of an unchanged object: the target resync covers it.
-            if old.metadata.resource_version == new.metadata.resource_version {
-                return;
-            }
+        if reconcile::is_unchanged_replay(change) {
+            return;
         }
         let obj = change.object();
-        let Some(owner) = obj
-            .metadata
-            .owner_references
-            .iter()
-            .flatten()
-            .find(|r| r.controller == Some(true))
-        else {
+        let Some(owner) = reconcile::controller_ref(obj) else {
             return;
         };
         let group = api_group(&owner.api_version);
@@ -228,26 +219,18 @@ impl Routing {
             return;
         };
         let (res, informer) = &self.targets[index];
-        let namespace = if res.namespaced {
-            obj.metadata.namespace.clone().unwrap_or_default()
-        } else {
-            String::new()
-        };
-        let key = NamespacedName::new(namespace, owner.name.clone());
-        let Some(target) = informer.get(&key) else {
+        let Some((key, target)) = reconcile::resolve_controller_ref(obj, res, informer) else {
             return;
         };
-        if target.metadata.uid.as_deref() != Some(owner.uid.as_str()) || !self.cares(index, &target)
-        {
-            return;
+        if self.cares(index, &target) {
+            self.queue.add(
+                TargetKey {
+                    resource: index,
+                    key,
+                },
+                priority(origin),
+            );
         }
-        self.queue.add(
-            TargetKey {
-                resource: index,
-                key,
-            },
-            priority(origin),
-        );
     }
 }
 
