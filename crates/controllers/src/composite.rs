@@ -33,14 +33,12 @@ use kube::core::DynamicObject;
 use metacontroller_api::composite::{ChildUpdateStatusChecks, CompositeController};
 use metacontroller_api::hook::Hook;
 use metacontroller_api::revision::{ControllerRevision, LABEL_API_GROUP, LABEL_RESOURCE};
-use metacontroller_api::wire::{
-    CompositeHookRequest, CompositeHookResponse, CustomizableController,
-};
+use metacontroller_api::wire::{CompositeHookRequest, CompositeHookResponse};
 use metacontroller_dynamic::{
     ApiResource, Change, HandlerId, Informer, Informers, Lease, NamespacedName, ObjectKey,
     ObjectMetaAccess, Origin, ResourceId, ResourceMap, Selector, WorkQueue, CONTROLLER_UID_LABEL,
 };
-use metacontroller_hooks::{CallContext, HookClient, HookError};
+use metacontroller_hooks::{HookClient, HookError};
 use serde_json::{json, Value};
 
 use crate::children::{self, ChildType, ParentRef};
@@ -49,9 +47,9 @@ use crate::events::EventRecorder;
 use crate::finalizer::{self, HookChoice};
 use crate::meta::{api_group, is_deleting};
 use crate::reconcile::{self, priority, Reconciler, SyncFailure};
-use crate::related::{ParentId, RelatedConfig, RelatedError, RelatedManager};
+use crate::related::{ParentId, RelatedError};
 use crate::rolling::{self, Desired, ParentRevision, RevisionParent, Rollout};
-use crate::writer::{to_value, ApplyStrategy, WriteError, Writer};
+use crate::writer::{to_value, ApplyStrategy, WriteError};
 
 /// Why a controller could not start.
 #[derive(Debug, thiserror::Error)]
@@ -295,9 +293,8 @@ impl Mapper {
 }
 
 struct Inner {
+    common: reconcile::Common<NamespacedName>,
     controller: CompositeController,
-    writer: Arc<Writer>,
-    hooks: HookClient,
     parent_resource: Arc<ApiResource>,
     parent: Lease<ResourceId, Informer>,
     parent_handler: HandlerId,
@@ -305,9 +302,6 @@ struct Inner {
     /// ControllerRevisions, when a child type uses a rolling update method.
     revisions: Option<Revisions>,
     mapper: Arc<Mapper>,
-    queue: WorkQueue<NamespacedName>,
-    related: RelatedManager,
-    events: EventRecorder,
 }
 
 impl Drop for Inner {
@@ -365,10 +359,22 @@ pub fn start(
         .validate()
         .map_err(|e| StartError::Invalid(e.to_string()))?;
     let resolved = Resolved::new(&controller, resources)?;
-    let name = controller.metadata.name.clone().unwrap_or_default();
-    let writer = Arc::new(Writer::new(client, options.apply_strategy));
-    let queue = WorkQueue::new(format!("composite-{name}"));
-    let related = related_manager(&controller, &hooks, informers, resources, &queue);
+    let spec = reconcile::ControllerSpec::from(&controller);
+    let queue = WorkQueue::new(format!("composite-{}", spec.name));
+    let enqueue = {
+        let queue = queue.clone();
+        Arc::new(move |parent: &ParentId, origin| queue.add(parent.key.clone(), priority(origin)))
+    };
+    let workers = options.workers;
+    let ctx = reconcile::StartContext {
+        client,
+        informers,
+        resources,
+        hooks,
+        options,
+    };
+    let common = reconcile::Common::new(spec, queue.clone(), &ctx, enqueue);
+    let writer = &common.writer;
     let parent = informers.lease(&resolved.parent);
     let spec = &controller.spec;
     let mapper = Arc::new(Mapper {
@@ -421,20 +427,16 @@ pub fn start(
         })
         .collect();
     let inner = Arc::new(Inner {
+        common,
         controller,
-        writer,
-        hooks,
         parent_resource: resolved.parent,
         parent,
         parent_handler,
         children,
         revisions,
         mapper,
-        queue,
-        related,
-        events: options.events,
     });
-    Ok(reconcile::run(inner, options.workers))
+    Ok(reconcile::run(inner, workers))
 }
 
 /// The resources a CompositeController's spec names, resolved through discovery.
@@ -503,48 +505,12 @@ impl Resolved {
     }
 }
 
-/// The customize hook and related objects of `controller`; related changes queue the parent.
-fn related_manager(
-    controller: &CompositeController,
-    hooks: &HookClient,
-    informers: &Informers,
-    resources: &ResourceMap,
-    queue: &WorkQueue<NamespacedName>,
-) -> RelatedManager {
-    let spec = &controller.spec;
-    let queue = queue.clone();
-    RelatedManager::new(RelatedConfig {
-        controller: CustomizableController::Composite(Box::new(controller.clone())),
-        name: controller.metadata.name.clone().unwrap_or_default(),
-        hook: spec.customize_hook().cloned(),
-        endpoint_configs: spec.all_endpoint_configs().cloned().collect(),
-        hooks: hooks.clone(),
-        informers: informers.clone(),
-        resources: resources.clone(),
-        enqueue: Arc::new(move |parent: &ParentId, origin| {
-            queue.add(parent.key.clone(), priority(origin))
-        }),
-    })
-}
-
 impl Reconciler for Inner {
     type Key = NamespacedName;
     type Error = SyncError;
 
-    fn name(&self) -> &str {
-        self.controller.metadata.name.as_deref().unwrap_or_default()
-    }
-
-    fn queue(&self) -> &WorkQueue<NamespacedName> {
-        &self.queue
-    }
-
-    fn events(&self) -> &EventRecorder {
-        &self.events
-    }
-
-    fn resync_period_seconds(&self) -> Option<i32> {
-        self.controller.spec.resync_period_seconds
+    fn common(&self) -> &reconcile::Common<NamespacedName> {
+        &self.common
     }
 
     fn informers(&self) -> Vec<&Informer> {
@@ -558,7 +524,7 @@ impl Reconciler for Inner {
 
     fn object(&self, key: &NamespacedName) -> Option<Value> {
         let cached = to_value(&*self.parent.get(key)?, &self.parent_resource).ok()?;
-        self.writer.fresh(&self.parent_resource, cached)
+        self.common.writer.fresh(&self.parent_resource, cached)
     }
 
     /// Parents that neither match `parentResource.labelSelector` nor carry our finalizer
@@ -602,7 +568,7 @@ impl Inner {
     async fn sync_key(&self, key: &NamespacedName) -> Result<(), SyncError> {
         let Some(cached) = self.parent.get(key) else {
             // Deleted; children go with the garbage collector.
-            self.related.forget(&ParentId {
+            self.common.related.forget(&ParentId {
                 api_version: self.parent_resource.api_version.clone(),
                 kind: self.parent_resource.kind.clone(),
                 key: key.clone(),
@@ -610,7 +576,7 @@ impl Inner {
             return Ok(());
         };
         let cached = to_value(&cached, &self.parent_resource)?;
-        let Some(object) = self.writer.fresh(&self.parent_resource, cached) else {
+        let Some(object) = self.common.writer.fresh(&self.parent_resource, cached) else {
             return Ok(());
         };
         if !self.cares(&object) {
@@ -626,7 +592,7 @@ impl Inner {
         };
         let finalize_hook = self.controller.spec.finalize_hook().is_some();
         let written = reconcile::sync_finalizer(
-            &self.writer,
+            &self.common.writer,
             &self.parent_resource,
             parent.object,
             self.finalizer(),
@@ -643,8 +609,8 @@ impl Inner {
         }
         if !reconcile::own_writes_confirmed(
             self.name(),
-            &self.writer,
-            &self.queue,
+            &self.common.writer,
+            &self.common.queue,
             key,
             &parent.uid,
             |k| self.cached(k),
@@ -674,7 +640,11 @@ impl Inner {
         } else {
             self.sync_once(parent, &call).await?
         };
-        reconcile::resync_after(&self.queue, &parent.key, outcome.resync_after_seconds);
+        reconcile::resync_after(
+            &self.common.queue,
+            &parent.key,
+            outcome.resync_after_seconds,
+        );
 
         let finalized_now = if finalizing && outcome.finalized {
             self.remove_finalizer(parent).await?
@@ -746,7 +716,11 @@ impl Inner {
         else {
             return Ok(false);
         };
-        parent.object = self.writer.replace(&self.parent_resource, updated).await?;
+        parent.object = self
+            .common
+            .writer
+            .replace(&self.parent_resource, updated)
+            .await?;
         Ok(true)
     }
 
@@ -787,6 +761,7 @@ impl Inner {
             status.insert("observedGeneration".into(), generation.clone());
         }
         match self
+            .common
             .writer
             .write_status(&self.parent_resource, &parent.object, Value::Object(status))
             .await
@@ -807,7 +782,7 @@ impl Inner {
         call: &HookCall<'_>,
     ) -> Result<CompositeHookResponse, SyncError> {
         let version = call.hook.effective_version();
-        let related = self.related.related(&parent.object, version).await?;
+        let related = self.common.related.related(&parent.object, version).await?;
         let request = CompositeHookRequest {
             controller: self.controller.clone(),
             parent: parent_object.clone(),
@@ -820,20 +795,8 @@ impl Inner {
             related,
             finalizing: call.finalizing,
         };
-        let key_text = parent.key.to_string();
-        let ctx = CallContext {
-            controller: self.name(),
-            hook_name: call.name,
-            parent_key: &key_text,
-        };
-        let endpoints: Vec<_> = self
-            .controller
-            .spec
-            .all_endpoint_configs()
-            .cloned()
-            .collect();
-        self.hooks
-            .call(&ctx, call.hook, &endpoints, &request)
+        self.common
+            .call_hook(call.name, &parent.key.to_string(), call.hook, &request)
             .await
             .map_err(|source| SyncError::Hook {
                 hook: call.name,
@@ -916,7 +879,7 @@ impl Inner {
         let mut observed = Vec::new();
         for obj in revs.informer.controlled_by(&parent.uid) {
             let value = to_value(&obj, &revs.resource)?;
-            let Some(value) = self.writer.fresh(&revs.resource, value) else {
+            let Some(value) = self.common.writer.fresh(&revs.resource, value) else {
                 continue;
             };
             if !selector.matches(&value_labels(&value)) {
@@ -1032,7 +995,7 @@ impl Inner {
         observed: &[Value],
         revisions: &mut [ParentRevision],
     ) -> rolling::UpdatedCondition {
-        let server_side = self.writer.strategy().is_server_side();
+        let server_side = self.common.writer.strategy().is_server_side();
         let parent_ref = self.parent_ref(parent);
         let up_to_date = |obs: &Value, want: &Value| -> bool {
             if server_side {
@@ -1079,21 +1042,21 @@ impl Inner {
         for old in observed {
             if !desired.iter().any(|d| name_of(&d.revision) == name_of(old)) {
                 let value = serde_json::to_value(old)?;
-                self.writer.delete(res, &parent.uid, &value).await?;
+                self.common.writer.delete(res, &parent.uid, &value).await?;
             }
         }
         for d in desired {
             let value = serde_json::to_value(&d.revision)?;
             match observed.iter().find(|o| name_of(o) == name_of(&d.revision)) {
                 Some(old) if old == &d.revision => {}
-                Some(_) => match self.writer.replace(res, value).await {
+                Some(_) => match self.common.writer.replace(res, value).await {
                     Err(e) if e.is_not_found() => {}
                     r => {
                         r?;
                     }
                 },
                 None => {
-                    self.writer.create(res, &parent.uid, value).await?;
+                    self.common.writer.create(res, &parent.uid, value).await?;
                 }
             }
         }
@@ -1143,7 +1106,7 @@ impl Inner {
                     continue;
                 }
                 let value = to_value(&obj, &c.resource)?;
-                let Some(value) = self.writer.fresh(&c.resource, value) else {
+                let Some(value) = self.common.writer.fresh(&c.resource, value) else {
                     continue;
                 };
                 match claim::classify(&claimant, &value) {
@@ -1172,6 +1135,7 @@ impl Inner {
     /// uid and is not being deleted.
     async fn can_adopt(&self, parent: &ParentState) -> Result<bool, SyncError> {
         let fresh = self
+            .common
             .writer
             .get(
                 &self.parent_resource,
@@ -1192,7 +1156,7 @@ impl Inner {
     ) -> Result<Option<Value>, SyncError> {
         let ns = cached.namespace().unwrap_or_default();
         let name = cached.name().unwrap_or_default();
-        let Some(fresh) = self.writer.get(res, ns, name).await? else {
+        let Some(fresh) = self.common.writer.get(res, ns, name).await? else {
             return Ok(None);
         };
         if claim::classify(claimant, &fresh) != Claim::Adopt {
@@ -1201,7 +1165,7 @@ impl Inner {
         tracing::info!(controller = self.name(), parent = %parent.key, kind = %res.kind, %ns, %name, "adopting");
         let mut updated = fresh;
         children::set_controller_ref(&mut updated, &self.parent_ref(parent));
-        match self.writer.replace(res, updated).await {
+        match self.common.writer.replace(res, updated).await {
             Ok(adopted) => Ok(Some(adopted)),
             Err(e) if e.is_not_found() => Ok(None),
             Err(e) => Err(e.into()),
@@ -1213,13 +1177,13 @@ impl Inner {
         let ns = cached.namespace().unwrap_or_default();
         let name = cached.name().unwrap_or_default();
         tracing::info!(controller = self.name(), kind = %res.kind, %ns, %name, "releasing");
-        let Some(mut fresh) = self.writer.get(res, ns, name).await? else {
+        let Some(mut fresh) = self.common.writer.get(res, ns, name).await? else {
             return Ok(());
         };
         if !claim::remove_owner(&mut fresh, uid) {
             return Ok(());
         }
-        match self.writer.replace(res, fresh).await {
+        match self.common.writer.replace(res, fresh).await {
             Err(e) if e.is_not_found() => Ok(()),
             r => r.map(drop).map_err(Into::into),
         }
@@ -1240,9 +1204,10 @@ impl Inner {
             &parent_ref,
             observed,
             desired,
-            self.writer.strategy().is_server_side(),
+            self.common.writer.strategy().is_server_side(),
         )?;
         let errors = self
+            .common
             .writer
             .execute_all(&parent.uid, actions, |i| self.children[i].resource.as_ref())
             .await;

@@ -32,9 +32,18 @@ use metacontroller_dynamic::{
 };
 use serde_json::Value;
 
+use metacontroller_api::composite::CompositeController;
+use metacontroller_api::decorator::DecoratorController;
+use metacontroller_api::hook::{EndpointConfig, Hook};
+use metacontroller_api::wire::CustomizableController;
+use metacontroller_dynamic::{Informers, ResourceMap};
+use metacontroller_hooks::{CallContext, HookClient, HookError};
+
+use crate::composite::Options;
 use crate::events::{self, EventRecorder};
 use crate::finalizer::{self, FinalizerSync};
 use crate::handle::ControllerHandle;
+use crate::related::{Enqueue, RelatedConfig, RelatedManager};
 use crate::writer::{WriteError, Writer};
 
 /// The queue priority of an informer event: watch events go before relist replays, so a
@@ -54,6 +63,130 @@ pub(crate) trait SyncFailure: Display {
     fn is_conflict(&self) -> bool;
 }
 
+/// The parts of a controller object the skeleton reads, whatever its kind.
+pub(crate) struct ControllerSpec {
+    /// The controller object, as customize requests carry it.
+    pub(crate) controller: CustomizableController,
+    /// Its name.
+    pub(crate) name: String,
+    /// `spec.hooks.customize`.
+    pub(crate) customize_hook: Option<Hook>,
+    /// The endpoint settings of its hooks.
+    pub(crate) endpoints: Vec<EndpointConfig>,
+    /// `spec.resyncPeriodSeconds`.
+    pub(crate) resync_period_seconds: Option<i32>,
+}
+
+impl From<&CompositeController> for ControllerSpec {
+    fn from(cc: &CompositeController) -> Self {
+        ControllerSpec {
+            controller: CustomizableController::Composite(Box::new(cc.clone())),
+            name: cc.metadata.name.clone().unwrap_or_default(),
+            customize_hook: cc.spec.customize_hook().cloned(),
+            endpoints: cc.spec.all_endpoint_configs().cloned().collect(),
+            resync_period_seconds: cc.spec.resync_period_seconds,
+        }
+    }
+}
+
+impl From<&DecoratorController> for ControllerSpec {
+    fn from(dc: &DecoratorController) -> Self {
+        ControllerSpec {
+            controller: CustomizableController::Decorator(Box::new(dc.clone())),
+            name: dc.metadata.name.clone().unwrap_or_default(),
+            customize_hook: dc.spec.customize_hook().cloned(),
+            endpoints: dc.spec.all_endpoint_configs().cloned().collect(),
+            resync_period_seconds: dc.spec.resync_period_seconds,
+        }
+    }
+}
+
+/// What every reconciler holds, whatever its kind.
+pub(crate) struct Common<K>
+where
+    K: Clone + Eq + Hash + Send + 'static,
+{
+    /// The controller object's name (logs, metrics).
+    pub(crate) name: String,
+    /// The work queue of keys.
+    pub(crate) queue: WorkQueue<K>,
+    /// Every write goes through it (own-writes overlay, expectations).
+    pub(crate) writer: Arc<Writer>,
+    /// The customize hook and related objects.
+    pub(crate) related: RelatedManager,
+    /// Where Events about synced objects go.
+    pub(crate) events: EventRecorder,
+    hooks: HookClient,
+    endpoints: Vec<EndpointConfig>,
+    resync_period_seconds: Option<i32>,
+}
+
+/// What `start` of either kind is given, besides the controller object.
+pub(crate) struct StartContext<'a> {
+    pub(crate) client: kube::Client,
+    pub(crate) informers: &'a Informers,
+    pub(crate) resources: &'a ResourceMap,
+    pub(crate) hooks: HookClient,
+    pub(crate) options: Options,
+}
+
+impl<K> Common<K>
+where
+    K: Clone + Eq + Hash + Send + 'static,
+{
+    /// Builds the common part; related-object changes are sent to `enqueue`.
+    pub(crate) fn new(
+        spec: ControllerSpec,
+        queue: WorkQueue<K>,
+        ctx: &StartContext<'_>,
+        enqueue: Enqueue,
+    ) -> Self {
+        let related = RelatedManager::new(RelatedConfig {
+            controller: spec.controller,
+            name: spec.name.clone(),
+            hook: spec.customize_hook,
+            endpoint_configs: spec.endpoints.clone(),
+            hooks: ctx.hooks.clone(),
+            informers: ctx.informers.clone(),
+            resources: ctx.resources.clone(),
+            enqueue,
+        });
+        Common {
+            name: spec.name,
+            queue,
+            writer: Arc::new(Writer::new(
+                ctx.client.clone(),
+                ctx.options.apply_strategy.clone(),
+            )),
+            related,
+            events: ctx.options.events.clone(),
+            hooks: ctx.hooks.clone(),
+            endpoints: spec.endpoints,
+            resync_period_seconds: spec.resync_period_seconds,
+        }
+    }
+
+    /// Calls `hook` (`hook_name` is `sync` or `finalize`) for the object `key_text`.
+    pub(crate) async fn call_hook<Req, Resp>(
+        &self,
+        hook_name: &str,
+        key_text: &str,
+        hook: &Hook,
+        request: &Req,
+    ) -> Result<Resp, HookError>
+    where
+        Req: k8s_openapi::serde::Serialize,
+        Resp: k8s_openapi::serde::de::DeserializeOwned + Default,
+    {
+        let ctx = CallContext {
+            controller: &self.name,
+            hook_name,
+            parent_key: key_text,
+        };
+        self.hooks.call(&ctx, hook, &self.endpoints, request).await
+    }
+}
+
 /// What one controller kind plugs into the skeleton.
 pub(crate) trait Reconciler: Send + Sync + 'static {
     /// A work queue key (one synced object).
@@ -61,14 +194,12 @@ pub(crate) trait Reconciler: Send + Sync + 'static {
     /// Why one sync failed.
     type Error: SyncFailure + Send + 'static;
 
+    /// What every kind holds.
+    fn common(&self) -> &Common<Self::Key>;
     /// The controller object's name (for logs).
-    fn name(&self) -> &str;
-    /// The work queue of keys.
-    fn queue(&self) -> &WorkQueue<Self::Key>;
-    /// Where Events about synced objects go.
-    fn events(&self) -> &EventRecorder;
-    /// `spec.resyncPeriodSeconds`.
-    fn resync_period_seconds(&self) -> Option<i32>;
+    fn name(&self) -> &str {
+        &self.common().name
+    }
     /// Every informer the reconciler reads; syncs start once all of them have synced.
     fn informers(&self) -> Vec<&Informer>;
     /// The object `key` names, as the reconciler currently sees it (cache + own writes).
@@ -82,7 +213,7 @@ pub(crate) trait Reconciler: Send + Sync + 'static {
 
 /// Starts the workers of `reconciler` once its informers have synced. Must run inside tokio.
 pub(crate) fn run<R: Reconciler>(reconciler: Arc<R>, workers: usize) -> ControllerHandle<R::Key> {
-    let queue = reconciler.queue().clone();
+    let queue = reconciler.common().queue.clone();
     let run_queue = queue.clone();
     let task = tokio::spawn(async move {
         for informer in reconciler.informers() {
@@ -111,13 +242,14 @@ pub(crate) async fn sync_and_record<R: Reconciler>(
     if let Some(delay) = error.retry_after() {
         tracing::info!(controller = reconciler.name(), object = %key, ?delay, "hook asked to slow down; resyncing later");
         reconciler
-            .queue()
+            .common()
+            .queue
             .add_after(key.clone(), delay, Priority::Event);
         return Ok(());
     }
     if !error.is_conflict() {
         if let Some(object) = reconciler.object(key) {
-            reconciler.events().warning(
+            reconciler.common().events.warning(
                 &object,
                 events::reason::SYNC_ERROR,
                 format!("Sync error: {error}"),
@@ -132,7 +264,7 @@ pub(crate) async fn sync_and_record<R: Reconciler>(
 /// failure is also retried with backoff, whichever comes first). Upstream raises any period
 /// below one second (0 and negatives too) to one.
 fn schedule_resync_period<R: Reconciler>(reconciler: &R, key: &R::Key) {
-    let Some(period) = reconciler.resync_period_seconds() else {
+    let Some(period) = reconciler.common().resync_period_seconds else {
         return;
     };
     if !reconciler
@@ -143,7 +275,8 @@ fn schedule_resync_period<R: Reconciler>(reconciler: &R, key: &R::Key) {
     }
     let delay = Duration::from_secs(period.max(1) as u64);
     reconciler
-        .queue()
+        .common()
+        .queue
         .add_after(key.clone(), delay, Priority::Bulk);
 }
 

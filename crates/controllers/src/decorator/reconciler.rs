@@ -17,14 +17,12 @@ use std::time::Duration;
 use kube::core::DynamicObject;
 use metacontroller_api::decorator::DecoratorController;
 use metacontroller_api::hook::Hook;
-use metacontroller_api::wire::{
-    CustomizableController, DecoratorHookRequest, DecoratorHookResponse,
-};
+use metacontroller_api::wire::{DecoratorHookRequest, DecoratorHookResponse};
 use metacontroller_dynamic::{
     ApiResource, Change, HandlerId, Informer, Informers, Lease, NamespacedName, ObjectKey, Origin,
     ResourceId, ResourceMap, WorkQueue,
 };
-use metacontroller_hooks::{CallContext, HookClient};
+use metacontroller_hooks::HookClient;
 use serde_json::Value;
 
 use super::attachments::{self, is_own_attachment};
@@ -32,11 +30,10 @@ use super::select::{api_group, is_status_only_update, TargetSelector};
 use super::target;
 use crate::children::{self, ChildError, ChildType, ParentRef};
 use crate::composite::Options;
-use crate::events::EventRecorder;
 use crate::finalizer::{self, HookChoice};
 use crate::reconcile::{self, priority, Reconciler, SyncFailure};
-use crate::related::{ParentId, RelatedConfig, RelatedError, RelatedManager};
-use crate::writer::{to_value, WriteError, Writer};
+use crate::related::{Enqueue, ParentId, RelatedError};
+use crate::writer::{to_value, WriteError};
 
 /// Why a DecoratorController could not start.
 #[derive(Debug, thiserror::Error)]
@@ -141,7 +138,6 @@ struct AttachmentType {
 
 /// What the informer handlers need (shared before the reconciler itself exists).
 struct Routing {
-    name: String,
     selector: TargetSelector,
     finalizer: String,
     /// Per target type: resource and informer (filled before handlers are added).
@@ -235,12 +231,9 @@ impl Routing {
 }
 
 struct Inner {
+    common: reconcile::Common<TargetKey>,
     controller: DecoratorController,
     routing: Arc<Routing>,
-    writer: Arc<Writer>,
-    hooks: HookClient,
-    related: RelatedManager,
-    events: EventRecorder,
     /// Handler per target type (same order as `routing.targets`).
     target_handlers: Vec<HandlerId>,
     attachments: Vec<AttachmentType>,
@@ -278,11 +271,9 @@ pub fn start(
         return Err(StartError::Invalid("spec.hooks: no hooks defined".into()));
     }
     let resolved = Resolved::new(&controller, resources)?;
-    let name = controller.metadata.name.clone().unwrap_or_default();
-    let writer = Arc::new(Writer::new(client, options.apply_strategy));
-    let queue: WorkQueue<TargetKey> = WorkQueue::new(format!("decorator-{name}"));
+    let spec = reconcile::ControllerSpec::from(&controller);
+    let queue: WorkQueue<TargetKey> = WorkQueue::new(format!("decorator-{}", spec.name));
     let routing = Arc::new(Routing {
-        name,
         selector: resolved.selector,
         finalizer: controller.finalizer_name(),
         targets: resolved
@@ -290,9 +281,19 @@ pub fn start(
             .iter()
             .map(|res| (res.clone(), informers.lease(res)))
             .collect(),
-        queue,
+        queue: queue.clone(),
     });
-    let related = related_manager(&controller, &hooks, informers, resources, &routing);
+    let workers = options.workers;
+    let ctx = reconcile::StartContext {
+        client,
+        informers,
+        resources,
+        hooks,
+        options,
+    };
+    let enqueue = enqueue_related(&routing);
+    let common = reconcile::Common::new(spec, queue, &ctx, enqueue);
+    let writer = &common.writer;
     let target_handlers = routing
         .targets
         .iter()
@@ -328,16 +329,13 @@ pub fn start(
         })
         .collect();
     let inner = Arc::new(Inner {
+        common,
         controller,
         routing,
-        writer,
-        hooks,
-        related,
-        events: options.events,
         target_handlers,
         attachments,
     });
-    Ok(reconcile::run(inner, options.workers))
+    Ok(reconcile::run(inner, workers))
 }
 
 /// The resources a DecoratorController's spec names, resolved through discovery.
@@ -394,40 +392,23 @@ impl Resolved {
     }
 }
 
-/// The customize hook and related objects of `controller`; related changes queue the
-/// target.
-fn related_manager(
-    controller: &DecoratorController,
-    hooks: &HookClient,
-    informers: &Informers,
-    resources: &ResourceMap,
-    routing: &Arc<Routing>,
-) -> RelatedManager {
-    let spec = &controller.spec;
+/// Related-object changes queue the target (by type and key).
+fn enqueue_related(routing: &Arc<Routing>) -> Enqueue {
     // Weak: the manager lives in the reconciler, which owns the routing.
     let routing = Arc::downgrade(routing);
-    RelatedManager::new(RelatedConfig {
-        controller: CustomizableController::Decorator(Box::new(controller.clone())),
-        name: controller.metadata.name.clone().unwrap_or_default(),
-        hook: spec.customize_hook().cloned(),
-        endpoint_configs: spec.all_endpoint_configs().cloned().collect(),
-        hooks: hooks.clone(),
-        informers: informers.clone(),
-        resources: resources.clone(),
-        enqueue: Arc::new(move |target: &ParentId, origin| {
-            let Some(routing) = routing.upgrade() else {
-                return;
-            };
-            if let Some(index) = routing.target_index(&target.api_version, &target.kind) {
-                routing.queue.add(
-                    TargetKey {
-                        resource: index,
-                        key: target.key.clone(),
-                    },
-                    priority(origin),
-                );
-            }
-        }),
+    Arc::new(move |target: &ParentId, origin| {
+        let Some(routing) = routing.upgrade() else {
+            return;
+        };
+        if let Some(index) = routing.target_index(&target.api_version, &target.kind) {
+            routing.queue.add(
+                TargetKey {
+                    resource: index,
+                    key: target.key.clone(),
+                },
+                priority(origin),
+            );
+        }
     })
 }
 
@@ -435,20 +416,8 @@ impl Reconciler for Inner {
     type Key = TargetKey;
     type Error = SyncError;
 
-    fn name(&self) -> &str {
-        &self.routing.name
-    }
-
-    fn queue(&self) -> &WorkQueue<TargetKey> {
-        &self.routing.queue
-    }
-
-    fn events(&self) -> &EventRecorder {
-        &self.events
-    }
-
-    fn resync_period_seconds(&self) -> Option<i32> {
-        self.controller.spec.resync_period_seconds
+    fn common(&self) -> &reconcile::Common<TargetKey> {
+        &self.common
     }
 
     fn informers(&self) -> Vec<&Informer> {
@@ -460,7 +429,7 @@ impl Reconciler for Inner {
     fn object(&self, key: &TargetKey) -> Option<Value> {
         let (res, informer) = self.routing.targets.get(key.resource)?;
         let cached = to_value(&*informer.get(&key.key)?, res).ok()?;
-        self.writer.fresh(res, cached)
+        self.common.writer.fresh(res, cached)
     }
 
     /// Targets that neither match the `resources` rules nor carry our finalizer are not
@@ -509,14 +478,14 @@ impl Inner {
         };
         let Some(cached) = informer.get(&key.key) else {
             // Deleted; attachments go with the garbage collector.
-            self.related.forget(&ParentId {
+            self.common.related.forget(&ParentId {
                 api_version: res.api_version.clone(),
                 kind: res.kind.clone(),
                 key: key.key.clone(),
             });
             return Ok(());
         };
-        let Some(object) = self.writer.fresh(res, to_value(&cached, res)?) else {
+        let Some(object) = self.common.writer.fresh(res, to_value(&cached, res)?) else {
             return Ok(());
         };
         if !self.cares(&object) {
@@ -525,7 +494,8 @@ impl Inner {
         let finalizer = &self.routing.finalizer;
         let finalize_hook = self.finalize_hook().is_some();
         let written =
-            reconcile::sync_finalizer(&self.writer, res, object, finalizer, finalize_hook).await?;
+            reconcile::sync_finalizer(&self.common.writer, res, object, finalizer, finalize_hook)
+                .await?;
         let Some(object) = written else {
             return Ok(()); // the target is gone
         };
@@ -540,8 +510,8 @@ impl Inner {
             .to_string();
         if !reconcile::own_writes_confirmed(
             self.name(),
-            &self.writer,
-            &self.routing.queue,
+            &self.common.writer,
+            &self.common.queue,
             key,
             &uid,
             |k| self.cached(k),
@@ -578,7 +548,7 @@ impl Inner {
             response.attachments,
         );
         reconcile::resync_after(
-            &self.routing.queue,
+            &self.common.queue,
             target.key,
             response.resync_after_seconds,
         );
@@ -617,7 +587,11 @@ impl Inner {
                 if !is_own_attachment(obj.as_ref(), uid, self.name()) {
                     continue;
                 }
-                if let Some(fresh) = self.writer.fresh(&a.resource, to_value(&obj, &a.resource)?) {
+                if let Some(fresh) = self
+                    .common
+                    .writer
+                    .fresh(&a.resource, to_value(&obj, &a.resource)?)
+                {
                     observed.push(fresh);
                 }
             }
@@ -644,7 +618,7 @@ impl Inner {
             return Err(SyncError::NoSyncHook);
         };
         let version = hook.effective_version();
-        let related = self.related.related(object, version).await?;
+        let related = self.common.related.related(object, version).await?;
         let request = DecoratorHookRequest::new(
             version,
             self.controller.clone(),
@@ -660,19 +634,8 @@ impl Inner {
         );
         let res = target.res;
         let key_text = format!("{}/{}/{}", res.api_version, res.kind, target.key.key);
-        let ctx = CallContext {
-            controller: self.name(),
-            hook_name,
-            parent_key: &key_text,
-        };
-        let endpoints: Vec<_> = self
-            .controller
-            .spec
-            .all_endpoint_configs()
-            .cloned()
-            .collect();
-        self.hooks
-            .call(&ctx, hook, &endpoints, &request)
+        self.common
+            .call_hook(hook_name, &key_text, hook, &request)
             .await
             .map_err(|source| SyncError::Hook {
                 hook: hook_name,
@@ -700,9 +663,10 @@ impl Inner {
             &target_ref,
             observed,
             desired,
-            self.writer.strategy().is_server_side(),
+            self.common.writer.strategy().is_server_side(),
         )?;
         let errors = self
+            .common
             .writer
             .execute_all(&target.uid, actions, |i| &self.attachments[i].resource)
             .await;
@@ -723,7 +687,7 @@ impl Inner {
         let has_status = res.has_subresource("status");
         let mut object = update.object;
         if update.status_changed && has_status {
-            match self.writer.replace_status(res, object.clone()).await {
+            match self.common.writer.replace_status(res, object.clone()).await {
                 Ok(written) => {
                     // The metadata update below must carry the new resourceVersion.
                     if let (Some(meta), Some(rv)) = (
@@ -738,7 +702,7 @@ impl Inner {
             }
         }
         if update.metadata_changed || (update.status_changed && !has_status) {
-            match self.writer.replace(res, object).await {
+            match self.common.writer.replace(res, object).await {
                 Ok(_) => {}
                 Err(e) if e.is_not_found() => return Ok(false),
                 Err(e) => return Err(e.into()),
