@@ -33,7 +33,9 @@ use kube::core::DynamicObject;
 use metacontroller_api::composite::{ChildUpdateStatusChecks, CompositeController};
 use metacontroller_api::hook::Hook;
 use metacontroller_api::revision::{ControllerRevision, LABEL_API_GROUP, LABEL_RESOURCE};
-use metacontroller_api::wire::{CompositeHookRequest, CompositeHookResponse};
+use metacontroller_api::wire::{
+    CompositeHookRequest, CompositeHookResponse, CustomizableController,
+};
 use metacontroller_dynamic::{
     ApiResource, Change, HandlerId, Informer, Informers, Lease, NamespacedName, ObjectKey,
     ObjectMetaAccess, Origin, ResourceId, ResourceMap, Selector, WorkQueue, CONTROLLER_UID_LABEL,
@@ -359,7 +361,9 @@ pub fn start(
         .validate()
         .map_err(|e| StartError::Invalid(e.to_string()))?;
     let resolved = Resolved::new(&controller, resources)?;
-    let spec = reconcile::ControllerSpec::from(&controller);
+    let spec = reconcile::ControllerSpec::from(CustomizableController::Composite(Box::new(
+        controller.clone(),
+    )));
     let queue = WorkQueue::new(format!("composite-{}", spec.name));
     let enqueue = {
         let queue = queue.clone();
@@ -1198,19 +1202,12 @@ impl Inner {
         observed: &[Value],
         desired: &std::collections::BTreeMap<children::ChildKey, (usize, Value)>,
     ) -> Result<(), SyncError> {
-        let parent_ref = self.parent_ref(parent);
-        let actions = children::plan_children(
-            types,
-            &parent_ref,
-            observed,
-            desired,
-            self.common.writer.strategy().is_server_side(),
-        )?;
         let errors = self
             .common
-            .writer
-            .execute_all(&parent.uid, actions, |i| self.children[i].resource.as_ref())
-            .await;
+            .manage_children(&self.parent_ref(parent), types, observed, desired, |i| {
+                self.children[i].resource.as_ref()
+            })
+            .await?;
         if errors.is_empty() {
             Ok(())
         } else {

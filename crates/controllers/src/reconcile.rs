@@ -32,18 +32,18 @@ use metacontroller_dynamic::{
 };
 use serde_json::Value;
 
-use metacontroller_api::composite::CompositeController;
-use metacontroller_api::decorator::DecoratorController;
 use metacontroller_api::hook::{EndpointConfig, Hook};
 use metacontroller_api::wire::CustomizableController;
 use metacontroller_dynamic::{Informers, ResourceMap};
 use metacontroller_hooks::{CallContext, HookClient, HookError};
 
+use crate::children::{self, ChildError, ChildType, ParentRef};
 use crate::composite::Options;
 use crate::events::{self, EventRecorder};
 use crate::finalizer::{self, FinalizerSync};
 use crate::handle::ControllerHandle;
 use crate::related::{Enqueue, RelatedConfig, RelatedManager};
+use crate::rolling::Desired;
 use crate::writer::{WriteError, Writer};
 
 /// The queue priority of an informer event: watch events go before relist replays, so a
@@ -77,26 +77,36 @@ pub(crate) struct ControllerSpec {
     pub(crate) resync_period_seconds: Option<i32>,
 }
 
-impl From<&CompositeController> for ControllerSpec {
-    fn from(cc: &CompositeController) -> Self {
+impl From<CustomizableController> for ControllerSpec {
+    fn from(controller: CustomizableController) -> Self {
+        let (name, customize_hook, endpoints, resync_period_seconds) = match &controller {
+            CustomizableController::Composite(c) => {
+                let s = &c.spec;
+                let endpoints = s.all_endpoint_configs().cloned().collect();
+                (
+                    &c.metadata.name,
+                    s.customize_hook(),
+                    endpoints,
+                    s.resync_period_seconds,
+                )
+            }
+            CustomizableController::Decorator(c) => {
+                let s = &c.spec;
+                let endpoints = s.all_endpoint_configs().cloned().collect();
+                (
+                    &c.metadata.name,
+                    s.customize_hook(),
+                    endpoints,
+                    s.resync_period_seconds,
+                )
+            }
+        };
         ControllerSpec {
-            controller: CustomizableController::Composite(Box::new(cc.clone())),
-            name: cc.metadata.name.clone().unwrap_or_default(),
-            customize_hook: cc.spec.customize_hook().cloned(),
-            endpoints: cc.spec.all_endpoint_configs().cloned().collect(),
-            resync_period_seconds: cc.spec.resync_period_seconds,
-        }
-    }
-}
-
-impl From<&DecoratorController> for ControllerSpec {
-    fn from(dc: &DecoratorController) -> Self {
-        ControllerSpec {
-            controller: CustomizableController::Decorator(Box::new(dc.clone())),
-            name: dc.metadata.name.clone().unwrap_or_default(),
-            customize_hook: dc.spec.customize_hook().cloned(),
-            endpoints: dc.spec.all_endpoint_configs().cloned().collect(),
-            resync_period_seconds: dc.spec.resync_period_seconds,
+            name: name.clone().unwrap_or_default(),
+            customize_hook: customize_hook.cloned(),
+            endpoints,
+            resync_period_seconds,
+            controller,
         }
     }
 }
@@ -164,6 +174,22 @@ where
             endpoints: spec.endpoints,
             resync_period_seconds: spec.resync_period_seconds,
         }
+    }
+
+    /// Creates, updates and deletes the children (attachments) of `owner` so they match
+    /// `desired`. One bad child does not block the others; a conflict stops at once.
+    /// Returns the failed writes.
+    pub(crate) async fn manage_children<'a>(
+        &self,
+        owner: &ParentRef,
+        types: &[ChildType],
+        observed: &[Value],
+        desired: &Desired,
+        resource: impl Fn(usize) -> &'a ApiResource,
+    ) -> Result<Vec<WriteError>, ChildError> {
+        let server_side = self.writer.strategy().is_server_side();
+        let actions = children::plan_children(types, owner, observed, desired, server_side)?;
+        Ok(self.writer.execute_all(&owner.uid, actions, resource).await)
     }
 
     /// Calls `hook` (`hook_name` is `sync` or `finalize`) for the object `key_text`.

@@ -17,7 +17,9 @@ use std::time::Duration;
 use kube::core::DynamicObject;
 use metacontroller_api::decorator::DecoratorController;
 use metacontroller_api::hook::Hook;
-use metacontroller_api::wire::{DecoratorHookRequest, DecoratorHookResponse};
+use metacontroller_api::wire::{
+    CustomizableController, DecoratorHookRequest, DecoratorHookResponse,
+};
 use metacontroller_dynamic::{
     ApiResource, Change, HandlerId, Informer, Informers, Lease, NamespacedName, ObjectKey, Origin,
     ResourceId, ResourceMap, WorkQueue,
@@ -271,7 +273,9 @@ pub fn start(
         return Err(StartError::Invalid("spec.hooks: no hooks defined".into()));
     }
     let resolved = Resolved::new(&controller, resources)?;
-    let spec = reconcile::ControllerSpec::from(&controller);
+    let spec = reconcile::ControllerSpec::from(CustomizableController::Decorator(Box::new(
+        controller.clone(),
+    )));
     let queue: WorkQueue<TargetKey> = WorkQueue::new(format!("decorator-{}", spec.name));
     let routing = Arc::new(Routing {
         selector: resolved.selector,
@@ -658,18 +662,12 @@ impl Inner {
             name: target.key.key.name.clone(),
             uid: target.uid.clone(),
         };
-        let actions = children::plan_children(
-            types,
-            &target_ref,
-            observed,
-            desired,
-            self.common.writer.strategy().is_server_side(),
-        )?;
         let errors = self
             .common
-            .writer
-            .execute_all(&target.uid, actions, |i| &self.attachments[i].resource)
-            .await;
+            .manage_children(&target_ref, types, observed, desired, |i| {
+                &self.attachments[i].resource
+            })
+            .await?;
         if errors.is_empty() {
             Ok(())
         } else {
