@@ -214,6 +214,64 @@ impl Env {
         .await;
     }
 
+    /// Waits until the reconciler's parent informer (shared with this `Env`) holds parent
+    /// `name` as the API server has it now: every watch event for it up to here has been
+    /// handed to the reconciler's event handlers.
+    pub async fn wait_cache_caught_up(&self, name: &str) {
+        let client = self.cluster.client();
+        let resources = discover(&client, &ResourceMap::new())
+            .await
+            .unwrap()
+            .update
+            .unwrap()
+            .0;
+        let res = resources
+            .get(&self.parent.api_version(), self.parent.plural())
+            .expect("parent resource served")
+            .clone();
+        let informer = self.informers.lease(&res);
+        let ns = if self.parent.is_namespaced() {
+            self.ns.clone()
+        } else {
+            String::new()
+        };
+        let key = metacontroller_dynamic::NamespacedName::new(ns, name.to_string());
+        eventually("the reconciler's cache to catch up", || async {
+            let live = self.parent_value(name).await;
+            let live_rv = live
+                .as_ref()
+                .and_then(|p| p["metadata"]["resourceVersion"].as_str());
+            let cached = informer.get(&key);
+            let cached_rv = cached
+                .as_ref()
+                .and_then(|p| p.metadata.resource_version.as_deref());
+            live_rv.is_some() && live_rv == cached_rv
+        })
+        .await;
+    }
+
+    /// The positive signal before a negative check ("nothing else happened"): touches
+    /// parent `name` with a fresh annotation and waits until a hook request carries it.
+    /// Syncs of one parent never overlap, so every sync of it that started before has
+    /// completed, writes included, when this returns.
+    pub async fn sync_barrier(&self, name: &str) {
+        let token = unique_name("barrier");
+        self.parents()
+            .patch(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"annotations": {"test/barrier": token}}})),
+            )
+            .await
+            .unwrap();
+        eventually("a sync that saw the barrier annotation", || async {
+            self.hook.all_calls().iter().any(|c| {
+                c.body["parent"]["metadata"]["annotations"]["test/barrier"] == token.as_str()
+            })
+        })
+        .await;
+    }
+
     /// Waits for write quiescence (embedded only) and returns the write count.
     pub async fn settle(&self) -> Option<u64> {
         self.cluster
