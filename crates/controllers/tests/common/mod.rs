@@ -218,6 +218,21 @@ impl Env {
     /// `name` as the API server has it now: every watch event for it up to here has been
     /// handed to the reconciler's event handlers.
     pub async fn wait_cache_caught_up(&self, name: &str) {
+        let ns = self.parent.is_namespaced().then_some(self.ns.as_str());
+        let (api_version, plural) = (self.parent.api_version(), self.parent.plural());
+        self.wait_informer_caught_up(&api_version, plural, ns, name)
+            .await;
+    }
+
+    /// [`Env::wait_cache_caught_up`] for any object the reconciler watches (children,
+    /// related objects): `plural` of `api_version`, in `namespace` (None: cluster-scoped).
+    pub async fn wait_informer_caught_up(
+        &self,
+        api_version: &str,
+        plural: &str,
+        namespace: Option<&str>,
+        name: &str,
+    ) {
         let client = self.cluster.client();
         let resources = discover(&client, &ResourceMap::new())
             .await
@@ -226,25 +241,20 @@ impl Env {
             .unwrap()
             .0;
         let res = resources
-            .get(&self.parent.api_version(), self.parent.plural())
-            .expect("parent resource served")
+            .get(api_version, plural)
+            .expect("resource served")
             .clone();
         let informer = self.informers.lease(&res);
-        let ns = if self.parent.is_namespaced() {
-            self.ns.clone()
-        } else {
-            String::new()
-        };
-        let key = metacontroller_dynamic::NamespacedName::new(ns, name.to_string());
+        let api = dynamic_api(client, api_version, &res.kind, plural, namespace);
+        let key = metacontroller_dynamic::NamespacedName::new(
+            namespace.unwrap_or_default().to_string(),
+            name.to_string(),
+        );
         eventually("the reconciler's cache to catch up", || async {
-            let live = self.parent_value(name).await;
-            let live_rv = live
-                .as_ref()
-                .and_then(|p| p["metadata"]["resourceVersion"].as_str());
+            let live = api.get_opt(name).await.ok().flatten();
+            let live_rv = live.and_then(|o| o.metadata.resource_version);
             let cached = informer.get(&key);
-            let cached_rv = cached
-                .as_ref()
-                .and_then(|p| p.metadata.resource_version.as_deref());
+            let cached_rv = cached.and_then(|o| o.metadata.resource_version.clone());
             live_rv.is_some() && live_rv == cached_rv
         })
         .await;
