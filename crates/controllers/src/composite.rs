@@ -456,10 +456,8 @@ impl Resolved {
     fn new(controller: &CompositeController, resources: &ResourceMap) -> Result<Self, StartError> {
         let spec = &controller.spec;
         let lookup = |api_version: &str, resource: &str| {
-            resources
-                .get(api_version, resource)
-                .cloned()
-                .ok_or_else(|| StartError::UnknownResource(format!("{resource}.{api_version}")))
+            reconcile::resolve(resources, api_version, resource)
+                .map_err(StartError::UnknownResource)
         };
         let parent = lookup(
             &spec.parent_resource.api_version,
@@ -479,13 +477,7 @@ impl Resolved {
         for rule in &spec.child_resources {
             let resource = lookup(&rule.api_version, &rule.resource)?;
             children.push((
-                ChildType {
-                    api_version: resource.api_version.clone(),
-                    kind: resource.kind.clone(),
-                    resource: resource.name.clone(),
-                    namespaced: resource.namespaced,
-                    method: rule.update_method(),
-                },
+                reconcile::child_type(&resource, rule.update_method()),
                 rule.update_strategy
                     .as_ref()
                     .and_then(|s| s.status_checks.clone()),

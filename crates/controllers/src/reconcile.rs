@@ -34,6 +34,7 @@ use serde_json::Value;
 
 use metacontroller_api::hook::{EndpointConfig, Hook};
 use metacontroller_api::wire::CustomizableController;
+use metacontroller_api::ChildUpdateMethod;
 use metacontroller_dynamic::{Informers, ResourceMap};
 use metacontroller_hooks::{CallContext, HookClient, HookError};
 
@@ -210,6 +211,30 @@ where
             parent_key: key_text,
         };
         self.hooks.call(&ctx, hook, &self.endpoints, request).await
+    }
+}
+
+/// The served resource `resource` of `api_version`; the error names it as
+/// `<resource>.<apiVersion>` (for the kind's `StartError::UnknownResource`).
+pub(crate) fn resolve(
+    resources: &ResourceMap,
+    api_version: &str,
+    resource: &str,
+) -> Result<Arc<ApiResource>, String> {
+    resources
+        .get(api_version, resource)
+        .cloned()
+        .ok_or_else(|| format!("{resource}.{api_version}"))
+}
+
+/// A declared child (attachment) type: the resolved resource and its update method.
+pub(crate) fn child_type(res: &ApiResource, method: ChildUpdateMethod) -> ChildType {
+    ChildType {
+        api_version: res.api_version.clone(),
+        kind: res.kind.clone(),
+        resource: res.name.clone(),
+        namespaced: res.namespaced,
+        method,
     }
 }
 

@@ -354,10 +354,8 @@ impl Resolved {
     fn new(controller: &DecoratorController, resources: &ResourceMap) -> Result<Self, StartError> {
         let spec = &controller.spec;
         let lookup = |api_version: &str, resource: &str| {
-            resources
-                .get(api_version, resource)
-                .cloned()
-                .ok_or_else(|| StartError::UnknownResource(format!("{resource}.{api_version}")))
+            reconcile::resolve(resources, api_version, resource)
+                .map_err(StartError::UnknownResource)
         };
         let mut targets: Vec<Arc<ApiResource>> = Vec::new();
         let mut rules = Vec::new();
@@ -377,16 +375,7 @@ impl Resolved {
         let mut attachments = Vec::new();
         for rule in &spec.attachments {
             let res = lookup(&rule.api_version, &rule.resource)?;
-            attachments.push((
-                ChildType {
-                    api_version: res.api_version.clone(),
-                    kind: res.kind.clone(),
-                    resource: res.name.clone(),
-                    namespaced: res.namespaced,
-                    method: rule.update_method(),
-                },
-                res,
-            ));
+            attachments.push((reconcile::child_type(&res, rule.update_method()), res));
         }
         Ok(Resolved {
             targets,
