@@ -4,6 +4,9 @@
 
 #![allow(dead_code)]
 
+#[path = "../shared/cache.rs"]
+mod cache;
+
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -81,12 +84,7 @@ impl Env {
             h.stop().await;
         }
         let client = self.cluster.client();
-        let resources = discover(&client, &ResourceMap::new())
-            .await
-            .unwrap()
-            .update
-            .unwrap()
-            .0;
+        let resources = self.discovered().await;
         let hooks = HookClient::new(HookClientConfig::default()).unwrap();
         let handle = composite::start(
             self.controller(spec),
@@ -233,31 +231,19 @@ impl Env {
         namespace: Option<&str>,
         name: &str,
     ) {
-        let client = self.cluster.client();
-        let resources = discover(&client, &ResourceMap::new())
-            .await
-            .unwrap()
-            .update
-            .unwrap()
-            .0;
+        let resources = self.discovered().await;
         let res = resources
             .get(api_version, plural)
             .expect("resource served")
             .clone();
-        let informer = self.informers.lease(&res);
-        let api = dynamic_api(client, api_version, &res.kind, plural, namespace);
-        let key = metacontroller_dynamic::NamespacedName::new(
-            namespace.unwrap_or_default().to_string(),
-            name.to_string(),
-        );
-        eventually("the reconciler's cache to catch up", || async {
-            let live = api.get_opt(name).await.ok().flatten();
-            let live_rv = live.and_then(|o| o.metadata.resource_version);
-            let cached = informer.get(&key);
-            let cached_rv = cached.and_then(|o| o.metadata.resource_version.clone());
-            live_rv.is_some() && live_rv == cached_rv
-        })
-        .await;
+        let client = self.cluster.client();
+        cache::wait_informer_caught_up(&self.informers, client, &res, namespace, name).await;
+    }
+
+    /// The resources the API server serves now.
+    async fn discovered(&self) -> ResourceMap {
+        let found = discover(&self.cluster.client(), &ResourceMap::new()).await;
+        found.unwrap().update.unwrap().0
     }
 
     /// The positive signal before a negative check ("nothing else happened"): touches

@@ -5,6 +5,9 @@
 
 #![allow(dead_code)] // each test binary uses a different subset
 
+#[path = "../shared/cache.rs"]
+mod cache;
+
 use std::time::Duration;
 
 use kube::api::{Api, Patch, PatchParams, PostParams};
@@ -158,19 +161,10 @@ impl Env {
     /// been handed to the reconciler's event handlers.
     pub async fn wait_cache_caught_up(&self, crd: &CrdBuilder, name: &str) {
         let needs = [(crd.api_version(), crd.plural().to_string())];
-        let res = self.resources(&needs).await;
-        let res = res.get(&crd.api_version(), crd.plural()).unwrap().clone();
-        let informer = self.informers.lease(&res);
-        let api = self.api(crd);
-        let key = metacontroller_dynamic::NamespacedName::new(self.ns.clone(), name.to_string());
-        eventually("the reconciler's cache to catch up", || async {
-            let live = api.get_opt(name).await.ok().flatten();
-            let live_rv = live.and_then(|o| o.metadata.resource_version);
-            let cached = informer.get(&key);
-            let cached_rv = cached.and_then(|o| o.metadata.resource_version.clone());
-            live_rv.is_some() && live_rv == cached_rv
-        })
-        .await;
+        let resources = self.resources(&needs).await;
+        let res = resources.get(&crd.api_version(), crd.plural()).unwrap();
+        let ns = Some(self.ns.as_str());
+        cache::wait_informer_caught_up(&self.informers, self.client(), res, ns, name).await;
     }
 
     /// Creates an object (JSON) through `api`.
