@@ -161,17 +161,19 @@ fn composite_controller(
 /// `metacontroller run` against `cluster`, for the controller objects labelled
 /// `team=<label>`, with a fast discovery refresh and `extra` flags.
 fn spawn_run(cluster: &TestCluster, label: &str, extra: &[&str]) -> ControllerProcess {
-    let mut args: Vec<String> = vec![
-        "run".into(),
-        "--kubeconfig".into(),
-        cluster.kubeconfig_path().display().to_string(),
-        "--discovery-interval".into(),
-        "500ms".into(),
-        "--target-label-selector".into(),
-        format!("team={label}"),
+    let selector = format!("team={label}");
+    let mut args = vec![
+        "--discovery-interval",
+        "500ms",
+        "--target-label-selector",
+        &selector,
     ];
-    args.extend(extra.iter().map(|a| a.to_string()));
-    ControllerProcess::start(env!("CARGO_BIN_EXE_metacontroller"), args)
+    args.extend_from_slice(extra);
+    ControllerProcess::run(
+        env!("CARGO_BIN_EXE_metacontroller"),
+        cluster.kubeconfig_path(),
+        &args,
+    )
 }
 
 /// A parent resource without `/status`: upstream records a Warning SyncError Event

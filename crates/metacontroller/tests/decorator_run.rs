@@ -73,32 +73,14 @@ async fn binary_runs_selected_decorators_restarts_on_change_and_stops_on_delete(
     let label = unique_name("team");
     let selected = unique_name("selected");
     let dcs = Api::<DecoratorController>::all(cluster.client());
-    dcs.create(
-        &PostParams::default(),
-        &decorator(
-            &selected,
-            json!({"team": label}),
-            &target,
-            &hook.url("/one"),
-        ),
-    )
-    .await
-    .unwrap();
     // A second selected decorator on the same targets: once it has decorated a target, the
     // process has handled that target's events (the positive signal before checking that
     // a stopped controller did nothing).
     let witness = unique_name("witness");
-    dcs.create(
-        &PostParams::default(),
-        &decorator(
-            &witness,
-            json!({"team": label}),
-            &target,
-            &hook.url("/witness"),
-        ),
-    )
-    .await
-    .unwrap();
+    for (name, path) in [(&selected, "/one"), (&witness, "/witness")] {
+        let dc = decorator(name, json!({"team": label}), &target, &hook.url(path));
+        dcs.create(&PostParams::default(), &dc).await.unwrap();
+    }
     let other = unique_name("other");
     dcs.create(
         &PostParams::default(),
@@ -112,16 +94,15 @@ async fn binary_runs_selected_decorators_restarts_on_change_and_stops_on_delete(
     .await
     .unwrap();
 
-    let _process = ControllerProcess::start(
+    let selector = format!("team={label}");
+    let _process = ControllerProcess::run(
         env!("CARGO_BIN_EXE_metacontroller"),
-        [
-            "run".to_string(),
-            "--kubeconfig".into(),
-            cluster.kubeconfig_path().display().to_string(),
-            "--discovery-interval".into(),
-            "500ms".into(),
-            "--target-label-selector".into(),
-            format!("team={label}"),
+        cluster.kubeconfig_path(),
+        &[
+            "--discovery-interval",
+            "500ms",
+            "--target-label-selector",
+            &selector,
         ],
     );
 

@@ -71,17 +71,10 @@ async fn run_lists_composite_controllers() {
         }
     }
 
-    let mut child = ControllerProcess::start(
+    let mut child = ControllerProcess::run(
         env!("CARGO_BIN_EXE_metacontroller"),
-        [
-            "run".to_string(),
-            "--kubeconfig".into(),
-            kubeconfig.display().to_string(),
-            "--log-format".into(),
-            "json".into(),
-            "--target-label-selector".into(),
-            "team=a".into(),
-        ],
+        &kubeconfig,
+        &["--log-format", "json", "--target-label-selector", "team=a"],
     );
     let is_found = |line: &str| {
         serde_json::from_str::<serde_json::Value>(line).is_ok_and(|entry| {

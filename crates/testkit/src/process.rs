@@ -28,6 +28,18 @@ impl ControllerProcess {
         Self::start_with_env(binary, args, std::iter::empty::<(String, String)>())
     }
 
+    /// `binary run --kubeconfig <kubeconfig> <extra...>`: the binary as `metacontroller run`
+    /// against a test cluster.
+    pub fn run(binary: impl AsRef<Path>, kubeconfig: &Path, extra: &[&str]) -> Self {
+        let mut command = Command::new(binary.as_ref());
+        command
+            .arg("run")
+            .arg("--kubeconfig")
+            .arg(kubeconfig)
+            .args(extra);
+        Self::spawn(command)
+    }
+
     /// Like [`ControllerProcess::start`], with extra environment variables.
     pub fn start_with_env<I, S, E, K, V>(binary: impl AsRef<Path>, args: I, env: E) -> Self
     where
