@@ -26,17 +26,15 @@ use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::core::DynamicObject;
-use metacontroller_dynamic::{
-    ApiResource, Change, HandlerId, Informer, NamespacedName, ObjectKey, Origin, Priority,
-    WorkQueue,
-};
-use serde_json::Value;
-
 use metacontroller_api::hook::{EndpointConfig, Hook};
 use metacontroller_api::wire::CustomizableController;
 use metacontroller_api::ChildUpdateMethod;
-use metacontroller_dynamic::{Informers, ResourceMap};
+use metacontroller_dynamic::{
+    ApiResource, Change, HandlerId, Informer, Informers, NamespacedName, ObjectKey, Origin,
+    Priority, ResourceMap, WorkQueue,
+};
 use metacontroller_hooks::{CallContext, HookClient, HookError};
+use serde_json::Value;
 
 use crate::children::{self, ChildError, ChildType, ParentRef};
 use crate::composite::Options;
