@@ -16,6 +16,8 @@ use metacontroller_api::wire::ObjectMap;
 use metacontroller_api::ChildUpdateMethod;
 use serde_json::{json, Value};
 
+use crate::meta::is_deleting;
+
 /// One declared child type, resolved through discovery.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ChildType {
@@ -95,11 +97,6 @@ pub fn child_key(obj: &Value) -> ChildKey {
         str_at(obj, &["metadata", "namespace"]).to_string(),
         str_at(obj, &["metadata", "name"]).to_string(),
     )
-}
-
-fn is_deleting(obj: &Value) -> bool {
-    obj.pointer("/metadata/deletionTimestamp")
-        .is_some_and(|v| !v.is_null())
 }
 
 /// The `children` map of a hook request: one (possibly empty) entry per declared type, then

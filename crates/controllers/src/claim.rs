@@ -9,6 +9,8 @@
 use metacontroller_dynamic::{ObjectMetaAccess, Selector};
 use serde_json::Value;
 
+use crate::meta::is_deleting;
+
 /// What to do with one candidate child.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Claim {
@@ -40,11 +42,6 @@ fn labels(obj: &Value) -> serde_json::Map<String, Value> {
         .and_then(Value::as_object)
         .cloned()
         .unwrap_or_default()
-}
-
-fn is_deleting(obj: &Value) -> bool {
-    obj.pointer("/metadata/deletionTimestamp")
-        .is_some_and(|v| !v.is_null())
 }
 
 /// Decides what `parent` does with `child`.

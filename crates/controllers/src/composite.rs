@@ -26,7 +26,6 @@
 //! `SyncError` Warning Event on the parent through [`crate::events`] (except 409 conflicts,
 //! which are expected stale-cache retries).
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -39,18 +38,20 @@ use metacontroller_api::wire::{
 };
 use metacontroller_dynamic::{
     ApiResource, Change, HandlerId, Informer, Informers, Lease, NamespacedName, ObjectKey,
-    ObjectMetaAccess, Origin, Priority, ResourceId, ResourceMap, Selector, WorkQueue,
-    CONTROLLER_UID_LABEL,
+    ObjectMetaAccess, Origin, ResourceId, ResourceMap, Selector, WorkQueue, CONTROLLER_UID_LABEL,
 };
-use metacontroller_hooks::{CallContext, HookClient, HookError};
+use metacontroller_hooks::{HookClient, HookError};
 use serde_json::{json, Value};
 
 use crate::children::{self, ChildType, ParentRef};
 use crate::claim::{self, Claim, Claimant};
-use crate::events::{self, EventRecorder};
-use crate::related::{ParentId, RelatedConfig, RelatedError, RelatedManager};
+use crate::events::EventRecorder;
+use crate::finalizer::{self, HookChoice};
+use crate::meta::{api_group, is_deleting};
+use crate::reconcile::{self, priority, Reconciler, SyncFailure};
+use crate::related::{ParentId, RelatedError};
 use crate::rolling::{self, Desired, ParentRevision, RevisionParent, Rollout};
-use crate::writer::{to_value, ApplyStrategy, WriteError, Writer};
+use crate::writer::{to_value, ApplyStrategy, WriteError};
 
 /// Why a controller could not start.
 #[derive(Debug, thiserror::Error)]
@@ -139,6 +140,16 @@ impl SyncError {
     }
 }
 
+impl SyncFailure for SyncError {
+    fn retry_after(&self) -> Option<Duration> {
+        SyncError::retry_after(self)
+    }
+
+    fn is_conflict(&self) -> bool {
+        SyncError::is_conflict(self)
+    }
+}
+
 /// How a controller runs.
 #[derive(Debug, Clone)]
 pub struct Options {
@@ -182,21 +193,8 @@ struct Mapper {
     queue: WorkQueue<NamespacedName>,
 }
 
-fn priority(origin: Origin) -> Priority {
-    match origin {
-        Origin::Watch => Priority::Event,
-        Origin::Relist => Priority::Bulk,
-    }
-}
-
 fn has_finalizer(obj: &DynamicObject, name: &str) -> bool {
     obj.metadata.finalizers.iter().flatten().any(|f| f == name)
-}
-
-fn value_has_finalizer(obj: &Value, name: &str) -> bool {
-    obj.pointer("/metadata/finalizers")
-        .and_then(Value::as_array)
-        .is_some_and(|fs| fs.iter().any(|f| f.as_str() == Some(name)))
 }
 
 fn value_labels(obj: &Value) -> serde_json::Map<String, Value> {
@@ -204,11 +202,6 @@ fn value_labels(obj: &Value) -> serde_json::Map<String, Value> {
         .and_then(Value::as_object)
         .cloned()
         .unwrap_or_default()
-}
-
-fn is_deleting(obj: &Value) -> bool {
-    obj.pointer("/metadata/deletionTimestamp")
-        .is_some_and(|v| !v.is_null())
 }
 
 /// The selector of a parent's children (upstream `makeSelector`).
@@ -254,44 +247,23 @@ impl Mapper {
     }
 
     fn on_child(&self, change: &Change<DynamicObject>, origin: Origin) {
-        if let Change::Updated { old, new } = change {
-            // A relist replays unchanged objects: parents have their own resync.
-            if old.metadata.resource_version == new.metadata.resource_version {
-                return;
-            }
+        if reconcile::is_unchanged_replay(change) {
+            return;
         }
         let obj = change.object();
         let child_deleting =
             matches!(change, Change::Deleted(_)) || obj.metadata.deletion_timestamp.is_some();
-        let owner = obj
-            .metadata
-            .owner_references
-            .iter()
-            .flatten()
-            .find(|r| r.controller == Some(true));
-        let namespace = obj.metadata.namespace.clone().unwrap_or_default();
-        if let Some(owner) = owner {
-            let group = owner.api_version.rsplit_once('/').map_or("", |(g, _)| g);
-            if owner.kind != self.parent_resource.kind || group != self.parent_resource.group {
-                return;
+        if reconcile::controller_ref(obj).is_some() {
+            let resolved =
+                reconcile::resolve_controller_ref(obj, &self.parent_resource, &self.parents);
+            if let Some((key, parent)) = resolved {
+                if self.interested(&parent) {
+                    self.queue.add(key, priority(origin));
+                }
             }
-            let parent_ns = if self.parent_resource.namespaced {
-                namespace
-            } else {
-                String::new()
-            };
-            let key = NamespacedName::new(parent_ns, owner.name.clone());
-            let Some(parent) = self.parents.get(&key) else {
-                return;
-            };
-            if parent.metadata.uid.as_deref() != Some(owner.uid.as_str())
-                || !self.interested(&parent)
-            {
-                return;
-            }
-            self.queue.add(key, priority(origin));
             return;
         }
+        let namespace = obj.metadata.namespace.clone().unwrap_or_default();
         // An orphan: we never adopt orphans that are being deleted. A relist needs no mapping:
         // it also replays every parent, whose sync claims matching orphans.
         if child_deleting || origin == Origin::Relist {
@@ -326,21 +298,15 @@ impl Mapper {
 }
 
 struct Inner {
+    common: reconcile::Common<NamespacedName>,
     controller: CompositeController,
-    writer: Arc<Writer>,
-    hooks: HookClient,
     parent_resource: Arc<ApiResource>,
     parent: Lease<ResourceId, Informer>,
     parent_handler: HandlerId,
     children: Vec<Child>,
     /// ControllerRevisions, when a child type uses a rolling update method.
     revisions: Option<Revisions>,
-    /// `apiVersion/plural` → index in `children`.
-    child_index: HashMap<String, usize>,
     mapper: Arc<Mapper>,
-    queue: WorkQueue<NamespacedName>,
-    related: RelatedManager,
-    events: EventRecorder,
 }
 
 impl Drop for Inner {
@@ -352,7 +318,7 @@ impl Drop for Inner {
         if let Some(r) = &self.revisions {
             r.informer.remove_handler(r.handler);
         }
-        self.hooks.forget_controller(self.name());
+        self.common.hooks.forget_controller(&self.common.name);
     }
 }
 
@@ -360,6 +326,17 @@ struct Revisions {
     resource: Arc<ApiResource>,
     informer: Lease<ResourceId, Informer>,
     handler: HandlerId,
+}
+
+/// Which hook one sync calls, and what it shows the hook besides the parent.
+struct HookCall<'a> {
+    hook: &'a Hook,
+    /// `sync` or `finalize`.
+    name: &'static str,
+    finalizing: bool,
+    types: &'a [ChildType],
+    /// The claimed children.
+    observed: &'a [Value],
 }
 
 /// The outcome of the hook call(s) of one sync.
@@ -387,169 +364,180 @@ pub fn start(
     controller
         .validate()
         .map_err(|e| StartError::Invalid(e.to_string()))?;
-    let workers = options.workers.max(1);
-    let name = controller.metadata.name.clone().unwrap_or_default();
-    let spec = &controller.spec;
-    let lookup = |api_version: &str, resource: &str| {
-        resources
-            .get(api_version, resource)
-            .cloned()
-            .ok_or_else(|| StartError::UnknownResource(format!("{resource}.{api_version}")))
-    };
-    let parent_resource = lookup(
-        &spec.parent_resource.api_version,
-        &spec.parent_resource.resource,
-    )?;
-    if !parent_resource.has_subresource("status") {
-        return Err(StartError::NoStatusSubresource {
-            controller: name,
-            gvk: format!(
-                "{}, Kind={}",
-                parent_resource.api_version, parent_resource.kind
-            ),
-        });
-    }
-    let parent_selector =
-        Selector::from_label_selector_or_everything(spec.parent_resource.label_selector.as_ref())
-            .map_err(|e| StartError::Invalid(format!("spec.parentResource.labelSelector: {e}")))?;
-    let mut child_resources = Vec::new();
-    for rule in &spec.child_resources {
-        let resource = lookup(&rule.api_version, &rule.resource)?;
-        child_resources.push((
-            ChildType {
-                api_version: resource.api_version.clone(),
-                kind: resource.kind.clone(),
-                resource: resource.name.clone(),
-                namespaced: resource.namespaced,
-                method: rule.update_method(),
-            },
-            rule.update_strategy
-                .as_ref()
-                .and_then(|s| s.status_checks.clone()),
-            resource,
-        ));
-    }
-    let any_rolling = child_resources
-        .iter()
-        .any(|(t, _, _)| t.method.is_rolling());
-    let revision_resource = if any_rolling {
-        Some(lookup(
-            metacontroller_api::API_VERSION,
-            ControllerRevision::PLURAL,
-        )?)
-    } else {
-        None
-    };
-    let writer = Arc::new(Writer::new(client, options.apply_strategy));
-    let queue = WorkQueue::new(format!("composite-{name}"));
+    let resolved = Resolved::new(&controller, resources)?;
+    let spec = reconcile::ControllerSpec::from(CustomizableController::Composite(Box::new(
+        controller.clone(),
+    )));
+    let queue = WorkQueue::new(format!("composite-{}", spec.name));
     queue.set_gate(options.gate.clone());
-    let related = RelatedManager::new(RelatedConfig {
-        controller: CustomizableController::Composite(Box::new(controller.clone())),
-        name: name.clone(),
-        hook: spec.customize_hook().cloned(),
-        endpoint_configs: spec.all_endpoint_configs().cloned().collect(),
-        hooks: hooks.clone(),
-        informers: informers.clone(),
-        resources: resources.clone(),
-        enqueue: {
-            let queue = queue.clone();
-            Arc::new(move |parent: &ParentId, origin| {
-                queue.add(parent.key.clone(), priority(origin))
-            })
-        },
-    });
-
-    let parent = informers.lease(&parent_resource);
+    let enqueue = {
+        let queue = queue.clone();
+        Arc::new(move |parent: &ParentId, origin| queue.add(parent.key.clone(), priority(origin)))
+    };
+    let workers = options.workers;
+    let ctx = reconcile::StartContext {
+        client,
+        informers,
+        resources,
+        hooks,
+        options,
+    };
+    let common = reconcile::Common::new(spec, queue.clone(), &ctx, enqueue);
+    let writer = &common.writer;
+    let parent = informers.lease(&resolved.parent);
+    let spec = &controller.spec;
     let mapper = Arc::new(Mapper {
         parents: parent.value().clone(),
-        parent_resource: parent_resource.clone(),
-        parent_selector,
+        parent_resource: resolved.parent.clone(),
+        parent_selector: resolved.parent_selector,
         finalizer: controller.finalizer_name(),
         generate_selector: spec.generate_selector == Some(true),
         ignore_status_changes: spec.parent_resource.ignore_status_changes == Some(true),
         queue: queue.clone(),
     });
     let parent_handler = {
-        let writer = writer.clone();
         let mapper = mapper.clone();
-        let res = parent_resource.clone();
-        parent.add_handler(Arc::new(move |change, origin| {
-            writer.observe(&res, change);
-            if let Change::Deleted(obj) = change {
-                if let Some(uid) = obj.metadata.uid.as_ref() {
-                    writer.expectations().forget(uid);
-                }
-            }
-            mapper.on_parent(change, origin);
-        }))
+        reconcile::watch_owners(
+            &parent,
+            writer.clone(),
+            resolved.parent.clone(),
+            move |change, origin| mapper.on_parent(change, origin),
+        )
     };
-    let mut children = Vec::new();
-    let mut child_index = HashMap::new();
-    let revisions = revision_resource.map(|resource| {
+    let revisions = resolved.revisions.map(|resource| {
         let informer = informers.lease(&resource);
-        let writer = writer.clone();
-        let res = resource.clone();
-        let handler = informer.add_handler(Arc::new(move |change, _| writer.observe(&res, change)));
+        let handler =
+            reconcile::watch_owned(&informer, writer.clone(), resource.clone(), |_, _| {});
         Revisions {
             resource,
             informer,
             handler,
         }
     });
-    for (kind, status_checks, resource) in child_resources {
-        let informer = informers.lease(&resource);
-        let writer = writer.clone();
-        let mapper = mapper.clone();
-        let res = resource.clone();
-        let handler = informer.add_handler(Arc::new(move |change, origin| {
-            writer.observe(&res, change);
-            mapper.on_child(change, origin);
-        }));
-        child_index.insert(
-            format!("{}/{}", resource.api_version, resource.name),
-            children.len(),
-        );
-        children.push(Child {
-            kind,
-            status_checks,
-            resource,
-            informer,
-            handler,
-        });
-    }
+    let children = resolved
+        .children
+        .into_iter()
+        .map(|(kind, status_checks, resource)| {
+            let informer = informers.lease(&resource);
+            let mapper = mapper.clone();
+            let handler = reconcile::watch_owned(
+                &informer,
+                writer.clone(),
+                resource.clone(),
+                move |change, origin| mapper.on_child(change, origin),
+            );
+            Child {
+                kind,
+                status_checks,
+                resource,
+                informer,
+                handler,
+            }
+        })
+        .collect();
     let inner = Arc::new(Inner {
+        common,
         controller,
-        writer,
-        hooks,
-        parent_resource,
+        parent_resource: resolved.parent,
         parent,
         parent_handler,
         children,
         revisions,
-        child_index,
         mapper,
-        queue: queue.clone(),
-        related,
-        events: options.events,
     });
-    let run_queue = queue.clone();
-    let task = tokio::spawn(async move {
-        for c in &inner.children {
-            c.informer.wait_synced().await;
+    Ok(reconcile::run(inner, workers))
+}
+
+/// The resources a CompositeController's spec names, resolved through discovery.
+struct Resolved {
+    parent: Arc<ApiResource>,
+    parent_selector: Selector,
+    children: Vec<(ChildType, Option<ChildUpdateStatusChecks>, Arc<ApiResource>)>,
+    /// ControllerRevisions, when a child type uses a rolling update method.
+    revisions: Option<Arc<ApiResource>>,
+}
+
+impl Resolved {
+    fn new(controller: &CompositeController, resources: &ResourceMap) -> Result<Self, StartError> {
+        let spec = &controller.spec;
+        let lookup = |api_version: &str, resource: &str| {
+            reconcile::resolve(resources, api_version, resource)
+                .map_err(StartError::UnknownResource)
+        };
+        let parent = lookup(
+            &spec.parent_resource.api_version,
+            &spec.parent_resource.resource,
+        )?;
+        if !parent.has_subresource("status") {
+            return Err(StartError::NoStatusSubresource {
+                controller: controller.metadata.name.clone().unwrap_or_default(),
+                gvk: format!("{}, Kind={}", parent.api_version, parent.kind),
+            });
         }
-        if let Some(r) = &inner.revisions {
-            r.informer.wait_synced().await;
+        let parent_selector = Selector::from_label_selector_or_everything(
+            spec.parent_resource.label_selector.as_ref(),
+        )
+        .map_err(|e| StartError::Invalid(format!("spec.parentResource.labelSelector: {e}")))?;
+        let mut children = Vec::new();
+        for rule in &spec.child_resources {
+            let resource = lookup(&rule.api_version, &rule.resource)?;
+            children.push((
+                reconcile::child_type(&resource, rule.update_method()),
+                rule.update_strategy
+                    .as_ref()
+                    .and_then(|s| s.status_checks.clone()),
+                resource,
+            ));
         }
-        inner.parent.wait_synced().await;
-        let worker_inner = inner.clone();
-        run_queue
-            .run(workers, move |key: NamespacedName| {
-                let inner = worker_inner.clone();
-                async move { inner.sync_and_record(&key).await }
-            })
-            .await;
-    });
-    Ok(CompositeHandle::new(queue, task))
+        let revisions = if children.iter().any(|(t, _, _)| t.method.is_rolling()) {
+            Some(lookup(
+                metacontroller_api::API_VERSION,
+                ControllerRevision::PLURAL,
+            )?)
+        } else {
+            None
+        };
+        Ok(Resolved {
+            parent,
+            parent_selector,
+            children,
+            revisions,
+        })
+    }
+}
+
+impl Reconciler for Inner {
+    type Key = NamespacedName;
+    type Error = SyncError;
+
+    fn common(&self) -> &reconcile::Common<NamespacedName> {
+        &self.common
+    }
+
+    fn informers(&self) -> Vec<&Informer> {
+        let children = self.children.iter().map(|c| &*c.informer);
+        let revisions = self.revisions.iter().map(|r| &*r.informer);
+        children
+            .chain(revisions)
+            .chain(std::iter::once(&*self.parent))
+            .collect()
+    }
+
+    fn object(&self, key: &NamespacedName) -> Option<Value> {
+        let cached = to_value(&*self.parent.get(key)?, &self.parent_resource).ok()?;
+        self.common.writer.fresh(&self.parent_resource, cached)
+    }
+
+    /// Parents that neither match `parentResource.labelSelector` nor carry our finalizer
+    /// are not ours.
+    fn cares(&self, parent: &Value) -> bool {
+        let matches = self.mapper.parent_selector.matches(&value_labels(parent));
+        !finalizer::is_ignored(matches, parent, self.finalizer())
+    }
+
+    async fn sync(&self, key: &NamespacedName) -> Result<(), SyncError> {
+        self.sync_key(key).await
+    }
 }
 
 /// A parent during one sync.
@@ -561,10 +549,6 @@ struct ParentState {
 }
 
 impl Inner {
-    fn name(&self) -> &str {
-        self.controller.metadata.name.as_deref().unwrap_or_default()
-    }
-
     fn finalizer(&self) -> &str {
         &self.mapper.finalizer
     }
@@ -573,44 +557,22 @@ impl Inner {
         self.children.iter().map(|c| c.kind.clone()).collect()
     }
 
-    /// Whether the cache holds the object `key`, not being deleted (for expectations: a
-    /// delete is confirmed once accepted, even while finalizers keep the object).
+    /// For expectations: whether the cache holds the child `key` (see
+    /// [`reconcile::presence`]).
     fn cached(&self, key: &ObjectKey) -> Option<bool> {
-        let index = self.child_index.get(&key.resource)?;
-        let nn = NamespacedName::new(key.namespace.clone(), key.name.clone());
-        Some(
-            self.children[*index]
-                .informer
-                .get(&nn)
-                .is_some_and(|o| o.metadata.deletion_timestamp.is_none()),
-        )
+        let watched = self.children.iter().map(|c| (&*c.resource, &*c.informer));
+        reconcile::presence(watched, key)
     }
 
-    /// [`Inner::sync`], recording a `SyncError` Event on the parent when it fails (upstream
-    /// `Sync error: <error>`), except for conflicts.
-    async fn sync_and_record(&self, key: &NamespacedName) -> Result<(), SyncError> {
-        let result = self.sync(key).await;
-        if let Err(e) = &result {
-            if !e.is_conflict() {
-                if let Some(parent) = self.parent.get(key) {
-                    if let Ok(parent) = to_value(&parent, &self.parent_resource) {
-                        self.events.warning(
-                            &parent,
-                            events::reason::SYNC_ERROR,
-                            format!("Sync error: {e}"),
-                        );
-                    }
-                }
-            }
-        }
-        result
-    }
-
-    async fn sync(&self, key: &NamespacedName) -> Result<(), SyncError> {
+    /// One sync: the parent from the cache (own writes applied), its finalizer, then — once
+    /// the cache has caught up with our last writes — hook and writes ([`Inner::sync_parent`]).
+    async fn sync_key(&self, key: &NamespacedName) -> Result<(), SyncError> {
         let Some(cached) = self.parent.get(key) else {
             // Deleted; children go with the garbage collector.
-            self.hooks.forget_parent(self.name(), &key.to_string());
-            self.related.forget(&ParentId {
+            self.common
+                .hooks
+                .forget_parent(&self.common.name, &key.to_string());
+            self.common.related.forget(&ParentId {
                 api_version: self.parent_resource.api_version.clone(),
                 kind: self.parent_resource.kind.clone(),
                 key: key.clone(),
@@ -618,13 +580,10 @@ impl Inner {
             return Ok(());
         };
         let cached = to_value(&cached, &self.parent_resource)?;
-        let Some(object) = self.writer.fresh(&self.parent_resource, cached) else {
+        let Some(object) = self.common.writer.fresh(&self.parent_resource, cached) else {
             return Ok(());
         };
-        let labels = value_labels(&object);
-        if !value_has_finalizer(&object, self.finalizer())
-            && !self.mapper.parent_selector.matches(&labels)
-        {
+        if !self.cares(&object) {
             return Ok(());
         }
         let uid = object.uid().unwrap_or_default().to_string();
@@ -635,129 +594,151 @@ impl Inner {
             uid,
             namespace,
         };
-        self.sync_finalizer(&mut parent).await?;
-        if !value_has_finalizer(&parent.object, self.finalizer())
-            && !self.mapper.parent_selector.matches(&labels)
-        {
-            return Ok(());
-        }
-        if !self.writer.satisfied(&parent.uid, |k| self.cached(k)) {
-            // Our last writes are not in the cache yet; their events requeue the parent.
-            tracing::debug!(controller = self.name(), parent = %key, "waiting for the cache to confirm our writes");
-            self.queue
-                .add_after(key.clone(), Duration::from_secs(1), Priority::Event);
-            return Ok(());
-        }
-        let result = self.sync_parent(&mut parent).await;
-        if let Some(delay) = result.as_ref().err().and_then(SyncError::retry_after) {
-            tracing::info!(controller = self.name(), parent = %key, ?delay, "hook asked to slow down; resyncing later");
-            self.queue.add_after(key.clone(), delay, Priority::Event);
-            return Ok(());
-        }
-        result
-    }
-
-    /// Adds our finalizer when a finalize hook exists (unless the parent is already being
-    /// deleted), removes it when the hook was removed from the spec.
-    async fn sync_finalizer(&self, parent: &mut ParentState) -> Result<(), SyncError> {
-        let wanted = self.controller.spec.finalize_hook().is_some();
-        let present = value_has_finalizer(&parent.object, self.finalizer());
-        if present == wanted || (wanted && is_deleting(&parent.object)) {
-            return Ok(());
-        }
-        let mut updated = parent.object.clone();
-        edit_finalizers(&mut updated, self.finalizer(), wanted);
-        parent.object = self.writer.replace(&self.parent_resource, updated).await?;
-        Ok(())
-    }
-
-    /// Whether children are managed while the parent is being deleted (upstream
-    /// `ShouldFinalize`): only with our finalizer and a finalize hook, and never while a
-    /// garbage-collector finalizer is working on the children.
-    fn should_finalize(&self, parent: &Value) -> bool {
-        let gc = ["foregroundDeletion", "orphan"]
-            .iter()
-            .any(|f| value_has_finalizer(parent, f));
-        !gc && value_has_finalizer(parent, self.finalizer())
-            && self.controller.spec.finalize_hook().is_some()
-    }
-
-    async fn sync_parent(&self, parent: &mut ParentState) -> Result<(), SyncError> {
-        let generate = self.mapper.generate_selector;
-        let selector = parent_child_selector(&parent.object, generate)?;
-        let observed = self.claim_children(parent, &selector).await?;
-
-        let types = self.child_types();
-        let deleting = is_deleting(&parent.object);
-        // As upstream: finalize while being deleted, and also once the parent stops matching
-        // `parentResource.labelSelector` (it still carries our finalizer, or we would not be
-        // here), so the hook can clean up before the parent is let go.
-        let unselected = !self
-            .mapper
-            .parent_selector
-            .matches(&value_labels(&parent.object));
-        let (hook, hook_name, finalizing) =
-            match (deleting || unselected, self.controller.spec.finalize_hook()) {
-                (true, Some(h)) => (h, "finalize", true),
-                _ => match self.controller.spec.sync_hook() {
-                    Some(h) => (h, "sync", false),
-                    // As upstream: a live parent needs a sync hook (SyncError, backoff).
-                    None => return Err(SyncError::NoSyncHook),
-                },
-            };
-        let use_revisions =
-            self.revisions.is_some() && (!deleting || self.should_finalize(&parent.object));
-        let outcome = if use_revisions {
-            self.sync_revisions(parent, hook, hook_name, finalizing, &types, &observed)
-                .await?
-        } else {
-            let response = self
-                .call_hook(
-                    parent,
-                    &parent.object,
-                    hook,
-                    hook_name,
-                    finalizing,
-                    &types,
-                    &observed,
-                )
-                .await?;
-            let (desired, refused) =
-                children::validate_desired(&types, parent.namespace.as_deref(), response.children);
-            HookOutcome {
-                desired,
-                status: response.status,
-                resync_after_seconds: response.resync_after_seconds,
-                finalized: response.finalized,
-                refused,
-            }
+        let finalize_hook = self.controller.spec.finalize_hook().is_some();
+        let written = reconcile::sync_finalizer(
+            &self.common.writer,
+            &self.parent_resource,
+            parent.object,
+            self.finalizer(),
+            finalize_hook,
+        )
+        .await?;
+        let Some(written) = written else {
+            return Ok(()); // the parent is gone
         };
-
-        if outcome.resync_after_seconds > 0.0 {
-            let delay = Duration::from_secs_f64(outcome.resync_after_seconds.min(1e9));
-            self.queue
-                .add_after(parent.key.clone(), delay, Priority::Event);
+        parent.object = written;
+        // Check again: we may just have removed our finalizer.
+        if !self.cares(&parent.object) {
+            return Ok(());
         }
-        if let Some(period) = self.controller.spec.resync_period_seconds {
-            // Upstream raises any period below one second (0 and negatives too) to one.
-            let delay = Duration::from_secs(period.max(1) as u64);
-            self.queue
-                .add_after(parent.key.clone(), delay, Priority::Bulk);
+        if !reconcile::own_writes_confirmed(
+            self.name(),
+            &self.common.writer,
+            &self.common.queue,
+            key,
+            &parent.uid,
+            |k| self.cached(k),
+        ) {
+            return Ok(());
         }
+        self.sync_parent(&mut parent).await
+    }
 
-        let mut finalized_now = false;
-        if finalizing && outcome.finalized && value_has_finalizer(&parent.object, self.finalizer())
-        {
-            let mut updated = parent.object.clone();
-            edit_finalizers(&mut updated, self.finalizer(), false);
-            parent.object = self.writer.replace(&self.parent_resource, updated).await?;
-            finalized_now = true;
-        }
+    /// Claims children, calls the hook (once per revision with rolling updates), then
+    /// writes: the finalizer removal after `finalized`, the children, the status.
+    async fn sync_parent(&self, parent: &mut ParentState) -> Result<(), SyncError> {
+        let selector = parent_child_selector(&parent.object, self.mapper.generate_selector)?;
+        let observed = self.claim_children(parent, &selector).await?;
+        let types = self.child_types();
+        let (hook, name, finalizing) = self.choose_hook(&parent.object)?;
+        let call = HookCall {
+            hook,
+            name,
+            finalizing,
+            types: &types,
+            observed: &observed,
+        };
+        let use_revisions = self.revisions.is_some() && self.manages_children(&parent.object);
+        let outcome = if use_revisions {
+            self.sync_revisions(parent, &call).await?
+        } else {
+            self.sync_once(parent, &call).await?
+        };
+        reconcile::resync_after(
+            &self.common.queue,
+            &parent.key,
+            outcome.resync_after_seconds,
+        );
 
+        let finalized_now = if finalizing && outcome.finalized {
+            self.remove_finalizer(parent).await?
+        } else {
+            false
+        };
         let mut desired = outcome.desired;
-        let refused = outcome.refused;
+        self.label_desired(parent, &selector, &mut desired)?;
+        let mut manage_result = Ok(());
+        if self.manages_children(&parent.object) {
+            // As upstream, the status is written even when a child write failed (a 409
+            // Conflict included); the failure is returned afterwards, for a retry.
+            manage_result = self
+                .manage_children(parent, &types, &observed, &desired)
+                .await;
+        }
+        self.write_status(parent, outcome.status, finalized_now)
+            .await?;
+        manage_result?;
+        if outcome.refused.is_empty() {
+            Ok(())
+        } else {
+            Err(SyncError::Refused(outcome.refused))
+        }
+    }
+
+    /// The hook this sync calls (see [`finalizer::choose_hook`]): the finalize hook also
+    /// once the parent stops matching `parentResource.labelSelector` (it still carries our
+    /// finalizer, or we would not be here), so the hook can clean up before the parent is
+    /// let go. A live parent needs a sync hook (SyncError, backoff), as upstream.
+    fn choose_hook(&self, parent: &Value) -> Result<(&Hook, &'static str, bool), SyncError> {
+        let spec = &self.controller.spec;
+        let matches = self.mapper.parent_selector.matches(&value_labels(parent));
+        match finalizer::choose_hook(parent, matches, spec.finalize_hook().is_some()) {
+            HookChoice::Finalize => spec.finalize_hook().map(|h| (h, "finalize", true)),
+            HookChoice::Sync => spec.sync_hook().map(|h| (h, "sync", false)),
+        }
+        .ok_or(SyncError::NoSyncHook)
+    }
+
+    /// Whether children are managed in this sync (see [`finalizer::manages_children`]).
+    fn manages_children(&self, parent: &Value) -> bool {
+        let finalize_hook = self.controller.spec.finalize_hook().is_some();
+        finalizer::manages_children(parent, self.finalizer(), finalize_hook)
+    }
+
+    /// Without rolling updates: one hook call for the parent as it is.
+    async fn sync_once(
+        &self,
+        parent: &ParentState,
+        call: &HookCall<'_>,
+    ) -> Result<HookOutcome, SyncError> {
+        let response = self.call_hook(parent, &parent.object, call).await?;
+        let (desired, refused) =
+            children::validate_desired(call.types, parent.namespace.as_deref(), response.children);
+        Ok(HookOutcome {
+            desired,
+            status: response.status,
+            resync_after_seconds: response.resync_after_seconds,
+            finalized: response.finalized,
+            refused,
+        })
+    }
+
+    /// Removes our finalizer after the finalize hook said `finalized`. True when it was
+    /// removed now.
+    async fn remove_finalizer(&self, parent: &mut ParentState) -> Result<bool, SyncError> {
+        let Some(updated) = finalizer::with_finalizer(&parent.object, self.finalizer(), false)
+        else {
+            return Ok(false);
+        };
+        parent.object = self
+            .common
+            .writer
+            .replace(&self.parent_resource, updated)
+            .await?;
+        Ok(true)
+    }
+
+    /// With `generateSelector`, labels each desired child `controller-uid: <parent uid>`;
+    /// then every desired child must match the parent's selector (upstream refuses the
+    /// sync otherwise).
+    fn label_desired(
+        &self,
+        parent: &ParentState,
+        selector: &Selector,
+        desired: &mut Desired,
+    ) -> Result<(), SyncError> {
         for (key, (_, child)) in desired.iter_mut() {
-            if generate {
+            if self.mapper.generate_selector {
                 add_label_if_absent(child, CONTROLLER_UID_LABEL, &parent.uid);
             }
             if !selector.matches(&value_labels(child)) {
@@ -767,141 +748,160 @@ impl Inner {
                 )));
             }
         }
+        Ok(())
+    }
 
-        let mut manage_result = Ok(());
-        if !is_deleting(&parent.object) || self.should_finalize(&parent.object) {
-            // As upstream, the status is written even when a child write failed (a 409
-            // Conflict included); the failure is returned afterwards, for a retry.
-            manage_result = self
-                .manage_children(parent, &types, &observed, &desired)
-                .await;
-        }
-
-        let mut status = outcome.status.unwrap_or_default();
+    /// Writes the hook's status with `observedGeneration` through `/status` (only when it
+    /// changed). A parent that is gone — or going, once we removed its last finalizer — is
+    /// not an error.
+    async fn write_status(
+        &self,
+        parent: &ParentState,
+        status: Option<serde_json::Map<String, Value>>,
+        finalized_now: bool,
+    ) -> Result<(), SyncError> {
+        let mut status = status.unwrap_or_default();
         if let Some(generation) = parent.object.pointer("/metadata/generation") {
             status.insert("observedGeneration".into(), generation.clone());
         }
         match self
+            .common
             .writer
             .write_status(&self.parent_resource, &parent.object, Value::Object(status))
             .await
         {
-            Ok(_) => {}
-            // The parent is gone (or going, once its last finalizer was removed).
-            Err(e) if e.is_not_found() => {}
-            Err(e) if finalized_now && e.is_conflict() => {}
-            Err(e) => return Err(e.into()),
-        }
-        manage_result?;
-        if refused.is_empty() {
-            Ok(())
-        } else {
-            Err(SyncError::Refused(refused))
+            Ok(_) => Ok(()),
+            Err(e) if e.is_not_found() => Ok(()),
+            Err(e) if finalized_now && e.is_conflict() => Ok(()),
+            Err(e) => Err(e.into()),
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
+    /// Calls `call.hook` with `parent_object` as the parent (the parent itself, or as one
+    /// of its revisions sees it).
     async fn call_hook(
         &self,
         parent: &ParentState,
         parent_object: &Value,
-        hook: &Hook,
-        hook_name: &'static str,
-        finalizing: bool,
-        types: &[ChildType],
-        observed: &[Value],
+        call: &HookCall<'_>,
     ) -> Result<CompositeHookResponse, SyncError> {
-        let related = self
-            .related
-            .related(&parent.object, hook.effective_version())
-            .await?;
+        let version = call.hook.effective_version();
+        let related = self.common.related.related(&parent.object, version).await?;
         let request = CompositeHookRequest {
             controller: self.controller.clone(),
             parent: parent_object.clone(),
             children: children::observed_map(
-                hook.effective_version(),
+                version,
                 parent.namespace.as_deref(),
-                types,
-                observed.iter().cloned(),
+                call.types,
+                call.observed.iter().cloned(),
             ),
             related,
-            finalizing,
+            finalizing: call.finalizing,
         };
-        let key_text = parent.key.to_string();
-        let ctx = CallContext {
-            controller: self.name(),
-            hook_name,
-            parent_key: &key_text,
-        };
-        let endpoints: Vec<_> = self
-            .controller
-            .spec
-            .all_endpoint_configs()
-            .cloned()
-            .collect();
-        self.hooks
-            .call(&ctx, hook, &endpoints, &request)
+        self.common
+            .call_hook(call.name, &parent.key.to_string(), call.hook, &request)
             .await
             .map_err(|source| SyncError::Hook {
-                hook: hook_name,
-                parent: format!(
-                    "{} {}/{}",
-                    self.parent_resource.kind,
-                    parent.namespace.as_deref().unwrap_or_default(),
-                    parent.key.name
-                ),
+                hook: call.name,
+                parent: self.describe(parent),
                 source,
             })
+    }
+
+    /// `<Kind> <namespace>/<name>` of a parent (upstream's wording in errors).
+    fn describe(&self, parent: &ParentState) -> String {
+        format!(
+            "{} {}/{}",
+            self.parent_resource.kind,
+            parent.namespace.as_deref().unwrap_or_default(),
+            parent.key.name
+        )
+    }
+
+    /// The controller ownerReference our children carry.
+    fn parent_ref(&self, parent: &ParentState) -> ParentRef {
+        ParentRef {
+            api_version: self.parent_resource.api_version.clone(),
+            kind: self.parent_resource.kind.clone(),
+            name: parent.key.name.clone(),
+            uid: parent.uid.clone(),
+        }
     }
 
     /// Rolling updates: one hook call per parent revision, one child moved to the latest
     /// revision per sync, ControllerRevisions written before children (upstream
     /// `syncRevisions`).
-    #[allow(clippy::too_many_arguments)]
     async fn sync_revisions(
         &self,
         parent: &ParentState,
-        hook: &Hook,
-        hook_name: &'static str,
-        finalizing: bool,
-        types: &[ChildType],
-        observed: &[Value],
+        call: &HookCall<'_>,
     ) -> Result<HookOutcome, SyncError> {
         let Some(revs) = &self.revisions else {
             return Err(SyncError::Selector("no ControllerRevision informer".into()));
         };
-        let generate = self.mapper.generate_selector;
-        // Revisions are found by controller ownership plus the parent-type labels; upstream
-        // also requires the parent's selector to match labels copied from
-        // `spec.template.metadata.labels`, which parents without a template never satisfy.
+        let observed_revisions = self.observed_revisions(revs, parent)?;
+        let parents = self.revision_parents(parent, &observed_revisions);
+        let (mut revisions, answers) = self.call_hook_per_revision(parent, call, parents).await?;
+        let condition = self.roll_out(parent, call.observed, &mut revisions);
+        let mut status = answers.status.unwrap_or_default();
+        rolling::set_condition(&mut status, "Updated", &condition);
+        let revisions = rolling::prune(revisions);
+        self.manage_revisions(&revs.resource, parent, &observed_revisions, &revisions)
+            .await?;
+        Ok(HookOutcome {
+            status: Some(status),
+            desired: rolling::merged_desired(&revisions, parent.namespace.as_deref()),
+            resync_after_seconds: answers.resync_after_seconds,
+            finalized: answers.finalized,
+            refused: answers.refused,
+        })
+    }
+
+    /// The parent's ControllerRevisions (cache + own writes). They are found by controller
+    /// ownership plus the parent-type labels; upstream also requires the parent's selector
+    /// to match labels copied from `spec.template.metadata.labels`, which parents without a
+    /// template never satisfy.
+    fn observed_revisions(
+        &self,
+        revs: &Revisions,
+        parent: &ParentState,
+    ) -> Result<Vec<ControllerRevision>, SyncError> {
+        let label = |key: &str, value: &str| {
+            metacontroller_dynamic::Requirement::new(
+                "revision",
+                key,
+                metacontroller_dynamic::Operator::Equals,
+                [value.to_string()],
+            )
+            .map_err(|e| SyncError::Selector(e.to_string()))
+        };
         let selector = Selector::from_requirements(vec![
-            metacontroller_dynamic::Requirement::new(
-                "revision",
-                LABEL_API_GROUP,
-                metacontroller_dynamic::Operator::Equals,
-                [self.parent_resource.group.clone()],
-            )
-            .map_err(|e| SyncError::Selector(e.to_string()))?,
-            metacontroller_dynamic::Requirement::new(
-                "revision",
-                LABEL_RESOURCE,
-                metacontroller_dynamic::Operator::Equals,
-                [self.parent_resource.name.clone()],
-            )
-            .map_err(|e| SyncError::Selector(e.to_string()))?,
+            label(LABEL_API_GROUP, &self.parent_resource.group)?,
+            label(LABEL_RESOURCE, &self.parent_resource.name)?,
         ]);
-        let mut observed_revisions = Vec::new();
+        let mut observed = Vec::new();
         for obj in revs.informer.controlled_by(&parent.uid) {
             let value = to_value(&obj, &revs.resource)?;
-            let Some(value) = self.writer.fresh(&revs.resource, value) else {
+            let Some(value) = self.common.writer.fresh(&revs.resource, value) else {
                 continue;
             };
             if !selector.matches(&value_labels(&value)) {
                 continue;
             }
-            observed_revisions.push(serde_json::from_value::<ControllerRevision>(value)?);
+            observed.push(serde_json::from_value::<ControllerRevision>(value)?);
         }
+        Ok(observed)
+    }
 
+    /// The parent as each revision sees it, the latest first (a new revision when no
+    /// observed one matches the parent's current fields); the others are the parent with
+    /// the revision's patch applied.
+    fn revision_parents(
+        &self,
+        parent: &ParentState,
+        observed: &[ControllerRevision],
+    ) -> Vec<(Value, ControllerRevision)> {
         let field_paths = self
             .controller
             .spec
@@ -911,41 +911,53 @@ impl Inner {
             .map(|h| h.effective_field_paths())
             .unwrap_or_else(|| vec!["spec".to_string()]);
         let latest_patch = rolling::make_patch(&parent.object, &field_paths);
-        let mut latest_revision = None;
+        let mut latest = None;
         let mut others = Vec::new();
-        for rev in &observed_revisions {
+        for rev in observed {
             if crate::writer::json_equal(&rev.parent_patch, &latest_patch) {
-                latest_revision = Some(rev.clone());
+                latest = Some(rev.clone());
             } else {
                 let mut object = parent.object.clone();
                 rolling::apply_patch(&mut object, &rev.parent_patch, &field_paths);
                 others.push((object, rev.clone()));
             }
         }
-        let rp = RevisionParent {
-            plural: &self.parent_resource.name,
-            group: &self.parent_resource.group,
-            api_version: &self.parent_resource.api_version,
-            kind: &self.parent_resource.kind,
-            object: &parent.object,
-            generate_selector: generate,
-        };
-        let latest_revision =
-            latest_revision.unwrap_or_else(|| rolling::new_revision(&rp, latest_patch));
+        let latest = latest.unwrap_or_else(|| {
+            rolling::new_revision(
+                &RevisionParent {
+                    plural: &self.parent_resource.name,
+                    group: &self.parent_resource.group,
+                    api_version: &self.parent_resource.api_version,
+                    kind: &self.parent_resource.kind,
+                    object: &parent.object,
+                    generate_selector: self.mapper.generate_selector,
+                },
+                latest_patch,
+            )
+        });
+        std::iter::once((parent.object.clone(), latest))
+            .chain(others)
+            .collect()
+    }
 
+    /// One hook call per revision. The latest revision's status counts; the earliest
+    /// `resyncAfterSeconds` wins; finalized only when every revision says so.
+    async fn call_hook_per_revision(
+        &self,
+        parent: &ParentState,
+        call: &HookCall<'_>,
+        parents: Vec<(Value, ControllerRevision)>,
+    ) -> Result<(Vec<ParentRevision>, HookOutcome), SyncError> {
         let mut revisions = Vec::new();
-        let mut statuses = Vec::new();
-        let mut resync = 0.0_f64;
-        let mut finalized = true;
-        let mut refused = Vec::new();
-        for (object, revision) in
-            std::iter::once((parent.object.clone(), latest_revision)).chain(others)
-        {
-            let response = self
-                .call_hook(
-                    parent, &object, hook, hook_name, finalizing, types, observed,
-                )
-                .await?;
+        let mut answers = HookOutcome {
+            status: None,
+            desired: Desired::new(),
+            resync_after_seconds: 0.0,
+            finalized: true,
+            refused: Vec::new(),
+        };
+        for (index, (object, revision)) in parents.into_iter().enumerate() {
+            let response = self.call_hook(parent, &object, call).await?;
             let order = response
                 .children
                 .iter()
@@ -954,15 +966,21 @@ impl Inner {
                     (k.0, k.1, k.3)
                 })
                 .collect();
-            let (desired, mut refused_here) =
-                children::validate_desired(types, parent.namespace.as_deref(), response.children);
-            refused.append(&mut refused_here);
+            let (desired, mut refused) = children::validate_desired(
+                call.types,
+                parent.namespace.as_deref(),
+                response.children,
+            );
+            answers.refused.append(&mut refused);
             let r = response.resync_after_seconds;
+            let resync = answers.resync_after_seconds;
             if r > 0.0 && (resync == 0.0 || r < resync) {
-                resync = r;
+                answers.resync_after_seconds = r;
             }
-            finalized &= response.finalized;
-            statuses.push(response.status);
+            answers.finalized &= response.finalized;
+            if index == 0 {
+                answers.status = response.status;
+            }
             revisions.push(ParentRevision {
                 parent: object,
                 revision,
@@ -970,14 +988,19 @@ impl Inner {
                 order,
             });
         }
+        Ok((revisions, answers))
+    }
 
-        let server_side = self.writer.strategy().is_server_side();
-        let parent_ref = ParentRef {
-            api_version: self.parent_resource.api_version.clone(),
-            kind: self.parent_resource.kind.clone(),
-            name: parent.key.name.clone(),
-            uid: parent.uid.clone(),
-        };
+    /// Moves children between revisions (one per sync, gated by `statusChecks`) and
+    /// returns the `Updated` condition.
+    fn roll_out(
+        &self,
+        parent: &ParentState,
+        observed: &[Value],
+        revisions: &mut [ParentRevision],
+    ) -> rolling::UpdatedCondition {
+        let server_side = self.common.writer.strategy().is_server_side();
+        let parent_ref = self.parent_ref(parent);
         let up_to_date = |obs: &Value, want: &Value| -> bool {
             if server_side {
                 children::apply_body(want, &parent_ref)
@@ -994,32 +1017,20 @@ impl Inner {
                 .iter()
                 .find(|c| {
                     c.kind.kind == kind
-                        && c.kind.api_version.rsplit_once('/').map_or("", |(g, _)| g) == group
+                        && api_group(&c.kind.api_version) == group
                         && c.kind.method.is_rolling()
                 })
                 .map(|c| (c.kind.method.clone(), c.status_checks.clone()))
         };
-        let condition = rolling::sync_rolling_update(
-            &mut revisions,
+        rolling::sync_rolling_update(
+            revisions,
             &Rollout {
                 observed,
                 rolling: &rolling_of,
                 up_to_date: &up_to_date,
                 parent_namespace: parent.namespace.as_deref(),
             },
-        );
-        let mut status = statuses.into_iter().next().flatten().unwrap_or_default();
-        rolling::set_condition(&mut status, "Updated", &condition);
-        let revisions = rolling::prune(revisions);
-        self.manage_revisions(&revs.resource, parent, &observed_revisions, &revisions)
-            .await?;
-        Ok(HookOutcome {
-            status: Some(status),
-            desired: rolling::merged_desired(&revisions, parent.namespace.as_deref()),
-            resync_after_seconds: resync,
-            finalized,
-            refused,
-        })
+        )
     }
 
     /// Creates, updates and deletes ControllerRevisions so they match `desired`; all of it
@@ -1035,21 +1046,21 @@ impl Inner {
         for old in observed {
             if !desired.iter().any(|d| name_of(&d.revision) == name_of(old)) {
                 let value = serde_json::to_value(old)?;
-                self.writer.delete(res, &parent.uid, &value).await?;
+                self.common.writer.delete(res, &parent.uid, &value).await?;
             }
         }
         for d in desired {
             let value = serde_json::to_value(&d.revision)?;
             match observed.iter().find(|o| name_of(o) == name_of(&d.revision)) {
                 Some(old) if old == &d.revision => {}
-                Some(_) => match self.writer.replace(res, value).await {
+                Some(_) => match self.common.writer.replace(res, value).await {
                     Err(e) if e.is_not_found() => {}
                     r => {
                         r?;
                     }
                 },
                 None => {
-                    self.writer.create(res, &parent.uid, value).await?;
+                    self.common.writer.create(res, &parent.uid, value).await?;
                 }
             }
         }
@@ -1099,7 +1110,7 @@ impl Inner {
                     continue;
                 }
                 let value = to_value(&obj, &c.resource)?;
-                let Some(value) = self.writer.fresh(&c.resource, value) else {
+                let Some(value) = self.common.writer.fresh(&c.resource, value) else {
                     continue;
                 };
                 match claim::classify(&claimant, &value) {
@@ -1128,6 +1139,7 @@ impl Inner {
     /// uid and is not being deleted.
     async fn can_adopt(&self, parent: &ParentState) -> Result<bool, SyncError> {
         let fresh = self
+            .common
             .writer
             .get(
                 &self.parent_resource,
@@ -1148,7 +1160,7 @@ impl Inner {
     ) -> Result<Option<Value>, SyncError> {
         let ns = cached.namespace().unwrap_or_default();
         let name = cached.name().unwrap_or_default();
-        let Some(fresh) = self.writer.get(res, ns, name).await? else {
+        let Some(fresh) = self.common.writer.get(res, ns, name).await? else {
             return Ok(None);
         };
         if claim::classify(claimant, &fresh) != Claim::Adopt {
@@ -1156,16 +1168,8 @@ impl Inner {
         }
         tracing::info!(controller = self.name(), parent = %parent.key, kind = %res.kind, %ns, %name, "adopting");
         let mut updated = fresh;
-        children::set_controller_ref(
-            &mut updated,
-            &ParentRef {
-                api_version: self.parent_resource.api_version.clone(),
-                kind: self.parent_resource.kind.clone(),
-                name: parent.key.name.clone(),
-                uid: parent.uid.clone(),
-            },
-        );
-        match self.writer.replace(res, updated).await {
+        children::set_controller_ref(&mut updated, &self.parent_ref(parent));
+        match self.common.writer.replace(res, updated).await {
             Ok(adopted) => Ok(Some(adopted)),
             Err(e) if e.is_not_found() => Ok(None),
             Err(e) => Err(e.into()),
@@ -1177,13 +1181,13 @@ impl Inner {
         let ns = cached.namespace().unwrap_or_default();
         let name = cached.name().unwrap_or_default();
         tracing::info!(controller = self.name(), kind = %res.kind, %ns, %name, "releasing");
-        let Some(mut fresh) = self.writer.get(res, ns, name).await? else {
+        let Some(mut fresh) = self.common.writer.get(res, ns, name).await? else {
             return Ok(());
         };
         if !claim::remove_owner(&mut fresh, uid) {
             return Ok(());
         }
-        match self.writer.replace(res, fresh).await {
+        match self.common.writer.replace(res, fresh).await {
             Err(e) if e.is_not_found() => Ok(()),
             r => r.map(drop).map_err(Into::into),
         }
@@ -1198,57 +1202,19 @@ impl Inner {
         observed: &[Value],
         desired: &std::collections::BTreeMap<children::ChildKey, (usize, Value)>,
     ) -> Result<(), SyncError> {
-        let parent_ref = ParentRef {
-            api_version: self.parent_resource.api_version.clone(),
-            kind: self.parent_resource.kind.clone(),
-            name: parent.key.name.clone(),
-            uid: parent.uid.clone(),
-        };
-        let actions = children::plan_children(
-            types,
-            &parent_ref,
-            observed,
-            desired,
-            self.writer.strategy().is_server_side(),
-        )?;
         let errors = self
-            .writer
-            .execute_all(&parent.uid, actions, |i| self.children[i].resource.as_ref())
-            .await;
+            .common
+            .manage_children(&self.parent_ref(parent), types, observed, desired, |i| {
+                self.children[i].resource.as_ref()
+            })
+            .await?;
         if errors.is_empty() {
             Ok(())
         } else {
             Err(SyncError::Writes {
-                parent: format!(
-                    "{} {}/{}",
-                    self.parent_resource.kind,
-                    parent.namespace.as_deref().unwrap_or_default(),
-                    parent.key.name
-                ),
+                parent: self.describe(parent),
                 errors,
             })
-        }
-    }
-}
-
-/// Adds (`add`) or removes `name` in `metadata.finalizers`.
-fn edit_finalizers(obj: &mut Value, name: &str, add: bool) {
-    let Some(meta) = obj.get_mut("metadata").and_then(Value::as_object_mut) else {
-        return;
-    };
-    let list = meta
-        .entry("finalizers")
-        .or_insert_with(|| Value::Array(Vec::new()));
-    if !list.is_array() {
-        *list = Value::Array(Vec::new());
-    }
-    if let Some(items) = list.as_array_mut() {
-        items.retain(|f| f.as_str() != Some(name));
-        if add {
-            items.push(Value::String(name.to_string()));
-        }
-        if items.is_empty() {
-            meta.remove("finalizers");
         }
     }
 }
@@ -1277,18 +1243,6 @@ fn add_label_if_absent(obj: &mut Value, key: &str, value: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn finalizers_added_once_and_removed() {
-        let mut obj = json!({"metadata": {"name": "p", "finalizers": ["other"]}});
-        edit_finalizers(&mut obj, "mine", true);
-        edit_finalizers(&mut obj, "mine", true);
-        assert_eq!(obj["metadata"]["finalizers"], json!(["other", "mine"]));
-        edit_finalizers(&mut obj, "mine", false);
-        assert_eq!(obj["metadata"]["finalizers"], json!(["other"]));
-        edit_finalizers(&mut obj, "other", false);
-        assert!(obj["metadata"].get("finalizers").is_none());
-    }
 
     #[test]
     fn generated_selector_label_kept_when_set() {

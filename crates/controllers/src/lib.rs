@@ -11,6 +11,10 @@
 //! - [`writer`]: the controller-agnostic write path (create / update / server-side apply /
 //!   delete / status) with the own-writes overlay and create/delete expectations.
 //! - [`related`]: the customize hook and `related` objects (any controller kind).
+//! - `reconcile`: the skeleton both kinds run on (queue, workers, the rules around a
+//!   sync); each kind implements its `Reconciler` trait.
+//! - [`finalizer`]: the finalizer and hook-choice rules of both kinds (pure).
+//! - [`meta`]: object facts read the same way everywhere (deleting? API group?).
 //! - [`events`]: the rate-limited, non-blocking Event recorder.
 
 pub mod children;
@@ -18,7 +22,10 @@ pub mod claim;
 pub mod composite;
 pub mod decorator;
 pub mod events;
+pub mod finalizer;
 pub mod handle;
+pub mod meta;
+mod reconcile;
 pub mod related;
 pub mod rolling;
 pub mod writer;

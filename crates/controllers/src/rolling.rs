@@ -18,6 +18,7 @@ use metacontroller_api::ChildUpdateMethod;
 use serde_json::{json, Map, Value};
 
 use crate::children::ChildKey;
+use crate::meta::api_group;
 
 /// Desired children keyed as in [`crate::children::validate_desired`].
 pub type Desired = BTreeMap<ChildKey, (usize, Value)>;
@@ -189,10 +190,6 @@ pub struct ParentRevision {
     pub order: Vec<(String, String, String)>,
 }
 
-fn group_of(api_version: &str) -> &str {
-    api_version.rsplit_once('/').map_or("", |(g, _)| g)
-}
-
 /// A child's name within a revision: `name`, or `namespace/name` when the child lives in
 /// another namespace than the parent (children of cluster-scoped parents).
 pub fn child_name(key: &ChildKey, parent_namespace: Option<&str>) -> String {
@@ -212,7 +209,7 @@ fn find<'a>(
 ) -> Option<(&'a ChildKey, &'a (usize, Value))> {
     desired
         .iter()
-        .find(|(k, _)| group_of(&k.0) == group && k.1 == kind && child_name(k, parent_ns) == name)
+        .find(|(k, _)| api_group(&k.0) == group && k.1 == kind && child_name(k, parent_ns) == name)
 }
 
 fn find_observed<'a>(
@@ -224,7 +221,7 @@ fn find_observed<'a>(
 ) -> Option<&'a Value> {
     observed.iter().find(|o| {
         let key = crate::children::child_key(o);
-        group_of(&key.0) == group && key.1 == kind && child_name(&key, parent_ns) == name
+        api_group(&key.0) == group && key.1 == kind && child_name(&key, parent_ns) == name
     })
 }
 
@@ -306,7 +303,7 @@ pub fn sync_rolling_update(revisions: &mut [ParentRevision], r: &Rollout<'_>) ->
         .map(|(k, (_, v))| (k.clone(), v.clone()))
         .collect();
     for (key, want) in &latest_desired {
-        let group = group_of(&key.0).to_string();
+        let group = api_group(&key.0).to_string();
         if (r.rolling)(&group, &key.1).is_none() {
             continue;
         }
@@ -334,7 +331,7 @@ pub fn sync_rolling_update(revisions: &mut [ParentRevision], r: &Rollout<'_>) ->
     // The next child to move, in the order the hook returned them.
     let order = revisions[0].order.clone();
     for (api_version, kind, plain_name) in order {
-        let group = group_of(&api_version).to_string();
+        let group = api_group(&api_version).to_string();
         if (r.rolling)(&group, &kind).is_none() {
             continue;
         }
@@ -528,7 +525,7 @@ pub fn merged_desired(revisions: &[ParentRevision], parent_ns: Option<&str>) -> 
                 {
                     // Replace the latest version (the apiVersion may differ).
                     out.retain(|k, _| {
-                        !(group_of(&k.0) == ck.api_group
+                        !(api_group(&k.0) == ck.api_group
                             && k.1 == ck.kind
                             && child_name(k, parent_ns) == *name)
                     });

@@ -5,7 +5,8 @@
 
 mod common;
 
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Event;
 use kube::api::{Api, ListParams};
@@ -50,7 +51,11 @@ async fn fault_then_recovery(
     expected: &str,
     hook_failure: bool,
 ) {
+    // When each failing call came, to see the backoff in the gaps between them.
+    let times = Arc::new(Mutex::new(Vec::<Instant>::new()));
+    let record = times.clone();
     let mut env = Env::new(TestCluster::start().await, parent_crd(), move |_, req| {
+        record.lock().unwrap().push(Instant::now());
         bad(req)
     })
     .await;
@@ -98,12 +103,28 @@ async fn fault_then_recovery(
     assert_eq!(event.involved_object.kind.as_deref(), Some("Parent"));
     assert!(env.configmap("p-cm").await.is_none());
 
-    // Backoff: over two seconds the failing parent is retried a handful of times (5 ms
-    // doubling gives ~9 tries), not in a hot loop.
-    let before = env.hook.calls("/sync");
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let retries = env.hook.calls("/sync") - before;
-    assert!(retries <= 12, "{retries} retries in 2 s: no backoff");
+    // Backoff (5 ms doubling): the gaps between failing calls double, however fast or
+    // slow the machine is; a hot loop keeps them constant. Wait for the first gap of at
+    // least 150 ms, then the two gaps before it must each have grown by well over a third.
+    // (With a hook timeout every gap also holds the timeout, which hides the doubling.)
+    let gaps = || -> Vec<Duration> {
+        let t = times.lock().unwrap();
+        t.windows(2).map(|w| w[1] - w[0]).collect()
+    };
+    let long = |g: &Duration| *g >= Duration::from_millis(150);
+    eventually("a failing call 150 ms after the previous one", || async {
+        gaps().iter().skip(2).any(long)
+    })
+    .await;
+    if timeout.is_none() {
+        let gaps = gaps();
+        let i = 2 + gaps.iter().skip(2).position(long).unwrap();
+        let grew = |a: Duration, b: Duration| b.as_secs_f64() >= 1.3 * a.as_secs_f64();
+        assert!(
+            grew(gaps[i - 2], gaps[i - 1]) && grew(gaps[i - 1], gaps[i]),
+            "no backoff: gaps between failing calls {gaps:?}"
+        );
+    }
     // Repeats of the same failure are one Event with a count, not a flood.
     let errors = sync_errors(&env, "p").await;
     assert!(errors.len() <= 2, "{} SyncError events", errors.len());

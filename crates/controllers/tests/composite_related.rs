@@ -193,10 +193,19 @@ async fn v1_related_objects_from_the_parent_namespace_resync_on_change() {
     let syncs = quiet_sync_calls(&env).await;
     set_value(&env, &other_ns, "rel-b", "2").await;
     set_value(&env, &ns, "unrelated", "2").await;
-    assert_eq!(
-        quiet_sync_calls(&env).await,
-        syncs,
-        "unrelated changes must not resync the parent"
+    // The reconciler has been handed both changes; the next sync must be the barrier's.
+    for (namespace, name) in [(&other_ns, "rel-b"), (&ns, "unrelated")] {
+        env.wait_informer_caught_up("v1", "configmaps", Some(namespace), name)
+            .await;
+    }
+    env.sync_barrier("p").await;
+    let after = env.hook.requests("/sync");
+    assert!(
+        after[syncs]["parent"]["metadata"]["annotations"]
+            .get("test/barrier")
+            .is_some(),
+        "unrelated changes must not resync the parent: {:#?}",
+        &after[syncs..]
     );
     create_configmap(&env, &ns, "marker", json!({"related": label}), "9").await;
     wait_seen(

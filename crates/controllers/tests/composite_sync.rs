@@ -183,8 +183,15 @@ async fn sync_creates_children_sets_status_and_resync_writes_nothing() {
         assert_eq!(cm.data.as_ref().unwrap()["value"], "one");
     }
 
-    // Converged: resyncs (resyncPeriodSeconds: 1) call the hook but write nothing.
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Converged: resyncs (resyncPeriodSeconds: 1) call the hook but write nothing. First
+    // one more sync must start, so the one that wrote the status above (and any follow-up
+    // its write caused) has completed before the counters are reset.
+    let converged = calls.load(Ordering::SeqCst);
+    eventually("a sync after convergence", || {
+        let calls = calls.clone();
+        async move { calls.load(Ordering::SeqCst) > converged }
+    })
+    .await;
     server.control().reset_counts();
     let before = calls.load(Ordering::SeqCst);
     eventually("two resyncs", || {

@@ -6,7 +6,7 @@ mod decorator_support;
 
 use std::time::Duration;
 
-use decorator_support::{object, wait_for, wait_until, Env};
+use decorator_support::{object, sync_barrier, wait_for, wait_until, Env};
 use metacontroller_api::DECORATOR_CONTROLLER_ANNOTATION;
 use metacontroller_testkit::{eventually, HookReply, HookServer};
 use serde_json::{json, Value};
@@ -129,12 +129,22 @@ async fn decorates_builtin_pods_with_a_service_each() {
     let owner = &svc.metadata.owner_references.as_ref().unwrap()[0];
     assert_eq!(owner.kind, "Pod");
     assert_eq!(owner.uid, decorated.metadata.uid.clone().unwrap());
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // A selected pod created after "other": its events come after other's, and keys are
+    // taken in order, so once web-1 is decorated a sync of "other" would have started.
+    env.create(
+        &pods,
+        pod(
+            "web-1",
+            json!({"service-per-pod": "yes", "pod-name": "web-1"}),
+        ),
+    )
+    .await;
+    wait_for(&services, "web-1").await;
     assert!(services.get_opt("other").await.unwrap().is_none());
     assert!(hook
         .requests("/sync")
         .iter()
-        .all(|r| r["object"]["metadata"]["name"] == "web-0"));
+        .all(|r| r["object"]["metadata"]["name"] != "other"));
 }
 
 /// InPlace updates a differing attachment; Recreate deletes and creates it again (new
@@ -198,7 +208,8 @@ async fn attachment_update_strategies() {
     assert_eq!(inplace["metadata"]["uid"], uids[3].as_str());
     let recreated = wait_until(&cms, "t-rollingrecreate", "RollingRecreate", data).await;
     assert_ne!(recreated["metadata"]["uid"], uids[4].as_str());
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Every sync that saw value 2 has completed once a later one has started.
+    sync_barrier(&targets, "t", &hook).await;
     let ondelete = cms.get("t-ondelete").await.unwrap();
     assert_eq!(ondelete.data["data"]["value"], "1");
     // OnDelete: recreated with the new content after someone deletes it.

@@ -100,11 +100,24 @@ async fn opt_out_by_removing_the_annotation_finalizes_and_cleans_up() {
         .all(|r| r["finalizing"] == true));
     assert!(hook.calls("/finalize") >= 1);
 
-    // No longer a target: later changes do not reach either hook.
+    // No longer a target: later changes do not reach either hook. A target created after
+    // the change is the positive signal: its events come after t1's and keys are taken in
+    // order, so once it is decorated a sync of t1 would have started.
     let calls = hook.all_calls().len();
     merge_patch(&targets, "t1", json!({"spec": {"touched": true}})).await;
-    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
-    assert_eq!(hook.all_calls().len(), calls, "{:?}", hook.all_calls());
+    env.create(
+        &targets,
+        object(&target, "t2", json!({"annotations": {"decorate": "yes"}})),
+    )
+    .await;
+    wait_for(&env.api(&child), "t2-extra").await;
+    let t1_calls = hook
+        .all_calls()
+        .into_iter()
+        .skip(calls)
+        .filter(|c| c.body["object"]["metadata"]["name"] == "t1")
+        .count();
+    assert_eq!(t1_calls, 0, "{:?}", hook.all_calls());
 }
 
 /// Deleting a target runs the finalize hook while our finalizer holds it; once finalized

@@ -2,6 +2,7 @@
 //! CompositeController and per DecoratorController object (selected by
 //! `--target-label-selector`), sharing informers and the hook client between them.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -220,9 +221,7 @@ where
 {
     use futures::StreamExt;
     use kube::runtime::{watcher, WatchStreamExt};
-    use std::collections::HashMap;
 
-    let kind = T::kind(&());
     let mut config = watcher::Config::default();
     let selector = args.target_label_selector.trim();
     if !selector.is_empty() {
@@ -231,58 +230,9 @@ where
     let api: Api<T> = Api::all(shared.client.clone());
     let stream = watcher(api, config).default_backoff();
     let mut stream = std::pin::pin!(stream);
-    let mut running: HashMap<String, (serde_json::Value, H)> = HashMap::new();
-    // Objects that could not start, retried after each discovery refresh.
-    let mut waiting: HashMap<String, T> = HashMap::new();
-    let mut resources = metacontroller_dynamic::ResourceMap::new();
-    let interval = if args.discovery_interval.is_zero() {
-        Duration::from_secs(30)
-    } else {
-        args.discovery_interval
-    };
-    let mut retry = tokio::time::interval(interval);
+    let mut retry = tokio::time::interval(retry_interval(args));
     retry.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let try_start = |obj: T,
-                     resources: &metacontroller_dynamic::ResourceMap,
-                     running: &mut HashMap<String, (serde_json::Value, H)>,
-                     waiting: &mut HashMap<String, T>| {
-        let Some(name) = obj.meta().name.clone() else {
-            return;
-        };
-        let spec = spec_of(&obj);
-        let object = serde_json::to_value(&obj).unwrap_or_default();
-        match start(obj.clone(), resources) {
-            Ok(handle) => {
-                tracing::info!(%kind, %name, "started controller");
-                shared.events.normal(
-                    &object,
-                    reason::STARTING,
-                    format!("Starting controller: {name}"),
-                );
-                shared.events.normal(
-                    &object,
-                    reason::STARTED,
-                    format!("Started controller: {name}"),
-                );
-                waiting.remove(&name);
-                running.insert(name, (spec, handle));
-            }
-            Err(err) => {
-                tracing::error!(%kind, %name, error = %err.message, "cannot start controller; retrying after the next discovery refresh");
-                // Once per failure, not once per retry.
-                if !waiting.contains_key(&name) {
-                    shared
-                        .events
-                        .warning(&object, err.reason, err.event_message());
-                }
-                waiting.insert(name, obj);
-            }
-        }
-    };
-    // The last object seen per name (for the Stopping/Stopped Events of a controller whose
-    // deletion we only learn from a relist) and the names seen by a relist in progress.
-    let mut objects: HashMap<String, serde_json::Value> = HashMap::new();
-    let mut relisted: Option<std::collections::HashSet<String>> = None;
+    let mut controllers = Controllers::new(shared, spec_of, start, stop);
     loop {
         let event = tokio::select! {
             event = stream.next() => match event {
@@ -290,108 +240,212 @@ where
                 None => break,
             },
             _ = retry.tick() => {
-                if waiting.is_empty() {
-                    continue;
-                }
-                refresh(&shared.client, &mut resources).await;
-                for obj in waiting.values().cloned().collect::<Vec<_>>() {
-                    try_start(obj, &resources, &mut running, &mut waiting);
-                }
+                controllers.retry_waiting().await;
                 continue;
             }
         };
-        let obj = match event {
-            Ok(watcher::Event::Init) => {
-                relisted = Some(Default::default());
-                continue;
-            }
+        match event {
+            Ok(watcher::Event::Init) => controllers.relist_started(),
             Ok(watcher::Event::InitApply(obj)) => {
-                if let (Some(seen), Some(name)) = (relisted.as_mut(), obj.meta().name.as_ref()) {
-                    seen.insert(name.clone());
-                }
-                obj
+                controllers.relisted(&obj);
+                controllers.applied(obj).await
             }
-            Ok(watcher::Event::InitDone) => {
-                // A relist (first list, 410 Gone, ...) is the whole truth: controllers
-                // missing from it were deleted while the watch was down.
-                let seen = relisted.take().unwrap_or_default();
-                waiting.retain(|name, _| seen.contains(name));
-                let gone: Vec<String> = running
-                    .keys()
-                    .filter(|name| !seen.contains(*name))
-                    .cloned()
-                    .collect();
-                for name in gone {
-                    if let Some((_, handle)) = running.remove(&name) {
-                        let object = objects.remove(&name).unwrap_or_default();
-                        stop_with_events(shared, kind.as_ref(), &name, &object, handle, &stop)
-                            .await;
-                    }
-                }
-                objects.retain(|name, _| seen.contains(name));
-                continue;
-            }
-            Ok(watcher::Event::Apply(obj)) => obj,
-            Ok(watcher::Event::Delete(obj)) => {
-                let Some(name) = obj.meta().name.as_ref() else {
-                    continue;
-                };
-                waiting.remove(name);
-                objects.remove(name);
-                if let Some((_, handle)) = running.remove(name) {
-                    let object = serde_json::to_value(&obj).unwrap_or_default();
-                    stop_with_events(shared, kind.as_ref(), name, &object, handle, &stop).await;
-                }
-                continue;
-            }
-            Err(err) => {
-                tracing::warn!(%kind, error = %err, "watching controllers");
-                continue;
-            }
-        };
-        let Some(name) = obj.meta().name.clone() else {
-            continue;
-        };
-        objects.insert(name.clone(), serde_json::to_value(&obj).unwrap_or_default());
-        let spec = spec_of(&obj);
-        if running.get(&name).is_some_and(|(s, _)| *s == spec) {
-            continue;
+            Ok(watcher::Event::InitDone) => controllers.relist_done().await,
+            Ok(watcher::Event::Apply(obj)) => controllers.applied(obj).await,
+            Ok(watcher::Event::Delete(obj)) => controllers.deleted(&obj).await,
+            Err(err) => tracing::warn!(kind = %T::kind(&()), error = %err, "watching controllers"),
         }
-        if let Some((_, handle)) = running.remove(&name) {
-            let object = serde_json::to_value(&obj).unwrap_or_default();
-            stop_with_events(shared, kind.as_ref(), &name, &object, handle, &stop).await;
-        }
-        // Discovery on every (re)start so CRDs installed since are found.
-        refresh(&shared.client, &mut resources).await;
-        try_start(obj, &resources, &mut running, &mut waiting);
     }
     Ok(())
 }
 
-/// Stops one reconciler, with upstream's Stopping / Stopped Events on its object.
-async fn stop_with_events<H, Stop, StopFut>(
-    shared: &Shared,
-    kind: &str,
-    name: &str,
-    object: &serde_json::Value,
-    handle: H,
-    stop: &Stop,
-) where
+/// How often controller objects that could not start are retried: each discovery refresh
+/// (`--discovery-interval`), or every 30s when that is disabled.
+fn retry_interval(args: &ControllerArgs) -> Duration {
+    if args.discovery_interval.is_zero() {
+        Duration::from_secs(30)
+    } else {
+        args.discovery_interval
+    }
+}
+
+/// The reconcilers of one controller kind: those running (with the spec they run) and the
+/// controller objects waiting for a retry because they could not start.
+struct Controllers<'a, T, H, Start, Stop> {
+    shared: &'a Shared,
+    spec_of: fn(&T) -> serde_json::Value,
+    start: Start,
+    stop: Stop,
+    running: HashMap<String, (serde_json::Value, H)>,
+    waiting: HashMap<String, T>,
+    resources: metacontroller_dynamic::ResourceMap,
+    /// The last object seen per name, for the Stopping/Stopped Events of a controller whose
+    /// deletion only a relist reveals.
+    objects: HashMap<String, serde_json::Value>,
+    /// The names a relist in progress has delivered so far.
+    relisted: Option<std::collections::HashSet<String>>,
+}
+
+impl<'a, T, H, Start, Stop, StopFut> Controllers<'a, T, H, Start, Stop>
+where
+    T: kube::Resource<DynamicType = ()> + Clone + k8s_openapi::serde::Serialize,
+    Start: Fn(T, &metacontroller_dynamic::ResourceMap) -> Result<H, StartFailure>,
     Stop: Fn(H) -> StopFut,
     StopFut: std::future::Future<Output = ()>,
 {
-    tracing::info!(%kind, %name, "stopping controller");
-    shared.events.normal(
-        object,
-        reason::STOPPING,
-        format!("Stopping controller: {name}"),
-    );
-    stop(handle).await;
-    shared.events.normal(
-        object,
-        reason::STOPPED,
-        format!("Stopped controller: {name}"),
-    );
+    fn new(
+        shared: &'a Shared,
+        spec_of: fn(&T) -> serde_json::Value,
+        start: Start,
+        stop: Stop,
+    ) -> Self {
+        Controllers {
+            shared,
+            spec_of,
+            start,
+            stop,
+            running: HashMap::new(),
+            waiting: HashMap::new(),
+            resources: metacontroller_dynamic::ResourceMap::new(),
+            objects: HashMap::new(),
+            relisted: None,
+        }
+    }
+
+    /// A relist (first list, or after 410 Gone / a watch error) begins.
+    fn relist_started(&mut self) {
+        self.relisted = Some(Default::default());
+    }
+
+    /// An object delivered by the relist in progress.
+    fn relisted(&mut self, obj: &T) {
+        if let (Some(seen), Some(name)) = (self.relisted.as_mut(), obj.meta().name.as_ref()) {
+            seen.insert(name.clone());
+        }
+    }
+
+    /// A relist is the whole truth: controllers missing from it were deleted while the
+    /// watch was down, so their reconcilers stop.
+    async fn relist_done(&mut self) {
+        let seen = self.relisted.take().unwrap_or_default();
+        self.waiting.retain(|name, _| seen.contains(name));
+        let gone: Vec<String> = self
+            .running
+            .keys()
+            .filter(|name| !seen.contains(*name))
+            .cloned()
+            .collect();
+        for name in gone {
+            if let Some((_, handle)) = self.running.remove(&name) {
+                let object = self.objects.remove(&name).unwrap_or_default();
+                tracing::info!(kind = %T::kind(&()), %name, "stopping controller deleted while the watch was down");
+                self.stop_with_events(&name, &object, handle).await;
+            }
+        }
+        self.objects.retain(|name, _| seen.contains(name));
+    }
+
+    /// A controller object was added or changed: (re)start its reconciler unless it already
+    /// runs this spec.
+    async fn applied(&mut self, obj: T) {
+        let Some(name) = obj.meta().name.clone() else {
+            return;
+        };
+        self.objects
+            .insert(name.clone(), serde_json::to_value(&obj).unwrap_or_default());
+        let spec = (self.spec_of)(&obj);
+        if self.running.get(&name).is_some_and(|(s, _)| *s == spec) {
+            return;
+        }
+        if let Some((_, handle)) = self.running.remove(&name) {
+            self.stop_reconciler(&name, &obj, handle).await;
+        }
+        // Discovery on every (re)start so CRDs installed since are found.
+        refresh(&self.shared.client, &mut self.resources).await;
+        self.try_start(obj);
+    }
+
+    /// A controller object was deleted: stop its reconciler and forget any pending retry.
+    async fn deleted(&mut self, obj: &T) {
+        let Some(name) = obj.meta().name.as_ref() else {
+            return;
+        };
+        self.waiting.remove(name);
+        self.objects.remove(name);
+        if let Some((_, handle)) = self.running.remove(name) {
+            tracing::info!(kind = %T::kind(&()), %name, "stopping controller");
+            self.stop_reconciler(name, obj, handle).await;
+        }
+    }
+
+    /// Retries the objects that could not start, against a fresh discovery result.
+    async fn retry_waiting(&mut self) {
+        if self.waiting.is_empty() {
+            return;
+        }
+        refresh(&self.shared.client, &mut self.resources).await;
+        for obj in self.waiting.values().cloned().collect::<Vec<_>>() {
+            self.try_start(obj);
+        }
+    }
+
+    /// Starts a reconciler for `obj`, or records why not and queues it for a retry.
+    fn try_start(&mut self, obj: T) {
+        let kind = T::kind(&());
+        let Some(name) = obj.meta().name.clone() else {
+            return;
+        };
+        let spec = (self.spec_of)(&obj);
+        let object = serde_json::to_value(&obj).unwrap_or_default();
+        let events = &self.shared.events;
+        match (self.start)(obj.clone(), &self.resources) {
+            Ok(handle) => {
+                tracing::info!(%kind, %name, "started controller");
+                events.normal(
+                    &object,
+                    reason::STARTING,
+                    format!("Starting controller: {name}"),
+                );
+                events.normal(
+                    &object,
+                    reason::STARTED,
+                    format!("Started controller: {name}"),
+                );
+                self.waiting.remove(&name);
+                self.running.insert(name, (spec, handle));
+            }
+            Err(err) => {
+                tracing::error!(%kind, %name, error = %err.message, "cannot start controller; retrying after the next discovery refresh");
+                // Once per failure, not once per retry.
+                if !self.waiting.contains_key(&name) {
+                    events.warning(&object, err.reason, err.event_message());
+                }
+                self.waiting.insert(name, obj);
+            }
+        }
+    }
+
+    /// Stops one reconciler, with the Stopping / Stopped Events around it.
+    async fn stop_reconciler(&self, name: &str, obj: &T, handle: H) {
+        let object = serde_json::to_value(obj).unwrap_or_default();
+        self.stop_with_events(name, &object, handle).await;
+    }
+
+    /// Stops one reconciler, with upstream's Stopping / Stopped Events on `object`.
+    async fn stop_with_events(&self, name: &str, object: &serde_json::Value, handle: H) {
+        let events = &self.shared.events;
+        events.normal(
+            object,
+            reason::STOPPING,
+            format!("Stopping controller: {name}"),
+        );
+        (self.stop)(handle).await;
+        events.normal(
+            object,
+            reason::STOPPED,
+            format!("Stopped controller: {name}"),
+        );
+    }
 }
 
 /// Refreshes the discovery result in place (keeps the previous one on failure).

@@ -2,7 +2,6 @@
 //! before its parent CRD (it starts after a discovery refresh), children are written with
 //! `--apply-strategy server-side-apply` and the default field manager.
 
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Event};
@@ -10,18 +9,10 @@ use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::core::DynamicObject;
 use metacontroller_api::composite::CompositeController;
 use metacontroller_testkit::{
-    crd, dynamic_api, eventually_within, unique_name, HookReply, HookServer, TestCluster,
+    crd, dynamic_api, eventually_within, unique_name, ControllerProcess, HookReply, HookServer,
+    TestCluster,
 };
 use serde_json::json;
-
-struct KillOnDrop(Child);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn binary_starts_controller_once_its_crd_appears_and_applies_server_side() {
@@ -62,21 +53,32 @@ async fn binary_starts_controller_once_its_crd_appears_and_applies_server_side()
         .create(&PostParams::default(), &controller)
         .await
         .unwrap();
+    let name = controller.metadata.name.clone().unwrap_or_default();
 
-    let child = Command::new(env!("CARGO_BIN_EXE_metacontroller"))
-        .arg("run")
-        .arg("--kubeconfig")
-        .arg(cluster.kubeconfig_path())
-        .args(["--discovery-interval", "500ms"])
-        .args(["--apply-strategy", "server-side-apply"])
-        .args(["--target-label-selector", &format!("team={label}")])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start metacontroller run");
-    let _child = KillOnDrop(child);
-    // Let it fail to start the controller once (parent resource not served yet).
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    let process = spawn_run(&cluster, &label, &["--apply-strategy", "server-side-apply"]);
+    // The parent resource is not served yet: the binary must be seen failing to start the
+    // controller (a CreateError Event and a log line) before the CRD appears.
+    eventually_within(
+        "CreateError Event: parent resource not served",
+        Duration::from_secs(60),
+        || async {
+            controller_events(&cluster, &name)
+                .await
+                .iter()
+                .any(|(t, r, m)| {
+                    t == "Warning"
+                        && r == "CreateError"
+                        && m.starts_with("Cannot create new controller: ")
+                        && m.contains("is not served")
+                })
+        },
+    )
+    .await;
+    assert!(
+        process.logs().contains("cannot start controller"),
+        "{}",
+        process.logs()
+    );
     cluster.install_crd(&parent.build()).await;
 
     let parents = dynamic_api(
@@ -156,18 +158,22 @@ fn composite_controller(
     .unwrap()
 }
 
-fn spawn_run(cluster: &TestCluster, label: &str) -> KillOnDrop {
-    let child = Command::new(env!("CARGO_BIN_EXE_metacontroller"))
-        .arg("run")
-        .arg("--kubeconfig")
-        .arg(cluster.kubeconfig_path())
-        .args(["--discovery-interval", "500ms"])
-        .args(["--target-label-selector", &format!("team={label}")])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start metacontroller run");
-    KillOnDrop(child)
+/// `metacontroller run` against `cluster`, for the controller objects labelled
+/// `team=<label>`, with a fast discovery refresh and `extra` flags.
+fn spawn_run(cluster: &TestCluster, label: &str, extra: &[&str]) -> ControllerProcess {
+    let selector = format!("team={label}");
+    let mut args = vec![
+        "--discovery-interval",
+        "500ms",
+        "--target-label-selector",
+        &selector,
+    ];
+    args.extend_from_slice(extra);
+    ControllerProcess::run(
+        env!("CARGO_BIN_EXE_metacontroller"),
+        cluster.kubeconfig_path(),
+        &args,
+    )
 }
 
 /// A parent resource without `/status`: upstream records a Warning SyncError Event
@@ -192,7 +198,7 @@ async fn parent_without_status_gives_a_sync_error_event_on_the_controller() {
         .create(&PostParams::default(), &cc)
         .await
         .unwrap();
-    let _child = spawn_run(&cluster, &label);
+    let _child = spawn_run(&cluster, &label, &[]);
     let expected = format!(
         "[{name}] Sync error - ignoring, parent resource {}, Kind=Parent does not have subresource 'Status' enabled",
         parent.api_version()
@@ -232,7 +238,7 @@ async fn lifecycle_events_starting_started_stopping_stopped() {
     let cc = composite_controller(&name, &label, &parent, "http://127.0.0.1:9/sync".into());
     let ccs = Api::<CompositeController>::all(cluster.client());
     ccs.create(&PostParams::default(), &cc).await.unwrap();
-    let _child = spawn_run(&cluster, &label);
+    let _child = spawn_run(&cluster, &label, &[]);
     let reasons = || async {
         controller_events(&cluster, &name)
             .await

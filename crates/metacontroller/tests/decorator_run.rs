@@ -2,25 +2,30 @@
 //! `--target-label-selector` are started, a spec change restarts the reconciler with the new
 //! spec, and deleting the controller object stops it.
 
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use k8s_openapi::api::core::v1::{ConfigMap, Event};
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::core::DynamicObject;
 use metacontroller_api::decorator::DecoratorController;
 use metacontroller_testkit::{
-    crd, dynamic_api, eventually_within, unique_name, HookReply, HookServer, TestCluster,
+    crd, dynamic_api, eventually_within, unique_name, ControllerProcess, HookReply, HookServer,
+    TestCluster,
 };
 use serde_json::{json, Value};
 
-struct KillOnDrop(Child);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
+/// Whether an Event with `reason` was recorded on the (cluster-scoped, so in `default`)
+/// controller object `name`.
+async fn has_event(cluster: &TestCluster, name: &str, reason: &str) -> bool {
+    Api::<Event>::namespaced(cluster.client(), "default")
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .any(|e| {
+            e.involved_object.name.as_deref() == Some(name) && e.reason.as_deref() == Some(reason)
+        })
 }
 
 fn decorator(
@@ -68,17 +73,14 @@ async fn binary_runs_selected_decorators_restarts_on_change_and_stops_on_delete(
     let label = unique_name("team");
     let selected = unique_name("selected");
     let dcs = Api::<DecoratorController>::all(cluster.client());
-    dcs.create(
-        &PostParams::default(),
-        &decorator(
-            &selected,
-            json!({"team": label}),
-            &target,
-            &hook.url("/one"),
-        ),
-    )
-    .await
-    .unwrap();
+    // A second selected decorator on the same targets: once it has decorated a target, the
+    // process has handled that target's events (the positive signal before checking that
+    // a stopped controller did nothing).
+    let witness = unique_name("witness");
+    for (name, path) in [(&selected, "/one"), (&witness, "/witness")] {
+        let dc = decorator(name, json!({"team": label}), &target, &hook.url(path));
+        dcs.create(&PostParams::default(), &dc).await.unwrap();
+    }
     let other = unique_name("other");
     dcs.create(
         &PostParams::default(),
@@ -92,17 +94,17 @@ async fn binary_runs_selected_decorators_restarts_on_change_and_stops_on_delete(
     .await
     .unwrap();
 
-    let child = Command::new(env!("CARGO_BIN_EXE_metacontroller"))
-        .arg("run")
-        .arg("--kubeconfig")
-        .arg(cluster.kubeconfig_path())
-        .args(["--discovery-interval", "500ms"])
-        .args(["--target-label-selector", &format!("team={label}")])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start metacontroller run");
-    let _child = KillOnDrop(child);
+    let selector = format!("team={label}");
+    let _process = ControllerProcess::run(
+        env!("CARGO_BIN_EXE_metacontroller"),
+        cluster.kubeconfig_path(),
+        &[
+            "--discovery-interval",
+            "500ms",
+            "--target-label-selector",
+            &selector,
+        ],
+    );
 
     let targets = dynamic_api(
         cluster.client(),
@@ -154,12 +156,28 @@ async fn binary_runs_selected_decorators_restarts_on_change_and_stops_on_delete(
     )
     .await;
 
-    // Deleted: new targets are no longer decorated.
+    // Deleted: the reconciler is stopped (Stopped Event) and new targets are no longer
+    // decorated by it, while the witness still decorates them.
     dcs.delete(&selected, &Default::default()).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(1000)).await;
-    let calls = hook.all_calls().len();
+    eventually_within("Stopped Event", Duration::from_secs(60), || {
+        has_event(&cluster, &selected, "Stopped")
+    })
+    .await;
+    let calls = hook.calls("/two");
     create("t2").await;
-    tokio::time::sleep(Duration::from_millis(1000)).await;
+    eventually_within(
+        "t2 decorated by the witness",
+        Duration::from_secs(60),
+        || async {
+            targets.get("t2").await.is_ok_and(|t| {
+                t.metadata
+                    .labels
+                    .unwrap_or_default()
+                    .contains_key("seen-witness")
+            })
+        },
+    )
+    .await;
     assert!(cms.get_opt("t2-two").await.unwrap().is_none());
-    assert_eq!(hook.all_calls().len(), calls, "a stopped controller synced");
+    assert_eq!(hook.calls("/two"), calls, "a stopped controller synced");
 }

@@ -4,19 +4,10 @@
 //! Dev mode is by definition the embedded API server, so this test ignores
 //! `METACONTROLLER_E2E_KUBECONFIG`.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
-struct KillOnDrop(Child);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+use metacontroller_testkit::ControllerProcess;
 
 const CRDS: [&str; 3] = [
     "compositecontrollers.metacontroller.k8s.io",
@@ -28,51 +19,17 @@ const CRDS: [&str; 3] = [
 fn dev_mode_serves_the_crds_to_kubectl() {
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = dir.path().join("dev").join("kubeconfig");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_metacontroller"))
+    let mut command = Command::new(env!("CARGO_BIN_EXE_metacontroller"));
+    command
         .args(["dev", "--port", "0", "--dev-kubeconfig"])
         .arg(&kubeconfig)
         .args(["--metrics-address", "0", "--health-probe-bind-address", "0"])
-        .env_remove("KUBECONFIG")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start metacontroller dev");
-    let stdout = child.stdout.take().unwrap();
-    let stderr = child.stderr.take().unwrap();
-    let child = KillOnDrop(child);
-
-    let (lines, received) = mpsc::channel();
-    let err_lines = lines.clone();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            let _ = lines.send(format!("stdout: {line}"));
-        }
+        .env_remove("KUBECONFIG");
+    let mut child = ControllerProcess::spawn(command);
+    child.wait_for_line("dev mode ready", Duration::from_secs(60), |l| {
+        l.contains("press Ctrl-C")
     });
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            let _ = err_lines.send(format!("stderr: {line}"));
-        }
-    });
-
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let mut seen = Vec::new();
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        match received.recv_timeout(left) {
-            Ok(line) => {
-                let ready = line.contains("press Ctrl-C");
-                seen.push(line);
-                if ready {
-                    break;
-                }
-            }
-            Err(_) => panic!(
-                "dev mode did not become ready in 60s; output:\n{}",
-                seen.join("\n")
-            ),
-        }
-    }
-    let printed = seen.join("\n");
+    let printed = child.logs();
     assert!(
         printed.contains(&kubeconfig.display().to_string()),
         "{printed}"

@@ -3,20 +3,11 @@
 //! `METACONTROLLER_E2E_KUBECONFIG`), the example's Python hook server, and kubectl.
 //! Skipped when kubectl or python3 is not installed.
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-struct KillOnDrop(Child);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+use metacontroller_testkit::ControllerProcess;
 
 fn installed(program: &str) -> bool {
     let found = Command::new(program)
@@ -42,27 +33,6 @@ fn free_port() -> u16 {
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
         .expect("a free port")
-}
-
-/// Collects a child's output lines for error messages and readiness checks.
-fn lines_of(child: &mut Child) -> mpsc::Receiver<String> {
-    let (tx, rx) = mpsc::channel();
-    if let Some(out) = child.stdout.take() {
-        let tx = tx.clone();
-        std::thread::spawn(move || {
-            for line in BufReader::new(out).lines().map_while(Result::ok) {
-                let _ = tx.send(line);
-            }
-        });
-    }
-    if let Some(err) = child.stderr.take() {
-        std::thread::spawn(move || {
-            for line in BufReader::new(err).lines().map_while(Result::ok) {
-                let _ = tx.send(line);
-            }
-        });
-    }
-    rx
 }
 
 struct Kubectl {
@@ -126,14 +96,10 @@ fn hello_world_example_runs_as_documented() {
     };
 
     let port = free_port();
-    let hook = Command::new("python3")
-        .arg(example("sync.py"))
-        .args(["--port", &port.to_string()])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("starting sync.py");
-    let _hook = KillOnDrop(hook);
+    let mut hook = Command::new("python3");
+    hook.arg(example("sync.py"))
+        .args(["--port", &port.to_string()]);
+    let _hook = ControllerProcess::spawn(hook);
 
     let mut controller = Command::new(env!("CARGO_BIN_EXE_metacontroller"));
     match &real {
@@ -142,30 +108,12 @@ fn hello_world_example_runs_as_documented() {
             .args(["dev", "--port", "0", "--dev-kubeconfig"])
             .arg(&kubeconfig),
     };
-    let mut controller = controller
-        .env_remove("KUBECONFIG")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("starting metacontroller");
-    let output = lines_of(&mut controller);
-    let _controller = KillOnDrop(controller);
-    let mut seen = Vec::new();
+    controller.env_remove("KUBECONFIG");
+    let mut controller = ControllerProcess::spawn(controller);
     if real.is_none() {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match output.recv_timeout(left) {
-                Ok(line) => {
-                    let ready = line.contains("press Ctrl-C");
-                    seen.push(line);
-                    if ready {
-                        break;
-                    }
-                }
-                Err(_) => panic!("dev mode not ready in 60s:\n{}", seen.join("\n")),
-            }
-        }
+        controller.wait_for_line("dev mode ready", Duration::from_secs(60), |l| {
+            l.contains("press Ctrl-C")
+        });
     }
 
     let namespace = format!("hello-{}", std::process::id());

@@ -5,24 +5,13 @@
 //! (which must have the Metacontroller CRDs installed; the test creates and deletes one
 //! CompositeController with a unique name there).
 
-use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DeleteParams, PostParams};
 use metacontroller_api::composite::CompositeController;
-
-struct KillOnDrop(Child);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+use metacontroller_testkit::ControllerProcess;
 
 async fn client_for(path: &PathBuf) -> kube::Client {
     let kubeconfig = kube::config::Kubeconfig::read_from(path).unwrap();
@@ -82,39 +71,24 @@ async fn run_lists_composite_controllers() {
         }
     }
 
-    let mut child = Command::new(env!("CARGO_BIN_EXE_metacontroller"))
-        .arg("run")
-        .arg("--kubeconfig")
-        .arg(&kubeconfig)
-        .args(["--log-format", "json", "--target-label-selector", "team=a"])
-        .stderr(Stdio::piped())
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("start metacontroller run");
-    let stderr = child.stderr.take().unwrap();
-    let child = KillOnDrop(child);
-    let (lines, received) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            let _ = lines.send(line);
-        }
-    });
-
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let mut seen = Vec::new();
-    let found = loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        let Ok(line) = received.recv_timeout(left) else {
-            panic!("no 'found controllers' log in 60s:\n{}", seen.join("\n"));
-        };
-        seen.push(line.clone());
-        let Ok(entry) = serde_json::from_str::<serde_json::Value>(&line) else {
-            panic!("--log-format json printed a non-JSON line: {line}");
-        };
-        if entry["message"] == "found controllers" && entry["kind"] == "CompositeController" {
-            break entry;
-        }
+    let mut child = ControllerProcess::run(
+        env!("CARGO_BIN_EXE_metacontroller"),
+        &kubeconfig,
+        &["--log-format", "json", "--target-label-selector", "team=a"],
+    );
+    let is_found = |line: &str| {
+        serde_json::from_str::<serde_json::Value>(line).is_ok_and(|entry| {
+            entry["message"] == "found controllers" && entry["kind"] == "CompositeController"
+        })
     };
+    let line = child.wait_for_line("'found controllers' log", Duration::from_secs(60), is_found);
+    let found: serde_json::Value = serde_json::from_str(&line).unwrap();
+    for line in child.logs().lines() {
+        assert!(
+            serde_json::from_str::<serde_json::Value>(line).is_ok(),
+            "--log-format json printed a non-JSON line: {line}"
+        );
+    }
     assert!(
         found["names"].as_str().unwrap_or_default().contains(&name),
         "{found}"

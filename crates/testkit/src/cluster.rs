@@ -163,24 +163,33 @@ impl TestCluster {
         }
     }
 
-    /// Gives up to `timeout` for in-flight writes to settle: returns once the write counter
-    /// has not moved for `quiet`. `None` on a real cluster.
+    /// Waits until in-flight writes have settled — the write counter has not moved for
+    /// `quiet` — and returns the write count. `None` on a real cluster.
+    ///
+    /// # Panics
+    /// When writes are still going on after `timeout`: a controller that never stops
+    /// writing is a failure, not a state to assert on.
     pub async fn settle(&self, quiet: Duration, timeout: Duration) -> Option<u64> {
         let control = self.control()?;
         let deadline = tokio::time::Instant::now() + timeout;
         let mut last = control.writes();
         let mut since = tokio::time::Instant::now();
-        while tokio::time::Instant::now() < deadline {
+        loop {
             tokio::time::sleep(Duration::from_millis(25)).await;
             let now = control.writes();
             if now != last {
                 last = now;
                 since = tokio::time::Instant::now();
             } else if since.elapsed() >= quiet {
-                break;
+                return Some(last);
+            }
+            if tokio::time::Instant::now() >= deadline {
+                panic!(
+                    "writes did not settle within {timeout:?}: the API server's write counter \
+                     never stayed still for {quiet:?} (now at {last} writes)"
+                );
             }
         }
-        Some(last)
     }
 }
 

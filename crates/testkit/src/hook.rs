@@ -184,3 +184,20 @@ async fn serve(state: Arc<State>, request: Request<Body>) -> Response {
         .body(Body::from(reply.body))
         .unwrap_or_default()
 }
+
+/// Panics when two consecutive objects a hook was sent (in call order) differ in their
+/// status only — generation, labels and annotations equal: with `ignoreStatusChanges`
+/// such a change must not cause a sync. Use after a barrier (a later change the hook has
+/// seen), so a sync the status change caused would already be in the list.
+pub fn assert_no_status_only_syncs(objects: &[Value]) {
+    let meta = |o: &Value, f: &str| o["metadata"][f].clone();
+    for pair in objects.windows(2) {
+        let same_meta = ["generation", "labels", "annotations"]
+            .iter()
+            .all(|f| meta(&pair[0], f) == meta(&pair[1], f));
+        assert!(
+            !(same_meta && pair[0]["status"] != pair[1]["status"]),
+            "a status-only change caused a sync: {objects:#?}"
+        );
+    }
+}

@@ -23,6 +23,6 @@ mod process;
 pub use cluster::{dynamic_api, TestCluster, E2E_KUBECONFIG_ENV};
 pub use crd::{crd, CrdBuilder};
 pub use embedded_apiserver::{Control, Fault, FaultAction};
-pub use hook::{HookCall, HookReply, HookServer};
+pub use hook::{assert_no_status_only_syncs, HookCall, HookReply, HookServer};
 pub use poll::{eventually, eventually_within, unique_name, DEFAULT_TIMEOUT};
 pub use process::ControllerProcess;

@@ -28,6 +28,18 @@ impl ControllerProcess {
         Self::start_with_env(binary, args, std::iter::empty::<(String, String)>())
     }
 
+    /// `binary run --kubeconfig <kubeconfig> <extra...>`: the binary as `metacontroller run`
+    /// against a test cluster.
+    pub fn run(binary: impl AsRef<Path>, kubeconfig: &Path, extra: &[&str]) -> Self {
+        let mut command = Command::new(binary.as_ref());
+        command
+            .arg("run")
+            .arg("--kubeconfig")
+            .arg(kubeconfig)
+            .args(extra);
+        Self::spawn(command)
+    }
+
     /// Like [`ControllerProcess::start`], with extra environment variables.
     pub fn start_with_env<I, S, E, K, V>(binary: impl AsRef<Path>, args: I, env: E) -> Self
     where
@@ -37,18 +49,24 @@ impl ControllerProcess {
         K: AsRef<std::ffi::OsStr>,
         V: AsRef<std::ffi::OsStr>,
     {
+        let mut command = Command::new(binary.as_ref());
+        command.args(args).envs(env);
+        Self::spawn(command)
+    }
+
+    /// Starts a prepared `command` (for settings `start_with_env` lacks, such as removing
+    /// a variable); its stdin, stdout and stderr are replaced as for [`ControllerProcess::start`].
+    pub fn spawn(mut command: Command) -> Self {
         let log_dir = tempfile::tempdir().expect("temporary directory for controller logs");
         let log_path = log_dir.path().join("controller.log");
         let log = std::fs::File::create(&log_path).expect("controller log file");
         let log_err = log.try_clone().expect("controller log file handle");
-        let child = Command::new(binary.as_ref())
-            .args(args)
-            .envs(env)
+        let child = command
             .stdin(Stdio::null())
             .stdout(Stdio::from(log))
             .stderr(Stdio::from(log_err))
             .spawn()
-            .unwrap_or_else(|err| panic!("starting {}: {err}", binary.as_ref().display()));
+            .unwrap_or_else(|err| panic!("starting {:?}: {err}", command.get_program()));
         ControllerProcess {
             child: Some(child),
             log_path,
@@ -64,6 +82,39 @@ impl ControllerProcess {
     /// Everything the process has written to stdout and stderr so far.
     pub fn logs(&self) -> String {
         std::fs::read_to_string(&self.log_path).unwrap_or_default()
+    }
+
+    /// Waits up to `timeout` for an output line satisfying `matches` and returns it. Blocks
+    /// the calling thread (from async tests, prefer polling [`ControllerProcess::logs`]).
+    ///
+    /// # Panics
+    /// On timeout, or when the process exits first, with its output.
+    pub fn wait_for_line(
+        &mut self,
+        what: &str,
+        timeout: Duration,
+        matches: impl Fn(&str) -> bool,
+    ) -> String {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(line) = self.logs().lines().find(|l| matches(l)) {
+                return line.to_string();
+            }
+            let exited = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten());
+            if let Some(status) = exited {
+                panic!(
+                    "waiting for {what}: the process exited ({status}):\n{}",
+                    self.logs()
+                );
+            }
+            if Instant::now() >= deadline {
+                panic!("no {what} within {timeout:?}; output:\n{}", self.logs());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     /// Sends SIGTERM (as the kubelet does on pod deletion).

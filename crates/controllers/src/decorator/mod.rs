@@ -10,8 +10,10 @@
 //!   matching) and the labels/annotations/status changes a hook response makes;
 //! - [`reconciler`]: the running controller ([`start`]).
 //!
-//! The runtime is shared with the CompositeController: informers and the work queue from
-//! `metacontroller-dynamic`, writes through [`crate::writer`] (update strategies, server-side
+//! The runtime is shared with the CompositeController: the reconciler skeleton (workers,
+//! the rules around a sync, finalizer handling) from `crate::reconcile` and
+//! [`crate::finalizer`], informers and the work queue from `metacontroller-dynamic`,
+//! writes through [`crate::writer`] (update strategies, server-side
 //! apply, own-writes overlay, expectations), child planning from [`crate::children`],
 //! customize/related objects from [`crate::related`], Events from [`crate::events`].
 //!

@@ -22,19 +22,20 @@ use metacontroller_api::wire::{
 };
 use metacontroller_dynamic::{
     ApiResource, Change, HandlerId, Informer, Informers, Lease, NamespacedName, ObjectKey, Origin,
-    Priority, ResourceId, ResourceMap, WorkQueue,
+    ResourceId, ResourceMap, WorkQueue,
 };
-use metacontroller_hooks::{CallContext, HookClient};
+use metacontroller_hooks::HookClient;
 use serde_json::Value;
 
 use super::attachments::{self, is_own_attachment};
 use super::select::{api_group, is_status_only_update, TargetSelector};
-use super::target::{self, FinalizerSync, HookChoice};
+use super::target;
 use crate::children::{self, ChildError, ChildType, ParentRef};
 use crate::composite::Options;
-use crate::events::{self, EventRecorder};
-use crate::related::{ParentId, RelatedConfig, RelatedError, RelatedManager};
-use crate::writer::{to_value, WriteError, Writer};
+use crate::finalizer::{self, HookChoice};
+use crate::reconcile::{self, priority, Reconciler, SyncFailure};
+use crate::related::{Enqueue, ParentId, RelatedError};
+use crate::writer::{to_value, WriteError};
 
 /// Why a DecoratorController could not start.
 #[derive(Debug, thiserror::Error)]
@@ -104,6 +105,16 @@ impl SyncError {
     }
 }
 
+impl SyncFailure for SyncError {
+    fn retry_after(&self) -> Option<Duration> {
+        SyncError::retry_after(self)
+    }
+
+    fn is_conflict(&self) -> bool {
+        SyncError::is_conflict(self)
+    }
+}
+
 /// A work queue key: which targeted resource (index into the controller's target types)
 /// and which object.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -129,19 +140,11 @@ struct AttachmentType {
 
 /// What the informer handlers need (shared before the reconciler itself exists).
 struct Routing {
-    name: String,
     selector: TargetSelector,
     finalizer: String,
     /// Per target type: resource and informer (filled before handlers are added).
     targets: Vec<(Arc<ApiResource>, Lease<ResourceId, Informer>)>,
     queue: WorkQueue<TargetKey>,
-}
-
-fn priority(origin: Origin) -> Priority {
-    match origin {
-        Origin::Watch => Priority::Event,
-        Origin::Relist => Priority::Bulk,
-    }
 }
 
 impl Routing {
@@ -198,20 +201,11 @@ impl Routing {
     /// An attachment changed: sync the target named by its controller ownerReference, if
     /// that is a target of ours (group and kind compared; the version may differ).
     fn on_attachment(&self, change: &Change<DynamicObject>, origin: Origin) {
-        if let Change::Updated { old, new } = change {
-            // A relist replay of an unchanged object: the target resync covers it.
-            if old.metadata.resource_version == new.metadata.resource_version {
-                return;
-            }
+        if reconcile::is_unchanged_replay(change) {
+            return;
         }
         let obj = change.object();
-        let Some(owner) = obj
-            .metadata
-            .owner_references
-            .iter()
-            .flatten()
-            .find(|r| r.controller == Some(true))
-        else {
+        let Some(owner) = reconcile::controller_ref(obj) else {
             return;
         };
         let group = api_group(&owner.api_version);
@@ -223,36 +217,25 @@ impl Routing {
             return;
         };
         let (res, informer) = &self.targets[index];
-        let namespace = if res.namespaced {
-            obj.metadata.namespace.clone().unwrap_or_default()
-        } else {
-            String::new()
-        };
-        let key = NamespacedName::new(namespace, owner.name.clone());
-        let Some(target) = informer.get(&key) else {
+        let Some((key, target)) = reconcile::resolve_controller_ref(obj, res, informer) else {
             return;
         };
-        if target.metadata.uid.as_deref() != Some(owner.uid.as_str()) || !self.cares(index, &target)
-        {
-            return;
+        if self.cares(index, &target) {
+            self.queue.add(
+                TargetKey {
+                    resource: index,
+                    key,
+                },
+                priority(origin),
+            );
         }
-        self.queue.add(
-            TargetKey {
-                resource: index,
-                key,
-            },
-            priority(origin),
-        );
     }
 }
 
 struct Inner {
+    common: reconcile::Common<TargetKey>,
     controller: DecoratorController,
     routing: Arc<Routing>,
-    writer: Arc<Writer>,
-    hooks: HookClient,
-    related: RelatedManager,
-    events: EventRecorder,
     /// Handler per target type (same order as `routing.targets`).
     target_handlers: Vec<HandlerId>,
     attachments: Vec<AttachmentType>,
@@ -268,7 +251,7 @@ impl Drop for Inner {
         for a in &self.attachments {
             a.informer.remove_handler(a.handler);
         }
-        self.hooks.forget_controller(self.name());
+        self.common.hooks.forget_controller(&self.common.name);
     }
 }
 
@@ -290,254 +273,233 @@ pub fn start(
     if controller.spec.hooks.is_none() {
         return Err(StartError::Invalid("spec.hooks: no hooks defined".into()));
     }
-    let workers = options.workers.max(1);
-    let name = controller.metadata.name.clone().unwrap_or_default();
-    let spec = &controller.spec;
-    let lookup = |api_version: &str, resource: &str| {
-        resources
-            .get(api_version, resource)
-            .cloned()
-            .ok_or_else(|| StartError::UnknownResource(format!("{resource}.{api_version}")))
-    };
-    let mut target_resources: Vec<Arc<ApiResource>> = Vec::new();
-    let mut resolved = Vec::new();
-    for rule in &spec.resources {
-        let res = lookup(&rule.api_version, &rule.resource)?;
-        resolved.push((res.group.clone(), res.kind.clone(), rule));
-        if !target_resources.iter().any(|r| r.id() == res.id()) {
-            target_resources.push(res);
-        }
-    }
-    let selector = TargetSelector::new(
-        resolved
-            .iter()
-            .map(|(group, kind, rule)| (group.as_str(), kind.as_str(), *rule)),
-    )
-    .map_err(|e| StartError::Invalid(e.to_string()))?;
-    let mut attachment_resources = Vec::new();
-    for rule in &spec.attachments {
-        let res = lookup(&rule.api_version, &rule.resource)?;
-        attachment_resources.push((
-            ChildType {
-                api_version: res.api_version.clone(),
-                kind: res.kind.clone(),
-                resource: res.name.clone(),
-                namespaced: res.namespaced,
-                method: rule.update_method(),
-            },
-            res,
-        ));
-    }
-
-    let writer = Arc::new(Writer::new(client, options.apply_strategy));
-    let queue: WorkQueue<TargetKey> = WorkQueue::new(format!("decorator-{name}"));
+    let resolved = Resolved::new(&controller, resources)?;
+    let spec = reconcile::ControllerSpec::from(CustomizableController::Decorator(Box::new(
+        controller.clone(),
+    )));
+    let queue: WorkQueue<TargetKey> = WorkQueue::new(format!("decorator-{}", spec.name));
     queue.set_gate(options.gate.clone());
     let routing = Arc::new(Routing {
-        name: name.clone(),
-        selector,
+        selector: resolved.selector,
         finalizer: controller.finalizer_name(),
-        targets: target_resources
+        targets: resolved
+            .targets
             .iter()
             .map(|res| (res.clone(), informers.lease(res)))
             .collect(),
         queue: queue.clone(),
     });
-    let related = RelatedManager::new(RelatedConfig {
-        controller: CustomizableController::Decorator(Box::new(controller.clone())),
-        name: name.clone(),
-        hook: spec.customize_hook().cloned(),
-        endpoint_configs: spec.all_endpoint_configs().cloned().collect(),
-        hooks: hooks.clone(),
-        informers: informers.clone(),
-        resources: resources.clone(),
-        enqueue: {
-            // Weak: the manager lives in the reconciler, which owns the routing.
-            let routing = Arc::downgrade(&routing);
-            Arc::new(move |target: &ParentId, origin| {
-                let Some(routing) = routing.upgrade() else {
-                    return;
-                };
-                if let Some(index) = routing.target_index(&target.api_version, &target.kind) {
-                    routing.queue.add(
-                        TargetKey {
-                            resource: index,
-                            key: target.key.clone(),
-                        },
-                        priority(origin),
-                    );
-                }
-            })
-        },
-    });
-    let mut target_handlers = Vec::new();
-    for (index, (res, informer)) in routing.targets.iter().enumerate() {
-        let routing = routing.clone();
-        let writer = writer.clone();
-        let res = res.clone();
-        target_handlers.push(informer.add_handler(Arc::new(move |change, origin| {
-            writer.observe(&res, change);
-            if let Change::Deleted(obj) = change {
-                if let Some(uid) = obj.metadata.uid.as_ref() {
-                    writer.expectations().forget(uid);
-                }
-            }
-            routing.on_target(index, change, origin);
-        })));
-    }
-    let mut attachments = Vec::new();
-    for (kind, resource) in attachment_resources {
-        let informer = informers.lease(&resource);
-        let handler = {
+    let workers = options.workers;
+    let ctx = reconcile::StartContext {
+        client,
+        informers,
+        resources,
+        hooks,
+        options,
+    };
+    let enqueue = enqueue_related(&routing);
+    let common = reconcile::Common::new(spec, queue, &ctx, enqueue);
+    let writer = &common.writer;
+    let target_handlers = routing
+        .targets
+        .iter()
+        .enumerate()
+        .map(|(index, (res, informer))| {
             let routing = routing.clone();
-            let writer = writer.clone();
-            let res = resource.clone();
-            informer.add_handler(Arc::new(move |change, origin| {
-                writer.observe(&res, change);
-                routing.on_attachment(change, origin);
-            }))
-        };
-        attachments.push(AttachmentType {
-            kind,
-            resource,
-            informer,
-            handler,
-        });
-    }
+            reconcile::watch_owners(
+                informer,
+                writer.clone(),
+                res.clone(),
+                move |change, origin| routing.on_target(index, change, origin),
+            )
+        })
+        .collect();
+    let attachments = resolved
+        .attachments
+        .into_iter()
+        .map(|(kind, resource)| {
+            let informer = informers.lease(&resource);
+            let routing = routing.clone();
+            let handler = reconcile::watch_owned(
+                &informer,
+                writer.clone(),
+                resource.clone(),
+                move |change, origin| routing.on_attachment(change, origin),
+            );
+            AttachmentType {
+                kind,
+                resource,
+                informer,
+                handler,
+            }
+        })
+        .collect();
     let inner = Arc::new(Inner {
+        common,
         controller,
         routing,
-        writer,
-        hooks,
-        related,
-        events: options.events,
         target_handlers,
         attachments,
     });
-    let run_queue = queue.clone();
-    let task = tokio::spawn(async move {
-        for a in &inner.attachments {
-            a.informer.wait_synced().await;
+    Ok(reconcile::run(inner, workers))
+}
+
+/// The resources a DecoratorController's spec names, resolved through discovery.
+struct Resolved {
+    /// Targeted resources, each once.
+    targets: Vec<Arc<ApiResource>>,
+    selector: TargetSelector,
+    attachments: Vec<(ChildType, Arc<ApiResource>)>,
+}
+
+impl Resolved {
+    fn new(controller: &DecoratorController, resources: &ResourceMap) -> Result<Self, StartError> {
+        let spec = &controller.spec;
+        let lookup = |api_version: &str, resource: &str| {
+            reconcile::resolve(resources, api_version, resource)
+                .map_err(StartError::UnknownResource)
+        };
+        let mut targets: Vec<Arc<ApiResource>> = Vec::new();
+        let mut rules = Vec::new();
+        for rule in &spec.resources {
+            let res = lookup(&rule.api_version, &rule.resource)?;
+            rules.push((res.group.clone(), res.kind.clone(), rule));
+            if !targets.iter().any(|r| r.id() == res.id()) {
+                targets.push(res);
+            }
         }
-        for (_, informer) in &inner.routing.targets {
-            informer.wait_synced().await;
+        let selector = TargetSelector::new(
+            rules
+                .iter()
+                .map(|(group, kind, rule)| (group.as_str(), kind.as_str(), *rule)),
+        )
+        .map_err(|e| StartError::Invalid(e.to_string()))?;
+        let mut attachments = Vec::new();
+        for rule in &spec.attachments {
+            let res = lookup(&rule.api_version, &rule.resource)?;
+            attachments.push((reconcile::child_type(&res, rule.update_method()), res));
         }
-        let worker_inner = inner.clone();
-        run_queue
-            .run(workers, move |key: TargetKey| {
-                let inner = worker_inner.clone();
-                async move { inner.sync_and_record(&key).await }
-            })
-            .await;
-    });
-    Ok(DecoratorHandle::new(queue, task))
+        Ok(Resolved {
+            targets,
+            selector,
+            attachments,
+        })
+    }
+}
+
+/// Related-object changes queue the target (by type and key).
+fn enqueue_related(routing: &Arc<Routing>) -> Enqueue {
+    // Weak: the manager lives in the reconciler, which owns the routing.
+    let routing = Arc::downgrade(routing);
+    Arc::new(move |target: &ParentId, origin| {
+        let Some(routing) = routing.upgrade() else {
+            return;
+        };
+        if let Some(index) = routing.target_index(&target.api_version, &target.kind) {
+            routing.queue.add(
+                TargetKey {
+                    resource: index,
+                    key: target.key.clone(),
+                },
+                priority(origin),
+            );
+        }
+    })
+}
+
+impl Reconciler for Inner {
+    type Key = TargetKey;
+    type Error = SyncError;
+
+    fn common(&self) -> &reconcile::Common<TargetKey> {
+        &self.common
+    }
+
+    fn informers(&self) -> Vec<&Informer> {
+        let attachments = self.attachments.iter().map(|a| &*a.informer);
+        let targets = self.routing.targets.iter().map(|(_, i)| &**i);
+        attachments.chain(targets).collect()
+    }
+
+    fn object(&self, key: &TargetKey) -> Option<Value> {
+        let (res, informer) = self.routing.targets.get(key.resource)?;
+        let cached = to_value(&*informer.get(&key.key)?, res).ok()?;
+        self.common.writer.fresh(res, cached)
+    }
+
+    /// Targets that neither match the `resources` rules nor carry our finalizer are not
+    /// ours.
+    fn cares(&self, target: &Value) -> bool {
+        let matches = self.routing.selector.matches(target);
+        !finalizer::is_ignored(matches, target, &self.routing.finalizer)
+    }
+
+    async fn sync(&self, key: &TargetKey) -> Result<(), SyncError> {
+        self.sync_key(key).await
+    }
+}
+
+/// A target during one sync, once its finalizer is right and our writes are confirmed.
+struct TargetState<'a> {
+    res: &'a ApiResource,
+    key: &'a TargetKey,
+    object: Value,
+    uid: String,
+    namespace: Option<String>,
 }
 
 impl Inner {
-    fn name(&self) -> &str {
-        &self.routing.name
-    }
-
     fn finalize_hook(&self) -> Option<&Hook> {
         self.controller.spec.finalize_hook()
     }
 
-    /// Whether the cache holds the attachment `key` (for expectations).
+    /// For expectations: whether the cache holds the attachment `key` (see
+    /// [`reconcile::presence`]).
     fn cached(&self, key: &ObjectKey) -> Option<bool> {
-        let a = self
+        let watched = self
             .attachments
             .iter()
-            .find(|a| format!("{}/{}", a.resource.api_version, a.resource.name) == key.resource)?;
-        let nn = NamespacedName::new(key.namespace.clone(), key.name.clone());
-        // An accepted delete (deletionTimestamp set) counts as done: a finalizer or grace
-        // period on the attachment must not hold up the target's syncs.
-        Some(
-            a.informer
-                .get(&nn)
-                .is_some_and(|o| o.metadata.deletion_timestamp.is_none()),
-        )
+            .map(|a| (&*a.resource, &*a.informer));
+        reconcile::presence(watched, key)
     }
 
-    /// One sync, with a `SyncError` Warning Event on the target when it fails (not for
-    /// conflicts) and a delayed retry when the hook asked to slow down.
-    async fn sync_and_record(&self, key: &TargetKey) -> Result<(), SyncError> {
-        let result = self.sync(key).await;
-        if let Some(delay) = result.as_ref().err().and_then(SyncError::retry_after) {
-            tracing::info!(controller = self.name(), target = %key, ?delay, "hook asked to slow down; resyncing later");
-            self.routing
-                .queue
-                .add_after(key.clone(), delay, Priority::Event);
-            return Ok(());
-        }
-        if let Err(e) = &result {
-            if !e.is_conflict() {
-                if let Some((res, informer)) = self.routing.targets.get(key.resource) {
-                    if let Some(Ok(target)) = informer.get(&key.key).map(|t| to_value(&t, res)) {
-                        self.events.warning(
-                            &target,
-                            events::reason::SYNC_ERROR,
-                            format!("Sync error: {e}"),
-                        );
-                    }
-                }
-            }
-        }
-        result
-    }
-
-    async fn sync(&self, key: &TargetKey) -> Result<(), SyncError> {
+    /// One sync, in upstream's order: the target from the cache (own writes applied), its
+    /// finalizer first (so anything done later can be cleaned up), then — once the cache
+    /// has caught up with our last attachment writes — hook and writes
+    /// ([`Inner::sync_target`]).
+    async fn sync_key(&self, key: &TargetKey) -> Result<(), SyncError> {
         let Some((res, informer)) = self.routing.targets.get(key.resource) else {
             return Ok(());
         };
         let Some(cached) = informer.get(&key.key) else {
             // Deleted; attachments go with the garbage collector.
             let etag_key = format!("{}/{}/{}", res.api_version, res.kind, key.key);
-            self.hooks.forget_parent(self.name(), &etag_key);
-            self.related.forget(&ParentId {
+            self.common
+                .hooks
+                .forget_parent(&self.common.name, &etag_key);
+            self.common.related.forget(&ParentId {
                 api_version: res.api_version.clone(),
                 kind: res.kind.clone(),
                 key: key.key.clone(),
             });
             return Ok(());
         };
-        let Some(mut object) = self.writer.fresh(res, to_value(&cached, res)?) else {
+        let Some(object) = self.common.writer.fresh(res, to_value(&cached, res)?) else {
             return Ok(());
         };
-        let selector = &self.routing.selector;
-        let finalizer = self.routing.finalizer.as_str();
-        let finalize_enabled = self.finalize_hook().is_some();
-        if target::is_ignored(selector.matches(&object), &object, finalizer) {
+        if !self.cares(&object) {
             return Ok(());
         }
-
-        // Finalizer first, so anything we do later can be cleaned up.
-        let present = match target::finalizer_sync(&object, finalizer, finalize_enabled) {
-            FinalizerSync::Keep => None,
-            FinalizerSync::Add => Some(true),
-            FinalizerSync::Remove => Some(false),
+        let finalizer = &self.routing.finalizer;
+        let finalize_hook = self.finalize_hook().is_some();
+        let written =
+            reconcile::sync_finalizer(&self.common.writer, res, object, finalizer, finalize_hook)
+                .await?;
+        let Some(object) = written else {
+            return Ok(()); // the target is gone
         };
-        if let Some(updated) = present.and_then(|p| target::with_finalizer(&object, finalizer, p)) {
-            match self.writer.replace(res, updated).await {
-                Ok(written) => object = written,
-                Err(e) if e.is_not_found() => return Ok(()),
-                Err(e) => return Err(e.into()),
-            }
-        }
-        let matches = selector.matches(&object);
-        if target::is_ignored(matches, &object, finalizer) {
-            return Ok(());
-        }
-
-        let uid_ref = object
-            .pointer("/metadata/uid")
-            .and_then(Value::as_str)
-            .unwrap_or_default();
-        if !self.writer.satisfied(uid_ref, |k| self.cached(k)) {
-            // Our last attachment writes are not in the cache yet; their events requeue
-            // the target.
-            tracing::debug!(controller = self.name(), target = %key, "waiting for the cache to confirm our writes");
-            self.routing
-                .queue
-                .add_after(key.clone(), Duration::from_secs(1), Priority::Event);
+        // Check again: we may just have removed our finalizer.
+        if !self.cares(&object) {
             return Ok(());
         }
         let uid = object
@@ -545,25 +507,108 @@ impl Inner {
             .and_then(Value::as_str)
             .unwrap_or_default()
             .to_string();
-        let target_ns = object
+        if !reconcile::own_writes_confirmed(
+            self.name(),
+            &self.common.writer,
+            &self.common.queue,
+            key,
+            &uid,
+            |k| self.cached(k),
+        ) {
+            return Ok(());
+        }
+        let namespace = object
             .pointer("/metadata/namespace")
             .and_then(Value::as_str)
             .filter(|ns| !ns.is_empty())
             .map(str::to_string);
+        let target = TargetState {
+            res,
+            key,
+            object,
+            uid,
+            namespace,
+        };
+        self.sync_target(&target).await
+    }
+
+    /// Hook, then the target update (which also drops the finalizer after
+    /// `finalized: true`), then the attachments.
+    async fn sync_target(&self, target: &TargetState<'_>) -> Result<(), SyncError> {
+        let finalizer = self.routing.finalizer.as_str();
+        let finalize_enabled = self.finalize_hook().is_some();
         let types: Vec<ChildType> = self.attachments.iter().map(|a| a.kind.clone()).collect();
+        let observed = self.observed_attachments(&target.uid)?;
+        let response = self.call_hook(target, &types, &observed).await?;
+        let (desired, refused) = attachments::prepare_desired(
+            &types,
+            target.namespace.as_deref(),
+            self.name(),
+            response.attachments,
+        );
+        reconcile::resync_after(
+            &self.common.queue,
+            target.key,
+            response.resync_after_seconds,
+        );
+
+        let object = &target.object;
+        let finalized = (response.finalized && finalizer::has_finalizer(object, finalizer))
+            .then_some(finalizer);
+        let update = target::apply_response(
+            object,
+            response.labels.as_ref(),
+            response.annotations.as_ref(),
+            response.status.as_ref(),
+            finalized,
+        );
+        let manage = finalizer::manages_children(object, finalizer, finalize_enabled);
+        if !self.write_target(target.res, update).await? {
+            return Ok(()); // the target is gone
+        }
+        if manage {
+            self.manage_attachments(target, &types, &observed, &desired)
+                .await?;
+        }
+        if refused.is_empty() {
+            Ok(())
+        } else {
+            Err(SyncError::Refused(refused))
+        }
+    }
+
+    /// The attachments of the target with uid `uid`: controlled by it and annotated with
+    /// this decorator's name (cache + own writes).
+    fn observed_attachments(&self, uid: &str) -> Result<Vec<Value>, SyncError> {
         let mut observed = Vec::new();
         for a in &self.attachments {
-            for obj in a.informer.controlled_by(&uid) {
-                if !is_own_attachment(obj.as_ref(), &uid, self.name()) {
+            for obj in a.informer.controlled_by(uid) {
+                if !is_own_attachment(obj.as_ref(), uid, self.name()) {
                     continue;
                 }
-                if let Some(fresh) = self.writer.fresh(&a.resource, to_value(&obj, &a.resource)?) {
+                if let Some(fresh) = self
+                    .common
+                    .writer
+                    .fresh(&a.resource, to_value(&obj, &a.resource)?)
+                {
                     observed.push(fresh);
                 }
             }
         }
+        Ok(observed)
+    }
 
-        let choice = target::choose_hook(&object, matches, finalize_enabled);
+    /// Calls the sync hook, or the finalize hook while the target is being deleted or no
+    /// longer matches.
+    async fn call_hook(
+        &self,
+        target: &TargetState<'_>,
+        types: &[ChildType],
+        observed: &[Value],
+    ) -> Result<DecoratorHookResponse, SyncError> {
+        let object = &target.object;
+        let matches = self.routing.selector.matches(object);
+        let choice = finalizer::choose_hook(object, matches, self.finalize_hook().is_some());
         let (hook, hook_name) = match choice {
             HookChoice::Finalize => (self.finalize_hook(), "finalize"),
             HookChoice::Sync => (self.controller.spec.sync_hook(), "sync"),
@@ -572,98 +617,56 @@ impl Inner {
             return Err(SyncError::NoSyncHook);
         };
         let version = hook.effective_version();
-        let related = self.related.related(&object, version).await?;
+        let related = self.common.related.related(object, version).await?;
         let request = DecoratorHookRequest::new(
             version,
             self.controller.clone(),
             object.clone(),
-            attachments::observed_map(version, target_ns.as_deref(), &types, observed.clone()),
+            attachments::observed_map(
+                version,
+                target.namespace.as_deref(),
+                types,
+                observed.to_vec(),
+            ),
             related,
             choice == HookChoice::Finalize,
         );
-        let key_text = format!("{}/{}/{}", res.api_version, res.kind, key.key);
-        let ctx = CallContext {
-            controller: self.name(),
-            hook_name,
-            parent_key: &key_text,
-        };
-        let endpoints: Vec<_> = self
-            .controller
-            .spec
-            .all_endpoint_configs()
-            .cloned()
-            .collect();
-        let response: DecoratorHookResponse = self
-            .hooks
-            .call(&ctx, hook, &endpoints, &request)
+        let res = target.res;
+        let key_text = format!("{}/{}/{}", res.api_version, res.kind, target.key.key);
+        self.common
+            .call_hook(hook_name, &key_text, hook, &request)
             .await
             .map_err(|source| SyncError::Hook {
                 hook: hook_name,
                 source,
-            })?;
-        let (desired, refused) = attachments::prepare_desired(
-            &types,
-            target_ns.as_deref(),
-            self.name(),
-            response.attachments,
-        );
+            })
+    }
 
-        if response.resync_after_seconds > 0.0 {
-            let delay = Duration::from_secs_f64(response.resync_after_seconds.min(1e9));
-            self.routing
-                .queue
-                .add_after(key.clone(), delay, Priority::Event);
-        }
-
-        let finalized =
-            (response.finalized && target::has_finalizer(&object, finalizer)).then_some(finalizer);
-        let update = target::apply_response(
-            &object,
-            response.labels.as_ref(),
-            response.annotations.as_ref(),
-            response.status.as_ref(),
-            finalized,
-        );
-        let manage = target::manages_attachments(&object, finalizer, finalize_enabled);
-        if !self.write_target(res, update).await? {
-            return Ok(()); // the target is gone
-        }
-
-        if manage {
-            let target_ref = ParentRef {
-                api_version: res.api_version.clone(),
-                kind: res.kind.clone(),
-                name: key.key.name.clone(),
-                uid: uid.clone(),
-            };
-            let actions = children::plan_children(
-                &types,
-                &target_ref,
-                &observed,
-                &desired,
-                self.writer.strategy().is_server_side(),
-            )?;
-            // One bad attachment does not block the others; a conflict stops at once.
-            let errors = self
-                .writer
-                .execute_all(&uid, actions, |i| &self.attachments[i].resource)
-                .await;
-            if !errors.is_empty() {
-                return Err(SyncError::Writes(errors));
-            }
-        }
-
-        if let Some(period) = self.controller.spec.resync_period_seconds {
-            // Upstream raises any period below one second (0 and negatives too) to one.
-            let delay = Duration::from_secs(period.max(1) as u64);
-            self.routing
-                .queue
-                .add_after(key.clone(), delay, Priority::Bulk);
-        }
-        if refused.is_empty() {
+    /// Creates, updates and deletes attachments. One bad attachment does not block the
+    /// others; a conflict stops at once.
+    async fn manage_attachments(
+        &self,
+        target: &TargetState<'_>,
+        types: &[ChildType],
+        observed: &[Value],
+        desired: &std::collections::BTreeMap<children::ChildKey, (usize, Value)>,
+    ) -> Result<(), SyncError> {
+        let target_ref = ParentRef {
+            api_version: target.res.api_version.clone(),
+            kind: target.res.kind.clone(),
+            name: target.key.key.name.clone(),
+            uid: target.uid.clone(),
+        };
+        let errors = self
+            .common
+            .manage_children(&target_ref, types, observed, desired, |i| {
+                &self.attachments[i].resource
+            })
+            .await?;
+        if errors.is_empty() {
             Ok(())
         } else {
-            Err(SyncError::Refused(refused))
+            Err(SyncError::Writes(errors))
         }
     }
 
@@ -677,7 +680,7 @@ impl Inner {
         let has_status = res.has_subresource("status");
         let mut object = update.object;
         if update.status_changed && has_status {
-            match self.writer.replace_status(res, object.clone()).await {
+            match self.common.writer.replace_status(res, object.clone()).await {
                 Ok(written) => {
                     // The metadata update below must carry the new resourceVersion.
                     if let (Some(meta), Some(rv)) = (
@@ -692,7 +695,7 @@ impl Inner {
             }
         }
         if update.metadata_changed || (update.status_changed && !has_status) {
-            match self.writer.replace(res, object).await {
+            match self.common.writer.replace(res, object).await {
                 Ok(_) => {}
                 Err(e) if e.is_not_found() => return Ok(false),
                 Err(e) => return Err(e.into()),

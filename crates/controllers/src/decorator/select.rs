@@ -7,10 +7,7 @@ use metacontroller_api::decorator::DecoratorControllerResourceRule;
 use metacontroller_dynamic::{ObjectSelector, SelectorError};
 use serde_json::Value;
 
-/// The API group of an apiVersion (`""` for the core group `v1`).
-pub fn api_group(api_version: &str) -> &str {
-    api_version.split_once('/').map_or("", |(group, _)| group)
-}
+pub use crate::meta::api_group;
 
 /// A compiled `resources` rule.
 #[derive(Debug, Clone, PartialEq)]

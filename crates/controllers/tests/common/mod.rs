@@ -4,6 +4,9 @@
 
 #![allow(dead_code)]
 
+#[path = "../shared/cache.rs"]
+mod cache;
+
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -81,12 +84,7 @@ impl Env {
             h.stop().await;
         }
         let client = self.cluster.client();
-        let resources = discover(&client, &ResourceMap::new())
-            .await
-            .unwrap()
-            .update
-            .unwrap()
-            .0;
+        let resources = self.discovered().await;
         let hooks = HookClient::new(HookClientConfig::default()).unwrap();
         let handle = composite::start(
             self.controller(spec),
@@ -210,6 +208,62 @@ impl Env {
             self.parent_value(name)
                 .await
                 .is_some_and(|p| check(&p["status"]))
+        })
+        .await;
+    }
+
+    /// Waits until the reconciler's parent informer (shared with this `Env`) holds parent
+    /// `name` as the API server has it now: every watch event for it up to here has been
+    /// handed to the reconciler's event handlers.
+    pub async fn wait_cache_caught_up(&self, name: &str) {
+        let ns = self.parent.is_namespaced().then_some(self.ns.as_str());
+        let (api_version, plural) = (self.parent.api_version(), self.parent.plural());
+        self.wait_informer_caught_up(&api_version, plural, ns, name)
+            .await;
+    }
+
+    /// [`Env::wait_cache_caught_up`] for any object the reconciler watches (children,
+    /// related objects): `plural` of `api_version`, in `namespace` (None: cluster-scoped).
+    pub async fn wait_informer_caught_up(
+        &self,
+        api_version: &str,
+        plural: &str,
+        namespace: Option<&str>,
+        name: &str,
+    ) {
+        let resources = self.discovered().await;
+        let res = resources
+            .get(api_version, plural)
+            .expect("resource served")
+            .clone();
+        let client = self.cluster.client();
+        cache::wait_informer_caught_up(&self.informers, client, &res, namespace, name).await;
+    }
+
+    /// The resources the API server serves now.
+    async fn discovered(&self) -> ResourceMap {
+        let found = discover(&self.cluster.client(), &ResourceMap::new()).await;
+        found.unwrap().update.unwrap().0
+    }
+
+    /// The positive signal before a negative check ("nothing else happened"): touches
+    /// parent `name` with a fresh annotation and waits until a hook request carries it.
+    /// Syncs of one parent never overlap, so every sync of it that started before has
+    /// completed, writes included, when this returns.
+    pub async fn sync_barrier(&self, name: &str) {
+        let token = unique_name("barrier");
+        self.parents()
+            .patch(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"annotations": {"test/barrier": token}}})),
+            )
+            .await
+            .unwrap();
+        eventually("a sync that saw the barrier annotation", || async {
+            self.hook.all_calls().iter().any(|c| {
+                c.body["parent"]["metadata"]["annotations"]["test/barrier"] == token.as_str()
+            })
         })
         .await;
     }

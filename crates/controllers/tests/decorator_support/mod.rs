@@ -5,6 +5,9 @@
 
 #![allow(dead_code)] // each test binary uses a different subset
 
+#[path = "../shared/cache.rs"]
+mod cache;
+
 use std::time::Duration;
 
 use kube::api::{Api, Patch, PatchParams, PostParams};
@@ -16,7 +19,9 @@ use metacontroller_controllers::events::EventRecorder;
 pub use metacontroller_controllers::writer::ApplyStrategy;
 use metacontroller_dynamic::{discover, InformerConfig, Informers, ResourceMap};
 use metacontroller_hooks::{HookClient, HookClientConfig};
-use metacontroller_testkit::{crd, dynamic_api, eventually, unique_name, CrdBuilder, TestCluster};
+use metacontroller_testkit::{
+    crd, dynamic_api, eventually, unique_name, CrdBuilder, HookServer, TestCluster,
+};
 use serde_json::{json, Value};
 
 /// One test's world.
@@ -152,6 +157,17 @@ impl Env {
         .unwrap()
     }
 
+    /// Waits until the reconciler's informer for `crd` (shared with this `Env`) holds
+    /// object `name` as the API server has it now: every watch event for it up to here has
+    /// been handed to the reconciler's event handlers.
+    pub async fn wait_cache_caught_up(&self, crd: &CrdBuilder, name: &str) {
+        let needs = [(crd.api_version(), crd.plural().to_string())];
+        let resources = self.resources(&needs).await;
+        let res = resources.get(&crd.api_version(), crd.plural()).unwrap();
+        let ns = Some(self.ns.as_str());
+        cache::wait_informer_caught_up(&self.informers, self.client(), res, ns, name).await;
+    }
+
     /// Creates an object (JSON) through `api`.
     pub async fn create(&self, api: &Api<DynamicObject>, obj: Value) -> DynamicObject {
         let obj: DynamicObject = serde_json::from_value(obj).unwrap();
@@ -170,6 +186,22 @@ pub async fn events_for(env: &Env, name: &str, reason: &str) -> Vec<Value> {
         .map(|e| serde_json::to_value(e).unwrap())
         .filter(|e| e["involvedObject"]["name"] == name && e["reason"] == reason)
         .collect()
+}
+
+/// The positive signal before a negative check ("nothing else happened"): touches target
+/// `name` with a fresh annotation and waits until a request to `hook` carries it. Syncs of
+/// one target never overlap, so every sync of it that started before has completed,
+/// writes included, when this returns.
+pub async fn sync_barrier(api: &Api<DynamicObject>, name: &str, hook: &HookServer) {
+    let token = unique_name("barrier");
+    let patch = json!({"metadata": {"annotations": {"test/barrier": token}}});
+    merge_patch(api, name, patch).await;
+    eventually("a sync that saw the barrier annotation", || async {
+        hook.all_calls()
+            .iter()
+            .any(|c| c.body["object"]["metadata"]["annotations"]["test/barrier"] == token.as_str())
+    })
+    .await;
 }
 
 /// A JSON merge patch.

@@ -1,0 +1,481 @@
+//! The skeleton both controller kinds run on. A CompositeController and a
+//! DecoratorController differ in what one sync does (claim children vs. decorate a target);
+//! everything around a sync is the same and lives here, once:
+//!
+//! - **Events → queue.** Watch events are served before relist replays ([`priority`]);
+//!   the informer of the synced objects feeds the own-writes overlay and drops expectations
+//!   of deleted owners ([`watch_owners`]); informers of written objects feed the overlay
+//!   ([`watch_owned`]).
+//! - **Workers.** [`run`] waits for every informer to sync, then runs `--workers` syncs at
+//!   a time.
+//! - **Around a sync** ([`sync_and_record`]): a hook's 429 retries the key after
+//!   `Retry-After` with no Event; any other failure except a 409 Conflict records a
+//!   `SyncError` Warning Event on the object; `resyncPeriodSeconds` requeues every object
+//!   the controller cares about, whatever the sync's outcome (upstream's informer resync).
+//! - **Inside a sync**, the shared steps: wait while our own writes are unconfirmed
+//!   ([`own_writes_confirmed`]), put the finalizer in place first ([`sync_finalizer`]) and
+//!   honour the hook's `resyncAfterSeconds` ([`resync_after`]).
+//!
+//! The kind-specific part is the [`Reconciler`] trait.
+
+use std::fmt::Display;
+use std::future::Future;
+use std::hash::Hash;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::core::DynamicObject;
+use metacontroller_api::hook::{EndpointConfig, Hook};
+use metacontroller_api::wire::CustomizableController;
+use metacontroller_api::ChildUpdateMethod;
+use metacontroller_dynamic::{
+    ApiResource, Change, HandlerId, Informer, Informers, NamespacedName, ObjectKey, Origin,
+    Priority, ResourceMap, WorkQueue,
+};
+use metacontroller_hooks::{CallContext, HookClient, HookError};
+use serde_json::Value;
+
+use crate::children::{self, ChildError, ChildType, ParentRef};
+use crate::composite::Options;
+use crate::events::{self, EventRecorder};
+use crate::finalizer::{self, FinalizerSync};
+use crate::handle::ControllerHandle;
+use crate::related::{Enqueue, RelatedConfig, RelatedManager};
+use crate::rolling::Desired;
+use crate::writer::{WriteError, Writer};
+
+/// The queue priority of an informer event: watch events go before relist replays, so a
+/// cache flush never starves real changes.
+pub(crate) fn priority(origin: Origin) -> Priority {
+    match origin {
+        Origin::Watch => Priority::Event,
+        Origin::Relist => Priority::Bulk,
+    }
+}
+
+/// How the skeleton treats a failed sync.
+pub(crate) trait SyncFailure: Display {
+    /// `Some(delay)` when a hook asked to slow down (429): retried after `delay`, no Event.
+    fn retry_after(&self) -> Option<Duration>;
+    /// A 409 Conflict (stale cache): retried with backoff, no Event.
+    fn is_conflict(&self) -> bool;
+}
+
+/// The parts of a controller object the skeleton reads, whatever its kind.
+pub(crate) struct ControllerSpec {
+    /// The controller object, as customize requests carry it.
+    pub(crate) controller: CustomizableController,
+    /// Its name.
+    pub(crate) name: String,
+    /// `spec.hooks.customize`.
+    pub(crate) customize_hook: Option<Hook>,
+    /// The endpoint settings of its hooks.
+    pub(crate) endpoints: Vec<EndpointConfig>,
+    /// `spec.resyncPeriodSeconds`.
+    pub(crate) resync_period_seconds: Option<i32>,
+}
+
+impl From<CustomizableController> for ControllerSpec {
+    fn from(controller: CustomizableController) -> Self {
+        let (name, customize_hook, endpoints, resync_period_seconds) = match &controller {
+            CustomizableController::Composite(c) => {
+                let s = &c.spec;
+                let endpoints = s.all_endpoint_configs().cloned().collect();
+                (
+                    &c.metadata.name,
+                    s.customize_hook(),
+                    endpoints,
+                    s.resync_period_seconds,
+                )
+            }
+            CustomizableController::Decorator(c) => {
+                let s = &c.spec;
+                let endpoints = s.all_endpoint_configs().cloned().collect();
+                (
+                    &c.metadata.name,
+                    s.customize_hook(),
+                    endpoints,
+                    s.resync_period_seconds,
+                )
+            }
+        };
+        ControllerSpec {
+            name: name.clone().unwrap_or_default(),
+            customize_hook: customize_hook.cloned(),
+            endpoints,
+            resync_period_seconds,
+            controller,
+        }
+    }
+}
+
+/// What every reconciler holds, whatever its kind.
+pub(crate) struct Common<K>
+where
+    K: Clone + Eq + Hash + Send + 'static,
+{
+    /// The controller object's name (logs, metrics).
+    pub(crate) name: String,
+    /// The work queue of keys.
+    pub(crate) queue: WorkQueue<K>,
+    /// Every write goes through it (own-writes overlay, expectations).
+    pub(crate) writer: Arc<Writer>,
+    /// The customize hook and related objects.
+    pub(crate) related: RelatedManager,
+    /// Where Events about synced objects go.
+    pub(crate) events: EventRecorder,
+    /// The hook client (also told when parents and controllers go, for its ETag cache).
+    pub(crate) hooks: HookClient,
+    endpoints: Vec<EndpointConfig>,
+    resync_period_seconds: Option<i32>,
+}
+
+/// What `start` of either kind is given, besides the controller object.
+pub(crate) struct StartContext<'a> {
+    pub(crate) client: kube::Client,
+    pub(crate) informers: &'a Informers,
+    pub(crate) resources: &'a ResourceMap,
+    pub(crate) hooks: HookClient,
+    pub(crate) options: Options,
+}
+
+impl<K> Common<K>
+where
+    K: Clone + Eq + Hash + Send + 'static,
+{
+    /// Builds the common part; related-object changes are sent to `enqueue`.
+    pub(crate) fn new(
+        spec: ControllerSpec,
+        queue: WorkQueue<K>,
+        ctx: &StartContext<'_>,
+        enqueue: Enqueue,
+    ) -> Self {
+        let related = RelatedManager::new(RelatedConfig {
+            controller: spec.controller,
+            name: spec.name.clone(),
+            hook: spec.customize_hook,
+            endpoint_configs: spec.endpoints.clone(),
+            hooks: ctx.hooks.clone(),
+            informers: ctx.informers.clone(),
+            resources: ctx.resources.clone(),
+            enqueue,
+        });
+        Common {
+            name: spec.name,
+            queue,
+            writer: Arc::new(Writer::new(
+                ctx.client.clone(),
+                ctx.options.apply_strategy.clone(),
+            )),
+            related,
+            events: ctx.options.events.clone(),
+            hooks: ctx.hooks.clone(),
+            endpoints: spec.endpoints,
+            resync_period_seconds: spec.resync_period_seconds,
+        }
+    }
+
+    /// Creates, updates and deletes the children (attachments) of `owner` so they match
+    /// `desired`. One bad child does not block the others; a conflict stops at once.
+    /// Returns the failed writes.
+    pub(crate) async fn manage_children<'a>(
+        &self,
+        owner: &ParentRef,
+        types: &[ChildType],
+        observed: &[Value],
+        desired: &Desired,
+        resource: impl Fn(usize) -> &'a ApiResource,
+    ) -> Result<Vec<WriteError>, ChildError> {
+        let server_side = self.writer.strategy().is_server_side();
+        let actions = children::plan_children(types, owner, observed, desired, server_side)?;
+        Ok(self.writer.execute_all(&owner.uid, actions, resource).await)
+    }
+
+    /// Calls `hook` (`hook_name` is `sync` or `finalize`) for the object `key_text`.
+    pub(crate) async fn call_hook<Req, Resp>(
+        &self,
+        hook_name: &str,
+        key_text: &str,
+        hook: &Hook,
+        request: &Req,
+    ) -> Result<Resp, HookError>
+    where
+        Req: k8s_openapi::serde::Serialize,
+        Resp: k8s_openapi::serde::de::DeserializeOwned + Default,
+    {
+        let ctx = CallContext {
+            controller: &self.name,
+            hook_name,
+            parent_key: key_text,
+        };
+        self.hooks.call(&ctx, hook, &self.endpoints, request).await
+    }
+}
+
+/// The served resource `resource` of `api_version`; the error names it as
+/// `<resource>.<apiVersion>` (for the kind's `StartError::UnknownResource`).
+pub(crate) fn resolve(
+    resources: &ResourceMap,
+    api_version: &str,
+    resource: &str,
+) -> Result<Arc<ApiResource>, String> {
+    resources
+        .get(api_version, resource)
+        .cloned()
+        .ok_or_else(|| format!("{resource}.{api_version}"))
+}
+
+/// A declared child (attachment) type: the resolved resource and its update method.
+pub(crate) fn child_type(res: &ApiResource, method: ChildUpdateMethod) -> ChildType {
+    ChildType {
+        api_version: res.api_version.clone(),
+        kind: res.kind.clone(),
+        resource: res.name.clone(),
+        namespaced: res.namespaced,
+        method,
+    }
+}
+
+/// What one controller kind plugs into the skeleton.
+pub(crate) trait Reconciler: Send + Sync + 'static {
+    /// A work queue key (one synced object).
+    type Key: Clone + Eq + Hash + Display + Send + Sync + 'static;
+    /// Why one sync failed.
+    type Error: SyncFailure + Send + 'static;
+
+    /// What every kind holds.
+    fn common(&self) -> &Common<Self::Key>;
+    /// The controller object's name (for logs).
+    fn name(&self) -> &str {
+        &self.common().name
+    }
+    /// Every informer the reconciler reads; syncs start once all of them have synced.
+    fn informers(&self) -> Vec<&Informer>;
+    /// The object `key` names, as the reconciler currently sees it (cache + own writes).
+    fn object(&self, key: &Self::Key) -> Option<Value>;
+    /// Whether the controller cares about `object`: it is selected, or it still carries
+    /// the controller's finalizer (so it must be finalized).
+    fn cares(&self, object: &Value) -> bool;
+    /// One sync of `key`.
+    fn sync(&self, key: &Self::Key) -> impl Future<Output = Result<(), Self::Error>> + Send;
+}
+
+/// Starts the workers of `reconciler` once its informers have synced. Must run inside tokio.
+pub(crate) fn run<R: Reconciler>(reconciler: Arc<R>, workers: usize) -> ControllerHandle<R::Key> {
+    let queue = reconciler.common().queue.clone();
+    let run_queue = queue.clone();
+    let task = tokio::spawn(async move {
+        for informer in reconciler.informers() {
+            informer.wait_synced().await;
+        }
+        run_queue
+            .run(workers.max(1), move |key: R::Key| {
+                let reconciler = reconciler.clone();
+                async move { sync_and_record(&*reconciler, &key).await }
+            })
+            .await;
+    });
+    ControllerHandle::new(queue, task)
+}
+
+/// One sync of `key` with the rules every kind shares around it (see the module doc).
+pub(crate) async fn sync_and_record<R: Reconciler>(
+    reconciler: &R,
+    key: &R::Key,
+) -> Result<(), R::Error> {
+    let result = reconciler.sync(key).await;
+    schedule_resync_period(reconciler, key);
+    let Err(error) = &result else {
+        return result;
+    };
+    if let Some(delay) = error.retry_after() {
+        tracing::info!(controller = reconciler.name(), object = %key, ?delay, "hook asked to slow down; resyncing later");
+        reconciler
+            .common()
+            .queue
+            .add_after(key.clone(), delay, Priority::Event);
+        return Ok(());
+    }
+    if !error.is_conflict() {
+        if let Some(object) = reconciler.object(key) {
+            reconciler.common().events.warning(
+                &object,
+                events::reason::SYNC_ERROR,
+                format!("Sync error: {error}"),
+            );
+        }
+    }
+    result
+}
+
+/// `resyncPeriodSeconds`: like upstream's informer resync, every object the controller
+/// cares about comes back after the period, whether its last sync succeeded or not (a
+/// failure is also retried with backoff, whichever comes first). Upstream raises any period
+/// below one second (0 and negatives too) to one.
+fn schedule_resync_period<R: Reconciler>(reconciler: &R, key: &R::Key) {
+    let Some(period) = reconciler.common().resync_period_seconds else {
+        return;
+    };
+    if !reconciler
+        .object(key)
+        .is_some_and(|object| reconciler.cares(&object))
+    {
+        return;
+    }
+    let delay = Duration::from_secs(period.max(1) as u64);
+    reconciler
+        .common()
+        .queue
+        .add_after(key.clone(), delay, Priority::Bulk);
+}
+
+/// The hook's `resyncAfterSeconds`: sync `key` again after that many seconds (0 = no).
+pub(crate) fn resync_after<K>(queue: &WorkQueue<K>, key: &K, seconds: f64)
+where
+    K: Clone + Eq + Hash + Send + 'static,
+{
+    if seconds > 0.0 {
+        let delay = Duration::from_secs_f64(seconds.min(1e9));
+        queue.add_after(key.clone(), delay, Priority::Event);
+    }
+}
+
+/// Whether the cache has caught up with our last creates/deletes for the object with uid
+/// `owner` (`present` answers for one written object, see [`presence`]). If not, the
+/// sync must not act on the stale cache: `key` is retried in a second (the watch events of
+/// our writes usually requeue it sooner).
+pub(crate) fn own_writes_confirmed<K>(
+    controller: &str,
+    writer: &Writer,
+    queue: &WorkQueue<K>,
+    key: &K,
+    owner: &str,
+    present: impl Fn(&ObjectKey) -> Option<bool>,
+) -> bool
+where
+    K: Clone + Eq + Hash + Display + Send + 'static,
+{
+    if writer.satisfied(owner, present) {
+        return true;
+    }
+    tracing::debug!(controller, object = %key, "waiting for the cache to confirm our writes");
+    queue.add_after(key.clone(), Duration::from_secs(1), Priority::Event);
+    false
+}
+
+/// For expectations: whether the informer of `key`'s resource (among `watched`) holds it.
+/// An accepted delete (deletionTimestamp set) counts as done, so a finalizer or grace period
+/// on a written object does not hold up its owner's syncs. `None` when `key`'s resource is
+/// not watched.
+pub(crate) fn presence<'a>(
+    watched: impl IntoIterator<Item = (&'a ApiResource, &'a Informer)>,
+    key: &ObjectKey,
+) -> Option<bool> {
+    // Keys are `<apiVersion>/<plural>` (see `writer::object_key`).
+    let (api_version, plural) = key.resource.rsplit_once('/')?;
+    let (_, informer) = watched
+        .into_iter()
+        .find(|(res, _)| res.api_version == api_version && res.name == plural)?;
+    let name = NamespacedName::new(key.namespace.clone(), key.name.clone());
+    Some(
+        informer
+            .get(&name)
+            .is_some_and(|o| o.metadata.deletion_timestamp.is_none()),
+    )
+}
+
+/// A relist replays unchanged objects: for written objects (children, attachments) that is
+/// no reason to sync their owner, whose own resync covers it.
+pub(crate) fn is_unchanged_replay(change: &Change<DynamicObject>) -> bool {
+    matches!(change, Change::Updated { old, new }
+        if old.metadata.resource_version == new.metadata.resource_version)
+}
+
+/// The controller ownerReference of `obj`, if any.
+pub(crate) fn controller_ref(obj: &DynamicObject) -> Option<&OwnerReference> {
+    obj.metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .find(|r| r.controller == Some(true))
+}
+
+/// Upstream `resolveControllerRef`: the object of `owners` (the informer of `res`) that
+/// `obj`'s controller ownerReference names — same group and kind (any version), same uid.
+pub(crate) fn resolve_controller_ref(
+    obj: &DynamicObject,
+    res: &ApiResource,
+    owners: &Informer,
+) -> Option<(NamespacedName, Arc<DynamicObject>)> {
+    let owner = controller_ref(obj)?;
+    if owner.kind != res.kind || crate::meta::api_group(&owner.api_version) != res.group {
+        return None;
+    }
+    let namespace = if res.namespaced {
+        obj.metadata.namespace.clone().unwrap_or_default()
+    } else {
+        String::new()
+    };
+    let key = NamespacedName::new(namespace, owner.name.clone());
+    let found = owners.get(&key)?;
+    (found.metadata.uid.as_deref() == Some(owner.uid.as_str())).then_some((key, found))
+}
+
+/// Before anything else in a sync, puts the controller's finalizer in place (present iff
+/// a finalize hook is configured, see [`finalizer::finalizer_sync`]), so whatever the sync
+/// does later can be cleaned up. Returns the object as written, or `None` when it is gone.
+pub(crate) async fn sync_finalizer(
+    writer: &Writer,
+    res: &ApiResource,
+    object: Value,
+    name: &str,
+    finalize_hook: bool,
+) -> Result<Option<Value>, WriteError> {
+    let present = match finalizer::finalizer_sync(&object, name, finalize_hook) {
+        FinalizerSync::Keep => return Ok(Some(object)),
+        FinalizerSync::Add => true,
+        FinalizerSync::Remove => false,
+    };
+    let Some(updated) = finalizer::with_finalizer(&object, name, present) else {
+        return Ok(Some(object));
+    };
+    match writer.replace(res, updated).await {
+        Ok(written) => Ok(Some(written)),
+        Err(e) if e.is_not_found() => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Watches the informer of synced objects (parents / targets): changes feed the own-writes
+/// overlay, a deleted object's expectations are dropped, then `route` queues keys.
+pub(crate) fn watch_owners(
+    informer: &Informer,
+    writer: Arc<Writer>,
+    res: Arc<ApiResource>,
+    route: impl Fn(&Change<DynamicObject>, Origin) + Send + Sync + 'static,
+) -> HandlerId {
+    informer.add_handler(Arc::new(move |change, origin| {
+        writer.observe(&res, change);
+        if let Change::Deleted(obj) = change {
+            if let Some(uid) = obj.metadata.uid.as_ref() {
+                writer.expectations().forget(uid);
+            }
+        }
+        route(change, origin);
+    }))
+}
+
+/// Watches the informer of objects a controller writes (children, attachments, revisions):
+/// changes feed the own-writes overlay, then `route` queues keys.
+pub(crate) fn watch_owned(
+    informer: &Informer,
+    writer: Arc<Writer>,
+    res: Arc<ApiResource>,
+    route: impl Fn(&Change<DynamicObject>, Origin) + Send + Sync + 'static,
+) -> HandlerId {
+    informer.add_handler(Arc::new(move |change, origin| {
+        writer.observe(&res, change);
+        route(change, origin);
+    }))
+}
