@@ -570,7 +570,6 @@ impl Inner {
         let version = hook.effective_version();
         let related = self.related.related(&object, version).await?;
         let request = DecoratorHookRequest::new(
-            version,
             self.controller.clone(),
             object.clone(),
             attachments::observed_map(version, target_ns.as_deref(), &types, observed.clone()),
