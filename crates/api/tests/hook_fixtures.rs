@@ -110,7 +110,13 @@ fn decorator_requests_round_trip_with_upstream_field_names() {
         ] {
             // Upstream names the fields `object` and `attachments` in v1 *and* v2.
             let raw = fixture(v, name);
-            for field in ["controller", "object", "attachments", "related", "finalizing"] {
+            for field in [
+                "controller",
+                "object",
+                "attachments",
+                "related",
+                "finalizing",
+            ] {
                 assert!(raw.get(field).is_some(), "{v}/{name} lacks `{field}`");
             }
             for field in ["parent", "children"] {

@@ -484,7 +484,9 @@ pub fn start(
         let informer = informers.lease(&resource);
         let writer = writer.clone();
         let res = resource.clone();
-        let handler = informer.add_handler(Arc::new(move |change, _| writer.observe(&res, change)));
+        let handler = informer.add_handler(Arc::new(move |change, _| {
+            writer.observe(&res, change);
+        }));
         Revisions {
             resource,
             informer,
@@ -497,8 +499,10 @@ pub fn start(
         let mapper = mapper.clone();
         let res = resource.clone();
         let handler = informer.add_handler(Arc::new(move |change, origin| {
-            writer.observe(&res, change);
+            let released = writer.observe(&res, change);
             mapper.on_child(change, origin);
+            // Children whose name a foreign object freed: sync their parents again.
+            released.iter().for_each(|c| mapper.on_child(c, origin));
         }));
         child_index.insert(
             format!("{}/{}", resource.api_version, resource.name),

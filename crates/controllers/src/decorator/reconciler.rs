@@ -390,8 +390,12 @@ pub fn start(
             let writer = writer.clone();
             let res = resource.clone();
             informer.add_handler(Arc::new(move |change, origin| {
-                writer.observe(&res, change);
+                let released = writer.observe(&res, change);
                 routing.on_attachment(change, origin);
+                // Attachments whose name a foreign object freed: sync their targets again.
+                released
+                    .iter()
+                    .for_each(|c| routing.on_attachment(c, origin));
             }))
         };
         attachments.push(AttachmentType {
