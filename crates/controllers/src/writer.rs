@@ -779,4 +779,90 @@ mod tests {
             "metadata": {"name": "a", "namespace": "n"}, "data": {"k": "w"}});
         assert!(!contains_all(&observed, &changed));
     }
+
+    fn cm(name: &str, rv: &str, uid: &str) -> std::sync::Arc<DynamicObject> {
+        std::sync::Arc::new(
+            serde_json::from_value(json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": name, "namespace": "n", "resourceVersion": rv,
+                             "uid": uid}}))
+            .unwrap(),
+        )
+    }
+
+    fn configmaps() -> ApiResource {
+        ApiResource {
+            api_version: "v1".into(),
+            group: String::new(),
+            version: "v1".into(),
+            name: "configmaps".into(),
+            singular_name: "configmap".into(),
+            kind: "ConfigMap".into(),
+            namespaced: true,
+            verbs: Default::default(),
+            short_names: Vec::new(),
+            subresources: Default::default(),
+        }
+    }
+
+    /// A writer that met a foreign `n/taken` (rv 5) while creating parent `owner`'s child.
+    fn writer_with_taken() -> Writer {
+        let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
+        let writer = Writer::new(
+            kube::Client::try_from(config).unwrap(),
+            ApplyStrategy::DynamicApply,
+        );
+        let desired = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "taken", "namespace": "n",
+                         "ownerReferences": [{"apiVersion": "x/v1", "kind": "P", "name": "p",
+                                              "uid": "owner", "controller": true}]}});
+        writer.taken_lock().insert(
+            ("owner".into(), object_key(&configmaps(), "n", "taken")),
+            Taken {
+                resource_version: "5".into(),
+                desired,
+                holder: "uid f, no controller".into(),
+            },
+        );
+        writer
+    }
+
+    #[tokio::test]
+    async fn taken_name_is_released_only_when_the_taker_changes_or_goes() {
+        let res = configmaps();
+        let writer = writer_with_taken();
+        let key = object_key(&res, "n", "taken");
+        assert!(writer.known_taken("owner", &key, "create").is_some());
+        assert!(writer.known_taken("other", &key, "create").is_none());
+        // A relist replay (same resourceVersion) and other objects release nothing.
+        let same = Change::Updated {
+            old: cm("taken", "5", "f"),
+            new: cm("taken", "5", "f"),
+        };
+        assert!(writer.observe(&res, &same).is_empty());
+        assert!(writer
+            .observe(&res, &Change::Added(cm("other", "9", "g")))
+            .is_empty());
+        assert!(writer.known_taken("owner", &key, "create").is_some());
+        // A change hands back our desired child (with our ownerReference) once.
+        let changed = Change::Updated {
+            old: cm("taken", "5", "f"),
+            new: cm("taken", "6", "f"),
+        };
+        let released = writer.observe(&res, &changed);
+        let [Change::Added(obj)] = released.as_slice() else {
+            panic!("expected one released child, got {released:?}");
+        };
+        assert_eq!(obj.controller_uid(), Some("owner"));
+        assert!(writer.known_taken("owner", &key, "create").is_none());
+        assert!(writer.observe(&res, &changed).is_empty());
+
+        let writer = writer_with_taken();
+        let gone = Change::Deleted(cm("taken", "5", "f"));
+        assert_eq!(writer.observe(&res, &gone).len(), 1);
+
+        // The parent going away forgets what it waited for.
+        let writer = writer_with_taken();
+        writer.observe(&res, &Change::Deleted(cm("parent", "1", "owner")));
+        assert!(writer.known_taken("owner", &key, "create").is_none());
+    }
 }

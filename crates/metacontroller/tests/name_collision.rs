@@ -1,5 +1,5 @@
-//! A child whose name is taken by an object the parent does not control, through the real
-//! binary, with both apply strategies: the binary records a SyncError Warning Event naming
+//! A child (or attachment) whose name is taken by an object the parent does not control,
+//! through the real binary, for both controller kinds and both apply strategies: the binary records a SyncError Warning Event naming
 //! the object, leaves the object alone (no ownerReference, data intact), does not send the
 //! create again while the object is unchanged, and creates the child once the object is
 //! deleted.
@@ -10,6 +10,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Event};
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::core::DynamicObject;
 use metacontroller_api::composite::CompositeController;
+use metacontroller_api::decorator::DecoratorController;
 use metacontroller_testkit::{
     crd, dynamic_api, eventually_within, unique_name, ControllerProcess, HookReply, HookServer,
     TestCluster,
@@ -43,7 +44,13 @@ fn configmap_writes(cluster: &TestCluster) -> Option<u64> {
         .map(|c| c.requests("create", "configmaps") + c.requests("patch", "configmaps"))
 }
 
-async fn foreign_object_is_left_alone(apply_strategy: &str) {
+#[derive(Clone, Copy, PartialEq)]
+enum Kind {
+    Composite,
+    Decorator,
+}
+
+async fn foreign_object_is_left_alone(kind: Kind, apply_strategy: &str) {
     let cluster = TestCluster::start().await;
     cluster.install_metacontroller_crds().await;
     let ns = cluster.create_namespace("taken").await;
@@ -53,14 +60,16 @@ async fn foreign_object_is_left_alone(apply_strategy: &str) {
     .unwrap();
     let foreign = cms.create(&PostParams::default(), &foreign).await.unwrap();
 
-    let hook = HookServer::start(|_, req| {
-        let name = req["parent"]["metadata"]["name"]
-            .as_str()
-            .unwrap_or_default();
+    let hook = HookServer::start(|path, req| {
+        let (parent, field) = match path {
+            "/composite" => (&req["parent"], "children"),
+            _ => (&req["object"], "attachments"),
+        };
+        let name = parent["metadata"]["name"].as_str().unwrap_or_default();
         HookReply::json(json!({
-            "children": [{"apiVersion": "v1", "kind": "ConfigMap",
-                          "metadata": {"name": format!("{name}-cm"), "labels": {"app": "taken"}},
-                          "data": {"k": "v"}}],
+            field: [{"apiVersion": "v1", "kind": "ConfigMap",
+                     "metadata": {"name": format!("{name}-cm"), "labels": {"app": "taken"}},
+                     "data": {"k": "v"}}],
             "status": {"ok": true},
         }))
     })
@@ -73,22 +82,45 @@ async fn foreign_object_is_left_alone(apply_strategy: &str) {
     );
     cluster.install_crd(&parent.build()).await;
     let label = unique_name("team");
-    let controller: CompositeController = serde_json::from_value(json!({
-        "apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "CompositeController",
-        "metadata": {"name": unique_name("taken"), "labels": {"team": label}},
-        "spec": {
-            "parentResource": {"apiVersion": parent.api_version(), "resource": parent.plural()},
-            "childResources": [{"apiVersion": "v1", "resource": "configmaps",
-                                "updateStrategy": {"method": "InPlace"}}],
-            "resyncPeriodSeconds": 1,
-            "hooks": {"sync": {"webhook": {"url": hook.url("/sync")}}},
-        }
-    }))
-    .unwrap();
-    Api::<CompositeController>::all(cluster.client())
-        .create(&PostParams::default(), &controller)
-        .await
+    let metadata = json!({"name": unique_name("taken"), "labels": {"team": label}});
+    if kind == Kind::Composite {
+        let controller: CompositeController = serde_json::from_value(json!({
+            "apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "CompositeController",
+            "metadata": metadata,
+            "spec": {
+                "parentResource": {"apiVersion": parent.api_version(), "resource": parent.plural()},
+                "childResources": [{"apiVersion": "v1", "resource": "configmaps",
+                                    "updateStrategy": {"method": "InPlace"}}],
+                "resyncPeriodSeconds": 1,
+                "hooks": {"sync": {"webhook": {"url": hook.url("/composite")}}},
+            }
+        }))
         .unwrap();
+        Api::<CompositeController>::all(cluster.client())
+            .create(&PostParams::default(), &controller)
+            .await
+            .unwrap();
+    } else {
+        let controller: DecoratorController = serde_json::from_value(json!({
+            "apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "DecoratorController",
+            "metadata": metadata,
+            "spec": {
+                "resources": [{"apiVersion": parent.api_version(), "resource": parent.plural()}],
+                "attachments": [{"apiVersion": "v1", "resource": "configmaps"}],
+                "resyncPeriodSeconds": 1,
+                "hooks": {"sync": {"webhook": {"url": hook.url("/decorator")}}},
+            }
+        }))
+        .unwrap();
+        Api::<DecoratorController>::all(cluster.client())
+            .create(&PostParams::default(), &controller)
+            .await
+            .unwrap();
+    }
+    let sync_path = match kind {
+        Kind::Composite => "/composite",
+        Kind::Decorator => "/decorator",
+    };
     let binary = ControllerProcess::start(
         env!("CARGO_BIN_EXE_metacontroller"),
         [
@@ -125,9 +157,9 @@ async fn foreign_object_is_left_alone(apply_strategy: &str) {
     // Positive signal first: the controller keeps syncing the parent (resync every second,
     // backoff on the error) ...
     let writes_before = configmap_writes(&cluster);
-    let calls_before = hook.calls("/sync");
+    let calls_before = hook.calls(sync_path);
     eventually_within("three more syncs", WAIT, || async {
-        hook.calls("/sync") >= calls_before + 3
+        hook.calls(sync_path) >= calls_before + 3
     })
     .await;
     // ... then the negative: no create / apply was sent again, the object is untouched.
@@ -171,10 +203,20 @@ async fn foreign_object_is_left_alone(apply_strategy: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn taken_child_name_is_reported_not_overwritten_dynamic_apply() {
-    foreign_object_is_left_alone("dynamic-apply").await;
+    foreign_object_is_left_alone(Kind::Composite, "dynamic-apply").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn taken_child_name_is_reported_not_overwritten_server_side_apply() {
-    foreign_object_is_left_alone("server-side-apply").await;
+    foreign_object_is_left_alone(Kind::Composite, "server-side-apply").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn taken_attachment_name_is_reported_not_overwritten_dynamic_apply() {
+    foreign_object_is_left_alone(Kind::Decorator, "dynamic-apply").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn taken_attachment_name_is_reported_not_overwritten_server_side_apply() {
+    foreign_object_is_left_alone(Kind::Decorator, "server-side-apply").await;
 }
