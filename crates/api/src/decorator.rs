@@ -25,8 +25,10 @@ pub struct DecoratorController {
     pub metadata: ObjectMeta,
     /// What to decorate and how.
     pub spec: DecoratorControllerSpec,
-    /// Free-form status (upstream defines no fields).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Free-form status (upstream defines no fields). Serialized as `{}` when unset, as
+    /// upstream's Go type does (its empty status struct is never omitted), so hook
+    /// requests carry `controller.status` like upstream's.
+    #[serde(default, serialize_with = "crate::serialize_status")]
     pub status: Option<serde_json::Value>,
 }
 

@@ -48,3 +48,15 @@ pub const CONTROLLER_UID_LABEL: &str = "controller-uid";
 pub(crate) fn default_api_version() -> String {
     API_VERSION.to_string()
 }
+
+/// Serializes a controller's optional status, writing `{}` for `None`.
+pub(crate) fn serialize_status<S: serde::Serializer>(
+    status: &Option<serde_json::Value>,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    use serde::Serialize;
+    match status {
+        Some(status) => status.serialize(serializer),
+        None => serde_json::Map::new().serialize(serializer),
+    }
+}

@@ -6,8 +6,8 @@ use std::path::PathBuf;
 use metacontroller_api::hook::{HookVersion, ResponseUnmarshallMode};
 use metacontroller_api::wire::{
     decode_response, CompositeHookRequest, CompositeHookResponse, CustomizableController,
-    CustomizeHookRequest, CustomizeHookResponse, DecoratorHookRequest, DecoratorHookRequestV1,
-    DecoratorHookRequestV2, DecoratorHookResponse, ObjectMap,
+    CustomizeHookRequest, CustomizeHookResponse, DecoratorHookRequest, DecoratorHookResponse,
+    ObjectMap,
 };
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -102,42 +102,40 @@ fn composite_responses_round_trip() {
 }
 
 #[test]
-fn decorator_requests_round_trip_with_version_field_names() {
-    for name in [
-        "decorator-sync-request.json",
-        "decorator-finalize-request.json",
-    ] {
-        let r1: DecoratorHookRequestV1 = round_trip("v1", name);
-        assert_keys(HookVersion::V1, &r1.object, &r1.attachments);
-        let r2: DecoratorHookRequestV2 = round_trip("v2", name);
-        assert_keys(HookVersion::V2, &r2.parent, &r2.children);
-        assert_eq!(r1.finalizing, name.contains("finalize"));
+fn decorator_requests_round_trip_with_upstream_field_names() {
+    for (v, version) in VERSIONS {
+        for name in [
+            "decorator-sync-request.json",
+            "decorator-finalize-request.json",
+        ] {
+            // Upstream names the fields `object` and `attachments` in v1 *and* v2.
+            let raw = fixture(v, name);
+            for field in [
+                "controller",
+                "object",
+                "attachments",
+                "related",
+                "finalizing",
+            ] {
+                assert!(raw.get(field).is_some(), "{v}/{name} lacks `{field}`");
+            }
+            for field in ["parent", "children"] {
+                assert!(raw.get(field).is_none(), "{v}/{name} has `{field}`");
+            }
+            let req: DecoratorHookRequest = round_trip(v, name);
+            assert_keys(version, &req.object, &req.attachments);
+            assert_keys(version, &req.object, &req.related);
+            assert_eq!(req.finalizing, name.contains("finalize"));
 
-        // The version-agnostic builder produces exactly the fixture's field names.
-        let built = DecoratorHookRequest::new(
-            HookVersion::V2,
-            r2.controller.clone(),
-            r2.parent.clone(),
-            r2.children.clone(),
-            r2.related.clone(),
-            r2.finalizing,
-        );
-        assert!(same_json(
-            &serde_json::to_value(&built).unwrap(),
-            &fixture("v2", name)
-        ));
-        let built = DecoratorHookRequest::new(
-            HookVersion::V1,
-            r1.controller.clone(),
-            r1.object.clone(),
-            r1.attachments.clone(),
-            r1.related.clone(),
-            r1.finalizing,
-        );
-        assert!(same_json(
-            &serde_json::to_value(&built).unwrap(),
-            &fixture("v1", name)
-        ));
+            let built = DecoratorHookRequest::new(
+                req.controller.clone(),
+                req.object.clone(),
+                req.attachments.clone(),
+                req.related.clone(),
+                req.finalizing,
+            );
+            assert!(same_json(&serde_json::to_value(&built).unwrap(), &raw));
+        }
     }
 }
 

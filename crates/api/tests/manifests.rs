@@ -70,6 +70,12 @@ fn manifests_round_trip_without_losing_fields() {
             }
             other => panic!("{name}: unexpected kind {other}"),
         };
+        let mut again = again;
+        if kind != "ControllerRevision" && original.get("status").is_none() {
+            // Controllers serialize an unset status as `{}`, as upstream's Go type does.
+            let status = again.as_object_mut().and_then(|m| m.remove("status"));
+            assert_eq!(status, Some(serde_json::json!({})), "{name}");
+        }
         assert_eq!(again, original, "{name} changed in a round trip");
         kinds.insert(kind);
     }

@@ -467,7 +467,9 @@ pub(crate) fn watch_owners(
 }
 
 /// Watches the informer of objects a controller writes (children, attachments, revisions):
-/// changes feed the own-writes overlay, then `route` queues keys.
+/// changes feed the own-writes overlay, then `route` queues keys — also for the objects
+/// whose name a foreign object has just freed (a foreign object's own events map to no
+/// parent, so their parents are queued here).
 pub(crate) fn watch_owned(
     informer: &Informer,
     writer: Arc<Writer>,
@@ -475,7 +477,8 @@ pub(crate) fn watch_owned(
     route: impl Fn(&Change<DynamicObject>, Origin) + Send + Sync + 'static,
 ) -> HandlerId {
     informer.add_handler(Arc::new(move |change, origin| {
-        writer.observe(&res, change);
+        let released = writer.observe(&res, change);
         route(change, origin);
+        released.iter().for_each(|c| route(c, origin));
     }))
 }

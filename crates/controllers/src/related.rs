@@ -48,6 +48,11 @@ use tokio::time::Instant;
 /// How long a customize response stays valid for a parent generation (upstream: 20 min).
 pub const CUSTOMIZE_CACHE_TTL: Duration = Duration::from_secs(20 * 60);
 
+/// At most one discovery refresh per this interval when a customize response names a
+/// resource the current discovery does not know (a CRD installed after the controller
+/// started).
+pub const DISCOVERY_REFRESH_MIN_INTERVAL: Duration = Duration::from_secs(1);
+
 /// How long a sync waits for a newly started related informer's first list.
 pub const INFORMER_SYNC_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -336,7 +341,9 @@ pub struct RelatedConfig {
     pub hooks: HookClient,
     /// Shared informers.
     pub informers: Informers,
-    /// Discovery, to resolve rule resources.
+    /// Discovery at controller start, to resolve rule resources. Refreshed from the API
+    /// server (at most once per [`DISCOVERY_REFRESH_MIN_INTERVAL`]) when a rule names a
+    /// resource it does not know.
     pub resources: ResourceMap,
     /// Where related changes send parents.
     pub enqueue: Enqueue,
@@ -364,11 +371,45 @@ struct State {
 struct Shared {
     config: RelatedConfig,
     state: Mutex<State>,
+    /// Current discovery (starts as `config.resources`).
+    discovery: std::sync::RwLock<Arc<ResourceMap>>,
+    /// When discovery was last refreshed here; serialises refreshes too.
+    refreshed: tokio::sync::Mutex<Option<Instant>>,
 }
 
 impl Shared {
     fn state(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn discovery(&self) -> Arc<ResourceMap> {
+        self.discovery
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Re-reads discovery from the API server unless that happened less than
+    /// [`DISCOVERY_REFRESH_MIN_INTERVAL`] ago. Keeps the previous result on failure.
+    async fn refresh_discovery(&self) {
+        let mut refreshed = self.refreshed.lock().await;
+        if refreshed.is_some_and(|t| t.elapsed() < DISCOVERY_REFRESH_MIN_INTERVAL) {
+            return;
+        }
+        let previous = self.discovery();
+        match metacontroller_dynamic::discover(self.config.informers.client(), &previous).await {
+            Ok(found) => {
+                if let Some((map, _)) = found.update {
+                    *self.discovery.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(map);
+                }
+            }
+            Err(e) => tracing::warn!(
+                controller = %self.config.name,
+                error = %e,
+                "discovery refresh for related resources failed; using the previous result"
+            ),
+        }
+        *refreshed = Some(Instant::now());
     }
 }
 
@@ -419,6 +460,8 @@ impl RelatedManager {
     pub fn new(config: RelatedConfig) -> Self {
         RelatedManager {
             shared: Arc::new(Shared {
+                discovery: std::sync::RwLock::new(Arc::new(config.resources.clone())),
+                refreshed: tokio::sync::Mutex::new(None),
                 config,
                 state: Mutex::new(State::default()),
             }),
@@ -531,12 +574,22 @@ impl RelatedManager {
             .hooks
             .call(&ctx, hook, &config.endpoint_configs, &request)
             .await?;
-        response
-            .related_resource_rules
-            .iter()
-            .enumerate()
-            .map(|(i, rule)| CompiledRule::compile(i, rule, &config.resources))
-            .collect()
+        let compile = |resources: &ResourceMap| -> Result<Vec<CompiledRule>, RelatedError> {
+            response
+                .related_resource_rules
+                .iter()
+                .enumerate()
+                .map(|(i, rule)| CompiledRule::compile(i, rule, resources))
+                .collect()
+        };
+        match compile(&self.shared.discovery()) {
+            // Resources come and go (CRDs): look again before calling the rule wrong.
+            Err(RelatedError::UnknownResource { .. }) => {
+                self.shared.refresh_discovery().await;
+                compile(&self.shared.discovery())
+            }
+            result => result,
+        }
     }
 
     /// Makes sure every resource the rules need is watched (with our change handler).
@@ -545,7 +598,7 @@ impl RelatedManager {
         for rule in rules {
             needed.push(rule.resource.clone());
             if rule.selection == Selection::NamespaceSelector {
-                if let Some(ns) = self.shared.config.resources.get(NAMESPACES.0, NAMESPACES.1) {
+                if let Some(ns) = self.shared.discovery().get(NAMESPACES.0, NAMESPACES.1) {
                     needed.push(ns.clone());
                 }
             }

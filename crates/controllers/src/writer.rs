@@ -69,6 +69,18 @@ pub enum WriteError {
     /// A request this writer cannot make (a programming error, reported not panicked).
     #[error("{0}")]
     Unsupported(String),
+    /// The child's name is taken by an object this parent does not control. It is neither
+    /// adopted nor overwritten, and not asked for again until that object changes.
+    #[error(
+        "{what}: the name is taken by an object not controlled by this parent ({holder}); \
+         leaving it alone until it changes or is deleted"
+    )]
+    NameTaken {
+        /// What was attempted (`create ConfigMap ns/name`).
+        what: String,
+        /// Who controls the existing object (`uid <uid>, no controller` or its controller).
+        holder: String,
+    },
 }
 
 impl WriteError {
@@ -76,6 +88,11 @@ impl WriteError {
     pub fn is_conflict(&self) -> bool {
         matches!(self, WriteError::Api { source: kube::Error::Api(s), .. }
             if s.code == 409 && s.reason == "Conflict")
+    }
+
+    /// The child's name is taken by an object this parent does not control.
+    pub fn is_name_taken(&self) -> bool {
+        matches!(self, WriteError::NameTaken { .. })
     }
 
     /// 404 Not Found.
@@ -174,6 +191,21 @@ pub struct Writer {
     /// Hash of the last apply body sent per child (server-side apply), so an unchanged body
     /// is not sent again; a changed body (e.g. a field dropped) always is.
     applied: Mutex<HashMap<ObjectKey, u64>>,
+    /// Names taken by objects we do not control, per (owner uid, child key): the taker as
+    /// last seen, so a create is not sent again until the informer shows it changed.
+    taken: Mutex<HashMap<(String, ObjectKey), Taken>>,
+}
+
+/// An object that holds a child's name without being controlled by the child's parent.
+#[derive(Debug, Clone)]
+struct Taken {
+    /// Its resourceVersion when we last met it.
+    resource_version: String,
+    /// What we wanted to create (it carries our controller ownerReference): handed back by
+    /// [`Writer::observe`] once the name may be free, so the handler requeues the parent.
+    desired: Value,
+    /// For the error message.
+    holder: String,
 }
 
 impl std::fmt::Debug for Writer {
@@ -193,6 +225,7 @@ impl Writer {
             overlay: Overlay::new(),
             expectations: Expectations::new(),
             applied: Mutex::new(HashMap::new()),
+            taken: Mutex::new(HashMap::new()),
         }
     }
 
@@ -223,7 +256,16 @@ impl Writer {
 
     /// Informer handler hook: confirms expectations and lets the overlay drop entries the
     /// cache caught up with. Call it for every change of every resource this writer writes.
-    pub fn observe(&self, res: &ApiResource, change: &Change<DynamicObject>) {
+    ///
+    /// Returns, as `Added` changes of the object we wanted (with our controller
+    /// ownerReference), the children whose name was taken by a foreign object that has now
+    /// changed or gone: pass them to the child handler so their parents are synced again
+    /// (a foreign object's own events map to no parent).
+    pub fn observe(
+        &self,
+        res: &ApiResource,
+        change: &Change<DynamicObject>,
+    ) -> Vec<Change<DynamicObject>> {
         let obj = change.object();
         let key = object_key(
             res,
@@ -231,8 +273,13 @@ impl Writer {
             obj.metadata.name.as_deref().unwrap_or_default(),
         );
         let owner = obj.controller_uid().map(str::to_owned);
+        let released = self.release_taken(&key, change);
         match change {
             Change::Deleted(_) => {
+                if let Some(uid) = obj.metadata.uid.as_deref() {
+                    // A parent that is gone waits for no name any more.
+                    self.taken_lock().retain(|(owner, _), _| owner != uid);
+                }
                 self.overlay.observe_deleted(&key);
                 self.applied_lock().remove(&key);
                 if let Some(owner) = owner {
@@ -255,6 +302,97 @@ impl Writer {
                 }
             }
         }
+        released
+    }
+
+    /// Forgets the taken names `change` may have freed (the taker deleted, or changed since
+    /// we met it) and returns the children to try again.
+    fn release_taken(
+        &self,
+        key: &ObjectKey,
+        change: &Change<DynamicObject>,
+    ) -> Vec<Change<DynamicObject>> {
+        let mut taken = self.taken_lock();
+        if taken.is_empty() {
+            return Vec::new();
+        }
+        let rv = match change {
+            Change::Deleted(_) => None,
+            _ => change.object().resource_version().map(str::to_owned),
+        };
+        let mut released = Vec::new();
+        taken.retain(|(_, k), t| {
+            if k != key || rv.as_deref() == Some(t.resource_version.as_str()) {
+                return true;
+            }
+            if let Ok(obj) = serde_json::from_value::<DynamicObject>(t.desired.clone()) {
+                released.push(Change::Added(std::sync::Arc::new(obj)));
+            }
+            false
+        });
+        released
+    }
+
+    fn taken_lock(&self) -> std::sync::MutexGuard<'_, HashMap<(String, ObjectKey), Taken>> {
+        self.taken.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The error for a child whose name is known to be taken, if it is.
+    fn known_taken(&self, owner: &str, key: &ObjectKey, what: &str) -> Option<WriteError> {
+        self.taken_lock()
+            .get(&(owner.to_string(), key.clone()))
+            .map(|t| WriteError::NameTaken {
+                what: what.to_string(),
+                holder: t.holder.clone(),
+            })
+    }
+
+    /// After a create met an existing object (or before a server-side apply that would
+    /// create): reads it from the API server. `Ok(None)` when it is ours after all (a
+    /// stale cache) or gone; otherwise it is remembered as taken and reported.
+    async fn check_taken(
+        &self,
+        res: &ApiResource,
+        owner: &str,
+        key: &ObjectKey,
+        desired: &Value,
+        what: &str,
+    ) -> Result<Option<WriteError>, WriteError> {
+        let Some(existing) = self.get(res, &key.namespace, &key.name).await? else {
+            return Ok(None);
+        };
+        let controller = existing.controller_uid().map(str::to_owned);
+        if controller.as_deref() == Some(owner) {
+            return Ok(None);
+        }
+        let holder = match existing
+            .pointer("/metadata/ownerReferences")
+            .and_then(Value::as_array)
+            .and_then(|refs| refs.iter().find(|r| r["controller"] == Value::Bool(true)))
+        {
+            Some(r) => format!(
+                "controlled by {} {}",
+                r["kind"].as_str().unwrap_or_default(),
+                r["name"].as_str().unwrap_or_default()
+            ),
+            None => "no controller".to_string(),
+        };
+        let holder = format!("uid {}, {holder}", existing.uid().unwrap_or_default());
+        // Upstream logs this at info level and tries again every sync; we say it once per
+        // meeting and wait for the object to change.
+        tracing::warn!(%what, %holder, "child name taken by an object we do not control");
+        self.taken_lock().insert(
+            (owner.to_string(), key.clone()),
+            Taken {
+                resource_version: existing.resource_version().unwrap_or_default().to_string(),
+                desired: desired.clone(),
+                holder: holder.clone(),
+            },
+        );
+        Ok(Some(WriteError::NameTaken {
+            what: what.to_string(),
+            holder,
+        }))
     }
 
     /// True when no create/delete of `owner`'s children is unconfirmed. `present(key)` says
@@ -297,8 +435,10 @@ impl Writer {
         }
     }
 
-    /// Creates `object` (a child of `owner_uid`). `Ok(None)` if it already exists (a stale
-    /// cache; deterministic names make this harmless).
+    /// Creates `object` (a child of `owner_uid`). `Ok(None)` if it already exists and is
+    /// ours (a stale cache; deterministic names make this harmless). If the name is taken
+    /// by an object we do not control, [`WriteError::NameTaken`]: that object is left
+    /// alone and the create is not sent again until [`Writer::observe`] sees it change.
     pub async fn create(
         &self,
         res: &ApiResource,
@@ -308,8 +448,11 @@ impl Writer {
         let key = key_of(res, &object);
         let what = format!("create {}", describe(res, &object));
         let owner = owner_uid.to_string();
+        if let Some(taken) = self.known_taken(&owner, &key, &what) {
+            return Err(taken);
+        }
         let body: DynamicObject =
-            serde_json::from_value(object).map_err(|source| WriteError::Encode {
+            serde_json::from_value(object.clone()).map_err(|source| WriteError::Encode {
                 what: what.clone(),
                 source,
             })?;
@@ -330,7 +473,10 @@ impl Writer {
             Err(e) => {
                 self.expectations.cancel_create(&owner, &key);
                 if is_already_exists(&e) {
-                    Ok(None)
+                    match self.check_taken(res, &owner, &key, &object, &what).await? {
+                        Some(taken) => Err(taken),
+                        None => Ok(None),
+                    }
                 } else {
                     Err(WriteError::Api { what, source: e })
                 }
@@ -449,8 +595,18 @@ impl Writer {
             }
         }
         let what = format!("apply {}", describe(res, &body));
-        tracing::info!(%what, "server-side apply");
         let owner = owner_uid.to_string();
+        if observed.is_none() {
+            // A forced apply is an upsert: it would take over an object of the same name
+            // that we do not control. Read first and leave such an object alone.
+            if let Some(taken) = self.known_taken(&owner, &key, &what) {
+                return Err(taken);
+            }
+            if let Some(taken) = self.check_taken(res, &owner, &key, &body, &what).await? {
+                return Err(taken);
+            }
+        }
+        tracing::info!(%what, "server-side apply");
         if observed.is_none() {
             self.expectations.expect_creates(&owner, [key.clone()]);
         }
@@ -622,5 +778,91 @@ mod tests {
         let changed = json!({"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": "a", "namespace": "n"}, "data": {"k": "w"}});
         assert!(!contains_all(&observed, &changed));
+    }
+
+    fn cm(name: &str, rv: &str, uid: &str) -> std::sync::Arc<DynamicObject> {
+        std::sync::Arc::new(
+            serde_json::from_value(json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": name, "namespace": "n", "resourceVersion": rv,
+                             "uid": uid}}))
+            .unwrap(),
+        )
+    }
+
+    fn configmaps() -> ApiResource {
+        ApiResource {
+            api_version: "v1".into(),
+            group: String::new(),
+            version: "v1".into(),
+            name: "configmaps".into(),
+            singular_name: "configmap".into(),
+            kind: "ConfigMap".into(),
+            namespaced: true,
+            verbs: Default::default(),
+            short_names: Vec::new(),
+            subresources: Default::default(),
+        }
+    }
+
+    /// A writer that met a foreign `n/taken` (rv 5) while creating parent `owner`'s child.
+    fn writer_with_taken() -> Writer {
+        let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
+        let writer = Writer::new(
+            kube::Client::try_from(config).unwrap(),
+            ApplyStrategy::DynamicApply,
+        );
+        let desired = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "taken", "namespace": "n",
+                         "ownerReferences": [{"apiVersion": "x/v1", "kind": "P", "name": "p",
+                                              "uid": "owner", "controller": true}]}});
+        writer.taken_lock().insert(
+            ("owner".into(), object_key(&configmaps(), "n", "taken")),
+            Taken {
+                resource_version: "5".into(),
+                desired,
+                holder: "uid f, no controller".into(),
+            },
+        );
+        writer
+    }
+
+    #[tokio::test]
+    async fn taken_name_is_released_only_when_the_taker_changes_or_goes() {
+        let res = configmaps();
+        let writer = writer_with_taken();
+        let key = object_key(&res, "n", "taken");
+        assert!(writer.known_taken("owner", &key, "create").is_some());
+        assert!(writer.known_taken("other", &key, "create").is_none());
+        // A relist replay (same resourceVersion) and other objects release nothing.
+        let same = Change::Updated {
+            old: cm("taken", "5", "f"),
+            new: cm("taken", "5", "f"),
+        };
+        assert!(writer.observe(&res, &same).is_empty());
+        assert!(writer
+            .observe(&res, &Change::Added(cm("other", "9", "g")))
+            .is_empty());
+        assert!(writer.known_taken("owner", &key, "create").is_some());
+        // A change hands back our desired child (with our ownerReference) once.
+        let changed = Change::Updated {
+            old: cm("taken", "5", "f"),
+            new: cm("taken", "6", "f"),
+        };
+        let released = writer.observe(&res, &changed);
+        let [Change::Added(obj)] = released.as_slice() else {
+            panic!("expected one released child, got {released:?}");
+        };
+        assert_eq!(obj.controller_uid(), Some("owner"));
+        assert!(writer.known_taken("owner", &key, "create").is_none());
+        assert!(writer.observe(&res, &changed).is_empty());
+
+        let writer = writer_with_taken();
+        let gone = Change::Deleted(cm("taken", "5", "f"));
+        assert_eq!(writer.observe(&res, &gone).len(), 1);
+
+        // The parent going away forgets what it waited for.
+        let writer = writer_with_taken();
+        writer.observe(&res, &Change::Deleted(cm("parent", "1", "owner")));
+        assert!(writer.known_taken("owner", &key, "create").is_none());
     }
 }

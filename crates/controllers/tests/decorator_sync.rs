@@ -125,16 +125,16 @@ async fn resync_after_seconds_brings_the_next_sync() {
     );
 }
 
-/// Upstream TestSyncWebhookV2: a v2 sync hook gets `parent` / `children` with uniform
-/// `<namespace>/<name>` keys and its attachment is created.
+/// Upstream TestSyncWebhookV2: a v2 sync hook gets `object` / `attachments` (the same
+/// field names as v1) with uniform `<namespace>/<name>` keys and its attachment is created.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn v2_hook_gets_parent_and_uniformly_keyed_children() {
+async fn v2_hook_gets_object_and_uniformly_keyed_attachments() {
     let env = Env::start("dec-v2").await;
     let parent = env.crd("DecoratorParentV2").await;
     let child = env.crd("DecoratorChildV2").await;
     let (child_av, child_kind) = (child.api_version(), child.kind().to_string());
     let hook = HookServer::start(move |_, req| {
-        let name = req["parent"]["metadata"]["name"].clone();
+        let name = req["object"]["metadata"]["name"].clone();
         HookReply::json(json!({"attachments": [{
             "apiVersion": child_av, "kind": child_kind,
             "metadata": {"name": name, "labels": {"test": "v2"}}}]}))
@@ -161,16 +161,17 @@ async fn v2_hook_gets_parent_and_uniformly_keyed_children() {
         "a v2 request with the attachment under namespace/name",
         || async {
             hook.requests("/sync").iter().any(|r| {
-                r.get("object").is_none()
-                    && r["parent"]["metadata"]["name"] == "v2-target"
-                    && r["children"][&key].get(&uniform).is_some()
+                r.get("parent").is_none()
+                    && r.get("children").is_none()
+                    && r["object"]["metadata"]["name"] == "v2-target"
+                    && r["attachments"][&key].get(&uniform).is_some()
             })
         },
     )
     .await;
     let first: Value = hook.requests("/sync")[0].clone();
     assert_eq!(
-        first["children"][&key],
+        first["attachments"][&key],
         json!({}),
         "declared type present when empty"
     );

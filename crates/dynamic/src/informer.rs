@@ -315,6 +315,11 @@ impl Informers {
         }
     }
 
+    /// The client the informers use (also fit for discovery requests).
+    pub fn client(&self) -> &kube::Client {
+        &self.client
+    }
+
     /// A lease on the informer of `resource`, starting it if none runs. Must be called inside
     /// a tokio runtime.
     pub fn lease(&self, resource: &Arc<ApiResource>) -> Lease<ResourceId, Informer> {

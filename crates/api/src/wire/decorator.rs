@@ -1,6 +1,7 @@
-//! DecoratorController sync/finalize hook messages. Upstream's v1 request names the
-//! target `object` and its attachments `attachments`; the v2 request calls them
-//! `parent` and `children`. The response is the same in both versions.
+//! DecoratorController sync/finalize hook messages. The field names are the same in
+//! v1 and v2 (`object`, `attachments`, `related`, `finalizing`); only the keys of the
+//! `attachments` and `related` maps differ (see [`ObjectMap`]). The response is the
+//! same in both versions.
 
 use std::collections::BTreeMap;
 
@@ -9,17 +10,17 @@ use serde_json::{Map, Value};
 
 use super::{is_false, is_zero, null_as_default, ObjectMap};
 use crate::decorator::DecoratorController;
-use crate::hook::HookVersion;
 
-/// v1 body POSTed to a DecoratorController's sync and finalize hooks.
+/// Body POSTed to a DecoratorController's sync and finalize hooks (v1 and v2).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct DecoratorHookRequestV1 {
+pub struct DecoratorHookRequest {
     /// The whole DecoratorController object.
     pub controller: DecoratorController,
     /// The target object as observed.
     pub object: Value,
-    /// Observed attachments: one entry per declared attachment type, even when empty.
+    /// Observed attachments: one entry per declared attachment type, even when empty,
+    /// keyed per the hook version.
     #[serde(default, deserialize_with = "null_as_default")]
     pub attachments: ObjectMap,
     /// Related objects selected by the customize hook's response.
@@ -30,77 +31,22 @@ pub struct DecoratorHookRequestV1 {
     pub finalizing: bool,
 }
 
-/// v2 body POSTed to a DecoratorController's sync and finalize hooks.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct DecoratorHookRequestV2 {
-    /// The whole DecoratorController object.
-    pub controller: DecoratorController,
-    /// The target object as observed.
-    pub parent: Value,
-    /// Observed attachments, keyed uniformly by `<namespace>/<name>`.
-    #[serde(default, deserialize_with = "null_as_default")]
-    pub children: ObjectMap,
-    /// Related objects selected by the customize hook's response.
-    #[serde(default, deserialize_with = "null_as_default")]
-    pub related: ObjectMap,
-    /// False for sync, true for finalize.
-    #[serde(default, deserialize_with = "null_as_default")]
-    pub finalizing: bool,
-}
-
-/// A decorator hook request of either version (serialized without any tag).
-#[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(untagged)]
-pub enum DecoratorHookRequest {
-    /// Version v1 field names.
-    V1(DecoratorHookRequestV1),
-    /// Version v2 field names.
-    V2(DecoratorHookRequestV2),
-}
-
 impl DecoratorHookRequest {
-    /// Builds the request with the field names of `version`; `attachments` must already
-    /// be keyed for that version.
+    /// Builds the request; `attachments` and `related` must already be keyed for the
+    /// hook's version (the field names do not depend on it).
     pub fn new(
-        version: HookVersion,
         controller: DecoratorController,
         object: Value,
         attachments: ObjectMap,
         related: ObjectMap,
         finalizing: bool,
     ) -> Self {
-        match version {
-            HookVersion::V1 => Self::V1(DecoratorHookRequestV1 {
-                controller,
-                object,
-                attachments,
-                related,
-                finalizing,
-            }),
-            HookVersion::V2 => Self::V2(DecoratorHookRequestV2 {
-                controller,
-                parent: object,
-                children: attachments,
-                related,
-                finalizing,
-            }),
-        }
-    }
-
-    /// The target object.
-    pub fn object(&self) -> &Value {
-        match self {
-            Self::V1(r) => &r.object,
-            Self::V2(r) => &r.parent,
-        }
-    }
-
-    /// The observed attachments.
-    pub fn attachments(&self) -> &ObjectMap {
-        match self {
-            Self::V1(r) => &r.attachments,
-            Self::V2(r) => &r.children,
+        Self {
+            controller,
+            object,
+            attachments,
+            related,
+            finalizing,
         }
     }
 }

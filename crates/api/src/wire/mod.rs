@@ -16,9 +16,7 @@ pub mod object_map;
 pub use composite::{CompositeHookRequest, CompositeHookResponse};
 pub use customize::{CustomizableController, CustomizeHookRequest, CustomizeHookResponse};
 pub use decode::{decode_response, DecodeError};
-pub use decorator::{
-    DecoratorHookRequest, DecoratorHookRequestV1, DecoratorHookRequestV2, DecoratorHookResponse,
-};
+pub use decorator::{DecoratorHookRequest, DecoratorHookResponse};
 pub use object_map::{group_key, parse_group_key, ObjectMap};
 
 use serde::{Deserialize, Deserializer};

@@ -619,7 +619,6 @@ impl Inner {
         let version = hook.effective_version();
         let related = self.common.related.related(object, version).await?;
         let request = DecoratorHookRequest::new(
-            version,
             self.controller.clone(),
             object.clone(),
             attachments::observed_map(
