@@ -148,6 +148,8 @@ pub struct Options {
     pub apply_strategy: ApplyStrategy,
     /// Where Events about parents go (default: dropped).
     pub events: EventRecorder,
+    /// Schemas to merge children with (`--apply-schema=auto`); `None`: conventions only.
+    pub schemas: Option<metacontroller_dynamic::Schemas>,
 }
 
 impl Default for Options {
@@ -156,6 +158,7 @@ impl Default for Options {
             workers: 5,
             apply_strategy: ApplyStrategy::DynamicApply,
             events: EventRecorder::disabled(),
+            schemas: None,
         }
     }
 }
@@ -436,7 +439,8 @@ pub fn start(
     } else {
         None
     };
-    let writer = Arc::new(Writer::new(client, options.apply_strategy));
+    let writer =
+        Arc::new(Writer::new(client, options.apply_strategy).with_schemas(options.schemas.clone()));
     let queue = WorkQueue::new(format!("composite-{name}"));
     let related = RelatedManager::new(RelatedConfig {
         controller: CustomizableController::Composite(Box::new(controller.clone())),
@@ -1198,13 +1202,10 @@ impl Inner {
             name: parent.key.name.clone(),
             uid: parent.uid.clone(),
         };
-        let actions = children::plan_children(
-            types,
-            &parent_ref,
-            observed,
-            desired,
-            self.writer.strategy().is_server_side(),
-        )?;
+        let actions = self
+            .writer
+            .plan_children(types, &parent_ref, observed, desired)
+            .await?;
         let errors = self
             .writer
             .execute_all(&parent.uid, actions, |i| self.children[i].resource.as_ref())

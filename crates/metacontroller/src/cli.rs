@@ -121,6 +121,12 @@ pub struct ControllerArgs {
     #[arg(long, value_name = "NAME", default_value = "metacontroller")]
     pub apply_strategy_ssa_field_manager: String,
 
+    /// Merge children and attachments with the schema of their kind (CRD openAPIV3Schema,
+    /// the API server's OpenAPI v3 for built-in kinds): `auto`; or by upstream's conventional
+    /// merge keys only: `off`.
+    #[arg(long, value_name = "MODE", value_enum, default_value_t = ApplySchema::Auto)]
+    pub apply_schema: ApplySchema,
+
     /// Path to a kubeconfig file; default: $KUBECONFIG, ~/.kube/config, then in-cluster.
     #[arg(long, value_name = "PATH", visible_alias = "client-config-path")]
     pub kubeconfig: Option<PathBuf>,
@@ -150,6 +156,16 @@ pub enum ApplyStrategy {
     DynamicApply,
     /// Kubernetes server-side apply with --apply-strategy-ssa-field-manager.
     ServerSideApply,
+}
+
+/// `--apply-schema` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ApplySchema {
+    /// Lists merge as their schema declares (list types, map keys); conventions where the
+    /// schema says nothing.
+    Auto,
+    /// Upstream's merge: conventional keys only.
+    Off,
 }
 
 /// Logging flags: ours plus upstream's zap flags, mapped onto tracing.

@@ -130,6 +130,8 @@ struct Shared {
     informers: metacontroller_dynamic::Informers,
     hooks: metacontroller_hooks::HookClient,
     events: EventRecorder,
+    /// Merge schemas (`--apply-schema=auto`), shared by all controllers.
+    schemas: Option<metacontroller_dynamic::Schemas>,
 }
 
 impl Shared {
@@ -144,11 +146,18 @@ impl Shared {
             .context("building the hook client")?;
         let events = EventRecorder::new(client.clone(), args.events_qps, args.events_burst)
             .context("--events-qps/--events-burst")?;
+        let schemas = (args.apply_schema == crate::cli::ApplySchema::Auto).then(|| {
+            let refresh = Some(args.discovery_interval)
+                .filter(|d| !d.is_zero())
+                .unwrap_or(Duration::from_secs(30));
+            metacontroller_dynamic::Schemas::new(client.clone(), &informers, refresh)
+        });
         Ok(Shared {
             client,
             informers,
             hooks,
             events,
+            schemas,
         })
     }
 }
@@ -369,7 +378,7 @@ async fn run_composite(shared: Shared, args: &ControllerArgs) -> anyhow::Result<
                 &shared.informers,
                 resources,
                 shared.hooks.clone(),
-                controller_options(args, &shared.events),
+                controller_options(args, &shared.events, shared.schemas.clone()),
             )
             .map_err(|e| match e {
                 // Upstream: a SyncError Event "[<name>] Sync error - ignoring, ...".
@@ -400,7 +409,7 @@ async fn run_decorator(shared: Shared, args: &ControllerArgs) -> anyhow::Result<
                 &shared.informers,
                 resources,
                 shared.hooks.clone(),
-                controller_options(args, &shared.events),
+                controller_options(args, &shared.events, shared.schemas.clone()),
             )
             .map_err(StartFailure::create_error)
         },
@@ -413,6 +422,7 @@ async fn run_decorator(shared: Shared, args: &ControllerArgs) -> anyhow::Result<
 fn controller_options(
     args: &ControllerArgs,
     events: &EventRecorder,
+    schemas: Option<metacontroller_dynamic::Schemas>,
 ) -> metacontroller_controllers::composite::Options {
     use crate::cli::ApplyStrategy;
     use metacontroller_controllers::writer::ApplyStrategy as Strategy;
@@ -425,5 +435,6 @@ fn controller_options(
             },
         },
         events: events.clone(),
+        schemas,
     }
 }

@@ -30,7 +30,7 @@ use serde_json::Value;
 use super::attachments::{self, is_own_attachment};
 use super::select::{api_group, is_status_only_update, TargetSelector};
 use super::target::{self, FinalizerSync, HookChoice};
-use crate::children::{self, ChildError, ChildType, ParentRef};
+use crate::children::{ChildError, ChildType, ParentRef};
 use crate::composite::Options;
 use crate::events::{self, EventRecorder};
 use crate::related::{ParentId, RelatedConfig, RelatedError, RelatedManager};
@@ -328,7 +328,8 @@ pub fn start(
         ));
     }
 
-    let writer = Arc::new(Writer::new(client, options.apply_strategy));
+    let writer =
+        Arc::new(Writer::new(client, options.apply_strategy).with_schemas(options.schemas.clone()));
     let queue: WorkQueue<TargetKey> = WorkQueue::new(format!("decorator-{name}"));
     let routing = Arc::new(Routing {
         name: name.clone(),
@@ -632,13 +633,10 @@ impl Inner {
                 name: key.key.name.clone(),
                 uid: uid.clone(),
             };
-            let actions = children::plan_children(
-                &types,
-                &target_ref,
-                &observed,
-                &desired,
-                self.writer.strategy().is_server_side(),
-            )?;
+            let actions = self
+                .writer
+                .plan_children(&types, &target_ref, &observed, &desired)
+                .await?;
             // One bad attachment does not block the others; a conflict stops at once.
             let errors = self
                 .writer
