@@ -350,6 +350,34 @@ async fn crd_child_merges_by_its_schema() {
     .await;
     s.wait_seen("p", 2).await;
     s.assert_no_writes_on_resync(3).await;
+
+    // The CRD changes `tags` to atomic: the running controller merges by the new schema
+    // (no restart), so the foreign tag goes.
+    let mut updated = gadget.build();
+    updated["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+        ["properties"]["tags"]["x-kubernetes-list-type"] = json!("atomic");
+    let crds = dynamic_api(
+        s.cluster.client(),
+        "apiextensions.k8s.io/v1",
+        "CustomResourceDefinition",
+        "customresourcedefinitions",
+        None,
+    );
+    let patch = json!({"spec": {"versions": updated["spec"]["versions"]}});
+    crds.patch(
+        &gadget.name(),
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(&patch),
+    )
+    .await
+    .unwrap();
+    eventually_within("a CRD update applies without a restart", WAIT, || async {
+        gadgets
+            .get("p-gadget")
+            .await
+            .is_ok_and(|c| c.data["spec"]["tags"] == json!(["a"]))
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
