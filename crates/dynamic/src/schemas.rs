@@ -48,10 +48,13 @@ struct Inner {
     crds: std::sync::OnceLock<Lease<ResourceId, Informer>>,
     refresh: Duration,
     /// (CRD name, version) → (CRD resourceVersion, schema of that version).
-    crd_schemas: Mutex<HashMap<(String, String), (String, Option<Arc<Schema>>)>>,
+    crd_schemas: Mutex<HashMap<(String, String), CrdSchema>>,
     /// Group-version path (`apis/apps/v1`) → its document.
     docs: tokio::sync::Mutex<HashMap<String, Doc>>,
 }
+
+/// The schema of one CRD version, as of the CRD's resourceVersion.
+type CrdSchema = (String, Option<Arc<Schema>>);
 
 /// One fetched group-version document.
 struct Doc {
@@ -121,15 +124,15 @@ impl Schemas {
         };
         // Custom resource groups always contain a dot; core and most built-in groups do not.
         if group.contains('.') {
-            if let Some(found) = self.from_crd(group, version, resource).await {
+            if let Some(found) = self.crd_schema(group, version, resource).await {
                 return found;
             }
         }
-        self.from_openapi(group, version, kind).await
+        self.openapi_schema(group, version, kind).await
     }
 
     /// `Some(schema or None)` when a CRD serves the resource; `None` when none does.
-    async fn from_crd(
+    async fn crd_schema(
         &self,
         group: &str,
         version: &str,
@@ -180,7 +183,7 @@ impl Schemas {
         Some(schema)
     }
 
-    async fn from_openapi(&self, group: &str, version: &str, kind: &str) -> Option<Arc<Schema>> {
+    async fn openapi_schema(&self, group: &str, version: &str, kind: &str) -> Option<Arc<Schema>> {
         let path = gv_path(group, version);
         let mut docs = self.inner.docs.lock().await;
         let stale = docs
