@@ -369,8 +369,23 @@ mod tests {
         assert_eq!(args.leader_election_resource_lock, "leases");
         assert_eq!(args.leader_election_id, "metacontroller");
         assert_eq!(args.apply_strategy, ApplyStrategy::DynamicApply);
+        assert_eq!(args.apply_schema, ApplySchema::Auto);
         assert_eq!(args.logging.effective_level(), LogLevel::Info);
         assert_eq!(args.logging.effective_format(), LogFormat::Text);
+    }
+
+    #[test]
+    fn apply_schema_flag() {
+        let parse = |flag: &str| match Cli::try_parse_from(["metacontroller", flag])
+            .map(Cli::into_command)
+        {
+            Ok(Command::Run(args)) => Ok(args.apply_schema),
+            Ok(_) => panic!("run expected"),
+            Err(e) => Err(e.to_string()),
+        };
+        assert_eq!(parse("--apply-schema=off"), Ok(ApplySchema::Off));
+        assert_eq!(parse("--apply-schema=auto"), Ok(ApplySchema::Auto));
+        assert!(parse("--apply-schema=on").is_err());
     }
 
     #[test]
