@@ -976,13 +976,20 @@ impl Inner {
             name: parent.key.name.clone(),
             uid: parent.uid.clone(),
         };
+        // The same merge schemas as the child writes use, so "up to date" agrees with them.
+        let schemas = self.writer.schemas_for(types).await;
         let up_to_date = |obs: &Value, want: &Value| -> bool {
             if server_side {
                 children::apply_body(want, &parent_ref)
                     .is_ok_and(|body| crate::writer::contains_all(obs, &body))
             } else {
+                let key = children::child_key(obs);
+                let schema = types
+                    .iter()
+                    .position(|t| t.api_version == key.0 && t.kind == key.1)
+                    .and_then(|i| schemas.get(i)?.as_deref());
                 matches!(
-                    metacontroller_apply::plan(obs, want, None),
+                    metacontroller_apply::plan(obs, want, schema),
                     Ok(metacontroller_apply::Plan::Unchanged)
                 )
             }

@@ -9,6 +9,7 @@
 //! error, RBAC), it answers `None` and the caller merges by conventions, as upstream does.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -46,6 +47,8 @@ struct Inner {
     /// The CRD informer, started by the first custom resource lookup (a process whose
     /// children are all built-in kinds never caches CRDs).
     crds: std::sync::OnceLock<Lease<ResourceId, Informer>>,
+    /// The first custom resource lookup waited for the CRD informer's initial list.
+    crd_waited: AtomicBool,
     refresh: Duration,
     /// (CRD name, version) → (CRD resourceVersion, schema of that version).
     crd_schemas: Mutex<HashMap<(String, String), CrdSchema>>,
@@ -103,6 +106,7 @@ impl Schemas {
                 client,
                 informers: informers.clone(),
                 crds: std::sync::OnceLock::new(),
+                crd_waited: AtomicBool::new(false),
                 refresh,
                 crd_schemas: Mutex::new(HashMap::new()),
                 docs: tokio::sync::Mutex::new(HashMap::new()),
@@ -143,9 +147,16 @@ impl Schemas {
             .crds
             .get_or_init(|| self.inner.informers.lease(&crd_resource()))
             .value();
-        if !informer.has_synced() {
-            // Without list/watch on CRDs (RBAC) this never syncs: fall back to OpenAPI.
-            let _ = tokio::time::timeout(CRD_SYNC_WAIT, informer.wait_synced()).await;
+        // Without list/watch on CRDs (RBAC) the informer never syncs: wait once, then look
+        // in the (possibly empty) cache and fall back to OpenAPI without waiting again.
+        let first_wait =
+            !informer.has_synced() && !self.inner.crd_waited.swap(true, Ordering::Relaxed);
+        if first_wait
+            && tokio::time::timeout(CRD_SYNC_WAIT, informer.wait_synced())
+                .await
+                .is_err()
+        {
+            tracing::warn!("CustomResourceDefinitions not listed yet (RBAC: list/watch customresourcedefinitions?); custom resources merge by their OpenAPI v3 schema or by conventions meanwhile");
         }
         let name = format!("{resource}.{group}");
         let crd = informer.get(&NamespacedName {
