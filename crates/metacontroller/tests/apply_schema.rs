@@ -13,6 +13,7 @@ use std::time::Duration;
 use kube::api::{Api, PostParams};
 use kube::core::DynamicObject;
 use metacontroller_api::composite::CompositeController;
+use metacontroller_api::decorator::DecoratorController;
 use metacontroller_testkit::{
     crd, dynamic_api, eventually_within, unique_name, ControllerProcess, CrdBuilder, HookReply,
     HookServer, TestCluster,
@@ -54,13 +55,18 @@ fn parent_spec(parent: &Value) -> (String, i64) {
     )
 }
 
-fn gadget_hook(api_version: String) -> impl Fn(&str, &Value) -> HookReply + Send + Sync {
+/// The hook of a Gadget child; `objects` is `children` (composite) or `attachments`.
+fn gadget_hook(
+    api_version: String,
+    objects: &'static str,
+) -> impl Fn(&str, &Value) -> HookReply + Send + Sync {
     move |_, req| {
-        let parent = &req["parent"];
+        // A decorator's request names the target `object`.
+        let parent = req.get("object").unwrap_or(&req["parent"]);
         let name = parent["metadata"]["name"].as_str().unwrap_or_default();
         let (udp, v) = parent_spec(parent);
         HookReply::json(json!({
-            "children": [{"apiVersion": api_version, "kind": "Gadget",
+            objects: [{"apiVersion": api_version, "kind": "Gadget",
                 "metadata": {"name": format!("{name}-gadget"),
                              "labels": {"schema-test": name}},
                 "spec": {
@@ -109,6 +115,17 @@ async fn setup(
     hook: impl Fn(&str, &Value) -> HookReply + Send + Sync + 'static,
     extra: &[&str],
 ) -> Setup {
+    setup_controller(child, child_rule, hook, extra, false).await
+}
+
+/// [`setup`]; with `decorator`, a DecoratorController with `child_rule` as attachment.
+async fn setup_controller(
+    child: Option<&CrdBuilder>,
+    child_rule: Value,
+    hook: impl Fn(&str, &Value) -> HookReply + Send + Sync + 'static,
+    extra: &[&str],
+    decorator: bool,
+) -> Setup {
     let cluster = TestCluster::start().await;
     cluster.install_metacontroller_crds().await;
     let ns = cluster.create_namespace("schema").await;
@@ -122,8 +139,27 @@ async fn setup(
     if let Some(c) = child {
         cluster.install_crd(&c.build()).await;
     }
-    let hook = HookServer::start(hook).await;
     let label = unique_name("team");
+    if decorator {
+        let hook = HookServer::start(hook).await;
+        let controller: DecoratorController = serde_json::from_value(json!({
+            "apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "DecoratorController",
+            "metadata": {"name": unique_name("schema"), "labels": {"team": label}},
+            "spec": {
+                "resources": [{"apiVersion": parent.api_version(), "resource": parent.plural()}],
+                "attachments": [child_rule],
+                "resyncPeriodSeconds": 1,
+                "hooks": {"sync": {"webhook": {"url": hook.url("/sync")}}},
+            }
+        }))
+        .unwrap();
+        Api::<DecoratorController>::all(cluster.client())
+            .create(&PostParams::default(), &controller)
+            .await
+            .unwrap();
+        return start_binary(cluster, ns, parent, hook, &label, extra);
+    }
+    let hook = HookServer::start(hook).await;
     let controller: CompositeController = serde_json::from_value(json!({
         "apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "CompositeController",
         "metadata": {"name": unique_name("schema"), "labels": {"team": label}},
@@ -139,6 +175,17 @@ async fn setup(
         .create(&PostParams::default(), &controller)
         .await
         .unwrap();
+    start_binary(cluster, ns, parent, hook, &label, extra)
+}
+
+fn start_binary(
+    cluster: TestCluster,
+    ns: String,
+    parent: CrdBuilder,
+    hook: HookServer,
+    label: &str,
+    extra: &[&str],
+) -> Setup {
     let mut args = vec![
         "run".to_string(),
         "--kubeconfig".into(),
@@ -242,8 +289,9 @@ impl Setup {
         assert_eq!(
             writes(),
             before,
-            "a converged resync wrote: {:?}",
-            control.request_counts()
+            "a converged resync wrote: {:?}\ncontroller logs:\n{}",
+            control.request_counts(),
+            self.process.logs()
         );
     }
 }
@@ -297,7 +345,7 @@ async fn crd_child_merges_by_its_schema() {
         Some(&gadget),
         json!({"apiVersion": gadget.api_version(), "resource": gadget.plural(),
                "updateStrategy": {"method": "InPlace"}}),
-        gadget_hook(gadget.api_version()),
+        gadget_hook(gadget.api_version(), "children"),
         &[],
     )
     .await;
@@ -387,7 +435,7 @@ async fn apply_schema_off_merges_by_conventions_as_upstream() {
         Some(&gadget),
         json!({"apiVersion": gadget.api_version(), "resource": gadget.plural(),
                "updateStrategy": {"method": "InPlace"}}),
-        gadget_hook(gadget.api_version()),
+        gadget_hook(gadget.api_version(), "children"),
         &["--apply-schema=off"],
     )
     .await;
@@ -505,6 +553,55 @@ async fn deployment_container_ports_merge_by_openapi_v3_keys() {
                 && c["env"] == json!([{"name": "FOREIGN", "value": "1"}])
         })
     })
+    .await;
+    s.wait_seen("p", 2).await;
+    s.assert_no_writes_on_resync(3).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn decorator_attachment_merges_by_its_schema() {
+    let gadget = gadget_crd();
+    let s = setup_controller(
+        Some(&gadget),
+        json!({"apiVersion": gadget.api_version(), "resource": gadget.plural(),
+               "updateStrategy": {"method": "InPlace"}}),
+        gadget_hook(gadget.api_version(), "attachments"),
+        &[],
+        true,
+    )
+    .await;
+    let gadgets = dynamic_api(
+        s.cluster.client(),
+        &gadget.api_version(),
+        "Gadget",
+        gadget.plural(),
+        Some(&s.ns),
+    );
+    s.create_parent("p").await;
+    s.wait_seen("p", 1).await;
+    s.assert_no_writes_on_resync(2).await;
+    foreign_edit(&gadgets, "p-gadget", |v| {
+        v["spec"]["ports"]
+            .as_array_mut()
+            .unwrap()
+            .push(json!({"port": 9153, "protocol": "TCP", "name": "metrics"}));
+    })
+    .await;
+    s.change_parent("p", "dns", 2).await;
+    eventually_within(
+        "attachment rename applied, foreign entry kept",
+        WAIT,
+        || async {
+            gadgets.get("p-gadget").await.is_ok_and(|c| {
+                ports_of(&c.data["spec"]["ports"])
+                    == vec![
+                        port(53, "TCP", "dns-tcp"),
+                        port(53, "UDP", "dns"),
+                        port(9153, "TCP", "metrics"),
+                    ]
+            })
+        },
+    )
     .await;
     s.wait_seen("p", 2).await;
     s.assert_no_writes_on_resync(3).await;
