@@ -579,6 +579,11 @@ async fn decorator_attachment_merges_by_its_schema() {
     );
     s.create_parent("p").await;
     s.wait_seen("p", 1).await;
+    // A decorator writes the target's status before its attachments.
+    eventually_within("attachment created", WAIT, || async {
+        gadgets.get("p-gadget").await.is_ok()
+    })
+    .await;
     s.assert_no_writes_on_resync(2).await;
     foreign_edit(&gadgets, "p-gadget", |v| {
         v["spec"]["ports"]
