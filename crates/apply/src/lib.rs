@@ -49,8 +49,10 @@
 //! - A conventional key candidate whose value is null, an object or a list is skipped; a schema
 //!   key with an object or list value is an error. Keys compare by JSON value (`80` == `80.0`,
 //!   but `"80"` != `80`; upstream compared Go `%v` strings).
-//! - Duplicate keys in an observed list-map collapse into one item at the first position
-//!   (upstream repeated the merged item at every duplicate position).
+//! - A list-map whose key repeats in observed, last-applied or desired (53/TCP and 53/UDP
+//!   keyed by `port` alone) is left as observed (taken from desired when observed is empty):
+//!   no entry is ever lost. Upstream folds the repeats into one item written at every
+//!   duplicate position, a write a cluster validating the list rejects.
 //! - Top-level `status` and server-populated metadata are kept inside [`merge`] itself (upstream
 //!   reverted them in its caller); [`needs_update`] is semantic (numbers, quantities, empty
 //!   values, record by meaning) where upstream used `reflect.DeepEqual`.

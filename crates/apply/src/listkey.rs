@@ -323,6 +323,18 @@ impl<'k, 'a> KeyIndex<'k, 'a> {
 
     /// (first, last) position of `key`. (`KeyIndex` is covariant in `'a`, so callers may query
     /// with keys borrowed from a shorter-lived list.)
+    /// True when some key occurs more than once.
+    pub(crate) fn has_repeats(&self) -> bool {
+        match &self.map {
+            Some(m) => m.len() != self.keys.len(),
+            None => self
+                .keys
+                .iter()
+                .enumerate()
+                .any(|(i, k)| self.keys[..i].contains(k)),
+        }
+    }
+
     pub(crate) fn find(&self, key: &ListKey<'a>) -> Option<(usize, usize)> {
         match &self.map {
             Some(m) => m.get(key).copied(),

@@ -822,8 +822,21 @@ fn merge_list_map(
     let obs_keys = spec.keys_of(obs, path)?;
     let obs_index = KeyIndex::new(&obs_keys);
 
-    // With duplicate keys the first position wins and the last value is the base (upstream
-    // keys its map by overwriting, so the last duplicate is what it merges).
+    // A key that repeats does not identify an item (53/TCP and 53/UDP both have `port: 53`):
+    // merging by it would fold distinct entries into one. Upstream folds them (it keys a map
+    // by overwriting and writes the survivor at every duplicate position); a cluster that
+    // validates the list rejects that write, so what users see upstream is the list left as
+    // it is. We leave it as it is without the failing write; an empty observed list takes
+    // desired whole (nothing can be lost there). The record is not consulted: it only says
+    // which keys to remove, and a rule depending on it would not be idempotent (the next
+    // sync's record is desired).
+    if obs_index.has_repeats() || des_index.has_repeats() {
+        return Ok(if obs.is_empty() {
+            replace_with(Some(&Value::Array(Vec::new())), &Value::Array(des.to_vec()))
+        } else {
+            Out::Same
+        });
+    }
     let mut emitted = vec![false; des.len()];
     let mut changed = false;
     let mut items: Vec<(usize, Out)> = Vec::with_capacity(obs.len());

@@ -106,14 +106,12 @@ fn tcp_and_udp_on_one_port_with_defaulted_protocol() {
         json!([{"containerPort": 53, "protocol": "TCP", "name": "dns"},
                {"containerPort": 53, "protocol": "UDP", "name": "dns-udp"}])
     );
-    // Conventions alone would key by containerPort and collapse the UDP port into ours.
+    // Conventions alone key by containerPort, which repeats: the list is left as it is (both
+    // entries kept, the rename not applied).
     let conventional = metacontroller_apply::merge(&observed, Some(&last), &desired).unwrap();
     assert_eq!(
-        conventional["spec"]["template"]["spec"]["containers"][0]["ports"]
-            .as_array()
-            .unwrap()
-            .len(),
-        1
+        conventional["spec"]["template"]["spec"]["containers"][0]["ports"],
+        observed["spec"]["template"]["spec"]["containers"][0]["ports"]
     );
 }
 

@@ -618,18 +618,38 @@ fn conventional_candidate_with_object_value_is_skipped() {
 }
 
 #[test]
-fn duplicate_keys_collapse_without_panicking() {
+fn repeated_keys_leave_the_list_as_observed_and_lose_nothing() {
+    // `name: A` repeats in observed: keying by it would fold two entries into one.
+    let observed = json!({"env": [{"name": "A", "value": "1"}, {"name": "A", "value": "2"},
+                                  {"name": "B", "value": "b"}]});
     let got = m(
-        json!({"env": [{"name": "A", "value": "1"}, {"name": "A", "value": "2"},
-                       {"name": "B", "value": "b"}]}),
+        observed.clone(),
         json!({}),
         json!({"env": [{"name": "A", "extra": true}, {"name": "C"}, {"name": "C", "v": 2}]}),
     );
+    assert_eq!(got, observed);
+}
+
+#[test]
+fn dns_ports_keyed_by_port_alone_keep_both_entries() {
+    // The shape of the issue: 53/TCP and 53/UDP, no schema, so the conventional key is `port`
+    // and it repeats. Both entries survive every sync; a rename cannot be applied by key (as
+    // upstream, whose write of the folded list a validating cluster rejects).
+    let ports = json!([{"port": 53, "protocol": "TCP", "name": "dns-tcp"},
+                       {"port": 53, "protocol": "UDP", "name": "dns-udp"}]);
+    let observed = json!({"spec": {"ports": ports}});
+    let desired = observed.clone();
     assert_eq!(
-        got,
-        json!({"env": [{"name": "A", "value": "2", "extra": true}, {"name": "B", "value": "b"},
-                       {"name": "C", "v": 2}]})
+        m(observed.clone(), desired.clone(), desired.clone()),
+        observed
     );
+    let renamed = json!({"spec": {"ports": [
+        {"port": 53, "protocol": "TCP", "name": "dns-tcp"},
+        {"port": 53, "protocol": "UDP", "name": "dns"}]}});
+    assert_eq!(m(observed.clone(), desired, renamed.clone()), observed);
+    // Nothing there yet: desired is taken whole.
+    let empty = json!({"spec": {"ports": []}});
+    assert_eq!(m(empty, json!({}), renamed.clone()), renamed);
 }
 
 #[test]

@@ -14,6 +14,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use metacontroller_api::hook::HookVersion;
 use metacontroller_api::wire::ObjectMap;
 use metacontroller_api::ChildUpdateMethod;
+use metacontroller_apply::Schema;
 use serde_json::{json, Value};
 
 use crate::meta::is_deleting;
@@ -326,6 +327,21 @@ pub fn plan_children(
     desired: &BTreeMap<ChildKey, (usize, Value)>,
     server_side_apply: bool,
 ) -> Result<Vec<Action>, ChildError> {
+    plan_children_with(types, parent, observed, desired, server_side_apply, &|_| {
+        None
+    })
+}
+
+/// [`plan_children`], merging each child with the schema `schema(type_index)` of its type
+/// (`None`: by conventions only).
+pub fn plan_children_with<'s>(
+    types: &[ChildType],
+    parent: &ParentRef,
+    observed: &[Value],
+    desired: &BTreeMap<ChildKey, (usize, Value)>,
+    server_side_apply: bool,
+    schema: &dyn Fn(usize) -> Option<&'s Schema>,
+) -> Result<Vec<Action>, ChildError> {
     let mut actions = Vec::new();
     let mut seen = BTreeSet::new();
     for obs in observed {
@@ -373,7 +389,8 @@ pub fn plan_children(
             }
             continue;
         }
-        let plan = metacontroller_apply::plan(obs, want, None).map_err(apply_error(&key))?;
+        let plan =
+            metacontroller_apply::plan(obs, want, schema(type_index)).map_err(apply_error(&key))?;
         if let metacontroller_apply::Plan::Update(object) = plan {
             if recreate {
                 actions.push(Action::Delete {

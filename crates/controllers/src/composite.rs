@@ -159,6 +159,8 @@ pub struct Options {
     pub apply_strategy: ApplyStrategy,
     /// Where Events about parents go (default: dropped).
     pub events: EventRecorder,
+    /// Schemas to merge children with (`--apply-schema=auto`); `None`: conventions only.
+    pub schemas: Option<metacontroller_dynamic::Schemas>,
     /// Passed by every sync (leader election, shutdown); default: always open.
     pub gate: metacontroller_dynamic::SyncGate,
 }
@@ -169,6 +171,7 @@ impl Default for Options {
             workers: 5,
             apply_strategy: ApplyStrategy::DynamicApply,
             events: EventRecorder::disabled(),
+            schemas: None,
             gate: Default::default(),
         }
     }
@@ -843,7 +846,9 @@ impl Inner {
         let observed_revisions = self.observed_revisions(revs, parent)?;
         let parents = self.revision_parents(parent, &observed_revisions);
         let (mut revisions, answers) = self.call_hook_per_revision(parent, call, parents).await?;
-        let condition = self.roll_out(parent, call.observed, &mut revisions);
+        // The same merge schemas as the child writes use, so "up to date" agrees with them.
+        let schemas = self.common.writer.schemas_for(call.types).await;
+        let condition = self.roll_out(parent, call, &schemas, &mut revisions);
         let mut status = answers.status.unwrap_or_default();
         rolling::set_condition(&mut status, "Updated", &condition);
         let revisions = rolling::prune(revisions);
@@ -996,9 +1001,11 @@ impl Inner {
     fn roll_out(
         &self,
         parent: &ParentState,
-        observed: &[Value],
+        call: &HookCall<'_>,
+        schemas: &[Option<Arc<metacontroller_apply::Schema>>],
         revisions: &mut [ParentRevision],
     ) -> rolling::UpdatedCondition {
+        let (observed, types) = (call.observed, call.types);
         let server_side = self.common.writer.strategy().is_server_side();
         let parent_ref = self.parent_ref(parent);
         let up_to_date = |obs: &Value, want: &Value| -> bool {
@@ -1006,8 +1013,13 @@ impl Inner {
                 children::apply_body(want, &parent_ref)
                     .is_ok_and(|body| crate::writer::contains_all(obs, &body))
             } else {
+                let key = children::child_key(obs);
+                let schema = types
+                    .iter()
+                    .position(|t| t.api_version == key.0 && t.kind == key.1)
+                    .and_then(|i| schemas.get(i)?.as_deref());
                 matches!(
-                    metacontroller_apply::plan(obs, want, None),
+                    metacontroller_apply::plan(obs, want, schema),
                     Ok(metacontroller_apply::Plan::Unchanged)
                 )
             }

@@ -36,7 +36,7 @@ use metacontroller_dynamic::{
 use metacontroller_hooks::{CallContext, HookClient, HookError};
 use serde_json::Value;
 
-use crate::children::{self, ChildError, ChildType, ParentRef};
+use crate::children::{ChildError, ChildType, ParentRef};
 use crate::composite::Options;
 use crate::events::{self, EventRecorder};
 use crate::finalizer::{self, FinalizerSync};
@@ -164,10 +164,10 @@ where
         Common {
             name: spec.name,
             queue,
-            writer: Arc::new(Writer::new(
-                ctx.client.clone(),
-                ctx.options.apply_strategy.clone(),
-            )),
+            writer: Arc::new(
+                Writer::new(ctx.client.clone(), ctx.options.apply_strategy.clone())
+                    .with_schemas(ctx.options.schemas.clone()),
+            ),
             related,
             events: ctx.options.events.clone(),
             hooks: ctx.hooks.clone(),
@@ -187,8 +187,10 @@ where
         desired: &Desired,
         resource: impl Fn(usize) -> &'a ApiResource,
     ) -> Result<Vec<WriteError>, ChildError> {
-        let server_side = self.writer.strategy().is_server_side();
-        let actions = children::plan_children(types, owner, observed, desired, server_side)?;
+        let actions = self
+            .writer
+            .plan_children(types, owner, observed, desired)
+            .await?;
         Ok(self.writer.execute_all(&owner.uid, actions, resource).await)
     }
 

@@ -25,7 +25,13 @@ use metacontroller_dynamic::{
 };
 use serde_json::{json, Value};
 
-use crate::children::{child_key, Action};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use metacontroller_apply::Schema;
+use metacontroller_dynamic::Schemas;
+
+use crate::children::{child_key, Action, ChildError, ChildKey, ChildType, ParentRef};
 
 /// How children are written (`--apply-strategy`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -194,6 +200,8 @@ pub struct Writer {
     /// Names taken by objects we do not control, per (owner uid, child key): the taker as
     /// last seen, so a create is not sent again until the informer shows it changed.
     taken: Mutex<HashMap<(String, ObjectKey), Taken>>,
+    /// Where merge schemas come from (`--apply-schema=auto`); `None`: conventions only.
+    schemas: Option<Schemas>,
 }
 
 /// An object that holds a child's name without being controlled by the child's parent.
@@ -226,7 +234,49 @@ impl Writer {
             expectations: Expectations::new(),
             applied: Mutex::new(HashMap::new()),
             taken: Mutex::new(HashMap::new()),
+            schemas: None,
         }
+    }
+
+    /// Merges children with the schemas of their kinds from `schemas` (`None`: by
+    /// conventions only, as upstream).
+    pub fn with_schemas(mut self, schemas: Option<Schemas>) -> Self {
+        self.schemas = schemas;
+        self
+    }
+
+    /// The merge schema of each child type (same order; `None` where there is none or
+    /// schemas are off).
+    pub async fn schemas_for(&self, types: &[ChildType]) -> Vec<Option<Arc<Schema>>> {
+        let mut out = Vec::with_capacity(types.len());
+        for t in types {
+            out.push(match &self.schemas {
+                Some(s) => s.lookup(&t.api_version, &t.kind, &t.resource).await,
+                None => None,
+            });
+        }
+        out
+    }
+
+    /// [`children::plan_children`](crate::children::plan_children) with this writer's apply
+    /// strategy, each child merged with the schema of its type.
+    pub async fn plan_children(
+        &self,
+        types: &[ChildType],
+        parent: &ParentRef,
+        observed: &[Value],
+        desired: &BTreeMap<ChildKey, (usize, Value)>,
+    ) -> Result<Vec<Action>, ChildError> {
+        let server_side = self.strategy.is_server_side();
+        // Server-side apply merges on the server: no schema needed here.
+        let schemas = if server_side {
+            Vec::new()
+        } else {
+            self.schemas_for(types).await
+        };
+        crate::children::plan_children_with(types, parent, observed, desired, server_side, &|i| {
+            schemas.get(i).and_then(Option::as_deref)
+        })
     }
 
     /// The apply strategy.

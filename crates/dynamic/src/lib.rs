@@ -15,6 +15,8 @@
 //!   delays, event keys before bulk keys);
 //! - [`expectations`] and [`overlay`]: stale-cache safety — wait for the informer to confirm
 //!   our creates/deletes, and read our own writes until the informer delivers them;
+//! - [`schemas`]: the schemas the apply engine merges children with (CRD informer +
+//!   lazily fetched OpenAPI v3 per group-version);
 //! - [`rate`]: token buckets for API requests and per-object Events;
 //! - [`object`]: metadata access for `serde_json::Value` and `kube::core::DynamicObject`, and
 //!   the `namespace/name` key.
@@ -28,6 +30,7 @@ pub mod object;
 pub mod overlay;
 pub mod rate;
 pub mod registry;
+pub mod schemas;
 pub mod selector;
 pub mod store;
 pub mod workqueue;
@@ -41,6 +44,7 @@ pub use object::{NamespacedName, ObjectMetaAccess, Versioned};
 pub use overlay::{ObjectKey, Overlay};
 pub use rate::{KeyedRateLimiter, RateError, RateLimiter};
 pub use registry::{Lease, SharedRegistry};
+pub use schemas::Schemas;
 pub use selector::{
     ObjectSelector, Operator, Requirement, Selector, SelectorError, CONTROLLER_UID_LABEL,
 };

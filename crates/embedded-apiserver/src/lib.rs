@@ -45,6 +45,7 @@ mod discovery;
 pub mod errors;
 mod hooks;
 mod openapi;
+mod openapi_builtin;
 mod ops;
 mod patch;
 mod protobuf;

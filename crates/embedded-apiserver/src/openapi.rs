@@ -3,9 +3,16 @@
 //! `x-kubernetes-group-version-kind` and the `fieldValidation` parameter, which
 //! is how kubectl decides to let the server validate fields.
 //! `/openapi/v2` is not served (404), which kubectl tolerates.
+//!
+//! Each group-version document also carries `components.schemas` as kube-apiserver's do:
+//! for built-in kinds, the structure and list semantics of [`crate::openapi_builtin`]; for
+//! custom resources, the served version's `openAPIV3Schema` from the CRD, tagged with
+//! `x-kubernetes-group-version-kind`. The index hashes each document, so a CRD update
+//! changes its `serverRelativeURL` (clients refetch it).
 
 use crate::registry::Registry;
 use crate::server::{json_bytes, Shared};
+use crate::store::State;
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::{json, Map, Value};
@@ -34,7 +41,58 @@ fn all_gvs(reg: &Registry) -> Vec<(String, String)> {
     out
 }
 
-fn gv_doc(reg: &Registry, group: &str, version: &str) -> Value {
+/// The component name kube-apiserver gives a custom resource kind: the group reversed
+/// (`example.com` → `com.example`), then version and kind.
+fn crd_component_name(group: &str, version: &str, kind: &str) -> String {
+    let reversed: Vec<&str> = group.split('.').rev().collect();
+    format!("{}.{version}.{kind}", reversed.join("."))
+}
+
+/// The served `openAPIV3Schema` of `version` in the CRD named `crd_name`.
+fn crd_schema(st: &State, crd_name: &str, version: &str) -> Option<Value> {
+    let gr = (
+        "apiextensions.k8s.io".to_string(),
+        "customresourcedefinitions".to_string(),
+    );
+    let crd = st.get(&gr, "", crd_name)?;
+    crd.pointer("/spec/versions")?
+        .as_array()?
+        .iter()
+        .find(|v| v.get("name").and_then(Value::as_str) == Some(version))?
+        .pointer("/schema/openAPIV3Schema")
+        .cloned()
+}
+
+fn components(st: &State, group: &str, version: &str) -> Map<String, Value> {
+    let mut schemas = Map::new();
+    let resources = st.registry.in_group_version(group, version);
+    let builtin: Vec<&str> = resources
+        .iter()
+        .filter(|r| r.crd.is_none())
+        .map(|r| r.kind.as_str())
+        .collect();
+    crate::openapi_builtin::add_components(&mut schemas, group, version, &builtin);
+    for r in resources.iter() {
+        let Some(crd) = &r.crd else {
+            continue;
+        };
+        let Some(Value::Object(mut schema)) = crd_schema(st, &crd.crd_name, version) else {
+            continue;
+        };
+        schema.insert(
+            "x-kubernetes-group-version-kind".into(),
+            json!([{"group": group, "version": version, "kind": r.kind}]),
+        );
+        schemas.insert(
+            crd_component_name(group, version, &r.kind),
+            Value::Object(schema),
+        );
+    }
+    schemas
+}
+
+fn gv_doc(st: &State, group: &str, version: &str) -> Value {
+    let reg = &st.registry;
     let mut paths = Map::new();
     let params = json!([
         {"name": "dryRun", "in": "query", "schema": {"type": "string", "uniqueItems": true}},
@@ -72,7 +130,7 @@ fn gv_doc(reg: &Registry, group: &str, version: &str) -> Value {
         "openapi": "3.0.0",
         "info": {"title": "Kubernetes", "version": "unversioned"},
         "paths": paths,
-        "components": {"schemas": {}},
+        "components": {"schemas": components(st, group, version)},
     })
 }
 
@@ -93,12 +151,12 @@ fn respond(v: &Value) -> Response {
 
 /// `/openapi/...`.
 pub(crate) fn serve(sh: &Shared, rest: &[&str], _accept: &str) -> Response {
-    let reg = sh.state.lock().registry.clone();
+    let st = sh.state.lock();
     match rest {
         ["v3"] => {
             let mut paths = Map::new();
-            for (g, v) in all_gvs(&reg) {
-                let doc = gv_doc(&reg, &g, &v);
+            for (g, v) in all_gvs(&st.registry) {
+                let doc = gv_doc(&st, &g, &v);
                 let p = gv_path(&g, &v);
                 paths.insert(
                     p.clone(),
@@ -107,9 +165,9 @@ pub(crate) fn serve(sh: &Shared, rest: &[&str], _accept: &str) -> Response {
             }
             respond(&json!({"paths": paths}))
         }
-        ["v3", "api", v] => respond(&gv_doc(&reg, "", v)),
-        ["v3", "apis", g, v] if !reg.in_group_version(g, v).is_empty() => {
-            respond(&gv_doc(&reg, g, v))
+        ["v3", "api", v] => respond(&gv_doc(&st, "", v)),
+        ["v3", "apis", g, v] if !st.registry.in_group_version(g, v).is_empty() => {
+            respond(&gv_doc(&st, g, v))
         }
         _ => not_found(),
     }

@@ -136,3 +136,65 @@ async fn cluster_scoped_crd_and_crd_deletion() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn openapi_v3_carries_crd_schemas_and_builtin_list_semantics() {
+    let (_s, client) = start().await;
+    within(20, async {
+        install(&client, "Namespaced").await;
+        let (code, index, _) = raw(&client, "GET", "/openapi/v3", &[], None).await;
+        assert_eq!(code, 200);
+        let url = index["paths"]["apis/example.com/v1"]["serverRelativeURL"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let (code, doc, _) = raw(&client, "GET", &url, &[], None).await;
+        assert_eq!(code, 200);
+        let widget = &doc["components"]["schemas"]["com.example.v1.Widget"];
+        assert_eq!(
+            widget["x-kubernetes-group-version-kind"],
+            json!([{"group": "example.com", "version": "v1", "kind": "Widget"}])
+        );
+        assert_eq!(widget["properties"]["spec"]["properties"]["color"]["default"], "blue");
+        // A CRD update changes the document and its hash in the index.
+        let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+        let patch = json!({"spec": {"versions": [
+            {"name": "v1", "served": true, "storage": true,
+             "schema": {"openAPIV3Schema": {"type": "object", "properties": {"spec": {
+                 "type": "object", "properties": {"size": {"type": "integer"},
+                 "tags": {"type": "array", "items": {"type": "string"},
+                          "x-kubernetes-list-type": "set"}}}}}}},
+            {"name": "v2", "served": true, "storage": false,
+             "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]}});
+        crds.patch("widgets.example.com", &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .unwrap();
+        let (_, index2, _) = raw(&client, "GET", "/openapi/v3", &[], None).await;
+        assert_ne!(index2["paths"]["apis/example.com/v1"]["serverRelativeURL"], json!(url));
+        let (_, doc, _) = raw(&client, "GET", "/openapi/v3/apis/example.com/v1", &[], None).await;
+        assert_eq!(
+            doc["components"]["schemas"]["com.example.v1.Widget"]["properties"]["spec"]
+                ["properties"]["tags"]["x-kubernetes-list-type"],
+            "set"
+        );
+
+        // Built-in kinds: Kubernetes' list types and map keys.
+        let (code, apps, _) = raw(&client, "GET", "/openapi/v3/apis/apps/v1", &[], None).await;
+        assert_eq!(code, 200);
+        let schemas = &apps["components"]["schemas"];
+        assert_eq!(
+            schemas["io.k8s.api.apps.v1.Deployment"]["x-kubernetes-group-version-kind"][0]["kind"],
+            "Deployment"
+        );
+        let container = &schemas["io.k8s.api.core.v1.Container"]["properties"];
+        assert_eq!(container["ports"]["x-kubernetes-list-map-keys"], json!(["containerPort", "protocol"]));
+        assert_eq!(container["args"]["x-kubernetes-list-type"], "atomic");
+        let (_, core, _) = raw(&client, "GET", "/openapi/v3/api/v1", &[], None).await;
+        assert_eq!(
+            core["components"]["schemas"]["io.k8s.api.core.v1.ServiceSpec"]["properties"]["ports"]
+                ["x-kubernetes-list-map-keys"],
+            json!(["port", "protocol"])
+        );
+    })
+    .await;
+}

@@ -130,6 +130,12 @@ pub struct ControllerArgs {
     #[arg(long, value_name = "NAME", default_value = "metacontroller")]
     pub apply_strategy_ssa_field_manager: String,
 
+    /// Merge children and attachments with the schema of their kind (CRD openAPIV3Schema,
+    /// the API server's OpenAPI v3 for built-in kinds): `auto`; or by upstream's conventional
+    /// merge keys only: `off`.
+    #[arg(long, value_name = "MODE", value_enum, default_value_t = ApplySchema::Auto)]
+    pub apply_schema: ApplySchema,
+
     /// Path to a kubeconfig file; default: $KUBECONFIG, ~/.kube/config, then in-cluster.
     #[arg(long, value_name = "PATH", visible_alias = "client-config-path")]
     pub kubeconfig: Option<PathBuf>,
@@ -159,6 +165,16 @@ pub enum ApplyStrategy {
     DynamicApply,
     /// Kubernetes server-side apply with --apply-strategy-ssa-field-manager.
     ServerSideApply,
+}
+
+/// `--apply-schema` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ApplySchema {
+    /// Lists merge as their schema declares (list types, map keys); conventions where the
+    /// schema says nothing.
+    Auto,
+    /// Upstream's merge: conventional keys only.
+    Off,
 }
 
 /// Logging flags: ours plus upstream's zap flags, mapped onto tracing.
@@ -362,8 +378,23 @@ mod tests {
         assert_eq!(args.leader_election_resource_lock, "leases");
         assert_eq!(args.leader_election_id, "metacontroller");
         assert_eq!(args.apply_strategy, ApplyStrategy::DynamicApply);
+        assert_eq!(args.apply_schema, ApplySchema::Auto);
         assert_eq!(args.logging.effective_level(), LogLevel::Info);
         assert_eq!(args.logging.effective_format(), LogFormat::Text);
+    }
+
+    #[test]
+    fn apply_schema_flag() {
+        let parse = |flag: &str| match Cli::try_parse_from(["metacontroller", flag])
+            .map(Cli::into_command)
+        {
+            Ok(Command::Run(args)) => Ok(args.apply_schema),
+            Ok(_) => panic!("run expected"),
+            Err(e) => Err(e.to_string()),
+        };
+        assert_eq!(parse("--apply-schema=off"), Ok(ApplySchema::Off));
+        assert_eq!(parse("--apply-schema=auto"), Ok(ApplySchema::Auto));
+        assert!(parse("--apply-schema=on").is_err());
     }
 
     #[test]

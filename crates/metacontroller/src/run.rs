@@ -132,6 +132,8 @@ struct Shared {
     events: EventRecorder,
     /// Opened by leader election, closed by shutdown; every sync passes it.
     gate: metacontroller_dynamic::SyncGate,
+    /// Merge schemas (`--apply-schema=auto`), shared by all controllers.
+    schemas: Option<metacontroller_dynamic::Schemas>,
 }
 
 impl Shared {
@@ -156,12 +158,19 @@ impl Shared {
         .context("building the hook client")?;
         let events = EventRecorder::new(client.clone(), args.events_qps, args.events_burst)
             .context("--events-qps/--events-burst")?;
+        let schemas = (args.apply_schema == crate::cli::ApplySchema::Auto).then(|| {
+            let refresh = Some(args.discovery_interval)
+                .filter(|d| !d.is_zero())
+                .unwrap_or(Duration::from_secs(30));
+            metacontroller_dynamic::Schemas::new(client.clone(), &informers, refresh)
+        });
         Ok(Shared {
             client,
             informers,
             hooks,
             events,
             gate,
+            schemas,
         })
     }
 }
@@ -532,5 +541,6 @@ fn controller_options(
         },
         events: shared.events.clone(),
         gate: shared.gate.clone(),
+        schemas: shared.schemas.clone(),
     }
 }

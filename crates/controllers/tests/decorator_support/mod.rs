@@ -152,6 +152,7 @@ impl Env {
                 events: self.events.clone(),
                 apply_strategy,
                 gate: Default::default(),
+                schemas: None,
             },
         )
         .unwrap()
