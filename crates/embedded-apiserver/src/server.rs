@@ -775,6 +775,8 @@ fn patch_handler(sh: &Shared, r: &ResourceReq, ct: &str, body: &Bytes) -> ApiRes
 fn delete_opts(r: &ResourceReq, body: &Bytes) -> ApiResult<(DeleteOpts, bool)> {
     let b: Value = if body.is_empty() {
         json!({})
+    } else if body.starts_with(crate::protobuf::MAGIC) {
+        crate::protobuf::delete_options(body)?
     } else {
         serde_json::from_slice(body)
             .map_err(|e| ApiError::bad_request(format!("invalid DeleteOptions: {e}")))?
