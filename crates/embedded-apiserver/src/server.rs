@@ -333,6 +333,7 @@ async fn handle_inner(sh: Arc<Shared>, req: Request) -> ApiResult<Response> {
                 (StatusCode::OK, [(header::CONTENT_TYPE, "text/plain")], "ok").into_response(),
             )
         }
+        ["openapi", "v2"] => return Ok(crate::openapi_v2::serve(&sh, &accept)),
         ["openapi", ..] => return Ok(crate::openapi::serve(&sh, &segs[1..], &accept)),
         ["api"] => {
             if let Some(v) = discovery::wants_aggregated(&accept) {
