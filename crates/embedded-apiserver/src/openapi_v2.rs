@@ -16,8 +16,11 @@ use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::{json, Map, Value};
 
-/// Media type of the protobuf form (what client-go's discovery client asks for).
-pub const PROTOBUF: &str = "application/com.github.proto-openapi.spec.v2@v1.0+protobuf";
+/// Media type of the protobuf form as served. client-go asks for the older spelling
+/// `...spec.v2@v1.0+protobuf`, but Go's `mime.ParseMediaType` refuses the `@` in a response
+/// `Content-Type` ("unexpected content after media subtype"), so kube-apiserver answers with
+/// this one, and so do we.
+pub const PROTOBUF: &str = "application/com.github.proto-openapi.spec.v2.v1.0+protobuf";
 
 /// Whether an `Accept` header asks for the protobuf form (both spellings kube-apiserver
 /// accepts: `...spec.v2@v1.0+protobuf` and `...spec.v2.v1.0+protobuf`).
@@ -246,6 +249,9 @@ mod tests {
     #[test]
     fn protobuf_accept_headers() {
         assert!(wants_protobuf(PROTOBUF));
+        assert!(wants_protobuf(
+            "application/com.github.proto-openapi.spec.v2@v1.0+protobuf"
+        ));
         assert!(wants_protobuf(
             "application/com.github.proto-openapi.spec.v2.v1.0+protobuf, application/json"
         ));
