@@ -622,3 +622,70 @@ async fn helm_installs_upgrades_and_uninstalls_the_chart() {
         "Helm keeps crds/ on uninstall"
     );
 }
+
+/// `kubectl apply -k deploy/` creates everything the kustomization lists. Embedded API server
+/// only (it would overwrite a real cluster's installation); skipped without kubectl.
+#[tokio::test]
+async fn kubectl_apply_k_deploy_creates_the_installation() {
+    let kubectl_works = std::process::Command::new("kubectl")
+        .args(["version", "--client"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !kubectl_works {
+        eprintln!("SKIPPED: kubectl is not installed");
+        return;
+    }
+    let cluster = TestCluster::embedded().await;
+    let mut cmd = tokio::process::Command::new("kubectl");
+    cmd.arg("--kubeconfig")
+        .arg(cluster.kubeconfig_path())
+        .args(["apply", "-k"])
+        .arg(repo_root().join("deploy"))
+        .kill_on_drop(true);
+    let out = tokio::time::timeout(STEP_TIMEOUT, cmd.output())
+        .await
+        .expect("kubectl apply -k finished in time")
+        .expect("running kubectl");
+    assert!(
+        out.status.success(),
+        "kubectl apply -k deploy/ failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let client = cluster.client();
+    let sts = Api::<StatefulSet>::namespaced(client.clone(), "metacontroller")
+        .get("metacontroller")
+        .await
+        .expect("the StatefulSet");
+    let pod = sts.spec.template.spec.expect("pod spec");
+    assert_eq!(pod.service_account_name.as_deref(), Some("metacontroller"));
+    assert_eq!(
+        pod.containers[0].image.as_deref(),
+        Some("ghcr.io/metacontroller-rs/metacontroller:v0.1.0")
+    );
+    Api::<ServiceAccount>::namespaced(client.clone(), "metacontroller")
+        .get("metacontroller")
+        .await
+        .expect("the ServiceAccount");
+    Api::<RoleBinding>::namespaced(client.clone(), "metacontroller")
+        .get("metacontroller-leader-election")
+        .await
+        .expect("the leader election RoleBinding");
+    for name in ["metacontroller", "metacontroller-runtime"] {
+        Api::<ClusterRoleBinding>::all(client.clone())
+            .get(name)
+            .await
+            .unwrap_or_else(|e| panic!("ClusterRoleBinding {name}: {e}"));
+    }
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for crd in [
+        "compositecontrollers",
+        "decoratorcontrollers",
+        "controllerrevisions",
+    ] {
+        crds.get(&format!("{crd}.metacontroller.k8s.io"))
+            .await
+            .unwrap_or_else(|e| panic!("CRD {crd}: {e}"));
+    }
+}
