@@ -21,7 +21,7 @@ pub(crate) enum Segment {
 /// Paths of the fields in `obj` that the built-in type of `group`/`resource` does not have,
 /// in document order. Empty for custom resources and unknown types.
 pub(crate) fn unknown_fields(group: &str, resource: &str, obj: &Value) -> Vec<Vec<Segment>> {
-    use k8s_openapi::api::{apps, batch, coordination, core, events, rbac};
+    use k8s_openapi::api::{apps, batch, coordination, core, events, policy, rbac};
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1 as apiextensions;
     match (group, resource) {
         ("", "namespaces") => ignored::<core::v1::Namespace>(obj),
@@ -37,6 +37,7 @@ pub(crate) fn unknown_fields(group: &str, resource: &str, obj: &Value) -> Vec<Ve
         ("apps", "replicasets") => ignored::<apps::v1::ReplicaSet>(obj),
         ("apps", "statefulsets") => ignored::<apps::v1::StatefulSet>(obj),
         ("apps", "daemonsets") => ignored::<apps::v1::DaemonSet>(obj),
+        ("policy", "poddisruptionbudgets") => ignored::<policy::v1::PodDisruptionBudget>(obj),
         ("batch", "jobs") => ignored::<batch::v1::Job>(obj),
         ("batch", "cronjobs") => ignored::<batch::v1::CronJob>(obj),
         ("rbac.authorization.k8s.io", "roles") => ignored::<rbac::v1::Role>(obj),

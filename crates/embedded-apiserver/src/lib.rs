@@ -4,7 +4,8 @@
 //! It serves plain HTTP on loopback and behaves like kube-apiserver + etcd +
 //! the garbage collector for what kube-rs, kubectl and the controller use:
 //! discovery (legacy and aggregated v2/v2beta1), `/version`, health checks, an
-//! OpenAPI v3 index for kubectl's server-side field validation, get/list
+//! OpenAPI v3 index and an `/openapi/v2` document (JSON and protobuf) for
+//! kubectl's and Helm's server-side field validation check, get/list
 //! (label and field selectors, limit/continue), watch (resourceVersion
 //! replay, bookmarks, `sendInitialEvents`, timeouts, 410 once history is
 //! compacted), create/update/patch (JSON, merge, strategic for built-ins,
@@ -17,8 +18,8 @@
 //!
 //! Built-in kinds: namespaces, configmaps, secrets, services, pods,
 //! serviceaccounts, events (core and events.k8s.io), leases, deployments,
-//! replicasets, statefulsets, daemonsets, jobs, cronjobs, RBAC (4 kinds) and
-//! customresourcedefinitions.
+//! replicasets, statefulsets, daemonsets, jobs, cronjobs, poddisruptionbudgets,
+//! RBAC (4 kinds) and customresourcedefinitions.
 //!
 //! Not emulated: workload controllers, scheduler, kubelet; protobuf request
 //! bodies other than those of `kubectl create namespace|configmap|secret|
@@ -46,6 +47,7 @@ pub mod errors;
 mod hooks;
 mod openapi;
 mod openapi_builtin;
+mod openapi_v2;
 mod ops;
 mod patch;
 mod protobuf;

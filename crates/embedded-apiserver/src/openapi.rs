@@ -2,7 +2,7 @@
 //! document per group-version whose PATCH operations carry
 //! `x-kubernetes-group-version-kind` and the `fieldValidation` parameter, which
 //! is how kubectl decides to let the server validate fields.
-//! `/openapi/v2` is not served (404), which kubectl tolerates.
+//! `/openapi/v2` lives in `openapi_v2.rs`.
 //!
 //! Each group-version document also carries `components.schemas` as kube-apiserver's do:
 //! for built-in kinds, the structure and list semantics of [`crate::openapi_builtin`]; for

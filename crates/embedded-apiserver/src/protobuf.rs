@@ -233,6 +233,79 @@ pub fn decode(body: &[u8]) -> ApiResult<Value> {
     Ok(obj)
 }
 
+/// Prefix of every protobuf-encoded Kubernetes object.
+pub const MAGIC: &[u8] = b"k8s\x00";
+
+/// Splits a `k8s\0` envelope (`runtime.Unknown`) into apiVersion, kind and raw message.
+fn envelope(body: &[u8]) -> ApiResult<(String, String, &[u8])> {
+    let inner = body.strip_prefix(MAGIC).ok_or_else(malformed)?;
+    let mut r = Reader::new(inner);
+    let (mut api_version, mut kind, mut raw) = (String::new(), String::new(), &[][..]);
+    while let Some((n, f)) = r.field()? {
+        match (n, f) {
+            (1, Field::Bytes(tm)) => {
+                let mut t = Reader::new(tm);
+                while let Some((tn, tf)) = t.field()? {
+                    match (tn, tf) {
+                        (1, Field::Bytes(x)) => api_version = string(x),
+                        (2, Field::Bytes(x)) => kind = string(x),
+                        _ => {}
+                    }
+                }
+            }
+            (2, Field::Bytes(x)) => raw = x,
+            _ => {}
+        }
+    }
+    Ok((api_version, kind, raw))
+}
+
+/// Decodes a protobuf `DeleteOptions` body into its JSON form. client-go's typed
+/// clients send one with every DELETE (Helm does when it purges its release Secrets).
+pub fn delete_options(body: &[u8]) -> ApiResult<Value> {
+    let (_, kind, raw) = envelope(body)?;
+    if kind != "DeleteOptions" {
+        return Err(ApiError::bad_request(format!(
+            "invalid DeleteOptions: a protobuf {kind:?} was sent"
+        )));
+    }
+    let mut r = Reader::new(raw);
+    let mut m = Map::new();
+    while let Some((n, f)) = r.field()? {
+        match (n, f) {
+            // int64 travels as a two's-complement varint.
+            (1, Field::Varint(v)) => {
+                m.insert("gracePeriodSeconds".into(), json!(v as i64));
+            }
+            (2, Field::Bytes(x)) => {
+                let mut pre = Map::new();
+                let mut pr = Reader::new(x);
+                while let Some((pn, pf)) = pr.field()? {
+                    match (pn, pf) {
+                        (1, Field::Bytes(y)) => {
+                            pre.insert("uid".into(), json!(string(y)));
+                        }
+                        (2, Field::Bytes(y)) => {
+                            pre.insert("resourceVersion".into(), json!(string(y)));
+                        }
+                        _ => {}
+                    }
+                }
+                m.insert("preconditions".into(), Value::Object(pre));
+            }
+            (3, Field::Varint(v)) => {
+                m.insert("orphanDependents".into(), json!(v != 0));
+            }
+            (4, Field::Bytes(x)) => {
+                m.insert("propagationPolicy".into(), json!(string(x)));
+            }
+            (5, Field::Bytes(x)) => push(&mut m, "dryRun", json!(string(x))),
+            _ => {}
+        }
+    }
+    Ok(Value::Object(m))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -268,5 +341,46 @@ mod tests {
     fn garbage_is_a_bad_request() {
         assert_eq!(decode(b"k8s\x00\xff\xff").unwrap_err().code, 400);
         assert_eq!(decode(b"nope").unwrap_err().code, 400);
+    }
+
+    #[test]
+    fn decodes_helms_empty_delete_options() {
+        // The exact body Helm 4 sends when it purges a release Secret.
+        let body = b"k8s\x00\n\x13\n\x02v1\x12\rDeleteOptions\x12\x00\x1a\x00\"\x00";
+        assert_eq!(delete_options(body).unwrap(), json!({}));
+    }
+
+    #[test]
+    fn decodes_every_delete_option() {
+        let pre = [field(1, b"u-1"), field(2, b"42")].concat();
+        let raw = [
+            vec![0x08, 0x1e], // gracePeriodSeconds 30
+            field(2, &pre),
+            vec![0x18, 0x01], // orphanDependents true
+            field(4, b"Foreground"),
+            field(5, b"All"),
+        ]
+        .concat();
+        let tm = [field(1, b"meta.k8s.io/v1"), field(2, b"DeleteOptions")].concat();
+        let body = [MAGIC.to_vec(), field(1, &tm), field(2, &raw)].concat();
+        assert_eq!(
+            delete_options(&body).unwrap(),
+            json!({
+                "gracePeriodSeconds": 30,
+                "preconditions": {"uid": "u-1", "resourceVersion": "42"},
+                "orphanDependents": true,
+                "propagationPolicy": "Foreground",
+                "dryRun": ["All"],
+            })
+        );
+    }
+
+    #[test]
+    fn another_kind_is_not_delete_options() {
+        let tm = [field(1, b"v1"), field(2, b"ConfigMap")].concat();
+        let body = [MAGIC.to_vec(), field(1, &tm)].concat();
+        let err = delete_options(&body).unwrap_err();
+        assert_eq!(err.code, 400);
+        assert!(err.message.contains("ConfigMap"), "{}", err.message);
     }
 }

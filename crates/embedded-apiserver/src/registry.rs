@@ -242,6 +242,16 @@ pub fn builtins() -> Vec<ResourceInfo> {
             true,
             true,
         ),
+        builtin(
+            "policy",
+            "poddisruptionbudgets",
+            "PodDisruptionBudget",
+            true,
+            &["pdb"],
+            &[],
+            true,
+            true,
+        ),
         builtin("batch", "jobs", "Job", true, &[], all, true, true),
         builtin(
             "batch",

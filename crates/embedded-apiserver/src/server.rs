@@ -333,6 +333,7 @@ async fn handle_inner(sh: Arc<Shared>, req: Request) -> ApiResult<Response> {
                 (StatusCode::OK, [(header::CONTENT_TYPE, "text/plain")], "ok").into_response(),
             )
         }
+        ["openapi", "v2"] => return Ok(crate::openapi_v2::serve(&sh, &accept)),
         ["openapi", ..] => return Ok(crate::openapi::serve(&sh, &segs[1..], &accept)),
         ["api"] => {
             if let Some(v) = discovery::wants_aggregated(&accept) {
@@ -775,6 +776,8 @@ fn patch_handler(sh: &Shared, r: &ResourceReq, ct: &str, body: &Bytes) -> ApiRes
 fn delete_opts(r: &ResourceReq, body: &Bytes) -> ApiResult<(DeleteOpts, bool)> {
     let b: Value = if body.is_empty() {
         json!({})
+    } else if body.starts_with(crate::protobuf::MAGIC) {
+        crate::protobuf::delete_options(body)?
     } else {
         serde_json::from_slice(body)
             .map_err(|e| ApiError::bad_request(format!("invalid DeleteOptions: {e}")))?

@@ -222,3 +222,99 @@ async fn leases_can_be_created_with_put() {
     })
     .await;
 }
+
+/// `/openapi/v2` in both forms: client-go's discovery client asks for protobuf and reads
+/// the PATCH operations' `fieldValidation` parameter (Helm's and kubectl's validation check).
+#[tokio::test]
+async fn openapi_v2_in_json_and_protobuf() {
+    let (_s, client) = start().await;
+    within(20, async {
+        let (code, doc, headers) = raw(&client, "GET", "/openapi/v2", &[], None).await;
+        assert_eq!(code, 200);
+        assert_eq!(headers["content-type"], "application/json");
+        assert_eq!(doc["swagger"], "2.0");
+        let patch = &doc["paths"]
+            ["/apis/policy/v1/namespaces/{namespace}/poddisruptionbudgets/{name}"]["patch"];
+        assert_eq!(
+            patch["x-kubernetes-group-version-kind"],
+            json!({"group": "policy", "version": "v1", "kind": "PodDisruptionBudget"})
+        );
+        assert!(patch["parameters"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p["name"] == "fieldValidation"));
+
+        let accept = "application/com.github.proto-openapi.spec.v2@v1.0+protobuf";
+        let req = http::Request::get("/openapi/v2")
+            .header("accept", accept)
+            .body(Vec::new())
+            .unwrap();
+        let resp = client
+            .send(req.map(kube::client::Body::from))
+            .await
+            .expect("send");
+        assert_eq!(resp.status().as_u16(), 200);
+        // The spelling Go's mime parser accepts (no '@'), as kube-apiserver answers.
+        assert_eq!(
+            resp.headers()["content-type"],
+            "application/com.github.proto-openapi.spec.v2.v1.0+protobuf"
+        );
+        let body = http_body_util::BodyExt::collect(resp.into_body())
+            .await
+            .expect("body")
+            .to_bytes();
+        // Document.swagger (field 1) = "2.0" comes first.
+        assert!(body.starts_with(b"\x0a\x032.0"), "{:?}", &body[..16]);
+        let text = String::from_utf8_lossy(&body);
+        assert!(text.contains("fieldValidation"));
+        assert!(text.contains("kind: PodDisruptionBudget"));
+    })
+    .await;
+}
+
+/// client-go's typed clients send `DeleteOptions` in protobuf (Helm does when it purges
+/// its release Secrets); the body is honoured, not refused.
+#[tokio::test]
+async fn delete_accepts_a_protobuf_delete_options_body() {
+    let (_s, client) = start().await;
+    within(20, async {
+        let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+        for name in ["plain", "guarded"] {
+            cms.create(
+                &PostParams::default(),
+                &serde_json::from_value(json!({"metadata": {"name": name}})).unwrap(),
+            )
+            .await
+            .unwrap();
+        }
+        let delete = |name: &str, body: Vec<u8>| {
+            let req =
+                http::Request::delete(format!("/api/v1/namespaces/default/configmaps/{name}"))
+                    .header("content-type", "application/vnd.kubernetes.protobuf")
+                    .body(body)
+                    .unwrap();
+            client.send(req.map(kube::client::Body::from))
+        };
+        // Helm 4's exact body: an empty DeleteOptions.
+        let helm_body = b"k8s\x00\n\x13\n\x02v1\x12\rDeleteOptions\x12\x00\x1a\x00\"\x00".to_vec();
+        let resp = delete("plain", helm_body).await.expect("send");
+        assert_eq!(resp.status().as_u16(), 200);
+        assert!(cms.get_opt("plain").await.unwrap().is_none());
+
+        // preconditions.uid (field 2 > 1) that does not match: 409 Conflict, kept.
+        let pre = b"\x0a\x05wrong";
+        let mut raw = vec![0x12, pre.len() as u8];
+        raw.extend_from_slice(pre);
+        let tm = b"\x0a\x02v1\x12\x0dDeleteOptions";
+        let mut body = b"k8s\x00".to_vec();
+        body.extend_from_slice(&[0x0a, tm.len() as u8]);
+        body.extend_from_slice(tm);
+        body.extend_from_slice(&[0x12, raw.len() as u8]);
+        body.extend_from_slice(&raw);
+        let resp = delete("guarded", body).await.expect("send");
+        assert_eq!(resp.status().as_u16(), 409);
+        assert!(cms.get_opt("guarded").await.unwrap().is_some());
+    })
+    .await;
+}

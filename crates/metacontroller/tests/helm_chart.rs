@@ -1,0 +1,691 @@
+//! The Helm chart through the real Helm engine: `hack/helm_chart.py` drives Helm v4's Go SDK
+//! (the `helm-python-sdk` package) to lint and render `charts/metacontroller`, to compare its
+//! default render with `deploy/`, and to install, upgrade and uninstall it in the API server.
+//!
+//! Without python3 or the package these tests skip with a message, except in CI (`CI=true`),
+//! where `.ci/run` installs the package and a missing one is a failure.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{Secret, Service, ServiceAccount};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, ListParams};
+use metacontroller_testkit::{dynamic_api, eventually, unique_name, TestCluster};
+use serde_json::{json, Value};
+
+/// The helm-python-sdk version `.ci/run` installs.
+const SDK: &str = "helm-python-sdk==0.2.2";
+/// Bound on one Helm action (they take well under a second against the embedded server).
+const STEP_TIMEOUT: Duration = Duration::from_secs(120);
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .expect("the repository root")
+}
+
+/// Whether the Helm SDK is importable; skips (outside CI) or fails (in CI) when it is not.
+fn helm_sdk_available() -> bool {
+    let probe = std::process::Command::new("python3")
+        .args(["-c", "import helm_python"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
+    if matches!(probe, Ok(status) if status.success()) {
+        return true;
+    }
+    let why = match probe {
+        Err(e) => format!("python3 is not runnable ({e})"),
+        Ok(_) => format!("the Python package {SDK} is not installed"),
+    };
+    if std::env::var("CI").is_ok_and(|v| v == "true") {
+        panic!("{why}; CI must install it (see .ci/run: pip install {SDK})");
+    }
+    eprintln!("SKIPPED: {why}; `pip install {SDK}` to run the Helm chart tests");
+    false
+}
+
+/// Output of one `hack/helm_chart.py` run.
+struct Run {
+    ok: bool,
+    stdout: String,
+    stderr: String,
+}
+
+impl Run {
+    fn expect_ok(self, what: &str) -> String {
+        assert!(
+            self.ok,
+            "{what} failed:\n{}\n{}",
+            self.stderr.trim(),
+            self.stdout.trim()
+        );
+        self.stdout
+    }
+}
+
+async fn helm_chart(args: &[&str]) -> Run {
+    let mut cmd = tokio::process::Command::new("python3");
+    cmd.arg(repo_root().join("hack/helm_chart.py"))
+        .args(args)
+        .kill_on_drop(true);
+    let out = tokio::time::timeout(STEP_TIMEOUT, cmd.output())
+        .await
+        .unwrap_or_else(|_| panic!("hack/helm_chart.py {args:?} ran longer than {STEP_TIMEOUT:?}"))
+        .expect("running python3");
+    Run {
+        ok: out.status.success(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+fn find<'a>(objects: &'a [Value], kind: &str, name: &str) -> &'a Value {
+    objects
+        .iter()
+        .find(|o| o["kind"] == kind && o["metadata"]["name"] == name)
+        .unwrap_or_else(|| panic!("the render has no {kind} {name}"))
+}
+
+#[tokio::test]
+async fn chart_passes_helm_lint_strict_with_defaults_and_every_ci_values_file() {
+    if !helm_sdk_available() {
+        return;
+    }
+    let out = helm_chart(&["lint"]).await.expect_ok("helm lint");
+    assert!(out.contains("lint default values"), "{out}");
+    assert!(out.contains("upstream-all-keys-values.yaml"), "{out}");
+}
+
+#[tokio::test]
+async fn deploy_kustomization_equals_the_default_render() {
+    if !helm_sdk_available() {
+        return;
+    }
+    let out = helm_chart(&["check-deploy"])
+        .await
+        .expect_ok("comparing deploy/ with the chart");
+    assert!(out.contains("deploy/ matches the chart"), "{out}");
+}
+
+#[tokio::test]
+async fn default_render_is_secure_and_single_replica() {
+    if !helm_sdk_available() {
+        return;
+    }
+    let out = helm_chart(&["render"]).await.expect_ok("helm template");
+    let objects: Vec<Value> = serde_json::from_str(&out).expect("JSON objects");
+    let sts = find(&objects, "StatefulSet", "metacontroller");
+    assert_eq!(sts["metadata"]["namespace"], "metacontroller");
+    assert_eq!(sts["spec"]["replicas"], 1);
+    let pod = &sts["spec"]["template"]["spec"];
+    let c = &pod["containers"][0];
+    assert_eq!(
+        c["image"],
+        "ghcr.io/metacontroller-rs/metacontroller:v0.1.0"
+    );
+    assert_eq!(c["command"], json!(["/usr/bin/metacontroller"]));
+    assert!(
+        !c["args"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|a| a.as_str().unwrap().starts_with("--leader-election")),
+        "one replica needs no leader election: {}",
+        c["args"]
+    );
+    assert_eq!(
+        c["livenessProbe"]["httpGet"],
+        json!({"path": "/healthz", "port": 8081})
+    );
+    assert_eq!(
+        c["readinessProbe"]["httpGet"],
+        json!({"path": "/readyz", "port": 8081})
+    );
+    assert_eq!(
+        c["ports"],
+        json!([
+            {"name": "metrics", "containerPort": 9999, "protocol": "TCP"},
+            {"name": "health", "containerPort": 8081, "protocol": "TCP"},
+        ])
+    );
+    assert_eq!(
+        c["securityContext"],
+        json!({
+            "allowPrivilegeEscalation": false,
+            "readOnlyRootFilesystem": true,
+            "runAsNonRoot": true,
+            "capabilities": {"drop": ["ALL"]},
+        })
+    );
+    assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
+    assert_eq!(
+        pod["securityContext"]["seccompProfile"],
+        json!({"type": "RuntimeDefault"})
+    );
+    // What the binary itself needs, whatever clusterRole.rules say.
+    let runtime = find(&objects, "ClusterRole", "metacontroller-runtime");
+    assert_eq!(
+        runtime["rules"][0],
+        json!({"apiGroups": [""], "resources": ["secrets", "configmaps"], "verbs": ["get"]})
+    );
+    let lease = find(&objects, "Role", "metacontroller-leader-election");
+    assert_eq!(lease["metadata"]["namespace"], "metacontroller");
+    assert_eq!(lease["rules"][0]["resources"], json!(["leases"]));
+    // Upstream's broad ClusterRole by default.
+    let role = find(&objects, "ClusterRole", "metacontroller");
+    assert_eq!(
+        role["rules"],
+        json!([{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}])
+    );
+    assert!(!objects
+        .iter()
+        .any(|o| o["kind"] == "Service" || o["kind"] == "PodDisruptionBudget"));
+}
+
+/// A values file written for upstream's chart with every key set works unchanged, and each
+/// key reaches the objects.
+#[tokio::test]
+async fn upstream_style_values_file_sets_every_key() {
+    if !helm_sdk_available() {
+        return;
+    }
+    let out = helm_chart(&[
+        "render",
+        "--values",
+        "charts/metacontroller/ci/upstream-all-keys-values.yaml",
+    ])
+    .await
+    .expect_ok("rendering upstream-all-keys-values.yaml");
+    let objects: Vec<Value> = serde_json::from_str(&out).expect("JSON objects");
+    let ns = "platform-controllers"; // namespaceOverride
+    let full = "metacontroller-prod"; // fullnameOverride
+
+    let sa = find(&objects, "ServiceAccount", "metacontroller-sa"); // serviceAccount.name
+    assert_eq!(sa["metadata"]["namespace"], ns);
+    assert_eq!(
+        sa["metadata"]["annotations"],
+        json!({"iam.example.com/role": "metacontroller"})
+    );
+
+    let sts = find(&objects, "StatefulSet", full);
+    assert_eq!(sts["metadata"]["namespace"], ns);
+    assert_eq!(sts["metadata"]["labels"]["app.kubernetes.io/name"], "mc"); // nameOverride
+    assert_eq!(sts["spec"]["replicas"], 2);
+    let tpl = &sts["spec"]["template"];
+    assert_eq!(
+        tpl["metadata"]["annotations"],
+        json!({"example.com/team": "platform"})
+    );
+    let pod = &tpl["spec"];
+    assert_eq!(pod["serviceAccountName"], "metacontroller-sa");
+    assert_eq!(
+        pod["imagePullSecrets"],
+        json!([{"name": "registry-credentials"}])
+    );
+    assert_eq!(pod["securityContext"]["fsGroup"], 65532);
+    assert_eq!(pod["nodeSelector"], json!({"kubernetes.io/os": "linux"}));
+    assert_eq!(pod["tolerations"][0]["key"], "dedicated");
+    assert!(pod["affinity"]["nodeAffinity"].is_object());
+    assert_eq!(pod["priorityClassName"], "system-cluster-critical");
+    let c = &pod["containers"][0];
+    assert_eq!(
+        c["image"],
+        "registry.example.com/mirror/metacontroller:v4.17.2-rs"
+    );
+    assert_eq!(c["imagePullPolicy"], "Always");
+    assert_eq!(c["command"], json!(["/usr/bin/metacontroller"]));
+    let args: Vec<&str> = c["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    assert_eq!(args.first(), Some(&"--zap-log-level=4"));
+    assert!(args.contains(&"--workers=50"));
+    // replicas: 2 switches leader election on, once.
+    assert_eq!(args.last(), Some(&"--leader-election"));
+    assert_eq!(
+        args.iter()
+            .filter(|a| a.starts_with("--leader-election"))
+            .count(),
+        1
+    );
+    assert_eq!(c["env"][0], json!({"name": "RUST_BACKTRACE", "value": "1"}));
+    assert_eq!(
+        c["env"][1]["valueFrom"]["secretKeyRef"]["name"],
+        "hook-token"
+    );
+    assert_eq!(c["resources"]["limits"]["memory"], "256Mi");
+    assert_eq!(c["securityContext"]["runAsUser"], 65532);
+    assert_eq!(c["livenessProbe"]["httpGet"]["port"], 8082); // probes.port
+    assert_eq!(c["readinessProbe"]["httpGet"]["port"], 8082);
+
+    let role = find(&objects, "ClusterRole", full);
+    assert_eq!(
+        role["aggregationRule"]["clusterRoleSelectors"][0]["matchLabels"],
+        json!({"rbac.example.com/aggregate-to-metacontroller": "true"})
+    );
+    assert_eq!(role["rules"], json!([]));
+    let binding = find(&objects, "ClusterRoleBinding", full);
+    assert_eq!(
+        binding["subjects"],
+        json!([{"kind": "ServiceAccount", "name": "metacontroller-sa", "namespace": ns}])
+    );
+
+    let pdb = find(&objects, "PodDisruptionBudget", full);
+    assert_eq!(pdb["apiVersion"], "policy/v1");
+    // Kubernetes allows one of the two; minAvailable wins as in upstream's chart.
+    assert_eq!(pdb["spec"]["minAvailable"], 1);
+    assert!(pdb["spec"].get("maxUnavailable").is_none());
+
+    let svc = find(&objects, "Service", full);
+    assert_eq!(
+        svc["spec"]["ports"],
+        json!([{"name": "metrics", "port": 9999, "protocol": "TCP", "targetPort": 9999}])
+    );
+}
+
+#[tokio::test]
+async fn an_explicit_leader_election_flag_is_left_alone() {
+    if !helm_sdk_available() {
+        return;
+    }
+    let out = helm_chart(&[
+        "render",
+        "--set-json",
+        r#"{"replicas": 3, "commandArgs": ["--leader-election=false"]}"#,
+    ])
+    .await
+    .expect_ok("rendering with --leader-election=false");
+    let objects: Vec<Value> = serde_json::from_str(&out).expect("JSON objects");
+    let sts = find(&objects, "StatefulSet", "metacontroller");
+    assert_eq!(
+        sts["spec"]["template"]["spec"]["containers"][0]["args"],
+        json!(["--leader-election=false"])
+    );
+}
+
+#[tokio::test]
+async fn invalid_values_fail_with_a_clear_schema_error() {
+    if !helm_sdk_available() {
+        return;
+    }
+    for (values, expected) in [
+        (
+            r#"{"replcas": 2}"#,
+            "at '': additional properties 'replcas' not allowed",
+        ),
+        (
+            r#"{"serviceAccount": {"create": true, "nmae": "x"}}"#,
+            "at '/serviceAccount': additional properties 'nmae' not allowed",
+        ),
+        (
+            r#"{"image": {"pullPolicy": "Sometimes"}}"#,
+            "at '/image/pullPolicy': value must be one of 'Always', 'IfNotPresent', 'Never'",
+        ),
+        (
+            r#"{"replicas": "2"}"#,
+            "at '/replicas': got string, want integer",
+        ),
+    ] {
+        let run = helm_chart(&["render", "--set-json", values]).await;
+        assert!(!run.ok, "{values} rendered:\n{}", run.stdout);
+        assert!(
+            run.stderr
+                .contains("values don't meet the specifications of the schema")
+                && run.stderr.contains(expected),
+            "{values}: unclear error:\n{}",
+            run.stderr
+        );
+    }
+}
+
+/// A minimal Prometheus Operator ServiceMonitor CRD: enough for the API server to serve
+/// the kind.
+fn service_monitor_crd() -> Value {
+    json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": "servicemonitors.monitoring.coreos.com"},
+        "spec": {
+            "group": "monitoring.coreos.com",
+            "scope": "Namespaced",
+            "names": {"plural": "servicemonitors", "singular": "servicemonitor",
+                      "kind": "ServiceMonitor", "listKind": "ServiceMonitorList"},
+            "versions": [{"name": "v1", "served": true, "storage": true, "schema": {
+                "openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}
+            }}],
+        },
+    })
+}
+
+async fn gone<K>(api: &Api<K>, name: &str) -> bool
+where
+    K: kube::Resource + Clone + k8s_openapi::serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    matches!(api.get_opt(name).await, Ok(None))
+}
+
+/// `helm install`, `helm upgrade` with changed values, and `helm uninstall` of the chart,
+/// with Helm's own client (server-side apply, release Secrets) against the API server.
+#[tokio::test]
+async fn helm_installs_upgrades_and_uninstalls_the_chart() {
+    if !helm_sdk_available() {
+        return;
+    }
+    let cluster = TestCluster::start().await;
+    let kubeconfig = cluster.kubeconfig_path().to_str().expect("UTF-8 path");
+    let client = cluster.client();
+    let ns = unique_name("helm");
+    let release = unique_name("mc");
+    let full = format!("{release}-metacontroller");
+    let target = [
+        "--kubeconfig",
+        kubeconfig,
+        "--release",
+        &release,
+        "--namespace",
+        &ns,
+    ];
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
+    let release_secrets = ListParams::default().labels(&format!("owner=helm,name={release}"));
+
+    // A typo is refused before anything is created.
+    let typo = helm_chart(
+        &[
+            &["install"],
+            &target[..],
+            &["--set-json", r#"{"replcas": 2}"#],
+        ]
+        .concat(),
+    )
+    .await;
+    assert!(
+        !typo.ok && typo.stderr.contains("'replcas' not allowed"),
+        "{}",
+        typo.stderr
+    );
+
+    helm_chart(&[&["install"], &target[..]].concat())
+        .await
+        .expect_ok("helm install");
+    let secret = secrets
+        .get(&format!("sh.helm.release.v1.{release}.v1"))
+        .await
+        .expect("the release Secret of revision 1");
+    assert_eq!(secret.type_.as_deref(), Some("helm.sh/release.v1"));
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for crd in [
+        "compositecontrollers",
+        "decoratorcontrollers",
+        "controllerrevisions",
+    ] {
+        crds.get(&format!("{crd}.metacontroller.k8s.io"))
+            .await
+            .unwrap_or_else(|e| panic!("CRD {crd} from the chart's crds/: {e}"));
+    }
+    let statefulsets: Api<StatefulSet> = Api::namespaced(client.clone(), &ns);
+    let sts = statefulsets.get(&full).await.expect("the StatefulSet");
+    let spec = &sts.spec;
+    assert_eq!(spec.replicas, Some(1));
+    // Helm 4 writes with server-side apply.
+    let managers = sts.metadata.managed_fields.clone().unwrap_or_default();
+    assert!(
+        managers
+            .iter()
+            .any(|m| m.operation.as_deref() == Some("Apply")),
+        "not server-side applied: {managers:?}"
+    );
+    Api::<ServiceAccount>::namespaced(client.clone(), &ns)
+        .get(&full)
+        .await
+        .expect("the ServiceAccount");
+    Api::<Role>::namespaced(client.clone(), &ns)
+        .get(&format!("{full}-leader-election"))
+        .await
+        .expect("the leader election Role");
+    let cluster_roles: Api<ClusterRole> = Api::all(client.clone());
+    let cluster_role_names = [
+        full.clone(),
+        format!("{full}-runtime"),
+        format!("{full}-aggregate-view"),
+        format!("{full}-aggregate-edit"),
+    ];
+    for name in &cluster_role_names {
+        cluster_roles
+            .get(name)
+            .await
+            .unwrap_or_else(|e| panic!("ClusterRole {name}: {e}"));
+    }
+
+    // Upgrade: two replicas with a PodDisruptionBudget and the metrics Service.
+    helm_chart(
+        &[
+            &["upgrade"],
+            &target[..],
+            &[
+                "--values",
+                "charts/metacontroller/ci/leader-election-values.yaml",
+                "--set-json",
+                r#"{"service": {"enabled": true}}"#,
+            ],
+        ]
+        .concat(),
+    )
+    .await
+    .expect_ok("helm upgrade");
+    secrets
+        .get(&format!("sh.helm.release.v1.{release}.v2"))
+        .await
+        .expect("the release Secret of revision 2");
+    let sts = statefulsets.get(&full).await.expect("the StatefulSet");
+    let spec = sts.spec;
+    assert_eq!(spec.replicas, Some(2));
+    let args = spec.template.spec.expect("pod spec").containers[0]
+        .args
+        .clone()
+        .unwrap_or_default();
+    assert!(args.contains(&"--leader-election".to_string()), "{args:?}");
+    let pdb = Api::<PodDisruptionBudget>::namespaced(client.clone(), &ns)
+        .get(&full)
+        .await
+        .expect("the PodDisruptionBudget");
+    assert_eq!(
+        serde_json::to_value(pdb.spec.and_then(|s| s.min_available)).unwrap(),
+        json!(1)
+    );
+    let svc = Api::<Service>::namespaced(client.clone(), &ns)
+        .get(&full)
+        .await
+        .expect("the metrics Service");
+    assert_eq!(
+        svc.spec.and_then(|s| s.ports).unwrap_or_default()[0].port,
+        9999
+    );
+
+    // A ServiceMonitor needs the Prometheus Operator's CRD: without it Helm names the cause
+    // (this goes through /openapi/v2), with it the upgrade works.
+    let crd_absent = crds
+        .get_opt("servicemonitors.monitoring.coreos.com")
+        .await
+        .expect("reading CRDs")
+        .is_none();
+    if crd_absent {
+        let refused = helm_chart(
+            &[
+                &["upgrade"],
+                &target[..],
+                &[
+                    "--values",
+                    "charts/metacontroller/ci/service-monitor-values.yaml",
+                ],
+            ]
+            .concat(),
+        )
+        .await;
+        assert!(!refused.ok, "installed a ServiceMonitor without its CRD");
+        assert!(
+            refused.stderr.contains(
+                r#"no matches for kind "ServiceMonitor" in version "monitoring.coreos.com/v1""#
+            ),
+            "{}",
+            refused.stderr
+        );
+        if cluster.is_embedded() {
+            cluster.install_crd(&service_monitor_crd()).await;
+        }
+    }
+    let mut monitor_created = false;
+    if cluster.is_embedded() || !crd_absent {
+        helm_chart(
+            &[
+                &["upgrade"],
+                &target[..],
+                &[
+                    "--values",
+                    "charts/metacontroller/ci/service-monitor-values.yaml",
+                ],
+            ]
+            .concat(),
+        )
+        .await
+        .expect_ok("helm upgrade with a ServiceMonitor");
+        monitor_created = true;
+        let monitors = dynamic_api(
+            client.clone(),
+            "monitoring.coreos.com/v1",
+            "ServiceMonitor",
+            "servicemonitors",
+            Some(&ns),
+        );
+        let monitor = monitors.get(&full).await.expect("the ServiceMonitor");
+        assert_eq!(monitor.data["spec"]["endpoints"][0]["port"], "metrics");
+        assert_eq!(monitor.data["spec"]["endpoints"][0]["interval"], "30s");
+    }
+
+    // Uninstall leaves nothing of the release behind (CRDs stay, as Helm documents).
+    helm_chart(&[&["uninstall"], &target[..]].concat())
+        .await
+        .expect_ok("helm uninstall");
+    eventually("the release Secrets to be purged", || async {
+        secrets
+            .list(&release_secrets)
+            .await
+            .is_ok_and(|l| l.items.is_empty())
+    })
+    .await;
+    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), &ns);
+    let services: Api<Service> = Api::namespaced(client.clone(), &ns);
+    let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), &ns);
+    let roles: Api<Role> = Api::namespaced(client.clone(), &ns);
+    let role_bindings: Api<RoleBinding> = Api::namespaced(client.clone(), &ns);
+    let bindings: Api<ClusterRoleBinding> = Api::all(client.clone());
+    let lease_role = format!("{full}-leader-election");
+    let runtime_binding = format!("{full}-runtime");
+    eventually("every object of the release to be deleted", || async {
+        let mut all_gone = gone(&statefulsets, &full).await
+            && gone(&pdbs, &full).await
+            && gone(&services, &full).await
+            && gone(&accounts, &full).await
+            && gone(&roles, &lease_role).await
+            && gone(&role_bindings, &lease_role).await
+            && gone(&bindings, &full).await
+            && gone(&bindings, &runtime_binding).await;
+        for name in &cluster_role_names {
+            all_gone = all_gone && gone(&cluster_roles, name).await;
+        }
+        if monitor_created {
+            let monitors = dynamic_api(
+                client.clone(),
+                "monitoring.coreos.com/v1",
+                "ServiceMonitor",
+                "servicemonitors",
+                Some(&ns),
+            );
+            all_gone = all_gone && gone(&monitors, &full).await;
+        }
+        all_gone
+    })
+    .await;
+    assert!(
+        crds.get_opt("compositecontrollers.metacontroller.k8s.io")
+            .await
+            .expect("reading CRDs")
+            .is_some(),
+        "Helm keeps crds/ on uninstall"
+    );
+}
+
+/// `kubectl apply -k deploy/` creates everything the kustomization lists. Embedded API server
+/// only (it would overwrite a real cluster's installation); skipped without kubectl.
+#[tokio::test]
+async fn kubectl_apply_k_deploy_creates_the_installation() {
+    let kubectl_works = std::process::Command::new("kubectl")
+        .args(["version", "--client"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !kubectl_works {
+        eprintln!("SKIPPED: kubectl is not installed");
+        return;
+    }
+    let cluster = TestCluster::embedded().await;
+    let mut cmd = tokio::process::Command::new("kubectl");
+    cmd.arg("--kubeconfig")
+        .arg(cluster.kubeconfig_path())
+        .args(["apply", "-k"])
+        .arg(repo_root().join("deploy"))
+        .kill_on_drop(true);
+    let out = tokio::time::timeout(STEP_TIMEOUT, cmd.output())
+        .await
+        .expect("kubectl apply -k finished in time")
+        .expect("running kubectl");
+    assert!(
+        out.status.success(),
+        "kubectl apply -k deploy/ failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let client = cluster.client();
+    let sts = Api::<StatefulSet>::namespaced(client.clone(), "metacontroller")
+        .get("metacontroller")
+        .await
+        .expect("the StatefulSet");
+    let pod = sts.spec.template.spec.expect("pod spec");
+    assert_eq!(pod.service_account_name.as_deref(), Some("metacontroller"));
+    assert_eq!(
+        pod.containers[0].image.as_deref(),
+        Some("ghcr.io/metacontroller-rs/metacontroller:v0.1.0")
+    );
+    Api::<ServiceAccount>::namespaced(client.clone(), "metacontroller")
+        .get("metacontroller")
+        .await
+        .expect("the ServiceAccount");
+    Api::<RoleBinding>::namespaced(client.clone(), "metacontroller")
+        .get("metacontroller-leader-election")
+        .await
+        .expect("the leader election RoleBinding");
+    for name in ["metacontroller", "metacontroller-runtime"] {
+        Api::<ClusterRoleBinding>::all(client.clone())
+            .get(name)
+            .await
+            .unwrap_or_else(|e| panic!("ClusterRoleBinding {name}: {e}"));
+    }
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for crd in [
+        "compositecontrollers",
+        "decoratorcontrollers",
+        "controllerrevisions",
+    ] {
+        crds.get(&format!("{crd}.metacontroller.k8s.io"))
+            .await
+            .unwrap_or_else(|e| panic!("CRD {crd}: {e}"));
+    }
+}
