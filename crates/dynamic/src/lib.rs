@@ -24,6 +24,7 @@ pub mod expectations;
 pub mod informer;
 pub mod object;
 pub mod overlay;
+pub mod queue_metrics;
 pub mod rate;
 pub mod registry;
 pub mod selector;
