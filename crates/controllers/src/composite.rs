@@ -48,6 +48,7 @@ use serde_json::{json, Value};
 use crate::children::{self, ChildType, ParentRef};
 use crate::claim::{self, Claim, Claimant};
 use crate::events::{self, EventRecorder};
+use crate::metrics::COMPOSITE;
 use crate::related::{ParentId, RelatedConfig, RelatedError, RelatedManager};
 use crate::rolling::{self, Desired, ParentRevision, RevisionParent, Rollout};
 use crate::writer::{to_value, ApplyStrategy, WriteError, Writer};
@@ -148,6 +149,8 @@ pub struct Options {
     pub apply_strategy: ApplyStrategy,
     /// Where Events about parents go (default: dropped).
     pub events: EventRecorder,
+    /// Where queue, reconcile and child write metrics go (default: not exported).
+    pub metrics: crate::metrics::ControllerMetrics,
 }
 
 impl Default for Options {
@@ -156,6 +159,7 @@ impl Default for Options {
             workers: 5,
             apply_strategy: ApplyStrategy::DynamicApply,
             events: EventRecorder::disabled(),
+            metrics: Default::default(),
         }
     }
 }
@@ -436,8 +440,11 @@ pub fn start(
     } else {
         None
     };
-    let writer = Arc::new(Writer::new(client, options.apply_strategy));
-    let queue = WorkQueue::new(format!("composite-{name}"));
+    let writer = Arc::new(
+        Writer::new(client, options.apply_strategy)
+            .with_metrics(options.metrics.child_writes(COMPOSITE, &name)),
+    );
+    let queue = options.metrics.queue(COMPOSITE, &name);
     let related = RelatedManager::new(RelatedConfig {
         controller: CustomizableController::Composite(Box::new(controller.clone())),
         name: name.clone(),

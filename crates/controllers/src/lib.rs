@@ -19,6 +19,7 @@ pub mod composite;
 pub mod decorator;
 pub mod events;
 pub mod handle;
+pub mod metrics;
 pub mod related;
 pub mod rolling;
 pub mod writer;

@@ -174,6 +174,8 @@ pub struct Writer {
     /// Hash of the last apply body sent per child (server-side apply), so an unchanged body
     /// is not sent again; a changed body (e.g. a field dropped) always is.
     applied: Mutex<HashMap<ObjectKey, u64>>,
+    /// Counts the child writes of [`Writer::execute`].
+    writes: crate::metrics::ChildWrites,
 }
 
 impl std::fmt::Debug for Writer {
@@ -193,7 +195,14 @@ impl Writer {
             overlay: Overlay::new(),
             expectations: Expectations::new(),
             applied: Mutex::new(HashMap::new()),
+            writes: Default::default(),
         }
+    }
+
+    /// Counts child writes into `writes` (metrics).
+    pub fn with_metrics(mut self, writes: crate::metrics::ChildWrites) -> Self {
+        self.writes = writes;
+        self
     }
 
     /// The apply strategy.
@@ -559,20 +568,29 @@ impl Writer {
         owner_uid: &str,
         action: Action,
     ) -> Result<(), WriteError> {
-        match action {
-            Action::Create { object, .. } => self.create(res, owner_uid, object).await.map(drop),
+        use crate::metrics::ChildWrite;
+        let write = match action {
+            Action::Create { object, .. } => {
+                self.create(res, owner_uid, object).await?;
+                ChildWrite::Create
+            }
             Action::Update { object, .. } => match self.replace(res, object).await {
-                Err(e) if e.is_not_found() => Ok(()),
-                r => r.map(drop),
+                Err(e) if e.is_not_found() => return Ok(()),
+                r => r.map(|_| ChildWrite::Update)?,
             },
             Action::Apply {
                 observed, object, ..
-            } => self
-                .apply(res, owner_uid, observed.as_ref(), object)
-                .await
-                .map(drop),
-            Action::Delete { observed, .. } => self.delete(res, owner_uid, &observed).await,
-        }
+            } => match self.apply(res, owner_uid, observed.as_ref(), object).await? {
+                Some(_) => ChildWrite::Apply,
+                None => ChildWrite::ApplySkipped,
+            },
+            Action::Delete { observed, .. } => {
+                self.delete(res, owner_uid, &observed).await?;
+                ChildWrite::Delete
+            }
+        };
+        self.writes.record(write);
+        Ok(())
     }
 }
 

@@ -33,6 +33,7 @@ use super::target::{self, FinalizerSync, HookChoice};
 use crate::children::{self, ChildError, ChildType, ParentRef};
 use crate::composite::Options;
 use crate::events::{self, EventRecorder};
+use crate::metrics::DECORATOR;
 use crate::related::{ParentId, RelatedConfig, RelatedError, RelatedManager};
 use crate::writer::{to_value, WriteError, Writer};
 
@@ -328,8 +329,11 @@ pub fn start(
         ));
     }
 
-    let writer = Arc::new(Writer::new(client, options.apply_strategy));
-    let queue: WorkQueue<TargetKey> = WorkQueue::new(format!("decorator-{name}"));
+    let writer = Arc::new(
+        Writer::new(client, options.apply_strategy)
+            .with_metrics(options.metrics.child_writes(DECORATOR, &name)),
+    );
+    let queue: WorkQueue<TargetKey> = options.metrics.queue(DECORATOR, &name);
     let routing = Arc::new(Routing {
         name: name.clone(),
         selector,

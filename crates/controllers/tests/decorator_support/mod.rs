@@ -146,6 +146,7 @@ impl Env {
                 workers: 2,
                 events: self.events.clone(),
                 apply_strategy,
+                ..Default::default()
             },
         )
         .unwrap()
