@@ -580,7 +580,10 @@ impl Writer {
             },
             Action::Apply {
                 observed, object, ..
-            } => match self.apply(res, owner_uid, observed.as_ref(), object).await? {
+            } => match self
+                .apply(res, owner_uid, observed.as_ref(), object)
+                .await?
+            {
                 Some(_) => ChildWrite::Apply,
                 None => ChildWrite::ApplySkipped,
             },

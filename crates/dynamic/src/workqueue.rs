@@ -192,7 +192,8 @@ where
 
     fn update_depth(&self, state: &State<K>) {
         if let Some(m) = &self.shared.metrics {
-            m.depth.set(i64::try_from(state.queued.len()).unwrap_or(i64::MAX));
+            m.depth
+                .set(i64::try_from(state.queued.len()).unwrap_or(i64::MAX));
         }
     }
 

@@ -80,7 +80,13 @@ impl HookMetrics {
                     format!("metacontroller_{hook}_requests_total"),
                     "A counter for outgoing requests from the wrapped client.",
                 ),
-                &["code", "method", "controller_name", "controller_type", "url"],
+                &[
+                    "code",
+                    "method",
+                    "controller_name",
+                    "controller_type",
+                    "url",
+                ],
             )
             .map_err(metric_error)?;
             // Go's prometheus.DefBuckets, as upstream.

@@ -2,8 +2,11 @@
 
 mod cli;
 mod dev;
+mod health;
+mod listen;
 mod logging;
 mod merge_cmd;
+mod metrics;
 mod run;
 
 use std::process::ExitCode;

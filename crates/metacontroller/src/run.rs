@@ -11,6 +11,7 @@ use kube::core::GroupVersionKind;
 use kube::{Client, Config};
 
 use metacontroller_controllers::events::{reason, EventRecorder};
+use metacontroller_controllers::metrics::{COMPOSITE, DECORATOR};
 
 use crate::cli::ControllerArgs;
 
@@ -38,12 +39,16 @@ pub async fn client(args: &ControllerArgs) -> anyhow::Result<Client> {
 /// Runs the controller until Ctrl-C.
 pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
     log_compat_flags(&args);
+    // One registry for the whole process; every part registers its families here.
+    let registry = crate::metrics::registry()?;
+    let readiness = crate::health::Readiness::default();
+    let _servers = serve(&args, &registry, &readiness).await?;
     let client = client(&args).await?;
     tokio::select! {
         result = discover_controllers(&client, &args) => result?,
         _ = tokio::signal::ctrl_c() => return Ok(()),
     }
-    let shared = Shared::new(client.clone(), &args)?;
+    let shared = Shared::new(client.clone(), &args, &registry, readiness)?;
     tokio::select! {
         result = run_composite(shared.clone(), &args) => result?,
         result = run_decorator(shared, &args) => result?,
@@ -51,6 +56,30 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
     }
     tracing::info!("shutting down");
     Ok(())
+}
+
+/// Starts the metrics and probe servers (each off when its flag is `0`).
+async fn serve(
+    args: &ControllerArgs,
+    registry: &prometheus::Registry,
+    readiness: &crate::health::Readiness,
+) -> anyhow::Result<crate::listen::Servers> {
+    let mut servers = crate::listen::Servers::default();
+    let metrics = crate::metrics::router(registry.clone());
+    servers
+        .serve("metrics-address", &args.metrics_address, "metrics", metrics)
+        .await?;
+    let probes = crate::health::router(readiness.clone());
+    let flag = "health-probe-bind-address";
+    servers
+        .serve(
+            flag,
+            &args.health_probe_bind_address,
+            "health probes",
+            probes,
+        )
+        .await?;
+    Ok(servers)
 }
 
 /// Lists both controller kinds, retrying with backoff while the API server or the CRDs
@@ -130,18 +159,31 @@ struct Shared {
     informers: metacontroller_dynamic::Informers,
     hooks: metacontroller_hooks::HookClient,
     events: EventRecorder,
+    metrics: metacontroller_controllers::metrics::ControllerMetrics,
+    readiness: crate::health::Readiness,
 }
 
 impl Shared {
-    fn new(client: Client, args: &ControllerArgs) -> anyhow::Result<Shared> {
+    fn new(
+        client: Client,
+        args: &ControllerArgs,
+        registry: &prometheus::Registry,
+        readiness: crate::health::Readiness,
+    ) -> anyhow::Result<Shared> {
         let informers = metacontroller_dynamic::Informers::new(
             client.clone(),
             metacontroller_dynamic::InformerConfig {
                 flush_interval: Some(args.cache_flush_interval).filter(|d| !d.is_zero()),
             },
         );
-        let hooks = metacontroller_hooks::HookClient::new(Default::default())
-            .context("building the hook client")?;
+        crate::metrics::register_informers(registry, informers.clone())?;
+        readiness.set_informers(informers.clone());
+        let hooks = metacontroller_hooks::HookClient::new(metacontroller_hooks::HookClientConfig {
+            registry: Some(registry.clone()),
+            ..Default::default()
+        })
+        .context("building the hook client")?;
+        let metrics = metacontroller_controllers::metrics::ControllerMetrics::register(registry)?;
         let events = EventRecorder::new(client.clone(), args.events_qps, args.events_burst)
             .context("--events-qps/--events-burst")?;
         Ok(Shared {
@@ -149,6 +191,8 @@ impl Shared {
             informers,
             hooks,
             events,
+            metrics,
+            readiness,
         })
     }
 }
@@ -308,6 +352,10 @@ where
                 }
                 continue;
             }
+            Ok(watcher::Event::InitDone) => {
+                shared.readiness.controllers_listed(&kind);
+                continue;
+            }
             Ok(_) => continue,
             Err(err) => {
                 tracing::warn!(%kind, error = %err, "watching controllers");
@@ -368,8 +416,8 @@ async fn run_composite(shared: Shared, args: &ControllerArgs) -> anyhow::Result<
                 shared.client.clone(),
                 &shared.informers,
                 resources,
-                shared.hooks.clone(),
-                controller_options(args, &shared.events),
+                shared.hooks.for_controller_type(COMPOSITE),
+                controller_options(args, &shared),
             )
             .map_err(|e| match e {
                 // Upstream: a SyncError Event "[<name>] Sync error - ignoring, ...".
@@ -399,8 +447,8 @@ async fn run_decorator(shared: Shared, args: &ControllerArgs) -> anyhow::Result<
                 shared.client.clone(),
                 &shared.informers,
                 resources,
-                shared.hooks.clone(),
-                controller_options(args, &shared.events),
+                shared.hooks.for_controller_type(DECORATOR),
+                controller_options(args, &shared),
             )
             .map_err(StartFailure::create_error)
         },
@@ -412,7 +460,7 @@ async fn run_decorator(shared: Shared, args: &ControllerArgs) -> anyhow::Result<
 /// The per-controller options from the command line (both controller kinds).
 fn controller_options(
     args: &ControllerArgs,
-    events: &EventRecorder,
+    shared: &Shared,
 ) -> metacontroller_controllers::composite::Options {
     use crate::cli::ApplyStrategy;
     use metacontroller_controllers::writer::ApplyStrategy as Strategy;
@@ -424,6 +472,7 @@ fn controller_options(
                 field_manager: args.apply_strategy_ssa_field_manager.clone(),
             },
         },
-        events: events.clone(),
+        events: shared.events.clone(),
+        metrics: shared.metrics.clone(),
     }
 }
