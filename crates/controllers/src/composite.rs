@@ -163,6 +163,8 @@ pub struct Options {
     pub schemas: Option<metacontroller_dynamic::Schemas>,
     /// Passed by every sync (leader election, shutdown); default: always open.
     pub gate: metacontroller_dynamic::SyncGate,
+    /// Where queue, reconcile and child write metrics go (default: not exported).
+    pub metrics: crate::metrics::ControllerMetrics,
 }
 
 impl Default for Options {
@@ -173,6 +175,7 @@ impl Default for Options {
             events: EventRecorder::disabled(),
             schemas: None,
             gate: Default::default(),
+            metrics: Default::default(),
         }
     }
 }
@@ -371,7 +374,7 @@ pub fn start(
     let spec = reconcile::ControllerSpec::from(CustomizableController::Composite(Box::new(
         controller.clone(),
     )));
-    let queue = WorkQueue::new(format!("composite-{}", spec.name));
+    let queue = options.metrics.queue(spec.controller_type(), &spec.name);
     queue.set_gate(options.gate.clone());
     let enqueue = {
         let queue = queue.clone();

@@ -25,6 +25,7 @@ pub mod events;
 pub mod finalizer;
 pub mod handle;
 pub mod meta;
+pub mod metrics;
 mod reconcile;
 pub mod related;
 pub mod rolling;

@@ -76,6 +76,16 @@ pub(crate) struct ControllerSpec {
     pub(crate) resync_period_seconds: Option<i32>,
 }
 
+impl ControllerSpec {
+    /// The `controller_type` metric label: upstream's kind name.
+    pub(crate) fn controller_type(&self) -> &'static str {
+        match self.controller {
+            CustomizableController::Composite(_) => crate::metrics::COMPOSITE,
+            CustomizableController::Decorator(_) => crate::metrics::DECORATOR,
+        }
+    }
+}
+
 impl From<CustomizableController> for ControllerSpec {
     fn from(controller: CustomizableController) -> Self {
         let (name, customize_hook, endpoints, resync_period_seconds) = match &controller {
@@ -151,6 +161,10 @@ where
         ctx: &StartContext<'_>,
         enqueue: Enqueue,
     ) -> Self {
+        let child_writes = ctx
+            .options
+            .metrics
+            .child_writes(spec.controller_type(), &spec.name);
         let related = RelatedManager::new(RelatedConfig {
             controller: spec.controller,
             name: spec.name.clone(),
@@ -166,7 +180,8 @@ where
             queue,
             writer: Arc::new(
                 Writer::new(ctx.client.clone(), ctx.options.apply_strategy.clone())
-                    .with_schemas(ctx.options.schemas.clone()),
+                    .with_schemas(ctx.options.schemas.clone())
+                    .with_metrics(child_writes),
             ),
             related,
             events: ctx.options.events.clone(),

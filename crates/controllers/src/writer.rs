@@ -202,6 +202,8 @@ pub struct Writer {
     taken: Mutex<HashMap<(String, ObjectKey), Taken>>,
     /// Where merge schemas come from (`--apply-schema=auto`); `None`: conventions only.
     schemas: Option<Schemas>,
+    /// Counts the child writes of [`Writer::execute`].
+    writes: crate::metrics::ChildWrites,
 }
 
 /// An object that holds a child's name without being controlled by the child's parent.
@@ -235,7 +237,14 @@ impl Writer {
             applied: Mutex::new(HashMap::new()),
             taken: Mutex::new(HashMap::new()),
             schemas: None,
+            writes: Default::default(),
         }
+    }
+
+    /// Counts child writes into `writes` (metrics).
+    pub fn with_metrics(mut self, writes: crate::metrics::ChildWrites) -> Self {
+        self.writes = writes;
+        self
     }
 
     /// Merges children with the schemas of their kinds from `schemas` (`None`: by
@@ -765,20 +774,32 @@ impl Writer {
         owner_uid: &str,
         action: Action,
     ) -> Result<(), WriteError> {
-        match action {
-            Action::Create { object, .. } => self.create(res, owner_uid, object).await.map(drop),
+        use crate::metrics::ChildWrite;
+        let write = match action {
+            Action::Create { object, .. } => {
+                self.create(res, owner_uid, object).await?;
+                ChildWrite::Create
+            }
             Action::Update { object, .. } => match self.replace(res, object).await {
-                Err(e) if e.is_not_found() => Ok(()),
-                r => r.map(drop),
+                Err(e) if e.is_not_found() => return Ok(()),
+                r => r.map(|_| ChildWrite::Update)?,
             },
             Action::Apply {
                 observed, object, ..
-            } => self
+            } => match self
                 .apply(res, owner_uid, observed.as_ref(), object)
-                .await
-                .map(drop),
-            Action::Delete { observed, .. } => self.delete(res, owner_uid, &observed).await,
-        }
+                .await?
+            {
+                Some(_) => ChildWrite::Apply,
+                None => ChildWrite::ApplySkipped,
+            },
+            Action::Delete { observed, .. } => {
+                self.delete(res, owner_uid, &observed).await?;
+                ChildWrite::Delete
+            }
+        };
+        self.writes.record(write);
+        Ok(())
     }
 }
 

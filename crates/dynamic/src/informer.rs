@@ -341,4 +341,17 @@ impl Informers {
     pub fn running(&self) -> Vec<ResourceId> {
         self.registry.keys()
     }
+
+    /// Every running informer with its cached object count and whether its first list
+    /// completed (metrics, readiness).
+    pub fn cache_stats(&self) -> Vec<(ResourceId, usize, bool)> {
+        self.registry
+            .keys()
+            .into_iter()
+            .filter_map(|id| {
+                let informer = self.registry.get(&id)?;
+                Some((id, informer.len(), informer.has_synced()))
+            })
+            .collect()
+    }
 }

@@ -28,6 +28,7 @@ pub mod gate;
 pub mod informer;
 pub mod object;
 pub mod overlay;
+pub mod queue_metrics;
 pub mod rate;
 pub mod registry;
 pub mod schemas;

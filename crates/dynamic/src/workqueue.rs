@@ -30,6 +30,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use futures::FutureExt;
+
+pub use crate::queue_metrics::QueueMetrics;
+use crate::queue_metrics::{BoundQueueMetrics, ReconcileResult};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
@@ -87,47 +90,6 @@ impl Backoff {
     }
 }
 
-/// Prometheus metrics of a queue, named like client-go's (`workqueue_depth`,
-/// `workqueue_adds_total`, `workqueue_retries_total`) with a `name` label.
-#[derive(Clone)]
-pub struct QueueMetrics {
-    depth: prometheus::IntGaugeVec,
-    adds: prometheus::IntCounterVec,
-    retries: prometheus::IntCounterVec,
-}
-
-impl QueueMetrics {
-    /// Creates the metric families and registers them in `registry`.
-    pub fn register(registry: &prometheus::Registry) -> Result<QueueMetrics, prometheus::Error> {
-        let depth = prometheus::IntGaugeVec::new(
-            prometheus::Opts::new("workqueue_depth", "Current depth of the work queue"),
-            &["name"],
-        )?;
-        let adds = prometheus::IntCounterVec::new(
-            prometheus::Opts::new("workqueue_adds_total", "Keys newly queued"),
-            &["name"],
-        )?;
-        let retries = prometheus::IntCounterVec::new(
-            prometheus::Opts::new("workqueue_retries_total", "Keys requeued after a failure"),
-            &["name"],
-        )?;
-        registry.register(Box::new(depth.clone()))?;
-        registry.register(Box::new(adds.clone()))?;
-        registry.register(Box::new(retries.clone()))?;
-        Ok(QueueMetrics {
-            depth,
-            adds,
-            retries,
-        })
-    }
-}
-
-impl fmt::Debug for QueueMetrics {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("QueueMetrics")
-    }
-}
-
 struct State<K> {
     /// Keys waiting for a worker, with their lane and the sequence number of their live
     /// lane entry. Lane entries with another sequence number are stale (skipped on pop):
@@ -137,6 +99,9 @@ struct State<K> {
     bulk: VecDeque<(K, u64)>,
     seq: u64,
     processing: HashSet<K>,
+    /// When each queued key was queued and each processing key was handed out (metrics).
+    queued_at: HashMap<K, Instant>,
+    started_at: HashMap<K, Instant>,
     /// Keys added while processing; queued again (with this priority) by `done`.
     dirty: HashMap<K, Priority>,
     failures: HashMap<K, u32>,
@@ -149,7 +114,7 @@ struct State<K> {
 struct Shared<K> {
     name: String,
     backoff: Backoff,
-    metrics: Option<QueueMetrics>,
+    metrics: Option<BoundQueueMetrics>,
     state: Mutex<State<K>>,
     /// Wakes workers waiting in `get`.
     ready: Notify,
@@ -195,9 +160,11 @@ where
         backoff: Backoff,
         metrics: Option<QueueMetrics>,
     ) -> Self {
+        let name = name.into();
+        let metrics = metrics.map(|m| m.bind(&name));
         WorkQueue {
             shared: Arc::new(Shared {
-                name: name.into(),
+                name,
                 backoff,
                 metrics,
                 state: Mutex::new(State {
@@ -206,6 +173,8 @@ where
                     bulk: VecDeque::new(),
                     seq: 0,
                     processing: HashSet::new(),
+                    queued_at: HashMap::new(),
+                    started_at: HashMap::new(),
                     dirty: HashMap::new(),
                     failures: HashMap::new(),
                     delayed: BTreeMap::new(),
@@ -243,7 +212,6 @@ where
     fn update_depth(&self, state: &State<K>) {
         if let Some(m) = &self.shared.metrics {
             m.depth
-                .with_label_values(&[self.shared.name.as_str()])
                 .set(i64::try_from(state.queued.len()).unwrap_or(i64::MAX));
         }
     }
@@ -268,6 +236,7 @@ where
             Some((Priority::Event, _)) => {}
             Some((Priority::Bulk, _)) if priority == Priority::Bulk => {}
             existing => {
+                let key_for_time = key.clone();
                 state.seq += 1;
                 let seq = state.seq;
                 state.queued.insert(key.clone(), (priority, seq));
@@ -277,7 +246,8 @@ where
                 }
                 if existing.is_none() {
                     if let Some(m) = &self.shared.metrics {
-                        m.adds.with_label_values(&[self.shared.name.as_str()]).inc();
+                        m.adds.inc();
+                        state.queued_at.insert(key_for_time, Instant::now());
                     }
                     self.update_depth(state);
                 }
@@ -333,9 +303,7 @@ where
             delay
         };
         if let Some(m) = &self.shared.metrics {
-            m.retries
-                .with_label_values(&[self.shared.name.as_str()])
-                .inc();
+            m.retries.inc();
         }
         self.add_after(key, delay, Priority::Event);
     }
@@ -394,6 +362,13 @@ where
                 if state.queued.get(&key).is_some_and(|&(_, s)| s == seq) {
                     state.queued.remove(&key);
                     self.update_depth(state);
+                    if let Some(m) = &self.shared.metrics {
+                        let now = Instant::now();
+                        if let Some(at) = state.queued_at.remove(&key) {
+                            m.queue_duration.observe((now - at).as_secs_f64());
+                        }
+                        state.started_at.insert(key.clone(), now);
+                    }
                     return Some(key);
                 }
             }
@@ -437,6 +412,11 @@ where
     pub fn done(&self, key: &K) {
         let mut state = self.lock();
         state.processing.remove(key);
+        if let Some(at) = state.started_at.remove(key) {
+            if let Some(m) = &self.shared.metrics {
+                m.work_duration.observe(at.elapsed().as_secs_f64());
+            }
+        }
         if let Some(priority) = state.dirty.remove(key) {
             self.insert(&mut state, key.clone(), priority);
         }
@@ -485,7 +465,12 @@ where
     {
         let handler = Arc::new(handler);
         let mut tasks = tokio::task::JoinSet::new();
-        for _ in 0..workers.max(1) {
+        let workers = workers.max(1);
+        if let Some(m) = &self.shared.metrics {
+            m.max_concurrent
+                .set(i64::try_from(workers).unwrap_or(i64::MAX));
+        }
+        for _ in 0..workers {
             let queue = self.clone();
             let handler = handler.clone();
             tasks.spawn(async move {
@@ -496,8 +481,26 @@ where
                         Some(gate) => Some(gate.enter().await),
                         None => None,
                     };
+                    let started = Instant::now();
+                    let metrics = queue.shared.metrics.as_ref();
+                    if let Some(m) = metrics {
+                        m.active_workers.inc();
+                    }
                     let outcome = AssertUnwindSafe(handler(key.clone())).catch_unwind().await;
                     drop(permit);
+                    if let Some(m) = metrics {
+                        m.active_workers.dec();
+                        let result = match &outcome {
+                            Ok(Ok(())) if queue.has_delayed(&key) => ReconcileResult::RequeueAfter,
+                            Ok(Ok(())) => ReconcileResult::Success,
+                            Ok(Err(_)) => ReconcileResult::Error,
+                            Err(_) => {
+                                m.panics.inc();
+                                ReconcileResult::Error
+                            }
+                        };
+                        m.reconciled(result, started.elapsed().as_secs_f64());
+                    }
                     match outcome {
                         Ok(Ok(())) => queue.forget(&key),
                         Ok(Err(err)) => {
@@ -513,7 +516,44 @@ where
                 }
             });
         }
-        while tasks.join_next().await.is_some() {}
+        let join = async { while tasks.join_next().await.is_some() {} };
+        match &self.shared.metrics {
+            Some(m) => {
+                // client-go refreshes the in-progress gauges twice a second.
+                let mut tick = tokio::time::interval(Duration::from_millis(500));
+                tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                let refresh = async {
+                    loop {
+                        tick.tick().await;
+                        self.update_in_progress(m);
+                    }
+                };
+                tokio::select! {
+                    _ = join => {}
+                    _ = refresh => {}
+                }
+                self.update_in_progress(m);
+            }
+            None => join.await,
+        }
+    }
+
+    /// Whether `key` has a pending delayed add.
+    fn has_delayed(&self, key: &K) -> bool {
+        self.lock().delayed_index.contains_key(key)
+    }
+
+    /// Sets the unfinished-work and longest-running gauges from the keys in progress.
+    fn update_in_progress(&self, m: &BoundQueueMetrics) {
+        let now = Instant::now();
+        let (total, longest) = self
+            .lock()
+            .started_at
+            .values()
+            .map(|at| (now - *at).as_secs_f64())
+            .fold((0.0, 0.0f64), |(sum, max), s| (sum + s, max.max(s)));
+        m.unfinished.set(total);
+        m.longest.set(longest);
     }
 }
 
@@ -810,6 +850,83 @@ mod tests {
         assert_eq!(value("workqueue_retries_total"), 1.0);
         assert_eq!(q.get().await, Some("a"));
         assert_eq!(value("workqueue_depth"), 1.0);
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        q.done(&"a");
+        let histogram = |name: &str| {
+            registry
+                .gather()
+                .iter()
+                .find(|f| f.name() == name)
+                .map(|f| {
+                    let h = f.get_metric()[0].get_histogram();
+                    (h.get_sample_count(), h.get_sample_sum())
+                })
+                .unwrap_or_default()
+        };
+        assert_eq!(histogram("workqueue_queue_duration_seconds").0, 1);
+        assert_eq!(histogram("workqueue_work_duration_seconds"), (1, 2.0));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn metrics_count_reconciles_by_result() {
+        let registry = prometheus::Registry::new();
+        let metrics = QueueMetrics::register(&registry).unwrap();
+        let q: WorkQueue<&'static str> =
+            WorkQueue::with_options("CompositeController-x", Backoff::default(), Some(metrics));
+        let labels = |m: &prometheus::proto::Metric| -> Vec<(String, String)> {
+            m.get_label()
+                .iter()
+                .map(|l| (l.name().to_owned(), l.value().to_owned()))
+                .collect()
+        };
+        let reconciles = |result: &str| -> f64 {
+            registry
+                .gather()
+                .iter()
+                .find(|f| f.name() == "controller_runtime_reconcile_total")
+                .and_then(|f| {
+                    f.get_metric().iter().find(|m| {
+                        labels(m).contains(&("result".into(), result.into()))
+                            && labels(m)
+                                .contains(&("controller".into(), "CompositeController-x".into()))
+                    })
+                })
+                .map_or(-1.0, |m| m.get_counter().value())
+        };
+        // Every result series exists at zero before the first reconcile.
+        for r in crate::queue_metrics::RESULTS {
+            assert_eq!(reconciles(r), 0.0, "{r}");
+        }
+        q.add("ok", Priority::Event);
+        q.add("fail", Priority::Event);
+        q.add("later", Priority::Event);
+        let runner = q.clone();
+        let handler_queue = q.clone();
+        let run = tokio::spawn(async move {
+            runner
+                .run(1, move |key: &'static str| {
+                    let q = handler_queue.clone();
+                    async move {
+                        match key {
+                            "fail" => Err("boom"),
+                            "later" => {
+                                q.add_after(key, Duration::from_secs(600), Priority::Event);
+                                Ok(())
+                            }
+                            _ => Ok(()),
+                        }
+                    }
+                })
+                .await
+        });
+        // The failed key comes back after its 5 ms backoff and fails again.
+        tokio::time::sleep(Duration::from_millis(7)).await;
+        q.shut_down();
+        run.await.unwrap();
+        assert_eq!(reconciles("success"), 1.0);
+        assert!(reconciles("error") >= 1.0);
+        assert_eq!(reconciles("requeue_after"), 1.0);
+        assert_eq!(reconciles("requeue"), 0.0);
     }
 
     /// Many workers, many adds of few keys: no key is ever processed concurrently, and every

@@ -20,7 +20,7 @@ use tracing::Instrument as _;
 use crate::credentials::{self, AuthHeader, ResolvedSettings, Sources};
 use crate::error::HookError;
 use crate::etag::{EtagCache, EtagSettings};
-use crate::metrics::{HookMetrics, OUTCOME_CACHED, OUTCOME_SUCCESS};
+use crate::metrics::{CallLabels, HookMetrics, OUTCOME_CACHED, OUTCOME_SUCCESS};
 use crate::pool::{ClientPool, OverrideDns};
 use crate::sources::{ConfigMapSource, SecretSource};
 use crate::target::{display_url, hook_timeout, hook_url, HostResolver};
@@ -71,6 +71,8 @@ pub struct CallContext<'a> {
 #[derive(Clone)]
 pub struct HookClient {
     inner: Arc<Inner>,
+    /// The `controller_type` metrics label (see [`HookClient::for_controller_type`]).
+    controller_type: &'static str,
 }
 
 struct Inner {
@@ -103,7 +105,18 @@ impl HookClient {
                 metrics: HookMetrics::new(config.registry.as_ref())?,
                 etags: Mutex::new(HashMap::new()),
             }),
+            controller_type: "",
         })
+    }
+
+    /// A handle sharing this client's pools and caches whose calls carry
+    /// `controller_type` (`CompositeController` or `DecoratorController`, as upstream) in
+    /// their metrics labels.
+    pub fn for_controller_type(&self, controller_type: &'static str) -> HookClient {
+        HookClient {
+            inner: self.inner.clone(),
+            controller_type,
+        }
     }
 
     /// Calls `hook` with `request` and decodes the response as `Resp`, strictly or loosely
@@ -144,7 +157,6 @@ impl HookClient {
         Req: Serialize + ?Sized,
         Resp: DeserializeOwned + Default,
     {
-        let started = Instant::now();
         let span = tracing::info_span!(
             "hook_call",
             controller = ctx.controller,
@@ -152,8 +164,22 @@ impl HookClient {
             parent = ctx.parent_key,
             url = tracing::field::Empty,
         );
+        let shown_url = hook
+            .webhook
+            .as_ref()
+            .and_then(|w| hook_url(w).ok())
+            .map(|u| display_url(&u))
+            .unwrap_or_default();
+        let labels = CallLabels {
+            controller_name: ctx.controller,
+            controller_type: self.controller_type,
+            hook: ctx.hook_name,
+            url: &shown_url,
+        };
         let result = async {
-            let (body, url, cached) = self.exchange(ctx, hook, endpoint_configs, request).await?;
+            let (body, url, cached) = self
+                .exchange(ctx, &labels, hook, endpoint_configs, request)
+                .await?;
             let decoded = decode(&body, mode).map_err(|error| HookError::Decode { url, error })?;
             Ok::<_, HookError>((decoded, cached))
         }
@@ -164,12 +190,7 @@ impl HookClient {
             Ok((_, false)) => OUTCOME_SUCCESS,
             Err(err) => err.kind(),
         };
-        self.inner.metrics.observe(
-            ctx.controller,
-            ctx.hook_name,
-            outcome,
-            started.elapsed().as_secs_f64(),
-        );
+        self.inner.metrics.observe_call(&labels, outcome);
         match result {
             Ok((value, _)) => Ok(value),
             Err(err) => {
@@ -213,6 +234,7 @@ impl HookClient {
     async fn exchange<Req: Serialize + ?Sized>(
         &self,
         ctx: &CallContext<'_>,
+        labels: &CallLabels<'_>,
         hook: &Hook,
         endpoint_configs: &[EndpointConfig],
         request: &Req,
@@ -259,11 +281,17 @@ impl HookClient {
 
         let max_body = self.inner.max_body_bytes;
         let transfer = async {
+            let sent = Instant::now();
+            let in_flight = self.inner.metrics.start_request(labels);
             let response = builder
                 .send()
                 .await
                 .map_err(|err| transport_error(&shown_url, timeout, err))?;
+            drop(in_flight);
             let status = response.status().as_u16();
+            self.inner
+                .metrics
+                .observe_response(labels, status, sent.elapsed());
             match status {
                 200 => {
                     let etag = response

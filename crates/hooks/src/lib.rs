@@ -74,8 +74,10 @@
 //! * **Decoding**: [`metacontroller_api::wire::decode_response`] — strict mode rejects
 //!   unknown and duplicate fields by path; loose ignores unknown fields and keeps the last
 //!   duplicate; a `null` body is the response type's default, as in Go.
-//! * **Observability**: counter `metacontroller_hook_requests_total{controller,hook,outcome}`
-//!   and histogram `metacontroller_hook_request_duration_seconds{controller,hook}`; a
+//! * **Observability**: upstream's per-hook families
+//!   `metacontroller_<hook>_requests_total`, `..._request_duration_histogram_seconds` and
+//!   `..._in_flight_requests` (see [`metrics`]), plus
+//!   `metacontroller_hook_calls_total{controller_name,controller_type,hook,outcome}`; a
 //!   `hook_call` span with controller, hook, parent and URL (without userinfo); request and
 //!   response bodies only at trace level, with the `data`/`stringData` values of every
 //!   Secret in them replaced by `[REDACTED]` ([`redact`]).

@@ -1,65 +1,205 @@
-//! Prometheus metrics of hook calls. Labels are the controller name, the hook name and the
-//! outcome; never URLs (which may carry userinfo) nor anything from Secrets.
+//! Prometheus metrics of hook calls.
+//!
+//! Per hook type (`sync`, `finalize`, `customize`) the families upstream Metacontroller
+//! exposes, so its dashboards and alerts keep working:
+//!
+//! * `metacontroller_<hook>_requests_total{code,method,controller_name,controller_type,url}`
+//!   — responses received, by HTTP status (`"200"`) and lower-case method (`"post"`);
+//!   calls that got no response (connection refused, timeout) are not counted here, as
+//!   upstream;
+//! * `metacontroller_<hook>_request_duration_histogram_seconds{method,controller_name,controller_type,url}`
+//!   — time to the response headers (Prometheus default buckets);
+//! * `metacontroller_<hook>_in_flight_requests{controller_name,controller_type,url}`.
+//!
+//! Beyond upstream, [`CALLS_TOTAL`] counts every call by outcome (success, cached or an
+//! error kind), so timeouts and decode errors are visible too. The `url` label never holds
+//! userinfo (it is the URL as shown in messages); nothing from Secrets becomes a label.
 
-use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry};
+use std::time::Duration;
+
+use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry};
 
 use crate::error::HookError;
 
-/// Name of the request counter.
-pub const REQUESTS_TOTAL: &str = "metacontroller_hook_requests_total";
-/// Name of the latency histogram.
-pub const REQUEST_DURATION: &str = "metacontroller_hook_request_duration_seconds";
+/// Name of the per-outcome call counter (not in upstream).
+pub const CALLS_TOTAL: &str = "metacontroller_hook_calls_total";
 
 /// Outcome label of a call that got a fresh 200 response.
 pub const OUTCOME_SUCCESS: &str = "success";
 /// Outcome label of a call answered 304/412 and served from the ETag cache.
 pub const OUTCOME_CACHED: &str = "cached";
 
+/// The hook types upstream has metric families for.
+pub const HOOK_TYPES: [&str; 3] = ["sync", "finalize", "customize"];
+
+/// Upstream's method label value: Go's promhttp lower-cases known methods.
+const METHOD_POST: &str = "post";
+
+/// The three upstream families of one hook type.
+#[derive(Clone)]
+struct HookFamilies {
+    requests: IntCounterVec,
+    duration: HistogramVec,
+    in_flight: IntGaugeVec,
+}
+
+/// Who a call is for: the constant labels of upstream's hook families.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct CallLabels<'a> {
+    pub controller_name: &'a str,
+    pub controller_type: &'a str,
+    pub hook: &'a str,
+    pub url: &'a str,
+}
+
 #[derive(Clone)]
 pub(crate) struct HookMetrics {
-    requests: IntCounterVec,
-    latency: HistogramVec,
+    calls: IntCounterVec,
+    /// In [`HOOK_TYPES`] order.
+    hooks: Vec<HookFamilies>,
+}
+
+fn metric_error(e: prometheus::Error) -> HookError {
+    HookError::config(format!("metrics: {e}"))
 }
 
 impl HookMetrics {
     pub(crate) fn new(registry: Option<&Registry>) -> Result<Self, HookError> {
-        let requests = IntCounterVec::new(
+        let calls = IntCounterVec::new(
             Opts::new(
-                REQUESTS_TOTAL,
+                CALLS_TOTAL,
                 "Hook calls by controller, hook and outcome (success, cached or an error kind).",
             ),
-            &["controller", "hook", "outcome"],
+            &["controller_name", "controller_type", "hook", "outcome"],
         )
-        .map_err(|e| HookError::config(format!("metrics: {e}")))?;
-        let latency = HistogramVec::new(
-            HistogramOpts::new(
-                REQUEST_DURATION,
-                "Duration of hook calls in seconds, from request to decoded response.",
+        .map_err(metric_error)?;
+        let mut hooks = Vec::new();
+        for hook in HOOK_TYPES {
+            let requests = IntCounterVec::new(
+                Opts::new(
+                    format!("metacontroller_{hook}_requests_total"),
+                    "A counter for outgoing requests from the wrapped client.",
+                ),
+                &[
+                    "code",
+                    "method",
+                    "controller_name",
+                    "controller_type",
+                    "url",
+                ],
             )
-            .buckets(vec![
-                0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
-                10.0, 30.0,
-            ]),
-            &["controller", "hook"],
-        )
-        .map_err(|e| HookError::config(format!("metrics: {e}")))?;
+            .map_err(metric_error)?;
+            // Go's prometheus.DefBuckets, as upstream.
+            let duration = HistogramVec::new(
+                HistogramOpts::new(
+                    format!("metacontroller_{hook}_request_duration_histogram_seconds"),
+                    "A histogram of outgoing request latencies.",
+                )
+                .buckets(prometheus::DEFAULT_BUCKETS.to_vec()),
+                &["method", "controller_name", "controller_type", "url"],
+            )
+            .map_err(metric_error)?;
+            let in_flight = IntGaugeVec::new(
+                Opts::new(
+                    format!("metacontroller_{hook}_in_flight_requests"),
+                    "A gauge of in-flight outgoing requests for the wrapped client.",
+                ),
+                &["controller_name", "controller_type", "url"],
+            )
+            .map_err(metric_error)?;
+            hooks.push(HookFamilies {
+                requests,
+                duration,
+                in_flight,
+            });
+        }
         if let Some(registry) = registry {
             registry
-                .register(Box::new(requests.clone()))
-                .map_err(|e| HookError::config(format!("metrics: {e}")))?;
-            registry
-                .register(Box::new(latency.clone()))
-                .map_err(|e| HookError::config(format!("metrics: {e}")))?;
+                .register(Box::new(calls.clone()))
+                .map_err(metric_error)?;
+            for f in &hooks {
+                registry
+                    .register(Box::new(f.requests.clone()))
+                    .map_err(metric_error)?;
+                registry
+                    .register(Box::new(f.duration.clone()))
+                    .map_err(metric_error)?;
+                registry
+                    .register(Box::new(f.in_flight.clone()))
+                    .map_err(metric_error)?;
+            }
         }
-        Ok(Self { requests, latency })
+        Ok(Self { calls, hooks })
     }
 
-    pub(crate) fn observe(&self, controller: &str, hook: &str, outcome: &str, seconds: f64) {
-        self.requests
-            .with_label_values(&[controller, hook, outcome])
+    fn families(&self, hook: &str) -> Option<&HookFamilies> {
+        HOOK_TYPES
+            .iter()
+            .position(|h| *h == hook)
+            .and_then(|i| self.hooks.get(i))
+    }
+
+    /// Counts one finished call by outcome.
+    pub(crate) fn observe_call(&self, labels: &CallLabels<'_>, outcome: &str) {
+        self.calls
+            .with_label_values(&[
+                labels.controller_name,
+                labels.controller_type,
+                labels.hook,
+                outcome,
+            ])
             .inc();
-        self.latency
-            .with_label_values(&[controller, hook])
-            .observe(seconds);
+    }
+
+    /// Marks a request as sent; the returned guard un-marks it when dropped (also when the
+    /// call is cancelled by its timeout).
+    pub(crate) fn start_request(&self, labels: &CallLabels<'_>) -> InFlight {
+        let gauge = self.families(labels.hook).map(|f| {
+            let g = f.in_flight.with_label_values(&[
+                labels.controller_name,
+                labels.controller_type,
+                labels.url,
+            ]);
+            g.inc();
+            g
+        });
+        InFlight { gauge }
+    }
+
+    /// Records a response (status `code`) that arrived after `elapsed`.
+    pub(crate) fn observe_response(&self, labels: &CallLabels<'_>, code: u16, elapsed: Duration) {
+        let Some(f) = self.families(labels.hook) else {
+            return;
+        };
+        f.requests
+            .with_label_values(&[
+                &code.to_string(),
+                METHOD_POST,
+                labels.controller_name,
+                labels.controller_type,
+                labels.url,
+            ])
+            .inc();
+        f.duration
+            .with_label_values(&[
+                METHOD_POST,
+                labels.controller_name,
+                labels.controller_type,
+                labels.url,
+            ])
+            .observe(elapsed.as_secs_f64());
+    }
+}
+
+/// An in-flight request, counted until dropped.
+pub(crate) struct InFlight {
+    gauge: Option<prometheus::IntGauge>,
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        if let Some(g) = &self.gauge {
+            g.dec();
+        }
     }
 }

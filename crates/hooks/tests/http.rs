@@ -461,19 +461,22 @@ async fn metrics_count_calls_by_controller_hook_and_outcome() {
         registry: Some(registry.clone()),
         ..HookClientConfig::default()
     })
-    .unwrap();
-    let cached_hook = etag_hook(&server.url("http", "/"), None, None);
+    .unwrap()
+    .for_controller_type("CompositeController");
+    let url = server.url("http", "/");
+    let cached_hook = etag_hook(&url, None, None);
     call(&client, &cached_hook).await.unwrap();
     call(&client, &cached_hook).await.unwrap();
     let broken = Hook::default();
     assert!(call(&client, &broken).await.is_err());
 
     let families = registry.gather();
-    let counter = |outcome: &str| -> u64 {
+    // The value of the sample of `family` carrying all of `want` as labels.
+    let value = |family: &str, want: &[(&str, &str)]| -> f64 {
         families
             .iter()
-            .find(|f| f.name() == "metacontroller_hook_requests_total")
-            .unwrap()
+            .find(|f| f.name() == family)
+            .unwrap_or_else(|| panic!("no family {family}"))
             .get_metric()
             .iter()
             .find(|m| {
@@ -482,23 +485,62 @@ async fn metrics_count_calls_by_controller_hook_and_outcome() {
                     .iter()
                     .map(|l| (l.name(), l.value()))
                     .collect();
-                labels.contains(&("controller", "ctl"))
-                    && labels.contains(&("hook", "sync"))
-                    && labels.contains(&("outcome", outcome))
+                want.iter().all(|w| labels.contains(w))
             })
-            .map(|m| m.get_counter().value() as u64)
-            .unwrap_or(0)
+            .map(|m| {
+                if m.get_counter().value() > 0.0 {
+                    m.get_counter().value()
+                } else if m.get_histogram().get_sample_count() > 0 {
+                    m.get_histogram().get_sample_count() as f64
+                } else {
+                    m.get_gauge().value()
+                }
+            })
+            .unwrap_or(0.0)
     };
-    assert_eq!(counter("success"), 1);
-    assert_eq!(counter("cached"), 1);
-    assert_eq!(counter("config_error"), 1);
-    let histogram = families
-        .iter()
-        .find(|f| f.name() == "metacontroller_hook_request_duration_seconds")
-        .unwrap();
+    let ours = |outcome| {
+        value(
+            "metacontroller_hook_calls_total",
+            &[
+                ("controller_name", "ctl"),
+                ("controller_type", "CompositeController"),
+                ("hook", "sync"),
+                ("outcome", outcome),
+            ],
+        )
+    };
+    assert_eq!(ours("success"), 1.0);
+    assert_eq!(ours("cached"), 1.0);
+    assert_eq!(ours("config_error"), 1.0);
+    // Upstream's families: one sample per status code, method "post", the URL as a label.
+    let upstream = |code| {
+        value(
+            "metacontroller_sync_requests_total",
+            &[
+                ("code", code),
+                ("method", "post"),
+                ("controller_name", "ctl"),
+                ("controller_type", "CompositeController"),
+                ("url", url.as_str()),
+            ],
+        )
+    };
+    assert_eq!(upstream("200"), 1.0);
+    assert_eq!(upstream("304"), 1.0);
     assert_eq!(
-        histogram.get_metric()[0].get_histogram().get_sample_count(),
-        3
+        value(
+            "metacontroller_sync_request_duration_histogram_seconds",
+            &[("method", "post"), ("url", url.as_str())]
+        ),
+        2.0,
+        "the call without a webhook sent nothing"
+    );
+    assert_eq!(
+        value(
+            "metacontroller_sync_in_flight_requests",
+            &[("url", url.as_str())]
+        ),
+        0.0
     );
 
     // A second client on the same registry is refused (duplicate registration).

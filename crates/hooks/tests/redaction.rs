@@ -213,7 +213,8 @@ async fn credentials_never_reach_logs_errors_or_metrics() {
     prometheus::TextEncoder::new()
         .encode_utf8(&registry.gather(), &mut metrics)
         .unwrap();
-    assert!(metrics.contains("metacontroller_hook_requests_total"));
+    assert!(metrics.contains("metacontroller_hook_calls_total"));
+    assert!(metrics.contains("metacontroller_sync_requests_total"));
     assert_clean("metrics", &metrics, &secrets);
 
     assert_clean("MemoryObjects Debug", &format!("{objects:?}"), &secrets);

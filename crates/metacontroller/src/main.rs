@@ -3,9 +3,12 @@
 mod cli;
 mod client;
 mod dev;
+mod health;
 mod leader;
+mod listen;
 mod logging;
 mod merge_cmd;
+mod metrics;
 mod run;
 mod shutdown;
 mod sources;

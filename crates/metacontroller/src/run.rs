@@ -11,6 +11,7 @@ use kube::core::GroupVersionKind;
 use kube::Client;
 
 use metacontroller_controllers::events::{reason, EventRecorder};
+use metacontroller_controllers::metrics::{COMPOSITE, DECORATOR};
 
 use crate::cli::ControllerArgs;
 
@@ -30,7 +31,10 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
             )
         })
         .transpose()?;
-    let registry = prometheus::Registry::new();
+    // One registry for the whole process; every part registers its families here.
+    let registry = crate::metrics::registry()?;
+    let readiness = crate::health::Readiness::default();
+    let _servers = serve(&args, &registry, &readiness).await?;
     let client = crate::client::client(&args, &registry).await?;
     tokio::select! {
         result = discover_controllers(&client, &args) => result?,
@@ -39,7 +43,7 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
     // With leader election the gate opens only while this replica holds the Lease; the
     // controllers below run either way, so a standby keeps its caches warm.
     let gate = metacontroller_dynamic::SyncGate::new(leader.is_none());
-    let shared = Shared::new(client.clone(), &args, gate.clone())?;
+    let shared = Shared::new(client.clone(), &args, gate.clone(), &registry, readiness)?;
     let leader = leader
         .map(|config| crate::shutdown::LeaderTask::spawn(client.clone(), config, gate.clone()));
     // Pinned out here, not moved into the select: dropping them would stop the reconcilers,
@@ -54,6 +58,30 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
     }
     crate::shutdown::graceful(&gate, &shared.events, leader).await;
     Ok(())
+}
+
+/// Starts the metrics and probe servers (each off when its flag is `0`).
+async fn serve(
+    args: &ControllerArgs,
+    registry: &prometheus::Registry,
+    readiness: &crate::health::Readiness,
+) -> anyhow::Result<crate::listen::Servers> {
+    let mut servers = crate::listen::Servers::default();
+    let metrics = crate::metrics::router(registry.clone());
+    servers
+        .serve("metrics-address", &args.metrics_address, "metrics", metrics)
+        .await?;
+    let probes = crate::health::router(readiness.clone());
+    let flag = "health-probe-bind-address";
+    servers
+        .serve(
+            flag,
+            &args.health_probe_bind_address,
+            "health probes",
+            probes,
+        )
+        .await?;
+    Ok(servers)
 }
 
 /// Lists both controller kinds, retrying with backoff while the API server or the CRDs
@@ -134,6 +162,8 @@ struct Shared {
     gate: metacontroller_dynamic::SyncGate,
     /// Merge schemas (`--apply-schema=auto`), shared by all controllers.
     schemas: Option<metacontroller_dynamic::Schemas>,
+    metrics: metacontroller_controllers::metrics::ControllerMetrics,
+    readiness: crate::health::Readiness,
 }
 
 impl Shared {
@@ -141,6 +171,8 @@ impl Shared {
         client: Client,
         args: &ControllerArgs,
         gate: metacontroller_dynamic::SyncGate,
+        registry: &prometheus::Registry,
+        readiness: crate::health::Readiness,
     ) -> anyhow::Result<Shared> {
         let informers = metacontroller_dynamic::Informers::new(
             client.clone(),
@@ -148,14 +180,18 @@ impl Shared {
                 flush_interval: Some(args.cache_flush_interval).filter(|d| !d.is_zero()),
             },
         );
+        crate::metrics::register_informers(registry, informers.clone())?;
+        readiness.set_informers(informers.clone());
         // Hook credentials are read from the API on each call that uses them.
         let sources = std::sync::Arc::new(crate::sources::ApiSources::new(client.clone()));
         let hooks = metacontroller_hooks::HookClient::new(metacontroller_hooks::HookClientConfig {
             secrets: Some(sources.clone()),
             config_maps: Some(sources),
+            registry: Some(registry.clone()),
             ..Default::default()
         })
         .context("building the hook client")?;
+        let metrics = metacontroller_controllers::metrics::ControllerMetrics::register(registry)?;
         let events = EventRecorder::new(client.clone(), args.events_qps, args.events_burst)
             .context("--events-qps/--events-burst")?;
         let schemas = (args.apply_schema == crate::cli::ApplySchema::Auto).then(|| {
@@ -171,6 +207,8 @@ impl Shared {
             events,
             gate,
             schemas,
+            metrics,
+            readiness,
         })
     }
 }
@@ -259,7 +297,10 @@ where
                 controllers.relisted(&obj);
                 controllers.applied(obj).await
             }
-            Ok(watcher::Event::InitDone) => controllers.relist_done().await,
+            Ok(watcher::Event::InitDone) => {
+                controllers.relist_done().await;
+                shared.readiness.controllers_listed(&T::kind(&()));
+            }
             Ok(watcher::Event::Apply(obj)) => controllers.applied(obj).await,
             Ok(watcher::Event::Delete(obj)) => controllers.deleted(&obj).await,
             Err(err) => tracing::warn!(kind = %T::kind(&()), error = %err, "watching controllers"),
@@ -483,7 +524,7 @@ async fn run_composite(shared: Shared, args: &ControllerArgs) -> anyhow::Result<
                 shared.client.clone(),
                 &shared.informers,
                 resources,
-                shared.hooks.clone(),
+                shared.hooks.for_controller_type(COMPOSITE),
                 controller_options(args, &shared),
             )
             .map_err(|e| match e {
@@ -514,7 +555,7 @@ async fn run_decorator(shared: Shared, args: &ControllerArgs) -> anyhow::Result<
                 shared.client.clone(),
                 &shared.informers,
                 resources,
-                shared.hooks.clone(),
+                shared.hooks.for_controller_type(DECORATOR),
                 controller_options(args, &shared),
             )
             .map_err(StartFailure::create_error)
@@ -542,5 +583,6 @@ fn controller_options(
         events: shared.events.clone(),
         gate: shared.gate.clone(),
         schemas: shared.schemas.clone(),
+        metrics: shared.metrics.clone(),
     }
 }

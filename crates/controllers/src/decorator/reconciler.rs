@@ -277,7 +277,7 @@ pub fn start(
     let spec = reconcile::ControllerSpec::from(CustomizableController::Decorator(Box::new(
         controller.clone(),
     )));
-    let queue: WorkQueue<TargetKey> = WorkQueue::new(format!("decorator-{}", spec.name));
+    let queue: WorkQueue<TargetKey> = options.metrics.queue(spec.controller_type(), &spec.name);
     queue.set_gate(options.gate.clone());
     let routing = Arc::new(Routing {
         selector: resolved.selector,

@@ -151,8 +151,7 @@ impl Env {
                 workers: 2,
                 events: self.events.clone(),
                 apply_strategy,
-                gate: Default::default(),
-                schemas: None,
+                ..Default::default()
             },
         )
         .unwrap()
