@@ -53,6 +53,7 @@ mod scale;
 pub mod schema;
 pub mod selector;
 mod server;
+pub mod sim;
 pub mod ssa;
 mod store;
 pub mod strategic_merge;
@@ -63,6 +64,7 @@ mod watch;
 
 pub use control::{Control, Fault, FaultAction, HistoryEntry};
 pub use errors::ApiError;
+pub use sim::SimulationConfig;
 
 use server::Shared;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -86,6 +88,9 @@ pub struct Config {
     pub history_size: usize,
     /// How often watches with `allowWatchBookmarks=true` get a BOOKMARK.
     pub bookmark_interval: Duration,
+    /// Simulated nodes, kubelets and workload controllers (Deployments, StatefulSets, …) so
+    /// pods run without containers; `None` (the default) keeps the server a bare API server.
+    pub simulation: Option<SimulationConfig>,
 }
 
 impl Default for Config {
@@ -97,6 +102,7 @@ impl Default for Config {
             token: None,
             history_size: 100_000,
             bookmark_interval: Duration::from_secs(10),
+            simulation: None,
         }
     }
 }
@@ -157,12 +163,26 @@ impl ApiServer {
                 })
                 .await;
         });
-        let ctrl = tokio::spawn(controllers::run(shared.clone(), stop_rx));
+        let mut tasks = vec![http];
+        if let Some(sim_config) = config.simulation.clone() {
+            // Subscribed before the first write so the simulation misses no event.
+            let events = shared.write(|st| {
+                st.graceful_pod_deletion = true;
+                st.subscribe()
+            });
+            tasks.push(tokio::spawn(sim::run(
+                shared.clone(),
+                sim_config,
+                events,
+                stop_rx.clone(),
+            )));
+        }
+        tasks.push(tokio::spawn(controllers::run(shared.clone(), stop_rx)));
         Ok(ApiServerHandle {
             shared,
             addr,
             stop: stop_tx,
-            tasks: vec![http, ctrl],
+            tasks,
         })
     }
 }

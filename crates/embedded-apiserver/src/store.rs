@@ -73,6 +73,9 @@ pub struct State {
     gc_dirty: HashSet<Located>,
     /// Service cluster IPs and node ports.
     pub ip_alloc: crate::defaults::RangeAllocator,
+    /// Pods bound to a node end gracefully (a kubelet finishes their deletion), as in a
+    /// cluster with kubelets; set when the dev-mode simulation runs.
+    pub graceful_pod_deletion: bool,
 }
 
 /// Reads `metadata.<field>` as a string.
@@ -99,6 +102,7 @@ impl State {
             dependents: HashMap::new(),
             gc_dirty: HashSet::new(),
             ip_alloc: Default::default(),
+            graceful_pod_deletion: false,
         }
     }
 
