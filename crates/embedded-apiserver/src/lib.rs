@@ -150,6 +150,17 @@ impl ApiServer {
                 let obj = serde_json::json!({"metadata": {"name": ns}});
                 let _ = ops::create(st, &info, "v1", None, obj, &Default::default());
             }
+            // The `kubernetes` Service every cluster has in `default` (on the first service IP).
+            if let Some(svc_info) = st.registry.get_gr("", "services") {
+                let svc = serde_json::json!({
+                    "metadata": {"name": "kubernetes", "namespace": "default",
+                                 "labels": {"component": "apiserver", "provider": "kubernetes"}},
+                    "spec": {"clusterIP": "10.96.0.1", "type": "ClusterIP", "sessionAffinity": "None",
+                             "ports": [{"name": "https", "port": 443, "protocol": "TCP",
+                                        "targetPort": addr.port()}]},
+                });
+                let _ = ops::create(st, &svc_info, "v1", Some("default"), svc, &Default::default());
+            }
         });
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
         let app = server::router(shared.clone());
