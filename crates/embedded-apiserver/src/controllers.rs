@@ -117,6 +117,9 @@ fn ensure_default_service_accounts(st: &mut State) -> bool {
 /// ConfigMap. The embedded server serves plain HTTP, so there is no CA to publish; the
 /// key is there (empty PEM bundle) so pods and tools that expect the ConfigMap find it.
 fn ensure_root_ca_config_maps(st: &mut State) -> bool {
+    if !st.simulated_cluster {
+        return false;
+    }
     let (Some(ns_info), Some(cm_info)) = (
         st.registry.get_gr("", "namespaces"),
         st.registry.get_gr("", "configmaps"),

@@ -829,7 +829,7 @@ pub fn delete(
 /// Whether deleting this object is graceful: a pod bound to a node that has not finished,
 /// while simulated kubelets run (they finish the deletion; see `sim::kubelet`).
 fn graceful_pod(st: &State, info: &ResourceInfo, obj: &Value) -> bool {
-    st.graceful_pod_deletion
+    st.simulated_cluster
         && info.group.is_empty()
         && info.resource == "pods"
         && obj

@@ -249,7 +249,9 @@ fn columns(info: &ResourceInfo, version: &str) -> Vec<Column> {
             name.priority = 1;
             vec![
                 computed("Last Seen", |o| json!(event_age(o, true))),
-                computed("Type", |o| json!(o.get("type").and_then(Value::as_str).unwrap_or(""))),
+                computed("Type", |o| {
+                    json!(o.get("type").and_then(Value::as_str).unwrap_or(""))
+                }),
                 computed("Reason", |o| {
                     json!(o.get("reason").and_then(Value::as_str).unwrap_or(""))
                 }),
@@ -260,7 +262,10 @@ fn columns(info: &ResourceInfo, version: &str) -> Vec<Column> {
                     json!(format!("{}/{n}", kind.to_lowercase()))
                 }),
                 wide(computed("Subobject", |o| {
-                    json!(event_object(o).get("fieldPath").and_then(Value::as_str).unwrap_or(""))
+                    json!(event_object(o)
+                        .get("fieldPath")
+                        .and_then(Value::as_str)
+                        .unwrap_or(""))
                 })),
                 wide(computed("Source", |o| {
                     let c = o
@@ -325,7 +330,12 @@ fn event_object(o: &Value) -> &Value {
 /// The age of an Event's last (or first) occurrence, as kubectl's "Last Seen" shows it.
 fn event_age(o: &Value, last: bool) -> String {
     let keys: &[&str] = if last {
-        &["/series/lastObservedTime", "/lastTimestamp", "/deprecatedLastTimestamp", "/eventTime"]
+        &[
+            "/series/lastObservedTime",
+            "/lastTimestamp",
+            "/deprecatedLastTimestamp",
+            "/eventTime",
+        ]
     } else {
         &["/firstTimestamp", "/deprecatedFirstTimestamp", "/eventTime"]
     };

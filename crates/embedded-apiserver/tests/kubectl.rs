@@ -490,7 +490,8 @@ async fn kubectl_rollout_status_and_events_with_simulation() {
         assert_eq!(pods.matches("Running").count(), 3, "{pods}");
 
         // A template change rolls out too.
-        k.ok(&["set", "image", "deployment/web", "web=nginx:1.28"]).await;
+        k.ok(&["set", "image", "deployment/web", "web=nginx:1.28"])
+            .await;
         let out = k
             .ok(&["rollout", "status", "deployment/web", "--timeout=60s"])
             .await;
@@ -512,7 +513,10 @@ async fn kubectl_rollout_status_and_events_with_simulation() {
             events.contains("ScalingReplicaSet") && events.contains("deployment/web"),
             "{events}"
         );
-        assert!(events.contains("Scheduled") && events.contains("pod/web-"), "{events}");
+        assert!(
+            events.contains("Scheduled") && events.contains("pod/web-"),
+            "{events}"
+        );
         let wide = k.ok(&["get", "events", "-o", "wide"]).await;
         assert!(
             wide.lines().next().unwrap_or("").contains("SOURCE")
@@ -525,7 +529,9 @@ async fn kubectl_rollout_status_and_events_with_simulation() {
 
 #[tokio::test]
 async fn kubectl_sees_the_objects_every_cluster_has() {
-    let Some((_s, k)) = setup().await else { return };
+    let Some((_s, k)) = setup_simulated().await else {
+        return;
+    };
     within(60, async {
         k.ok(&["create", "namespace", "team"]).await;
         for ns in ["default", "team"] {
@@ -533,11 +539,15 @@ async fn kubectl_sees_the_objects_every_cluster_has() {
                 k.run(&["get", "configmap", "kube-root-ca.crt", "-n", ns])
                     .await
                     .0
-                    && k.run(&["get", "serviceaccount", "default", "-n", ns]).await.0
+                    && k.run(&["get", "serviceaccount", "default", "-n", ns])
+                        .await
+                        .0
             })
             .await;
         }
-        let svc = k.json(&["get", "service", "kubernetes", "-n", "default"]).await;
+        let svc = k
+            .json(&["get", "service", "kubernetes", "-n", "default"])
+            .await;
         assert_eq!(svc["spec"]["clusterIP"], "10.96.0.1");
         assert_eq!(svc["spec"]["ports"][0]["port"], 443);
     })

@@ -88,7 +88,6 @@ pub(super) fn reconcile(sim: &mut Sim, st: &mut State, ns: &str, name: &str) {
             labeled += 1;
         }
     }
-    let terminating = pods.iter().filter(|p| util::is_deleting(p)).count();
     let mut status = json!({"replicas": active.len()});
     for (k, v) in [
         ("fullyLabeledReplicas", labeled),
@@ -99,7 +98,6 @@ pub(super) fn reconcile(sim: &mut Sim, st: &mut State, ns: &str, name: &str) {
             status[k] = json!(v);
         }
     }
-    let _ = terminating; // terminatingReplicas is alpha (DeploymentReplicaSetTerminatingReplicas)
     if let Some(g) = rs.pointer("/metadata/generation") {
         status["observedGeneration"] = g.clone();
     }
