@@ -21,7 +21,7 @@ pub(crate) enum Segment {
 /// Paths of the fields in `obj` that the built-in type of `group`/`resource` does not have,
 /// in document order. Empty for custom resources and unknown types.
 pub(crate) fn unknown_fields(group: &str, resource: &str, obj: &Value) -> Vec<Vec<Segment>> {
-    use k8s_openapi::api::{apps, batch, coordination, core, events, policy, rbac};
+    use k8s_openapi::api::{apps, batch, coordination, core, discovery, events, policy, rbac};
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1 as apiextensions;
     match (group, resource) {
         ("", "namespaces") => ignored::<core::v1::Namespace>(obj),
@@ -30,6 +30,8 @@ pub(crate) fn unknown_fields(group: &str, resource: &str, obj: &Value) -> Vec<Ve
         ("", "services") => ignored::<core::v1::Service>(obj),
         ("", "pods") => ignored::<core::v1::Pod>(obj),
         ("", "serviceaccounts") => ignored::<core::v1::ServiceAccount>(obj),
+        ("", "nodes") => ignored::<core::v1::Node>(obj),
+        ("discovery.k8s.io", "endpointslices") => ignored::<discovery::v1::EndpointSlice>(obj),
         ("", "events") => ignored::<core::v1::Event>(obj),
         ("events.k8s.io", "events") => ignored::<events::v1::Event>(obj),
         ("coordination.k8s.io", "leases") => ignored::<coordination::v1::Lease>(obj),

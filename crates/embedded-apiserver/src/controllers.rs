@@ -113,11 +113,38 @@ fn ensure_default_service_accounts(st: &mut State) -> bool {
     changed
 }
 
+/// The root-CA publisher's part: every active namespace gets the `kube-root-ca.crt`
+/// ConfigMap. The embedded server serves plain HTTP, so there is no CA to publish; the
+/// key is there (empty PEM bundle) so pods and tools that expect the ConfigMap find it.
+fn ensure_root_ca_config_maps(st: &mut State) -> bool {
+    if !st.simulated_cluster {
+        return false;
+    }
+    let (Some(ns_info), Some(cm_info)) = (
+        st.registry.get_gr("", "namespaces"),
+        st.registry.get_gr("", "configmaps"),
+    ) else {
+        return false;
+    };
+    let mut changed = false;
+    for ((_, ns), obj) in st.list(&ns_info.gr(), None) {
+        if is_deleting(&obj) || st.get(&cm_info.gr(), &ns, "kube-root-ca.crt").is_some() {
+            continue;
+        }
+        let cm = json!({"apiVersion": "v1", "kind": "ConfigMap",
+                        "metadata": {"name": "kube-root-ca.crt", "namespace": ns,
+                                     "annotations": {"kubernetes.io/description": "Contains a CA bundle that can be used to verify the kube-apiserver when using internal endpoints such as the internal service IP or kubernetes.default.svc. No other usage is guaranteed across distributions of Kubernetes clusters."}},
+                        "data": {"ca.crt": ""}});
+        changed |= ops::create(st, &cm_info, "v1", Some(&ns), cm, &WriteOpts::default()).is_ok();
+    }
+    changed
+}
+
 /// One reconciliation pass over the objects writes marked for the controllers (see
 /// `State::take_gc_dirty`); returns whether it changed anything. Its own writes mark the
 /// objects they affect, so repeating passes until nothing changes converges.
 pub fn run_once(st: &mut State) -> bool {
-    let mut changed = ensure_default_service_accounts(st);
+    let mut changed = ensure_default_service_accounts(st) | ensure_root_ca_config_maps(st);
     for (gr, (ns, name)) in st.take_gc_dirty() {
         let Some(info) = st.registry.get_gr(&gr.0, &gr.1) else {
             continue;

@@ -167,7 +167,8 @@ fn reset_status_on_create(info: &ResourceInfo, obj: &mut Value) {
         ("", "services") => {
             map.insert("status".into(), json!({"loadBalancer": {}}));
         }
-        ("apiextensions.k8s.io", _) => {}
+        // The kubelet registers its Node with a status.
+        ("apiextensions.k8s.io", _) | ("", "nodes") => {}
         _ if info.is_custom() => {
             map.remove("status");
         }

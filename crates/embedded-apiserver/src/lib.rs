@@ -16,12 +16,17 @@
 //! background/foreground/orphan garbage collection. Errors are `Status`
 //! objects with the real reasons and messages.
 //!
-//! Built-in kinds: namespaces, configmaps, secrets, services, pods,
-//! serviceaccounts, events (core and events.k8s.io), leases, deployments,
-//! replicasets, statefulsets, daemonsets, jobs, cronjobs, poddisruptionbudgets,
-//! RBAC (4 kinds) and customresourcedefinitions.
+//! Built-in kinds: namespaces, configmaps, secrets, services, pods, nodes,
+//! endpointslices, serviceaccounts, events (core and events.k8s.io), leases, deployments,
+//! replicasets, statefulsets, daemonsets, jobs, cronjobs, poddisruptionbudgets, RBAC
+//! (4 kinds) and customresourcedefinitions.
 //!
-//! Not emulated: workload controllers, scheduler, kubelet; protobuf request
+//! With `Config::simulation` (on in `metacontroller dev`, off by default) it also
+//! simulates nodes, the scheduler, kubelets and the workload controllers
+//! (Deployment, ReplicaSet, StatefulSet, DaemonSet, Job, EndpointSlice) so pods
+//! "run" without containers; see [`sim`].
+//!
+//! Not emulated: protobuf request
 //! bodies other than those of `kubectl create namespace|configmap|secret|
 //! serviceaccount`; unknown-field detection for built-in kinds; conversion
 //! webhooks; server-side apply field ownership until the `ssa` module lands
@@ -56,6 +61,7 @@ mod scale;
 pub mod schema;
 pub mod selector;
 mod server;
+pub mod sim;
 pub mod ssa;
 mod store;
 pub mod strategic_merge;
@@ -66,6 +72,7 @@ mod watch;
 
 pub use control::{Control, Fault, FaultAction, HistoryEntry};
 pub use errors::ApiError;
+pub use sim::SimulationConfig;
 
 use server::Shared;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -89,6 +96,9 @@ pub struct Config {
     pub history_size: usize,
     /// How often watches with `allowWatchBookmarks=true` get a BOOKMARK.
     pub bookmark_interval: Duration,
+    /// Simulated nodes, kubelets and workload controllers (Deployments, StatefulSets, …) so
+    /// pods run without containers; `None` (the default) keeps the server a bare API server.
+    pub simulation: Option<SimulationConfig>,
 }
 
 impl Default for Config {
@@ -100,6 +110,7 @@ impl Default for Config {
             token: None,
             history_size: 100_000,
             bookmark_interval: Duration::from_secs(10),
+            simulation: None,
         }
     }
 }
@@ -147,6 +158,19 @@ impl ApiServer {
                 let obj = serde_json::json!({"metadata": {"name": ns}});
                 let _ = ops::create(st, &info, "v1", None, obj, &Default::default());
             }
+            // The `kubernetes` Service every cluster has in `default` (on the first service
+            // IP), with the simulation only: bare-server tests count the Services they make.
+            let svc_info = st.registry.get_gr("", "services");
+            if let Some(svc_info) = svc_info.filter(|_| config.simulation.is_some()) {
+                let svc = serde_json::json!({
+                    "metadata": {"name": "kubernetes", "namespace": "default",
+                                 "labels": {"component": "apiserver", "provider": "kubernetes"}},
+                    "spec": {"clusterIP": "10.96.0.1", "type": "ClusterIP", "sessionAffinity": "None",
+                             "ports": [{"name": "https", "port": 443, "protocol": "TCP",
+                                        "targetPort": addr.port()}]},
+                });
+                let _ = ops::create(st, &svc_info, "v1", Some("default"), svc, &Default::default());
+            }
         });
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
         let app = server::router(shared.clone());
@@ -160,12 +184,26 @@ impl ApiServer {
                 })
                 .await;
         });
-        let ctrl = tokio::spawn(controllers::run(shared.clone(), stop_rx));
+        let mut tasks = vec![http];
+        if let Some(sim_config) = config.simulation.clone() {
+            // Subscribed before the first write so the simulation misses no event.
+            let events = shared.write(|st| {
+                st.simulated_cluster = true;
+                st.subscribe()
+            });
+            tasks.push(tokio::spawn(sim::run(
+                shared.clone(),
+                sim_config,
+                events,
+                stop_rx.clone(),
+            )));
+        }
+        tasks.push(tokio::spawn(controllers::run(shared.clone(), stop_rx)));
         Ok(ApiServerHandle {
             shared,
             addr,
             stop: stop_tx,
-            tasks: vec![http, ctrl],
+            tasks,
         })
     }
 }

@@ -726,6 +726,16 @@ pub fn delete(
         Some(Propagation::Foreground) => Some(FOREGROUND_FINALIZER),
         _ => None,
     };
+    if is_deleting(&old) && graceful_pod(st, info, &old) && opts.grace_period_seconds == Some(0) {
+        // `--grace-period=0 --force`: the pod goes now, without waiting for its kubelet.
+        if opts.dry_run {
+            return Ok(DeleteResult {
+                object: old,
+                deleted: true,
+            });
+        }
+        return Ok(finish_pod_termination(st, info, ns, name));
+    }
     if is_deleting(&old) {
         // A second delete may only switch the GC policy finalizer.
         if let Some(pf) = policy_finalizer {
@@ -761,16 +771,18 @@ pub fn delete(
     if crd::is_crd(info) && !fin.iter().any(|f| f == crd::CLEANUP_FINALIZER) {
         fin.push(crd::CLEANUP_FINALIZER.to_string());
     }
+    let grace = pod_grace_seconds(st, info, &old, opts);
     let is_namespace = info.group.is_empty() && info.resource == "namespaces";
-    if !fin.is_empty() || is_namespace || namespace_pending(info, &old) {
+    if !fin.is_empty() || is_namespace || namespace_pending(info, &old) || grace > 0 {
         let mut new = (*old).clone();
         set_finalizers(&mut new, &fin);
         {
             let meta = meta_mut(&mut new)?;
-            meta.insert("deletionTimestamp".into(), json!(now_rfc3339()));
+            let when = crate::time::format_rfc3339(crate::time::now_unix() + grace);
+            meta.insert("deletionTimestamp".into(), json!(when));
             meta.insert(
                 "deletionGracePeriodSeconds".into(),
-                json!(opts.grace_period_seconds.unwrap_or(0).max(0)),
+                json!(opts.grace_period_seconds.unwrap_or(grace).max(0)),
             );
             if let Some(g) = meta.get("generation").and_then(Value::as_i64) {
                 if g > 0 {
@@ -812,6 +824,75 @@ pub fn delete(
         object: removed,
         deleted: true,
     })
+}
+
+/// Whether deleting this object is graceful: a pod bound to a node that has not finished,
+/// while simulated kubelets run (they finish the deletion; see `sim::kubelet`).
+fn graceful_pod(st: &State, info: &ResourceInfo, obj: &Value) -> bool {
+    st.simulated_cluster
+        && info.group.is_empty()
+        && info.resource == "pods"
+        && obj
+            .pointer("/spec/nodeName")
+            .and_then(Value::as_str)
+            .is_some_and(|n| !n.is_empty())
+        && !matches!(
+            obj.pointer("/status/phase").and_then(Value::as_str),
+            Some("Succeeded" | "Failed")
+        )
+}
+
+/// The grace period a delete gives: the request's, else the pod's
+/// `terminationGracePeriodSeconds` (default 30); 0 for everything but graceful pods.
+fn pod_grace_seconds(st: &State, info: &ResourceInfo, obj: &Value, opts: &DeleteOpts) -> i64 {
+    if !graceful_pod(st, info, obj) {
+        return 0;
+    }
+    opts.grace_period_seconds
+        .or_else(|| {
+            obj.pointer("/spec/terminationGracePeriodSeconds")
+                .and_then(Value::as_i64)
+        })
+        .unwrap_or(30)
+        .max(0)
+}
+
+/// The kubelet's last word on a terminating pod: gone now unless finalizers hold it, in
+/// which case its grace period drops to 0 and removing the last finalizer removes it.
+pub fn finish_pod_termination(
+    st: &mut State,
+    info: &ResourceInfo,
+    ns: &str,
+    name: &str,
+) -> DeleteResult {
+    let Some(old) = st.get(&info.gr(), ns, name) else {
+        return DeleteResult {
+            object: Arc::new(json!({})),
+            deleted: true,
+        };
+    };
+    if finalizers(&old).is_empty() {
+        let removed = remove_now(st, info, ns, name).unwrap_or(old);
+        return DeleteResult {
+            object: removed,
+            deleted: true,
+        };
+    }
+    if old.pointer("/metadata/deletionGracePeriodSeconds") == Some(&json!(0)) {
+        return DeleteResult {
+            object: old,
+            deleted: false,
+        };
+    }
+    let mut new = (*old).clone();
+    if let Ok(meta) = meta_mut(&mut new) {
+        meta.insert("deletionGracePeriodSeconds".into(), json!(0));
+    }
+    let stored = st.put(info, new, EventType::Modified);
+    DeleteResult {
+        object: stored,
+        deleted: false,
+    }
 }
 
 /// Puts a storage-version object into the requested version (None conversion: rewrite apiVersion).

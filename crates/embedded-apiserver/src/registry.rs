@@ -263,6 +263,17 @@ pub fn builtins() -> Vec<ResourceInfo> {
             true,
             true,
         ),
+        builtin("", "nodes", "Node", false, &["no"], &[], true, false),
+        builtin(
+            "discovery.k8s.io",
+            "endpointslices",
+            "EndpointSlice",
+            true,
+            &[],
+            &[],
+            false,
+            false,
+        ),
         builtin(
             "rbac.authorization.k8s.io",
             "roles",

@@ -739,8 +739,14 @@ fn patch_handler(sh: &Shared, r: &ResourceReq, ct: &str, body: &Bytes) -> ApiRes
     let name = r.name.clone().unwrap_or_default();
     let force = is_true(r.query.get("force"));
     if pt == patch::PatchType::Apply && r.q("fieldManager").is_none() {
-        return Err(ApiError::bad_request(
-            "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: is required for apply patch",
+        return Err(ApiError::invalid(
+            "meta.k8s.io",
+            "PatchOptions",
+            "",
+            vec![crate::validation::required(
+                "fieldManager",
+                "is required for apply patch",
+            )],
         ));
     }
     let body = patch::PatchBody::parse(pt, body)?;

@@ -73,6 +73,10 @@ pub struct State {
     gc_dirty: HashSet<Located>,
     /// Service cluster IPs and node ports.
     pub ip_alloc: crate::defaults::RangeAllocator,
+    /// The dev-mode simulation runs: pods bound to a node end gracefully (a kubelet
+    /// finishes their deletion) and namespaces get the objects a real cluster publishes in
+    /// them (`kube-root-ca.crt`). Off by default so bare-server tests see only their objects.
+    pub simulated_cluster: bool,
 }
 
 /// Reads `metadata.<field>` as a string.
@@ -99,6 +103,7 @@ impl State {
             dependents: HashMap::new(),
             gc_dirty: HashSet::new(),
             ip_alloc: Default::default(),
+            simulated_cluster: false,
         }
     }
 

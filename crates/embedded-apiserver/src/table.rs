@@ -240,6 +240,64 @@ fn columns(info: &ResourceInfo, version: &str) -> Vec<Column> {
             computed("Ready", |o| json!(int(o, "/status/readyReplicas"))),
             age(),
         ],
+        ("", "events") | ("events.k8s.io", "events") => {
+            let wide = |mut c: Column| {
+                c.priority = 1;
+                c
+            };
+            let mut name = name;
+            name.priority = 1;
+            vec![
+                computed("Last Seen", |o| json!(event_age(o, true))),
+                computed("Type", |o| {
+                    json!(o.get("type").and_then(Value::as_str).unwrap_or(""))
+                }),
+                computed("Reason", |o| {
+                    json!(o.get("reason").and_then(Value::as_str).unwrap_or(""))
+                }),
+                computed("Object", |o| {
+                    let r = event_object(o);
+                    let kind = r.get("kind").and_then(Value::as_str).unwrap_or("");
+                    let n = r.get("name").and_then(Value::as_str).unwrap_or("");
+                    json!(format!("{}/{n}", kind.to_lowercase()))
+                }),
+                wide(computed("Subobject", |o| {
+                    json!(event_object(o)
+                        .get("fieldPath")
+                        .and_then(Value::as_str)
+                        .unwrap_or(""))
+                })),
+                wide(computed("Source", |o| {
+                    let c = o
+                        .pointer("/source/component")
+                        .or_else(|| o.get("reportingController"))
+                        .or_else(|| o.get("reportingComponent"))
+                        .and_then(Value::as_str)
+                        .unwrap_or("");
+                    match o.pointer("/source/host").and_then(Value::as_str) {
+                        Some(h) if !h.is_empty() => json!(format!("{c}, {h}")),
+                        _ => json!(c),
+                    }
+                })),
+                computed("Message", |o| {
+                    json!(o
+                        .get("message")
+                        .or_else(|| o.get("note"))
+                        .and_then(Value::as_str)
+                        .unwrap_or("")
+                        .trim())
+                }),
+                wide(computed("First Seen", |o| json!(event_age(o, false)))),
+                wide(computed("Count", |o| {
+                    json!(o
+                        .get("count")
+                        .or_else(|| o.get("deprecatedCount"))
+                        .and_then(Value::as_i64)
+                        .unwrap_or(1))
+                })),
+                name,
+            ]
+        }
         ("apiextensions.k8s.io", _) => vec![
             name,
             Column {
@@ -260,6 +318,38 @@ fn columns(info: &ResourceInfo, version: &str) -> Vec<Column> {
         ],
         _ => vec![name, age()],
     }
+}
+
+/// What an Event is about: `involvedObject` (core/v1) or `regarding` (events.k8s.io/v1).
+fn event_object(o: &Value) -> &Value {
+    o.get("involvedObject")
+        .or_else(|| o.get("regarding"))
+        .unwrap_or(&Value::Null)
+}
+
+/// The age of an Event's last (or first) occurrence, as kubectl's "Last Seen" shows it.
+fn event_age(o: &Value, last: bool) -> String {
+    let keys: &[&str] = if last {
+        &[
+            "/series/lastObservedTime",
+            "/lastTimestamp",
+            "/deprecatedLastTimestamp",
+            "/eventTime",
+        ]
+    } else {
+        &["/firstTimestamp", "/deprecatedFirstTimestamp", "/eventTime"]
+    };
+    let ts = keys
+        .iter()
+        .filter_map(|k| o.pointer(k).and_then(Value::as_str))
+        .find_map(parse_rfc3339)
+        .or_else(|| {
+            o.pointer("/metadata/creationTimestamp")
+                .and_then(Value::as_str)
+                .and_then(parse_rfc3339)
+        });
+    ts.map(|t| human_duration(crate::time::now_unix() - t))
+        .unwrap_or_else(|| "<unknown>".into())
 }
 
 /// Evaluates the simple JSONPaths printer columns use (`.a.b`, `.a[0].b`, `.a[*].b`).

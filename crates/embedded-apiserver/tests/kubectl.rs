@@ -451,3 +451,105 @@ async fn kubectl_refuses_unknown_fields_of_built_in_kinds() {
     })
     .await;
 }
+
+async fn setup_simulated() -> Option<(ApiServerHandle, Kubectl)> {
+    if !have_kubectl() {
+        return None;
+    }
+    let server = ApiServer::start(Config {
+        simulation: Some(embedded_apiserver::SimulationConfig {
+            nodes: 1,
+            pod_ready_after: Duration::from_millis(100),
+            pod_succeed_after: Duration::from_millis(200),
+        }),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let k = Kubectl::new(&server);
+    Some((server, k))
+}
+
+const DEPLOYMENT: &str = "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\nspec:\n  replicas: 3\n  selector:\n    matchLabels: {app: web}\n  template:\n    metadata:\n      labels: {app: web}\n    spec:\n      containers:\n      - name: web\n        image: nginx:1.27\n";
+
+#[tokio::test]
+async fn kubectl_rollout_status_and_events_with_simulation() {
+    let Some((_s, k)) = setup_simulated().await else {
+        return;
+    };
+    within(120, async {
+        let f = k.file("deploy.yaml", DEPLOYMENT);
+        k.ok(&["apply", "-f", f.to_str().unwrap()]).await;
+        let out = k
+            .ok(&["rollout", "status", "deployment/web", "--timeout=60s"])
+            .await;
+        assert!(out.contains("successfully rolled out"), "{out}");
+        let table = k.ok(&["get", "deployment", "web"]).await;
+        assert!(table.contains("3/3"), "{table}");
+        let pods = k.ok(&["get", "pods", "-l", "app=web"]).await;
+        assert_eq!(pods.matches("Running").count(), 3, "{pods}");
+
+        // A template change rolls out too.
+        k.ok(&["set", "image", "deployment/web", "web=nginx:1.28"])
+            .await;
+        let out = k
+            .ok(&["rollout", "status", "deployment/web", "--timeout=60s"])
+            .await;
+        assert!(out.contains("successfully rolled out"), "{out}");
+
+        let events = k.ok(&["get", "events"]).await;
+        let header: Vec<&str> = events
+            .lines()
+            .next()
+            .unwrap_or("")
+            .split_whitespace()
+            .collect();
+        assert_eq!(
+            header,
+            ["LAST", "SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE"],
+            "{events}"
+        );
+        assert!(
+            events.contains("ScalingReplicaSet") && events.contains("deployment/web"),
+            "{events}"
+        );
+        assert!(
+            events.contains("Scheduled") && events.contains("pod/web-"),
+            "{events}"
+        );
+        let wide = k.ok(&["get", "events", "-o", "wide"]).await;
+        assert!(
+            wide.lines().next().unwrap_or("").contains("SOURCE")
+                && wide.contains("deployment-controller"),
+            "{wide}"
+        );
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn kubectl_sees_the_objects_every_cluster_has() {
+    let Some((_s, k)) = setup_simulated().await else {
+        return;
+    };
+    within(60, async {
+        k.ok(&["create", "namespace", "team"]).await;
+        for ns in ["default", "team"] {
+            eventually(10, || async {
+                k.run(&["get", "configmap", "kube-root-ca.crt", "-n", ns])
+                    .await
+                    .0
+                    && k.run(&["get", "serviceaccount", "default", "-n", ns])
+                        .await
+                        .0
+            })
+            .await;
+        }
+        let svc = k
+            .json(&["get", "service", "kubernetes", "-n", "default"])
+            .await;
+        assert_eq!(svc["spec"]["clusterIP"], "10.96.0.1");
+        assert_eq!(svc["spec"]["ports"][0]["port"], 443);
+    })
+    .await;
+}

@@ -112,3 +112,26 @@ async fn apply_removes_fields_the_manager_stopped_applying() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn apply_without_field_manager_is_invalid() {
+    let (_s, client) = start().await;
+    let (status, body, _) = raw(
+        &client,
+        "PATCH",
+        "/api/v1/namespaces/default/configmaps/x",
+        &[("content-type", "application/apply-patch+yaml")],
+        Some(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}})),
+    )
+    .await;
+    assert_eq!(status, 422, "{body}");
+    assert_eq!(body["reason"], "Invalid");
+    assert_eq!(
+        body["message"],
+        "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: is required for apply patch"
+    );
+    assert_eq!(body["details"]["kind"], "PatchOptions");
+    assert_eq!(body["details"]["group"], "meta.k8s.io");
+    assert_eq!(body["details"]["causes"][0]["field"], "fieldManager");
+    assert_eq!(body["details"]["causes"][0]["reason"], "FieldValueRequired");
+}

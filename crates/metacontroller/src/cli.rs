@@ -272,6 +272,25 @@ pub struct DevArgs {
     #[arg(long, value_name = "PORT", default_value_t = 0)]
     pub port: u16,
 
+    /// Simulate nodes, kubelets and the workload controllers (Deployment, ReplicaSet,
+    /// StatefulSet, DaemonSet, Job, EndpointSlice) so pods run, without containers;
+    /// `--simulate=false` serves a bare API server.
+    #[arg(long, value_name = "BOOL", default_value_t = true, num_args = 0..=1,
+          default_missing_value = "true", action = clap::ArgAction::Set, value_parser = go_bool)]
+    pub simulate: bool,
+
+    /// Number of simulated Ready nodes.
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..))]
+    pub nodes: u16,
+
+    /// How long a simulated pod stays Pending before it is Running and Ready.
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = go_duration)]
+    pub pod_ready_after: Duration,
+
+    /// How long a Job's simulated pod runs before it Succeeds.
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = go_duration)]
+    pub pod_succeed_after: Duration,
+
     #[command(flatten)]
     pub controller: ControllerArgs,
 }

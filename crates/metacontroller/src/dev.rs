@@ -13,8 +13,14 @@ use crate::run;
 
 /// Runs dev mode until Ctrl-C.
 pub async fn dev(args: DevArgs) -> anyhow::Result<()> {
+    let simulation = args.simulate.then(|| embedded_apiserver::SimulationConfig {
+        nodes: usize::from(args.nodes),
+        pod_ready_after: args.pod_ready_after,
+        pod_succeed_after: args.pod_succeed_after,
+    });
     let config = embedded_apiserver::Config {
         port: args.port,
+        simulation: simulation.clone(),
         ..Default::default()
     };
     let server = embedded_apiserver::ApiServer::start(config)
@@ -49,6 +55,17 @@ pub async fn dev(args: DevArgs) -> anyhow::Result<()> {
         "metacontroller dev: try `kubectl --kubeconfig {} get crd`",
         kubeconfig.display()
     );
+    match &simulation {
+        Some(sim) => println!(
+            "metacontroller dev: simulating {} node(s), kubelets and the Deployment, ReplicaSet, \
+             StatefulSet, DaemonSet, Job and EndpointSlice controllers: pods become Ready after {:?} \
+             (no containers run, no networking); turn off with --simulate=false",
+            sim.nodes, sim.pod_ready_after
+        ),
+        None => println!(
+            "metacontroller dev: simulation off (--simulate=false): pods stay Pending, workloads do not move"
+        ),
+    }
     println!("metacontroller dev: press Ctrl-C to stop");
 
     let result = run::run(controller).await;

@@ -36,7 +36,27 @@ impl TestCluster {
 
     /// Always the embedded API server (for tests that need its counters or faults).
     pub async fn embedded() -> Self {
-        let server = ApiServer::start(Default::default())
+        Self::embedded_with(Default::default()).await
+    }
+
+    /// Like [`TestCluster::start`], but the embedded API server runs the dev-mode simulation
+    /// (nodes, kubelets, workload controllers), so Deployments, StatefulSets, Jobs and
+    /// Services get running pods and status as on a real cluster.
+    pub async fn start_simulated(simulation: embedded_apiserver::SimulationConfig) -> Self {
+        match std::env::var(E2E_KUBECONFIG_ENV) {
+            Ok(path) if !path.trim().is_empty() => Self::real(PathBuf::from(path)).await,
+            _ => {
+                Self::embedded_with(embedded_apiserver::Config {
+                    simulation: Some(simulation),
+                    ..Default::default()
+                })
+                .await
+            }
+        }
+    }
+
+    async fn embedded_with(config: embedded_apiserver::Config) -> Self {
+        let server = ApiServer::start(config)
             .await
             .expect("starting the embedded API server");
         let kubeconfig_path =
