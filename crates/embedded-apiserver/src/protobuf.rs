@@ -198,25 +198,7 @@ fn kind_body(kind: &str, raw: &[u8]) -> ApiResult<Value> {
 
 /// Decodes a `k8s\0`-enveloped protobuf body into JSON.
 pub fn decode(body: &[u8]) -> ApiResult<Value> {
-    let inner = body.strip_prefix(b"k8s\x00").ok_or_else(malformed)?;
-    let mut r = Reader::new(inner);
-    let (mut api_version, mut kind, mut raw) = (String::new(), String::new(), &[][..]);
-    while let Some((n, f)) = r.field()? {
-        match (n, f) {
-            (1, Field::Bytes(tm)) => {
-                let mut t = Reader::new(tm);
-                while let Some((tn, tf)) = t.field()? {
-                    match (tn, tf) {
-                        (1, Field::Bytes(x)) => api_version = string(x),
-                        (2, Field::Bytes(x)) => kind = string(x),
-                        _ => {}
-                    }
-                }
-            }
-            (2, Field::Bytes(x)) => raw = x,
-            _ => {}
-        }
-    }
+    let (api_version, kind, raw) = envelope(body)?;
     if !matches!(
         kind.as_str(),
         "ConfigMap" | "Secret" | "Namespace" | "ServiceAccount"

@@ -3,8 +3,10 @@
 //!
 //! Stack, outermost first: client-side rate limit (`--client-go-qps`/`--client-go-burst`)
 //! → `rest_client_requests_total` counter → per-request deadline (`--api-request-timeout`,
-//! watches exempt) → kube's own stack (auth, base URL, tracing, connection pool).
+//! watches exempt) → kube's stack (auth, base URL, retry, connection pool; with TCP
+//! keepalive as client-go, see [`connector`], unless a proxy is configured).
 
+mod connector;
 mod metrics;
 mod proxy;
 mod rate_limit;
@@ -57,8 +59,12 @@ pub async fn client(
         rate_limit::TokenBucket::new(args.client_go_qps, burst)
     });
     let timeout = Some(args.api_request_timeout).filter(|t| !t.is_zero());
-    let client = ClientBuilder::try_from(config)
-        .context("building the Kubernetes client")?
+    let builder = if config.proxy_url.is_none() {
+        connector::with_keepalive(&config).context("building the Kubernetes client")?
+    } else {
+        ClientBuilder::try_from(config).context("building the Kubernetes client")?
+    };
+    let client = builder
         .with_layer(&timeout::TimeoutLayer::new(timeout))
         .with_layer(&metrics::MetricsLayer::new(metrics))
         .with_layer(&rate_limit::RateLimitLayer::new(bucket))

@@ -4,8 +4,9 @@
 //!
 //! * all checks pass: 200, body `ok` (with `?verbose`: one `[+]<check> ok` line per check
 //!   and `healthz check passed`);
-//! * a check fails: 500, body `[+]<check> ok` / `[-]<check> failed: reason withheld` lines
-//!   and `healthz check failed` (the reason goes to the debug log, not to the caller);
+//! * a check fails: 500 for `/healthz`, 503 for `/readyz` (controller-runtime answers 500
+//!   for both), body `[+]<check> ok` / `[-]<check> failed: reason withheld` lines and
+//!   `healthz check failed` (the reason goes to the debug log, not to the caller);
 //! * `?exclude=<check>` skips a check; `/healthz/<check>` and `/readyz/<check>` run one.
 //!
 //! Checks: `/healthz` — `healthz` (the async runtime still schedules new tasks);
@@ -142,6 +143,18 @@ enum Probe {
     Readyz,
 }
 
+impl Probe {
+    /// The status of a failing probe. controller-runtime answers 500 for both; a failing
+    /// `/readyz` answers 503 Service Unavailable here ("not ready yet, ask again"), which
+    /// every probe client treats the same way and which says what it means.
+    fn failure_status(self) -> StatusCode {
+        match self {
+            Probe::Healthz => StatusCode::INTERNAL_SERVER_ERROR,
+            Probe::Readyz => StatusCode::SERVICE_UNAVAILABLE,
+        }
+    }
+}
+
 impl Checks {
     fn of(&self, probe: Probe) -> &[Check] {
         match probe {
@@ -201,7 +214,7 @@ async fn all(
     if failed {
         // Go's http.Error appends a newline.
         return text(
-            StatusCode::INTERNAL_SERVER_ERROR,
+            probe.failure_status(),
             format!("{out}healthz check failed\n"),
         );
     }
@@ -220,7 +233,7 @@ async fn one(State(checks): State<Checks>, Path(name): Path<String>, probe: Prob
     match (check.run)().await {
         Ok(()) => text(StatusCode::OK, "ok".into()),
         Err(reason) => text(
-            StatusCode::INTERNAL_SERVER_ERROR,
+            probe.failure_status(),
             format!("internal server error: {reason}\n"),
         ),
     }
@@ -264,7 +277,7 @@ mod tests {
         assert_eq!(
             get(&router, "/readyz").await,
             (
-                StatusCode::INTERNAL_SERVER_ERROR,
+                StatusCode::SERVICE_UNAVAILABLE,
                 "[+]readyz ok\n[-]informer-sync failed: reason withheld\nhealthz check failed\n"
                     .into()
             )
@@ -274,7 +287,7 @@ mod tests {
             (StatusCode::OK, "ok".into())
         );
         let (status, body) = get(&router, "/readyz/informer-sync").await;
-        assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR);
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
         assert!(
             body.contains("CompositeController objects not listed"),
             "{body}"

@@ -533,13 +533,13 @@ async fn readyz_fails_until_caches_sync_and_healthz_is_ok() {
         )
         .await;
         let (status, body) = http_get(&format!("http://{probes}/readyz")).await;
-        assert_eq!(status, 500, "{body}");
+        assert_eq!(status, 503, "{body}");
         assert_eq!(
             body,
             "[+]readyz ok\n[-]informer-sync failed: reason withheld\nhealthz check failed\n"
         );
         let (status, body) = http_get(&format!("http://{probes}/readyz/informer-sync")).await;
-        assert_eq!(status, 500);
+        assert_eq!(status, 503);
         assert!(
             body.contains("v1/configmaps"),
             "names the waiting informer: {body}"
