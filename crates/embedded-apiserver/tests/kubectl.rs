@@ -680,3 +680,45 @@ async fn kubectl_create_run_expose_send_protobuf_bodies() {
     })
     .await;
 }
+
+/// `kubectl explain` reads the OpenAPI v3 documents: built-in kinds with the API reference's
+/// descriptions, custom resources with their CRD schema's.
+#[tokio::test]
+async fn kubectl_explain_built_in_and_custom_kinds() {
+    let Some((_s, k)) = setup().await else { return };
+    within(120, async {
+        let out = k.ok(&["explain", "deployment.spec.replicas"]).await;
+        assert!(out.contains("KIND:") && out.contains("Deployment"), "{out}");
+        assert!(out.contains("Number of desired pods"), "{out}");
+        let out = k.ok(&["explain", "pods.spec.containers.ports"]).await;
+        assert!(out.contains("containerPort"), "{out}");
+        let out = k.ok(&["explain", "configmap", "--recursive"]).await;
+        assert!(out.contains("binaryData") && out.contains("immutable"), "{out}");
+        let (ok, _, err) = k.run(&["explain", "deployment.spec.nosuchfield"]).await;
+        assert!(!ok && err.contains("nosuchfield"), "{err}");
+
+        let crd = CRD.replace(
+            "spec: {type: object, properties: {size: {type: integer}}}",
+            "spec: {type: object, properties: {size: {type: integer, description: How many widgets to make.}}}",
+        );
+        let f = k.file("described-crd.yaml", &crd);
+        k.ok(&["apply", "-f", f.to_str().unwrap()]).await;
+        k.ok(&[
+            "wait",
+            "--for=condition=Established",
+            "crd/widgets.example.com",
+            "--timeout=20s",
+        ])
+        .await;
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let (ok, out, err) = k.run(&["explain", "widgets.spec.size"]).await;
+            if ok && out.contains("How many widgets to make.") {
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "{out}{err}");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    })
+    .await;
+}
