@@ -68,10 +68,12 @@ fn described_uncached(group: &str, kind: &str) -> Option<Described> {
     })
 }
 
+/// Described kinds by (group, kind); `None` for a kind without a typed schema.
+type Cache = Mutex<HashMap<(String, String), Option<Arc<Described>>>>;
+
 /// The described components of a built-in kind, generated once per process.
 pub(crate) fn described(group: &str, kind: &str) -> Option<Arc<Described>> {
-    static CACHE: OnceLock<Mutex<HashMap<(String, String), Option<Arc<Described>>>>> =
-        OnceLock::new();
+    static CACHE: OnceLock<Cache> = OnceLock::new();
     let cache = CACHE.get_or_init(Default::default);
     let key = (group.to_string(), kind.to_string());
     if let Some(hit) = cache.lock().ok()?.get(&key) {
