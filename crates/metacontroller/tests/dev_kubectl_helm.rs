@@ -32,7 +32,7 @@ async fn start_dev(kubeconfig: &Path) -> (ControllerProcess, kube::Client) {
         "--dev-kubeconfig",
         kubeconfig.to_str().expect("UTF-8 path"),
     ];
-    let process = ControllerProcess::start(env!("CARGO_BIN_EXE_metacontroller"), &args);
+    let process = ControllerProcess::start(env!("CARGO_BIN_EXE_metacontroller"), args);
     eventually_within("dev mode ready", Duration::from_secs(60), || async {
         process.logs().contains("press Ctrl-C")
     })
