@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{Pod, Secret};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, ListParams};
 use metacontroller_testkit::{eventually_within, unique_name, ControllerProcess};
 
@@ -114,6 +115,19 @@ async fn helm_installs_upgrades_and_uninstalls_a_chart_in_dev_mode() {
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = dir.path().join("kubeconfig");
     let (_dev, client) = start_dev(&kubeconfig).await;
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let crd = crds
+        .get("compositecontrollers.metacontroller.k8s.io")
+        .await
+        .expect("dev mode installed the CRD");
+    let managers: Vec<String> = crd
+        .metadata
+        .managed_fields
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|m| m.manager)
+        .collect();
+    assert_eq!(managers, ["metacontroller-dev"]);
     let ns = unique_name("helm-dev");
     let release = unique_name("mc");
     let full = format!("{release}-metacontroller");
