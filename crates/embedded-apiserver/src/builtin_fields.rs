@@ -39,6 +39,7 @@ pub(crate) fn unknown_fields(group: &str, resource: &str, obj: &Value) -> Vec<Ve
         ("apps", "replicasets") => ignored::<apps::v1::ReplicaSet>(obj),
         ("apps", "statefulsets") => ignored::<apps::v1::StatefulSet>(obj),
         ("apps", "daemonsets") => ignored::<apps::v1::DaemonSet>(obj),
+        ("apps", "controllerrevisions") => ignored::<apps::v1::ControllerRevision>(obj),
         ("policy", "poddisruptionbudgets") => ignored::<policy::v1::PodDisruptionBudget>(obj),
         ("batch", "jobs") => ignored::<batch::v1::Job>(obj),
         ("batch", "cronjobs") => ignored::<batch::v1::CronJob>(obj),

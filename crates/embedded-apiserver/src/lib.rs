@@ -52,6 +52,7 @@ pub mod errors;
 mod hooks;
 mod openapi;
 mod openapi_builtin;
+mod openapi_described;
 mod openapi_v2;
 mod ops;
 mod patch;

@@ -3,8 +3,9 @@
 //! behaviour Kubernetes declares (`x-kubernetes-list-type`, `x-kubernetes-list-map-keys`,
 //! `x-kubernetes-patch-strategy`, `x-kubernetes-patch-merge-key`) and the defaults of list-map
 //! key fields (`protocol: TCP`). Clients that merge by schema (kubectl, server-side apply
-//! clients, our controller) see the same list semantics as against kube-apiserver. Fields
-//! without list semantics are left out (no `kubectl explain` descriptions).
+//! clients, our controller) see the same list semantics as against kube-apiserver. Kinds with
+//! a typed schema (`openapi_described`) are served whole, with descriptions, and this table
+//! is laid over them; the table alone serves the rest.
 
 use serde_json::{json, Map, Value};
 
@@ -208,24 +209,49 @@ pub(crate) fn add_components(
     kinds: &[&str],
 ) {
     let mut any = false;
+    let mut described_any = false;
     for kind in kinds {
-        let Some(mut props) = kind_properties(group, kind) else {
+        let gvk = json!([{"group": group, "version": version, "kind": kind}]);
+        let table = kind_properties(group, kind).map(|mut props| {
+            if let Some(p) = props.as_object_mut() {
+                p.insert("apiVersion".into(), string());
+                p.insert("kind".into(), string());
+                p.insert("metadata".into(), reference(META));
+            }
+            object(props)
+        });
+        // Every kind with a typed schema is served with its descriptions (`kubectl explain`),
+        // the table's list semantics laid over it.
+        let described = (version == "v1")
+            .then(|| crate::openapi_described::described(group, kind))
+            .flatten();
+        if let Some(d) = described {
+            described_any = true;
+            for (name, schema) in &d.components {
+                schemas
+                    .entry(name.clone())
+                    .or_insert_with(|| schema.clone());
+            }
+            if let Some(table) = &table {
+                crate::openapi_described::overlay(schemas, &d.name, "", table);
+            }
+            if let Some(Value::Object(kind_schema)) = schemas.get_mut(&d.name) {
+                kind_schema.insert("x-kubernetes-group-version-kind".into(), gvk);
+            }
+            continue;
+        }
+        let Some(mut schema) = table else {
             continue;
         };
         any = true;
-        if let Some(p) = props.as_object_mut() {
-            p.insert("apiVersion".into(), string());
-            p.insert("kind".into(), string());
-            p.insert("metadata".into(), reference(META));
-        }
-        let mut schema = object(props);
-        schema["x-kubernetes-group-version-kind"] =
-            json!([{"group": group, "version": version, "kind": kind}]);
+        schema["x-kubernetes-group-version-kind"] = gvk;
         schemas.insert(component_name(group, version, kind), schema);
     }
-    if any {
-        for (name, schema) in shared() {
-            schemas.insert(name.to_string(), schema);
+    for (name, schema) in shared() {
+        if described_any && schemas.contains_key(name) {
+            crate::openapi_described::overlay(schemas, name, "", &schema);
+        } else if any {
+            schemas.entry(name.to_string()).or_insert(schema);
         }
     }
 }

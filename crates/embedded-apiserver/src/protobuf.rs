@@ -1,10 +1,11 @@
-//! Decoding of the few protobuf request bodies kubectl sends for built-in
-//! kinds through its typed clients (`kubectl create namespace|configmap|secret|
-//! serviceaccount`). Responses are always JSON, which client-go accepts.
-//! Only the fields those commands set are mapped; other kinds answer 415.
+//! Decoding of the protobuf request bodies client-go's typed clients send for built-in kinds
+//! (`kubectl create deployment|job|configmap|…`, `kubectl run`, Helm's DeleteOptions).
+//! Responses are always JSON, which client-go accepts. Kinds the generated table does not
+//! know (custom resources never travel as protobuf) answer 415.
+
+mod generic;
 
 use crate::errors::{ApiError, ApiResult};
-use base64::Engine;
 use serde_json::{json, Map, Value};
 
 /// Protobuf content type of the Kubernetes envelope.
@@ -47,8 +48,11 @@ impl<'a> Reader<'a> {
         let f = match wt {
             0 => Field::Varint(self.varint()?),
             1 => {
+                let bytes = self.buf.get(self.pos..self.pos + 8).ok_or_else(malformed)?;
                 self.pos += 8;
-                Field::Skip
+                let mut v = [0u8; 8];
+                v.copy_from_slice(bytes);
+                Field::Fixed64(u64::from_le_bytes(v))
             }
             2 => {
                 let len = self.varint()? as usize;
@@ -76,37 +80,13 @@ impl<'a> Reader<'a> {
 
 enum Field<'a> {
     Varint(u64),
+    Fixed64(u64),
     Bytes(&'a [u8]),
     Skip,
 }
 
 fn string(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
-}
-
-fn map_entry(b: &[u8], bytes_value: bool) -> ApiResult<(String, Value)> {
-    let mut r = Reader::new(b);
-    let (mut k, mut v) = (String::new(), Value::String(String::new()));
-    while let Some((n, f)) = r.field()? {
-        if let Field::Bytes(x) = f {
-            match n {
-                1 => k = string(x),
-                2 if bytes_value => v = json!(base64::engine::general_purpose::STANDARD.encode(x)),
-                2 => v = json!(string(x)),
-                _ => {}
-            }
-        }
-    }
-    Ok((k, v))
-}
-
-fn insert_map(m: &mut Map<String, Value>, key: &str, b: &[u8], bytes_value: bool) -> ApiResult<()> {
-    let (k, v) = map_entry(b, bytes_value)?;
-    let e = m.entry(key).or_insert_with(|| json!({}));
-    if let Some(o) = e.as_object_mut() {
-        o.insert(k, v);
-    }
-    Ok(())
 }
 
 fn push(m: &mut Map<String, Value>, key: &str, v: Value) {
@@ -116,98 +96,15 @@ fn push(m: &mut Map<String, Value>, key: &str, v: Value) {
     }
 }
 
-fn object_meta(b: &[u8]) -> ApiResult<Value> {
-    let mut r = Reader::new(b);
-    let mut m = Map::new();
-    while let Some((n, f)) = r.field()? {
-        match (n, f) {
-            (1, Field::Bytes(x)) => {
-                m.insert("name".into(), json!(string(x)));
-            }
-            (2, Field::Bytes(x)) => {
-                m.insert("generateName".into(), json!(string(x)));
-            }
-            (3, Field::Bytes(x)) => {
-                m.insert("namespace".into(), json!(string(x)));
-            }
-            (5, Field::Bytes(x)) => {
-                m.insert("uid".into(), json!(string(x)));
-            }
-            (6, Field::Bytes(x)) => {
-                m.insert("resourceVersion".into(), json!(string(x)));
-            }
-            (11, Field::Bytes(x)) => insert_map(&mut m, "labels", x, false)?,
-            (12, Field::Bytes(x)) => insert_map(&mut m, "annotations", x, false)?,
-            (14, Field::Bytes(x)) => push(&mut m, "finalizers", json!(string(x))),
-            _ => {}
-        }
-    }
-    Ok(Value::Object(m))
-}
-
-fn local_object_reference(b: &[u8]) -> ApiResult<Value> {
-    let mut r = Reader::new(b);
-    let mut m = Map::new();
-    while let Some((n, f)) = r.field()? {
-        if let (1, Field::Bytes(x)) = (n, f) {
-            m.insert("name".into(), json!(string(x)));
-        }
-    }
-    Ok(Value::Object(m))
-}
-
-fn kind_body(kind: &str, raw: &[u8]) -> ApiResult<Value> {
-    let mut r = Reader::new(raw);
-    let mut m = Map::new();
-    while let Some((n, f)) = r.field()? {
-        match (kind, n, f) {
-            (_, 1, Field::Bytes(x)) => {
-                m.insert("metadata".into(), object_meta(x)?);
-            }
-            ("ConfigMap", 2, Field::Bytes(x)) => insert_map(&mut m, "data", x, false)?,
-            ("ConfigMap", 3, Field::Bytes(x)) => insert_map(&mut m, "binaryData", x, true)?,
-            ("ConfigMap", 4, Field::Varint(v)) | ("Secret", 5, Field::Varint(v)) => {
-                m.insert("immutable".into(), json!(v != 0));
-            }
-            ("Secret", 2, Field::Bytes(x)) => insert_map(&mut m, "data", x, true)?,
-            ("Secret", 3, Field::Bytes(x)) => {
-                m.insert("type".into(), json!(string(x)));
-            }
-            ("Secret", 4, Field::Bytes(x)) => insert_map(&mut m, "stringData", x, false)?,
-            ("Namespace", 2, Field::Bytes(x)) => {
-                let mut spec = Map::new();
-                let mut sr = Reader::new(x);
-                while let Some((sn, sf)) = sr.field()? {
-                    if let (1, Field::Bytes(y)) = (sn, sf) {
-                        push(&mut spec, "finalizers", json!(string(y)));
-                    }
-                }
-                m.insert("spec".into(), Value::Object(spec));
-            }
-            ("ServiceAccount", 3, Field::Bytes(x)) => {
-                push(&mut m, "imagePullSecrets", local_object_reference(x)?)
-            }
-            ("ServiceAccount", 4, Field::Varint(v)) => {
-                m.insert("automountServiceAccountToken".into(), json!(v != 0));
-            }
-            _ => {}
-        }
-    }
-    Ok(Value::Object(m))
-}
-
-/// Decodes a `k8s\0`-enveloped protobuf body into JSON.
+/// Decodes a `k8s\0`-enveloped protobuf body of any built-in kind into JSON.
 pub fn decode(body: &[u8]) -> ApiResult<Value> {
     let (api_version, kind, raw) = envelope(body)?;
-    if !matches!(
-        kind.as_str(),
-        "ConfigMap" | "Secret" | "Namespace" | "ServiceAccount"
-    ) {
+    let Some(message) = generic::message_for(&api_version, &kind) else {
         return Err(ApiError::unsupported_media_type(&format!(
-            "{CONTENT_TYPE} for kind {kind:?}; send JSON"
+            "{CONTENT_TYPE} for {api_version} {kind:?}; send JSON"
         )));
-    }
-    let mut obj = kind_body(&kind, raw)?;
+    };
+    let mut obj = generic::decode_message(message, raw)?;
     if let Some(m) = obj.as_object_mut() {
         m.insert("apiVersion".into(), json!(api_version));
         m.insert("kind".into(), json!(kind));

@@ -243,6 +243,16 @@ pub fn builtins() -> Vec<ResourceInfo> {
             true,
         ),
         builtin(
+            "apps",
+            "controllerrevisions",
+            "ControllerRevision",
+            true,
+            &[],
+            &[],
+            false,
+            false,
+        ),
+        builtin(
             "policy",
             "poddisruptionbudgets",
             "PodDisruptionBudget",

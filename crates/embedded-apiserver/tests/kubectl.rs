@@ -553,3 +553,172 @@ async fn kubectl_sees_the_objects_every_cluster_has() {
     })
     .await;
 }
+
+/// `kubectl create deployment`, `kubectl run`, `kubectl expose` and `kubectl create job` send
+/// protobuf bodies of apps/v1, core/v1 and batch/v1 kinds through kubectl's typed clients.
+#[tokio::test]
+async fn kubectl_create_run_expose_send_protobuf_bodies() {
+    let Some((_s, k)) = setup_simulated().await else {
+        return;
+    };
+    within(120, async {
+        let out = k
+            .ok(&[
+                "create",
+                "deployment",
+                "shop",
+                "--image=nginx:1.27",
+                "--replicas=2",
+                "--port=8080",
+            ])
+            .await;
+        assert_eq!(out.trim(), "deployment.apps/shop created");
+        let d = k.json(&["get", "deployment", "shop", "-o", "json"]).await;
+        assert_eq!(d["spec"]["replicas"], 2, "{d}");
+        assert_eq!(d["spec"]["selector"]["matchLabels"]["app"], "shop", "{d}");
+        let c = &d["spec"]["template"]["spec"]["containers"][0];
+        assert_eq!(c["image"], "nginx:1.27", "{d}");
+        assert_eq!(c["ports"][0]["containerPort"], 8080, "{d}");
+        // Defaulted by the server as for a JSON body: the decode dropped nothing it needs.
+        assert_eq!(c["imagePullPolicy"], "IfNotPresent", "{d}");
+        assert_eq!(c["ports"][0]["protocol"], "TCP", "{d}");
+        assert_eq!(d["spec"]["strategy"]["type"], "RollingUpdate", "{d}");
+        let out = k
+            .ok(&["rollout", "status", "deployment/shop", "--timeout=60s"])
+            .await;
+        assert!(out.contains("successfully rolled out"), "{out}");
+
+        let out = k
+            .ok(&[
+                "expose",
+                "deployment",
+                "shop",
+                "--port=80",
+                "--target-port=8080",
+            ])
+            .await;
+        assert_eq!(out.trim(), "service/shop exposed");
+        let svc = k.json(&["get", "service", "shop", "-o", "json"]).await;
+        assert_eq!(svc["spec"]["ports"][0]["port"], 80, "{svc}");
+        assert_eq!(svc["spec"]["ports"][0]["targetPort"], 8080, "{svc}");
+        assert_eq!(svc["spec"]["selector"]["app"], "shop", "{svc}");
+        // The Service's EndpointSlice lists both ready pods.
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let slices = k
+                .json(&[
+                    "get",
+                    "endpointslices",
+                    "-l",
+                    "kubernetes.io/service-name=shop",
+                    "-o",
+                    "json",
+                ])
+                .await;
+            let ready = slices["items"][0]["endpoints"]
+                .as_array()
+                .map(|e| {
+                    e.iter()
+                        .filter(|e| e["conditions"]["ready"] == true)
+                        .count()
+                })
+                .unwrap_or(0);
+            if ready == 2 {
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "{slices}");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+
+        let out = k
+            .ok(&[
+                "run",
+                "tool",
+                "--image=busybox:1.36",
+                "--labels=role=tool",
+                "--env=MODE=debug",
+                "--",
+                "sleep",
+                "3600",
+            ])
+            .await;
+        assert_eq!(out.trim(), "pod/tool created");
+        let out = k
+            .ok(&["wait", "--for=condition=Ready", "pod/tool", "--timeout=30s"])
+            .await;
+        assert!(out.contains("condition met"), "{out}");
+        let pod = k.json(&["get", "pod", "tool", "-o", "json"]).await;
+        let c = &pod["spec"]["containers"][0];
+        assert_eq!(c["args"], serde_json::json!(["sleep", "3600"]), "{pod}");
+        assert_eq!(
+            c["env"][0],
+            serde_json::json!({"name": "MODE", "value": "debug"}),
+            "{pod}"
+        );
+        assert_eq!(pod["metadata"]["labels"]["role"], "tool", "{pod}");
+
+        let out = k
+            .ok(&[
+                "create",
+                "job",
+                "once",
+                "--image=busybox:1.36",
+                "--",
+                "true",
+            ])
+            .await;
+        assert_eq!(out.trim(), "job.batch/once created");
+        let out = k
+            .ok(&[
+                "wait",
+                "--for=condition=Complete",
+                "job/once",
+                "--timeout=30s",
+            ])
+            .await;
+        assert!(out.contains("condition met"), "{out}");
+    })
+    .await;
+}
+
+/// `kubectl explain` reads the OpenAPI v3 documents: built-in kinds with the API reference's
+/// descriptions, custom resources with their CRD schema's.
+#[tokio::test]
+async fn kubectl_explain_built_in_and_custom_kinds() {
+    let Some((_s, k)) = setup().await else { return };
+    within(120, async {
+        let out = k.ok(&["explain", "deployment.spec.replicas"]).await;
+        assert!(out.contains("KIND:") && out.contains("Deployment"), "{out}");
+        assert!(out.contains("Number of desired pods"), "{out}");
+        let out = k.ok(&["explain", "pods.spec.containers.ports"]).await;
+        assert!(out.contains("containerPort"), "{out}");
+        let out = k.ok(&["explain", "configmap", "--recursive"]).await;
+        assert!(out.contains("binaryData") && out.contains("immutable"), "{out}");
+        let (ok, _, err) = k.run(&["explain", "deployment.spec.nosuchfield"]).await;
+        assert!(!ok && err.contains("nosuchfield"), "{err}");
+
+        let crd = CRD.replace(
+            "spec: {type: object, properties: {size: {type: integer}}}",
+            "spec: {type: object, properties: {size: {type: integer, description: How many widgets to make.}}}",
+        );
+        let f = k.file("described-crd.yaml", &crd);
+        k.ok(&["apply", "-f", f.to_str().unwrap()]).await;
+        k.ok(&[
+            "wait",
+            "--for=condition=Established",
+            "crd/widgets.example.com",
+            "--timeout=20s",
+        ])
+        .await;
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let (ok, out, err) = k.run(&["explain", "widgets.spec.size"]).await;
+            if ok && out.contains("How many widgets to make.") {
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "{out}{err}");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    })
+    .await;
+}

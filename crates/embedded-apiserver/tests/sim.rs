@@ -390,6 +390,36 @@ async fn statefulset_starts_pods_in_order_and_rolls_by_partition() {
         get(&pods, "db-2").await["spec"]["containers"][0]["image"],
         "pg:17"
     );
+    // Both revisions are ControllerRevisions owned by the set, numbered in order, labelled
+    // with their hash and holding the template they stand for.
+    let revisions = dynamic(
+        &client,
+        "apps",
+        "v1",
+        "ControllerRevision",
+        "controllerrevisions",
+        Some("default"),
+    );
+    let mut revs = list(&revisions, "app=db").await;
+    revs.sort_by_key(|r| int(r, "/revision"));
+    let names: Vec<&str> = revs
+        .iter()
+        .map(|r| r["metadata"]["name"].as_str().unwrap())
+        .collect();
+    let new_rev = s["status"]["updateRevision"].as_str().unwrap();
+    assert_eq!(names, [old_rev.as_str(), new_rev], "{revs:?}");
+    assert_eq!(int(&revs[0], "/revision"), 1);
+    assert_eq!(int(&revs[1], "/revision"), 2);
+    assert_eq!(
+        revs[1]["data"]["spec"]["template"]["spec"]["containers"][0]["image"],
+        "pg:17"
+    );
+    assert_eq!(revs[1]["metadata"]["ownerReferences"][0]["name"], "db");
+    assert!(new_rev.ends_with(
+        revs[1]["metadata"]["labels"]["controller-revision-hash"]
+            .as_str()
+            .unwrap()
+    ));
 }
 
 #[tokio::test]
@@ -496,6 +526,21 @@ async fn daemonset_runs_a_pod_per_node() {
         .collect();
     nodes.sort();
     assert_eq!(nodes, ["dev-node-0", "dev-node-1", "dev-node-2"]);
+    let revisions = dynamic(
+        &client,
+        "apps",
+        "v1",
+        "ControllerRevision",
+        "controllerrevisions",
+        Some("default"),
+    );
+    let revs = list(&revisions, "app=agent").await;
+    assert_eq!(revs.len(), 1, "{revs:?}");
+    let hash = list(&pods, "app=agent").await[0]["metadata"]["labels"]["controller-revision-hash"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(revs[0]["metadata"]["name"], format!("agent-{hash}"));
 }
 
 #[tokio::test]

@@ -77,8 +77,14 @@ pub async fn dev(args: DevArgs) -> anyhow::Result<()> {
 async fn install_crds(client: &kube::Client) -> anyhow::Result<()> {
     let api: Api<CustomResourceDefinition> = Api::all(client.clone());
     let crds = metacontroller_api::crds::all_typed().context("generating the CRDs")?;
+    // A named field manager: a later Helm install or server-side apply of the same CRDs
+    // shares the fields instead of meeting an anonymous owner.
+    let params = PostParams {
+        field_manager: Some("metacontroller-dev".into()),
+        ..Default::default()
+    };
     for crd in &crds {
-        match api.create(&PostParams::default(), crd).await {
+        match api.create(&params, crd).await {
             Ok(_) => {}
             Err(kube::Error::Api(status)) if status.code == 409 => {}
             Err(err) => return Err(err).context("installing the Metacontroller CRDs"),

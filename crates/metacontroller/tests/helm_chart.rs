@@ -5,9 +5,7 @@
 //! Without python3 or the package these tests skip with a message, except in CI (`CI=true`),
 //! where `.ci/run` installs the package and a missing one is a failure.
 
-use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{Secret, Service, ServiceAccount};
@@ -18,73 +16,8 @@ use kube::api::{Api, ListParams};
 use metacontroller_testkit::{dynamic_api, eventually, unique_name, TestCluster};
 use serde_json::{json, Value};
 
-/// The helm-python-sdk version `.ci/run` installs.
-const SDK: &str = "helm-python-sdk==0.2.2";
-/// Bound on one Helm action (they take well under a second against the embedded server).
-const STEP_TIMEOUT: Duration = Duration::from_secs(120);
-
-fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../..")
-        .canonicalize()
-        .expect("the repository root")
-}
-
-/// Whether the Helm SDK is importable; skips (outside CI) or fails (in CI) when it is not.
-fn helm_sdk_available() -> bool {
-    let probe = std::process::Command::new("python3")
-        .args(["-c", "import helm_python"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status();
-    if matches!(probe, Ok(status) if status.success()) {
-        return true;
-    }
-    let why = match probe {
-        Err(e) => format!("python3 is not runnable ({e})"),
-        Ok(_) => format!("the Python package {SDK} is not installed"),
-    };
-    if std::env::var("CI").is_ok_and(|v| v == "true") {
-        panic!("{why}; CI must install it (see .ci/run: pip install {SDK})");
-    }
-    eprintln!("SKIPPED: {why}; `pip install {SDK}` to run the Helm chart tests");
-    false
-}
-
-/// Output of one `hack/helm_chart.py` run.
-struct Run {
-    ok: bool,
-    stdout: String,
-    stderr: String,
-}
-
-impl Run {
-    fn expect_ok(self, what: &str) -> String {
-        assert!(
-            self.ok,
-            "{what} failed:\n{}\n{}",
-            self.stderr.trim(),
-            self.stdout.trim()
-        );
-        self.stdout
-    }
-}
-
-async fn helm_chart(args: &[&str]) -> Run {
-    let mut cmd = tokio::process::Command::new("python3");
-    cmd.arg(repo_root().join("hack/helm_chart.py"))
-        .args(args)
-        .kill_on_drop(true);
-    let out = tokio::time::timeout(STEP_TIMEOUT, cmd.output())
-        .await
-        .unwrap_or_else(|_| panic!("hack/helm_chart.py {args:?} ran longer than {STEP_TIMEOUT:?}"))
-        .expect("running python3");
-    Run {
-        ok: out.status.success(),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
-}
+mod helm;
+use helm::{helm_chart, helm_sdk_available, repo_root, STEP_TIMEOUT};
 
 fn find<'a>(objects: &'a [Value], kind: &str, name: &str) -> &'a Value {
     objects

@@ -68,6 +68,13 @@ pub(super) fn reconcile(sim: &mut Sim, st: &mut State, ns: &str, name: &str) {
     for pod in &terminal {
         delete_pod(st, &ds, pod);
     }
+    let in_use: Vec<String> = by_node
+        .values()
+        .flatten()
+        .map(|p| format!("{name}-{}", revision_of(p)))
+        .collect();
+    let in_use: Vec<&str> = in_use.iter().map(String::as_str).collect();
+    super::history::ensure_revision(st, &ds, &hash, &template, &in_use);
     for node in &nodes {
         match by_node.get(node).map(Vec::len).unwrap_or(0) {
             // A replacement waits until the old pod on the node is gone.

@@ -16,6 +16,7 @@
 mod daemonset;
 mod deployment;
 mod endpointslice;
+mod history;
 mod job;
 mod kubelet;
 mod replicaset;

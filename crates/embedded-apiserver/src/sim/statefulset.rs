@@ -45,12 +45,14 @@ pub(super) fn reconcile(sim: &mut Sim, st: &mut State, ns: &str, name: &str) {
         .unwrap_or("RollingUpdate");
     let partition = int_at(&set, "/spec/updateStrategy/rollingUpdate/partition", 0).max(0);
     let template = set.pointer("/spec/template").cloned().unwrap_or(json!({}));
-    let update_rev = format!("{name}-{}", util::template_hash(&template, 0));
+    let hash = util::template_hash(&template, 0);
+    let update_rev = format!("{name}-{hash}");
     let current_rev = set
         .pointer("/status/currentRevision")
         .and_then(Value::as_str)
         .map(String::from)
         .unwrap_or_else(|| update_rev.clone());
+    super::history::ensure_revision(st, &set, &hash, &template, &[&current_rev, &update_rev]);
 
     let prefix = format!("{name}-");
     let mut pods: BTreeMap<i64, Arc<Value>> = BTreeMap::new();
