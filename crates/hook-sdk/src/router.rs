@@ -132,8 +132,7 @@ impl Hooks {
     /// The finished router, to serve with [`serve`](crate::serve) or to nest in a
     /// larger axum application.
     pub fn into_router(self) -> Router {
-        self.router
-            .layer(DefaultBodyLimit::max(self.body_limit))
+        self.router.layer(DefaultBodyLimit::max(self.body_limit))
     }
 }
 

@@ -71,13 +71,12 @@ fn composite_hooks() -> Hooks {
             assert!(!req.finalizing);
             let mut status = serde_json::Map::new();
             status.insert("children".into(), json!(req.children.objects().count()));
-            status.insert(
-                "parent".into(),
-                req.parent["metadata"]["name"].clone(),
-            );
+            status.insert("parent".into(), req.parent["metadata"]["name"].clone());
             Ok::<_, Error>(CompositeHookResponse {
                 status: Some(status),
-                children: vec![json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}})],
+                children: vec![
+                    json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}}),
+                ],
                 ..Default::default()
             })
         })
@@ -125,7 +124,10 @@ async fn composite_golden_requests_of_both_versions_are_served() {
         assert_eq!(resp.children.len(), 1);
 
         let (status, body) = server
-            .post("/finalize", golden(version, "composite-finalize-request.json"))
+            .post(
+                "/finalize",
+                golden(version, "composite-finalize-request.json"),
+            )
             .await;
         assert_eq!(status, 200, "{version}: {body}");
         let body: Value = serde_json::from_str(&body).unwrap();
@@ -173,10 +175,16 @@ async fn decorator_golden_requests_are_served() {
         let body: Value = serde_json::from_str(&body).unwrap();
         assert!(body["labels"]["attachments"].is_string(), "{body}");
         let (status, body) = server
-            .post("/finalize", golden(version, "decorator-finalize-request.json"))
+            .post(
+                "/finalize",
+                golden(version, "decorator-finalize-request.json"),
+            )
             .await;
         assert_eq!(status, 200, "{version}: {body}");
-        assert_eq!(serde_json::from_str::<Value>(&body).unwrap()["finalized"], true);
+        assert_eq!(
+            serde_json::from_str::<Value>(&body).unwrap()["finalized"],
+            true
+        );
     }
     server.shutdown().await;
 }
@@ -188,14 +196,20 @@ async fn malformed_requests_get_400_with_a_json_message() {
     assert_eq!(status, 400, "{body}");
     let body: Value = serde_json::from_str(&body).unwrap();
     assert!(
-        body["message"].as_str().unwrap().contains("cannot decode the /sync request"),
+        body["message"]
+            .as_str()
+            .unwrap()
+            .contains("cannot decode the /sync request"),
         "{body}"
     );
     // Valid JSON of the wrong shape: the decoder names what is missing.
     let (status, body) = server.post("/sync", r#"{"parent": {}}"#).await;
     assert_eq!(status, 400, "{body}");
     let body: Value = serde_json::from_str(&body).unwrap();
-    assert!(body["message"].as_str().unwrap().contains("controller"), "{body}");
+    assert!(
+        body["message"].as_str().unwrap().contains("controller"),
+        "{body}"
+    );
     server.shutdown().await;
 }
 

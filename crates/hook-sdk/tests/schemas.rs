@@ -54,22 +54,101 @@ fn schemas() -> Vec<(&'static str, &'static str, Value)> {
     let mut out = Vec::new();
     for version in ["v1", "v2"] {
         let v = version;
-        out.push((v, "composite-sync-request", schema_of::<CompositeHookRequest>(v, "composite-sync-request", "CompositeController sync hook request")));
-        out.push((v, "composite-sync-response", schema_of::<CompositeHookResponse>(v, "composite-sync-response", "CompositeController sync hook response")));
-        out.push((v, "composite-finalize-request", schema_of::<CompositeHookRequest>(v, "composite-finalize-request", "CompositeController finalize hook request")));
-        out.push((v, "composite-finalize-response", schema_of::<CompositeHookResponse>(v, "composite-finalize-response", "CompositeController finalize hook response")));
-        out.push((v, "decorator-sync-request", schema_of::<DecoratorHookRequest>(v, "decorator-sync-request", "DecoratorController sync hook request")));
-        out.push((v, "decorator-sync-response", schema_of::<DecoratorHookResponse>(v, "decorator-sync-response", "DecoratorController sync hook response")));
-        out.push((v, "decorator-finalize-request", schema_of::<DecoratorHookRequest>(v, "decorator-finalize-request", "DecoratorController finalize hook request")));
-        out.push((v, "decorator-finalize-response", schema_of::<DecoratorHookResponse>(v, "decorator-finalize-response", "DecoratorController finalize hook response")));
-        out.push((v, "customize-request", schema_of::<CustomizeHookRequest>(v, "customize-request", "Customize hook request (CompositeController or DecoratorController)")));
-        out.push((v, "customize-response", schema_of::<CustomizeHookResponse>(v, "customize-response", "Customize hook response")));
+        out.push((
+            v,
+            "composite-sync-request",
+            schema_of::<CompositeHookRequest>(
+                v,
+                "composite-sync-request",
+                "CompositeController sync hook request",
+            ),
+        ));
+        out.push((
+            v,
+            "composite-sync-response",
+            schema_of::<CompositeHookResponse>(
+                v,
+                "composite-sync-response",
+                "CompositeController sync hook response",
+            ),
+        ));
+        out.push((
+            v,
+            "composite-finalize-request",
+            schema_of::<CompositeHookRequest>(
+                v,
+                "composite-finalize-request",
+                "CompositeController finalize hook request",
+            ),
+        ));
+        out.push((
+            v,
+            "composite-finalize-response",
+            schema_of::<CompositeHookResponse>(
+                v,
+                "composite-finalize-response",
+                "CompositeController finalize hook response",
+            ),
+        ));
+        out.push((
+            v,
+            "decorator-sync-request",
+            schema_of::<DecoratorHookRequest>(
+                v,
+                "decorator-sync-request",
+                "DecoratorController sync hook request",
+            ),
+        ));
+        out.push((
+            v,
+            "decorator-sync-response",
+            schema_of::<DecoratorHookResponse>(
+                v,
+                "decorator-sync-response",
+                "DecoratorController sync hook response",
+            ),
+        ));
+        out.push((
+            v,
+            "decorator-finalize-request",
+            schema_of::<DecoratorHookRequest>(
+                v,
+                "decorator-finalize-request",
+                "DecoratorController finalize hook request",
+            ),
+        ));
+        out.push((
+            v,
+            "decorator-finalize-response",
+            schema_of::<DecoratorHookResponse>(
+                v,
+                "decorator-finalize-response",
+                "DecoratorController finalize hook response",
+            ),
+        ));
+        out.push((
+            v,
+            "customize-request",
+            schema_of::<CustomizeHookRequest>(
+                v,
+                "customize-request",
+                "Customize hook request (CompositeController or DecoratorController)",
+            ),
+        ));
+        out.push((
+            v,
+            "customize-response",
+            schema_of::<CustomizeHookResponse>(v, "customize-response", "Customize hook response"),
+        ));
     }
     out
 }
 
 fn schema_path(version: &str, stem: &str) -> PathBuf {
-    root().join("docs/schemas").join(version).join(format!("{stem}.json"))
+    root()
+        .join("docs/schemas")
+        .join(version)
+        .join(format!("{stem}.json"))
 }
 
 #[test]
@@ -98,16 +177,24 @@ fn golden_hook_messages_validate_against_the_schemas() {
     let mut checked = 0;
     for (version, stem, schema) in schemas() {
         let files: Vec<String> = if stem == "customize-request" {
-            vec!["customize-request-composite.json".into(), "customize-request-decorator.json".into()]
+            vec![
+                "customize-request-composite.json".into(),
+                "customize-request-decorator.json".into(),
+            ]
         } else {
             vec![format!("{stem}.json")]
         };
         for file in files {
             let path = goldens.join(version).join(&file);
-            let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            let text = std::fs::read_to_string(&path)
+                .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
             let instance: Value = serde_json::from_str(&text).unwrap();
             let errors = validate(&schema, &schema, &instance, "");
-            assert!(errors.is_empty(), "{} against {stem}: {errors:#?}", path.display());
+            assert!(
+                errors.is_empty(),
+                "{} against {stem}: {errors:#?}",
+                path.display()
+            );
             checked += 1;
         }
     }
@@ -124,7 +211,12 @@ fn the_validator_rejects_what_the_schemas_forbid() {
     assert!(text.contains("/children/Pod.v1"), "{text}");
     assert!(text.contains("/finalizing"), "{text}");
     let response = schema_of::<CompositeHookResponse>("v2", "composite-sync-response", "t");
-    let errors = validate(&response, &response, &serde_json::json!({"children": {}}), "");
+    let errors = validate(
+        &response,
+        &response,
+        &serde_json::json!({"children": {}}),
+        "",
+    );
     assert!(!errors.is_empty());
 }
 
@@ -149,7 +241,10 @@ fn validate(root: &Value, schema: &Value, instance: &Value, at: &str) -> Vec<Str
         errors.extend(validate(root, target, instance, at));
     }
     if let Some(Value::Array(any)) = schema.get("anyOf").or_else(|| schema.get("oneOf")) {
-        if !any.iter().any(|s| validate(root, s, instance, at).is_empty()) {
+        if !any
+            .iter()
+            .any(|s| validate(root, s, instance, at).is_empty())
+        {
             errors.push(format!("{at}: matches none of anyOf/oneOf"));
         }
     }
@@ -212,4 +307,3 @@ fn validate(root: &Value, schema: &Value, instance: &Value, at: &str) -> Vec<Str
     }
     errors
 }
-

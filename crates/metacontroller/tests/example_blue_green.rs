@@ -60,7 +60,8 @@ impl Kubectl {
     }
 
     fn jsonpath(&self, object: &str, path: &str) -> String {
-        self.run(&["get", object, "-o", &format!("jsonpath={path}")]).1
+        self.run(&["get", object, "-o", &format!("jsonpath={path}")])
+            .1
     }
 
     /// Polls `kubectl get object -o jsonpath=path` until it prints `want` (90 s).
@@ -157,12 +158,19 @@ fn blue_green_example_runs_as_documented() {
     k.ok(&["apply", "-f", controller_file.to_str().unwrap()]);
     let deadline = Instant::now() + Duration::from_secs(60);
     while !k.run(&["apply", "-f", &path("web.yaml")]).0 {
-        assert!(Instant::now() < deadline, "the BlueGreenDeployment was never created");
+        assert!(
+            Instant::now() < deadline,
+            "the BlueGreenDeployment was never created"
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
 
     // Blue rolls out and serves; green exists, scaled to 0.
-    k.until("bluegreendeployment/web", "{.status.blue.readyReplicas}", "2");
+    k.until(
+        "bluegreendeployment/web",
+        "{.status.blue.readyReplicas}",
+        "2",
+    );
     k.until("bluegreendeployment/web", "{.status.activeColor}", "blue");
     k.until("bluegreendeployment/web", "{.status.phase}", "Stable");
     k.until("service/web", "{.spec.selector.color}", "blue");
@@ -192,17 +200,29 @@ fn blue_green_example_runs_as_documented() {
     );
     k.until("service/web", "{.spec.selector.color}", "green");
     // Traffic switched only once green was fully ready.
-    assert_eq!(k.jsonpath("deployment/web-green", "{.status.readyReplicas}"), "2");
+    assert_eq!(
+        k.jsonpath("deployment/web-green", "{.status.readyReplicas}"),
+        "2"
+    );
     k.until("deployment/web-blue", "{.spec.replicas}", "0");
-    k.until("deployment/web-blue", "{.status.replicas}", "0");
+    // Its pods are gone (Kubernetes omits a zero `status.replicas`).
+    k.until("deployment/web-blue", "{.status.replicas}", "");
+    assert_eq!(k.jsonpath("deployment/web-blue", "{.spec.replicas}"), "0");
     // Blue keeps its old template, ready for a rollback.
     assert_eq!(
-        k.jsonpath("deployment/web-blue", "{.spec.template.spec.containers[0].image}"),
+        k.jsonpath(
+            "deployment/web-blue",
+            "{.spec.template.spec.containers[0].image}"
+        ),
         "nginx:1.27"
     );
     k.until("bluegreendeployment/web", "{.status.activeColor}", "green");
     k.until("bluegreendeployment/web", "{.status.phase}", "Stable");
-    k.until("bluegreendeployment/web", "{.status.green.readyReplicas}", "2");
+    k.until(
+        "bluegreendeployment/web",
+        "{.status.green.readyReplicas}",
+        "2",
+    );
     k.until("bluegreendeployment/web", "{.status.blue.replicas}", "0");
     assert_ne!(
         k.jsonpath("bluegreendeployment/web", "{.status.green.templateHash}"),
@@ -217,7 +237,10 @@ fn blue_green_example_runs_as_documented() {
             if !ok && out.contains("NotFound") {
                 break;
             }
-            assert!(Instant::now() < deadline, "{object} was not garbage collected: {out}");
+            assert!(
+                Instant::now() < deadline,
+                "{object} was not garbage collected: {out}"
+            );
             std::thread::sleep(Duration::from_millis(100));
         }
     }

@@ -79,10 +79,22 @@ pub async fn sync(req: CompositeHookRequest) -> Result<CompositeHookResponse, Er
     if runs_current(deployment(&active)) {
         let (old_template, old_hash) = kept(inactive);
         children.push(deployment_object(name, &active, template, &hash, replicas));
-        children.push(deployment_object(name, inactive, &old_template, &old_hash, 0));
+        children.push(deployment_object(
+            name,
+            inactive,
+            &old_template,
+            &old_hash,
+            0,
+        ));
     } else {
         let (old_template, old_hash) = kept(&active);
-        children.push(deployment_object(name, &active, &old_template, &old_hash, replicas));
+        children.push(deployment_object(
+            name,
+            &active,
+            &old_template,
+            &old_hash,
+            replicas,
+        ));
         children.push(deployment_object(name, inactive, template, &hash, replicas));
         if rolled_out(deployment(inactive), &hash, replicas) {
             serving = inactive.to_string();
@@ -134,7 +146,13 @@ fn rolled_out(d: Option<&Value>, hash: &str, replicas: i64) -> bool {
         && status["readyReplicas"].as_i64().unwrap_or(0) == replicas
 }
 
-fn deployment_object(name: &str, color: &str, template: &Value, hash: &str, replicas: i64) -> Value {
+fn deployment_object(
+    name: &str,
+    color: &str,
+    template: &Value,
+    hash: &str,
+    replicas: i64,
+) -> Value {
     let mut template = template.clone();
     let labels = template
         .as_object_mut()
