@@ -62,3 +62,8 @@ pub use metacontroller_api::{
 pub use metacontroller_api as api;
 /// Re-exported so handlers can build children without naming another dependency.
 pub use serde_json;
+
+/// The README's example, compiled by `cargo test --doc`.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
