@@ -11,7 +11,7 @@ use crate::update::ChildUpdateMethod;
 use crate::{default_api_version, API_VERSION, GROUP, VERSION};
 
 /// A CompositeController object.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CompositeController {
     /// Always `metacontroller.k8s.io/v1alpha1`.
@@ -22,6 +22,7 @@ pub struct CompositeController {
     pub kind: String,
     /// Standard object metadata.
     #[serde(default)]
+    #[schemars(with = "serde_json::Map<String, serde_json::Value>")]
     pub metadata: ObjectMeta,
     /// What to control and how.
     pub spec: CompositeControllerSpec,

@@ -8,7 +8,7 @@ use super::{is_false, is_zero, null_as_default, ObjectMap};
 use crate::composite::CompositeController;
 
 /// Body POSTed to a CompositeController's sync and finalize hooks.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CompositeHookRequest {
     /// The whole CompositeController object.
@@ -27,7 +27,7 @@ pub struct CompositeHookRequest {
 }
 
 /// Response of a CompositeController's sync and finalize hooks.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CompositeHookResponse {
     /// Replaces the parent's `status`; `null`/absent leaves it unchanged.

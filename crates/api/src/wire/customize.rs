@@ -10,7 +10,7 @@ use crate::decorator::DecoratorController;
 use crate::related::RelatedResourceRule;
 
 /// The controller sent in a customize request: either kind, serialized as itself.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
 #[serde(untagged)]
 pub enum CustomizableController {
     /// A CompositeController.
@@ -43,7 +43,7 @@ impl<'de> Deserialize<'de> for CustomizableController {
 }
 
 /// Body POSTed to a customize hook.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CustomizeHookRequest {
     /// The whole controller object.
@@ -53,7 +53,7 @@ pub struct CustomizeHookRequest {
 }
 
 /// Response of a customize hook.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CustomizeHookResponse {
     /// Which objects the sync and finalize hooks should receive under `related`.

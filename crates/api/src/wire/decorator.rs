@@ -12,7 +12,7 @@ use super::{is_false, is_zero, null_as_default, ObjectMap};
 use crate::decorator::DecoratorController;
 
 /// Body POSTed to a DecoratorController's sync and finalize hooks (v1 and v2).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct DecoratorHookRequest {
     /// The whole DecoratorController object.
@@ -52,7 +52,7 @@ impl DecoratorHookRequest {
 }
 
 /// Response of a DecoratorController's sync and finalize hooks.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct DecoratorHookResponse {
     /// Labels to set on the target; a `null` value removes the label.

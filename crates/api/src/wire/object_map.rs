@@ -27,7 +27,7 @@ pub fn parse_group_key(key: &str) -> Option<(&str, &str)> {
 }
 
 /// Objects grouped by type and keyed per hook version.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(transparent)]
 pub struct ObjectMap(pub BTreeMap<String, BTreeMap<String, Value>>);
 
