@@ -34,6 +34,8 @@ struct State {
 struct Shards {
     owned: Vec<bool>,
     in_flight: Vec<usize>,
+    /// Distinct keys admitted per shard since it was last acquired (the parents owned).
+    keys: Vec<std::collections::HashSet<String>>,
 }
 
 /// 64-bit FNV-1a followed by the splitmix64 finalizer: stable across processes, builds and
@@ -100,6 +102,7 @@ impl SyncGate {
         gate.lock().shards = Some(Shards {
             owned: vec![false; count],
             in_flight: vec![0; count],
+            keys: vec![Default::default(); count],
         });
         gate
     }
@@ -126,6 +129,14 @@ impl SyncGate {
             .unwrap_or_default()
     }
 
+    /// Distinct keys (parents) of the owned shards synced since their acquisition.
+    pub fn owned_keys(&self) -> usize {
+        self.lock()
+            .shards
+            .as_ref()
+            .map_or(0, |s| s.keys.iter().map(|k| k.len()).sum())
+    }
+
     /// Admits the keys of `shard` from now on.
     pub fn own_shard(&self, shard: u32) {
         if let Some(shards) = self.lock().shards.as_mut() {
@@ -141,6 +152,9 @@ impl SyncGate {
         if let Some(shards) = self.lock().shards.as_mut() {
             if let Some(owned) = shards.owned.get_mut(shard as usize) {
                 *owned = false;
+            }
+            if let Some(keys) = shards.keys.get_mut(shard as usize) {
+                *keys = Default::default();
             }
         }
         let drained = async {
@@ -181,6 +195,10 @@ impl SyncGate {
                                 return None;
                             }
                             shards.in_flight[shard as usize] += 1;
+                            let keys = &mut shards.keys[shard as usize];
+                            if !keys.contains(key) {
+                                keys.insert(key.to_string());
+                            }
                             Some(shard)
                         }
                     };
@@ -360,6 +378,7 @@ mod tests {
         assert_eq!(gate.owned_shards(), vec![1]);
         let permit = gate.enter_key(&a).await.expect("owned shard admitted");
         assert!(gate.enter_key(&b).await.is_none());
+        assert_eq!(gate.owned_keys(), 1);
         // Releasing waits for the running sync of that shard only.
         let release = {
             let gate = gate.clone();
@@ -376,6 +395,7 @@ mod tests {
         );
         drop(permit);
         assert!(release.await.unwrap());
+        assert_eq!(gate.owned_keys(), 0);
         assert!(gate.owned_shards().is_empty());
         assert!(gate.release_shard(3, Duration::ZERO).await);
     }

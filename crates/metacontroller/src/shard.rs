@@ -139,10 +139,12 @@ fn score(member: &str, shard: u32) -> u64 {
     stable_hash(&bytes)
 }
 
-/// `metacontroller_shards_owned` and `metacontroller_shard_members`.
+/// `metacontroller_shards_owned`, `metacontroller_shard_parents_owned` and
+/// `metacontroller_shard_members`.
 #[derive(Clone)]
 struct ShardMetrics {
     owned: IntGauge,
+    parents: IntGauge,
     members: IntGauge,
 }
 
@@ -156,9 +158,18 @@ impl ShardMetrics {
             "metacontroller_shard_members",
             "Live replicas this replica sees in its sharding group (--sharding).",
         )?;
+        let parents = IntGauge::new(
+            "metacontroller_shard_parents_owned",
+            "Distinct parents of the owned shards this replica synced since it acquired them (--sharding).",
+        )?;
         registry.register(Box::new(owned.clone()))?;
+        registry.register(Box::new(parents.clone()))?;
         registry.register(Box::new(members.clone()))?;
-        Ok(ShardMetrics { owned, members })
+        Ok(ShardMetrics {
+            owned,
+            parents,
+            members,
+        })
     }
 }
 
@@ -307,6 +318,9 @@ impl Coordinator {
         self.metrics
             .owned
             .set(i64::try_from(now_owned).unwrap_or(i64::MAX));
+        self.metrics
+            .parents
+            .set(i64::try_from(self.gate.owned_keys()).unwrap_or(i64::MAX));
         if acquired > 0 {
             tracing::info!(
                 acquired,

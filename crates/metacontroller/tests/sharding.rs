@@ -384,8 +384,8 @@ fn names(prefix: &str, n: usize) -> Vec<String> {
     (0..n).map(|i| format!("{prefix}-{i}")).collect()
 }
 
-/// `metacontroller_shards_owned` of a replica, scraped from its /metrics.
-async fn shards_owned(p: &ControllerProcess) -> i64 {
+/// The gauge `name` of a replica, scraped from its /metrics.
+async fn gauge(p: &ControllerProcess, name: &str) -> i64 {
     let address = p
         .logs()
         .lines()
@@ -404,9 +404,9 @@ async fn shards_owned(p: &ControllerProcess) -> i64 {
         .await
         .unwrap();
     body.lines()
-        .find_map(|l| l.strip_prefix("metacontroller_shards_owned "))
+        .find_map(|l| l.strip_prefix(&format!("{name} ")))
         .and_then(|v| v.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no metacontroller_shards_owned:\n{body}"))
+        .unwrap_or_else(|| panic!("no {name}:\n{body}"))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -420,7 +420,7 @@ async fn three_replicas_split_the_parents_and_each_parent_has_one_syncer() {
     setup.wait_spread(&refs, Duration::from_secs(30)).await;
     let mut owned = 0;
     for r in &replicas {
-        let n = shards_owned(r).await;
+        let n = gauge(r, "metacontroller_shards_owned").await;
         assert!(n > 0, "a replica owns no shard");
         owned += n;
     }
@@ -434,6 +434,19 @@ async fn three_replicas_split_the_parents_and_each_parent_has_one_syncer() {
         .wait_converged(&parents, Duration::from_secs(60))
         .await;
     setup.assert_children_exact(&parents).await;
+    // Each replica reports the parents it owns; together, every parent once.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let mut total = 0;
+        for r in &replicas {
+            total += gauge(r, "metacontroller_shard_parents_owned").await;
+        }
+        if total == parents.len() as i64 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "parents owned: {total}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 
     let ids: BTreeSet<String> = replicas.iter().map(identity).collect();
     let calls = setup.hook.calls();
