@@ -297,7 +297,8 @@ async fn run(args: &Args, replicas: usize) -> bool {
         })
         .collect();
 
-    let calls = calls.lock().unwrap_or_else(|p| p.into_inner());
+    // Taken out of the mutex: the hook server is done, and no guard may live across awaits.
+    let calls = std::mem::take(&mut *calls.lock().unwrap_or_else(|p| p.into_inner()));
     let mut by_parent: HashMap<&str, Vec<&Call>> = HashMap::new();
     for c in calls.iter() {
         by_parent.entry(&c.parent).or_default().push(c);
