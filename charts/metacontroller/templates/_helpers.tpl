@@ -67,14 +67,18 @@ Whether commandArgs already decide leader election ("--leader-election" or
 
 {{/*
 Container args: commandArgs, plus --leader-election when more than one replica runs and the
-user did not decide it, so two replicas never reconcile the same objects at once.
+user did not decide it, so two replicas never reconcile the same objects at once; with
+sharding.enabled, --sharding --shards=N instead (every replica active, parents split).
 */}}
 {{- define "metacontroller.args" -}}
 {{- $args := list }}
 {{- range .Values.commandArgs }}
 {{- $args = append $args . }}
 {{- end }}
-{{- if and (gt (int .Values.replicas) 1) (not (include "metacontroller.leaderElectionGiven" .)) }}
+{{- if (.Values.sharding).enabled }}
+{{- $args = append $args "--sharding" }}
+{{- $args = append $args (printf "--shards=%d" (int .Values.sharding.shards)) }}
+{{- else if and (gt (int .Values.replicas) 1) (not (include "metacontroller.leaderElectionGiven" .)) }}
 {{- $args = append $args "--leader-election" }}
 {{- end }}
 {{- toYaml $args }}

@@ -7,6 +7,15 @@
 //! sync of this process is writing any more (a replica losing its lease must know that before
 //! the lease can expire). Caches and queues keep running while the gate is closed, so a
 //! standby that becomes leader starts from warm caches with every key already queued.
+//!
+//! With sharding (`--sharding`, [`SyncGate::sharded`]) the gate also partitions keys: every
+//! key belongs to one of a fixed number of virtual shards ([`shard_of`], a stable hash of the
+//! key), and a worker may sync a key only while this replica owns the key's shard
+//! ([`SyncGate::enter_key`] returns `None` otherwise and the queue drops the key). Ownership is
+//! granted and withdrawn one shard at a time by the shard coordinator of the binary:
+//! [`SyncGate::own_shard`] after it acquired the shard's Lease, and
+//! [`SyncGate::release_shard`] — stop admitting the shard's keys, wait for its running syncs —
+//! before it releases the Lease, so no two replicas ever sync the same key at once.
 
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -17,6 +26,34 @@ use tokio::sync::{watch, Notify};
 struct State {
     open: bool,
     in_flight: usize,
+    /// Per-shard ownership and running syncs; `None` without sharding.
+    shards: Option<Shards>,
+}
+
+#[derive(Debug)]
+struct Shards {
+    owned: Vec<bool>,
+    in_flight: Vec<usize>,
+    /// Distinct keys admitted per shard since it was last acquired (the parents owned).
+    keys: Vec<std::collections::HashSet<String>>,
+}
+
+/// 64-bit FNV-1a followed by the splitmix64 finalizer: stable across processes, builds and
+/// platforms (unlike `std`'s hasher), and well mixed in the low bits we take a modulo of.
+pub fn stable_hash(bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in bytes {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h = (h ^ (h >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    h = (h ^ (h >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    h ^ (h >> 31)
+}
+
+/// The virtual shard of a queue key (`namespace/name` of a parent) among `count` shards.
+pub fn shard_of(key: &str, count: u32) -> u32 {
+    (stable_hash(key.as_bytes()) % u64::from(count.max(1))) as u32
 }
 
 #[derive(Debug)]
@@ -47,10 +84,134 @@ impl SyncGate {
         let (open_tx, _) = watch::channel(open);
         SyncGate {
             inner: Arc::new(Inner {
-                state: Mutex::new(State { open, in_flight: 0 }),
+                state: Mutex::new(State {
+                    open,
+                    in_flight: 0,
+                    shards: None,
+                }),
                 open_tx,
                 idle: Notify::new(),
             }),
+        }
+    }
+
+    /// An open gate partitioned into `count` shards, none of them owned yet.
+    pub fn sharded(count: u32) -> SyncGate {
+        let gate = SyncGate::new(true);
+        let count = count.max(1) as usize;
+        gate.lock().shards = Some(Shards {
+            owned: vec![false; count],
+            in_flight: vec![0; count],
+            keys: vec![Default::default(); count],
+        });
+        gate
+    }
+
+    /// The number of shards, `None` without sharding.
+    pub fn shard_count(&self) -> Option<u32> {
+        self.lock()
+            .shards
+            .as_ref()
+            .map(|s| u32::try_from(s.owned.len()).unwrap_or(u32::MAX))
+    }
+
+    /// The shards this process owns now.
+    pub fn owned_shards(&self) -> Vec<u32> {
+        self.lock()
+            .shards
+            .as_ref()
+            .map(|s| {
+                (0..s.owned.len())
+                    .filter(|i| s.owned[*i])
+                    .map(|i| i as u32)
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// Distinct keys (parents) of the owned shards synced since their acquisition.
+    pub fn owned_keys(&self) -> usize {
+        self.lock()
+            .shards
+            .as_ref()
+            .map_or(0, |s| s.keys.iter().map(|k| k.len()).sum())
+    }
+
+    /// Admits the keys of `shard` from now on.
+    pub fn own_shard(&self, shard: u32) {
+        if let Some(shards) = self.lock().shards.as_mut() {
+            if let Some(owned) = shards.owned.get_mut(shard as usize) {
+                *owned = true;
+            }
+        }
+    }
+
+    /// Stops admitting the keys of `shard` at once and waits up to `timeout` for its running
+    /// syncs to end. Returns `true` when none runs any more.
+    pub async fn release_shard(&self, shard: u32, timeout: Duration) -> bool {
+        if let Some(shards) = self.lock().shards.as_mut() {
+            if let Some(owned) = shards.owned.get_mut(shard as usize) {
+                *owned = false;
+            }
+            if let Some(keys) = shards.keys.get_mut(shard as usize) {
+                *keys = Default::default();
+            }
+        }
+        let drained = async {
+            loop {
+                let notified = self.inner.idle.notified();
+                tokio::pin!(notified);
+                notified.as_mut().enable();
+                let running = self
+                    .lock()
+                    .shards
+                    .as_ref()
+                    .and_then(|s| s.in_flight.get(shard as usize).copied())
+                    .unwrap_or(0);
+                if running == 0 {
+                    return;
+                }
+                notified.await;
+            }
+        };
+        tokio::time::timeout(timeout, drained).await.is_ok()
+    }
+
+    /// [`SyncGate::enter`] for one key: waits while the gate is closed, then admits the key
+    /// if this process owns its shard (always without sharding). `None`: another replica's
+    /// key, not to be synced here.
+    pub async fn enter_key(&self, key: &str) -> Option<SyncPermit> {
+        let mut rx = self.inner.open_tx.subscribe();
+        loop {
+            {
+                let mut state = self.lock();
+                if state.open {
+                    let shard = match state.shards.as_mut() {
+                        None => None,
+                        Some(shards) => {
+                            let count = u32::try_from(shards.owned.len()).unwrap_or(u32::MAX);
+                            let shard = shard_of(key, count);
+                            if !shards.owned[shard as usize] {
+                                return None;
+                            }
+                            shards.in_flight[shard as usize] += 1;
+                            let keys = &mut shards.keys[shard as usize];
+                            if !keys.contains(key) {
+                                keys.insert(key.to_string());
+                            }
+                            Some(shard)
+                        }
+                    };
+                    state.in_flight += 1;
+                    return Some(SyncPermit {
+                        gate: self.clone(),
+                        shard,
+                    });
+                }
+            }
+            if rx.changed().await.is_err() {
+                std::future::pending::<()>().await;
+            }
         }
     }
 
@@ -87,7 +248,10 @@ impl SyncGate {
                 let mut state = self.lock();
                 if state.open {
                     state.in_flight += 1;
-                    return SyncPermit { gate: self.clone() };
+                    return SyncPermit {
+                        gate: self.clone(),
+                        shard: None,
+                    };
                 }
             }
             // The sender lives in `inner`, which we hold: `changed` cannot fail.
@@ -122,13 +286,22 @@ impl SyncGate {
 #[derive(Debug)]
 pub struct SyncPermit {
     gate: SyncGate,
+    /// The shard counted in, with sharding.
+    shard: Option<u32>,
 }
 
 impl Drop for SyncPermit {
     fn drop(&mut self) {
         let mut state = self.gate.lock();
         state.in_flight = state.in_flight.saturating_sub(1);
-        if state.in_flight == 0 {
+        let mut shard_idle = false;
+        if let (Some(shard), Some(shards)) = (self.shard, state.shards.as_mut()) {
+            if let Some(n) = shards.in_flight.get_mut(shard as usize) {
+                *n = n.saturating_sub(1);
+                shard_idle = *n == 0;
+            }
+        }
+        if state.in_flight == 0 || shard_idle {
             self.gate.inner.idle.notify_waiters();
         }
     }
@@ -174,6 +347,57 @@ mod tests {
         assert!(closer.await.unwrap());
         assert!(!late.is_finished());
         late.abort();
+    }
+
+    fn key_of_shard(shard: u32, count: u32) -> String {
+        (0..)
+            .map(|i| format!("ns/parent-{i}"))
+            .find(|k| shard_of(k, count) == shard)
+            .unwrap()
+    }
+
+    #[test]
+    fn shard_of_is_stable_and_spreads_keys() {
+        // Fixed values: every replica (and every build) must agree on a key's shard.
+        assert_eq!(shard_of("default/a", 64), shard_of("default/a", 64));
+        let mut counts = [0usize; 8];
+        for i in 0..8000 {
+            counts[shard_of(&format!("ns/p-{i}"), 8) as usize] += 1;
+        }
+        for c in counts {
+            assert!((800..1200).contains(&c), "uneven shards: {counts:?}");
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn sharded_gate_admits_only_owned_shards() {
+        let gate = SyncGate::sharded(4);
+        let (a, b) = (key_of_shard(1, 4), key_of_shard(2, 4));
+        assert!(gate.enter_key(&a).await.is_none());
+        gate.own_shard(1);
+        assert_eq!(gate.owned_shards(), vec![1]);
+        let permit = gate.enter_key(&a).await.expect("owned shard admitted");
+        assert!(gate.enter_key(&b).await.is_none());
+        assert_eq!(gate.owned_keys(), 1);
+        // Releasing waits for the running sync of that shard only.
+        let release = {
+            let gate = gate.clone();
+            tokio::spawn(async move { gate.release_shard(1, Duration::from_secs(10)).await })
+        };
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert!(
+            !release.is_finished(),
+            "released while a sync of the shard ran"
+        );
+        assert!(
+            gate.enter_key(&a).await.is_none(),
+            "admitted while releasing"
+        );
+        drop(permit);
+        assert!(release.await.unwrap());
+        assert_eq!(gate.owned_keys(), 0);
+        assert!(gate.owned_shards().is_empty());
+        assert!(gate.release_shard(3, Duration::ZERO).await);
     }
 
     #[tokio::test(start_paused = true)]

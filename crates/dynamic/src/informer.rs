@@ -139,6 +139,11 @@ impl Informer {
         &self.resource
     }
 
+    /// Replays the cache to the handlers as the periodic flush does (no API request).
+    pub fn resync(&self) {
+        resync(&self.shared);
+    }
+
     /// Whether the first list has completed.
     pub fn has_synced(&self) -> bool {
         *self.shared.synced.borrow()
@@ -340,6 +345,16 @@ impl Informers {
     /// Resources with a running informer.
     pub fn running(&self) -> Vec<ResourceId> {
         self.registry.keys()
+    }
+
+    /// Replays every running informer's cache to its handlers (a sharded replica that
+    /// acquired shards re-queues the keys it dropped while another replica owned them).
+    pub fn resync_all(&self) {
+        for id in self.registry.keys() {
+            if let Some(informer) = self.registry.get(&id) {
+                informer.resync();
+            }
+        }
     }
 
     /// Every running informer with its cached object count and whether its first list

@@ -15,7 +15,8 @@
 //!   deadline replaces a later one, a later one never postpones an earlier one. A delay
 //!   beyond [`MAX_DELAY`] is capped, never dropped.
 //! - **Gate**: [`WorkQueue::set_gate`] puts the process's [`SyncGate`] (leader election,
-//!   shutdown) in front of the workers of [`WorkQueue::run`].
+//!   shutdown) in front of the workers of [`WorkQueue::run`]. With a sharded gate a key of a
+//!   shard this replica does not own is dropped (forgotten, not synced) instead of waiting.
 //! - **Shutdown**: [`WorkQueue::shut_down`] refuses new keys and drops pending delays; workers
 //!   still receive the keys already queued, then [`WorkQueue::get`] returns `None`.
 //!
@@ -459,6 +460,7 @@ where
     /// returns `Ok` is forgotten; `Err` or a panic requeues it with backoff.
     pub async fn run<F, Fut, E>(&self, workers: usize, handler: F)
     where
+        K: fmt::Display,
         F: Fn(K) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<(), E>> + Send + 'static,
         E: fmt::Display + Send + 'static,
@@ -478,6 +480,18 @@ where
                     // Held (with the key processing) while the gate is closed: the standby
                     // keeps its queue, and the key is synced once this process leads.
                     let permit = match queue.shared.gate.get() {
+                        Some(gate) if gate.shard_count().is_some() => {
+                            match gate.enter_key(&key.to_string()).await {
+                                Some(permit) => Some(permit),
+                                None => {
+                                    // Another replica's shard: dropped here; acquiring the
+                                    // shard later replays the caches, which queues it again.
+                                    queue.forget(&key);
+                                    queue.done(&key);
+                                    continue;
+                                }
+                            }
+                        }
                         Some(gate) => Some(gate.enter().await),
                         None => None,
                     };

@@ -42,7 +42,13 @@ pub struct HookClientConfig {
     pub config_maps: Option<Arc<dyn ConfigMapSource>>,
     /// Registry the metrics are registered on; `None` keeps them unregistered.
     pub registry: Option<Registry>,
+    /// Sent as [`REPLICA_HEADER`] on every call (sharding: which replica synced a parent);
+    /// `None` sends no such header.
+    pub replica: Option<String>,
 }
+
+/// The request header naming the calling replica when sharding is on.
+pub const REPLICA_HEADER: &str = "x-metacontroller-replica";
 
 impl Default for HookClientConfig {
     fn default() -> Self {
@@ -52,6 +58,7 @@ impl Default for HookClientConfig {
             secrets: None,
             config_maps: None,
             registry: None,
+            replica: None,
         }
     }
 }
@@ -83,6 +90,7 @@ struct Inner {
     max_body_bytes: usize,
     metrics: HookMetrics,
     etags: Mutex<HashMap<(String, String), Arc<EtagCache>>>,
+    replica: Option<HeaderValue>,
 }
 
 impl HookClient {
@@ -104,6 +112,10 @@ impl HookClient {
                 max_body_bytes: config.max_body_bytes,
                 metrics: HookMetrics::new(config.registry.as_ref())?,
                 etags: Mutex::new(HashMap::new()),
+                replica: config
+                    .replica
+                    .as_deref()
+                    .and_then(|r| HeaderValue::from_str(r).ok()),
             }),
             controller_type: "",
         })
@@ -272,6 +284,9 @@ impl HookClient {
             .body(body);
         if let Some(auth) = &settings.auth {
             builder = builder.header(AUTHORIZATION, auth.header_value().clone());
+        }
+        if let Some(replica) = &self.inner.replica {
+            builder = builder.header(REPLICA_HEADER, replica.clone());
         }
         if let Some(entry) = &cached {
             if let Ok(value) = HeaderValue::from_str(&entry.etag) {

@@ -92,7 +92,9 @@ pub mod redact;
 pub mod sources;
 pub mod target;
 
-pub use client::{CallContext, HookClient, HookClientConfig, DEFAULT_MAX_BODY_BYTES};
+pub use client::{
+    CallContext, HookClient, HookClientConfig, DEFAULT_MAX_BODY_BYTES, REPLICA_HEADER,
+};
 pub use error::HookError;
 pub use metacontroller_api::wire::DecodeError;
 pub use sources::{ConfigMapSource, MemoryObjects, ObjectData, SecretSource, SourceError};

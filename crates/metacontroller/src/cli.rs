@@ -114,6 +114,31 @@ pub struct ControllerArgs {
     #[arg(long, value_name = "NAME", default_value = "metacontroller")]
     pub leader_election_id: String,
 
+    /// Spread parents over all replicas: each replica syncs only the parents of the shards
+    /// it owns (Leases in the leader election namespace). Excludes --leader-election.
+    #[arg(long, value_name = "BOOL", default_value_t = false, num_args = 0..=1,
+          default_missing_value = "true", action = clap::ArgAction::Set, value_parser = go_bool)]
+    pub sharding: bool,
+
+    /// Number of virtual shards parents are hashed into (with --sharding). Every replica
+    /// must use the same value.
+    #[arg(long, value_name = "N", default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub shards: u32,
+
+    /// How long a replica's membership Lease stays valid without renewal: a dead replica's
+    /// shards move to the others after this long (with --sharding).
+    #[arg(long, value_name = "DURATION", default_value = "15s", value_parser = go_duration)]
+    pub shard_lease_duration: Duration,
+
+    /// How long a replica keeps trying to renew its membership Lease before it stops
+    /// syncing all its shards; must be shorter than --shard-lease-duration.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = go_duration)]
+    pub shard_renew_deadline: Duration,
+
+    /// Pause between membership renewals and shard assignment rounds (with --sharding).
+    #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = go_duration)]
+    pub shard_retry_period: Duration,
+
     /// Address to serve /healthz and /readyz on; "0" disables it.
     #[arg(long, value_name = "ADDR", default_value = ":8081")]
     pub health_probe_bind_address: String,

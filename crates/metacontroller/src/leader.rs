@@ -69,7 +69,7 @@ impl LeaderConfig {
     }
 }
 
-fn default_namespace(flag: &str) -> String {
+pub(crate) fn default_namespace(flag: &str) -> String {
     let flag = flag.trim();
     if !flag.is_empty() {
         return flag.to_string();
@@ -89,7 +89,7 @@ fn default_namespace(flag: &str) -> String {
 
 /// `<hostname>_<16 random hex digits>`, unique per process even for replicas sharing a
 /// hostname (as controller-runtime's hostname + UUID).
-fn identity() -> String {
+pub(crate) fn identity() -> String {
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
         .ok()
         .or_else(|| std::env::var("HOSTNAME").ok())
@@ -339,7 +339,7 @@ fn seconds(d: Duration) -> i32 {
 /// A standby's wait between attempts: spread over [period/2, period] so candidates do not
 /// retry in lockstep, yet one notices a released Lease within one retry period (client-go
 /// jitters upwards, which lets a takeover after a clean shutdown take over 2 s).
-fn jitter(period: Duration) -> Duration {
+pub(crate) fn jitter(period: Duration) -> Duration {
     let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
     hasher.write_u8(0);
     let fraction = (hasher.finish() % 1000) as f64 / 1000.0;
@@ -347,7 +347,7 @@ fn jitter(period: Duration) -> Duration {
 }
 
 /// Sleeps `d`; `true` if `stop` turned true (or its sender went) meanwhile.
-async fn sleep_or_stop(d: Duration, stop: &mut watch::Receiver<bool>) -> bool {
+pub(crate) async fn sleep_or_stop(d: Duration, stop: &mut watch::Receiver<bool>) -> bool {
     let stopped = tokio::select! {
         _ = tokio::time::sleep(d) => false,
         changed = stop.wait_for(|s| *s) => { let _ = changed; true }

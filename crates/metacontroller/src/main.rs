@@ -10,6 +10,7 @@ mod logging;
 mod merge_cmd;
 mod metrics;
 mod run;
+mod shard;
 mod shutdown;
 mod sources;
 

@@ -31,6 +31,10 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
             )
         })
         .transpose()?;
+    let sharding = args
+        .sharding
+        .then(|| crate::shard::ShardConfig::from_args(&args))
+        .transpose()?;
     // One registry for the whole process; every part registers its families here.
     let registry = crate::metrics::registry()?;
     let readiness = crate::health::Readiness::default();
@@ -42,10 +46,34 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
     }
     // With leader election the gate opens only while this replica holds the Lease; the
     // controllers below run either way, so a standby keeps its caches warm.
-    let gate = metacontroller_dynamic::SyncGate::new(leader.is_none());
-    let shared = Shared::new(client.clone(), &args, gate.clone(), &registry, readiness)?;
+    // With sharding the gate is open but admits only the keys of the shards this replica
+    // holds.
+    let gate = match &sharding {
+        Some(config) => metacontroller_dynamic::SyncGate::sharded(config.shards),
+        None => metacontroller_dynamic::SyncGate::new(leader.is_none()),
+    };
+    let replica = sharding.as_ref().map(|config| config.identity.clone());
+    let shared = Shared::new(
+        client.clone(),
+        &args,
+        gate.clone(),
+        &registry,
+        readiness,
+        replica,
+    )?;
     let leader = leader
         .map(|config| crate::shutdown::LeaderTask::spawn(client.clone(), config, gate.clone()));
+    let sharding = sharding
+        .map(|config| {
+            crate::shard::ShardTask::spawn(
+                client.clone(),
+                config,
+                gate.clone(),
+                shared.informers.clone(),
+                &registry,
+            )
+        })
+        .transpose()?;
     // Pinned out here, not moved into the select: dropping them would stop the reconcilers,
     // cancelling running syncs, before the shutdown drain lets them finish.
     let composite = run_composite(shared.clone(), &args);
@@ -56,7 +84,7 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
         result = &mut decorator => result?,
         signal = crate::shutdown::signal() => tracing::info!(signal, "shutdown requested"),
     }
-    crate::shutdown::graceful(&gate, &shared.events, leader).await;
+    crate::shutdown::graceful(&gate, &shared.events, leader, sharding).await;
     Ok(())
 }
 
@@ -173,6 +201,7 @@ impl Shared {
         gate: metacontroller_dynamic::SyncGate,
         registry: &prometheus::Registry,
         readiness: crate::health::Readiness,
+        replica: Option<String>,
     ) -> anyhow::Result<Shared> {
         let informers = metacontroller_dynamic::Informers::new(
             client.clone(),
@@ -188,6 +217,7 @@ impl Shared {
             secrets: Some(sources.clone()),
             config_maps: Some(sources),
             registry: Some(registry.clone()),
+            replica,
             ..Default::default()
         })
         .context("building the hook client")?;

@@ -1,5 +1,5 @@
 //! Graceful shutdown, one path for SIGTERM and SIGINT: stop taking keys, let running syncs
-//! end (bounded), flush Events, release the leader Lease, exit 0.
+//! end (bounded), flush Events, release the leader Lease (or the shard Leases), exit 0.
 
 use std::time::Duration;
 
@@ -68,7 +68,12 @@ impl LeaderTask {
 }
 
 /// Runs the shutdown sequence. Never fails: each step is bounded and logged.
-pub async fn graceful(gate: &SyncGate, events: &EventRecorder, leader: Option<LeaderTask>) {
+pub async fn graceful(
+    gate: &SyncGate,
+    events: &EventRecorder,
+    leader: Option<LeaderTask>,
+    sharding: Option<crate::shard::ShardTask>,
+) {
     let running = gate.in_flight();
     tracing::info!(
         running,
@@ -88,6 +93,13 @@ pub async fn graceful(gate: &SyncGate, events: &EventRecorder, leader: Option<Le
             // Releasing now could let a standby write next to our abandoned syncs; the Lease
             // expires on its own once the process is gone.
             tracing::warn!("not releasing the lease: syncs were still running");
+        }
+    }
+    if let Some(sharding) = sharding {
+        if drained {
+            sharding.release().await;
+        } else {
+            tracing::warn!("not releasing the shard leases: syncs were still running");
         }
     }
     tracing::info!("shutdown complete");

@@ -246,6 +246,44 @@ async fn an_explicit_leader_election_flag_is_left_alone() {
 }
 
 #[tokio::test]
+async fn sharding_makes_every_replica_active() {
+    if !helm_sdk_available() {
+        return;
+    }
+    let out = helm_chart(&[
+        "render",
+        "--set-json",
+        r#"{"replicas": 3, "commandArgs": [], "sharding": {"enabled": true, "shards": 32}}"#,
+    ])
+    .await
+    .expect_ok("rendering with sharding on");
+    let objects: Vec<Value> = serde_json::from_str(&out).expect("JSON objects");
+    let sts = find(&objects, "StatefulSet", "metacontroller");
+    assert_eq!(sts["spec"]["replicas"], json!(3));
+    assert_eq!(
+        sts["spec"]["template"]["spec"]["containers"][0]["args"],
+        json!(["--sharding", "--shards=32"])
+    );
+    // The Leases (membership and shards) are in the release namespace, with the verbs the
+    // coordinator uses.
+    let role = find(&objects, "Role", "metacontroller-leader-election");
+    let verbs = &role["rules"][0]["verbs"];
+    for verb in ["get", "list", "create", "update", "delete"] {
+        assert!(
+            verbs.as_array().unwrap().contains(&json!(verb)),
+            "{verb}: {verbs}"
+        );
+    }
+    let bad = helm_chart(&[
+        "render",
+        "--set-json",
+        r#"{"sharding": {"enabled": true, "shards": 0}}"#,
+    ])
+    .await;
+    assert!(!bad.ok, "shards: 0 accepted");
+}
+
+#[tokio::test]
 async fn invalid_values_fail_with_a_clear_schema_error() {
     if !helm_sdk_available() {
         return;

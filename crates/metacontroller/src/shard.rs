@@ -1,0 +1,617 @@
+//! Sharding (`--sharding`): parents spread over all replicas, coordinated only through
+//! `coordination.k8s.io/v1` Leases — no coordinator besides the API server.
+//!
+//! # Design
+//!
+//! - **Keys → shards.** Every queue key (a parent's `namespace/name`) hashes to one of
+//!   `--shards` virtual shards ([`metacontroller_dynamic::gate::shard_of`], a stable hash).
+//!   The key, not the uid, is hashed: the work queue's one-worker-per-key guarantee is on the
+//!   key, the gate decides without a cache read, and a child event maps to its parent's key
+//!   before the parent is even cached.
+//! - **Membership.** Each replica holds its own *member Lease*
+//!   `<leader-election-id>-member-<hash of identity>` (labelled
+//!   `metacontroller.k8s.io/shard-group=<leader-election-id>`,
+//!   `metacontroller.k8s.io/shard-role=member`) and renews it every `--shard-retry-period`,
+//!   like the leader Lease (client-go timings). Members are the replicas whose Lease changed
+//!   within `--shard-lease-duration` *as observed by the local clock* (never the holder's
+//!   timestamps: clock skew). Each round lists the group's Leases once.
+//! - **Assignment.** Shard `s` belongs to the live member with the highest
+//!   `hash(identity, s)` (rendezvous hashing): a replica joining or leaving moves only the
+//!   shards it gains or held, about `shards / members` of them.
+//! - **Ownership.** Who actually syncs shard `s` is recorded in the *shard Lease*
+//!   `<leader-election-id>-shard-<s>` (`holderIdentity`). It is not renewed: it stays valid as
+//!   long as its holder's member Lease is live, so steady state costs one Lease write per
+//!   replica per retry period whatever the number of shards. Every change of holder is a PUT
+//!   with the read `resourceVersion` (or a create), so two replicas can never both win.
+//!   - A replica *acquires* `s` only when the assignment gives it `s` and the shard Lease is
+//!     free, its own, or held by a replica that is no longer a member; only after the write
+//!     succeeded does its gate admit the shard's keys, and it then replays its caches so the
+//!     shard's parents (dropped while another replica owned them) are queued again.
+//!   - A replica that is no longer assigned `s` *releases* it: its gate stops admitting the
+//!     shard's keys, its running syncs of that shard end (drain), and only then it clears the
+//!     holder. The next owner starts after that write, so a parent is never synced by two
+//!     replicas at once.
+//!   - A replica that dies (kill -9) stops renewing; after `--shard-lease-duration` the others
+//!     drop it from the members and take its shards over. A replica that is alive but cannot
+//!     renew for `--shard-renew-deadline` stops syncing every shard (and exits if its syncs do
+//!     not end before its Lease can expire), as the leader elector does.
+//! - **Shutdown.** SIGTERM drains the syncs, clears the holder of every shard Lease it holds
+//!   and deletes its member Lease: the others take over at their next round.
+//! - **Caches.** Every replica watches every parent and child (as a single replica does);
+//!   only syncs — hook calls and writes — are divided. Filtering the watches by shard is the
+//!   next step (see the report of issue 17): it needs a shard label on children and on
+//!   parents, which only the parents' owners can write.
+//!
+//! With sharding on, `--leader-election` is refused: every replica is active.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::Client;
+use metacontroller_dynamic::gate::stable_hash;
+use metacontroller_dynamic::{Informers, SyncGate};
+use prometheus::{IntGauge, Registry};
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+/// Label naming the sharding group (the `--leader-election-id`) on every Lease it uses.
+pub const GROUP_LABEL: &str = "metacontroller.k8s.io/shard-group";
+/// Label telling member Leases (`member`) from shard Leases (`shard`).
+pub const ROLE_LABEL: &str = "metacontroller.k8s.io/shard-role";
+
+/// Sharding settings.
+#[derive(Debug, Clone)]
+pub struct ShardConfig {
+    /// Namespace of the Leases (`--leader-election-namespace` or the pod's namespace).
+    pub namespace: String,
+    /// Prefix of the Lease names and value of [`GROUP_LABEL`] (`--leader-election-id`).
+    pub group: String,
+    /// This replica's identity (hostname + unique suffix).
+    pub identity: String,
+    /// Number of virtual shards (`--shards`).
+    pub shards: u32,
+    /// `--shard-lease-duration`.
+    pub lease_duration: Duration,
+    /// `--shard-renew-deadline`.
+    pub renew_deadline: Duration,
+    /// `--shard-retry-period`.
+    pub retry_period: Duration,
+}
+
+impl ShardConfig {
+    /// From the command line; checks the timings are consistent.
+    pub fn from_args(args: &crate::cli::ControllerArgs) -> anyhow::Result<ShardConfig> {
+        if args.leader_election {
+            anyhow::bail!("--sharding and --leader-election exclude each other: with sharding every replica is active");
+        }
+        if args.leader_election_id.is_empty() {
+            anyhow::bail!("--leader-election-id must not be empty");
+        }
+        if args.shard_retry_period.is_zero()
+            || args.shard_renew_deadline <= args.shard_retry_period
+            || args.shard_lease_duration <= args.shard_renew_deadline
+        {
+            anyhow::bail!(
+                "sharding needs --shard-retry-period < --shard-renew-deadline < --shard-lease-duration"
+            );
+        }
+        Ok(ShardConfig {
+            namespace: crate::leader::default_namespace(&args.leader_election_namespace),
+            group: args.leader_election_id.clone(),
+            identity: crate::leader::identity(),
+            shards: args.shards,
+            lease_duration: args.shard_lease_duration,
+            renew_deadline: args.shard_renew_deadline,
+            retry_period: args.shard_retry_period,
+        })
+    }
+
+    fn member_lease(&self) -> String {
+        format!(
+            "{}-member-{:016x}",
+            self.group,
+            stable_hash(self.identity.as_bytes())
+        )
+    }
+
+    fn shard_lease(&self, shard: u32) -> String {
+        format!("{}-shard-{shard}", self.group)
+    }
+}
+
+/// The member that owns `shard` among `members` (rendezvous hashing).
+pub fn assign<'a>(shard: u32, members: &[&'a str]) -> Option<&'a str> {
+    members
+        .iter()
+        .copied()
+        .max_by_key(|m| (score(m, shard), *m))
+}
+
+fn score(member: &str, shard: u32) -> u64 {
+    let mut bytes = Vec::with_capacity(member.len() + 5);
+    bytes.extend_from_slice(member.as_bytes());
+    bytes.push(0);
+    bytes.extend_from_slice(&shard.to_be_bytes());
+    stable_hash(&bytes)
+}
+
+/// `metacontroller_shards_owned`, `metacontroller_shard_parents_owned` and
+/// `metacontroller_shard_members`.
+#[derive(Clone)]
+struct ShardMetrics {
+    owned: IntGauge,
+    parents: IntGauge,
+    members: IntGauge,
+}
+
+impl ShardMetrics {
+    fn register(registry: &Registry) -> anyhow::Result<ShardMetrics> {
+        let owned = IntGauge::new(
+            "metacontroller_shards_owned",
+            "Shards whose parents this replica syncs now (--sharding).",
+        )?;
+        let members = IntGauge::new(
+            "metacontroller_shard_members",
+            "Live replicas this replica sees in its sharding group (--sharding).",
+        )?;
+        let parents = IntGauge::new(
+            "metacontroller_shard_parents_owned",
+            "Distinct parents of the owned shards this replica synced since it acquired them (--sharding).",
+        )?;
+        registry.register(Box::new(owned.clone()))?;
+        registry.register(Box::new(parents.clone()))?;
+        registry.register(Box::new(members.clone()))?;
+        Ok(ShardMetrics {
+            owned,
+            parents,
+            members,
+        })
+    }
+}
+
+/// The running shard coordinator of the process.
+pub struct ShardTask {
+    stop: watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl ShardTask {
+    /// Joins the group and keeps the gate's shard ownership in line with the assignment.
+    pub fn spawn(
+        client: Client,
+        config: ShardConfig,
+        gate: SyncGate,
+        informers: Informers,
+        registry: &Registry,
+    ) -> anyhow::Result<ShardTask> {
+        let metrics = ShardMetrics::register(registry)?;
+        let (stop, stop_rx) = watch::channel(false);
+        let coordinator = Coordinator {
+            api: Api::namespaced(client, &config.namespace),
+            config,
+            gate,
+            informers,
+            metrics,
+            observed: HashMap::new(),
+            member: None,
+            renewed: None,
+            releasing: Arc::new(Mutex::new(HashSet::new())),
+        };
+        let task = tokio::spawn(coordinator.run(stop_rx));
+        Ok(ShardTask { stop, task })
+    }
+
+    /// Stops the coordinator: it clears the shard Leases it holds and deletes its member
+    /// Lease. The caller must have closed and drained the gate first.
+    pub async fn release(self) {
+        let _ = self.stop.send(true);
+        if tokio::time::timeout(Duration::from_secs(5), self.task)
+            .await
+            .is_err()
+        {
+            tracing::warn!("sharding: releasing the leases timed out; they expire on their own");
+        }
+    }
+}
+
+struct Coordinator {
+    api: Api<Lease>,
+    config: ShardConfig,
+    gate: SyncGate,
+    informers: Informers,
+    metrics: ShardMetrics,
+    /// Per member Lease name: its spec and when this replica first saw it so (local clock).
+    observed: HashMap<String, (LeaseSpec, Instant)>,
+    /// Our member Lease as last written (its resourceVersion guards the next renewal).
+    member: Option<Lease>,
+    /// When our member Lease was last renewed.
+    renewed: Option<Instant>,
+    /// Shards being drained before their Lease is cleared.
+    releasing: Arc<Mutex<HashSet<u32>>>,
+}
+
+impl Coordinator {
+    async fn run(mut self, mut stop: watch::Receiver<bool>) {
+        tracing::info!(identity = %self.config.identity, namespace = %self.config.namespace, group = %self.config.group, shards = self.config.shards, "sharding: joining the group");
+        loop {
+            self.round().await;
+            let period = crate::leader::jitter(self.config.retry_period);
+            if crate::leader::sleep_or_stop(period, &mut stop).await {
+                self.leave().await;
+                return;
+            }
+        }
+    }
+
+    /// One round: renew our membership, read the group, release and acquire shards.
+    async fn round(&mut self) {
+        match self.renew().await {
+            Ok(()) => self.renewed = Some(Instant::now()),
+            Err(err) => tracing::warn!(error = %err, "sharding: cannot renew the member lease"),
+        }
+        let current = self
+            .renewed
+            .is_some_and(|t| t.elapsed() < self.config.renew_deadline);
+        if !current {
+            self.stop_all().await;
+            return;
+        }
+        let leases = match self
+            .api
+            .list(&ListParams::default().labels(&format!("{GROUP_LABEL}={}", self.config.group)))
+            .await
+        {
+            Ok(list) => list.items,
+            Err(err) => {
+                tracing::warn!(error = %err, "sharding: cannot list the group's leases");
+                return;
+            }
+        };
+        let members = self.members(&leases);
+        self.metrics
+            .members
+            .set(i64::try_from(members.len()).unwrap_or(i64::MAX));
+        let shard_leases: HashMap<String, Lease> = leases
+            .into_iter()
+            .filter(|l| role(l) == Some("shard"))
+            .filter_map(|l| Some((l.metadata.name.clone()?, l)))
+            .collect();
+        let member_refs: Vec<&str> = members.iter().map(String::as_str).collect();
+        let me = self.config.identity.clone();
+        let owned: HashSet<u32> = self.gate.owned_shards().into_iter().collect();
+        let mut acquired = 0;
+        for shard in 0..self.config.shards {
+            let name = self.config.shard_lease(shard);
+            let lease = shard_leases.get(&name);
+            let holder = lease
+                .and_then(|l| l.spec.as_ref())
+                .and_then(|s| s.holder_identity.clone())
+                .filter(|h| !h.is_empty());
+            let mine = assign(shard, &member_refs) == Some(me.as_str());
+            let releasing = self.lock_releasing().contains(&shard);
+            if releasing {
+                continue;
+            }
+            let we_hold = holder.as_deref() == Some(me.as_str());
+            if owned.contains(&shard) && !we_hold {
+                // Only after our membership expired could another replica take it; stop now.
+                tracing::error!(shard, holder = ?holder, "sharding: a shard this replica syncs is held by another; stopping it");
+                self.spawn_release(shard, false);
+            } else if we_hold && !mine {
+                self.spawn_release(shard, true);
+            } else if mine && !owned.contains(&shard) {
+                let free = match holder.as_deref() {
+                    None => true,
+                    Some(h) => h == me || !members.iter().any(|m| m == h),
+                };
+                if free && self.acquire(shard, &name, lease).await {
+                    self.gate.own_shard(shard);
+                    acquired += 1;
+                }
+            }
+        }
+        let now_owned = self.gate.owned_shards().len();
+        self.metrics
+            .owned
+            .set(i64::try_from(now_owned).unwrap_or(i64::MAX));
+        self.metrics
+            .parents
+            .set(i64::try_from(self.gate.owned_keys()).unwrap_or(i64::MAX));
+        if acquired > 0 {
+            tracing::info!(
+                acquired,
+                owned = now_owned,
+                members = members.len(),
+                "sharding: acquired shards; replaying caches"
+            );
+            self.informers.resync_all();
+        }
+    }
+
+    fn lock_releasing(&self) -> std::sync::MutexGuard<'_, HashSet<u32>> {
+        self.releasing.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Live members: our own identity while our renewals are current, and every other
+    /// member Lease whose spec changed within the lease duration by our clock.
+    fn members(&mut self, leases: &[Lease]) -> Vec<String> {
+        let now = Instant::now();
+        let mut seen = HashSet::new();
+        let mut members = vec![self.config.identity.clone()];
+        for lease in leases.iter().filter(|l| role(l) == Some("member")) {
+            let (Some(name), Some(spec)) = (lease.metadata.name.clone(), lease.spec.clone()) else {
+                continue;
+            };
+            seen.insert(name.clone());
+            let Some(holder) = spec.holder_identity.clone().filter(|h| !h.is_empty()) else {
+                continue;
+            };
+            if holder == self.config.identity {
+                continue;
+            }
+            let valid = Duration::from_secs(
+                u64::try_from(spec.lease_duration_seconds.unwrap_or(0)).unwrap_or(0),
+            );
+            let first_seen = match self.observed.get(&name) {
+                Some((old, at)) if *old == spec => *at,
+                _ => {
+                    self.observed.insert(name.clone(), (spec, now));
+                    now
+                }
+            };
+            if first_seen.elapsed() < valid {
+                members.push(holder);
+            }
+        }
+        self.observed.retain(|name, _| seen.contains(name));
+        members.sort();
+        members.dedup();
+        members
+    }
+
+    /// Creates or renews our member Lease (PUT guarded by the resourceVersion we wrote).
+    async fn renew(&mut self) -> anyhow::Result<()> {
+        let now = MicroTime(k8s_openapi::jiff::Timestamp::now());
+        let name = self.config.member_lease();
+        let mut lease = match self.member.take() {
+            Some(lease) => lease,
+            None => match self.api.get_opt(&name).await? {
+                Some(lease) => lease,
+                None => {
+                    let lease = self.lease_object(&name, "member", Some(&self.config.identity));
+                    let created = self.api.create(&PostParams::default(), &lease).await?;
+                    tracing::info!(identity = %self.config.identity, lease = %name, "sharding: joined as a member");
+                    self.member = Some(created);
+                    return Ok(());
+                }
+            },
+        };
+        let spec = lease.spec.get_or_insert_with(Default::default);
+        spec.holder_identity = Some(self.config.identity.clone());
+        spec.lease_duration_seconds = Some(seconds(self.config.lease_duration));
+        spec.renew_time = Some(now);
+        match self
+            .api
+            .replace(&name, &PostParams::default(), &lease)
+            .await
+        {
+            Ok(written) => {
+                self.member = Some(written);
+                Ok(())
+            }
+            // Read it again next round (someone edited it, or it was deleted).
+            Err(err) => Err(err.into()),
+        }
+    }
+
+    fn lease_object(&self, name: &str, role: &str, holder: Option<&str>) -> Lease {
+        let now = MicroTime(k8s_openapi::jiff::Timestamp::now());
+        Lease {
+            metadata: ObjectMeta {
+                name: Some(name.to_string()),
+                namespace: Some(self.config.namespace.clone()),
+                labels: Some(
+                    [
+                        (GROUP_LABEL.to_string(), self.config.group.clone()),
+                        (ROLE_LABEL.to_string(), role.to_string()),
+                    ]
+                    .into(),
+                ),
+                ..ObjectMeta::default()
+            },
+            spec: Some(LeaseSpec {
+                holder_identity: holder.map(str::to_string),
+                lease_duration_seconds: Some(seconds(self.config.lease_duration)),
+                acquire_time: Some(now.clone()),
+                renew_time: Some(now),
+                lease_transitions: Some(0),
+                ..LeaseSpec::default()
+            }),
+        }
+    }
+
+    /// Takes the shard Lease (create, or PUT with the listed resourceVersion).
+    async fn acquire(&self, shard: u32, name: &str, lease: Option<&Lease>) -> bool {
+        let me = self.config.identity.as_str();
+        let result = match lease {
+            None => {
+                let lease = self.lease_object(name, "shard", Some(me));
+                self.api.create(&PostParams::default(), &lease).await
+            }
+            Some(lease) => {
+                let mut lease = lease.clone();
+                let now = MicroTime(k8s_openapi::jiff::Timestamp::now());
+                let spec = lease.spec.get_or_insert_with(Default::default);
+                if spec.holder_identity.as_deref() != Some(me) {
+                    spec.lease_transitions =
+                        Some(spec.lease_transitions.unwrap_or(0).saturating_add(1));
+                    spec.acquire_time = Some(now.clone());
+                }
+                spec.holder_identity = Some(me.to_string());
+                spec.lease_duration_seconds = Some(seconds(self.config.lease_duration));
+                spec.renew_time = Some(now);
+                self.api.replace(name, &PostParams::default(), &lease).await
+            }
+        };
+        match result {
+            Ok(_) => true,
+            Err(err) => {
+                tracing::debug!(shard, error = %err, "sharding: shard lease not acquired");
+                false
+            }
+        }
+    }
+
+    /// Drains `shard` in the background, then (if `clear`) clears its Lease's holder.
+    fn spawn_release(&self, shard: u32, clear: bool) {
+        self.lock_releasing().insert(shard);
+        let gate = self.gate.clone();
+        let api = self.api.clone();
+        let name = self.config.shard_lease(shard);
+        let me = self.config.identity.clone();
+        let releasing = self.releasing.clone();
+        tokio::spawn(async move {
+            // A sync cannot be cancelled halfway; the Lease stays ours until it ends.
+            while !gate.release_shard(shard, Duration::from_secs(60)).await {
+                tracing::warn!(
+                    shard,
+                    "sharding: still waiting for the shard's syncs to end"
+                );
+            }
+            if clear {
+                if let Err(err) = clear_holder(&api, &name, &me).await {
+                    tracing::warn!(shard, error = %err, "sharding: cannot clear the shard lease; retrying next round");
+                }
+            }
+            releasing
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(&shard);
+        });
+    }
+
+    /// Our member Lease is not current: stop every shard before another replica may take
+    /// them (`lease_duration` after our last renewal), or exit.
+    async fn stop_all(&mut self) {
+        let owned = self.gate.owned_shards();
+        if owned.is_empty() {
+            return;
+        }
+        let deadline = self
+            .renewed
+            .map(|t| t + self.config.lease_duration)
+            .unwrap_or_else(Instant::now);
+        let budget = deadline
+            .saturating_duration_since(Instant::now())
+            .saturating_sub(Duration::from_millis(500));
+        tracing::error!(
+            shards = owned.len(),
+            ?budget,
+            "sharding: cannot renew the member lease; stopping all shards"
+        );
+        let drains = owned.iter().map(|s| self.gate.release_shard(*s, budget));
+        let drained = futures::future::join_all(drains).await;
+        if drained.iter().any(|d| !d) {
+            tracing::error!("sharding: running syncs did not end before the member lease expires; exiting so two replicas never sync one parent");
+            std::process::exit(1);
+        }
+        self.metrics.owned.set(0);
+    }
+
+    /// Graceful exit (the gate is closed and drained): free our shards and membership.
+    async fn leave(&mut self) {
+        for shard in self.gate.owned_shards() {
+            self.gate.release_shard(shard, Duration::ZERO).await;
+        }
+        if let Ok(list) = self
+            .api
+            .list(&ListParams::default().labels(&format!(
+                "{GROUP_LABEL}={},{ROLE_LABEL}=shard",
+                self.config.group
+            )))
+            .await
+        {
+            for lease in list.items {
+                let held = lease
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.holder_identity.as_deref())
+                    == Some(self.config.identity.as_str());
+                if let (true, Some(name)) = (held, lease.metadata.name.as_deref()) {
+                    if let Err(err) = clear_holder(&self.api, name, &self.config.identity).await {
+                        tracing::warn!(lease = name, error = %err, "sharding: cannot clear a shard lease; it frees when our membership expires");
+                    }
+                }
+            }
+        }
+        let name = self.config.member_lease();
+        match self.api.delete(&name, &DeleteParams::default()).await {
+            Ok(_) => tracing::info!("sharding: left the group"),
+            Err(err) => {
+                tracing::warn!(error = %err, "sharding: cannot delete the member lease; it expires on its own")
+            }
+        }
+        self.metrics.owned.set(0);
+    }
+}
+
+/// Clears the holder of shard Lease `name` if it is still `me` (read, then PUT guarded by
+/// the resourceVersion read).
+async fn clear_holder(api: &Api<Lease>, name: &str, me: &str) -> anyhow::Result<()> {
+    let Some(mut lease) = api.get_opt(name).await? else {
+        return Ok(());
+    };
+    let spec = lease.spec.get_or_insert_with(Default::default);
+    if spec.holder_identity.as_deref() != Some(me) {
+        return Ok(());
+    }
+    spec.holder_identity = None;
+    spec.renew_time = Some(MicroTime(k8s_openapi::jiff::Timestamp::now()));
+    api.replace(name, &PostParams::default(), &lease).await?;
+    Ok(())
+}
+
+fn role(lease: &Lease) -> Option<&str> {
+    lease
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(ROLE_LABEL))
+        .map(String::as_str)
+}
+
+fn seconds(d: Duration) -> i32 {
+    i32::try_from(d.as_secs().max(1)).unwrap_or(i32::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rendezvous_moves_only_the_shards_of_the_member_that_changes() {
+        let three = ["a", "b", "c"];
+        let two = ["a", "b"];
+        let mut moved = 0;
+        let mut counts = HashMap::new();
+        for s in 0..64 {
+            let before = assign(s, &three).unwrap();
+            let after = assign(s, &two).unwrap();
+            *counts.entry(before).or_insert(0) += 1;
+            if before != "c" {
+                assert_eq!(before, after, "shard {s} moved between survivors");
+            } else {
+                moved += 1;
+            }
+        }
+        assert_eq!(moved, counts["c"]);
+        for m in three {
+            assert!(counts[m] >= 10, "unbalanced: {counts:?}");
+        }
+        assert_eq!(assign(0, &[]), None);
+    }
+}

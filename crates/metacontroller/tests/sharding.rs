@@ -1,0 +1,590 @@
+//! `metacontroller run --sharding`: several replicas of the real binary on one API server
+//! split the parents between them through Leases.
+//!
+//! Which replica synced a parent, and when, comes from the hook server's own log: with
+//! sharding on, every hook call carries the caller's identity in `X-Metacontroller-Replica`,
+//! and the hook records the parent, the replica and the time it received and answered each
+//! call. "Never synced by two replicas at once" is asserted on those windows: the calls for
+//! one parent never overlap.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::body::Body;
+use axum::http::Request;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, ListParams, PostParams};
+use kube::core::DynamicObject;
+use metacontroller_api::composite::CompositeController;
+use metacontroller_testkit::{
+    crd, dynamic_api, eventually_within, unique_name, ControllerProcess, CrdBuilder, TestCluster,
+};
+use serde_json::{json, Value};
+
+const SHARDS: u32 = 16;
+/// `--shard-lease-duration` of the test replicas.
+const LEASE: Duration = Duration::from_secs(4);
+
+/// One hook call as the hook server saw it.
+#[derive(Debug, Clone)]
+struct Call {
+    replica: String,
+    parent: String,
+    start: Instant,
+    end: Instant,
+}
+
+#[derive(Clone, Default)]
+struct HookLog(Arc<Mutex<Vec<Call>>>);
+
+impl HookLog {
+    fn calls(&self) -> Vec<Call> {
+        self.0.lock().unwrap().clone()
+    }
+}
+
+/// A sync hook answering after `delay` with two ConfigMaps per parent, recording each call.
+async fn start_hook(delay: Duration) -> (String, HookLog) {
+    let log = HookLog::default();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let app = axum::Router::new().fallback({
+        let log = log.clone();
+        move |request: Request<Body>| {
+            let log = log.clone();
+            async move {
+                let start = Instant::now();
+                let replica = request
+                    .headers()
+                    .get("x-metacontroller-replica")
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or("")
+                    .to_string();
+                let bytes = axum::body::to_bytes(request.into_body(), 64 << 20)
+                    .await
+                    .unwrap_or_default();
+                let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+                let name = body["parent"]["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string();
+                tokio::time::sleep(delay).await;
+                let children: Vec<Value> = ["a", "b"]
+                    .iter()
+                    .map(|s| {
+                        json!({
+                            "apiVersion": "v1", "kind": "ConfigMap",
+                            "metadata": {"name": format!("{name}-{s}")},
+                            "data": {"parent": name},
+                        })
+                    })
+                    .collect();
+                let reply = json!({"children": children, "status": {"ok": true}});
+                log.0.lock().unwrap().push(Call {
+                    replica,
+                    parent: name,
+                    start,
+                    end: Instant::now(),
+                });
+                axum::Json(reply)
+            }
+        }
+    });
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    (format!("http://{addr}/sync"), log)
+}
+
+struct Setup {
+    cluster: TestCluster,
+    ns: String,
+    label: String,
+    group: String,
+    parent: CrdBuilder,
+    hook: HookLog,
+}
+
+impl Setup {
+    async fn new(delay: Duration) -> Setup {
+        let cluster = TestCluster::start().await;
+        cluster.install_metacontroller_crds().await;
+        let ns = cluster.create_namespace("shard").await;
+        let (url, hook) = start_hook(delay).await;
+        let parent = crd(
+            &format!("{}.example.com", unique_name("shard")),
+            "v1",
+            "Parent",
+            "parents",
+        );
+        cluster.install_crd(&parent.build()).await;
+        let label = unique_name("team");
+        let controller: CompositeController = serde_json::from_value(json!({
+            "apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "CompositeController",
+            "metadata": {"name": unique_name("shard"), "labels": {"team": label}},
+            "spec": {
+                "generateSelector": true,
+                "parentResource": {"apiVersion": parent.api_version(), "resource": parent.plural()},
+                "childResources": [{"apiVersion": "v1", "resource": "configmaps"}],
+                "hooks": {"sync": {"webhook": {"url": url}}},
+            }
+        }))
+        .unwrap();
+        Api::<CompositeController>::all(cluster.client())
+            .create(&PostParams::default(), &controller)
+            .await
+            .unwrap();
+        Setup {
+            cluster,
+            ns,
+            label,
+            group: unique_name("mc"),
+            parent,
+            hook,
+        }
+    }
+
+    /// A replica of the group: `--sharding` with short lease timings, metrics on a random
+    /// port, one worker so convergence takes long enough to interrupt.
+    fn replica(&self) -> ControllerProcess {
+        ControllerProcess::start_with_env(
+            env!("CARGO_BIN_EXE_metacontroller"),
+            [
+                "run".to_string(),
+                "--kubeconfig".to_string(),
+                self.cluster.kubeconfig_path().display().to_string(),
+                "--discovery-interval=500ms".to_string(),
+                format!("--target-label-selector=team={}", self.label),
+                "--sharding".to_string(),
+                format!("--shards={SHARDS}"),
+                format!("--leader-election-id={}", self.group),
+                format!("--shard-lease-duration={}s", LEASE.as_secs()),
+                "--shard-renew-deadline=3s".to_string(),
+                "--shard-retry-period=1s".to_string(),
+                "--workers=2".to_string(),
+                "--metrics-address=127.0.0.1:0".to_string(),
+                "--health-probe-bind-address=0".to_string(),
+            ],
+            [
+                ("POD_NAMESPACE", self.ns.clone()),
+                (
+                    "RUST_LOG",
+                    "warn,metacontroller=info,metacontroller_controllers=info".to_string(),
+                ),
+            ],
+        )
+    }
+
+    fn leases(&self) -> Api<Lease> {
+        Api::namespaced(self.cluster.client(), &self.ns)
+    }
+
+    /// Holder of each shard Lease (shard number → identity), free ones left out.
+    async fn shard_holders(&self) -> BTreeMap<u32, String> {
+        let prefix = format!("{}-shard-", self.group);
+        let list = self.leases().list(&ListParams::default()).await.unwrap();
+        list.items
+            .into_iter()
+            .filter_map(|l| {
+                let shard = l
+                    .metadata
+                    .name
+                    .as_deref()?
+                    .strip_prefix(&prefix)?
+                    .parse()
+                    .ok()?;
+                let holder = l.spec?.holder_identity.filter(|h| !h.is_empty())?;
+                Some((shard, holder))
+            })
+            .collect()
+    }
+
+    /// Waits until every shard is held, the holders are exactly `replicas`, and the holders
+    /// did not change for three rounds (`--shard-retry-period=1s`): the handoffs are done.
+    async fn wait_spread(&self, replicas: &[&ControllerProcess], within: Duration) {
+        let ids: BTreeSet<String> = replicas.iter().map(|p| identity(p)).collect();
+        let deadline = Instant::now() + within;
+        let mut stable: Option<(BTreeMap<u32, String>, Instant)> = None;
+        loop {
+            let last = self.shard_holders().await;
+            let holders: BTreeSet<String> = last.values().cloned().collect();
+            if last.len() == SHARDS as usize && holders == ids {
+                match &stable {
+                    Some((seen, since)) if *seen == last => {
+                        if since.elapsed() >= Duration::from_secs(3) {
+                            return;
+                        }
+                    }
+                    _ => stable = Some((last.clone(), Instant::now())),
+                }
+            } else {
+                stable = None;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "shards not spread over {ids:?} within {within:?}: {last:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    fn parents(&self) -> Api<DynamicObject> {
+        dynamic_api(
+            self.cluster.client(),
+            &self.parent.api_version(),
+            self.parent.kind(),
+            self.parent.plural(),
+            Some(&self.ns),
+        )
+    }
+
+    async fn create_parent(&self, name: &str) {
+        let obj: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": self.parent.api_version(), "kind": "Parent",
+            "metadata": {"name": name}, "spec": {}
+        }))
+        .unwrap();
+        self.parents()
+            .create(&PostParams::default(), &obj)
+            .await
+            .unwrap();
+    }
+
+    /// Names of the parents with `status.ok` and both children.
+    async fn converged(&self) -> BTreeSet<String> {
+        let parents = self.parents().list(&ListParams::default()).await.unwrap();
+        let cms: Api<ConfigMap> = Api::namespaced(self.cluster.client(), &self.ns);
+        let children: BTreeSet<String> = cms
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter_map(|c| c.metadata.name)
+            .collect();
+        parents
+            .items
+            .into_iter()
+            .filter(|p| p.data["status"]["ok"] == json!(true))
+            .filter_map(|p| p.metadata.name)
+            .filter(|n| {
+                children.contains(&format!("{n}-a")) && children.contains(&format!("{n}-b"))
+            })
+            .collect()
+    }
+
+    async fn wait_converged(&self, names: &[String], within: Duration) {
+        let want: BTreeSet<String> = names.iter().cloned().collect();
+        let deadline = Instant::now() + within;
+        loop {
+            let done = self.converged().await;
+            if want.is_subset(&done) {
+                return;
+            }
+            let missing: Vec<_> = want.difference(&done).take(10).collect();
+            assert!(
+                Instant::now() < deadline,
+                "{} of {} parents not converged within {within:?}, e.g. {missing:?}",
+                want.len() - want.intersection(&done).count(),
+                want.len()
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// Exactly two children per parent, each controlled by its parent: none lost, none twice.
+    async fn assert_children_exact(&self, names: &[String]) {
+        let cms: Api<ConfigMap> = Api::namespaced(self.cluster.client(), &self.ns);
+        let parents: HashMap<String, String> = self
+            .parents()
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter_map(|p| Some((p.metadata.name?, p.metadata.uid?)))
+            .collect();
+        let mut per_parent: BTreeMap<String, usize> = BTreeMap::new();
+        for cm in cms.list(&ListParams::default()).await.unwrap().items {
+            let name = cm.metadata.name.clone().unwrap_or_default();
+            let Some(parent) = name
+                .strip_suffix("-a")
+                .or_else(|| name.strip_suffix("-b"))
+                .map(str::to_string)
+            else {
+                continue;
+            };
+            let owner = cm
+                .metadata
+                .owner_references
+                .unwrap_or_default()
+                .into_iter()
+                .find(|o| o.controller == Some(true))
+                .map(|o| o.uid);
+            assert_eq!(
+                owner.as_ref(),
+                parents.get(&parent),
+                "{name}: wrong controller"
+            );
+            *per_parent.entry(parent).or_default() += 1;
+        }
+        for n in names {
+            assert_eq!(
+                per_parent.get(n),
+                Some(&2),
+                "children of {n}: {per_parent:?}"
+            );
+        }
+        assert_eq!(per_parent.len(), names.len(), "children of unknown parents");
+    }
+}
+
+/// The identity a replica logged when it joined.
+fn identity(p: &ControllerProcess) -> String {
+    p.logs()
+        .lines()
+        .find(|l| l.contains("joined as a member"))
+        .and_then(|l| l.split("identity=").nth(1))
+        .and_then(|s| s.split_whitespace().next())
+        .map(|s| s.trim_matches('"').to_string())
+        .unwrap_or_else(|| panic!("no identity logged:\n{}", p.logs()))
+}
+
+async fn wait_joined(p: &ControllerProcess) {
+    eventually_within("the replica joins", Duration::from_secs(30), || async {
+        p.logs().contains("joined as a member")
+    })
+    .await;
+}
+
+/// No two calls for one parent overlap in time (whichever replicas made them), and every
+/// call came from a known replica.
+fn assert_one_syncer_at_a_time(calls: &[Call], replicas: &BTreeSet<String>) {
+    let mut by_parent: HashMap<&str, Vec<&Call>> = HashMap::new();
+    for c in calls {
+        assert!(replicas.contains(&c.replica), "call from {:?}", c.replica);
+        by_parent.entry(&c.parent).or_default().push(c);
+    }
+    for (parent, mut calls) in by_parent {
+        calls.sort_by_key(|c| c.start);
+        for pair in calls.windows(2) {
+            assert!(
+                pair[1].start >= pair[0].end,
+                "{parent} synced concurrently by {} and {}",
+                pair[0].replica,
+                pair[1].replica
+            );
+        }
+    }
+}
+
+fn names(prefix: &str, n: usize) -> Vec<String> {
+    (0..n).map(|i| format!("{prefix}-{i}")).collect()
+}
+
+/// The gauge `name` of a replica, scraped from its /metrics.
+async fn gauge(p: &ControllerProcess, name: &str) -> i64 {
+    let address = p
+        .logs()
+        .lines()
+        .find(|l| l.contains("serving metrics"))
+        .and_then(|l| l.split("address=").nth(1))
+        .and_then(|a| a.split_whitespace().next())
+        .map(str::to_owned)
+        .expect("metrics address logged");
+    let body = reqwest::Client::new()
+        .get(format!("http://{address}/metrics"))
+        .timeout(Duration::from_secs(10))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    body.lines()
+        .find_map(|l| l.strip_prefix(&format!("{name} ")))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {name}:\n{body}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_replicas_split_the_parents_and_each_parent_has_one_syncer() {
+    let setup = Setup::new(Duration::from_millis(20)).await;
+    let replicas = [setup.replica(), setup.replica(), setup.replica()];
+    for r in &replicas {
+        wait_joined(r).await;
+    }
+    let refs: Vec<&ControllerProcess> = replicas.iter().collect();
+    setup.wait_spread(&refs, Duration::from_secs(30)).await;
+    let mut owned = 0;
+    for r in &replicas {
+        let n = gauge(r, "metacontroller_shards_owned").await;
+        assert!(n > 0, "a replica owns no shard");
+        owned += n;
+    }
+    assert_eq!(owned, i64::from(SHARDS), "shards owned over all replicas");
+
+    let parents = names("p", 60);
+    for n in &parents {
+        setup.create_parent(n).await;
+    }
+    setup
+        .wait_converged(&parents, Duration::from_secs(60))
+        .await;
+    setup.assert_children_exact(&parents).await;
+    // Each replica reports the parents it owns; together, every parent once.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let mut total = 0;
+        for r in &replicas {
+            total += gauge(r, "metacontroller_shard_parents_owned").await;
+        }
+        if total == parents.len() as i64 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "parents owned: {total}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    let ids: BTreeSet<String> = replicas.iter().map(identity).collect();
+    let calls = setup.hook.calls();
+    assert_one_syncer_at_a_time(&calls, &ids);
+    // With a stable membership every parent is synced by exactly one replica, and all three
+    // replicas take part.
+    let mut syncers: HashMap<&str, BTreeSet<&str>> = HashMap::new();
+    for c in &calls {
+        syncers.entry(&c.parent).or_default().insert(&c.replica);
+    }
+    for (parent, by) in &syncers {
+        assert_eq!(by.len(), 1, "{parent} synced by {by:?}");
+    }
+    let used: BTreeSet<&str> = calls.iter().map(|c| c.replica.as_str()).collect();
+    assert_eq!(used.len(), 3, "replicas that synced: {used:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_replicas_parents_move_to_the_others_within_the_lease_duration() {
+    // 100 ms per hook call and two workers per replica: about 2 s of work per replica.
+    let setup = Setup::new(Duration::from_millis(100)).await;
+    let mut replicas = vec![setup.replica(), setup.replica(), setup.replica()];
+    for r in &replicas {
+        wait_joined(r).await;
+    }
+    let refs: Vec<&ControllerProcess> = replicas.iter().collect();
+    setup.wait_spread(&refs, Duration::from_secs(30)).await;
+    let ids: BTreeSet<String> = replicas.iter().map(identity).collect();
+
+    let parents = names("k", 90);
+    for n in &parents {
+        setup.create_parent(n).await;
+    }
+    // Mid-convergence: some parents done, not all.
+    eventually_within(
+        "a first share converges",
+        Duration::from_secs(60),
+        || async { setup.converged().await.len() >= 10 },
+    )
+    .await;
+    let victim = identity(&replicas[0]);
+    let victim_shards = setup
+        .shard_holders()
+        .await
+        .values()
+        .filter(|h| **h == victim)
+        .count();
+    replicas[0].kill9();
+    let killed = Instant::now();
+    let not_done = parents.len() - setup.converged().await.len();
+    assert!(not_done > 0, "all parents converged before the kill");
+    assert!(victim_shards > 0);
+
+    setup
+        .wait_converged(&parents, LEASE + Duration::from_secs(10))
+        .await;
+    let took = killed.elapsed();
+    setup.assert_children_exact(&parents).await;
+    let calls = setup.hook.calls();
+    assert_one_syncer_at_a_time(&calls, &ids);
+    assert!(
+        calls
+            .iter()
+            .all(|c| c.replica != victim || c.start <= killed),
+        "the killed replica called the hook after the kill"
+    );
+    // The survivors hold every shard now.
+    let survivors: Vec<&ControllerProcess> = replicas[1..].iter().collect();
+    setup.wait_spread(&survivors, Duration::from_secs(10)).await;
+    eprintln!(
+        "converged {took:?} after kill -9 ({not_done} parents left, {victim_shards} shards moved)"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scaling_one_to_three_to_two_under_load_keeps_one_syncer_per_parent() {
+    let setup = Setup::new(Duration::from_millis(20)).await;
+    let first = setup.replica();
+    wait_joined(&first).await;
+    setup.wait_spread(&[&first], Duration::from_secs(30)).await;
+
+    // Steady load: a new parent every 50 ms during the whole scale sequence.
+    let parents = names("s", 200);
+    let load = {
+        let api = setup.parents();
+        let api_version = setup.parent.api_version();
+        let parents = parents.clone();
+        tokio::spawn(async move {
+            for n in parents {
+                let obj: DynamicObject = serde_json::from_value(json!({
+                    "apiVersion": api_version, "kind": "Parent",
+                    "metadata": {"name": n}, "spec": {}
+                }))
+                .unwrap();
+                api.create(&PostParams::default(), &obj).await.unwrap();
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        })
+    };
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let mut second = setup.replica();
+    let third = setup.replica();
+    wait_joined(&second).await;
+    wait_joined(&third).await;
+    setup
+        .wait_spread(&[&first, &second, &third], Duration::from_secs(30))
+        .await;
+    let ids: BTreeSet<String> = [&first, &second, &third]
+        .into_iter()
+        .map(identity)
+        .collect();
+    // Scale down as a Deployment does: SIGTERM, graceful exit.
+    second.terminate();
+    let status = second
+        .wait_exit(Duration::from_secs(30))
+        .expect("the replica exits after SIGTERM");
+    assert!(status.success(), "{status}:\n{}", second.logs());
+    setup
+        .wait_spread(&[&first, &third], Duration::from_secs(10))
+        .await;
+    load.await.unwrap();
+
+    setup
+        .wait_converged(&parents, Duration::from_secs(60))
+        .await;
+    setup.assert_children_exact(&parents).await;
+    let calls = setup.hook.calls();
+    assert_one_syncer_at_a_time(&calls, &ids);
+    let used: BTreeSet<&str> = calls.iter().map(|c| c.replica.as_str()).collect();
+    assert_eq!(used.len(), 3, "replicas that synced: {used:?}");
+    // The departed replica left no member Lease behind.
+    let members = setup
+        .leases()
+        .list(&ListParams::default().labels(&format!(
+            "metacontroller.k8s.io/shard-group={},metacontroller.k8s.io/shard-role=member",
+            setup.group
+        )))
+        .await
+        .unwrap();
+    assert_eq!(members.items.len(), 2, "member leases after scaling to 2");
+}

@@ -1,0 +1,371 @@
+//! Sharding figures (run through `hack/load-shards.sh`): one replica against several
+//! `--sharding` replicas of the real `metacontroller` binary, at the same load.
+//!
+//! For each replica count (default `1,3`) a fresh embedded API server gets N parents (default
+//! 6,000) of one CompositeController, each wanting 3 ConfigMaps and a status, and a local hook
+//! that answers after 20 ms. Then the replicas start (one replica runs without `--sharding`,
+//! exactly as today). Reported per run: time until every parent has its status and all 3N
+//! ConfigMaps exist, hook calls, parents synced by more than one replica, hook calls of one
+//! parent that overlapped in time (must be 0), writes in a quiet period after convergence
+//! (must be 0; Lease renewals are counted apart), and each replica's peak RSS.
+//!
+//! Usage: `shard_load --binary PATH [--parents N] [--replicas 1,3] [--workers N]
+//! [--hook-delay-ms N] [--shards N]`.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::body::Body;
+use axum::http::Request;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, ListParams, PostParams};
+use kube::core::DynamicObject;
+use metacontroller_testkit::{crd, dynamic_api, TestCluster};
+use serde_json::{json, Value};
+
+struct Args {
+    binary: PathBuf,
+    parents: usize,
+    replicas: Vec<usize>,
+    workers: u32,
+    shards: u32,
+    hook_delay: Duration,
+}
+
+fn parse_args() -> Result<Args, String> {
+    let mut args = Args {
+        binary: PathBuf::from("target/release/metacontroller"),
+        parents: 6000,
+        replicas: vec![1, 3],
+        workers: 5,
+        shards: 64,
+        hook_delay: Duration::from_millis(20),
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let value = it.next().ok_or_else(|| format!("{flag} needs a value"))?;
+        let number = || {
+            value
+                .parse::<u64>()
+                .map_err(|e| format!("{flag} {value}: {e}"))
+        };
+        match flag.as_str() {
+            "--binary" => args.binary = PathBuf::from(&value),
+            "--parents" => args.parents = number()? as usize,
+            "--workers" => args.workers = number()? as u32,
+            "--shards" => args.shards = number()? as u32,
+            "--hook-delay-ms" => args.hook_delay = Duration::from_millis(number()?),
+            "--replicas" => {
+                args.replicas = value
+                    .split(',')
+                    .map(|v| v.trim().parse::<usize>().map_err(|e| format!("{v}: {e}")))
+                    .collect::<Result<_, _>>()?
+            }
+            other => return Err(format!("unknown flag {other}")),
+        }
+    }
+    Ok(args)
+}
+
+/// One hook call: which replica, which parent, when it arrived and was answered.
+struct Call {
+    replica: String,
+    parent: String,
+    start: Instant,
+    end: Instant,
+}
+
+type Calls = Arc<Mutex<Vec<Call>>>;
+
+/// The hook: 3 ConfigMaps per parent; status counts the observed children.
+async fn start_hook(delay: Duration) -> (String, Calls) {
+    let calls: Calls = Arc::default();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("hook listener");
+    let addr = listener.local_addr().expect("hook address");
+    let app = axum::Router::new().fallback({
+        let calls = calls.clone();
+        move |request: Request<Body>| {
+            let calls = calls.clone();
+            async move {
+                let start = Instant::now();
+                let replica = request
+                    .headers()
+                    .get("x-metacontroller-replica")
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or("single")
+                    .to_string();
+                let bytes = axum::body::to_bytes(request.into_body(), 64 << 20)
+                    .await
+                    .unwrap_or_default();
+                let req: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+                let name = req["parent"]["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string();
+                let observed = req["children"]["ConfigMap.v1"]
+                    .as_object()
+                    .map_or(0, |m| m.len());
+                let children: Vec<Value> = (0..3)
+                    .map(|i| {
+                        json!({"apiVersion": "v1", "kind": "ConfigMap",
+                               "metadata": {"name": format!("{name}-{i}")},
+                               "data": {"index": i.to_string()}})
+                    })
+                    .collect();
+                tokio::time::sleep(delay).await;
+                calls.lock().unwrap_or_else(|p| p.into_inner()).push(Call {
+                    replica,
+                    parent: name,
+                    start,
+                    end: Instant::now(),
+                });
+                axum::Json(json!({"children": children, "status": {"children": observed}}))
+            }
+        }
+    });
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    (format!("http://{addr}/sync"), calls)
+}
+
+/// Peak resident set size of a process, from /proc (Linux), in MiB.
+fn peak_rss_mib(pid: u32) -> Option<f64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib / 1024.0)
+}
+
+fn spawn(
+    args: &Args,
+    cluster: &TestCluster,
+    ns: &str,
+    sharded: bool,
+    i: usize,
+) -> tokio::process::Child {
+    let log = std::env::temp_dir().join(format!("shard_load-{i}.log"));
+    let log = std::fs::File::create(log).expect("creating the controller log");
+    let err = log.try_clone().expect("log handle");
+    let mut cmd = tokio::process::Command::new(&args.binary);
+    cmd.arg("run")
+        .arg("--kubeconfig")
+        .arg(cluster.kubeconfig_path())
+        .arg(format!("--workers={}", args.workers))
+        .arg("--metrics-address=0")
+        .arg("--health-probe-bind-address=0")
+        .arg("--log-level=warn")
+        .env("POD_NAMESPACE", ns);
+    if sharded {
+        cmd.arg("--sharding")
+            .arg(format!("--shards={}", args.shards));
+    }
+    cmd.stdout(Stdio::from(log))
+        .stderr(Stdio::from(err))
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap_or_else(|e| panic!("starting {}: {e}", args.binary.display()))
+}
+
+fn writes(counts: &BTreeMap<(String, String), u64>, of: impl Fn(&str) -> bool) -> u64 {
+    counts
+        .iter()
+        .filter(|((verb, resource), _)| {
+            matches!(verb.as_str(), "create" | "update" | "patch" | "delete") && of(resource)
+        })
+        .map(|(_, n)| n)
+        .sum()
+}
+
+/// One run with `replicas` processes; returns whether its guarantees held.
+async fn run(args: &Args, replicas: usize) -> bool {
+    let n = args.parents;
+    let cluster = TestCluster::embedded().await;
+    let control = cluster.control().expect("embedded");
+    cluster.install_metacontroller_crds().await;
+    let parents_crd = crd("load.example.com", "v1", "LoadParent", "loadparents");
+    cluster.install_crd(&parents_crd.build()).await;
+    let ns = cluster.create_namespace("load").await;
+    let (url, calls) = start_hook(args.hook_delay).await;
+    let cc: Value = json!({
+        "apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "CompositeController",
+        "metadata": {"name": "load"},
+        "spec": {
+            "parentResource": {"apiVersion": parents_crd.api_version(), "resource": parents_crd.plural()},
+            "childResources": [{"apiVersion": "v1", "resource": "configmaps",
+                                "updateStrategy": {"method": "InPlace"}}],
+            "generateSelector": true,
+            "hooks": {"sync": {"webhook": {"url": url}}}
+        }
+    });
+    dynamic_api(
+        cluster.client(),
+        "metacontroller.k8s.io/v1alpha1",
+        "CompositeController",
+        "compositecontrollers",
+        None,
+    )
+    .create(
+        &PostParams::default(),
+        &serde_json::from_value(cc).expect("controller"),
+    )
+    .await
+    .expect("creating the CompositeController");
+    let parents = dynamic_api(
+        cluster.client(),
+        &parents_crd.api_version(),
+        parents_crd.kind(),
+        parents_crd.plural(),
+        Some(&ns),
+    );
+    let mut tasks = tokio::task::JoinSet::new();
+    let chunk = n.div_ceil(32).max(1);
+    for start in (0..n).step_by(chunk) {
+        let parents = parents.clone();
+        tasks.spawn(async move {
+            for i in start..(start + chunk).min(n) {
+                let p: DynamicObject = serde_json::from_value(json!({
+                    "apiVersion": "load.example.com/v1", "kind": "LoadParent",
+                    "metadata": {"name": format!("p{i}")}, "spec": {}
+                }))
+                .expect("parent");
+                parents
+                    .create(&PostParams::default(), &p)
+                    .await
+                    .expect("creating a parent");
+            }
+        });
+    }
+    while tasks.join_next().await.is_some() {}
+
+    let started = Instant::now();
+    let sharded = replicas > 1;
+    let mut children: Vec<tokio::process::Child> = (0..replicas)
+        .map(|i| spawn(args, &cluster, &ns, sharded, i))
+        .collect();
+    let configmaps: Api<ConfigMap> = Api::namespaced(cluster.client(), &ns);
+    let deadline = Duration::from_secs(1800);
+    loop {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert!(
+            started.elapsed() < deadline,
+            "not converged within {deadline:?}"
+        );
+        let list = parents
+            .list(&ListParams::default())
+            .await
+            .expect("listing parents");
+        let done = list
+            .items
+            .iter()
+            .filter(|p| p.data["status"]["children"] == json!(3))
+            .count();
+        if done == n {
+            let cms = configmaps
+                .list_metadata(&ListParams::default())
+                .await
+                .expect("listing configmaps");
+            if cms.items.len() == 3 * n {
+                break;
+            }
+        }
+    }
+    let converge = started.elapsed();
+    // Quiet period: nothing changes; only Lease renewals may be written.
+    // A fixed pause, not `settle`: Lease renewals never let the write counter stand still.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    control.reset_counts();
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let counts = control.request_counts();
+    let quiet = writes(&counts, |r| r != "events" && r != "leases");
+    let quiet_by: Vec<_> = counts
+        .iter()
+        .filter(|((v, r), _)| {
+            matches!(v.as_str(), "create" | "update" | "patch" | "delete") && r != "leases"
+        })
+        .collect();
+    let lease_writes = writes(&counts, |r| r == "leases");
+    let rss: Vec<String> = children
+        .iter()
+        .map(|c| {
+            peak_rss_mib(c.id().unwrap_or(0)).map_or("unknown".into(), |m| format!("{m:.1} MiB"))
+        })
+        .collect();
+
+    // Taken out of the mutex: the hook server is done, and no guard may live across awaits.
+    let calls = std::mem::take(&mut *calls.lock().unwrap_or_else(|p| p.into_inner()));
+    let mut by_parent: HashMap<&str, Vec<&Call>> = HashMap::new();
+    for c in calls.iter() {
+        by_parent.entry(&c.parent).or_default().push(c);
+    }
+    let mut overlaps = 0;
+    let mut multi = 0;
+    for list in by_parent.values_mut() {
+        list.sort_by_key(|c| c.start);
+        overlaps += list.windows(2).filter(|w| w[1].start < w[0].end).count();
+        let who: HashSet<&str> = list.iter().map(|c| c.replica.as_str()).collect();
+        if who.len() > 1 {
+            multi += 1;
+        }
+    }
+    let mut per_replica: BTreeMap<&str, usize> = BTreeMap::new();
+    for c in calls.iter() {
+        *per_replica.entry(&c.replica).or_default() += 1;
+    }
+    println!(
+        "{replicas} replica(s){}: {n} parents x 3 ConfigMaps converged in {:.2}s \
+         (hook delay {:?}, {} workers each)",
+        if sharded { " --sharding" } else { "" },
+        converge.as_secs_f64(),
+        args.hook_delay,
+        args.workers
+    );
+    println!(
+        "    hook calls {} ({:.2} per parent), per replica {:?}",
+        calls.len(),
+        calls.len() as f64 / n as f64,
+        per_replica.values().collect::<Vec<_>>()
+    );
+    println!(
+        "    parents synced by more than one replica (handoffs) {multi}, overlapping calls of one parent {overlaps}"
+    );
+    println!(
+        "    quiet 10 s after convergence: {quiet} writes (must be 0), {lease_writes} Lease writes; other writes {quiet_by:?}"
+    );
+    println!("    peak RSS per replica: {}", rss.join(", "));
+    for c in &mut children {
+        let _ = c.start_kill();
+        let _ = c.wait().await;
+    }
+    quiet == 0 && overlaps == 0
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let args = match parse_args() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("shard_load: {e}");
+            std::process::exit(2);
+        }
+    };
+    if !args.binary.exists() {
+        eprintln!(
+            "shard_load: {} not found (cargo build --release -p metacontroller)",
+            args.binary.display()
+        );
+        std::process::exit(2);
+    }
+    let mut ok = true;
+    for r in args.replicas.clone() {
+        ok &= run(&args, r.max(1)).await;
+    }
+    if !ok {
+        std::process::exit(1);
+    }
+}

@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Sharding figures: one replica vs. several --sharding replicas of the release binary against
+# the embedded API server; 6,000 parents x 3 ConfigMaps and a 20 ms hook by default.
+# What it measures: crates/testkit/examples/shard_load.rs. Extra flags are passed on
+# (--parents N, --replicas 1,3, --workers N, --hook-delay-ms N, --shards N).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+cargo build --release -p metacontroller
+exec cargo run --release -p metacontroller-testkit --example shard_load -- \
+  --binary target/release/metacontroller "$@"
