@@ -125,7 +125,11 @@ impl ExampleCluster {
                 .args(["dev", "--port", "0", "--dev-kubeconfig"])
                 .arg(&kubeconfig),
         };
-        command.env_remove("KUBECONFIG");
+        // Ephemeral metrics/probe ports: examples may run in parallel on one machine.
+        command
+            .args(["--metrics-address", "127.0.0.1:0"])
+            .args(["--health-probe-bind-address", "127.0.0.1:0"])
+            .env_remove("KUBECONFIG");
         let mut controller = ControllerProcess::spawn(command);
         if real.is_none() {
             controller.wait_for_line("dev mode ready", Duration::from_secs(60), |l| {
