@@ -33,7 +33,8 @@ pub fn installed(program: &str) -> bool {
 
 /// Whether every one of `programs` is installed (each missing one is reported).
 pub fn all_installed(programs: &[&str]) -> bool {
-    programs.iter().fold(true, |all, p| installed(p) && all)
+    // Not `all`: it would stop at the first missing one and report only that.
+    programs.iter().filter(|p| !installed(p)).count() == 0
 }
 
 /// The repository root (where `examples/` lives).
