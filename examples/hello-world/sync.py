@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Sync hook of the hello-world example: a ConfigMap per HelloWorld with its greeting.
 
-Run: python3 sync.py [--port 8080]. The hook answers POST /sync with the desired children
+Run: python3 sync.py [--port 8080] [--host 127.0.0.1]. The hook answers POST /sync with the desired children
 and the parent's status, as any Metacontroller hook server does.
 """
 import argparse
@@ -43,5 +43,7 @@ class Handler(BaseHTTPRequestHandler):
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--port", type=int, default=8080)
-    port = parser.parse_args().port
-    HTTPServer(("127.0.0.1", port), Handler).serve_forever()
+    # 0.0.0.0 in a container, so the Service can reach it; loopback when run by hand.
+    parser.add_argument("--host", default="127.0.0.1")
+    args = parser.parse_args()
+    HTTPServer((args.host, args.port), Handler).serve_forever()

@@ -974,11 +974,20 @@ impl Inner {
                     (k.0, k.1, k.3)
                 })
                 .collect();
-            let (desired, mut refused) = children::validate_desired(
+            let (mut desired, mut refused) = children::validate_desired(
                 call.types,
                 parent.namespace.as_deref(),
                 response.children,
             );
+            // Each revision's children as they are written (with the generated selector's
+            // label), so "up to date" compares like with like; without this a child
+            // recreated on the latest revision never counts as updated and the rollout
+            // stalls after its first child.
+            if self.mapper.generate_selector {
+                for (_, child) in desired.values_mut() {
+                    add_label_if_absent(child, CONTROLLER_UID_LABEL, &parent.uid);
+                }
+            }
             answers.refused.append(&mut refused);
             let r = response.resync_after_seconds;
             let resync = answers.resync_after_seconds;

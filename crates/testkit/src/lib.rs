@@ -8,6 +8,7 @@
 //!   while it runs (answer JSON, fail with a status, time out, send garbage).
 //! - [`eventually`]: poll a condition until a deadline instead of sleeping.
 //! - [`crd`] / [`CrdBuilder`]: small CRDs for parents and children.
+//! - [`example`]: the `examples/` READMEs as tests (dev-mode binary, kubectl, local hooks).
 //! - [`ControllerProcess`]: the real binary as a child process (logs captured, signals,
 //!   killed on drop).
 //!
@@ -16,6 +17,7 @@
 
 mod cluster;
 mod crd;
+pub mod example;
 mod hook;
 mod poll;
 mod process;

@@ -1,0 +1,127 @@
+//! examples/webhook-auth as its README runs it: certificates made at test time by the
+//! example's gen-certs.sh (openssl), the Python hook over HTTPS checking a Bearer token, the
+//! CA in a ConfigMap and the token in a Secret. A rotated token is refused (SyncError Event,
+//! child kept) until the Secret follows. Skipped without kubectl, python3 or openssl.
+
+use std::process::Command;
+
+use metacontroller_testkit::example::{
+    all_installed, example_file, free_port, start_hook, ExampleCluster,
+};
+
+const EXAMPLE: &str = "webhook-auth";
+
+#[test]
+fn webhook_auth_calls_the_hook_over_https_with_the_secret_token() {
+    if !all_installed(&["kubectl", "python3", "openssl", "sh"]) {
+        return;
+    }
+    let cluster = ExampleCluster::start(env!("CARGO_BIN_EXE_metacontroller"));
+    let certs = cluster.dir.path().join("certs");
+    let status = Command::new("sh")
+        .arg(example_file(EXAMPLE, "gen-certs.sh"))
+        .arg(&certs)
+        .status()
+        .expect("running gen-certs.sh");
+    assert!(status.success(), "gen-certs.sh failed");
+    let token = certs.join("token");
+    std::fs::write(&token, "first-token\n").unwrap();
+
+    let port = free_port();
+    let mut hook = Command::new("python3");
+    hook.arg(example_file(EXAMPLE, "sync.py"))
+        .args(["--port", &port.to_string()])
+        .arg("--cert")
+        .arg(certs.join("hook.crt"))
+        .arg("--key")
+        .arg(certs.join("hook.key"))
+        .arg("--token-file")
+        .arg(&token);
+    let _hook = start_hook(hook, port);
+
+    let k = cluster.namespace("webhook-auth");
+    let path = |p: &std::path::Path| p.to_string_lossy().into_owned();
+    k.ok(&[
+        "create",
+        "configmap",
+        "hook-ca",
+        &format!("--from-file=ca.crt={}", path(&certs.join("ca.crt"))),
+    ]);
+    k.ok(&[
+        "create",
+        "secret",
+        "generic",
+        "hook-token",
+        &format!("--from-file=token={}", path(&token)),
+    ]);
+    k.install_crd(
+        &example_file(EXAMPLE, "crd.yaml"),
+        "securehellos.example.com",
+    );
+    let url = format!("https://127.0.0.1:{port}");
+    let ns = format!("namespace: {}", k.ns());
+    k.apply(&cluster.rewrite(
+        EXAMPLE,
+        "controller.yaml",
+        &[
+            ("https://127.0.0.1:8443", &url),
+            ("namespace: webhook-auth", &ns),
+        ],
+    ));
+    k.apply(&example_file(EXAMPLE, "hello.yaml"));
+    k.until_jsonpath(&["configmap", "hello"], "{.data.greeting}", "Hello, TLS!");
+    k.until_jsonpath(&["securehello", "hello"], "{.status.authenticated}", "true");
+
+    // The hook now wants a new token; the Secret still holds the old one: refused.
+    std::fs::write(&token, "second-token\n").unwrap();
+    k.ok(&[
+        "patch",
+        "securehello",
+        "hello",
+        "--type",
+        "merge",
+        "-p",
+        r#"{"spec":{"who":"rotated tokens"}}"#,
+    ]);
+    k.until(
+        "a SyncError Event about the refused call",
+        &[
+            "get",
+            "events",
+            "-o",
+            r#"jsonpath={.items[?(@.reason=="SyncError")].message}"#,
+        ],
+        |ok, out| ok && out.contains("401"),
+    );
+    assert_eq!(
+        k.jsonpath(&["configmap", "hello"], "{.data.greeting}"),
+        "Hello, TLS!",
+        "the child changed although the hook refused the call"
+    );
+
+    // The Secret follows: the next call authenticates.
+    let secret = k.ok(&[
+        "create",
+        "secret",
+        "generic",
+        "hook-token",
+        &format!("--from-file=token={}", path(&token)),
+        "--dry-run=client",
+        "-o",
+        "yaml",
+    ]);
+    let secret_file = cluster.dir.path().join("secret.yaml");
+    std::fs::write(&secret_file, secret).unwrap();
+    k.ok(&["apply", "-f", &path(&secret_file)]);
+    k.until_jsonpath(
+        &["configmap", "hello"],
+        "{.data.greeting}",
+        "Hello, rotated tokens!",
+    );
+
+    k.ok(&["delete", "securehello", "hello", "--wait=true"]);
+    k.until_gone(&["configmap", "hello"]);
+    if cluster.is_real() {
+        k.ok(&["delete", "namespace", k.ns(), "--wait=false"]);
+    }
+}
