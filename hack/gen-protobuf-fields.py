@@ -58,10 +58,12 @@ STRUCT = re.compile(r"pub struct (\w+) \{(.*?)\n\}", re.S)
 
 def resolve(module, rust_type):
     """`super::super::core::v1::PodTemplateSpec` seen from module api.apps.v1 → api.core.v1.PodTemplateSpec."""
-    inner = rust_type
-    for wrapper in ("::core::option::Option<", "::prost::alloc::vec::Vec<"):
-        if inner.startswith(wrapper):
-            inner = inner[len(wrapper):-1]
+    inner = rust_type.replace(" ", "")
+    wrappers = ("::core::option::Option<", "::prost::alloc::vec::Vec<", "::prost::alloc::boxed::Box<")
+    while any(inner.startswith(w) for w in wrappers):
+        for wrapper in wrappers:
+            if inner.startswith(wrapper):
+                inner = inner[len(wrapper):-1]
     if "BTreeMap<" in inner:
         inner = inner.split(",", 1)[1].strip().rstrip(",")[:-1].rstrip(",")
     parts = inner.replace(" ", "").split("::")

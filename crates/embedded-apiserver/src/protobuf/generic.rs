@@ -81,8 +81,21 @@ pub fn message_for(api_version: &str, kind: &str) -> Option<&'static str> {
     schema.by_lower.get(&wanted).map(String::as_str)
 }
 
+/// Deepest message nesting decoded: a body is untrusted input, and each level of nesting costs
+/// the sender two bytes but the server a stack frame. Kubernetes objects nest far less.
+const MAX_DEPTH: usize = 100;
+
 /// Decodes `raw` as the message `name` into JSON.
 pub fn decode_message(name: &str, raw: &[u8]) -> ApiResult<Value> {
+    decode_nested(name, raw, 0)
+}
+
+fn decode_nested(name: &str, raw: &[u8], depth: usize) -> ApiResult<Value> {
+    if depth > MAX_DEPTH {
+        return Err(ApiError::bad_request(format!(
+            "protobuf body nests deeper than {MAX_DEPTH} messages"
+        )));
+    }
     match name {
         "apimachinery.pkg.apis.meta.v1.Time" => return time(raw, false),
         "apimachinery.pkg.apis.meta.v1.MicroTime" => return time(raw, true),
@@ -103,7 +116,7 @@ pub fn decode_message(name: &str, raw: &[u8]) -> ApiResult<Value> {
         let Some(spec) = fields.get(&tag) else {
             continue; // a field newer than our table: ignored, as an old server would
         };
-        let values = field_values(spec, field)?;
+        let values = field_values(spec, field, depth)?;
         for value in values {
             place(&mut out, spec, value);
         }
@@ -119,19 +132,19 @@ enum Decoded {
     Nothing,
 }
 
-fn field_values(spec: &FieldSpec, field: Field<'_>) -> ApiResult<Vec<Decoded>> {
+fn field_values(spec: &FieldSpec, field: Field<'_>, depth: usize) -> ApiResult<Vec<Decoded>> {
     if let Some(value_kind) = &spec.map {
         let Field::Bytes(entry) = field else {
             return Err(malformed());
         };
-        let (k, v) = map_entry(entry, value_kind)?;
+        let (k, v) = map_entry(entry, value_kind, depth)?;
         return Ok(vec![Decoded::MapEntry(k, v)]);
     }
     if let Some(message) = &spec.message {
         let Field::Bytes(b) = field else {
             return Err(malformed());
         };
-        let v = decode_message(message, b)?;
+        let v = decode_nested(message, b, depth + 1)?;
         return Ok(vec![match v {
             Value::Object(m) if spec.inline => Decoded::Inline(m),
             Value::Null => Decoded::Nothing,
@@ -196,7 +209,7 @@ fn place(out: &mut Map<String, Value>, spec: &FieldSpec, decoded: Decoded) {
     }
 }
 
-fn map_entry(entry: &[u8], value_kind: &str) -> ApiResult<(String, Value)> {
+fn map_entry(entry: &[u8], value_kind: &str, depth: usize) -> ApiResult<(String, Value)> {
     let mut r = Reader::new(entry);
     let mut key = String::new();
     let mut value = match value_kind {
@@ -212,7 +225,7 @@ fn map_entry(entry: &[u8], value_kind: &str) -> ApiResult<(String, Value)> {
                 let Field::Bytes(b) = field else {
                     return Err(malformed());
                 };
-                value = decode_message(value_kind, b)?;
+                value = decode_nested(value_kind, b, depth + 1)?;
             }
             (2, field) => {
                 if let Decoded::Value(v) = scalar(value_kind, field, true)? {
@@ -343,6 +356,37 @@ mod tests {
             Some("api.storage.v1.CSIDriver")
         );
         assert_eq!(message_for("example.com/v1", "Widget"), None);
+    }
+
+    #[test]
+    fn a_deeply_nested_body_is_refused_not_a_stack_overflow() {
+        // JSONSchemaProps nests itself through `not` (tag 37 in the table): 10,000 levels.
+        let schema = &schema().unwrap().messages;
+        let name = "apiextensions_apiserver.pkg.apis.apiextensions.v1.JsonSchemaProps";
+        let (tag, _) = schema[name]
+            .iter()
+            .find(|(_, f)| f.json == "not")
+            .expect("JSONSchemaProps.not");
+        let mut body: Vec<u8> = Vec::new();
+        for _ in 0..10_000 {
+            let mut outer = Vec::new();
+            let mut key = (tag << 3) | 2;
+            while key >= 0x80 {
+                outer.push((key as u8) | 0x80);
+                key >>= 7;
+            }
+            outer.push(key as u8);
+            let mut len = body.len();
+            while len >= 0x80 {
+                outer.push((len as u8) | 0x80);
+                len >>= 7;
+            }
+            outer.push(len as u8);
+            outer.extend_from_slice(&body);
+            body = outer;
+        }
+        let err = decode_message(name, &body).unwrap_err();
+        assert_eq!(err.code, 400, "{}", err.message);
     }
 
     #[test]
