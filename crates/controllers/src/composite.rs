@@ -165,6 +165,9 @@ pub struct Options {
     pub gate: metacontroller_dynamic::SyncGate,
     /// Where queue, reconcile and child write metrics go (default: not exported).
     pub metrics: crate::metrics::ControllerMetrics,
+    /// Child writes of one sync in flight at once (`--max-concurrent-child-writes`; 1: one
+    /// after another, as upstream).
+    pub child_write_concurrency: usize,
 }
 
 impl Default for Options {
@@ -176,6 +179,7 @@ impl Default for Options {
             schemas: None,
             gate: Default::default(),
             metrics: Default::default(),
+            child_write_concurrency: crate::writer::DEFAULT_CHILD_WRITE_CONCURRENCY,
         }
     }
 }

@@ -181,7 +181,8 @@ where
             writer: Arc::new(
                 Writer::new(ctx.client.clone(), ctx.options.apply_strategy.clone())
                     .with_schemas(ctx.options.schemas.clone())
-                    .with_metrics(child_writes),
+                    .with_metrics(child_writes)
+                    .with_write_concurrency(ctx.options.child_write_concurrency),
             ),
             related,
             events: ctx.options.events.clone(),
@@ -192,8 +193,9 @@ where
     }
 
     /// Creates, updates and deletes the children (attachments) of `owner` so they match
-    /// `desired`. One bad child does not block the others; a conflict stops at once.
-    /// Returns the failed writes.
+    /// `desired`, several at once ([`Writer::execute_all`]). One bad child does not block
+    /// the others; a conflict stops further writes. Returns once every write has finished,
+    /// with the failed ones.
     pub(crate) async fn manage_children<'a>(
         &self,
         owner: &ParentRef,
