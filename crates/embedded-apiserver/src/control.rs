@@ -214,10 +214,10 @@ impl Control {
         self.shared.control.peak_in_flight(verb, resource)
     }
 
-    /// With [`crate::Config::write_latency`]: the most writes that held a commit slot at
-    /// once (never more than `commit_slots`); 0 without it.
-    pub fn peak_committing_writes(&self) -> usize {
-        self.shared.commits.as_ref().map_or(0, |c| c.peak())
+    /// With [`crate::Config::write_latency`]: writes waiting for their commit to end (not
+    /// applied yet); 0 without it.
+    pub fn uncommitted_writes(&self) -> usize {
+        self.shared.commits.as_ref().map_or(0, |c| c.waiting())
     }
 
     /// Zeroes the counters (request counts; in-flight peaks restart from the writes being

@@ -6,17 +6,17 @@
 //! does one at a time per slot (appending to the raft log and fsyncing it). So one client
 //! sees a few milliseconds per write, while the whole server tops out at a fixed number of
 //! writes per second however many clients push. [`WriteLatency`] models exactly that: every
-//! write first waits [`WriteLatency::handling`] (unbounded overlap), then holds one of
-//! [`WriteLatency::commit_slots`] for [`WriteLatency::commit`] and is applied to the store at
-//! the end of it (so its watch event follows its commit, as on a real server).
+//! write first waits [`WriteLatency::handling`] (unbounded overlap), then takes its turn on
+//! one of [`WriteLatency::commit_slots`] for [`WriteLatency::commit`] and is applied to the
+//! store at the end of it (so its watch event follows its commit, as on a real server).
 //!
 //! Reads, lists and watches are not delayed.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use parking_lot::Mutex;
+use tokio::time::Instant;
 
 /// Per-write service time and commit concurrency of [`crate::Config::write_latency`].
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -53,57 +53,54 @@ impl WriteLatency {
     }
 }
 
-/// The commit slots of a running server, with a record of the most writes that ever held
-/// one at once (so a test can check the bound).
+/// The commit slots of a running server. Commit times are booked on a schedule (each slot is
+/// free again at the end of its last booked commit) and each write sleeps once until its
+/// commit ends, so the timer's millisecond granularity never adds up: the server takes
+/// exactly `commit_slots / commit` writes per second under load.
 pub(crate) struct CommitSlots {
     config: WriteLatency,
-    slots: Arc<Semaphore>,
-    committing: Arc<AtomicUsize>,
-    peak: Arc<AtomicUsize>,
-}
-
-/// A held commit slot; the write is applied while it is held.
-pub(crate) struct Commit {
-    _permit: OwnedSemaphorePermit,
-    committing: Arc<AtomicUsize>,
-}
-
-impl Drop for Commit {
-    fn drop(&mut self) {
-        self.committing.fetch_sub(1, Ordering::SeqCst);
-    }
+    /// When each slot is free again.
+    free_at: Mutex<Vec<Instant>>,
+    /// Writes booked and not yet applied.
+    waiting: AtomicUsize,
 }
 
 impl CommitSlots {
     pub(crate) fn new(config: WriteLatency) -> Self {
-        let slots = Arc::new(Semaphore::new(config.commit_slots.max(1)));
+        let now = Instant::now();
         CommitSlots {
+            free_at: Mutex::new(vec![now; config.commit_slots.max(1)]),
             config,
-            slots,
-            committing: Arc::new(AtomicUsize::new(0)),
-            peak: Arc::new(AtomicUsize::new(0)),
+            waiting: AtomicUsize::new(0),
         }
     }
 
-    /// Waits the handling time, takes a commit slot and waits the commit time. Hold the
-    /// returned guard while applying the write.
-    pub(crate) async fn enter(&self) -> Option<Commit> {
-        tokio::time::sleep(self.config.handling).await;
-        // The semaphore is never closed, so this only fails if it were.
-        let permit = self.slots.clone().acquire_owned().await.ok()?;
-        let now = self.committing.fetch_add(1, Ordering::SeqCst) + 1;
-        self.peak.fetch_max(now, Ordering::SeqCst);
-        let commit = Commit {
-            _permit: permit,
-            committing: self.committing.clone(),
+    /// Waits until this write's commit is over: its handling time, then its turn on the
+    /// earliest free slot, then the commit time. Apply the write right after.
+    pub(crate) async fn enter(&self) {
+        let ready = Instant::now() + self.config.handling;
+        let done = {
+            let mut slots = self.free_at.lock();
+            let (slot, free) = slots
+                .iter()
+                .copied()
+                .enumerate()
+                .min_by_key(|(_, t)| *t)
+                .unwrap_or((0, ready));
+            let done = free.max(ready) + self.config.commit;
+            if let Some(s) = slots.get_mut(slot) {
+                *s = done;
+            }
+            done
         };
-        tokio::time::sleep(self.config.commit).await;
-        Some(commit)
+        self.waiting.fetch_add(1, Ordering::SeqCst);
+        tokio::time::sleep_until(done).await;
+        self.waiting.fetch_sub(1, Ordering::SeqCst);
     }
 
-    /// The most writes that held a commit slot at once.
-    pub(crate) fn peak(&self) -> usize {
-        self.peak.load(Ordering::SeqCst)
+    /// Writes waiting for their commit to end.
+    pub(crate) fn waiting(&self) -> usize {
+        self.waiting.load(Ordering::SeqCst)
     }
 }
 

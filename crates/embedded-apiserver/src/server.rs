@@ -399,11 +399,10 @@ async fn handle_inner(sh: Arc<Shared>, req: Request) -> ApiResult<Response> {
         Some(FaultAction::Latency(d)) => tokio::time::sleep(d).await,
         None => {}
     }
-    // Realistic latency: the write is applied while it holds its commit slot.
-    let _commit = match &sh.commits {
-        Some(commits) if is_write => commits.enter().await,
-        _ => None,
-    };
+    // Realistic latency: the write is applied once its commit is over.
+    if let Some(commits) = sh.commits.as_ref().filter(|_| is_write) {
+        commits.enter().await;
+    }
     let content_type = parts
         .headers
         .get(header::CONTENT_TYPE)
