@@ -81,18 +81,21 @@ impl HistoryEntry {
     }
 }
 
+/// Per (verb, resource): writes being served now and the most served at once.
+type InFlightGauges = Arc<Mutex<BTreeMap<(String, String), (usize, usize)>>>;
+
 #[derive(Default)]
 pub(crate) struct ControlState {
     counts: Mutex<BTreeMap<(String, String), u64>>,
     faults: Mutex<Vec<Fault>>,
     /// Writes being served now and the most served at once, per (verb, resource).
-    in_flight: Arc<Mutex<BTreeMap<(String, String), (usize, usize)>>>,
+    in_flight: InFlightGauges,
 }
 
 /// One write being served; counted in [`ControlState`]'s in-flight gauges until dropped.
 pub(crate) struct InFlight {
     key: (String, String),
-    gauges: Arc<Mutex<BTreeMap<(String, String), (usize, usize)>>>,
+    gauges: InFlightGauges,
 }
 
 impl Drop for InFlight {
