@@ -287,10 +287,9 @@ async fn bound(
     assert_eq!(parents.len(), n);
     let mut clients = Vec::new();
     for _ in 0..BOUND_CONNECTIONS {
-        let config =
-            kube::Config::from_custom_kubeconfig(kubeconfig(cluster), &Default::default())
-                .await
-                .expect("kubeconfig");
+        let config = kube::Config::from_custom_kubeconfig(kubeconfig(cluster), &Default::default())
+            .await
+            .expect("kubeconfig");
         clients.push(kube::Client::try_from(config).expect("client"));
     }
     let started = Instant::now();
