@@ -52,6 +52,7 @@ use crate::reconcile::{self, priority, Reconciler, SyncFailure};
 use crate::related::{ParentId, RelatedError};
 use crate::rolling::{self, Desired, ParentRevision, RevisionParent, Rollout};
 use crate::writer::{to_value, ApplyStrategy, WriteError};
+use metacontroller_dynamic::Versioned;
 
 /// Why a controller could not start.
 #[derive(Debug, thiserror::Error)]
@@ -165,6 +166,9 @@ pub struct Options {
     pub gate: metacontroller_dynamic::SyncGate,
     /// Where queue, reconcile and child write metrics go (default: not exported).
     pub metrics: crate::metrics::ControllerMetrics,
+    /// Child writes of one sync in flight at once (`--max-concurrent-child-writes`; 1: one
+    /// after another, as upstream).
+    pub child_write_concurrency: usize,
 }
 
 impl Default for Options {
@@ -176,6 +180,7 @@ impl Default for Options {
             schemas: None,
             gate: Default::default(),
             metrics: Default::default(),
+            child_write_concurrency: crate::writer::DEFAULT_CHILD_WRITE_CONCURRENCY,
         }
     }
 }
@@ -197,6 +202,8 @@ struct Mapper {
     generate_selector: bool,
     ignore_status_changes: bool,
     queue: WorkQueue<NamespacedName>,
+    /// The parent resourceVersion each parent's latest sync read (cache or own writes).
+    read: std::sync::Mutex<std::collections::HashMap<NamespacedName, String>>,
 }
 
 fn has_finalizer(obj: &DynamicObject, name: &str) -> bool {
@@ -225,13 +232,47 @@ impl Mapper {
         has_finalizer(parent, &self.finalizer) || self.parent_selector.matches(labels)
     }
 
+    fn read_lock(
+        &self,
+    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<NamespacedName, String>> {
+        self.read.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A sync of `key` read the parent at `version`.
+    fn record_read(&self, key: &NamespacedName, version: Option<&str>) {
+        if let Some(version) = version {
+            self.read_lock().insert(key.clone(), version.to_string());
+        }
+    }
+
+    /// Whether a sync already read this version of the parent: the watch event of our own
+    /// write (finalizer, status) that the next sync read from the own-writes overlay before
+    /// the event came. Such an event brings the hook nothing it has not seen, and queueing
+    /// it would cost one more sync. The event of a status write that no sync has read yet
+    /// still queues the parent (as upstream, hooks see their status committed).
+    fn already_read(&self, key: &NamespacedName, version: Option<&str>) -> bool {
+        version.is_some_and(|v| self.read_lock().get(key).is_some_and(|r| r == v))
+    }
+
     fn on_parent(&self, change: &Change<DynamicObject>, origin: Origin) {
         let obj = match change {
             // As upstream, a deleted parent is synced once more: the sync finds it gone and
             // drops what was cached for it (related objects, their informer leases).
-            Change::Deleted(obj) => obj,
+            Change::Deleted(obj) => {
+                if let Some(key) = NamespacedName::of(obj.as_ref()) {
+                    self.read_lock().remove(&key);
+                }
+                obj
+            }
             Change::Added(new) => new,
             Change::Updated { old, new } => {
+                if origin == Origin::Watch {
+                    let key = NamespacedName::of(new.as_ref());
+                    let version = new.metadata.resource_version.as_deref();
+                    if key.is_some_and(|k| self.already_read(&k, version)) {
+                        return;
+                    }
+                }
                 if self.ignore_status_changes
                     && origin == Origin::Watch
                     && old.metadata.generation == new.metadata.generation
@@ -400,6 +441,7 @@ pub fn start(
         generate_selector: spec.generate_selector == Some(true),
         ignore_status_changes: spec.parent_resource.ignore_status_changes == Some(true),
         queue: queue.clone(),
+        read: Default::default(),
     });
     let parent_handler = {
         let mapper = mapper.clone();
@@ -589,6 +631,7 @@ impl Inner {
         let Some(object) = self.common.writer.fresh(&self.parent_resource, cached) else {
             return Ok(());
         };
+        self.mapper.record_read(key, object.resource_version());
         if !self.cares(&object) {
             return Ok(());
         }
@@ -613,6 +656,8 @@ impl Inner {
             return Ok(()); // the parent is gone
         };
         parent.object = written;
+        self.mapper
+            .record_read(key, parent.object.resource_version());
         // Check again: we may just have removed our finalizer.
         if !self.cares(&parent.object) {
             return Ok(());

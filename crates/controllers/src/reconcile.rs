@@ -181,7 +181,8 @@ where
             writer: Arc::new(
                 Writer::new(ctx.client.clone(), ctx.options.apply_strategy.clone())
                     .with_schemas(ctx.options.schemas.clone())
-                    .with_metrics(child_writes),
+                    .with_metrics(child_writes)
+                    .with_write_concurrency(ctx.options.child_write_concurrency),
             ),
             related,
             events: ctx.options.events.clone(),
@@ -192,8 +193,9 @@ where
     }
 
     /// Creates, updates and deletes the children (attachments) of `owner` so they match
-    /// `desired`. One bad child does not block the others; a conflict stops at once.
-    /// Returns the failed writes.
+    /// `desired`, several at once ([`Writer::execute_all`]). One bad child does not block
+    /// the others; a conflict stops further writes. Returns once every write has finished,
+    /// with the failed ones.
     pub(crate) async fn manage_children<'a>(
         &self,
         owner: &ParentRef,
@@ -360,11 +362,13 @@ where
 
 /// Whether the cache has caught up with our last creates/deletes for the object with uid
 /// `owner` (`present` answers for one written object, see [`presence`]). If not, the
-/// sync must not act on the stale cache: `key` is retried in a second (the watch events of
-/// our writes usually requeue it sooner).
+/// sync must not act on the stale cache and ends here: the watch events that confirm our
+/// writes queue `key` again (each maps to its owner). Only if a second later some write is
+/// still unconfirmed is `key` queued by this function, as a safety net; a fixed requeue would
+/// cost a whole extra sync (a hook call) per wait although the events already brought one.
 pub(crate) fn own_writes_confirmed<K>(
     controller: &str,
-    writer: &Writer,
+    writer: &Arc<Writer>,
     queue: &WorkQueue<K>,
     key: &K,
     owner: &str,
@@ -377,7 +381,18 @@ where
         return true;
     }
     tracing::debug!(controller, object = %key, "waiting for the cache to confirm our writes");
-    queue.add_after(key.clone(), Duration::from_secs(1), Priority::Event);
+    let (writer, queue, key, owner) = (
+        writer.clone(),
+        queue.clone(),
+        key.clone(),
+        owner.to_string(),
+    );
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        if writer.expectations().pending(&owner) != (0, 0) {
+            queue.add(key, Priority::Event);
+        }
+    });
     false
 }
 

@@ -81,13 +81,55 @@ impl HistoryEntry {
     }
 }
 
+/// Per (verb, resource): writes being served now and the most served at once.
+type InFlightGauges = Arc<Mutex<BTreeMap<(String, String), (usize, usize)>>>;
+
 #[derive(Default)]
 pub(crate) struct ControlState {
     counts: Mutex<BTreeMap<(String, String), u64>>,
     faults: Mutex<Vec<Fault>>,
+    /// Writes being served now and the most served at once, per (verb, resource).
+    in_flight: InFlightGauges,
+}
+
+/// One write being served; counted in [`ControlState`]'s in-flight gauges until dropped.
+pub(crate) struct InFlight {
+    key: (String, String),
+    gauges: InFlightGauges,
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        if let Some((now, _)) = self.gauges.lock().get_mut(&self.key) {
+            *now = now.saturating_sub(1);
+        }
+    }
 }
 
 impl ControlState {
+    /// Marks a write of `verb` on `resource` as being served until the guard drops.
+    pub(crate) fn enter_write(&self, verb: &str, resource: &str) -> InFlight {
+        let key = (verb.to_string(), resource.to_string());
+        let mut gauges = self.in_flight.lock();
+        let (now, peak) = gauges.entry(key.clone()).or_default();
+        *now += 1;
+        *peak = (*peak).max(*now);
+        InFlight {
+            key,
+            gauges: self.in_flight.clone(),
+        }
+    }
+
+    pub(crate) fn peak_in_flight(&self, verb: &str, resource: &str) -> usize {
+        self.in_flight
+            .lock()
+            .iter()
+            .filter(|((v, r), _)| (verb == "*" || v == verb) && (resource == "*" || r == resource))
+            .map(|(_, (_, peak))| *peak)
+            .max()
+            .unwrap_or(0)
+    }
+
     pub(crate) fn count(&self, verb: &str, resource: &str) {
         *self
             .counts
@@ -119,6 +161,9 @@ impl ControlState {
 
     pub(crate) fn reset(&self) {
         self.counts.lock().clear();
+        for (now, peak) in self.in_flight.lock().values_mut() {
+            *peak = *now;
+        }
     }
 
     pub(crate) fn inject(&self, f: Fault) {
@@ -164,7 +209,22 @@ impl Control {
             .sum()
     }
 
-    /// Zeroes the counters.
+    /// The most write requests with this verb on this resource (`"*"` matches any) that were
+    /// served at once since the start or the last [`Control::reset_counts`]. Only writes of
+    /// the same (verb, resource) are counted together: `("create", "*")` is the peak of the
+    /// busiest resource, not a sum.
+    pub fn peak_in_flight_writes(&self, verb: &str, resource: &str) -> usize {
+        self.shared.control.peak_in_flight(verb, resource)
+    }
+
+    /// With [`crate::Config::write_latency`]: writes waiting for their commit to end (not
+    /// applied yet); 0 without it.
+    pub fn uncommitted_writes(&self) -> usize {
+        self.shared.commits.as_ref().map_or(0, |c| c.waiting())
+    }
+
+    /// Zeroes the counters (request counts; in-flight peaks restart from the writes being
+    /// served now).
     pub fn reset_counts(&self) {
         self.shared.control.reset();
     }

@@ -26,6 +26,11 @@
 //! (Deployment, ReplicaSet, StatefulSet, DaemonSet, Job, EndpointSlice) so pods
 //! "run" without containers; see [`sim`].
 //!
+//! With `Config::write_latency` (off by default; benchmarks only) writes take a
+//! realistic service time and commit through a bounded number of slots, so a load
+//! harness sees a real server's shape (about 4 ms per write for one client, about
+//! 800 writes/s in total with [`WriteLatency::realistic`]).
+//!
 //! Not emulated: protobuf request
 //! bodies other than those of `kubectl create namespace|configmap|secret|
 //! serviceaccount`; unknown-field detection for built-in kinds; conversion
@@ -50,6 +55,7 @@ pub mod defaults;
 mod discovery;
 pub mod errors;
 mod hooks;
+mod latency;
 mod openapi;
 mod openapi_builtin;
 mod openapi_described;
@@ -73,6 +79,7 @@ mod watch;
 
 pub use control::{Control, Fault, FaultAction, HistoryEntry};
 pub use errors::ApiError;
+pub use latency::WriteLatency;
 pub use sim::SimulationConfig;
 
 use server::Shared;
@@ -100,6 +107,9 @@ pub struct Config {
     /// Simulated nodes, kubelets and workload controllers (Deployments, StatefulSets, …) so
     /// pods run without containers; `None` (the default) keeps the server a bare API server.
     pub simulation: Option<SimulationConfig>,
+    /// Realistic write latency for benchmarks (see [`WriteLatency`]; `None`, the default:
+    /// writes are served as fast as possible). Tests keep it off.
+    pub write_latency: Option<WriteLatency>,
 }
 
 impl Default for Config {
@@ -112,6 +122,7 @@ impl Default for Config {
             history_size: 100_000,
             bookmark_interval: Duration::from_secs(10),
             simulation: None,
+            write_latency: None,
         }
     }
 }
@@ -148,6 +159,7 @@ impl ApiServer {
             controllers: tokio::sync::Notify::new(),
             watch_close,
             open_watches: AtomicUsize::new(0),
+            commits: config.write_latency.clone().map(latency::CommitSlots::new),
             addr,
         });
         shared.write(|st| {

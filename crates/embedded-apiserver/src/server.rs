@@ -35,6 +35,8 @@ pub struct Shared {
     pub(crate) controllers: tokio::sync::Notify,
     pub(crate) watch_close: tokio::sync::watch::Sender<u64>,
     pub(crate) open_watches: AtomicUsize,
+    /// The commit slots of [`Config::write_latency`].
+    pub(crate) commits: Option<crate::latency::CommitSlots>,
     pub(crate) addr: SocketAddr,
 }
 
@@ -389,10 +391,17 @@ async fn handle_inner(sh: Arc<Shared>, req: Request) -> ApiResult<Response> {
         None => rreq.info.resource.clone(),
     };
     sh.control.count(verb, &counted);
+    let is_write = crate::control::WRITE_VERBS.contains(&verb);
+    // Held until the response is built, for the in-flight gauges of `Control`.
+    let _in_flight = is_write.then(|| sh.control.enter_write(verb, &counted));
     match sh.control.take_fault(verb, &counted) {
         Some(FaultAction::Status(code)) => return Err(ApiError::injected(code)),
         Some(FaultAction::Latency(d)) => tokio::time::sleep(d).await,
         None => {}
+    }
+    // Realistic latency: the write is applied once its commit is over.
+    if let Some(commits) = sh.commits.as_ref().filter(|_| is_write) {
+        commits.enter().await;
     }
     let content_type = parts
         .headers

@@ -83,6 +83,14 @@ pub struct ControllerArgs {
     #[arg(long, value_name = "N", default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..))]
     pub workers: u32,
 
+    /// Child (and attachment) writes one sync sends at once (not an upstream flag). Writes
+    /// of one parent are independent; sending them together keeps a worker from waiting on
+    /// the API server one write at a time. The parent's status is still written after all
+    /// of them, and a 409 Conflict still stops the sync's further writes. 1 sends them one
+    /// after another, as upstream.
+    #[arg(long, value_name = "N", default_value_t = metacontroller_controllers::writer::DEFAULT_CHILD_WRITE_CONCURRENCY as u32, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_concurrent_child_writes: u32,
+
     /// Rate of Kubernetes Events per object, in events per second [default: 1/300, one
     /// per 5 minutes].
     #[arg(long, value_name = "QPS", default_value_t = 1.0 / 300.0, hide_default_value = true, allow_negative_numbers = true, value_parser = non_negative_f64)]
@@ -414,6 +422,7 @@ mod tests {
         assert_eq!(args.metrics_address, ":9999");
         assert_eq!(args.health_probe_bind_address, ":8081");
         assert_eq!(args.workers, 5);
+        assert_eq!(args.max_concurrent_child_writes, 8);
         assert_eq!(args.events_burst, 25);
         assert!((args.events_qps - 1.0 / 300.0).abs() < 1e-12);
         assert_eq!(args.client_go_qps, 0.0);
@@ -486,6 +495,11 @@ mod tests {
                 "invalid digit",
             ),
             (vec!["metacontroller", "--workers", "0"], "--workers", "1.."),
+            (
+                vec!["metacontroller", "--max-concurrent-child-writes", "0"],
+                "--max-concurrent-child-writes",
+                "1..",
+            ),
             (
                 vec!["metacontroller", "--discovery-interval", "30"],
                 "--discovery-interval",

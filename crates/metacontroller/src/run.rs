@@ -614,5 +614,6 @@ fn controller_options(
         gate: shared.gate.clone(),
         schemas: shared.schemas.clone(),
         metrics: shared.metrics.clone(),
+        child_write_concurrency: args.max_concurrent_child_writes as usize,
     }
 }

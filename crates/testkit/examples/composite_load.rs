@@ -1,17 +1,33 @@
 //! Whole-system load figures for the CompositeController (run through `hack/load-composite.sh`).
 //!
 //! The real `metacontroller` binary runs as its own process against the embedded API server
-//! started here, with a local hook server that answers after 1 ms. Phases:
+//! started here (optionally with realistic write latency: about 4 ms per write for one
+//! client, about 800 writes/s in total), with a local hook server that answers after 1 ms.
+//! Phases:
 //!
-//! 1. cold start: N parents (default 1,000) exist before the controller starts; each wants 3
-//!    ConfigMaps and a status. Reported: time until every parent has its status and all 3N
-//!    ConfigMaps exist, API requests (by verb) and hook calls per parent, peak RSS of the
-//!    controller process;
-//! 2. full resync: the controller is restarted on the converged cluster, so it relists and
+//! 1. cold start: N parents (default 1,000) exist before the controller starts; each wants C
+//!    ConfigMaps (default 3) and a status. Reported: time until every parent has its final
+//!    status and all N×C ConfigMaps exist; then a quiet period (default 15 s) in which the
+//!    controller must write nothing; API requests per parent by verb and hook calls per
+//!    parent (converge + quiet period); peak RSS of the controller process;
+//! 2. the bound: the harness itself sends the same writes the controller needed (per parent
+//!    C ConfigMap creates and the status updates) from 8 keep-alive connections to the same
+//!    server, on fresh objects in a fresh namespace. Reported: its time and the ratio
+//!    converge / bound;
+//! 3. full resync: the controller is restarted on the converged cluster, so it relists and
 //!    syncs every parent again. Reported: time until every parent was synced, writes (must be
 //!    0), requests per parent, peak RSS.
 //!
-//! Usage: `composite_load --binary PATH [--parents N] [--workers N] [--hook-delay-ms N]`.
+//! The hook's status is `{"children": <observed ConfigMaps>}` by default (`--status
+//! observed`): the first sync writes 0, the second the full count, and the controller syncs
+//! once more after its own status write (as upstream does, so hooks see their status
+//! committed): 3 hook calls and 2 status writes per parent at least. With `--status desired`
+//! the status is `{"children": C}` from the first sync: 1 status write and 2 hook calls per
+//! parent at least.
+//!
+//! Usage: `composite_load --binary PATH [--parents N] [--children N] [--workers N]
+//! [--realistic-latency] [--status observed|desired] [--hook-delay-ms N] [--quiet-secs N]
+//! [--controller-arg ARG]... [--no-resync]`.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -19,28 +35,55 @@ use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use embedded_apiserver::WriteLatency;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ListParams, PostParams};
 use kube::core::DynamicObject;
 use metacontroller_testkit::{crd, dynamic_api, HookReply, HookServer, TestCluster};
 use serde_json::{json, Value};
 
+/// Connections the bound is sent from.
+const BOUND_CONNECTIONS: usize = 8;
+
 struct Args {
     binary: PathBuf,
     parents: usize,
+    children: usize,
     workers: u32,
     hook_delay: Duration,
+    realistic_latency: bool,
+    status_observed: bool,
+    quiet: Duration,
+    controller_args: Vec<String>,
+    resync: bool,
 }
 
 fn parse_args() -> Result<Args, String> {
     let mut args = Args {
         binary: PathBuf::from("target/release/metacontroller"),
         parents: 1000,
+        children: 3,
         workers: 5,
         hook_delay: Duration::from_millis(1),
+        realistic_latency: false,
+        status_observed: true,
+        quiet: Duration::from_secs(15),
+        controller_args: Vec::new(),
+        resync: true,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
+        match flag.as_str() {
+            "--realistic-latency" => {
+                args.realistic_latency = true;
+                continue;
+            }
+            "--no-resync" => {
+                args.resync = false;
+                continue;
+            }
+            _ => {}
+        }
         let value = it.next().ok_or_else(|| format!("{flag} needs a value"))?;
         let number = || {
             value
@@ -49,30 +92,44 @@ fn parse_args() -> Result<Args, String> {
         };
         match flag.as_str() {
             "--binary" => args.binary = PathBuf::from(&value),
-            "--parents" => args.parents = number()? as usize,
+            "--parents" => args.parents = number()?.max(1) as usize,
+            "--children" => args.children = number()? as usize,
             "--workers" => args.workers = number()? as u32,
             "--hook-delay-ms" => args.hook_delay = Duration::from_millis(number()?),
+            "--quiet-secs" => args.quiet = Duration::from_secs(number()?),
+            "--controller-arg" => args.controller_args.push(value),
+            "--status" => {
+                args.status_observed = match value.as_str() {
+                    "observed" => true,
+                    "desired" => false,
+                    other => return Err(format!("--status {other}: observed or desired")),
+                }
+            }
             other => return Err(format!("unknown flag {other}")),
         }
     }
     Ok(args)
 }
 
-/// The hook: 3 ConfigMaps per parent carrying `spec.value`; status counts observed children.
-fn sync_reply(req: &Value) -> Value {
+/// The hook: C ConfigMaps per parent carrying `spec.value`; the status counts the observed
+/// children (or the desired ones).
+fn sync_reply(req: &Value, children: usize, status_observed: bool) -> Value {
     let parent = &req["parent"];
     let name = parent["metadata"]["name"].as_str().unwrap_or_default();
     let observed = req["children"]["ConfigMap.v1"]
         .as_object()
         .map_or(0, |m| m.len());
-    let children: Vec<Value> = (0..3)
-        .map(|i| {
-            json!({"apiVersion": "v1", "kind": "ConfigMap",
-                   "metadata": {"name": format!("{name}-{i}")},
-                   "data": {"value": parent["spec"]["value"], "index": i.to_string()}})
-        })
+    let desired: Vec<Value> = (0..children)
+        .map(|i| child(name, i, &parent["spec"]["value"]))
         .collect();
-    json!({"children": children, "status": {"children": observed}})
+    let count = if status_observed { observed } else { children };
+    json!({"children": desired, "status": {"children": count}})
+}
+
+fn child(parent: &str, i: usize, value: &Value) -> Value {
+    json!({"apiVersion": "v1", "kind": "ConfigMap",
+           "metadata": {"name": format!("{parent}-{i}")},
+           "data": {"value": value, "index": i.to_string()}})
 }
 
 /// Peak resident set size of a process, from /proc (Linux), in MiB.
@@ -81,6 +138,10 @@ fn peak_rss_mib(pid: u32) -> Option<f64> {
     let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
     let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kib / 1024.0)
+}
+
+fn rss_text(rss: Option<f64>) -> String {
+    rss.map_or("unknown".into(), |m| format!("{m:.1} MiB"))
 }
 
 struct Controller {
@@ -99,6 +160,7 @@ impl Controller {
             .arg(args.workers.to_string())
             .arg("--log-level")
             .arg("warn")
+            .args(&args.controller_args)
             .stdout(Stdio::from(log))
             .stderr(Stdio::from(err))
             .kill_on_drop(true)
@@ -117,24 +179,35 @@ impl Controller {
     }
 }
 
-fn print_requests(title: &str, counts: &BTreeMap<(String, String), u64>, parents: usize) {
+type Counts = BTreeMap<(String, String), u64>;
+
+fn print_requests(title: &str, counts: &Counts, parents: usize) {
     let total: u64 = counts.values().sum();
     println!(
         "{title}: {total} API requests ({:.2} per parent)",
         total as f64 / parents as f64
     );
+    let mut by_verb: BTreeMap<&str, u64> = BTreeMap::new();
+    for ((verb, _), n) in counts {
+        *by_verb.entry(verb).or_default() += n;
+    }
+    let verbs: Vec<String> = by_verb
+        .iter()
+        .map(|(v, n)| format!("{v} {:.2}", *n as f64 / parents as f64))
+        .collect();
+    println!("{title}: per parent by verb: {}", verbs.join(", "));
     for ((verb, resource), n) in counts {
-        println!("    {verb:>8} {resource:<40} {n}");
+        println!(
+            "    {verb:>8} {resource:<40} {n:>8} ({:.3} per parent)",
+            *n as f64 / parents as f64
+        );
     }
 }
 
-/// Counts minus the harness's own polling requests.
-fn without(
-    mut counts: BTreeMap<(String, String), u64>,
-    ours: &[((&str, &str), u64)],
-) -> BTreeMap<(String, String), u64> {
-    for ((verb, resource), n) in ours {
-        if let Some(c) = counts.get_mut(&(verb.to_string(), resource.to_string())) {
+/// Counts minus the harness's own requests.
+fn without(mut counts: Counts, ours: &Counts) -> Counts {
+    for (key, n) in ours {
+        if let Some(c) = counts.get_mut(key) {
             *c = c.saturating_sub(*n);
         }
     }
@@ -142,9 +215,15 @@ fn without(
     counts
 }
 
+fn add(into: &mut Counts, from: &Counts) {
+    for (key, n) in from {
+        *into.entry(key.clone()).or_default() += n;
+    }
+}
+
 /// Writes to anything but Events (the controller records a `Starting`/`Started` Event on
 /// its CompositeController whenever it starts; that is not a write of a sync).
-fn writes(counts: &BTreeMap<(String, String), u64>) -> u64 {
+fn writes(counts: &Counts) -> u64 {
     counts
         .iter()
         .filter(|((verb, resource), _)| {
@@ -155,7 +234,7 @@ fn writes(counts: &BTreeMap<(String, String), u64>) -> u64 {
         .sum()
 }
 
-fn events_written(counts: &BTreeMap<(String, String), u64>) -> u64 {
+fn events_written(counts: &Counts) -> u64 {
     counts
         .iter()
         .filter(|((verb, resource), _)| {
@@ -163,6 +242,105 @@ fn events_written(counts: &BTreeMap<(String, String), u64>) -> u64 {
         })
         .map(|(_, n)| n)
         .sum()
+}
+
+/// Creates `n` parents named `p<i>` through `api` (32 at a time); returns them as created.
+async fn create_parents(api: &Api<DynamicObject>, api_version: &str, kind: &str, n: usize) {
+    let mut tasks = tokio::task::JoinSet::new();
+    let chunk = n.div_ceil(32).max(1);
+    for start in (0..n).step_by(chunk) {
+        let api = api.clone();
+        let (api_version, kind) = (api_version.to_string(), kind.to_string());
+        tasks.spawn(async move {
+            for i in start..(start + chunk).min(n) {
+                let p: DynamicObject = serde_json::from_value(json!({
+                    "apiVersion": api_version, "kind": kind,
+                    "metadata": {"name": format!("p{i}")}, "spec": {"value": "v1"}
+                }))
+                .expect("parent");
+                api.create(&PostParams::default(), &p)
+                    .await
+                    .expect("creating a parent");
+            }
+        });
+    }
+    while tasks.join_next().await.is_some() {}
+}
+
+/// The bound: for every parent of `parents` (already created in `ns`), what the controller
+/// writes — `children` ConfigMap creates (with the controller ownerReference) and
+/// `status_writes` status updates — sent by the harness from [`BOUND_CONNECTIONS`] clients
+/// of one connection each, every client writing its parents one request after another.
+async fn bound(
+    cluster: &TestCluster,
+    parents_api: impl Fn(kube::Client) -> Api<DynamicObject>,
+    ns: &str,
+    n: usize,
+    children: usize,
+    status_writes: usize,
+) -> (Duration, u64) {
+    let list = parents_api(cluster.client())
+        .list(&ListParams::default())
+        .await
+        .expect("listing the bound's parents");
+    let parents = Arc::new(list.items);
+    assert_eq!(parents.len(), n);
+    let mut clients = Vec::new();
+    for _ in 0..BOUND_CONNECTIONS {
+        let config = kube::Config::from_custom_kubeconfig(kubeconfig(cluster), &Default::default())
+            .await
+            .expect("kubeconfig");
+        clients.push(kube::Client::try_from(config).expect("client"));
+    }
+    let started = Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    for (c, client) in clients.into_iter().enumerate() {
+        let parents = parents.clone();
+        let api = parents_api(client.clone());
+        let cms: Api<ConfigMap> = Api::namespaced(client, ns);
+        tasks.spawn(async move {
+            let mut sent = 0u64;
+            for parent in parents.iter().skip(c).step_by(BOUND_CONNECTIONS) {
+                let name = parent.metadata.name.clone().unwrap_or_default();
+                let uid = parent.metadata.uid.clone().unwrap_or_default();
+                for i in 0..children {
+                    let mut body = child(&name, i, &json!("v1"));
+                    body["metadata"]["ownerReferences"] = json!([{
+                        "apiVersion": "load.example.com/v1", "kind": "BoundParent",
+                        "name": name, "uid": uid, "controller": true, "blockOwnerDeletion": true}]);
+                    let cm: ConfigMap = serde_json::from_value(body).expect("configmap");
+                    cms.create(&PostParams::default(), &cm)
+                        .await
+                        .expect("bound: creating a child");
+                    sent += 1;
+                }
+                let mut current = parent.clone();
+                current.types = Some(kube::core::TypeMeta {
+                    api_version: "load.example.com/v1".into(),
+                    kind: "BoundParent".into(),
+                });
+                for s in 0..status_writes {
+                    let count = if s + 1 == status_writes { children } else { 0 };
+                    current.data["status"] = json!({"children": count, "observedGeneration": 1});
+                    current = api
+                        .replace_status(&name, &PostParams::default(), &current)
+                        .await
+                        .expect("bound: writing a status");
+                    sent += 1;
+                }
+            }
+            sent
+        });
+    }
+    let mut sent = 0;
+    while let Some(r) = tasks.join_next().await {
+        sent += r.expect("bound task");
+    }
+    (started.elapsed(), sent)
+}
+
+fn kubeconfig(cluster: &TestCluster) -> kube::config::Kubeconfig {
+    kube::config::Kubeconfig::read_from(cluster.kubeconfig_path()).expect("reading kubeconfig")
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -182,15 +360,42 @@ async fn main() {
         std::process::exit(2);
     }
     let n = args.parents;
-    let cluster = TestCluster::embedded().await;
+    let c = args.children;
+    let latency = args.realistic_latency.then(WriteLatency::realistic);
+    let cluster = TestCluster::embedded_with_config(embedded_apiserver::Config {
+        write_latency: latency.clone(),
+        ..Default::default()
+    })
+    .await;
     let control = cluster.control().expect("embedded");
     cluster.install_metacontroller_crds().await;
     let parents_crd = crd("load.example.com", "v1", "LoadParent", "loadparents");
     cluster.install_crd(&parents_crd.build()).await;
+    let bound_crd = crd("load.example.com", "v1", "BoundParent", "boundparents");
+    cluster.install_crd(&bound_crd.build()).await;
     let ns = cluster.create_namespace("load").await;
-    let delay = args.hook_delay;
+    let (delay, observed) = (args.hook_delay, args.status_observed);
     let hook = Arc::new(
-        HookServer::start(move |_, req| HookReply::json(sync_reply(req)).delayed(delay)).await,
+        HookServer::start(move |_, req| {
+            HookReply::json(sync_reply(req, c, observed)).delayed(delay)
+        })
+        .await,
+    );
+    println!(
+        "config: {n} parents x {c} ConfigMaps, {} workers, hook delay {:?}, status from {} \
+         children, realistic latency {}, controller args {:?}",
+        args.workers,
+        args.hook_delay,
+        if observed { "observed" } else { "desired" },
+        match &latency {
+            Some(l) => format!(
+                "on ({:?} per write alone, {:.0} writes/s max)",
+                l.single_client(),
+                l.max_writes_per_second()
+            ),
+            None => "off".into(),
+        },
+        args.controller_args
     );
 
     // The CompositeController and N parents exist before the controller process starts.
@@ -226,25 +431,7 @@ async fn main() {
         Some(&ns),
     );
     let created = Instant::now();
-    let mut tasks = tokio::task::JoinSet::new();
-    let chunk = n.div_ceil(32).max(1);
-    for start in (0..n).step_by(chunk) {
-        let parents = parents.clone();
-        tasks.spawn(async move {
-            for i in start..(start + chunk).min(n) {
-                let p: DynamicObject = serde_json::from_value(json!({
-                    "apiVersion": "load.example.com/v1", "kind": "LoadParent",
-                    "metadata": {"name": format!("p{i}")}, "spec": {"value": "v1"}
-                }))
-                .expect("parent");
-                parents
-                    .create(&PostParams::default(), &p)
-                    .await
-                    .expect("creating a parent");
-            }
-        });
-    }
-    while tasks.join_next().await.is_some() {}
+    create_parents(&parents, &parents_crd.api_version(), parents_crd.kind(), n).await;
     println!("setup: {n} parents created in {:?}", created.elapsed());
 
     let configmaps: Api<ConfigMap> = Api::namespaced(cluster.client(), &ns);
@@ -252,17 +439,19 @@ async fn main() {
 
     // Phase 1: cold start.
     control.reset_counts();
-    let mut polls = 0u64;
+    let mut ours = Counts::new();
     let started = Instant::now();
     let controller = Controller::spawn(&args, &cluster, &dir.join("composite_load-1.log"));
-    let deadline = Duration::from_secs(900);
+    let deadline = Duration::from_secs(1800);
     loop {
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        tokio::time::sleep(Duration::from_millis(250)).await;
         assert!(
             started.elapsed() < deadline,
             "not converged within {deadline:?}"
         );
-        polls += 1;
+        *ours
+            .entry(("list".into(), parents_crd.plural().into()))
+            .or_default() += 1;
         let list = parents
             .list(&ListParams::default())
             .await
@@ -270,47 +459,89 @@ async fn main() {
         let done = list
             .items
             .iter()
-            .filter(|p| p.data["status"]["children"] == json!(3))
+            .filter(|p| p.data["status"]["children"] == json!(c))
             .count();
         if done == n {
-            polls += 1;
+            *ours
+                .entry(("list".into(), "configmaps".into()))
+                .or_default() += 1;
             let cms = configmaps
                 .list_metadata(&ListParams::default())
                 .await
                 .expect("listing configmaps");
-            if cms.items.len() == 3 * n {
+            if cms.items.len() == c * n {
                 break;
             }
         }
     }
     let converge = started.elapsed();
+    let converge_counts = without(control.request_counts(), &ours);
+    // The quiet period: a converged controller writes nothing.
+    control.reset_counts();
+    tokio::time::sleep(args.quiet).await;
+    let quiet_counts = control.request_counts();
+    let quiet_writes = writes(&quiet_counts);
     let rss = peak_rss_mib(controller.pid());
-    cluster
-        .settle(Duration::from_secs(2), Duration::from_secs(30))
-        .await;
-    let ours = [
-        (("list", "loadparents"), polls),
-        (("list", "configmaps"), 1),
-    ];
-    let counts = without(control.request_counts(), &ours);
+    let mut counts = converge_counts;
+    add(&mut counts, &quiet_counts);
     let hook_calls = hook.calls("/sync");
+    controller.stop().await;
     println!(
-        "cold start: {n} parents x 3 ConfigMaps converged in {:.2}s (hook delay {:?}, {} workers)",
-        converge.as_secs_f64(),
-        args.hook_delay,
-        args.workers
+        "cold start: {n} parents x {c} ConfigMaps converged in {:.2}s",
+        converge.as_secs_f64()
     );
-    print_requests("cold start", &counts, n);
+    println!(
+        "quiet period: {} writes in {:?} after convergence (must be 0; Event writes apart: {})",
+        quiet_writes,
+        args.quiet,
+        events_written(&quiet_counts)
+    );
+    print_requests("cold start (converge + quiet period)", &counts, n);
+    let controller_writes = writes(&counts);
     println!(
         "cold start: {} writes ({:.2} per parent), {hook_calls} hook calls ({:.2} per parent), controller peak RSS {}",
-        writes(&counts),
-        writes(&counts) as f64 / n as f64,
+        controller_writes,
+        controller_writes as f64 / n as f64,
         hook_calls as f64 / n as f64,
-        rss.map_or("unknown".into(), |m| format!("{m:.1} MiB"))
+        rss_text(rss)
     );
-    controller.stop().await;
 
-    // Phase 2: full resync — a fresh process relists and syncs every converged parent.
+    // Phase 2: the bound, on fresh objects in a fresh namespace.
+    let bound_ns = cluster.create_namespace("bound").await;
+    let bound_api = |client: kube::Client| {
+        dynamic_api(
+            client,
+            &bound_crd.api_version(),
+            bound_crd.kind(),
+            bound_crd.plural(),
+            Some(&bound_ns),
+        )
+    };
+    create_parents(
+        &bound_api(cluster.client()),
+        &bound_crd.api_version(),
+        bound_crd.kind(),
+        n,
+    )
+    .await;
+    let status_writes = if observed { 2 } else { 1 };
+    let (bound_time, bound_writes) =
+        bound(&cluster, bound_api, &bound_ns, n, c, status_writes).await;
+    println!(
+        "bound: {bound_writes} writes ({c} creates + {status_writes} status updates per parent) \
+         from {BOUND_CONNECTIONS} connections in {:.2}s ({:.0} writes/s)",
+        bound_time.as_secs_f64(),
+        bound_writes as f64 / bound_time.as_secs_f64()
+    );
+    println!(
+        "ratio: converge / bound = {:.2} (controller writes {controller_writes}, bound writes {bound_writes})",
+        converge.as_secs_f64() / bound_time.as_secs_f64()
+    );
+
+    // Phase 3: full resync — a fresh process relists and syncs every converged parent.
+    if !args.resync {
+        return;
+    }
     control.reset_counts();
     hook.clear_calls();
     let started = Instant::now();
@@ -349,10 +580,10 @@ async fn main() {
         "full resync: {} writes (must be 0; Event writes apart: {}), controller peak RSS {}",
         writes(&counts),
         events_written(&counts),
-        rss.map_or("unknown".into(), |m| format!("{m:.1} MiB"))
+        rss_text(rss)
     );
     controller.stop().await;
-    if writes(&counts) != 0 {
+    if writes(&counts) != 0 || quiet_writes != 0 {
         std::process::exit(1);
     }
 }

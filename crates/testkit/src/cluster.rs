@@ -39,6 +39,11 @@ impl TestCluster {
         Self::embedded_with(Default::default()).await
     }
 
+    /// The embedded API server with `config` (e.g. realistic write latency for a benchmark).
+    pub async fn embedded_with_config(config: embedded_apiserver::Config) -> Self {
+        Self::embedded_with(config).await
+    }
+
     /// Like [`TestCluster::start`], but the embedded API server runs the dev-mode simulation
     /// (nodes, kubelets, workload controllers), so Deployments, StatefulSets, Jobs and
     /// Services get running pods and status as on a real cluster.
