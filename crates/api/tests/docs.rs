@@ -19,11 +19,18 @@ fn repo() -> PathBuf {
 /// README.md and every Markdown file of the book.
 fn documents() -> Vec<PathBuf> {
     let mut out = vec![repo().join("README.md")];
-    let mut book: Vec<PathBuf> = std::fs::read_dir(repo().join("docs/src"))
-        .expect("docs/src")
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "md"))
-        .collect();
+    let mut book = Vec::new();
+    let mut dirs = vec![repo().join("docs/src")];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).expect("a docs directory").flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path.extension().is_some_and(|x| x == "md") {
+                book.push(path);
+            }
+        }
+    }
     book.sort();
     out.extend(book);
     out
@@ -178,8 +185,13 @@ fn the_link_check_finds_a_broken_link_and_a_missing_anchor() {
 fn every_chapter_is_in_the_summary() {
     let summary = std::fs::read_to_string(repo().join("docs/src/SUMMARY.md")).expect("SUMMARY");
     let listed: BTreeSet<String> = links(&summary).into_iter().collect();
+    let src = repo().join("docs/src");
     for doc in documents().into_iter().skip(1) {
-        let name = doc.file_name().unwrap().to_string_lossy().to_string();
+        let name = doc
+            .strip_prefix(&src)
+            .expect("a book page")
+            .to_string_lossy()
+            .to_string();
         if name != "SUMMARY.md" {
             assert!(listed.contains(&name), "{name} is not in SUMMARY.md");
         }
