@@ -43,6 +43,9 @@ pub enum Command {
     Dev(DevArgs),
     /// Debug helper for hook authors: print how a desired object merges onto an observed one.
     Merge(MergeArgs),
+    /// Check CompositeController/DecoratorController manifests offline (field paths; exit 1
+    /// on any error).
+    Validate(ValidateArgs),
 }
 
 /// Settings of the controller process (upstream flag names and defaults).
@@ -343,6 +346,14 @@ pub struct MergeArgs {
     /// A structural schema (CRD, openAPIV3Schema, or OpenAPI v3 document) for list merging.
     #[arg(long, value_name = "FILE")]
     pub schema: Option<PathBuf>,
+}
+
+/// Flags of `metacontroller validate`.
+#[derive(Debug, Clone, Args)]
+pub struct ValidateArgs {
+    /// Manifest files (YAML or JSON, multi-document); other kinds are skipped.
+    #[arg(short = 'f', long = "filename", value_name = "FILE", required = true, num_args = 1..)]
+    pub files: Vec<PathBuf>,
 }
 
 fn go_duration(value: &str) -> Result<Duration, String> {

@@ -1,4 +1,4 @@
-//! The `metacontroller` binary: `run` (default), `dev` and `merge`.
+//! The `metacontroller` binary: `run` (default), `dev`, `merge` and `validate`.
 
 mod cli;
 mod client;
@@ -13,6 +13,7 @@ mod run;
 mod shard;
 mod shutdown;
 mod sources;
+mod validate_cmd;
 
 use std::process::ExitCode;
 
@@ -37,7 +38,7 @@ fn main() -> ExitCode {
     let logging_args = match &command {
         Command::Run(args) => Some(&args.logging),
         Command::Dev(args) => Some(&args.controller.logging),
-        Command::Merge(_) => None,
+        Command::Merge(_) | Command::Validate(_) => None,
     };
     if let Some(args) = logging_args {
         logging::init(args);
@@ -54,6 +55,7 @@ fn main() -> ExitCode {
             Command::Run(args) => run::run(args).await,
             Command::Dev(args) => dev::dev(args).await,
             Command::Merge(args) => merge_cmd::run(&args),
+            Command::Validate(args) => validate_cmd::run(&args),
         }
     });
     match result {
