@@ -402,4 +402,21 @@ mod tests {
             }
         }
     }
+
+    #[test]
+    fn relist_keeps_unchanged_objects_shared_and_replaces_changed_ones() {
+        let mut s = Store::new();
+        s.upsert(obj("a", "same", "1", Some("p1"))).unwrap();
+        s.upsert(obj("a", "moved", "1", Some("p1"))).unwrap();
+        let cached = s.get(&NamespacedName::new("a", "same")).unwrap().clone();
+        let listed = vec![
+            s.share(obj("a", "same", "1", Some("p1"))),
+            s.share(obj("a", "moved", "2", Some("p2"))),
+        ];
+        assert!(Arc::ptr_eq(&listed[0], &cached));
+        let (changes, _) = s.replace_shared(listed);
+        assert!(matches!(&changes[1], Change::Updated { old, new } if Arc::ptr_eq(old, new)));
+        assert_eq!(s.controlled_by("p1").len(), 1);
+        assert_eq!(s.controlled_by("p2").len(), 1);
+    }
 }
