@@ -226,7 +226,10 @@ async fn run(api: Api<DynamicObject>, shared: Arc<Shared>, id: ResourceId, confi
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         tick
     });
-    let mut buffer: Vec<DynamicObject> = Vec::new();
+    // Listed objects until the list is complete. An object the cache already holds at the same
+    // resourceVersion is kept as the cached `Arc` and the decoded copy dropped at once, so a
+    // relist does not hold a second copy of every unchanged object beside the store.
+    let mut buffer: Vec<Arc<DynamicObject>> = Vec::new();
     loop {
         let event = tokio::select! {
             _ = async {
@@ -249,9 +252,12 @@ async fn run(api: Api<DynamicObject>, shared: Arc<Shared>, id: ResourceId, confi
         };
         match event {
             Ok(watcher::Event::Init) => buffer.clear(),
-            Ok(watcher::Event::InitApply(obj)) => buffer.push(obj),
+            Ok(watcher::Event::InitApply(obj)) => {
+                let store = shared.store.read().unwrap_or_else(|p| p.into_inner());
+                buffer.push(store.share(obj));
+            }
             Ok(watcher::Event::InitDone) => {
-                let (changes, skipped) = shared.store_mut().replace(buffer.drain(..));
+                let (changes, skipped) = shared.store_mut().replace_shared(buffer.drain(..));
                 // Do not keep the list's capacity next to the store until the next relist.
                 buffer = Vec::new();
                 if skipped > 0 {

@@ -109,16 +109,7 @@ impl<T: ObjectMetaAccess> Store<T> {
     /// Adds or replaces an object (watch ADDED / MODIFIED).
     pub fn upsert(&mut self, obj: T) -> Result<Change<T>, MissingName> {
         let key = NamespacedName::of(&obj).ok_or(MissingName)?;
-        let new = Arc::new(obj);
-        let old = self.objects.insert(key.clone(), new.clone());
-        if let Some(old) = &old {
-            self.unindex(&key, old);
-        }
-        self.index(&key, &new);
-        Ok(match old {
-            Some(old) => Change::Updated { old, new },
-            None => Change::Added(new),
-        })
+        Ok(self.upsert_shared(key, Arc::new(obj)))
     }
 
     /// Removes an object (watch DELETED); `None` if it was not stored.
@@ -132,10 +123,35 @@ impl<T: ObjectMetaAccess> Store<T> {
     /// object still present, like an informer resync) and deleted. Objects without a name are
     /// skipped and counted in the second value.
     pub fn replace(&mut self, list: impl IntoIterator<Item = T>) -> (Vec<Change<T>>, usize) {
-        let mut fresh: BTreeMap<NamespacedName, T> = BTreeMap::new();
+        let shared: Vec<Arc<T>> = list.into_iter().map(|obj| self.share(obj)).collect();
+        self.replace_shared(shared)
+    }
+
+    /// `obj` as a shared object: the stored one when it has the same key and resourceVersion
+    /// (the same state of the same object, so the listed copy is dropped at once), else a new
+    /// one. A relist of an unchanged cache therefore never holds two copies of an object.
+    pub fn share(&self, obj: T) -> Arc<T> {
+        let same = NamespacedName::of(&obj)
+            .and_then(|key| self.objects.get(&key))
+            .filter(|stored| {
+                matches!(obj.resource_version(), Some(rv) if !rv.is_empty())
+                    && stored.resource_version() == obj.resource_version()
+            });
+        match same {
+            Some(stored) => stored.clone(),
+            None => Arc::new(obj),
+        }
+    }
+
+    /// [`Store::replace`] with objects already shared (see [`Store::share`]).
+    pub fn replace_shared(
+        &mut self,
+        list: impl IntoIterator<Item = Arc<T>>,
+    ) -> (Vec<Change<T>>, usize) {
+        let mut fresh: BTreeMap<NamespacedName, Arc<T>> = BTreeMap::new();
         let mut skipped = 0;
         for obj in list {
-            match NamespacedName::of(&obj) {
+            match NamespacedName::of(obj.as_ref()) {
                 Some(key) => {
                     fresh.insert(key, obj);
                 }
@@ -153,11 +169,27 @@ impl<T: ObjectMetaAccess> Store<T> {
         for key in gone {
             changes.extend(self.remove(&key));
         }
-        for (_, obj) in fresh {
-            // Names were checked above, so upsert cannot fail here.
-            changes.extend(self.upsert(obj).ok());
+        for (key, new) in fresh {
+            changes.push(self.upsert_shared(key, new));
         }
         (changes, skipped)
+    }
+
+    fn upsert_shared(&mut self, key: NamespacedName, new: Arc<T>) -> Change<T> {
+        let old = self.objects.insert(key.clone(), new.clone());
+        match old {
+            // The same object: its index entries are already right.
+            Some(old) if Arc::ptr_eq(&old, &new) => Change::Updated { old, new },
+            Some(old) => {
+                self.unindex(&key, &old);
+                self.index(&key, &new);
+                Change::Updated { old, new }
+            }
+            None => {
+                self.index(&key, &new);
+                Change::Added(new)
+            }
+        }
     }
 
     /// The object `key`.
@@ -369,5 +401,22 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn relist_keeps_unchanged_objects_shared_and_replaces_changed_ones() {
+        let mut s = Store::new();
+        s.upsert(obj("a", "same", "1", Some("p1"))).unwrap();
+        s.upsert(obj("a", "moved", "1", Some("p1"))).unwrap();
+        let cached = s.get(&NamespacedName::new("a", "same")).unwrap().clone();
+        let listed = vec![
+            s.share(obj("a", "same", "1", Some("p1"))),
+            s.share(obj("a", "moved", "2", Some("p2"))),
+        ];
+        assert!(Arc::ptr_eq(&listed[0], &cached));
+        let (changes, _) = s.replace_shared(listed);
+        assert!(matches!(&changes[1], Change::Updated { old, new } if Arc::ptr_eq(old, new)));
+        assert_eq!(s.controlled_by("p1").len(), 1);
+        assert_eq!(s.controlled_by("p2").len(), 1);
     }
 }
