@@ -360,12 +360,21 @@ where
     }
 }
 
+/// Waits begun by [`own_writes_confirmed`] and not yet ended by a later sync of the same
+/// owner: `<controller>/<owner uid>` → the wait's number.
+fn open_waits() -> &'static std::sync::Mutex<std::collections::HashMap<String, u64>> {
+    static WAITS: std::sync::OnceLock<std::sync::Mutex<std::collections::HashMap<String, u64>>> =
+        std::sync::OnceLock::new();
+    WAITS.get_or_init(Default::default)
+}
+
 /// Whether the cache has caught up with our last creates/deletes for the object with uid
 /// `owner` (`present` answers for one written object, see [`presence`]). If not, the
 /// sync must not act on the stale cache and ends here: the watch events that confirm our
-/// writes queue `key` again (each maps to its owner). Only if a second later some write is
-/// still unconfirmed is `key` queued by this function, as a safety net; a fixed requeue would
-/// cost a whole extra sync (a hook call) per wait although the events already brought one.
+/// writes queue `key` again (each maps to its owner). A second later `key` is queued by this
+/// function only if no sync of it has run since (the confirming event may have been handled,
+/// and its sync run, just before the expectations caught up); a fixed requeue would cost a
+/// whole extra sync (a hook call) per wait although the events already brought one.
 pub(crate) fn own_writes_confirmed<K>(
     controller: &str,
     writer: &Arc<Writer>,
@@ -377,19 +386,24 @@ pub(crate) fn own_writes_confirmed<K>(
 where
     K: Clone + Eq + Hash + Display + Send + 'static,
 {
+    let wait_key = format!("{controller}/{owner}");
+    let mut waits = open_waits().lock().unwrap_or_else(|p| p.into_inner());
     if writer.satisfied(owner, present) {
+        waits.remove(&wait_key);
         return true;
     }
+    static NEXT_WAIT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let wait = NEXT_WAIT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    waits.insert(wait_key.clone(), wait);
+    drop(waits);
     tracing::debug!(controller, object = %key, "waiting for the cache to confirm our writes");
-    let (writer, queue, key, owner) = (
-        writer.clone(),
-        queue.clone(),
-        key.clone(),
-        owner.to_string(),
-    );
+    let (queue, key) = (queue.clone(), key.clone());
     tokio::spawn(async move {
         tokio::time::sleep(Duration::from_secs(1)).await;
-        if writer.expectations().pending(&owner) != (0, 0) {
+        let mut waits = open_waits().lock().unwrap_or_else(|p| p.into_inner());
+        if waits.get(&wait_key) == Some(&wait) {
+            waits.remove(&wait_key);
+            drop(waits);
             queue.add(key, Priority::Event);
         }
     });
