@@ -44,6 +44,9 @@ impl Server {
     }
 
     async fn post(&self, path: &str, body: impl Into<reqwest::Body>) -> (u16, String) {
+        // Workspace builds of reqwest carry no rustls provider of their own (the hooks crate
+        // installs one); plain HTTP still needs one installed to build a Client.
+        let _ = rustls::crypto::ring::default_provider().install_default();
         let resp = reqwest::Client::new()
             .post(format!("{}{path}", self.base))
             .header("content-type", "application/json")
