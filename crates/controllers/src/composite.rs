@@ -511,7 +511,10 @@ pub struct Resolved {
 
 impl Resolved {
     /// Resolves `controller`'s resources in `resources`; fails as [`start`] does.
-    pub fn new(controller: &CompositeController, resources: &ResourceMap) -> Result<Self, StartError> {
+    pub fn new(
+        controller: &CompositeController,
+        resources: &ResourceMap,
+    ) -> Result<Self, StartError> {
         let spec = &controller.spec;
         let lookup = |api_version: &str, resource: &str| {
             reconcile::resolve(resources, api_version, resource)

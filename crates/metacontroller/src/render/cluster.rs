@@ -160,7 +160,10 @@ impl Cluster {
             .get("apiVersion")
             .and_then(Value::as_str)
             .unwrap_or_default();
-        let kind = object.get("kind").and_then(Value::as_str).unwrap_or_default();
+        let kind = object
+            .get("kind")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
         match self.resources.get_kind(api_version, kind) {
             Some(res) => Ok(res),
             None if self.is_live() => bail!("{kind}.{api_version} is not served by the cluster"),

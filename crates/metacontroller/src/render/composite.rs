@@ -192,7 +192,8 @@ fn pick_hook<'c>(
     let spec = &controller.spec;
     Ok(match requested {
         Some(HookName::Sync) => (
-            spec.sync_hook().context("the controller has no sync hook")?,
+            spec.sync_hook()
+                .context("the controller has no sync hook")?,
             "sync",
             false,
         ),

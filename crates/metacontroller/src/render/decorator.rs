@@ -64,8 +64,7 @@ pub async fn render(
                 spec.finalize_hook().is_some(),
                 requested,
             );
-            if finalizer::is_ignored(resolved.selector.matches(&object), &object, &finalizer_name)
-            {
+            if finalizer::is_ignored(resolved.selector.matches(&object), &object, &finalizer_name) {
                 bail!("the controller ignores this object: it matches none of spec.resources");
             }
             if requested == Some(HookName::Customize) {
@@ -88,7 +87,8 @@ pub async fn render(
             }
             let (hook, hook_name, finalizing) = match requested {
                 Some(HookName::Sync) => (
-                    spec.sync_hook().context("the controller has no sync hook")?,
+                    spec.sync_hook()
+                        .context("the controller has no sync hook")?,
                     "sync",
                     false,
                 ),
@@ -181,11 +181,8 @@ pub async fn render(
     );
 
     if args.diff {
-        let manages = finalizer::manages_children(
-            object,
-            &finalizer_name,
-            spec.finalize_hook().is_some(),
-        );
+        let manages =
+            finalizer::manages_children(object, &finalizer_name, spec.finalize_hook().is_some());
         if manages {
             let owner = ParentRef {
                 api_version: res.api_version.clone(),

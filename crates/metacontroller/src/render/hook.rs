@@ -83,11 +83,9 @@ impl Caller {
             }
             Target::Command(command) => {
                 let mode = webhook.effective_unmarshall_mode(hook.effective_version());
-                let timeout = webhook
-                    .timeout_duration()
-                    .map_err(|e| HookError::Config {
-                        message: format!("timeout: {e}"),
-                    })?;
+                let timeout = webhook.timeout_duration().map_err(|e| HookError::Config {
+                    message: format!("timeout: {e}"),
+                })?;
                 run_command(command, request, mode, timeout).await
             }
         }

@@ -85,13 +85,15 @@ pub fn controller(path: &Path) -> anyhow::Result<Controller> {
             "CompositeController" => {
                 let cc: CompositeController = serde_path_to_error::deserialize(doc)
                     .map_err(|e| anyhow::anyhow!("{}: {e}", what()))?;
-                cc.validate().map_err(|e| anyhow::anyhow!("{}: {e}", what()))?;
+                cc.validate()
+                    .map_err(|e| anyhow::anyhow!("{}: {e}", what()))?;
                 return Ok(Controller::Composite(Box::new(cc)));
             }
             "DecoratorController" => {
                 let dc: DecoratorController = serde_path_to_error::deserialize(doc)
                     .map_err(|e| anyhow::anyhow!("{}: {e}", what()))?;
-                dc.validate().map_err(|e| anyhow::anyhow!("{}: {e}", what()))?;
+                dc.validate()
+                    .map_err(|e| anyhow::anyhow!("{}: {e}", what()))?;
                 return Ok(Controller::Decorator(Box::new(dc)));
             }
             _ => {}

@@ -64,9 +64,7 @@ pub async fn run(args: &RenderArgs) -> anyhow::Result<()> {
             );
         }
     }
-    let requested = args
-        .hook
-        .or(args.finalizing.then_some(HookName::Finalize));
+    let requested = args.hook.or(args.finalizing.then_some(HookName::Finalize));
     let cluster = if args.is_live() {
         Cluster::live(args.kubeconfig.as_deref()).await?
     } else {

@@ -86,7 +86,12 @@ pub async fn children(
         described.insert(key.clone());
         let what = describe(&key);
         match action {
-            Action::Create { object, .. } | Action::Apply { object, observed: None, .. } => {
+            Action::Create { object, .. }
+            | Action::Apply {
+                object,
+                observed: None,
+                ..
+            } => {
                 let _ = writeln!(out, "create {what}");
                 out.push_str(&unified(None, Some(object), "/dev/null", &what));
             }
