@@ -346,20 +346,30 @@ fn recorded_requests_are_replayed() {
     assert!(err.contains("recorded for a DecoratorController"), "{err}");
 }
 
-/// The hook of the --diff test: one ConfigMap per entry of `spec.items`, status counting
-/// the observed ConfigMaps.
+/// The hooks of the --diff test: sync makes one ConfigMap per entry of `spec.items` and a
+/// status counting the observed ConfigMaps and naming the related ones; customize relates
+/// the ConfigMaps labelled `render-related: "yes"`.
 const ITEMS_HOOK: &str = r#"
 import json, sys
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
+def sync(request):
+    items = request["parent"].get("spec", {}).get("items", {})
+    children = [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name},
+                 "data": {"v": value}} for name, value in sorted(items.items())]
+    observed = request["children"]["ConfigMap.v1"]
+    related = sorted(request["related"].get("ConfigMap.v1", {}).keys())
+    return {"children": children, "status": {"count": len(observed), "related": related}}
+
+def customize(request):
+    return {"relatedResources": [{"apiVersion": "v1", "resource": "configmaps",
+            "labelSelector": {"matchLabels": {"render-related": "yes"}}}]}
+
 class Handler(BaseHTTPRequestHandler):
     def do_POST(self):
         request = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        items = request["parent"].get("spec", {}).get("items", {})
-        children = [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name},
-                     "data": {"v": value}} for name, value in sorted(items.items())]
-        observed = request["children"]["ConfigMap.v1"]
-        body = json.dumps({"children": children, "status": {"count": len(observed)}}).encode()
+        answer = customize(request) if self.path == "/customize" else sync(request)
+        body = json.dumps(answer).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
@@ -404,7 +414,10 @@ async fn diff_agrees_with_what_the_controller_then_does() {
             "parentResource": {"apiVersion": format!("{group}/v1"), "resource": "items"},
             "childResources": [{"apiVersion": "v1", "resource": "configmaps",
                                 "updateStrategy": {"method": "InPlace"}}],
-            "hooks": {"sync": {"webhook": {"url": format!("http://127.0.0.1:{port}/sync")}}},
+            "hooks": {
+                "sync": {"webhook": {"url": format!("http://127.0.0.1:{port}/sync")}},
+                "customize": {"webhook": {"url": format!("http://127.0.0.1:{port}/customize")}},
+            },
         },
     });
     let controller_file = write(dir.path(), "controller.json", &controller);
@@ -441,6 +454,10 @@ async fn diff_agrees_with_what_the_controller_then_does() {
         .await
         .unwrap();
     let cms: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(cluster.client(), &ns);
+    let settings: k8s_openapi::api::core::v1::ConfigMap = serde_json::from_value(json!({
+        "metadata": {"name": "settings", "labels": {"render-related": "yes"}}}))
+    .unwrap();
+    cms.create(&PostParams::default(), &settings).await.unwrap();
 
     // The controller converges on a, b, c; then it stops and the parent changes.
     let selector = format!("team={name}");
@@ -517,6 +534,28 @@ async fn diff_agrees_with_what_the_controller_then_does() {
         out.contains("-observedGeneration: 1\n+observedGeneration: 2"),
         "{out}"
     );
+    // Without --diff: the desired state, with the related objects the customize hook
+    // selects read from the cluster as the controller reads them.
+    let (code, out, err) = render(&[
+        "--controller",
+        path(&controller_file),
+        "--parent",
+        path(&parent_file),
+        "--kubeconfig",
+        path(cluster.kubeconfig_path()),
+        "--hook-url",
+        &url,
+    ]);
+    assert_eq!(code, 0, "{err}\n{out}");
+    let doc: Value = serde_yaml::from_str(&out).unwrap();
+    assert_eq!(doc["status"]["related"], json!(["settings"]), "{out}");
+    let names: Vec<&str> = doc["children"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["metadata"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["a", "b", "d"]);
     // Nothing was written by render.
     assert!(cms.get_opt("d").await.unwrap().is_none());
     assert!(cms.get_opt("c").await.unwrap().is_some());
@@ -537,6 +576,7 @@ async fn diff_agrees_with_what_the_controller_then_does() {
                     && cms.get_opt("c").await.is_ok_and(|c| c.is_none())
                     && parents.get("p").await.is_ok_and(|p| {
                         p.data.pointer("/status/observedGeneration") == Some(&json!(2))
+                            && p.data.pointer("/status/related") == Some(&json!(["settings"]))
                     })
             }
         },
@@ -547,4 +587,86 @@ async fn diff_agrees_with_what_the_controller_then_does() {
         a_before, a_after,
         "a was rendered unchanged but was written"
     );
+}
+
+/// A DecoratorController offline: the request carries the target as `object` and its
+/// attachments; the answer's attachments get the decorator's annotation, and labels are
+/// reported as the controller applies them.
+#[test]
+fn decorator_offline() {
+    if !installed("python3") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let controller = write(
+        dir.path(),
+        "decorator.json",
+        &json!({
+            "apiVersion": "metacontroller.k8s.io/v1alpha1",
+            "kind": "DecoratorController",
+            "metadata": {"name": "dec"},
+            "spec": {
+                "resources": [{"apiVersion": "v1", "resource": "services",
+                               "labelSelector": {"matchLabels": {"decorate": "yes"}}}],
+                "attachments": [{"apiVersion": "v1", "resource": "configmaps"}],
+                "hooks": {"sync": {"version": "v2",
+                                    "webhook": {"url": "http://127.0.0.1:1/never"}}},
+            },
+        }),
+    );
+    let target = write(
+        dir.path(),
+        "svc.json",
+        &json!({"apiVersion": "v1", "kind": "Service",
+                "metadata": {"name": "web", "namespace": "shop", "labels": {"decorate": "yes"}},
+                "spec": {"ports": [{"port": 80}]}}),
+    );
+    let captured = dir.path().join("request.json");
+    let hook = format!(
+        r#"tee {} >/dev/null; python3 -c 'import json; print(json.dumps({{"labels": {{"decorated": "true"}}, "attachments": [{{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {{"name": "web-info"}}, "data": {{"port": "80"}}}}]}}))'"#,
+        captured.display()
+    );
+    let (code, out, err) = render(&[
+        "--controller",
+        path(&controller),
+        "--parent",
+        path(&target),
+        "--hook-command",
+        &hook,
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let request: Value =
+        serde_json::from_str(&std::fs::read_to_string(&captured).unwrap()).unwrap();
+    assert_eq!(request["object"]["metadata"]["name"], "web");
+    // Created in the in-process API server first: it has what a server adds.
+    assert!(request["object"]["metadata"]["uid"].is_string());
+    assert_eq!(request["attachments"], json!({"ConfigMap.v1": {}}));
+    assert_eq!(request["finalizing"], false);
+    let doc: Value = serde_yaml::from_str(&out).unwrap();
+    let attachment = &doc["attachments"][0];
+    assert_eq!(attachment["metadata"]["namespace"], "shop", "{out}");
+    assert_eq!(
+        attachment["metadata"]["annotations"]["metacontroller.k8s.io/decorator-controller"],
+        "dec",
+        "{out}"
+    );
+    assert_eq!(doc["labels"]["decorated"], "true", "{out}");
+
+    // An object the decorator does not select is refused.
+    let other = write(
+        dir.path(),
+        "other.json",
+        &json!({"apiVersion": "v1", "kind": "Service",
+                "metadata": {"name": "plain", "namespace": "shop"}}),
+    );
+    let (code, _, err) = render(&[
+        "--controller",
+        path(&controller),
+        "--parent",
+        path(&other),
+        "--hook-command",
+        "cat",
+    ]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("ignores this object"), "{err}");
 }

@@ -74,7 +74,16 @@ pub async fn render(
                 inputs::all_objects(&args.children)?
             };
             let version = hook.effective_version();
-            let related = super::related_map(&args.related, version, &parent)?;
+            let related = super::related(
+                args,
+                cluster,
+                caller,
+                CustomizableController::Composite(Box::new(controller.clone())),
+                &endpoints,
+                version,
+                &parent,
+            )
+            .await?;
             let request = composite::hook_request(
                 &controller,
                 &parent,
@@ -282,7 +291,7 @@ async fn claimed_children(
     let mut claimed = Vec::new();
     for (_, _, res) in &resolved.children {
         // A namespaced parent cannot own cluster-scoped objects.
-        let can_adopt = !(namespace.is_some() && !res.namespaced);
+        let can_adopt = namespace.is_none() || res.namespaced;
         for obj in cluster.list(res, namespace).await? {
             let what = plan::describe(&children::child_key(&obj));
             match claim::classify(&claimant, &obj) {

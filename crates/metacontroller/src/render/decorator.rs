@@ -116,7 +116,16 @@ pub async fn render(
                 inputs::all_objects(&args.children)?
             };
             let version = hook.effective_version();
-            let related = super::related_map(&args.related, version, &object)?;
+            let related = super::related(
+                args,
+                cluster,
+                caller,
+                CustomizableController::Decorator(Box::new(controller.clone())),
+                &endpoints,
+                version,
+                &object,
+            )
+            .await?;
             let request = decorator::hook_request(
                 &controller,
                 &object,

@@ -51,6 +51,24 @@ impl Caller {
         Ok(Caller { target, client })
     }
 
+    /// Calls `hook` at its own configured URL (the customize hook, which --hook-url and
+    /// --hook-command do not replace, when related objects are read from a cluster).
+    pub async fn call_configured<Req, Resp>(
+        &self,
+        ctx: &CallContext<'_>,
+        hook: &Hook,
+        endpoint_configs: &[EndpointConfig],
+        request: &Req,
+    ) -> Result<Resp, HookError>
+    where
+        Req: Serialize + ?Sized,
+        Resp: DeserializeOwned + Default,
+    {
+        self.client
+            .call(ctx, hook, endpoint_configs, request)
+            .await
+    }
+
     /// Calls `hook` (its timeout, version and decoding mode; its URL replaced by the
     /// target) with `request`.
     pub async fn call<Req, Resp>(

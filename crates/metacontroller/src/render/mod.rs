@@ -23,9 +23,13 @@ mod inputs;
 mod plan;
 
 use anyhow::{bail, Context};
-use metacontroller_api::hook::HookVersion;
-use metacontroller_api::wire::ObjectMap;
+use metacontroller_api::hook::{EndpointConfig, HookVersion};
+use metacontroller_api::wire::{
+    CustomizableController, CustomizeHookRequest, CustomizeHookResponse, ObjectMap,
+};
 use metacontroller_controllers::finalizer::{self, FinalizerSync};
+use metacontroller_controllers::related::{listing, selects, CompiledRule, Listing, Scope};
+use metacontroller_hooks::CallContext;
 use serde_json::Value;
 
 use args::{HookName, RenderArgs};
@@ -129,6 +133,82 @@ fn prepare_parent(
         }
     }
     parent
+}
+
+/// The `related` map of a sync request. From `--related` files when given; else, against
+/// a cluster with a customize hook configured, as the controller builds it: the customize
+/// hook (at its configured URL) answers rules, which select objects with the controller's
+/// own rule compilation, scope and matching.
+async fn related(
+    args: &RenderArgs,
+    cluster: &Cluster,
+    caller: &Caller,
+    controller: CustomizableController,
+    endpoints: &[EndpointConfig],
+    version: HookVersion,
+    parent: &Value,
+) -> anyhow::Result<ObjectMap> {
+    let customize = match &controller {
+        CustomizableController::Composite(c) => c.spec.customize_hook().cloned(),
+        CustomizableController::Decorator(c) => c.spec.customize_hook().cloned(),
+    };
+    let Some(hook) = customize.filter(|_| cluster.is_live() && args.related.is_empty()) else {
+        return related_map(&args.related, version, parent);
+    };
+    let name = match &controller {
+        CustomizableController::Composite(c) => c.metadata.name.clone(),
+        CustomizableController::Decorator(c) => c.metadata.name.clone(),
+    }
+    .unwrap_or_default();
+    let ctx = CallContext {
+        controller: &name,
+        hook_name: "customize",
+        parent_key: meta_str(parent, "name"),
+    };
+    let request = CustomizeHookRequest {
+        controller,
+        parent: parent.clone(),
+    };
+    let response: CustomizeHookResponse = caller
+        .call_configured(&ctx, &hook, endpoints, &request)
+        .await
+        .context("the customize hook (at its configured URL; or pass --related FILE)")?;
+    let parent_namespace = Some(meta_str(parent, "namespace")).filter(|ns| !ns.is_empty());
+    let scope = Scope {
+        version: hook.effective_version(),
+        parent_namespace: parent_namespace.map(str::to_owned),
+    };
+    let mut map = ObjectMap::new();
+    for (index, rule) in response.related_resource_rules.iter().enumerate() {
+        let rule = CompiledRule::compile(index, rule, &cluster.resources)?;
+        let res = rule.resource.clone();
+        map.init_group(&res.api_version, &res.kind);
+        let candidates = match listing(&rule, &scope)? {
+            Listing::All => cluster.list(&res, None).await?,
+            Listing::Namespace(ns) => cluster.list(&res, Some(&ns)).await?,
+            Listing::SelectedNamespaces => {
+                let namespaces = cluster
+                    .resources
+                    .get("v1", "namespaces")
+                    .context("namespaces are not served")?
+                    .clone();
+                let mut out = Vec::new();
+                for ns in cluster.list(&namespaces, None).await? {
+                    if rule.namespaces.matches(&labels(&ns)) {
+                        out.extend(cluster.list(&res, Some(meta_str(&ns, "name"))).await?);
+                    }
+                }
+                out
+            }
+        };
+        for object in candidates {
+            let dynamic: kube::core::DynamicObject = serde_json::from_value(object.clone())?;
+            if selects(&rule, &dynamic) {
+                map.insert(version, parent_namespace, object);
+            }
+        }
+    }
+    Ok(map)
 }
 
 /// The `related` map of `--related` files, keyed for a hook of `version`.
