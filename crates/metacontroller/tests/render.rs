@@ -139,6 +139,30 @@ fn observed_child(dir: &Path) -> PathBuf {
     )
 }
 
+/// An upstream-shaped request of tests/golden/hooks (see hook_golden.rs).
+fn golden(version: &str, file: &str) -> Value {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/golden/hooks")
+        .join(version)
+        .join(file);
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+/// The keys of a JSON object, sorted.
+fn keys(v: &Value) -> Vec<String> {
+    let mut keys: Vec<String> = v.as_object().expect("an object").keys().cloned().collect();
+    keys.sort();
+    keys
+}
+
+/// The golden file's keys of `map[group]`, with its placeholder names replaced by ours.
+fn golden_keys(map: &Value, group: &str, subs: &[(&str, &str)]) -> Vec<String> {
+    keys(&map[group])
+        .into_iter()
+        .map(|k| subs.iter().fold(k, |k, (from, to)| k.replace(from, to)))
+        .collect()
+}
+
 /// Captures the request on the way (`tee`) and answers with nothing.
 fn capture(file: &Path) -> String {
     format!("tee {} >/dev/null; echo '{{}}'", file.display())
@@ -181,14 +205,24 @@ fn requests_are_the_controllers_v1_and_v2() {
         assert_eq!(code, 0, "{err}");
         let request: Value =
             serde_json::from_str(&std::fs::read_to_string(&captured).unwrap()).unwrap();
-        let keys = |v: &Value| -> Vec<String> {
-            let mut keys: Vec<String> = v.as_object().unwrap().keys().cloned().collect();
-            keys.sort();
-            keys
-        };
+        // The golden request's shape: its fields, and its map keys with its names
+        // replaced by ours.
+        let expected = golden(version, "composite-finalize-request.json");
+        assert_eq!(keys(&request), keys(&expected));
+        let subs = [
+            ("${NS}", "team-a"),
+            ("golden-child", "c1"),
+            ("golden-related", "settings"),
+        ];
         assert_eq!(
-            keys(&request),
-            ["children", "controller", "finalizing", "parent", "related"]
+            keys(&request["children"]["ConfigMap.v1"]),
+            golden_keys(&expected["children"], "ConfigMap.v1", &subs),
+            "{version}"
+        );
+        assert_eq!(
+            keys(&request["related"]["ConfigMap.v1"]),
+            golden_keys(&expected["related"], "ConfigMap.v1", &subs),
+            "{version}"
         );
         assert_eq!(request["finalizing"], true);
         assert_eq!(request["controller"]["metadata"]["name"], "render-test");
@@ -637,6 +671,10 @@ fn decorator_offline() {
     assert_eq!(code, 0, "{err}");
     let request: Value =
         serde_json::from_str(&std::fs::read_to_string(&captured).unwrap()).unwrap();
+    assert_eq!(
+        keys(&request),
+        keys(&golden("v2", "decorator-sync-request.json"))
+    );
     assert_eq!(request["object"]["metadata"]["name"], "web");
     // Created in the in-process API server first: it has what a server adds.
     assert!(request["object"]["metadata"]["uid"].is_string());
@@ -646,8 +684,7 @@ fn decorator_offline() {
     let attachment = &doc["attachments"][0];
     assert_eq!(attachment["metadata"]["namespace"], "shop", "{out}");
     assert_eq!(
-        attachment["metadata"]["annotations"]["metacontroller.k8s.io/decorator-controller"],
-        "dec",
+        attachment["metadata"]["annotations"]["metacontroller.k8s.io/decorator-controller"], "dec",
         "{out}"
     );
     assert_eq!(doc["labels"]["decorated"], "true", "{out}");

@@ -64,9 +64,7 @@ impl Caller {
         Req: Serialize + ?Sized,
         Resp: DeserializeOwned + Default,
     {
-        self.client
-            .call(ctx, hook, endpoint_configs, request)
-            .await
+        self.client.call(ctx, hook, endpoint_configs, request).await
     }
 
     /// Calls `hook` (its timeout, version and decoding mode; its URL replaced by the
