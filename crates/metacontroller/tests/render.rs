@@ -621,6 +621,8 @@ async fn diff_agrees_with_what_the_controller_then_does() {
         a_before, a_after,
         "a was rendered unchanged but was written"
     );
+    // A real cluster keeps what tests leave: remove the controller object.
+    let _ = controllers.delete(&name, &Default::default()).await;
 }
 
 /// A DecoratorController offline: the request carries the target as `object` and its

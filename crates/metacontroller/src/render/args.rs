@@ -48,7 +48,7 @@ pub struct RenderArgs {
     pub hook_command: Option<String>,
 
     /// Call the finalize hook as for a parent being deleted (`finalizing: true`).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "hook")]
     pub finalizing: bool,
 
     /// Which hook to call [default: the one the controller would call].
