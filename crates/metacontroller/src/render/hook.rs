@@ -43,11 +43,20 @@ pub struct Caller {
 }
 
 impl Caller {
-    /// A caller for `target`.
-    pub fn new(target: Target) -> anyhow::Result<Caller> {
-        // No Secret/ConfigMap sources: hooks that need credentials from the cluster fail
-        // with the client's own configuration error.
-        let client = HookClient::new(HookClientConfig::default())?;
+    /// A caller for `target`. With `cluster` (a live cluster), hook credentials (caBundle,
+    /// clientTLS, authorization, basicAuth) are read from its Secrets and ConfigMaps as the
+    /// controller reads them; offline, hooks that need them fail with the client's own
+    /// configuration error.
+    pub fn new(target: Target, cluster: Option<kube::Client>) -> anyhow::Result<Caller> {
+        let sources = cluster.map(|c| std::sync::Arc::new(crate::sources::ApiSources::new(c)));
+        let client = HookClient::new(HookClientConfig {
+            secrets: sources
+                .clone()
+                .map(|s| s as std::sync::Arc<dyn metacontroller_hooks::SecretSource>),
+            config_maps: sources
+                .map(|s| s as std::sync::Arc<dyn metacontroller_hooks::ConfigMapSource>),
+            ..HookClientConfig::default()
+        })?;
         Ok(Caller { target, client })
     }
 

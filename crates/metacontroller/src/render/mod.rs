@@ -57,7 +57,6 @@ pub async fn run(args: &RenderArgs) -> anyhow::Result<()> {
         (None, Some(command)) => Target::Command(command.clone()),
         (None, None) => bail!("--hook-url or --hook-command is required"),
     };
-    let caller = Caller::new(target)?;
     let replay = args.request.as_deref().map(inputs::replay).transpose()?;
     if let Some(kind) = replay.as_ref().and_then(|r| r.controller_kind.as_deref()) {
         if kind != controller.kind() {
@@ -76,6 +75,7 @@ pub async fn run(args: &RenderArgs) -> anyhow::Result<()> {
         files.extend(args.crd.iter().cloned());
         Cluster::offline(&inputs::crds(&files)?).await?
     };
+    let caller = Caller::new(target, cluster.is_live().then(|| cluster.client.clone()))?;
     tracing::debug!(controller = controller.name(), "rendering");
     match controller {
         Controller::Composite(cc) => {
