@@ -709,3 +709,73 @@ fn decorator_offline() {
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("ignores this object"), "{err}");
 }
+
+/// `--diff` offline follows the update strategies as the controller does: a differing
+/// `Recreate` child is deleted (and created again by a later sync), a differing `OnDelete`
+/// child is left alone.
+#[test]
+fn diff_follows_update_strategies() {
+    if !installed("jq") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let controller = write(
+        dir.path(),
+        "controller.json",
+        &json!({
+            "apiVersion": "metacontroller.k8s.io/v1alpha1",
+            "kind": "CompositeController",
+            "metadata": {"name": "strategies"},
+            "spec": {
+                "parentResource": {"apiVersion": "example.com/v1", "resource": "helloworlds"},
+                "childResources": [
+                    {"apiVersion": "v1", "resource": "configmaps",
+                     "updateStrategy": {"method": "Recreate"}},
+                    {"apiVersion": "v1", "resource": "secrets",
+                     "updateStrategy": {"method": "OnDelete"}},
+                ],
+                "hooks": {"sync": {"webhook": {"url": "http://127.0.0.1:1/never"}}},
+            },
+        }),
+    );
+    let observed = |kind: &str, field: &str| {
+        json!({"apiVersion": "v1", "kind": kind,
+               "metadata": {"name": "x", "namespace": "team-a", "uid": format!("uid-{kind}"),
+                            "labels": {"app": "p"}},
+               field: {"k": "b2xk"}})
+    };
+    let children = write(
+        dir.path(),
+        "children.json",
+        &json!({"apiVersion": "v1", "kind": "List",
+                "items": [observed("ConfigMap", "data"), observed("Secret", "data")]}),
+    );
+    let hook = r#"jq '{children: [
+        {apiVersion: "v1", kind: "ConfigMap", metadata: {name: "x", labels: {app: "p"}}, data: {k: "new"}},
+        {apiVersion: "v1", kind: "Secret", metadata: {name: "x", labels: {app: "p"}}, data: {k: "bmV3"}}]}'"#;
+    let (code, out, err) = render(&[
+        "--controller",
+        path(&controller),
+        "--crd",
+        &hello("crd.yaml"),
+        "--parent",
+        path(&parent(dir.path())),
+        "--children",
+        path(&children),
+        "--hook-command",
+        hook,
+        "--diff",
+    ]);
+    assert_eq!(code, 0, "{err}\n{out}");
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("recreate ConfigMap.v1 team-a/x")),
+        "{out}"
+    );
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("unchanged Secret.v1 team-a/x (updateStrategy OnDelete")),
+        "{out}"
+    );
+    assert!(!out.contains("update "), "{out}");
+}
