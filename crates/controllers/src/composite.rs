@@ -218,7 +218,7 @@ fn value_labels(obj: &Value) -> serde_json::Map<String, Value> {
 }
 
 /// The selector of a parent's children (upstream `makeSelector`).
-fn parent_child_selector(parent: &Value, generate: bool) -> Result<Selector, SyncError> {
+pub fn parent_child_selector(parent: &Value, generate: bool) -> Result<Selector, SyncError> {
     Selector::for_composite_parent(parent, generate, &Default::default())
         .map_err(|e| SyncError::Selector(format!("can't make the child selector: {e}")))
 }
@@ -496,17 +496,25 @@ pub fn start(
     Ok(reconcile::run(inner, workers))
 }
 
-/// The resources a CompositeController's spec names, resolved through discovery.
-struct Resolved {
-    parent: Arc<ApiResource>,
-    parent_selector: Selector,
-    children: Vec<(ChildType, Option<ChildUpdateStatusChecks>, Arc<ApiResource>)>,
+/// The resources a CompositeController's spec names, resolved through discovery (what
+/// [`start`] checks before it starts anything; `metacontroller render` uses the same).
+pub struct Resolved {
+    /// The parent resource.
+    pub parent: Arc<ApiResource>,
+    /// `spec.parentResource.labelSelector` (everything when absent).
+    pub parent_selector: Selector,
+    /// Each declared child type, its status checks and its resource.
+    pub children: Vec<(ChildType, Option<ChildUpdateStatusChecks>, Arc<ApiResource>)>,
     /// ControllerRevisions, when a child type uses a rolling update method.
-    revisions: Option<Arc<ApiResource>>,
+    pub revisions: Option<Arc<ApiResource>>,
 }
 
 impl Resolved {
-    fn new(controller: &CompositeController, resources: &ResourceMap) -> Result<Self, StartError> {
+    /// Resolves `controller`'s resources in `resources`; fails as [`start`] does.
+    pub fn new(
+        controller: &CompositeController,
+        resources: &ResourceMap,
+    ) -> Result<Self, StartError> {
         let spec = &controller.spec;
         let lookup = |api_version: &str, resource: &str| {
             reconcile::resolve(resources, api_version, resource)
@@ -731,13 +739,7 @@ impl Inner {
     /// finalizer, or we would not be here), so the hook can clean up before the parent is
     /// let go. A live parent needs a sync hook (SyncError, backoff), as upstream.
     fn choose_hook(&self, parent: &Value) -> Result<(&Hook, &'static str, bool), SyncError> {
-        let spec = &self.controller.spec;
-        let matches = self.mapper.parent_selector.matches(&value_labels(parent));
-        match finalizer::choose_hook(parent, matches, spec.finalize_hook().is_some()) {
-            HookChoice::Finalize => spec.finalize_hook().map(|h| (h, "finalize", true)),
-            HookChoice::Sync => spec.sync_hook().map(|h| (h, "sync", false)),
-        }
-        .ok_or(SyncError::NoSyncHook)
+        choose_hook(&self.controller, &self.mapper.parent_selector, parent)
     }
 
     /// Whether children are managed in this sync (see [`finalizer::manages_children`]).
@@ -788,18 +790,12 @@ impl Inner {
         selector: &Selector,
         desired: &mut Desired,
     ) -> Result<(), SyncError> {
-        for (key, (_, child)) in desired.iter_mut() {
-            if self.mapper.generate_selector {
-                add_label_if_absent(child, CONTROLLER_UID_LABEL, &parent.uid);
-            }
-            if !selector.matches(&value_labels(child)) {
-                return Err(SyncError::Selector(format!(
-                    "labels on desired child {} {}/{} don't match parent selector",
-                    key.1, key.2, key.3
-                )));
-            }
-        }
-        Ok(())
+        label_desired(
+            self.mapper.generate_selector,
+            &parent.uid,
+            selector,
+            desired,
+        )
     }
 
     /// Writes the hook's status with `observedGeneration` through `/status` (only when it
@@ -811,14 +807,11 @@ impl Inner {
         status: Option<serde_json::Map<String, Value>>,
         finalized_now: bool,
     ) -> Result<(), SyncError> {
-        let mut status = status.unwrap_or_default();
-        if let Some(generation) = parent.object.pointer("/metadata/generation") {
-            status.insert("observedGeneration".into(), generation.clone());
-        }
+        let status = desired_status(&parent.object, status);
         match self
             .common
             .writer
-            .write_status(&self.parent_resource, &parent.object, Value::Object(status))
+            .write_status(&self.parent_resource, &parent.object, status)
             .await
         {
             Ok(_) => Ok(()),
@@ -838,18 +831,15 @@ impl Inner {
     ) -> Result<CompositeHookResponse, SyncError> {
         let version = call.hook.effective_version();
         let related = self.common.related.related(&parent.object, version).await?;
-        let request = CompositeHookRequest {
-            controller: self.controller.clone(),
-            parent: parent_object.clone(),
-            children: children::observed_map(
-                version,
-                parent.namespace.as_deref(),
-                call.types,
-                call.observed.iter().cloned(),
-            ),
+        let request = hook_request(
+            &self.controller,
+            parent_object,
+            version,
+            call.types,
+            call.observed,
             related,
-            finalizing: call.finalizing,
-        };
+            call.finalizing,
+        );
         self.common
             .call_hook(call.name, &parent.key.to_string(), call.hook, &request)
             .await
@@ -862,11 +852,10 @@ impl Inner {
 
     /// `<Kind> <namespace>/<name>` of a parent (upstream's wording in errors).
     fn describe(&self, parent: &ParentState) -> String {
-        format!(
-            "{} {}/{}",
-            self.parent_resource.kind,
-            parent.namespace.as_deref().unwrap_or_default(),
-            parent.key.name
+        describe_parent(
+            &self.parent_resource.kind,
+            parent.namespace.as_deref(),
+            &parent.key.name,
         )
     }
 
@@ -1286,6 +1275,91 @@ impl Inner {
             })
         }
     }
+}
+
+/// `<Kind> <namespace>/<name>` of a parent, as upstream's errors name it (an empty
+/// namespace when cluster-scoped).
+pub fn describe_parent(kind: &str, namespace: Option<&str>, name: &str) -> String {
+    format!("{kind} {}/{name}", namespace.unwrap_or_default())
+}
+
+/// The sync or finalize hook request for `parent` (as it is, or as one of its revisions
+/// sees it): the observed children keyed for `version`, related objects already keyed.
+pub fn hook_request(
+    controller: &CompositeController,
+    parent: &Value,
+    version: metacontroller_api::hook::HookVersion,
+    types: &[ChildType],
+    observed: &[Value],
+    related: metacontroller_api::wire::ObjectMap,
+    finalizing: bool,
+) -> CompositeHookRequest {
+    let parent_namespace = parent
+        .pointer("/metadata/namespace")
+        .and_then(Value::as_str)
+        .filter(|ns| !ns.is_empty());
+    CompositeHookRequest {
+        controller: controller.clone(),
+        parent: parent.clone(),
+        children: children::observed_map(
+            version,
+            parent_namespace,
+            types,
+            observed.iter().cloned(),
+        ),
+        related,
+        finalizing,
+    }
+}
+
+/// The hook a sync of `parent` calls, its name and `finalizing` (see
+/// [`finalizer::choose_hook`]): the finalize hook while the parent is being deleted or
+/// once it stops matching `parent_selector`; a live parent needs a sync hook.
+pub fn choose_hook<'c>(
+    controller: &'c CompositeController,
+    parent_selector: &Selector,
+    parent: &Value,
+) -> Result<(&'c Hook, &'static str, bool), SyncError> {
+    let spec = &controller.spec;
+    let matches = parent_selector.matches(&value_labels(parent));
+    match finalizer::choose_hook(parent, matches, spec.finalize_hook().is_some()) {
+        HookChoice::Finalize => spec.finalize_hook().map(|h| (h, "finalize", true)),
+        HookChoice::Sync => spec.sync_hook().map(|h| (h, "sync", false)),
+    }
+    .ok_or(SyncError::NoSyncHook)
+}
+
+/// With `generate_selector`, labels each desired child `controller-uid: <parent uid>`;
+/// then every desired child must match the parent's child `selector` (upstream refuses
+/// the sync otherwise).
+pub fn label_desired(
+    generate_selector: bool,
+    parent_uid: &str,
+    selector: &Selector,
+    desired: &mut Desired,
+) -> Result<(), SyncError> {
+    for (key, (_, child)) in desired.iter_mut() {
+        if generate_selector {
+            add_label_if_absent(child, CONTROLLER_UID_LABEL, parent_uid);
+        }
+        if !selector.matches(&value_labels(child)) {
+            return Err(SyncError::Selector(format!(
+                "labels on desired child {} {}/{} don't match parent selector",
+                key.1, key.2, key.3
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The status the controller writes for `parent`: the hook's (empty when it gave none)
+/// with `observedGeneration` injected.
+pub fn desired_status(parent: &Value, status: Option<serde_json::Map<String, Value>>) -> Value {
+    let mut status = status.unwrap_or_default();
+    if let Some(generation) = parent.pointer("/metadata/generation") {
+        status.insert("observedGeneration".into(), generation.clone());
+    }
+    Value::Object(status)
 }
 
 /// Sets `metadata.labels[key] = value` unless the label is already set (upstream keeps a

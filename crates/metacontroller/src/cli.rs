@@ -46,6 +46,10 @@ pub enum Command {
     /// Check CompositeController/DecoratorController manifests offline (field paths; exit 1
     /// on any error).
     Validate(ValidateArgs),
+    /// Hook authors' loop: build the request the controller would send for one parent,
+    /// call the hook (URL or command), check the answer as the controller does and print
+    /// the desired children and status (or, with --diff, what the controller would write).
+    Render(Box<crate::render::args::RenderArgs>),
 }
 
 /// Settings of the controller process (upstream flag names and defaults).

@@ -9,6 +9,7 @@ mod listen;
 mod logging;
 mod merge_cmd;
 mod metrics;
+mod render;
 mod run;
 mod shard;
 mod shutdown;
@@ -38,7 +39,7 @@ fn main() -> ExitCode {
     let logging_args = match &command {
         Command::Run(args) => Some(&args.logging),
         Command::Dev(args) => Some(&args.controller.logging),
-        Command::Merge(_) | Command::Validate(_) => None,
+        Command::Merge(_) | Command::Validate(_) | Command::Render(_) => None,
     };
     if let Some(args) = logging_args {
         logging::init(args);
@@ -56,6 +57,7 @@ fn main() -> ExitCode {
             Command::Dev(args) => dev::dev(args).await,
             Command::Merge(args) => merge_cmd::run(&args),
             Command::Validate(args) => validate_cmd::run(&args),
+            Command::Render(args) => render::run(&args).await,
         }
     });
     match result {

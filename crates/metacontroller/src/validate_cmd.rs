@@ -152,7 +152,7 @@ fn clean_path(path: &str) -> String {
 }
 
 /// All YAML (or JSON) documents of a file, empty documents skipped.
-fn read_documents(path: &Path) -> anyhow::Result<Vec<Value>> {
+pub(crate) fn read_documents(path: &Path) -> anyhow::Result<Vec<Value>> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
     let mut docs = Vec::new();

@@ -26,4 +26,6 @@ pub mod reconciler;
 pub mod select;
 pub mod target;
 
-pub use reconciler::{start, DecoratorHandle, StartError, SyncError, TargetKey};
+pub use reconciler::{
+    choose_hook, hook_request, start, DecoratorHandle, Resolved, StartError, SyncError, TargetKey,
+};

@@ -344,16 +344,23 @@ pub fn start(
     Ok(reconcile::run(inner, workers))
 }
 
-/// The resources a DecoratorController's spec names, resolved through discovery.
-struct Resolved {
+/// The resources a DecoratorController's spec names, resolved through discovery (what
+/// [`start`] checks before it starts anything; `metacontroller render` uses the same).
+pub struct Resolved {
     /// Targeted resources, each once.
-    targets: Vec<Arc<ApiResource>>,
-    selector: TargetSelector,
-    attachments: Vec<(ChildType, Arc<ApiResource>)>,
+    pub targets: Vec<Arc<ApiResource>>,
+    /// Which objects are targets.
+    pub selector: TargetSelector,
+    /// Each declared attachment type and its resource.
+    pub attachments: Vec<(ChildType, Arc<ApiResource>)>,
 }
 
 impl Resolved {
-    fn new(controller: &DecoratorController, resources: &ResourceMap) -> Result<Self, StartError> {
+    /// Resolves `controller`'s resources in `resources`; fails as [`start`] does.
+    pub fn new(
+        controller: &DecoratorController,
+        resources: &ResourceMap,
+    ) -> Result<Self, StartError> {
         let spec = &controller.spec;
         let lookup = |api_version: &str, resource: &str| {
             reconcile::resolve(resources, api_version, resource)
@@ -385,6 +392,48 @@ impl Resolved {
             attachments,
         })
     }
+}
+
+/// The hook a sync of `target` calls, its name and `finalizing`: the finalize hook while
+/// the target is being deleted or no longer matches `selector` (see
+/// [`finalizer::choose_hook`]), else the sync hook.
+pub fn choose_hook<'c>(
+    controller: &'c DecoratorController,
+    selector: &TargetSelector,
+    target: &Value,
+) -> Result<(&'c Hook, &'static str, bool), SyncError> {
+    let spec = &controller.spec;
+    let matches = selector.matches(target);
+    let choice = finalizer::choose_hook(target, matches, spec.finalize_hook().is_some());
+    let hook = match choice {
+        HookChoice::Finalize => spec.finalize_hook().map(|h| (h, "finalize", true)),
+        HookChoice::Sync => spec.sync_hook().map(|h| (h, "sync", false)),
+    };
+    hook.ok_or(SyncError::NoSyncHook)
+}
+
+/// The sync or finalize hook request for `target`: its observed attachments keyed for
+/// `version`, related objects already keyed.
+pub fn hook_request(
+    controller: &DecoratorController,
+    target: &Value,
+    version: metacontroller_api::hook::HookVersion,
+    types: &[ChildType],
+    observed: &[Value],
+    related: metacontroller_api::wire::ObjectMap,
+    finalizing: bool,
+) -> DecoratorHookRequest {
+    let namespace = target
+        .pointer("/metadata/namespace")
+        .and_then(Value::as_str)
+        .filter(|ns| !ns.is_empty());
+    DecoratorHookRequest::new(
+        controller.clone(),
+        target.clone(),
+        attachments::observed_map(version, namespace, types, observed.to_vec()),
+        related,
+        finalizing,
+    )
 }
 
 /// Related-object changes queue the target (by type and key).
@@ -607,28 +656,18 @@ impl Inner {
         observed: &[Value],
     ) -> Result<DecoratorHookResponse, SyncError> {
         let object = &target.object;
-        let matches = self.routing.selector.matches(object);
-        let choice = finalizer::choose_hook(object, matches, self.finalize_hook().is_some());
-        let (hook, hook_name) = match choice {
-            HookChoice::Finalize => (self.finalize_hook(), "finalize"),
-            HookChoice::Sync => (self.controller.spec.sync_hook(), "sync"),
-        };
-        let Some(hook) = hook else {
-            return Err(SyncError::NoSyncHook);
-        };
+        let (hook, hook_name, finalizing) =
+            choose_hook(&self.controller, &self.routing.selector, object)?;
         let version = hook.effective_version();
         let related = self.common.related.related(object, version).await?;
-        let request = DecoratorHookRequest::new(
-            self.controller.clone(),
-            object.clone(),
-            attachments::observed_map(
-                version,
-                target.namespace.as_deref(),
-                types,
-                observed.to_vec(),
-            ),
+        let request = hook_request(
+            &self.controller,
+            object,
+            version,
+            types,
+            observed,
             related,
-            choice == HookChoice::Finalize,
+            finalizing,
         );
         let res = target.res;
         let key_text = format!("{}/{}/{}", res.api_version, res.kind, target.key.key);

@@ -1,0 +1,781 @@
+//! `metacontroller render` as a hook author runs it: the real binary, hooks written in
+//! Python (an http.server script) and as shell commands (jq, python3 -c), offline and
+//! against a cluster. The `--diff` test checks the plan against what `metacontroller run`
+//! then really does to the same objects. Skipped pieces need python3 / jq.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::core::DynamicObject;
+use metacontroller_testkit::example::{example_file, free_port, installed, start_hook};
+use metacontroller_testkit::{
+    crd, dynamic_api, eventually_within, unique_name, ControllerProcess, TestCluster,
+};
+use serde_json::{json, Value};
+
+const BIN: &str = env!("CARGO_BIN_EXE_metacontroller");
+const WAIT: Duration = Duration::from_secs(60);
+
+/// Runs `metacontroller render ARGS`: (exit code, stdout, stderr).
+fn render(args: &[&str]) -> (i32, String, String) {
+    let output = Command::new(BIN)
+        .arg("render")
+        .args(args)
+        .output()
+        .expect("run the metacontroller binary");
+    (
+        output.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+fn path(p: &Path) -> &str {
+    p.to_str().expect("UTF-8 path")
+}
+
+fn write(dir: &Path, name: &str, value: &Value) -> PathBuf {
+    let file = dir.join(name);
+    std::fs::write(&file, serde_json::to_string_pretty(value).unwrap()).unwrap();
+    file
+}
+
+/// The hello-world hook as a jq program: what examples/hello-world/sync.py answers.
+const HELLO_JQ: &str = r#"jq '{children: [{apiVersion: "v1", kind: "ConfigMap", metadata: {name: .parent.metadata.name}, data: {greeting: ("Hello, " + (.parent.spec.who // "World") + "!")}}], status: {greetings: (.children["ConfigMap.v1"] | length)}}'"#;
+
+fn hello(file: &str) -> String {
+    path(&example_file("hello-world", file)).to_string()
+}
+
+#[test]
+fn hello_world_offline_with_the_python_hook_server_and_a_jq_command() {
+    if !installed("python3") || !installed("jq") {
+        return;
+    }
+    let port = free_port();
+    let mut server = Command::new("python3");
+    server
+        .arg(hello("sync.py"))
+        .args(["--port", &port.to_string()]);
+    let _server = start_hook(server, port);
+    let url = format!("http://127.0.0.1:{port}/sync");
+    let common = [
+        "--controller",
+        &hello("controller.yaml"),
+        "--crd",
+        &hello("crd.yaml"),
+        "--parent",
+        &hello("hello.yaml"),
+    ];
+    let (code, out_url, err) = render(&[&common[..], &["--hook-url", &url]].concat());
+    assert_eq!(code, 0, "{err}");
+    let (code, out_cmd, err) = render(&[&common[..], &["--hook-command", HELLO_JQ]].concat());
+    assert_eq!(code, 0, "{err}");
+    for out in [&out_url, &out_cmd] {
+        let doc: Value = serde_yaml::from_str(out).expect("YAML output");
+        let child = &doc["children"][0];
+        assert_eq!(child["kind"], "ConfigMap", "{out}");
+        assert_eq!(child["data"]["greeting"], "Hello, World!", "{out}");
+        // Defaulted as the controller does: the parent's namespace, the generated
+        // selector's label.
+        assert_eq!(child["metadata"]["namespace"], "default", "{out}");
+        assert!(
+            child["metadata"]["labels"]["controller-uid"].is_string(),
+            "{out}"
+        );
+        assert_eq!(doc["status"]["greetings"], 0, "{out}");
+        assert_eq!(doc["status"]["observedGeneration"], 1, "{out}");
+    }
+}
+
+/// A two-type controller whose hooks are v1 or v2, offline.
+fn controller(dir: &Path, version: &str) -> PathBuf {
+    write(
+        dir,
+        &format!("controller-{version}.json"),
+        &json!({
+            "apiVersion": "metacontroller.k8s.io/v1alpha1",
+            "kind": "CompositeController",
+            "metadata": {"name": "render-test"},
+            "spec": {
+                "parentResource": {"apiVersion": "example.com/v1", "resource": "helloworlds"},
+                "childResources": [
+                    {"apiVersion": "v1", "resource": "configmaps"},
+                    {"apiVersion": "v1", "resource": "secrets"},
+                ],
+                "hooks": {
+                    "sync": {"version": version, "webhook": {"url": "http://127.0.0.1:1/never"}},
+                    "finalize": {"version": version, "webhook": {"url": "http://127.0.0.1:1/never"}},
+                },
+            },
+        }),
+    )
+}
+
+fn parent(dir: &Path) -> PathBuf {
+    write(
+        dir,
+        "parent.json",
+        &json!({
+            "apiVersion": "example.com/v1", "kind": "HelloWorld",
+            "metadata": {"name": "p", "namespace": "team-a", "uid": "uid-p",
+                         "generation": 3, "labels": {"app": "p"}},
+            "spec": {"selector": {"matchLabels": {"app": "p"}}, "who": "v"},
+        }),
+    )
+}
+
+fn observed_child(dir: &Path) -> PathBuf {
+    write(
+        dir,
+        "children.json",
+        &json!({"apiVersion": "v1", "kind": "List", "items": [
+            {"apiVersion": "v1", "kind": "ConfigMap",
+             "metadata": {"name": "c1", "namespace": "team-a", "labels": {"app": "p"}},
+             "data": {"k": "v"}},
+        ]}),
+    )
+}
+
+/// An upstream-shaped request of tests/golden/hooks (see hook_golden.rs).
+fn golden(version: &str, file: &str) -> Value {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/golden/hooks")
+        .join(version)
+        .join(file);
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+/// The keys of a JSON object, sorted.
+fn keys(v: &Value) -> Vec<String> {
+    let mut keys: Vec<String> = v.as_object().expect("an object").keys().cloned().collect();
+    keys.sort();
+    keys
+}
+
+/// The golden file's keys of `map[group]`, with its placeholder names replaced by ours.
+fn golden_keys(map: &Value, group: &str, subs: &[(&str, &str)]) -> Vec<String> {
+    keys(&map[group])
+        .into_iter()
+        .map(|k| subs.iter().fold(k, |k, (from, to)| k.replace(from, to)))
+        .collect()
+}
+
+/// Captures the request on the way (`tee`) and answers with nothing.
+fn capture(file: &Path) -> String {
+    format!("tee {} >/dev/null; echo '{{}}'", file.display())
+}
+
+/// The request render builds, compared with the upstream shapes the hook golden files hold
+/// (tests/golden/hooks): every declared type has a `children` entry, keyed `<name>` in v1
+/// and `<namespace>/<name>` in v2; `related` from --related; the controller's finalizer
+/// on the parent before a hook runs; `finalizing` with --finalizing.
+#[test]
+fn requests_are_the_controllers_v1_and_v2() {
+    if !installed("jq") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let crd = PathBuf::from(hello("crd.yaml"));
+    let related = write(
+        dir.path(),
+        "related.json",
+        &json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "settings", "namespace": "team-a"}, "data": {}}),
+    );
+    for (version, key) in [("v1", "c1"), ("v2", "team-a/c1")] {
+        let captured = dir.path().join(format!("request-{version}.json"));
+        let (code, _, err) = render(&[
+            "--controller",
+            path(&controller(dir.path(), version)),
+            "--crd",
+            path(&crd),
+            "--parent",
+            path(&parent(dir.path())),
+            "--children",
+            path(&observed_child(dir.path())),
+            "--related",
+            path(&related),
+            "--finalizing",
+            "--hook-command",
+            &capture(&captured),
+        ]);
+        assert_eq!(code, 0, "{err}");
+        let request: Value =
+            serde_json::from_str(&std::fs::read_to_string(&captured).unwrap()).unwrap();
+        // The golden request's shape: its fields, and its map keys with its names
+        // replaced by ours.
+        let expected = golden(version, "composite-finalize-request.json");
+        assert_eq!(keys(&request), keys(&expected));
+        let subs = [
+            ("${NS}", "team-a"),
+            ("golden-child", "c1"),
+            ("golden-related", "settings"),
+        ];
+        assert_eq!(
+            keys(&request["children"]["ConfigMap.v1"]),
+            golden_keys(&expected["children"], "ConfigMap.v1", &subs),
+            "{version}"
+        );
+        assert_eq!(
+            keys(&request["related"]["ConfigMap.v1"]),
+            golden_keys(&expected["related"], "ConfigMap.v1", &subs),
+            "{version}"
+        );
+        assert_eq!(request["finalizing"], true);
+        assert_eq!(request["controller"]["metadata"]["name"], "render-test");
+        assert_eq!(
+            request["children"],
+            json!({
+                "ConfigMap.v1": {key: {"apiVersion": "v1", "kind": "ConfigMap",
+                    "metadata": {"name": "c1", "namespace": "team-a", "labels": {"app": "p"}},
+                    "data": {"k": "v"}}},
+                "Secret.v1": {},
+            }),
+            "{version}"
+        );
+        let related_key = if version == "v1" {
+            "settings"
+        } else {
+            "team-a/settings"
+        };
+        assert!(
+            request["related"]["ConfigMap.v1"][related_key].is_object(),
+            "{version}: {}",
+            request["related"]
+        );
+        let meta = &request["parent"]["metadata"];
+        assert_eq!(meta["uid"], "uid-p");
+        assert_eq!(
+            meta["finalizers"],
+            json!(["metacontroller.io/compositecontroller-render-test"])
+        );
+        assert!(meta["deletionTimestamp"].is_string(), "{meta}");
+    }
+}
+
+#[test]
+fn refused_responses_exit_1_with_the_controllers_message() {
+    if !installed("python3") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let common = [
+        "--controller",
+        &hello("controller.yaml"),
+        "--crd",
+        &hello("crd.yaml"),
+        "--parent",
+        &hello("hello.yaml"),
+    ];
+    // An undeclared child type.
+    let secret = r#"python3 -c 'import json; print(json.dumps({"children": [{"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"}}]}))'"#;
+    let (code, _, err) = render(&[&common[..], &["--hook-command", secret]].concat());
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains(
+            "invalid sync hook response: children[0]: Secret.v1 is not a declared child resource"
+        ),
+        "{err}"
+    );
+    // Another namespace than the parent's.
+    let elsewhere = r#"python3 -c 'import json; print(json.dumps({"children": [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "namespace": "other"}}]}))'"#;
+    let (code, _, err) = render(&[&common[..], &["--hook-command", elsewhere]].concat());
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains(
+            "namespace \"other\" is not allowed: children must be in the parent's namespace"
+        ),
+        "{err}"
+    );
+    // A hook command that fails: its stderr is reported.
+    let failing = "echo 'boom from the hook' >&2; exit 3";
+    let (code, _, err) = render(&[&common[..], &["--hook-command", failing]].concat());
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("sync hook failed for HelloWorld default/hello"),
+        "{err}"
+    );
+    assert!(err.contains("boom from the hook"), "{err}");
+    // Usage errors exit 2.
+    let (code, _, err) = render(&["--controller", &hello("controller.yaml")]);
+    assert_eq!(code, 2, "{err}");
+    let _ = dir;
+}
+
+/// `--request` replays a bare body and a `--record-hooks` file; the response is checked
+/// against the controller given.
+#[test]
+fn recorded_requests_are_replayed() {
+    if !installed("jq") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let captured = dir.path().join("request.json");
+    let common = [
+        "--controller",
+        &hello("controller.yaml"),
+        "--crd",
+        &hello("crd.yaml"),
+    ];
+    let (code, _, err) = render(
+        &[
+            &common[..],
+            &[
+                "--parent",
+                &hello("hello.yaml"),
+                "--hook-command",
+                &capture(&captured),
+            ],
+        ]
+        .concat(),
+    );
+    assert_eq!(code, 0, "{err}");
+    let body: Value = serde_json::from_str(&std::fs::read_to_string(&captured).unwrap()).unwrap();
+    let recorded = write(
+        dir.path(),
+        "recorded.json",
+        &json!({
+            "controller": {"kind": "CompositeController", "name": "hello-controller"},
+            "hook": "sync", "url": "http://127.0.0.1:8080/sync",
+            "startedAt": "2026-01-01T00:00:00Z", "durationMs": 3,
+            "request": body,
+            "response": {"status": 200, "body": {}},
+        }),
+    );
+    for file in [&captured, &recorded] {
+        let replayed = dir.path().join("replayed.json");
+        let hook = format!("tee {} | {HELLO_JQ}", replayed.display());
+        let (code, out, err) = render(
+            &[
+                &common[..],
+                &["--request", path(file), "--hook-command", &hook],
+            ]
+            .concat(),
+        );
+        assert_eq!(code, 0, "{err}");
+        let sent: Value =
+            serde_json::from_str(&std::fs::read_to_string(&replayed).unwrap()).unwrap();
+        assert_eq!(sent, body, "the request is replayed as recorded");
+        let doc: Value = serde_yaml::from_str(&out).unwrap();
+        assert_eq!(doc["children"][0]["data"]["greeting"], "Hello, World!");
+    }
+    // A recording of the other controller kind is refused.
+    let wrong = write(
+        dir.path(),
+        "wrong.json",
+        &json!({"controller": {"kind": "DecoratorController", "name": "x"}, "hook": "sync",
+                "request": body}),
+    );
+    let (code, _, err) = render(
+        &[
+            &common[..],
+            &["--request", path(&wrong), "--hook-command", "cat"],
+        ]
+        .concat(),
+    );
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("recorded for a DecoratorController"), "{err}");
+}
+
+/// The hooks of the --diff test: sync makes one ConfigMap per entry of `spec.items` and a
+/// status counting the observed ConfigMaps and naming the related ones; customize relates
+/// the ConfigMaps labelled `render-related: "yes"`.
+const ITEMS_HOOK: &str = r#"
+import json, sys
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
+def sync(request):
+    items = request["parent"].get("spec", {}).get("items", {})
+    children = [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name},
+                 "data": {"v": value}} for name, value in sorted(items.items())]
+    observed = request["children"]["ConfigMap.v1"]
+    related = sorted(request["related"].get("ConfigMap.v1", {}).keys())
+    return {"children": children, "status": {"count": len(observed), "related": related}}
+
+def customize(request):
+    return {"relatedResources": [{"apiVersion": "v1", "resource": "configmaps",
+            "labelSelector": {"matchLabels": {"render-related": "yes"}}}]}
+
+class Handler(BaseHTTPRequestHandler):
+    def do_POST(self):
+        request = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        answer = customize(request) if self.path == "/customize" else sync(request)
+        body = json.dumps(answer).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+HTTPServer(("127.0.0.1", int(sys.argv[1])), Handler).serve_forever()
+"#;
+
+/// `render --diff --kubeconfig` against objects a controller made, then changed: one child
+/// to create, one to update, one to delete, one untouched. Then `metacontroller run` syncs
+/// and the cluster changes exactly as rendered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn diff_agrees_with_what_the_controller_then_does() {
+    if !installed("python3") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("items_hook.py");
+    std::fs::write(&script, ITEMS_HOOK).unwrap();
+    let port = free_port();
+    let mut server = Command::new("python3");
+    server.arg(&script).arg(port.to_string());
+    let _hook = start_hook(server, port);
+
+    let cluster = TestCluster::start().await;
+    cluster.install_metacontroller_crds().await;
+    let group = format!("{}.example.com", unique_name("render"));
+    let parent_crd = crd(&group, "v1", "Items", "items");
+    cluster.install_crd(&parent_crd.build()).await;
+    let ns = cluster.create_namespace("render").await;
+    let name = unique_name("render-ctl");
+    let controller = json!({
+        "apiVersion": "metacontroller.k8s.io/v1alpha1",
+        "kind": "CompositeController",
+        "metadata": {"name": name, "labels": {"team": name}},
+        "spec": {
+            "generateSelector": true,
+            "parentResource": {"apiVersion": format!("{group}/v1"), "resource": "items"},
+            "childResources": [{"apiVersion": "v1", "resource": "configmaps",
+                                "updateStrategy": {"method": "InPlace"}}],
+            "hooks": {
+                "sync": {"webhook": {"url": format!("http://127.0.0.1:{port}/sync")}},
+                "customize": {"webhook": {"url": format!("http://127.0.0.1:{port}/customize")}},
+            },
+        },
+    });
+    let controller_file = write(dir.path(), "controller.json", &controller);
+    let controllers = dynamic_api(
+        cluster.client(),
+        "metacontroller.k8s.io/v1alpha1",
+        "CompositeController",
+        "compositecontrollers",
+        None,
+    );
+    let obj: DynamicObject = serde_json::from_value(controller.clone()).unwrap();
+    controllers
+        .create(&PostParams::default(), &obj)
+        .await
+        .unwrap();
+    let parents = dynamic_api(
+        cluster.client(),
+        &format!("{group}/v1"),
+        "Items",
+        "items",
+        Some(&ns),
+    );
+    let parent = json!({
+        "apiVersion": format!("{group}/v1"), "kind": "Items",
+        "metadata": {"name": "p", "namespace": ns},
+        "spec": {"items": {"a": "1", "b": "1", "c": "1"}},
+    });
+    let parent_file = write(dir.path(), "parent.json", &parent);
+    parents
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(parent).unwrap(),
+        )
+        .await
+        .unwrap();
+    let cms: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(cluster.client(), &ns);
+    let settings: k8s_openapi::api::core::v1::ConfigMap = serde_json::from_value(json!({
+        "metadata": {"name": "settings", "labels": {"render-related": "yes"}}}))
+    .unwrap();
+    cms.create(&PostParams::default(), &settings).await.unwrap();
+
+    // The controller converges on a, b, c; then it stops and the parent changes.
+    let selector = format!("team={name}");
+    let run_args = [
+        "--discovery-interval",
+        "500ms",
+        "--target-label-selector",
+        &selector,
+    ];
+    let mut process = ControllerProcess::run(BIN, cluster.kubeconfig_path(), &run_args);
+    eventually_within("children a, b, c and status count 3", WAIT, || {
+        let (cms, parents) = (cms.clone(), parents.clone());
+        async move {
+            let names = [("a", "1"), ("b", "1"), ("c", "1")];
+            for (n, v) in names {
+                match cms.get_opt(n).await {
+                    Ok(Some(cm))
+                        if cm
+                            .data
+                            .as_ref()
+                            .and_then(|d| d.get("v"))
+                            .map(String::as_str)
+                            == Some(v) => {}
+                    _ => return false,
+                }
+            }
+            parents
+                .get("p")
+                .await
+                .is_ok_and(|p| p.data.pointer("/status/count") == Some(&json!(3)))
+        }
+    })
+    .await;
+    process.terminate();
+    assert!(
+        process.wait_exit(Duration::from_secs(30)).is_some(),
+        "the controller did not stop:\n{}",
+        process.logs()
+    );
+    let a_before = cms.get("a").await.unwrap().metadata.resource_version;
+    parents
+        .patch(
+            "p",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"items": {"b": "2", "c": null, "d": "1"}}})),
+        )
+        .await
+        .unwrap();
+
+    let url = format!("http://127.0.0.1:{port}/sync");
+    let (code, out, err) = render(&[
+        "--controller",
+        path(&controller_file),
+        "--parent",
+        path(&parent_file),
+        "--kubeconfig",
+        path(cluster.kubeconfig_path()),
+        "--hook-url",
+        &url,
+        "--diff",
+    ]);
+    assert_eq!(code, 0, "{err}\n{out}");
+    for line in [
+        format!("unchanged ConfigMap.v1 {ns}/a"),
+        format!("update ConfigMap.v1 {ns}/b"),
+        format!("delete ConfigMap.v1 {ns}/c"),
+        format!("create ConfigMap.v1 {ns}/d"),
+        "status: update".to_string(),
+    ] {
+        assert!(out.lines().any(|l| l == line), "no {line:?} in:\n{out}");
+    }
+    assert!(out.contains("-  v: '1'\n+  v: '2'"), "b's diff:\n{out}");
+    assert!(
+        out.contains("-observedGeneration: 1\n+observedGeneration: 2"),
+        "{out}"
+    );
+    // Without --diff: the desired state, with the related objects the customize hook
+    // selects read from the cluster as the controller reads them.
+    let (code, out, err) = render(&[
+        "--controller",
+        path(&controller_file),
+        "--parent",
+        path(&parent_file),
+        "--kubeconfig",
+        path(cluster.kubeconfig_path()),
+        "--hook-url",
+        &url,
+    ]);
+    assert_eq!(code, 0, "{err}\n{out}");
+    let doc: Value = serde_yaml::from_str(&out).unwrap();
+    assert_eq!(doc["status"]["related"], json!(["settings"]), "{out}");
+    let names: Vec<&str> = doc["children"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["metadata"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["a", "b", "d"]);
+    // Nothing was written by render.
+    assert!(cms.get_opt("d").await.unwrap().is_none());
+    assert!(cms.get_opt("c").await.unwrap().is_some());
+
+    // The controller does exactly that.
+    let _process = ControllerProcess::run(BIN, cluster.kubeconfig_path(), &run_args);
+    eventually_within(
+        "d created, b updated, c deleted, status written",
+        WAIT,
+        || {
+            let (cms, parents) = (cms.clone(), parents.clone());
+            async move {
+                let value = |cm: Option<k8s_openapi::api::core::v1::ConfigMap>| {
+                    cm.and_then(|c| c.data?.get("v").cloned())
+                };
+                value(cms.get_opt("d").await.ok().flatten()).as_deref() == Some("1")
+                    && value(cms.get_opt("b").await.ok().flatten()).as_deref() == Some("2")
+                    && cms.get_opt("c").await.is_ok_and(|c| c.is_none())
+                    && parents.get("p").await.is_ok_and(|p| {
+                        p.data.pointer("/status/observedGeneration") == Some(&json!(2))
+                            && p.data.pointer("/status/related") == Some(&json!(["settings"]))
+                    })
+            }
+        },
+    )
+    .await;
+    let a_after = cms.get("a").await.unwrap().metadata.resource_version;
+    assert_eq!(
+        a_before, a_after,
+        "a was rendered unchanged but was written"
+    );
+    // A real cluster keeps what tests leave: remove the controller object.
+    let _ = controllers.delete(&name, &Default::default()).await;
+}
+
+/// A DecoratorController offline: the request carries the target as `object` and its
+/// attachments; the answer's attachments get the decorator's annotation, and labels are
+/// reported as the controller applies them.
+#[test]
+fn decorator_offline() {
+    if !installed("python3") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let controller = write(
+        dir.path(),
+        "decorator.json",
+        &json!({
+            "apiVersion": "metacontroller.k8s.io/v1alpha1",
+            "kind": "DecoratorController",
+            "metadata": {"name": "dec"},
+            "spec": {
+                "resources": [{"apiVersion": "v1", "resource": "services",
+                               "labelSelector": {"matchLabels": {"decorate": "yes"}}}],
+                "attachments": [{"apiVersion": "v1", "resource": "configmaps"}],
+                "hooks": {"sync": {"version": "v2",
+                                    "webhook": {"url": "http://127.0.0.1:1/never"}}},
+            },
+        }),
+    );
+    let target = write(
+        dir.path(),
+        "svc.json",
+        &json!({"apiVersion": "v1", "kind": "Service",
+                "metadata": {"name": "web", "namespace": "shop", "labels": {"decorate": "yes"}},
+                "spec": {"ports": [{"port": 80}]}}),
+    );
+    let captured = dir.path().join("request.json");
+    let hook = format!(
+        r#"tee {} >/dev/null; python3 -c 'import json; print(json.dumps({{"labels": {{"decorated": "true"}}, "attachments": [{{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {{"name": "web-info"}}, "data": {{"port": "80"}}}}]}}))'"#,
+        captured.display()
+    );
+    let (code, out, err) = render(&[
+        "--controller",
+        path(&controller),
+        "--parent",
+        path(&target),
+        "--hook-command",
+        &hook,
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let request: Value =
+        serde_json::from_str(&std::fs::read_to_string(&captured).unwrap()).unwrap();
+    assert_eq!(
+        keys(&request),
+        keys(&golden("v2", "decorator-sync-request.json"))
+    );
+    assert_eq!(request["object"]["metadata"]["name"], "web");
+    // Created in the in-process API server first: it has what a server adds.
+    assert!(request["object"]["metadata"]["uid"].is_string());
+    assert_eq!(request["attachments"], json!({"ConfigMap.v1": {}}));
+    assert_eq!(request["finalizing"], false);
+    let doc: Value = serde_yaml::from_str(&out).unwrap();
+    let attachment = &doc["attachments"][0];
+    assert_eq!(attachment["metadata"]["namespace"], "shop", "{out}");
+    assert_eq!(
+        attachment["metadata"]["annotations"]["metacontroller.k8s.io/decorator-controller"], "dec",
+        "{out}"
+    );
+    assert_eq!(doc["labels"]["decorated"], "true", "{out}");
+
+    // An object the decorator does not select is refused.
+    let other = write(
+        dir.path(),
+        "other.json",
+        &json!({"apiVersion": "v1", "kind": "Service",
+                "metadata": {"name": "plain", "namespace": "shop"}}),
+    );
+    let (code, _, err) = render(&[
+        "--controller",
+        path(&controller),
+        "--parent",
+        path(&other),
+        "--hook-command",
+        "cat",
+    ]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("ignores this object"), "{err}");
+}
+
+/// `--diff` offline follows the update strategies as the controller does: a differing
+/// `Recreate` child is deleted (and created again by a later sync), a differing `OnDelete`
+/// child is left alone.
+#[test]
+fn diff_follows_update_strategies() {
+    if !installed("jq") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let controller = write(
+        dir.path(),
+        "controller.json",
+        &json!({
+            "apiVersion": "metacontroller.k8s.io/v1alpha1",
+            "kind": "CompositeController",
+            "metadata": {"name": "strategies"},
+            "spec": {
+                "parentResource": {"apiVersion": "example.com/v1", "resource": "helloworlds"},
+                "childResources": [
+                    {"apiVersion": "v1", "resource": "configmaps",
+                     "updateStrategy": {"method": "Recreate"}},
+                    {"apiVersion": "v1", "resource": "secrets",
+                     "updateStrategy": {"method": "OnDelete"}},
+                ],
+                "hooks": {"sync": {"webhook": {"url": "http://127.0.0.1:1/never"}}},
+            },
+        }),
+    );
+    let observed = |kind: &str, field: &str| {
+        json!({"apiVersion": "v1", "kind": kind,
+               "metadata": {"name": "x", "namespace": "team-a", "uid": format!("uid-{kind}"),
+                            "labels": {"app": "p"}},
+               field: {"k": "b2xk"}})
+    };
+    let children = write(
+        dir.path(),
+        "children.json",
+        &json!({"apiVersion": "v1", "kind": "List",
+                "items": [observed("ConfigMap", "data"), observed("Secret", "data")]}),
+    );
+    let hook = r#"jq '{children: [
+        {apiVersion: "v1", kind: "ConfigMap", metadata: {name: "x", labels: {app: "p"}}, data: {k: "new"}},
+        {apiVersion: "v1", kind: "Secret", metadata: {name: "x", labels: {app: "p"}}, data: {k: "bmV3"}}]}'"#;
+    let (code, out, err) = render(&[
+        "--controller",
+        path(&controller),
+        "--crd",
+        &hello("crd.yaml"),
+        "--parent",
+        path(&parent(dir.path())),
+        "--children",
+        path(&children),
+        "--hook-command",
+        hook,
+        "--diff",
+    ]);
+    assert_eq!(code, 0, "{err}\n{out}");
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("recreate ConfigMap.v1 team-a/x")),
+        "{out}"
+    );
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("unchanged Secret.v1 team-a/x (updateStrategy OnDelete")),
+        "{out}"
+    );
+    assert!(!out.contains("update "), "{out}");
+}
