@@ -82,60 +82,68 @@ pub fn check(doc: &Value, served: &ResourceMap) -> (Vec<ValidationError>, Vec<St
             }
             continue;
         }
-        let message = unserved_message(served, api_version, resource);
+        let (field, message) = unserved(served, api_version, resource);
         errors.push(ValidationError {
-            path: format!("{path}.resource"),
+            path: format!("{path}.{field}"),
             message,
         });
     }
     (errors, warnings)
 }
 
-/// Why `(api_version, resource)` is not found, with what the server serves instead.
-fn unserved_message(served: &ResourceMap, api_version: &str, resource: &str) -> String {
-    let served_here = served
-        .group_versions()
-        .any(|gv| gv == api_version)
-        .then(|| served.iter().filter(|r| r.api_version == api_version));
-    if let Some(mut resources) = served_here {
+/// Why `(api_version, resource)` is not found, with what the server serves instead: the
+/// field at fault (`apiVersion` or `resource`) and the message.
+fn unserved(served: &ResourceMap, api_version: &str, resource: &str) -> (&'static str, String) {
+    let version_served = served.group_versions().any(|gv| gv == api_version);
+    if version_served {
         let lower = resource.to_ascii_lowercase();
-        if let Some(found) = resources.find(|r| {
-            r.kind.eq_ignore_ascii_case(resource)
-                || r.singular_name == lower
-                || r.short_names.iter().any(|s| *s == lower)
+        if let Some(found) = served.iter().find(|r| {
+            r.api_version == api_version
+                && (r.kind.eq_ignore_ascii_case(resource)
+                    || r.singular_name == lower
+                    || r.short_names.iter().any(|s| *s == lower))
         }) {
-            return format!(
-                "{resource:?} is not a resource name of {api_version}: resources are named by \
-                 their plural, use {:?} (kind {}, served by the server)",
-                found.name, found.kind
+            return (
+                "resource",
+                format!(
+                    "{resource:?} is not a resource name of {api_version}: resources are named \
+                     by their plural; the server serves kind {} as {:?}",
+                    found.kind, found.name
+                ),
             );
         }
     }
     let elsewhere: Vec<&str> = served
         .iter()
-        .filter(|r| r.name == resource || r.kind.eq_ignore_ascii_case(resource))
+        .filter(|r| r.name == resource)
         .map(|r| r.api_version.as_str())
         .collect();
     let hint = if elsewhere.is_empty() {
         String::new()
     } else {
-        format!(" (served in {})", elsewhere.join(", "))
+        format!("; {resource:?} is served in {}", elsewhere.join(", "))
     };
-    if served.group_versions().any(|gv| gv == api_version) {
-        format!("{resource:?} is not served in {api_version}{hint}")
-    } else {
-        let group = api_version.split_once('/').map_or("", |(group, _)| group);
-        let versions: Vec<&str> = served
-            .group_versions()
-            .filter(|gv| gv.split_once('/').map_or("", |(g, _)| g) == group)
-            .collect();
-        let versions = if versions.is_empty() {
-            String::new()
-        } else {
-            format!("; the server serves {}", versions.join(", "))
-        };
-        format!("apiVersion {api_version} is not served{versions}{hint}")
+    if version_served {
+        return (
+            "resource",
+            format!("{resource:?} is not served in {api_version}{hint}"),
+        );
     }
+    let group_of = |gv: &str| gv.split_once('/').map_or("", |(group, _)| group).to_owned();
+    let group = group_of(api_version);
+    let versions: Vec<&str> = served
+        .group_versions()
+        .filter(|gv| group_of(gv) == group)
+        .collect();
+    let versions = if versions.is_empty() {
+        String::new()
+    } else {
+        format!(" (the server serves {})", versions.join(", "))
+    };
+    (
+        "apiVersion",
+        format!("apiVersion {api_version} is not served{versions}{hint}"),
+    )
 }
 
 /// Loads discovery from the cluster; a group version that failed to load is a warning
