@@ -101,7 +101,7 @@ fn unserved(served: &ResourceMap, api_version: &str, resource: &str) -> (&'stati
             r.api_version == api_version
                 && (r.kind.eq_ignore_ascii_case(resource)
                     || r.singular_name == lower
-                    || r.short_names.iter().any(|s| *s == lower))
+                    || r.short_names.contains(&lower))
         }) {
             return (
                 "resource",
