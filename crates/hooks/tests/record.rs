@@ -153,3 +153,77 @@ async fn every_outcome_is_recorded_without_credentials() {
         "{down:#}"
     );
 }
+
+#[derive(Clone, Default)]
+struct Capture(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Capture {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Capture {
+    type Writer = Capture;
+    fn make_writer(&'a self) -> Self::Writer {
+        self.clone()
+    }
+}
+
+/// The directory becomes unusable after start (here: replaced by a file, which fails even
+/// for root): calls still succeed, and the writer logs a warning.
+#[tokio::test]
+async fn a_failing_recording_never_fails_the_call() {
+    let capture = Capture::default();
+    // The writer logs from its own thread: a global subscriber sees it.
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::WARN)
+        .with_writer(capture.clone())
+        .with_ansi(false)
+        .finish();
+    tracing::subscriber::set_global_default(subscriber).unwrap();
+
+    let server = start(None, |_, _| {
+        Response::builder()
+            .status(StatusCode::OK)
+            .body(Body::from(r#"{"children":[]}"#))
+            .unwrap()
+    })
+    .await;
+    let base = tempfile::tempdir().unwrap();
+    let dir = base.path().join("rec");
+    let client = HookClient::new(HookClientConfig {
+        recorder: Some(Arc::new(DirectoryRecorder::new(&dir, None).unwrap())),
+        ..HookClientConfig::default()
+    })
+    .unwrap();
+    std::fs::remove_dir(&dir).unwrap();
+    std::fs::write(&dir, "not a directory").unwrap();
+    let ctx = CallContext {
+        controller: "c",
+        hook_name: "sync",
+        parent_key: "p",
+    };
+    for _ in 0..3 {
+        let reply: Value = client
+            .call(&ctx, &hook(&server.url("http", "/sync")), &[], &json!({}))
+            .await
+            .unwrap();
+        assert_eq!(reply, json!({"children": []}));
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let logs = String::from_utf8_lossy(&capture.0.lock().unwrap()).into_owned();
+        if logs.contains("--record-hooks: cannot write") {
+            // One warning for the three failures (rate limited).
+            assert_eq!(logs.matches("--record-hooks").count(), 1, "{logs}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "no warning: {logs}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
