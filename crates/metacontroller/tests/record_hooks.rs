@@ -23,7 +23,8 @@ use serde_json::{json, Value};
 const SECRET_B64: &str = "aHVudGVyMg==";
 
 /// A hook server in Python: logs every request body it receives (one file each, written
-/// before it answers) and answers sync with a Secret child, finalize with `finalized`.
+/// before it answers) and answers sync with a Secret child, finalize with `finalized`,
+/// customize with no related resources.
 const PYTHON_HOOK: &str = r#"
 import json, os, sys, threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -46,6 +47,8 @@ class Hook(BaseHTTPRequestHandler):
         name = req["parent"]["metadata"]["name"]
         if hook == "finalize":
             resp = {"finalized": True, "children": []}
+        elif hook == "customize":
+            resp = {"relatedResources": []}
         else:
             resp = {"status": {"secrets": len(req["children"].get("Secret.v1", {}))},
                     "children": [{"apiVersion": "v1", "kind": "Secret",
@@ -134,7 +137,7 @@ fn assert_recordings_match(recordings: &[(String, Value)], received: &[Value], h
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn run_records_sync_and_finalize_exchanges_with_secrets_redacted() {
+async fn run_records_sync_finalize_and_customize_exchanges_with_secrets_redacted() {
     if !installed("python3") {
         return;
     }
@@ -173,6 +176,7 @@ async fn run_records_sync_and_finalize_exchanges_with_secrets_redacted() {
             "hooks": {
                 "sync": {"webhook": {"url": format!("http://127.0.0.1:{port}/sync")}},
                 "finalize": {"webhook": {"url": format!("http://127.0.0.1:{port}/finalize")}},
+                "customize": {"webhook": {"url": format!("http://127.0.0.1:{port}/customize")}},
             },
         }
     }))
@@ -283,6 +287,7 @@ async fn run_records_sync_and_finalize_exchanges_with_secrets_redacted() {
     }
     assert_recordings_match(&records, &requests("sync"), "sync");
     assert_recordings_match(&records, &requests("finalize"), "finalize");
+    assert_recordings_match(&records, &requests("customize"), "customize");
     let observed = records
         .iter()
         .find_map(|(_, r)| {
