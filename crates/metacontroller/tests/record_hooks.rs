@@ -334,6 +334,8 @@ fn sanitized(name: &str) -> String {
 
 /// `metacontroller dev --record-hooks DIR --record-hooks-max-files 3`: recordings appear,
 /// match what the hook server got, and the directory never keeps more than 3.
+/// Dev mode is by definition the embedded API server, so this test ignores
+/// `METACONTROLLER_E2E_KUBECONFIG`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dev_records_hooks_and_keeps_at_most_max_files() {
     let hook = HookServer::start(|_, req| {
