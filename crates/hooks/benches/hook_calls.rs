@@ -145,6 +145,31 @@ fn bench(c: &mut Criterion) {
         })
     });
 
+    // The same sequential calls with --record-hooks on: what recording adds per call (the
+    // hot path hands buffers to the writer thread; the file write is off the path).
+    let record_dir = std::env::temp_dir().join(format!("hook-bench-record-{}", std::process::id()));
+    let recorder = metacontroller_hooks::DirectoryRecorder::new(&record_dir, Some(1000)).unwrap();
+    let recording = HookClient::new(HookClientConfig {
+        recorder: Some(Arc::new(recorder)),
+        ..HookClientConfig::default()
+    })
+    .unwrap();
+    rt.block_on(hook_calls(
+        recording.clone(),
+        hook.clone(),
+        request.clone(),
+        100,
+    ));
+    group.bench_function("sequential_recording", |b| {
+        b.iter_custom(|iters| {
+            let (client, hook, request) = (recording.clone(), hook.clone(), request.clone());
+            let started = Instant::now();
+            rt.block_on(rt.spawn(hook_calls(client, hook, request, iters)))
+                .unwrap();
+            started.elapsed()
+        })
+    });
+
     // Baseline: the same POST with a bare reqwest client and serde_json, to show what the
     // hook layer (URL, credentials, timeout, status and size checks, metrics) adds.
     // reqwest is built without a default crypto provider; the baseline needs one.
@@ -173,6 +198,7 @@ fn bench(c: &mut Criterion) {
         })
     });
     group.finish();
+    let _ = std::fs::remove_dir_all(&record_dir);
 }
 
 criterion_group!(benches, bench);

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::error::Error as _;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use base64::Engine as _;
 use bytes::{Bytes, BytesMut};
@@ -22,6 +22,7 @@ use crate::error::HookError;
 use crate::etag::{EtagCache, EtagSettings};
 use crate::metrics::{CallLabels, HookMetrics, OUTCOME_CACHED, OUTCOME_SUCCESS};
 use crate::pool::{ClientPool, OverrideDns};
+use crate::record::{HookRecorder, RecordedExchange, RecordedResponse};
 use crate::sources::{ConfigMapSource, SecretSource};
 use crate::target::{display_url, hook_timeout, hook_url, HostResolver};
 
@@ -45,6 +46,8 @@ pub struct HookClientConfig {
     /// Sent as [`REPLICA_HEADER`] on every call (sharding: which replica synced a parent);
     /// `None` sends no such header.
     pub replica: Option<String>,
+    /// Receives every exchange sent (`--record-hooks`); `None` records nothing.
+    pub recorder: Option<Arc<dyn HookRecorder>>,
 }
 
 /// The request header naming the calling replica when sharding is on.
@@ -59,6 +62,7 @@ impl Default for HookClientConfig {
             config_maps: None,
             registry: None,
             replica: None,
+            recorder: None,
         }
     }
 }
@@ -91,6 +95,7 @@ struct Inner {
     metrics: HookMetrics,
     etags: Mutex<HashMap<(String, String), Arc<EtagCache>>>,
     replica: Option<HeaderValue>,
+    recorder: Option<Arc<dyn HookRecorder>>,
 }
 
 impl HookClient {
@@ -116,6 +121,7 @@ impl HookClient {
                     .replica
                     .as_deref()
                     .and_then(|r| HeaderValue::from_str(r).ok()),
+                recorder: config.recorder,
             }),
             controller_type: "",
         })
@@ -267,9 +273,11 @@ impl HookClient {
         let connect_url = self.route(&url);
         let secrets = Redactor::new(settings.auth.as_ref(), &url);
 
-        let body = serde_json::to_vec(request).map_err(|err| HookError::Encode {
-            message: err.to_string(),
-        })?;
+        let body = Bytes::from(
+            serde_json::to_vec(request).map_err(|err| HookError::Encode {
+                message: err.to_string(),
+            })?,
+        );
         tracing::trace!(body = %secrets.scrub_body(&body), "hook request");
 
         let etag_cache = EtagSettings::from_config(webhook.etag.as_ref())
@@ -278,6 +286,12 @@ impl HookClient {
             .as_ref()
             .and_then(|cache| cache.get(url.as_str(), ctx.parent_key));
 
+        // A recording shares the body buffer (no copy); nothing is kept when off.
+        let recording = self
+            .inner
+            .recorder
+            .as_ref()
+            .map(|recorder| (recorder, body.clone(), SystemTime::now(), Instant::now()));
         let mut builder = client
             .post(connect_url)
             .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
@@ -321,7 +335,7 @@ impl HookClient {
                     // Read the (normally empty) body so the connection can be reused.
                     let _ =
                         read_body(response, STATUS_BODY_PREFIX_BYTES, &shown_url, timeout).await;
-                    Ok(Fetched::NotModified)
+                    Ok(Fetched::NotModified { status })
                 }
                 429 => Err(HookError::TooManyRequests {
                     url: shown_url.clone(),
@@ -338,14 +352,28 @@ impl HookClient {
             }
         };
         let fetched = match tokio::time::timeout(timeout, transfer).await {
-            Ok(result) => result?,
-            Err(_) => {
-                return Err(HookError::Timeout {
-                    url: shown_url,
-                    timeout,
-                })
-            }
+            Ok(result) => result,
+            Err(_) => Err(HookError::Timeout {
+                url: shown_url.clone(),
+                timeout,
+            }),
         };
+        if let Some((recorder, request, started_at, started)) = recording {
+            recorder.record(RecordedExchange {
+                controller_kind: self.controller_type,
+                controller: ctx.controller.to_owned(),
+                hook: ctx.hook_name.to_owned(),
+                parent_key: ctx.parent_key.to_owned(),
+                url: shown_url.clone(),
+                started_at,
+                duration: started.elapsed(),
+                request,
+                response: recorded_response(&fetched, cached.as_ref().map(|c| &c.body))
+                    .map(|response| secrets.scrub_recorded(response)),
+                error: fetched.as_ref().err().and_then(recorded_error),
+            });
+        }
+        let fetched = fetched?;
 
         match fetched {
             Fetched::Fresh { body, etag } => {
@@ -358,7 +386,7 @@ impl HookClient {
                 }
                 Ok((body, shown_url, false))
             }
-            Fetched::NotModified => {
+            Fetched::NotModified { .. } => {
                 let Some(entry) = cached else {
                     unreachable!("304/412 is only accepted with a cached entry")
                 };
@@ -432,7 +460,33 @@ fn decode<T: DeserializeOwned + Default>(
 
 enum Fetched {
     Fresh { body: Bytes, etag: Option<String> },
-    NotModified,
+    NotModified { status: u16 },
+}
+
+/// The status and body of an exchange for a recording: the body read, the cached body a
+/// 304/412 stands for, or the (scrubbed) prefix of a refused call's body.
+fn recorded_response(
+    fetched: &Result<Fetched, HookError>,
+    cached: Option<&Bytes>,
+) -> Option<RecordedResponse> {
+    let (status, body) = match fetched {
+        Ok(Fetched::Fresh { body, .. }) => (200, body.clone()),
+        Ok(Fetched::NotModified { status }) => (*status, cached.cloned().unwrap_or_default()),
+        Err(HookError::Status { status, body, .. }) => (*status, Bytes::from(body.clone())),
+        Err(HookError::TooManyRequests { .. }) => (429, Bytes::new()),
+        Err(HookError::Oversize { .. }) => (200, Bytes::new()),
+        Err(_) => return None,
+    };
+    Some(RecordedResponse { status, body })
+}
+
+/// The error of a recording: set when no usable body arrived (a refused status is in the
+/// response itself).
+fn recorded_error(err: &HookError) -> Option<String> {
+    match err {
+        HookError::Status { .. } | HookError::TooManyRequests { .. } => None,
+        other => Some(other.to_string()),
+    }
 }
 
 /// Reads the whole body, failing as soon as it exceeds `limit`.
@@ -558,6 +612,15 @@ impl Redactor {
         }
         needles.retain(|n| !n.is_empty());
         Self { needles }
+    }
+
+    /// A recorded response body with the call's credentials scrubbed (in case the
+    /// server echoes them); free when the call sent none.
+    fn scrub_recorded(&self, mut response: RecordedResponse) -> RecordedResponse {
+        if !self.needles.is_empty() {
+            response.body = Bytes::from(self.scrub(&response.body));
+        }
+        response
     }
 
     fn scrub(&self, bytes: &[u8]) -> String {

@@ -81,6 +81,9 @@
 //!   `hook_call` span with controller, hook, parent and URL (without userinfo); request and
 //!   response bodies only at trace level, with the `data`/`stringData` values of every
 //!   Secret in them replaced by `[REDACTED]` ([`redact`]).
+//! * **Recording** (`HookClientConfig::recorder`): every exchange sent is handed to a
+//!   [`HookRecorder`]; [`DirectoryRecorder`] writes one redacted JSON file per exchange
+//!   off the sync path ([`record`]). Off by default; then nothing is kept.
 
 pub mod client;
 pub mod credentials;
@@ -88,6 +91,7 @@ pub mod error;
 mod etag;
 pub mod metrics;
 mod pool;
+pub mod record;
 pub mod redact;
 pub mod sources;
 pub mod target;
@@ -97,5 +101,6 @@ pub use client::{
 };
 pub use error::HookError;
 pub use metacontroller_api::wire::DecodeError;
+pub use record::{DirectoryRecorder, HookRecorder, RecordedExchange, RecordedResponse};
 pub use sources::{ConfigMapSource, MemoryObjects, ObjectData, SecretSource, SourceError};
 pub use target::{HostResolver, StaticHostResolver};

@@ -11,6 +11,12 @@ pub const REDACTED: &str = "[REDACTED]";
 /// Replaces the values of `data` and `stringData` of every core/v1 Secret anywhere in
 /// `value` (objects nested in maps and lists included) with [`REDACTED`].
 pub fn redact_secret_data(value: &mut Value) {
+    redact_secret_data_with(value, REDACTED);
+}
+
+/// Like [`redact_secret_data`] with `marker` as the replacement (recordings use a marker
+/// that is valid base64, see [`crate::record::RECORD_REDACTED`]).
+pub fn redact_secret_data_with(value: &mut Value, marker: &str) {
     match value {
         Value::Object(map) => {
             let is_secret = map.get("kind").and_then(Value::as_str) == Some("Secret")
@@ -20,21 +26,23 @@ pub fn redact_secret_data(value: &mut Value) {
                     .is_none_or(|v| v == "v1");
             for (key, field) in map.iter_mut() {
                 if is_secret && (key == "data" || key == "stringData") {
-                    redact_values(field);
+                    redact_values(field, marker);
                 } else if is_secret && key == "metadata" {
-                    redact_last_applied(field);
+                    redact_last_applied(field, marker);
                 } else {
-                    redact_secret_data(field);
+                    redact_secret_data_with(field, marker);
                 }
             }
         }
-        Value::Array(items) => items.iter_mut().for_each(redact_secret_data),
+        Value::Array(items) => items
+            .iter_mut()
+            .for_each(|item| redact_secret_data_with(item, marker)),
         _ => {}
     }
 }
 
 /// A Secret's last-applied annotations (ours and kubectl's) hold a copy of its data.
-fn redact_last_applied(metadata: &mut Value) {
+fn redact_last_applied(metadata: &mut Value, marker: &str) {
     let Some(annotations) = metadata
         .get_mut("annotations")
         .and_then(Value::as_object_mut)
@@ -49,24 +57,24 @@ fn redact_last_applied(metadata: &mut Value) {
             .as_str()
             .and_then(|text| serde_json::from_str::<Value>(text).ok())
             .map(|mut copy| {
-                redact_secret_data(&mut copy);
+                redact_secret_data_with(&mut copy, marker);
                 copy.to_string()
             })
-            .unwrap_or_else(|| REDACTED.to_owned());
+            .unwrap_or_else(|| marker.to_owned());
         *value = Value::String(redacted);
     }
 }
 
-fn redact_values(field: &mut Value) {
+fn redact_values(field: &mut Value, marker: &str) {
     match field {
         Value::Object(entries) => {
             for entry in entries.values_mut() {
-                *entry = Value::String(REDACTED.to_owned());
+                *entry = Value::String(marker.to_owned());
             }
         }
         Value::Null => {}
         // Not a map (invalid Secret): hide it whole.
-        other => *other = Value::String(REDACTED.to_owned()),
+        other => *other = Value::String(marker.to_owned()),
     }
 }
 

@@ -180,6 +180,17 @@ pub struct ControllerArgs {
     #[arg(long, value_name = "PATH", visible_alias = "client-config-path")]
     pub kubeconfig: Option<PathBuf>,
 
+    /// Write every hook request and response (sync, finalize, customize) as a JSON file
+    /// into this directory, created if missing (not an upstream flag). Secret data is
+    /// redacted and request headers are never written; a file can be replayed with
+    /// `metacontroller render --request FILE`.
+    #[arg(long, value_name = "DIR")]
+    pub record_hooks: Option<PathBuf>,
+
+    /// With --record-hooks: keep at most this many recordings, removing the oldest.
+    #[arg(long, value_name = "N", requires = "record_hooks", value_parser = clap::value_parser!(u64).range(1..))]
+    pub record_hooks_max_files: Option<u64>,
+
     /// Enable upstream's HTTP API (accepted for compatibility; not served yet).
     #[arg(long, value_name = "BOOL", default_value_t = false, num_args = 0..=1,
           default_missing_value = "true", action = clap::ArgAction::Set, value_parser = go_bool)]
@@ -358,6 +369,23 @@ pub struct ValidateArgs {
     /// Manifest files (YAML or JSON, multi-document); other kinds are skipped.
     #[arg(short = 'f', long = "filename", value_name = "FILE", required = true, num_args = 1..)]
     pub files: Vec<PathBuf>,
+
+    /// Also check against this cluster that every resource the controllers name is served
+    /// (apiVersion + plural resource name), as `run --kubeconfig` connects.
+    #[arg(long, value_name = "PATH", visible_alias = "client-config-path")]
+    pub kubeconfig: Option<PathBuf>,
+
+    /// Like --kubeconfig, with the cluster found as `run` finds it without that flag:
+    /// $KUBECONFIG, ~/.kube/config, then in-cluster.
+    #[arg(long, conflicts_with = "kubeconfig")]
+    pub live: bool,
+}
+
+impl ValidateArgs {
+    /// Whether the cluster checks run.
+    pub fn online(&self) -> bool {
+        self.live || self.kubeconfig.is_some()
+    }
 }
 
 fn go_duration(value: &str) -> Result<Duration, String> {

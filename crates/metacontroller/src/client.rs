@@ -12,6 +12,8 @@ mod proxy;
 mod rate_limit;
 mod timeout;
 
+use std::path::Path;
+
 use anyhow::Context;
 use kube::client::ClientBuilder;
 use kube::config::{KubeConfigOptions, Kubeconfig};
@@ -21,17 +23,10 @@ use crate::cli::ControllerArgs;
 
 pub use metrics::RequestMetrics;
 
-/// Burst used when `--client-go-burst` is 0 (client-go's default).
-const DEFAULT_BURST: u32 = 10;
-
-/// Builds the client from --kubeconfig, else the usual inference ($KUBECONFIG,
-/// ~/.kube/config, in-cluster service account), and registers its request counter in
-/// `registry`.
-pub async fn client(
-    args: &ControllerArgs,
-    registry: &prometheus::Registry,
-) -> anyhow::Result<Client> {
-    let mut config = match &args.kubeconfig {
+/// The client configuration from `kubeconfig`, else the usual inference ($KUBECONFIG,
+/// ~/.kube/config, in-cluster service account), with the proxy from the environment.
+pub async fn config(kubeconfig: Option<&Path>) -> anyhow::Result<Config> {
+    let mut config = match kubeconfig {
         Some(path) => {
             let kubeconfig = Kubeconfig::read_from(path)
                 .with_context(|| format!("reading kubeconfig {}", path.display()))?;
@@ -44,6 +39,20 @@ pub async fn client(
             .context("no kubeconfig found (set --kubeconfig or $KUBECONFIG, or run in a pod)")?,
     };
     proxy::apply_environment(&mut config);
+    Ok(config)
+}
+
+/// Burst used when `--client-go-burst` is 0 (client-go's default).
+const DEFAULT_BURST: u32 = 10;
+
+/// Builds the client from --kubeconfig, else the usual inference ($KUBECONFIG,
+/// ~/.kube/config, in-cluster service account), and registers its request counter in
+/// `registry`.
+pub async fn client(
+    args: &ControllerArgs,
+    registry: &prometheus::Registry,
+) -> anyhow::Result<Client> {
+    let config = config(args.kubeconfig.as_deref()).await?;
     let host = config
         .cluster_url
         .authority()

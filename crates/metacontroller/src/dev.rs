@@ -66,6 +66,12 @@ pub async fn dev(args: DevArgs) -> anyhow::Result<()> {
             "metacontroller dev: simulation off (--simulate=false): pods stay Pending, workloads do not move"
         ),
     }
+    if let Some(dir) = &controller.record_hooks {
+        println!(
+            "metacontroller dev: recording hook exchanges to {} (replay one with `metacontroller render --request FILE`)",
+            dir.display()
+        );
+    }
     println!("metacontroller dev: press Ctrl-C to stop");
 
     let result = run::run(controller).await;

@@ -15,6 +15,7 @@ mod shard;
 mod shutdown;
 mod sources;
 mod validate_cmd;
+mod validate_served;
 
 use std::process::ExitCode;
 
@@ -56,7 +57,7 @@ fn main() -> ExitCode {
             Command::Run(args) => run::run(args).await,
             Command::Dev(args) => dev::dev(args).await,
             Command::Merge(args) => merge_cmd::run(&args),
-            Command::Validate(args) => validate_cmd::run(&args),
+            Command::Validate(args) => validate_cmd::run(&args).await,
             Command::Render(args) => render::run(&args).await,
         }
     });

@@ -218,6 +218,7 @@ impl Shared {
             config_maps: Some(sources),
             registry: Some(registry.clone()),
             replica,
+            recorder: hook_recorder(args)?,
             ..Default::default()
         })
         .context("building the hook client")?;
@@ -241,6 +242,23 @@ impl Shared {
             readiness,
         })
     }
+}
+
+/// The `--record-hooks` recorder, if asked for. An unusable directory stops the start (the
+/// user asked for recordings); later write failures are only logged.
+fn hook_recorder(
+    args: &ControllerArgs,
+) -> anyhow::Result<Option<std::sync::Arc<dyn metacontroller_hooks::HookRecorder>>> {
+    let Some(dir) = &args.record_hooks else {
+        return Ok(None);
+    };
+    let max_files = args
+        .record_hooks_max_files
+        .map(|n| usize::try_from(n).unwrap_or(usize::MAX));
+    let recorder = metacontroller_hooks::DirectoryRecorder::new(dir, max_files)
+        .with_context(|| format!("--record-hooks: cannot use {}", dir.display()))?;
+    tracing::info!(dir = %dir.display(), max_files = ?max_files, "recording hook exchanges (Secret data redacted)");
+    Ok(Some(std::sync::Arc::new(recorder)))
 }
 
 /// Why a reconciler could not start, and which Event reports it on the controller object.

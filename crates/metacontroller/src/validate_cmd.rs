@@ -4,6 +4,8 @@
 //! Each document is decoded into the controller's own types (what the CRD schema allows,
 //! with the field path of a wrong value) and then checked with the same rules the
 //! controller applies before it starts a controller (`metacontroller_api::validation`).
+//! With `--kubeconfig PATH` (or `--live`) the resources they name are also looked up in
+//! the cluster's API discovery ([`crate::validate_served`]).
 
 use std::path::Path;
 
@@ -22,14 +24,36 @@ use crate::cli::ValidateArgs;
 const GROUP_VERSION: &str = "metacontroller.k8s.io/v1alpha1";
 
 /// Checks every document of every file; prints one line per problem and fails if any.
-pub fn run(args: &ValidateArgs) -> anyhow::Result<()> {
+pub async fn run(args: &ValidateArgs) -> anyhow::Result<()> {
+    let mut documents = Vec::new();
+    for file in &args.files {
+        documents.push((file, read_documents(file)?));
+    }
+    let served = if args.online() {
+        let config = crate::client::config(args.kubeconfig.as_deref()).await?;
+        let client = kube::Client::try_from(config).context("building the Kubernetes client")?;
+        let (map, warnings) = crate::validate_served::discover(&client).await?;
+        for warning in warnings {
+            println!("warning: {warning}");
+        }
+        Some(map)
+    } else {
+        None
+    };
     let mut errors = 0usize;
     let mut checked = 0usize;
-    for file in &args.files {
-        for (index, doc) in read_documents(file)?.into_iter().enumerate() {
-            let Some(report) = check_document(doc) else {
+    for (file, docs) in documents {
+        for (index, doc) in docs.into_iter().enumerate() {
+            let cluster = served
+                .as_ref()
+                .map(|served| crate::validate_served::check(&doc, served));
+            let Some(mut report) = check_document(doc) else {
                 continue;
             };
+            if let Some((cluster_errors, cluster_warnings)) = cluster {
+                report.errors.extend(cluster_errors);
+                report.warnings.extend(cluster_warnings);
+            }
             checked += 1;
             let label = format!(
                 "{} (document {}) {}",

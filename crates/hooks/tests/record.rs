@@ -1,0 +1,229 @@
+//! Hook recordings (`DirectoryRecorder`) for every outcome of a call: 200 JSON, a refused
+//! status with a text body, a connection refused; credentials sent with the call (and
+//! echoed by the server) never reach a file.
+
+mod support;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::body::Body;
+use axum::http::StatusCode;
+use axum::response::Response;
+use metacontroller_api::hook::{Authorization, SecretKeyReference};
+use metacontroller_hooks::{
+    CallContext, DirectoryRecorder, HookClient, HookClientConfig, MemoryObjects,
+};
+use serde_json::{json, Value};
+use support::{hook, start, webhook_mut};
+
+const TOKEN: &str = "tok-SECRET-recorded-9";
+
+/// The recordings of `dir` once there are `count`, in name order.
+fn recordings(dir: &Path, count: usize) -> Vec<(String, Value)> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let mut names: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.ends_with(".json") && !n.starts_with('.'))
+            .collect();
+        if names.len() >= count {
+            names.sort();
+            return names
+                .into_iter()
+                .map(|n| {
+                    let text = std::fs::read_to_string(dir.join(&n)).unwrap();
+                    assert!(!text.contains(TOKEN), "{n} leaks the token:\n{text}");
+                    (n, serde_json::from_str(&text).unwrap())
+                })
+                .collect();
+        }
+        assert!(Instant::now() < deadline, "only {names:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[tokio::test]
+async fn every_outcome_is_recorded_without_credentials() {
+    // Echoes the Authorization header back, in a 200 JSON body and in a 500 text body.
+    let server = start(None, |seen, _| {
+        let auth = seen.header("authorization").unwrap_or_default();
+        let (status, body) = if seen.path == "/ok" {
+            (
+                StatusCode::OK,
+                json!({"children": [], "echo": auth}).to_string(),
+            )
+        } else {
+            (StatusCode::INTERNAL_SERVER_ERROR, format!("boom {auth}"))
+        };
+        Response::builder()
+            .status(status)
+            .body(Body::from(body))
+            .unwrap()
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let objects = Arc::new(MemoryObjects::new());
+    objects.set("hooks", "token", [("token", TOKEN)]);
+    let client = HookClient::new(HookClientConfig {
+        secrets: Some(objects.clone()),
+        recorder: Some(Arc::new(DirectoryRecorder::new(dir.path(), None).unwrap())),
+        ..HookClientConfig::default()
+    })
+    .unwrap()
+    .for_controller_type("DecoratorController");
+    let ctx = CallContext {
+        controller: "deco",
+        hook_name: "sync",
+        parent_key: "ns/p",
+    };
+    let with_token = |url: String| {
+        let mut h = hook(&url);
+        webhook_mut(&mut h).authorization = Some(Authorization {
+            type_: None,
+            secret_ref: SecretKeyReference {
+                name: "token".into(),
+                namespace: Some("hooks".into()),
+                key: Some("token".into()),
+            },
+        });
+        h
+    };
+    let request = json!({"parent": {"metadata": {"name": "p", "namespace": "ns"}},
+        "attachments": {"Secret.v1": {"s": {"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "s"}, "stringData": {"k": "plain-secret"}}}}});
+
+    let ok: Value = client
+        .call(&ctx, &with_token(server.url("http", "/ok")), &[], &request)
+        .await
+        .unwrap();
+    assert_eq!(
+        ok["echo"],
+        format!("Bearer {TOKEN}"),
+        "the server got the token"
+    );
+    let refused = client
+        .call::<_, Value>(
+            &ctx,
+            &with_token(server.url("http", "/fail")),
+            &[],
+            &request,
+        )
+        .await;
+    assert!(refused.is_err());
+    // Nothing listens on the discard port of localhost.
+    let unreachable = client
+        .call::<_, Value>(&ctx, &hook("http://127.0.0.1:9/sync"), &[], &request)
+        .await;
+    assert!(unreachable.is_err());
+
+    let files = recordings(dir.path(), 3);
+    assert_eq!(files.len(), 3, "{files:?}");
+    for (name, record) in &files {
+        assert!(name.ends_with("-deco-sync-ns-p.json"), "{name}");
+        assert_eq!(record["controller"]["kind"], "DecoratorController");
+        assert_eq!(record["controller"]["name"], "deco");
+        let secret = &record["request"]["attachments"]["Secret.v1"]["s"];
+        assert_eq!(secret["stringData"]["k"], "REDACTED", "{record:#}");
+        assert!(!record.to_string().contains("plain-secret"));
+    }
+    let by_url = |path: &str| {
+        files
+            .iter()
+            .map(|(_, r)| r)
+            .find(|r| r["url"].as_str().unwrap().ends_with(path))
+            .unwrap_or_else(|| panic!("no recording of {path}: {files:?}"))
+    };
+    let ok = by_url("/ok");
+    assert_eq!(ok["response"]["status"], 200);
+    assert_eq!(ok["response"]["body"]["echo"], "Bearer [REDACTED]");
+    assert!(ok.get("error").is_none());
+    let fail = by_url("/fail");
+    assert_eq!(fail["response"]["status"], 500);
+    assert_eq!(fail["response"]["body"], Value::Null);
+    assert_eq!(fail["response"]["bodyText"], "boom Bearer [REDACTED]");
+    assert!(fail.get("error").is_none());
+    let down = by_url(":9/sync");
+    assert_eq!(down["response"], Value::Null);
+    assert!(
+        down["error"].as_str().unwrap().contains("transport error"),
+        "{down:#}"
+    );
+}
+
+#[derive(Clone, Default)]
+struct Capture(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Capture {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Capture {
+    type Writer = Capture;
+    fn make_writer(&'a self) -> Self::Writer {
+        self.clone()
+    }
+}
+
+/// The directory becomes unusable after start (here: replaced by a file, which fails even
+/// for root): calls still succeed, and the writer logs a warning.
+#[tokio::test]
+async fn a_failing_recording_never_fails_the_call() {
+    let capture = Capture::default();
+    // The writer logs from its own thread: a global subscriber sees it.
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::WARN)
+        .with_writer(capture.clone())
+        .with_ansi(false)
+        .finish();
+    tracing::subscriber::set_global_default(subscriber).unwrap();
+
+    let server = start(None, |_, _| {
+        Response::builder()
+            .status(StatusCode::OK)
+            .body(Body::from(r#"{"children":[]}"#))
+            .unwrap()
+    })
+    .await;
+    let base = tempfile::tempdir().unwrap();
+    let dir = base.path().join("rec");
+    let client = HookClient::new(HookClientConfig {
+        recorder: Some(Arc::new(DirectoryRecorder::new(&dir, None).unwrap())),
+        ..HookClientConfig::default()
+    })
+    .unwrap();
+    std::fs::remove_dir(&dir).unwrap();
+    std::fs::write(&dir, "not a directory").unwrap();
+    let ctx = CallContext {
+        controller: "c",
+        hook_name: "sync",
+        parent_key: "p",
+    };
+    for _ in 0..3 {
+        let reply: Value = client
+            .call(&ctx, &hook(&server.url("http", "/sync")), &[], &json!({}))
+            .await
+            .unwrap();
+        assert_eq!(reply, json!({"children": []}));
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let logs = String::from_utf8_lossy(&capture.0.lock().unwrap()).into_owned();
+        if logs.contains("--record-hooks: cannot write") {
+            // One warning for the three failures (rate limited).
+            assert_eq!(logs.matches("--record-hooks").count(), 1, "{logs}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "no warning: {logs}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}

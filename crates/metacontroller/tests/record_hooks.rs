@@ -1,0 +1,453 @@
+//! `--record-hooks DIR` as a user runs it: `metacontroller run` against a test cluster with
+//! a Python hook, and `metacontroller dev` with `--record-hooks-max-files`. Each recording
+//! must hold the request the hook server really received, with Secret data redacted while
+//! the hook got the real data.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, DeleteParams, PostParams};
+use kube::core::DynamicObject;
+use metacontroller_api::composite::CompositeController;
+use metacontroller_testkit::example::{free_port, installed, start_hook};
+use metacontroller_testkit::{
+    crd, dynamic_api, eventually_within, unique_name, ControllerProcess, HookReply, HookServer,
+    TestCluster,
+};
+use serde_json::{json, Value};
+
+/// base64("hunter2"): the Secret value the hook asks for.
+const SECRET_B64: &str = "aHVudGVyMg==";
+
+/// A hook server in Python: logs every request body it receives (one file each, written
+/// before it answers) and answers sync with a Secret child, finalize with `finalized`,
+/// customize with no related resources.
+const PYTHON_HOOK: &str = r#"
+import json, os, sys, threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+port, log_dir = int(sys.argv[1]), sys.argv[2]
+lock, count = threading.Lock(), [0]
+
+class Hook(BaseHTTPRequestHandler):
+    def do_POST(self):
+        body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        hook = self.path.strip("/")
+        with lock:
+            count[0] += 1
+            n = count[0]
+        tmp = os.path.join(log_dir, ".%d.tmp" % n)
+        with open(tmp, "wb") as f:
+            f.write(body)
+        os.rename(tmp, os.path.join(log_dir, "%06d-%s.json" % (n, hook)))
+        req = json.loads(body)
+        name = req["parent"]["metadata"]["name"]
+        if hook == "finalize":
+            resp = {"finalized": True, "children": []}
+        elif hook == "customize":
+            resp = {"relatedResources": []}
+        else:
+            resp = {"status": {"secrets": len(req["children"].get("Secret.v1", {}))},
+                    "children": [{"apiVersion": "v1", "kind": "Secret",
+                                  "metadata": {"name": name + "-secret"},
+                                  "data": {"password": "aHVudGVyMg=="}}]}
+        out = json.dumps(resp).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(out)))
+        self.end_headers()
+        self.wfile.write(out)
+
+    def log_message(self, *args):
+        pass
+
+ThreadingHTTPServer(("127.0.0.1", port), Hook).serve_forever()
+"#;
+
+/// The JSON files of `dir` (recordings or hook logs), sorted by name.
+fn json_files(dir: &Path) -> Vec<(String, Value)> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.ends_with(".json") && !n.starts_with('.'))
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    names
+        .into_iter()
+        .filter_map(|name| {
+            // Pruned (--record-hooks-max-files) between the listing and the read.
+            let text = std::fs::read_to_string(dir.join(&name)).ok()?;
+            let value = serde_json::from_str(&text)
+                .unwrap_or_else(|e| panic!("{name} is not complete JSON ({e}): {text}"));
+            Some((name, value))
+        })
+        .collect()
+}
+
+/// `value` without Secret data (and without Secrets' last-applied annotations), so a
+/// recording and the request the hook received compare equal.
+fn without_secret_data(value: &Value) -> Value {
+    let mut value = value.clone();
+    strip(&mut value);
+    value
+}
+
+fn strip(value: &mut Value) {
+    match value {
+        Value::Object(map) => {
+            if map.get("kind").and_then(Value::as_str) == Some("Secret") {
+                map.remove("data");
+                map.remove("stringData");
+                if let Some(annotations) = map
+                    .get_mut("metadata")
+                    .and_then(|m| m.get_mut("annotations"))
+                    .and_then(Value::as_object_mut)
+                {
+                    annotations.retain(|k, _| !k.ends_with("last-applied-configuration"));
+                }
+            }
+            map.values_mut().for_each(strip);
+        }
+        Value::Array(items) => items.iter_mut().for_each(strip),
+        _ => {}
+    }
+}
+
+/// Every recorded request of `hook` matches a request the hook server logged (Secret data
+/// aside), and every recording of a Secret shows `REDACTED` instead of the value.
+fn assert_recordings_match(recordings: &[(String, Value)], received: &[Value], hook: &str) {
+    let received: Vec<Value> = received.iter().map(without_secret_data).collect();
+    let mut matched = 0;
+    for (name, record) in recordings.iter().filter(|(_, r)| r["hook"] == hook) {
+        let request = without_secret_data(&record["request"]);
+        assert!(
+            received.contains(&request),
+            "{name}: the recorded request is not one the hook received:\n{record:#}"
+        );
+        matched += 1;
+    }
+    assert!(matched > 0, "no {hook} recording");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_records_sync_finalize_and_customize_exchanges_with_secrets_redacted() {
+    if !installed("python3") {
+        return;
+    }
+    let cluster = TestCluster::start().await;
+    cluster.install_metacontroller_crds().await;
+    let ns = cluster.create_namespace("record").await;
+    let parent = crd(
+        &format!("{}.example.com", unique_name("record")),
+        "v1",
+        "Parent",
+        "parents",
+    );
+    cluster.install_crd(&parent.build()).await;
+
+    let work = tempfile::tempdir().unwrap();
+    let hook_log = work.path().join("received");
+    let recordings = work.path().join("recordings").join("nested");
+    std::fs::create_dir_all(&hook_log).unwrap();
+    let script = work.path().join("hook.py");
+    std::fs::write(&script, PYTHON_HOOK).unwrap();
+    let port = free_port();
+    let mut python = Command::new("python3");
+    python.arg(&script).arg(port.to_string()).arg(&hook_log);
+    let _hook = start_hook(python, port);
+
+    let label = unique_name("team");
+    let name = unique_name("record");
+    let controller: CompositeController = serde_json::from_value(json!({
+        "apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "CompositeController",
+        "metadata": {"name": name, "labels": {"team": label}},
+        "spec": {
+            "parentResource": {"apiVersion": parent.api_version(), "resource": parent.plural()},
+            "generateSelector": true,
+            "childResources": [{"apiVersion": "v1", "resource": "secrets",
+                                "updateStrategy": {"method": "InPlace"}}],
+            "hooks": {
+                "sync": {"webhook": {"url": format!("http://127.0.0.1:{port}/sync")}},
+                "finalize": {"webhook": {"url": format!("http://127.0.0.1:{port}/finalize")}},
+                "customize": {"webhook": {"url": format!("http://127.0.0.1:{port}/customize")}},
+            },
+        }
+    }))
+    .unwrap();
+    Api::<CompositeController>::all(cluster.client())
+        .create(&PostParams::default(), &controller)
+        .await
+        .unwrap();
+    let selector = format!("team={label}");
+    let process = ControllerProcess::run(
+        env!("CARGO_BIN_EXE_metacontroller"),
+        cluster.kubeconfig_path(),
+        &[
+            "--discovery-interval",
+            "500ms",
+            "--target-label-selector",
+            &selector,
+            "--metrics-address",
+            "0",
+            "--health-probe-bind-address",
+            "0",
+            "--record-hooks",
+            recordings.to_str().unwrap(),
+        ],
+    );
+
+    let parents = dynamic_api(
+        cluster.client(),
+        &parent.api_version(),
+        parent.kind(),
+        parent.plural(),
+        Some(&ns),
+    );
+    let obj: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": parent.api_version(), "kind": "Parent", "metadata": {"name": "p"},
+    }))
+    .unwrap();
+    parents.create(&PostParams::default(), &obj).await.unwrap();
+
+    // The second sync sees the Secret child (with its data) as observed.
+    let secrets: Api<Secret> = Api::namespaced(cluster.client(), &ns);
+    eventually_within(
+        "a recorded sync whose request holds the observed Secret",
+        Duration::from_secs(60),
+        || async {
+            json_files(&recordings).iter().any(|(_, r)| {
+                r["hook"] == "sync" && r["request"]["children"]["Secret.v1"]["p-secret"].is_object()
+            })
+        },
+    )
+    .await;
+    let secret = secrets.get("p-secret").await.unwrap();
+    assert_eq!(
+        secret.data.unwrap()["password"].0,
+        b"hunter2",
+        "the child got the real data"
+    );
+
+    parents.delete("p", &DeleteParams::default()).await.unwrap();
+    eventually_within("a recorded finalize", Duration::from_secs(60), || async {
+        json_files(&recordings)
+            .iter()
+            .any(|(_, r)| r["hook"] == "finalize")
+    })
+    .await;
+    eventually_within("parent gone", Duration::from_secs(60), || async {
+        parents.get_opt("p").await.unwrap().is_none()
+    })
+    .await;
+
+    let received: Vec<(String, Value)> = json_files(&hook_log);
+    let records = json_files(&recordings);
+    let requests = |hook: &str| -> Vec<Value> {
+        received
+            .iter()
+            .filter(|(n, _)| n.ends_with(&format!("-{hook}.json")))
+            .map(|(_, v)| v.clone())
+            .collect()
+    };
+    // The hook got the real data; the recordings hold none of it.
+    let received_text = serde_json::to_string(&requests("sync")).unwrap();
+    assert!(received_text.contains(SECRET_B64), "{received_text}");
+    for (file, record) in &records {
+        let text = std::fs::read_to_string(recordings.join(file)).unwrap();
+        assert!(
+            !text.contains(SECRET_B64),
+            "{file} leaks Secret data:\n{text}"
+        );
+        assert!(
+            !text.to_ascii_lowercase().contains("authorization"),
+            "{text}"
+        );
+        assert_eq!(record["controller"]["kind"], "CompositeController");
+        assert_eq!(record["controller"]["name"], name.as_str());
+        assert_eq!(record["response"]["status"], 200, "{file}");
+        assert!(
+            record["startedAt"].as_str().unwrap().ends_with('Z'),
+            "{file}"
+        );
+        assert!(record["durationMs"].is_u64(), "{file}");
+        assert!(record.get("error").is_none(), "{file}");
+        let hook = record["hook"].as_str().unwrap();
+        assert_eq!(record["url"], format!("http://127.0.0.1:{port}/{hook}"));
+        assert!(
+            file.contains(&format!("-{}-{hook}-{ns}-p.json", sanitized(&name))),
+            "{file}"
+        );
+    }
+    assert_recordings_match(&records, &requests("sync"), "sync");
+    assert_recordings_match(&records, &requests("finalize"), "finalize");
+    assert_recordings_match(&records, &requests("customize"), "customize");
+    let observed = records
+        .iter()
+        .find_map(|(_, r)| {
+            let secret = &r["request"]["children"]["Secret.v1"]["p-secret"];
+            secret.is_object().then(|| secret.clone())
+        })
+        .unwrap();
+    assert_eq!(observed["data"]["password"], "REDACTED", "{observed:#}");
+    assert_eq!(observed["metadata"]["name"], "p-secret");
+    let desired = &records.iter().find(|(_, r)| r["hook"] == "sync").unwrap().1["response"]["body"]
+        ["children"][0];
+    assert_eq!(desired["data"]["password"], "REDACTED", "{desired:#}");
+    let finalize = records
+        .iter()
+        .rev()
+        .find(|(_, r)| r["hook"] == "finalize")
+        .unwrap();
+    assert_eq!(finalize.1["response"]["body"]["finalized"], true);
+    // Every exchange the hook received was recorded (the writer may lag the hook).
+    eventually_within(
+        "one recording per received request",
+        Duration::from_secs(10),
+        || async { json_files(&recordings).len() >= json_files(&hook_log).len() },
+    )
+    .await;
+    assert!(
+        process.logs().contains("recording hook exchanges"),
+        "{}",
+        process.logs()
+    );
+}
+
+fn sanitized(name: &str) -> String {
+    name.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '.' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+/// `metacontroller dev --record-hooks DIR --record-hooks-max-files 3`: recordings appear,
+/// match what the hook server got, and the directory never keeps more than 3.
+/// Dev mode is by definition the embedded API server, so this test ignores
+/// `METACONTROLLER_E2E_KUBECONFIG`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dev_records_hooks_and_keeps_at_most_max_files() {
+    let hook = HookServer::start(|_, req| {
+        HookReply::json(
+            json!({"status": {"n": req["parent"]["spec"]["n"].clone()}, "children": []}),
+        )
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    let recordings: PathBuf = dir.path().join("rec");
+    std::fs::create_dir_all(&recordings).unwrap();
+    // A stale recording from an earlier run counts towards the bound and goes first.
+    let stale = recordings.join("0000000000001-000001-old-sync-_-x.json");
+    std::fs::write(&stale, "{}").unwrap();
+    let mut command = Command::new(env!("CARGO_BIN_EXE_metacontroller"));
+    command
+        .args(["dev", "--port", "0", "--simulate=false", "--dev-kubeconfig"])
+        .arg(&kubeconfig)
+        .args(["--metrics-address", "0", "--health-probe-bind-address", "0"])
+        .arg("--record-hooks")
+        .arg(&recordings)
+        .args(["--record-hooks-max-files", "3"])
+        .env_remove("KUBECONFIG");
+    let mut process = ControllerProcess::spawn(command);
+    process.wait_for_line("dev mode ready", Duration::from_secs(60), |l| {
+        l.contains("press Ctrl-C")
+    });
+    assert!(
+        process.logs().contains("recording hook exchanges to"),
+        "{}",
+        process.logs()
+    );
+
+    let config = kube::Config::from_custom_kubeconfig(
+        kube::config::Kubeconfig::read_from(&kubeconfig).unwrap(),
+        &Default::default(),
+    )
+    .await
+    .unwrap();
+    let client = kube::Client::try_from(config).unwrap();
+    let parent = crd("dev-record.example.com", "v1", "Parent", "parents");
+    let crd_object: CustomResourceDefinition = serde_json::from_value(parent.build()).unwrap();
+    Api::<CustomResourceDefinition>::all(client.clone())
+        .create(&PostParams::default(), &crd_object)
+        .await
+        .unwrap();
+    let controller: CompositeController = serde_json::from_value(json!({
+        "apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "CompositeController",
+        "metadata": {"name": "dev-record"},
+        "spec": {
+            "parentResource": {"apiVersion": parent.api_version(), "resource": "parents"},
+            "generateSelector": true,
+            "resyncPeriodSeconds": 1,
+            "hooks": {"sync": {"webhook": {"url": hook.url("/sync")}}},
+        }
+    }))
+    .unwrap();
+    Api::<CompositeController>::all(client.clone())
+        .create(&PostParams::default(), &controller)
+        .await
+        .unwrap();
+    let parents = dynamic_api(
+        client.clone(),
+        &parent.api_version(),
+        "Parent",
+        "parents",
+        Some("default"),
+    );
+    let obj: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": parent.api_version(), "kind": "Parent",
+        "metadata": {"name": "p"}, "spec": {"n": 7},
+    }))
+    .unwrap();
+    eventually_within(
+        "parent created (CRD served)",
+        Duration::from_secs(30),
+        || async { parents.create(&PostParams::default(), &obj).await.is_ok() },
+    )
+    .await;
+
+    // resyncPeriodSeconds keeps syncs coming: many more than 3 calls.
+    eventually_within("six sync calls", Duration::from_secs(60), || async {
+        hook.calls("/sync") >= 6
+    })
+    .await;
+    eventually_within(
+        "the directory bounded to the 3 newest recordings",
+        Duration::from_secs(20),
+        || async {
+            let files = json_files(&recordings);
+            files.len() == 3 && !stale.exists()
+        },
+    )
+    .await;
+    let files = json_files(&recordings);
+    // A write lands just before its prune: momentarily one more.
+    assert!((3..=4).contains(&files.len()), "{files:?}");
+    let received = hook.requests("/sync");
+    for (name, record) in &files {
+        assert!(name.ends_with("-dev-record-sync-default-p.json"), "{name}");
+        assert!(received.contains(&record["request"]), "{name}: {record:#}");
+        assert_eq!(record["response"]["body"]["status"]["n"], 7, "{name}");
+    }
+    // The oldest went first: of at least 6 recordings, the first 3 are gone, and the
+    // survivors are consecutive.
+    let mut seqs: Vec<u64> = files
+        .iter()
+        .map(|(name, _)| name.split('-').nth(1).unwrap().parse().unwrap())
+        .collect();
+    seqs.sort();
+    assert!(seqs[0] > 3, "{seqs:?}");
+    assert!(seqs.windows(2).all(|w| w[1] == w[0] + 1), "{seqs:?}");
+    drop(process);
+}
