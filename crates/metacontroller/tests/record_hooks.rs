@@ -313,6 +313,39 @@ async fn run_records_sync_finalize_and_customize_exchanges_with_secrets_redacted
         || async { json_files(&recordings).len() >= json_files(&hook_log).len() },
     )
     .await;
+    // A recorded exchange replays through `render --request` against the same hook.
+    let (file, _) = records
+        .iter()
+        .find(|(_, r)| r["hook"] == "sync")
+        .expect("a recorded sync");
+    let controller_file = work.path().join("controller.json");
+    std::fs::write(&controller_file, serde_json::to_vec(&controller).unwrap()).unwrap();
+    let crd_file = work.path().join("crd.json");
+    std::fs::write(&crd_file, serde_json::to_vec(&parent.build()).unwrap()).unwrap();
+    let replay = Command::new(env!("CARGO_BIN_EXE_metacontroller"))
+        .arg("render")
+        .arg("--controller")
+        .arg(&controller_file)
+        .arg("--crd")
+        .arg(&crd_file)
+        .arg("--request")
+        .arg(recordings.join(file))
+        .arg("--hook-url")
+        .arg(format!("http://127.0.0.1:{port}/sync"))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&replay.stdout);
+    assert!(
+        replay.status.success(),
+        "render --request {file}: {}\n{stdout}",
+        String::from_utf8_lossy(&replay.stderr)
+    );
+    let rendered: Value = serde_yaml::from_str(&stdout).unwrap();
+    assert_eq!(rendered["children"][0]["kind"], "Secret", "{stdout}");
+    assert_eq!(
+        rendered["children"][0]["metadata"]["name"], "p-secret",
+        "{stdout}"
+    );
     assert!(
         process.logs().contains("recording hook exchanges"),
         "{}",
