@@ -9,6 +9,13 @@
 //! builds): sequential ≈ 6.4k calls/s, 32 concurrent ≈ 5.5k calls/s, bare reqwest
 //! baseline 5.6k–9.3k calls/s. The `hook_load` example (rounds alternating variants)
 //! gave 8.4k–10.7k sequential and 7.3k–15.6k concurrent at load ≈ 7.
+//!
+//! `--record-hooks` (2026-11-23, same machine, load from 3 other helpers' builds):
+//! sequential 107–139 µs per call; `sequential_recording_handoff_only` (the call path
+//! builds the record and hands it over, nothing written) 129 µs, within the run-to-run
+//! noise; `sequential_recording` (files written by the writer thread, max 1000 files)
+//! 321–426 µs: in this tight loop the writer thread (parse, redact, pretty JSON,
+//! create/write/rename/unlink per record) competes with the calls for the 2 cores.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -163,6 +170,35 @@ fn bench(c: &mut Criterion) {
     group.bench_function("sequential_recording", |b| {
         b.iter_custom(|iters| {
             let (client, hook, request) = (recording.clone(), hook.clone(), request.clone());
+            let started = Instant::now();
+            rt.block_on(rt.spawn(hook_calls(client, hook, request, iters)))
+                .unwrap();
+            started.elapsed()
+        })
+    });
+
+    // The hot-path share alone: a recorder that drops what it gets (what the call path
+    // pays for building the record, without the writer thread competing for the CPU).
+    struct Discard;
+    impl metacontroller_hooks::HookRecorder for Discard {
+        fn record(&self, exchange: metacontroller_hooks::RecordedExchange) {
+            std::hint::black_box(exchange);
+        }
+    }
+    let handoff = HookClient::new(HookClientConfig {
+        recorder: Some(Arc::new(Discard)),
+        ..HookClientConfig::default()
+    })
+    .unwrap();
+    rt.block_on(hook_calls(
+        handoff.clone(),
+        hook.clone(),
+        request.clone(),
+        100,
+    ));
+    group.bench_function("sequential_recording_handoff_only", |b| {
+        b.iter_custom(|iters| {
+            let (client, hook, request) = (handoff.clone(), hook.clone(), request.clone());
             let started = Instant::now();
             rt.block_on(rt.spawn(hook_calls(client, hook, request, iters)))
                 .unwrap();
