@@ -2,19 +2,22 @@
 //!
 //! `cargo run -p metacontroller-dynamic --example cache_bytes [-- N]`
 //!
-//! Objects are decoded from JSON the way the watcher decodes them (`DynamicObject`), stored,
-//! and measured with a counting global allocator wrapped around the system allocator: it
+//! Objects are decoded from JSON the way the watcher decodes them (`DynamicObject`), stored
+//! decoded (the cache before) and as `CompactObject`s (the informers' cache now), and measured with a counting global allocator wrapped around the system allocator: it
 //! reports exact live heap bytes (what the program asked for, allocator overhead excluded),
 //! deterministic across runs and independent of the allocator's arenas, so a change to the
 //! representation shows as a change of this number and nothing else. Peak RSS, which also
-//! counts fragmentation, comes from the load harness (`hack/load-composite.sh`).
+//! counts fragmentation, comes from the load harness (`hack/load-composite.sh`). It also
+//! prints the time to decode a cached object (paid on every read) and to encode one (paid on
+//! every watch event); run it with `--release` for those.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicIsize, Ordering};
 use std::sync::Arc;
+use std::time::Instant;
 
 use kube::core::DynamicObject;
-use metacontroller_dynamic::Store;
+use metacontroller_dynamic::{CompactObject, Store};
 use serde_json::json;
 
 struct Counting;
@@ -123,37 +126,84 @@ fn decode(bytes: &[u8]) -> DynamicObject {
     serde_json::from_slice(bytes).expect("valid object")
 }
 
-/// Live bytes per object of a store of `n` objects, and bytes per object at the peak of a
-/// relist returning the same `n` objects: as the informer did before (every listed object
-/// decoded and buffered until the list completes) and as it does now (an object the store
-/// holds at the same resourceVersion is shared, the decoded copy dropped).
-fn measure(n: usize, make: fn(usize) -> Vec<u8>) -> (f64, f64, f64, usize) {
+fn compact(bytes: &[u8]) -> CompactObject {
+    CompactObject::encode(&decode(bytes)).expect("encodable")
+}
+
+/// One object kind's figures, per object.
+struct Figures {
+    wire: usize,
+    /// Live bytes of a store of decoded `DynamicObject`s (the cache before `CompactObject`).
+    dynamic: f64,
+    /// Live bytes of a store of `CompactObject`s (the informers' cache now).
+    compact: f64,
+    /// Peak during a relist of a decoded store that buffers every listed object.
+    dynamic_relist: f64,
+    /// Peak during a relist of a compact store where every object changed (a second compact
+    /// copy is buffered until the list completes; unchanged objects are shared, no copy).
+    compact_relist: f64,
+    /// Microseconds to decode a cached object (every read) and to encode one (every event).
+    decode_us: f64,
+    encode_us: f64,
+}
+
+fn measure(n: usize, make: fn(usize) -> Vec<u8>) -> Figures {
     let wire: Vec<Vec<u8>> = (0..n).map(make).collect();
     let wire_len = wire.iter().map(Vec::len).sum::<usize>() / n;
+    let per = |b: isize| b as f64 / n as f64;
+
     let before = live();
     let mut store = Store::new();
     for bytes in &wire {
         store.upsert(decode(bytes)).expect("named");
     }
-    let stored = live() - before;
-
+    let dynamic = live() - before;
     PEAK.store(live(), Ordering::Relaxed);
     let buffer: Vec<Arc<DynamicObject>> = wire.iter().map(|b| Arc::new(decode(b))).collect();
     drop(store.replace_shared(buffer));
-    let relist_buffered = PEAK.load(Ordering::Relaxed) - before;
-
-    PEAK.store(live(), Ordering::Relaxed);
-    let buffer: Vec<Arc<DynamicObject>> = wire.iter().map(|b| store.share(decode(b))).collect();
-    drop(store.replace_shared(buffer));
-    let relist_shared = PEAK.load(Ordering::Relaxed) - before;
+    let dynamic_relist = PEAK.load(Ordering::Relaxed) - before;
     drop(store);
-    let per = |b: isize| b as f64 / n as f64;
-    (
-        per(stored),
-        per(relist_buffered),
-        per(relist_shared),
-        wire_len,
-    )
+
+    let before = live();
+    let mut store = Store::new();
+    for bytes in &wire {
+        store.upsert(compact(bytes)).expect("named");
+    }
+    let compact_bytes = live() - before;
+    PEAK.store(live(), Ordering::Relaxed);
+    // Every listed object at a new resourceVersion: nothing can be shared.
+    let buffer: Vec<Arc<CompactObject>> = wire
+        .iter()
+        .map(|b| {
+            let mut obj = decode(b);
+            obj.metadata.resource_version = Some("changed".into());
+            Arc::new(CompactObject::encode(&obj).expect("encodable"))
+        })
+        .collect();
+    drop(store.replace_shared(buffer));
+    let compact_relist = PEAK.load(Ordering::Relaxed) - before;
+
+    let cached: Vec<Arc<CompactObject>> = store.iter().cloned().collect();
+    let start = Instant::now();
+    for obj in &cached {
+        std::hint::black_box(obj.decode().expect("decodes"));
+    }
+    let decode_us = start.elapsed().as_secs_f64() * 1e6 / n as f64;
+    let decoded: Vec<DynamicObject> = wire.iter().map(|b| decode(b)).collect();
+    let start = Instant::now();
+    for obj in &decoded {
+        std::hint::black_box(CompactObject::encode(obj).expect("encodable"));
+    }
+    let encode_us = start.elapsed().as_secs_f64() * 1e6 / n as f64;
+    Figures {
+        wire: wire_len,
+        dynamic: per(dynamic),
+        compact: per(compact_bytes),
+        dynamic_relist: per(dynamic_relist),
+        compact_relist: per(compact_relist),
+        decode_us,
+        encode_us,
+    }
 }
 
 fn main() {
@@ -165,10 +215,13 @@ fn main() {
         ("ConfigMap child", configmap as fn(usize) -> Vec<u8>),
         ("parent (spec+status)", parent),
     ] {
-        let (stored, buffered, shared, wire) = measure(n, make);
+        let f = measure(n, make);
         println!(
-            "{what}: {n} objects, {wire} JSON bytes each; cached {stored:.0} B/object; \
-             relist peak {buffered:.0} B/object buffering the list, {shared:.0} B/object sharing unchanged objects"
+            "{what}: {n} objects, {} JSON bytes each\n  \
+             cached as DynamicObject: {:.0} B/object, relist peak {:.0} B/object (list buffered)\n  \
+             cached as CompactObject: {:.0} B/object, relist peak {:.0} B/object (every object changed)\n  \
+             decode {:.1} us/object (each read), encode {:.1} us/object (each event)",
+            f.wire, f.dynamic, f.dynamic_relist, f.compact, f.compact_relist, f.decode_us, f.encode_us
         );
     }
 }

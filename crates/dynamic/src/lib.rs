@@ -9,6 +9,7 @@
 //! - [`registry`]: one reference-counted instance per resource (informers shared by all
 //!   controllers, stopped with the last lease);
 //! - [`store`]: an informer's object store indexed by namespace and controller owner uid;
+//! - [`compact`]: the compact form informers cache objects in (JSON + index metadata);
 //! - [`selector`]: label / annotation selectors with Kubernetes semantics and the string form;
 //! - [`gate`]: the sync gate leader election and shutdown close in front of every worker;
 //! - [`workqueue`]: the per-controller queue (de-duplicated, one worker per key, backoff,
@@ -21,6 +22,7 @@
 //! - [`object`]: metadata access for `serde_json::Value` and `kube::core::DynamicObject`, and
 //!   the `namespace/name` key.
 
+pub mod compact;
 pub mod discover;
 pub mod discovery;
 pub mod expectations;
@@ -36,6 +38,7 @@ pub mod selector;
 pub mod store;
 pub mod workqueue;
 
+pub use compact::CompactObject;
 pub use discover::{discover, Discovered};
 pub use discovery::{ApiResource, DiscoveryError, ResourceDiff, ResourceId, ResourceMap};
 pub use expectations::{Expectations, DEFAULT_EXPECTATION_TTL};

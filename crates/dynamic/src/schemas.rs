@@ -159,11 +159,9 @@ impl Schemas {
             tracing::warn!("CustomResourceDefinitions not listed yet (RBAC: list/watch customresourcedefinitions?); custom resources merge by their OpenAPI v3 schema or by conventions meanwhile");
         }
         let name = format!("{resource}.{group}");
-        let crd = informer.get(&NamespacedName {
-            namespace: String::new(),
-            name: name.clone(),
-        })?;
-        let rv = crd.metadata.resource_version.clone().unwrap_or_default();
+        let crd_key = NamespacedName::new("", name.as_str());
+        // The cache decodes on read and a CRD is large: compare its resourceVersion first.
+        let rv = informer.resource_version(&crd_key).unwrap_or_default();
         let key = (name, version.to_string());
         if let Ok(cache) = self.inner.crd_schemas.lock() {
             if let Some((cached_rv, schema)) = cache.get(&key) {
@@ -172,6 +170,8 @@ impl Schemas {
                 }
             }
         }
+        let crd = informer.get(&crd_key)?;
+        let rv = crd.metadata.resource_version.clone().unwrap_or_default();
         let schema = match serde_json::to_value(&*crd) {
             Ok(mut value) => {
                 // Informer items lack apiVersion/kind, which `detect` does not need here.
