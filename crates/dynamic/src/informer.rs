@@ -23,18 +23,18 @@
 //! receives and decodes the full watch stream (network and CPU as one replica), but only the
 //! objects it keeps cost memory, which is what grows with the number of parents.
 //!
-//! What a shared informer keeps depends on what its users lease it for ([`Keep`]):
+//! What a shared informer keeps is the union of what its users lease it for ([`Keep`]):
 //! - [`Keep::Parents`] (parent / target types): an object whose own key
 //!   (`namespace/name`, or `name` when cluster-scoped) is in a retained shard;
-//! - [`Keep::Children`] (child / attachment / revision types): also an object whose
-//!   controller owner's key is in a retained shard (the owner is the parent: same namespace,
-//!   and for a cluster-scoped owner also the bare name — keeping one too many is harmless),
-//!   and every object without a controller owner (orphans: candidates for adoption by any
-//!   parent);
+//! - [`Keep::Children`] (child / attachment / revision types): an object whose
+//!   controller owner's key is in a retained shard (the owner is the parent: in the child's
+//!   namespace, or cluster-scoped — known from the parent resources leased, see
+//!   [`KeepKeys::add_cluster_parent`]), and every object without a controller owner
+//!   (orphans: candidates for adoption by any parent);
 //! - [`Keep::All`] (related objects of the customize hook, CRDs, any other use): everything.
 //!
-//! A resource leased for several uses keeps the widest; widening a running informer relists
-//! it and marks it unsynced until that list completes, so its new user waits for it.
+//! A resource leased for a new use keeps more from then on; widening a running informer
+//! relists it and marks it unsynced until that list completes, so its new user waits for it.
 //!
 //! Shard handoff rests on two operations the shard coordinator calls:
 //! - **Acquire**: the objects of a newly acquired shard were dropped, so after reserving the
@@ -85,52 +85,91 @@ pub type Handler = Arc<dyn Fn(&Change<DynamicObject>, Origin) + Send + Sync>;
 pub struct HandlerId(u64);
 
 /// What a user of a shared informer needs it to keep when the process caches only its
-/// share (see the module docs). Ordered: a wider value keeps everything a narrower one does.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-#[repr(u8)]
+/// share (see the module docs). An informer keeps the union of its users' needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Keep {
     /// Objects whose own key is retained (parents, decorator targets).
-    Parents = 0,
-    /// Also objects whose controller owner's key is retained, and orphans (children).
-    Children = 1,
+    Parents,
+    /// Objects whose controller owner's key is retained, and orphans (children).
+    Children,
     /// Every object (related objects, CRDs, anything else).
-    All = 2,
+    All,
 }
 
 impl Keep {
-    fn from_u8(v: u8) -> Keep {
-        match v {
-            0 => Keep::Parents,
-            1 => Keep::Children,
-            _ => Keep::All,
+    fn bit(self) -> u8 {
+        match self {
+            Keep::Parents => 1,
+            Keep::Children => 2,
+            Keep::All => 4,
         }
     }
 }
 
 /// The retention filter of a sharded replica: whether the caches keep the objects of a
-/// queue key (`namespace/name` or `name`).
+/// queue key (`namespace/name` or `name`), and which parent kinds are cluster-scoped (a
+/// namespaced child of such a parent is kept by the owner's bare name; trying the bare name
+/// for every child would keep about one more replica's share of children in each replica).
 #[derive(Clone)]
-pub struct KeepKeys(Arc<dyn Fn(&str) -> bool + Send + Sync>);
+pub struct KeepKeys {
+    key: Arc<dyn Fn(&str) -> bool + Send + Sync>,
+    /// `group/Kind` of the cluster-scoped resources leased as [`Keep::Parents`].
+    cluster_parents: Arc<RwLock<std::collections::HashSet<String>>>,
+}
 
 impl KeepKeys {
     /// A filter from a predicate on keys.
     pub fn new(f: impl Fn(&str) -> bool + Send + Sync + 'static) -> KeepKeys {
-        KeepKeys(Arc::new(f))
+        KeepKeys {
+            key: Arc::new(f),
+            cluster_parents: Default::default(),
+        }
     }
 
-    /// Whether `obj` is kept under `keep`.
+    /// Records that objects of `group`/`kind` (cluster-scoped) are parents. Returns `true`
+    /// if that is new (children of it may have been dropped: the caller relists).
+    pub fn add_cluster_parent(&self, group: &str, kind: &str) -> bool {
+        let id = format!("{group}/{kind}");
+        if self
+            .cluster_parents
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(&id)
+        {
+            return false;
+        }
+        self.cluster_parents
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id)
+    }
+
+    fn cluster_parent(&self, api_version: &str, kind: &str) -> bool {
+        let group = api_version.rsplit_once('/').map_or("", |(g, _)| g);
+        self.cluster_parents
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(&format!("{group}/{kind}"))
+    }
+
+    /// Whether `obj` is kept for the use `keep`.
     pub fn retains(&self, keep: Keep, obj: &DynamicObject) -> bool {
-        if keep == Keep::All {
+        self.retains_any(keep.bit(), obj)
+    }
+
+    /// Whether `obj` is kept for one of the uses in `uses` ([`Keep::bit`]s).
+    fn retains_any(&self, uses: u8, obj: &DynamicObject) -> bool {
+        if uses & Keep::All.bit() != 0 {
             return true;
         }
         let Some(key) = NamespacedName::of(obj) else {
             // Not storable anyway; the store reports it.
             return true;
         };
-        if (self.0)(&key.to_string()) {
+        if uses & Keep::Parents.bit() != 0 && (self.key)(&key.to_string()) {
             return true;
         }
-        if keep == Keep::Parents {
+        if uses & Keep::Children.bit() == 0 {
             return false;
         }
         let owner = obj
@@ -142,11 +181,12 @@ impl KeepKeys {
         let Some(owner) = owner else {
             return true;
         };
-        let namespaced = !key.namespace.is_empty()
-            && (self.0)(
-                &NamespacedName::new(key.namespace.as_str(), owner.name.as_str()).to_string(),
-            );
-        namespaced || (self.0)(&owner.name)
+        // A namespaced owner is in the child's namespace; a cluster-scoped child can only
+        // have cluster-scoped owners.
+        if key.namespace.is_empty() || self.cluster_parent(&owner.api_version, &owner.kind) {
+            return (self.key)(&owner.name);
+        }
+        (self.key)(&NamespacedName::new(key.namespace.as_str(), owner.name.as_str()).to_string())
     }
 }
 
@@ -163,7 +203,7 @@ struct Shared {
     synced: tokio::sync::watch::Sender<bool>,
     /// The retention filter (`None`: keep everything).
     keep_keys: Option<KeepKeys>,
-    /// [`Keep`] as `u8`; only ever widened.
+    /// The uses leased ([`Keep::bit`]s); only ever added to.
     keep: AtomicU8,
     /// Relists asked for (a counter); the task restarts the watch on each change.
     relist_requested: tokio::sync::watch::Sender<u64>,
@@ -172,21 +212,21 @@ struct Shared {
 }
 
 impl Shared {
-    fn keep(&self) -> Keep {
-        Keep::from_u8(self.keep.load(Ordering::Acquire))
+    fn uses(&self) -> u8 {
+        self.keep.load(Ordering::Acquire)
     }
 
     /// Whether the store keeps `obj`.
     fn retains(&self, obj: &DynamicObject) -> bool {
         match &self.keep_keys {
             None => true,
-            Some(keys) => keys.retains(self.keep(), obj),
+            Some(keys) => keys.retains_any(self.uses(), obj),
         }
     }
 
     /// Whether some objects may be refused.
     fn filtered(&self) -> bool {
-        self.keep_keys.is_some() && self.keep() != Keep::All
+        self.keep_keys.is_some() && self.uses() & Keep::All.bit() == 0
     }
 
     /// Restarts the watch; resolves once a list started after this call has completed.
@@ -290,7 +330,7 @@ impl Informer {
             next_handler: AtomicU64::new(0),
             synced,
             keep_keys: config.keep_keys.clone(),
-            keep: AtomicU8::new(keep as u8),
+            keep: AtomicU8::new(keep.bit()),
             relist_requested: tokio::sync::watch::channel(0).0,
             relisted: tokio::sync::watch::channel(0).0,
         });
@@ -313,17 +353,18 @@ impl Informer {
         resync(&self.shared);
     }
 
-    /// What this informer keeps now.
-    pub fn keep(&self) -> Keep {
-        self.shared.keep()
+    /// Whether this informer keeps what the use `keep` needs.
+    pub fn keeps(&self, keep: Keep) -> bool {
+        self.shared.uses() & (keep.bit() | Keep::All.bit()) != 0
     }
 
-    /// Keeps at least what `keep` says from now on. If that is more than before and a
-    /// retention filter applies, the dropped objects are listed again: the informer reads as
-    /// not synced until that list completes, so a new user waiting for it sees them all.
+    /// Keeps what `keep` needs too from now on. If that is new and a retention filter
+    /// applies, the dropped objects are listed again: the informer reads as not synced until
+    /// that list completes, so a new user waiting for it sees them all.
     pub fn widen(&self, keep: Keep) {
-        let before = Keep::from_u8(self.shared.keep.fetch_max(keep as u8, Ordering::AcqRel));
-        if keep > before && self.shared.keep_keys.is_some() {
+        let before = self.shared.keep.fetch_or(keep.bit(), Ordering::AcqRel);
+        let new = before & (keep.bit() | Keep::All.bit()) == 0;
+        if new && self.shared.keep_keys.is_some() {
             self.shared.synced.send_replace(false);
             // Completion shows in `synced`.
             drop(self.shared.relist());
@@ -594,6 +635,17 @@ impl Informers {
             Err(never) => match never {},
         };
         lease.widen(keep);
+        if let (Keep::Parents, false, Some(keys)) =
+            (keep, resource.namespaced, self.config.keep_keys.as_ref())
+        {
+            if keys.add_cluster_parent(&resource.group, &resource.kind) {
+                // Children of these parents may have been dropped by a running informer.
+                for informer in self.filtered() {
+                    informer.shared.synced.send_replace(false);
+                    drop(informer.relist());
+                }
+            }
+        }
         lease
     }
 
@@ -672,13 +724,15 @@ mod tests {
 
     #[test]
     fn retention_rules_per_use() {
-        let keys = KeepKeys::new(|key| matches!(key, "ns/mine" | "cluster-mine"));
+        let keys = KeepKeys::new(|key| matches!(key, "ns/mine" | "cluster-mine" | "mine"));
         let parent = object(Some("ns"), "mine", None);
         let other_parent = object(Some("ns"), "theirs", None);
         let child = object(Some("ns"), "c", Some("mine"));
         let other_child = object(Some("ns"), "c", Some("theirs"));
         // A namespaced child of a cluster-scoped parent: the owner's bare name.
         let child_of_cluster_parent = object(Some("ns"), "c", Some("cluster-mine"));
+        // The bare name of a namespaced owner is another parent's key (another shard).
+        let child_of_theirs = object(Some("other"), "c", Some("mine"));
         let cluster_child = object(None, "c", Some("cluster-mine"));
         let orphan = object(Some("ns"), "o", None);
 
@@ -690,11 +744,22 @@ mod tests {
         );
         assert!(!keys.retains(Keep::Parents, &orphan));
 
-        assert!(keys.retains(Keep::Children, &parent));
+        assert!(keys.retains(Keep::Children, &parent), "an orphan");
         assert!(keys.retains(Keep::Children, &child));
+        // A child's own key says nothing about its parent's shard.
+        let own_key_mine = object(Some("ns"), "mine", Some("theirs"));
+        assert!(!keys.retains(Keep::Children, &own_key_mine));
+        assert!(keys.retains_any(Keep::Children.bit() | Keep::Parents.bit(), &own_key_mine));
         assert!(!keys.retains(Keep::Children, &other_child));
-        assert!(keys.retains(Keep::Children, &child_of_cluster_parent));
+        assert!(
+            !keys.retains(Keep::Children, &child_of_cluster_parent),
+            "P is not known to be cluster-scoped"
+        );
         assert!(keys.retains(Keep::Children, &cluster_child));
+        assert!(!keys.retains(Keep::Children, &child_of_theirs));
+        assert!(keys.add_cluster_parent("", "P"));
+        assert!(!keys.add_cluster_parent("", "P"));
+        assert!(keys.retains(Keep::Children, &child_of_cluster_parent));
         assert!(
             keys.retains(Keep::Children, &orphan),
             "orphans may be adopted"
@@ -703,6 +768,5 @@ mod tests {
         for o in [&other_parent, &other_child] {
             assert!(keys.retains(Keep::All, o));
         }
-        assert!(Keep::Parents < Keep::Children && Keep::Children < Keep::All);
     }
 }

@@ -524,7 +524,7 @@ impl Coordinator {
         match result {
             Ok(_) => true,
             Err(err) => {
-                tracing::debug!(shard, error = %err, "sharding: shard lease not acquired");
+                tracing::info!(shard, error = %err, "sharding: shard lease not acquired");
                 false
             }
         }
