@@ -25,6 +25,10 @@ use metacontroller_testkit::{
 use serde_json::{json, Value};
 
 const SHARDS: u32 = 16;
+
+/// One scenario at a time: each runs three replicas and an API server, and their timing
+/// bounds (lease duration + 10 s) mean nothing on a machine starved by four of them at once.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 /// `--shard-lease-duration` of the test replicas.
 const LEASE: Duration = Duration::from_secs(4);
 
@@ -552,6 +556,7 @@ async fn gauge(p: &ControllerProcess, name: &str) -> i64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_replicas_split_the_parents_and_each_parent_has_one_syncer() {
+    let _serial = SERIAL.lock().await;
     let setup = Setup::new(Duration::from_millis(20)).await;
     let replicas = [setup.replica(), setup.replica(), setup.replica()];
     for r in &replicas {
@@ -609,6 +614,7 @@ async fn three_replicas_split_the_parents_and_each_parent_has_one_syncer() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_replicas_parents_move_to_the_others_within_the_lease_duration() {
+    let _serial = SERIAL.lock().await;
     // 100 ms per hook call and two workers per replica: about 2 s of work per replica.
     let setup = Setup::new(Duration::from_millis(100)).await;
     let mut replicas = vec![setup.replica(), setup.replica(), setup.replica()];
@@ -668,6 +674,7 @@ async fn a_killed_replicas_parents_move_to_the_others_within_the_lease_duration(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scaling_one_to_three_to_two_under_load_keeps_one_syncer_per_parent() {
+    let _serial = SERIAL.lock().await;
     let setup = Setup::new(Duration::from_millis(20)).await;
     let first = setup.replica();
     wait_joined(&first).await;
@@ -740,6 +747,7 @@ async fn scaling_one_to_three_to_two_under_load_keeps_one_syncer_per_parent() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_replicas_split_decorator_targets_and_attach_once() {
+    let _serial = SERIAL.lock().await;
     let setup = Setup::decorator(Duration::from_millis(20)).await;
     let replicas = [setup.replica(), setup.replica(), setup.replica()];
     for r in &replicas {
