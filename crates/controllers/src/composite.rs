@@ -37,7 +37,7 @@ use metacontroller_api::wire::{
     CompositeHookRequest, CompositeHookResponse, CustomizableController,
 };
 use metacontroller_dynamic::{
-    ApiResource, Change, HandlerId, Informer, Informers, Lease, NamespacedName, ObjectKey,
+    ApiResource, Change, HandlerId, Informer, Informers, Keep, Lease, NamespacedName, ObjectKey,
     ObjectMetaAccess, Origin, ResourceId, ResourceMap, Selector, WorkQueue, CONTROLLER_UID_LABEL,
 };
 use metacontroller_hooks::{HookClient, HookError};
@@ -431,7 +431,7 @@ pub fn start(
     };
     let common = reconcile::Common::new(spec, queue.clone(), &ctx, enqueue);
     let writer = &common.writer;
-    let parent = informers.lease(&resolved.parent);
+    let parent = informers.lease_keeping(&resolved.parent, Keep::Parents);
     let spec = &controller.spec;
     let mapper = Arc::new(Mapper {
         parents: parent.value().clone(),
@@ -453,7 +453,7 @@ pub fn start(
         )
     };
     let revisions = resolved.revisions.map(|resource| {
-        let informer = informers.lease(&resource);
+        let informer = informers.lease_keeping(&resource, Keep::Children);
         let handler =
             reconcile::watch_owned(&informer, writer.clone(), resource.clone(), |_, _| {});
         Revisions {
@@ -466,7 +466,7 @@ pub fn start(
         .children
         .into_iter()
         .map(|(kind, status_checks, resource)| {
-            let informer = informers.lease(&resource);
+            let informer = informers.lease_keeping(&resource, Keep::Children);
             let mapper = mapper.clone();
             let handler = reconcile::watch_owned(
                 &informer,

@@ -26,7 +26,7 @@
 
 use kube::core::DynamicObject;
 
-use crate::object::{ObjectMetaAccess, Versioned};
+use crate::object::{ControllerOwner, ControllerRef, ObjectMetaAccess, Versioned};
 
 /// Metadata strings kept beside the JSON, in this order.
 const NAMESPACE: usize = 0;
@@ -34,7 +34,10 @@ const NAME: usize = 1;
 const UID: usize = 2;
 const RESOURCE_VERSION: usize = 3;
 const CONTROLLER_UID: usize = 4;
-const FIELDS: usize = 5;
+const CONTROLLER_API_VERSION: usize = 5;
+const CONTROLLER_KIND: usize = 6;
+const CONTROLLER_NAME: usize = 7;
+const FIELDS: usize = 8;
 
 /// An immutable cached object: its JSON and its index metadata. Build it with
 /// [`CompactObject::encode`], read it back with [`CompactObject::decode`].
@@ -77,12 +80,16 @@ impl CompactObject {
     pub fn encode(obj: &DynamicObject) -> Result<Self, EncodeError> {
         let mut text = serde_json::to_string(obj)?;
         let json_end = text.len();
+        let owner = obj.controller_ref();
         let fields: [Option<&str>; FIELDS] = [
             obj.metadata.namespace.as_deref(),
             obj.metadata.name.as_deref(),
             obj.metadata.uid.as_deref(),
             obj.metadata.resource_version.as_deref(),
             obj.controller_uid(),
+            owner.map(|o| o.api_version),
+            owner.map(|o| o.kind),
+            owner.map(|o| o.name),
         ];
         let extra: usize = fields.iter().flatten().map(|s| s.len()).sum();
         text.reserve_exact(extra);
@@ -139,6 +146,16 @@ impl Versioned for CompactObject {
     }
 }
 
+impl ControllerOwner for CompactObject {
+    fn controller_ref(&self) -> Option<ControllerRef<'_>> {
+        Some(ControllerRef {
+            api_version: self.field(CONTROLLER_API_VERSION)?,
+            kind: self.field(CONTROLLER_KIND)?,
+            name: self.field(CONTROLLER_NAME)?,
+        })
+    }
+}
+
 impl ObjectMetaAccess for CompactObject {
     fn namespace(&self) -> Option<&str> {
         self.field(NAMESPACE).filter(|ns| !ns.is_empty())
@@ -173,6 +190,7 @@ mod tests {
         assert_eq!(compact.uid(), obj.uid());
         assert_eq!(compact.resource_version(), obj.resource_version());
         assert_eq!(compact.controller_uid(), obj.controller_uid());
+        assert_eq!(compact.controller_ref(), obj.controller_ref());
     }
 
     #[test]

@@ -16,6 +16,15 @@
 //! [`SyncGate::own_shard`] after it acquired the shard's Lease, and
 //! [`SyncGate::release_shard`] — stop admitting the shard's keys, wait for its running syncs —
 //! before it releases the Lease, so no two replicas ever sync the same key at once.
+//!
+//! The gate also says which shards the caches keep ([`SyncGate::retains_key`], used by the
+//! informers' retention filter, see [`crate::informer`]): a shard is *retained* from the
+//! moment its acquisition begins ([`SyncGate::reserve_shard`]: its objects must survive the
+//! relist that brings them back) until its release has drained; it is *owned* (its keys
+//! admitted) only once the acquisition's relist has completed ([`SyncGate::admit_shard`]).
+//! Every reservation and release bumps the shard's epoch, so an acquisition that began
+//! before a release can never admit the shard afterwards, and a release that ends after a new
+//! acquisition began leaves the shard retained.
 
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -33,6 +42,10 @@ struct State {
 #[derive(Debug)]
 struct Shards {
     owned: Vec<bool>,
+    /// Shards whose objects the caches keep: being acquired, owned, or draining.
+    retained: Vec<bool>,
+    /// Bumped by every reservation and release (see [`SyncGate::admit_shard`]).
+    epoch: Vec<u64>,
     in_flight: Vec<usize>,
     /// Distinct keys admitted per shard since it was last acquired (the parents owned).
     keys: Vec<std::collections::HashSet<String>>,
@@ -101,6 +114,8 @@ impl SyncGate {
         let count = count.max(1) as usize;
         gate.lock().shards = Some(Shards {
             owned: vec![false; count],
+            retained: vec![false; count],
+            epoch: vec![0; count],
             in_flight: vec![0; count],
             keys: vec![Default::default(); count],
         });
@@ -137,21 +152,69 @@ impl SyncGate {
             .map_or(0, |s| s.keys.iter().map(|k| k.len()).sum())
     }
 
-    /// Admits the keys of `shard` from now on.
+    /// Admits the keys of `shard` from now on (and retains its objects).
     pub fn own_shard(&self, shard: u32) {
         if let Some(shards) = self.lock().shards.as_mut() {
             if let Some(owned) = shards.owned.get_mut(shard as usize) {
                 *owned = true;
+                shards.retained[shard as usize] = true;
             }
         }
     }
 
+    /// Begins acquiring `shard`: the caches keep its objects from now on, its keys are not
+    /// admitted yet. Returns the epoch to pass to [`SyncGate::admit_shard`].
+    pub fn reserve_shard(&self, shard: u32) -> u64 {
+        let mut state = self.lock();
+        let Some(shards) = state.shards.as_mut() else {
+            return 0;
+        };
+        match shards.retained.get_mut(shard as usize) {
+            Some(retained) => {
+                *retained = true;
+                shards.epoch[shard as usize] += 1;
+                shards.epoch[shard as usize]
+            }
+            None => 0,
+        }
+    }
+
+    /// Ends the acquisition begun by [`SyncGate::reserve_shard`] (its caches are complete):
+    /// admits the shard's keys, unless the shard was released since (`epoch` is stale).
+    /// Returns whether it was admitted.
+    pub fn admit_shard(&self, shard: u32, epoch: u64) -> bool {
+        let mut state = self.lock();
+        let Some(shards) = state.shards.as_mut() else {
+            return false;
+        };
+        let i = shard as usize;
+        if shards.epoch.get(i) != Some(&epoch) || !shards.retained[i] {
+            return false;
+        }
+        shards.owned[i] = true;
+        true
+    }
+
+    /// Whether the caches keep the objects of `key`'s shard (always without sharding).
+    pub fn retains_key(&self, key: &str) -> bool {
+        let state = self.lock();
+        let Some(shards) = state.shards.as_ref() else {
+            return true;
+        };
+        let count = u32::try_from(shards.retained.len()).unwrap_or(u32::MAX);
+        shards.retained[shard_of(key, count) as usize]
+    }
+
     /// Stops admitting the keys of `shard` at once and waits up to `timeout` for its running
-    /// syncs to end. Returns `true` when none runs any more.
+    /// syncs to end. Returns `true` when none runs any more; the shard is then no longer
+    /// retained either (the caller prunes the caches).
     pub async fn release_shard(&self, shard: u32, timeout: Duration) -> bool {
+        let mut epoch = None;
         if let Some(shards) = self.lock().shards.as_mut() {
             if let Some(owned) = shards.owned.get_mut(shard as usize) {
                 *owned = false;
+                shards.epoch[shard as usize] += 1;
+                epoch = Some(shards.epoch[shard as usize]);
             }
             if let Some(keys) = shards.keys.get_mut(shard as usize) {
                 *keys = Default::default();
@@ -174,7 +237,16 @@ impl SyncGate {
                 notified.await;
             }
         };
-        tokio::time::timeout(timeout, drained).await.is_ok()
+        let done = tokio::time::timeout(timeout, drained).await.is_ok();
+        if done {
+            if let (Some(shards), Some(epoch)) = (self.lock().shards.as_mut(), epoch) {
+                // Not if a new acquisition began meanwhile.
+                if shards.epoch[shard as usize] == epoch && !shards.owned[shard as usize] {
+                    shards.retained[shard as usize] = false;
+                }
+            }
+        }
+        done
     }
 
     /// [`SyncGate::enter`] for one key: waits while the gate is closed, then admits the key
@@ -398,6 +470,46 @@ mod tests {
         assert_eq!(gate.owned_keys(), 0);
         assert!(gate.owned_shards().is_empty());
         assert!(gate.release_shard(3, Duration::ZERO).await);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_reserved_shard_is_retained_but_admitted_only_by_its_own_acquisition() {
+        let gate = SyncGate::sharded(4);
+        let a = key_of_shard(1, 4);
+        assert!(!gate.retains_key(&a));
+        let epoch = gate.reserve_shard(1);
+        assert!(gate.retains_key(&a), "kept while its relist runs");
+        assert!(
+            gate.enter_key(&a).await.is_none(),
+            "admitted before its relist"
+        );
+        assert!(gate.admit_shard(1, epoch));
+        assert!(gate.enter_key(&a).await.is_some());
+        assert!(gate.release_shard(1, Duration::ZERO).await);
+        assert!(
+            !gate.retains_key(&a),
+            "still retained after the release drained"
+        );
+        // An acquisition overtaken by a release never admits the shard.
+        let stale = gate.reserve_shard(1);
+        assert!(gate.release_shard(1, Duration::ZERO).await);
+        assert!(!gate.admit_shard(1, stale));
+        assert!(gate.enter_key(&a).await.is_none());
+        // A release still draining when a new acquisition begins leaves the shard retained.
+        gate.own_shard(1);
+        let permit = gate.enter_key(&a).await.unwrap();
+        let release = {
+            let gate = gate.clone();
+            tokio::spawn(async move { gate.release_shard(1, Duration::from_secs(10)).await })
+        };
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let epoch = gate.reserve_shard(1);
+        drop(permit);
+        assert!(release.await.unwrap());
+        assert!(gate.retains_key(&a));
+        assert!(gate.admit_shard(1, epoch));
+        // Without sharding everything is retained.
+        assert!(SyncGate::default().retains_key(&a));
     }
 
     #[tokio::test(start_paused = true)]

@@ -26,11 +26,51 @@
 //!
 //! [`Informers`] shares them per resource through a [`SharedRegistry`]: the watch starts
 //! with the first lease and stops when the last lease is dropped.
+//!
+//! # Retention (sharded replicas)
+//!
+//! With `--sharding` each replica syncs only the parents of the shards it owns
+//! ([`crate::gate`]), so its caches need only those parents and their children. The watches
+//! stay unfiltered — the API server cannot select "the children of the parents whose key
+//! hashes to shard 7" — but every object is checked against a *retention filter*
+//! ([`InformerConfig::keep_keys`], the gate's [`SyncGate::retains_key`](crate::SyncGate))
+//! before it is stored, and dropped at once if refused. The trade-off: each replica still
+//! receives and decodes the full watch stream (network and CPU as one replica), but only the
+//! objects it keeps cost memory, which is what grows with the number of parents.
+//!
+//! What a shared informer keeps is the union of what its users lease it for ([`Keep`]):
+//! - [`Keep::Parents`] (parent / target types): an object whose own key
+//!   (`namespace/name`, or `name` when cluster-scoped) is in a retained shard;
+//! - [`Keep::Children`] (child / attachment / revision types): an object whose
+//!   controller owner's key is in a retained shard (the owner is the parent: in the child's
+//!   namespace, or cluster-scoped — known from the parent resources leased, see
+//!   [`KeepKeys::add_cluster_parent`]), and every object without a controller owner
+//!   (orphans: candidates for adoption by any parent);
+//! - [`Keep::All`] (related objects of the customize hook, CRDs, any other use): everything.
+//!
+//! A resource leased for a new use keeps more from then on; widening a running informer
+//! relists it and marks it unsynced until that list completes, so its new user waits for it.
+//!
+//! Shard handoff rests on two operations the shard coordinator calls:
+//! - **Acquire**: the objects of a newly acquired shard were dropped, so after reserving the
+//!   shard in the gate the coordinator calls [`Informers::relist_filtered`], which restarts
+//!   the watch of every filtered informer and returns once a list *started after the call*
+//!   has completed (lists are quorum reads: they see every write the previous owner made
+//!   before releasing the shard). Only then are the shard's keys admitted; a sync admitted
+//!   earlier would see no children and create them again.
+//! - **Release**: once a released shard's syncs drained, [`Informers::prune_filtered`] drops
+//!   the objects no longer retained, silently: nothing happened to them, and a delete event
+//!   would tell controllers their children vanished.
+//!
+//! A watch event for a stored object that is no longer retained (e.g. a child re-owned to a
+//! parent of another shard) removes it and is reported as `Deleted`: from this replica's
+//! view the object left.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
+use futures::stream::BoxStream;
 use futures::StreamExt;
 use kube::api::Api;
 use kube::core::DynamicObject;
@@ -39,7 +79,7 @@ use kube::runtime::WatchStreamExt;
 
 use crate::compact::CompactObject;
 use crate::discovery::{ApiResource, ResourceId};
-use crate::object::{NamespacedName, Versioned};
+use crate::object::{ControllerOwner, NamespacedName, ObjectMetaAccess, Versioned};
 use crate::registry::{Lease, SharedRegistry};
 use crate::store::{Change, Store};
 
@@ -60,14 +100,160 @@ pub type Handler = Arc<dyn Fn(&Change<DynamicObject>, Origin) + Send + Sync>;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct HandlerId(u64);
 
+/// What a user of a shared informer needs it to keep when the process caches only its
+/// share (see the module docs). An informer keeps the union of its users' needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Keep {
+    /// Objects whose own key is retained (parents, decorator targets).
+    Parents,
+    /// Objects whose controller owner's key is retained, and orphans (children).
+    Children,
+    /// Every object (related objects, CRDs, anything else).
+    All,
+}
+
+impl Keep {
+    fn bit(self) -> u8 {
+        match self {
+            Keep::Parents => 1,
+            Keep::Children => 2,
+            Keep::All => 4,
+        }
+    }
+}
+
+/// The retention filter of a sharded replica: whether the caches keep the objects of a
+/// queue key (`namespace/name` or `name`), and which parent kinds are cluster-scoped (a
+/// namespaced child of such a parent is kept by the owner's bare name; trying the bare name
+/// for every child would keep about one more replica's share of children in each replica).
+#[derive(Clone)]
+pub struct KeepKeys {
+    key: Arc<dyn Fn(&str) -> bool + Send + Sync>,
+    /// `group/Kind` of the cluster-scoped resources leased as [`Keep::Parents`].
+    cluster_parents: Arc<RwLock<std::collections::HashSet<String>>>,
+}
+
+impl KeepKeys {
+    /// A filter from a predicate on keys.
+    pub fn new(f: impl Fn(&str) -> bool + Send + Sync + 'static) -> KeepKeys {
+        KeepKeys {
+            key: Arc::new(f),
+            cluster_parents: Default::default(),
+        }
+    }
+
+    /// Records that objects of `group`/`kind` (cluster-scoped) are parents. Returns `true`
+    /// if that is new (children of it may have been dropped: the caller relists).
+    pub fn add_cluster_parent(&self, group: &str, kind: &str) -> bool {
+        let id = format!("{group}/{kind}");
+        if self
+            .cluster_parents
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(&id)
+        {
+            return false;
+        }
+        self.cluster_parents
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id)
+    }
+
+    fn cluster_parent(&self, api_version: &str, kind: &str) -> bool {
+        let group = api_version.rsplit_once('/').map_or("", |(g, _)| g);
+        self.cluster_parents
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(&format!("{group}/{kind}"))
+    }
+
+    /// Whether `obj` is kept for the use `keep`.
+    pub fn retains<T: ObjectMetaAccess + ControllerOwner>(&self, keep: Keep, obj: &T) -> bool {
+        self.retains_any(keep.bit(), obj)
+    }
+
+    /// Whether `obj` is kept for one of the uses in `uses` ([`Keep::bit`]s). Generic so the
+    /// same rule runs on watched objects and on cached (compact) ones when pruning.
+    fn retains_any<T: ObjectMetaAccess + ControllerOwner>(&self, uses: u8, obj: &T) -> bool {
+        if uses & Keep::All.bit() != 0 {
+            return true;
+        }
+        let Some(key) = NamespacedName::of(obj) else {
+            // Not storable anyway; the store reports it.
+            return true;
+        };
+        if uses & Keep::Parents.bit() != 0 && (self.key)(&key.to_string()) {
+            return true;
+        }
+        if uses & Keep::Children.bit() == 0 {
+            return false;
+        }
+        let Some(owner) = obj.controller_ref() else {
+            return true;
+        };
+        // A namespaced owner is in the child's namespace; a cluster-scoped child can only
+        // have cluster-scoped owners.
+        if key.namespace.is_empty() || self.cluster_parent(owner.api_version, owner.kind) {
+            return (self.key)(owner.name);
+        }
+        (self.key)(&NamespacedName::new(key.namespace.as_str(), owner.name).to_string())
+    }
+}
+
+impl std::fmt::Debug for KeepKeys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("KeepKeys")
+    }
+}
+
 struct Shared {
     store: RwLock<Store<CompactObject>>,
     handlers: Mutex<Vec<(HandlerId, Handler)>>,
     next_handler: AtomicU64,
     synced: tokio::sync::watch::Sender<bool>,
+    /// The retention filter (`None`: keep everything).
+    keep_keys: Option<KeepKeys>,
+    /// The uses leased ([`Keep::bit`]s); only ever added to.
+    keep: AtomicU8,
+    /// Relists asked for (a counter); the task restarts the watch on each change.
+    relist_requested: tokio::sync::watch::Sender<u64>,
+    /// The last request whose relist completed.
+    relisted: tokio::sync::watch::Sender<u64>,
 }
 
 impl Shared {
+    fn uses(&self) -> u8 {
+        self.keep.load(Ordering::Acquire)
+    }
+
+    /// Whether the store keeps `obj`.
+    fn retains<T: ObjectMetaAccess + ControllerOwner>(&self, obj: &T) -> bool {
+        match &self.keep_keys {
+            None => true,
+            Some(keys) => keys.retains_any(self.uses(), obj),
+        }
+    }
+
+    /// Whether some objects may be refused.
+    fn filtered(&self) -> bool {
+        self.keep_keys.is_some() && self.uses() & Keep::All.bit() == 0
+    }
+
+    /// Restarts the watch; resolves once a list started after this call has completed.
+    fn relist(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let mut wanted = 0;
+        self.relist_requested.send_modify(|n| {
+            *n += 1;
+            wanted = *n;
+        });
+        let mut done = self.relisted.subscribe();
+        async move {
+            // The sender lives as long as the informer; if it is gone nothing will list.
+            let _ = done.wait_for(|n| *n >= wanted).await;
+        }
+    }
+
     fn handlers(&self) -> std::sync::MutexGuard<'_, Vec<(HandlerId, Handler)>> {
         self.handlers.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -171,6 +357,8 @@ pub struct InformerConfig {
     /// Resync period (`--cache-flush-interval`): the cache is replayed to the handlers, no
     /// API request is made; `None` never resyncs.
     pub flush_interval: Option<Duration>,
+    /// The retention filter of a sharded replica (`None`: keep every object).
+    pub keep_keys: Option<KeepKeys>,
 }
 
 /// A running list+watch of one resource (all namespaces). Dropping it stops the watch.
@@ -205,14 +393,30 @@ fn kube_resource(r: &ApiResource) -> kube::discovery::ApiResource {
 }
 
 impl Informer {
-    /// Starts watching `resource`. Must be called inside a tokio runtime; returns at once.
+    /// Starts watching `resource`, keeping everything. Must be called inside a tokio
+    /// runtime; returns at once.
     pub fn start(client: kube::Client, resource: Arc<ApiResource>, config: InformerConfig) -> Self {
+        Informer::start_keeping(client, resource, config, Keep::All)
+    }
+
+    /// Starts watching `resource`, keeping what `keep` says when `config` has a retention
+    /// filter.
+    pub fn start_keeping(
+        client: kube::Client,
+        resource: Arc<ApiResource>,
+        config: InformerConfig,
+        keep: Keep,
+    ) -> Self {
         let (synced, _) = tokio::sync::watch::channel(false);
         let shared = Arc::new(Shared {
             store: RwLock::new(Store::new()),
             handlers: Mutex::new(Vec::new()),
             next_handler: AtomicU64::new(0),
             synced,
+            keep_keys: config.keep_keys.clone(),
+            keep: AtomicU8::new(keep.bit()),
+            relist_requested: tokio::sync::watch::channel(0).0,
+            relisted: tokio::sync::watch::channel(0).0,
         });
         let api: Api<DynamicObject> = Api::all_with(client, &kube_resource(&resource));
         let task = tokio::spawn(run(api, shared.clone(), resource.id(), config));
@@ -231,6 +435,39 @@ impl Informer {
     /// Replays the cache to the handlers as the periodic flush does (no API request).
     pub fn resync(&self) {
         resync(&self.shared);
+    }
+
+    /// Whether this informer keeps what the use `keep` needs.
+    pub fn keeps(&self, keep: Keep) -> bool {
+        self.shared.uses() & (keep.bit() | Keep::All.bit()) != 0
+    }
+
+    /// Keeps what `keep` needs too from now on. If that is new and a retention filter
+    /// applies, the dropped objects are listed again: the informer reads as not synced until
+    /// that list completes, so a new user waiting for it sees them all.
+    pub fn widen(&self, keep: Keep) {
+        let before = self.shared.keep.fetch_or(keep.bit(), Ordering::AcqRel);
+        let new = before & (keep.bit() | Keep::All.bit()) == 0;
+        if new && self.shared.keep_keys.is_some() {
+            self.shared.synced.send_replace(false);
+            // Completion shows in `synced`.
+            drop(self.shared.relist());
+        }
+    }
+
+    /// Restarts the watch; resolves once a list started after this call has completed.
+    pub fn relist(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        self.shared.relist()
+    }
+
+    /// Drops the cached objects the retention filter refuses now, without telling the
+    /// handlers (see the module docs). Returns how many were dropped.
+    pub fn prune(&self) -> usize {
+        if !self.shared.filtered() {
+            return 0;
+        }
+        let shared = &self.shared;
+        shared.store_mut().retain(|obj| shared.retains(obj))
     }
 
     /// Whether the first list has completed.
@@ -322,10 +559,18 @@ impl Informer {
 }
 
 async fn run(api: Api<DynamicObject>, shared: Arc<Shared>, id: ResourceId, config: InformerConfig) {
-    // The watch is never restarted on purpose: kube-runtime's watcher relists by itself after
-    // an error (410 Gone included). The flush interval only replays the cache.
-    let stream = watcher(api, watcher::Config::default()).default_backoff();
-    let mut stream = std::pin::pin!(stream);
+    // The watch is restarted only when a relist is asked for (a sharded replica acquired
+    // shards): kube-runtime's watcher relists by itself after an error (410 Gone included).
+    // The flush interval only replays the cache.
+    let watch = || -> BoxStream<'static, Result<watcher::Event<DynamicObject>, watcher::Error>> {
+        watcher(api.clone(), watcher::Config::default())
+            .default_backoff()
+            .boxed()
+    };
+    let mut stream = watch();
+    let mut requests = shared.relist_requested.subscribe();
+    // The relist request the current stream's next completed list answers.
+    let mut answers = *requests.borrow_and_update();
     let mut flush = config.flush_interval.map(|period| {
         let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -348,6 +593,18 @@ async fn run(api: Api<DynamicObject>, shared: Arc<Shared>, id: ResourceId, confi
                 }
                 continue;
             }
+            changed = requests.changed() => {
+                if changed.is_ok() {
+                    answers = *requests.borrow_and_update();
+                    stream = watch();
+                    buffer = Vec::new();
+                } else {
+                    // The informer is gone (the sender lives in `shared`): cannot happen
+                    // while we hold `shared`.
+                    std::future::pending::<()>().await;
+                }
+                continue;
+            }
             event = stream.next() => event,
         };
         let Some(event) = event else {
@@ -358,14 +615,23 @@ async fn run(api: Api<DynamicObject>, shared: Arc<Shared>, id: ResourceId, confi
         match event {
             Ok(watcher::Event::Init) => buffer.clear(),
             Ok(watcher::Event::InitApply(obj)) => {
-                let cached = shared.store().unchanged(&obj).cloned();
-                match cached {
-                    Some(cached) => buffer.push(cached),
-                    None => buffer.extend(encode(&obj, &id).map(Arc::new)),
+                if shared.retains(&obj) {
+                    let cached = shared.store().unchanged(&obj).cloned();
+                    match cached {
+                        Some(cached) => buffer.push(cached),
+                        None => buffer.extend(encode(&obj, &id).map(Arc::new)),
+                    }
                 }
             }
             Ok(watcher::Event::InitDone) => {
-                let (changes, skipped) = shared.store_mut().replace_shared(buffer.drain(..));
+                let (changes, skipped) = {
+                    let mut store = shared.store_mut();
+                    // Objects of shards released meanwhile go silently; whatever else the
+                    // list lacks was deleted.
+                    store.retain(|obj| shared.retains(obj));
+                    buffer.retain(|obj| shared.retains(obj.as_ref()));
+                    store.replace_shared(buffer.drain(..))
+                };
                 // Do not keep the list's capacity next to the store until the next relist.
                 buffer = Vec::new();
                 if skipped > 0 {
@@ -373,8 +639,19 @@ async fn run(api: Api<DynamicObject>, shared: Arc<Shared>, id: ResourceId, confi
                 }
                 shared.synced.send_replace(true);
                 shared.notify_cached(changes, Origin::Relist);
+                shared.relisted.send_replace(answers);
             }
             Ok(watcher::Event::Apply(obj)) => {
+                if !shared.retains(&obj) {
+                    // Not ours (any more): forget it if we held it; from this replica's view
+                    // it left, and handlers see the object the watch delivered.
+                    let removed =
+                        NamespacedName::of(&obj).and_then(|k| shared.store_mut().remove(&k));
+                    if removed.is_some() {
+                        shared.notify(&Change::Deleted(Arc::new(obj)), Origin::Watch);
+                    }
+                    continue;
+                }
                 let Some(compact) = encode(&obj, &id) else {
                     continue;
                 };
@@ -446,21 +723,70 @@ impl Informers {
         &self.client
     }
 
-    /// A lease on the informer of `resource`, starting it if none runs. Must be called inside
-    /// a tokio runtime.
+    /// A lease on the informer of `resource` keeping every object, starting it if none runs.
+    /// Must be called inside a tokio runtime.
     pub fn lease(&self, resource: &Arc<ApiResource>) -> Lease<ResourceId, Informer> {
+        self.lease_keeping(resource, Keep::All)
+    }
+
+    /// A lease on the informer of `resource` for a user that needs only what `keep` says
+    /// (see the module docs; without a retention filter everything is kept).
+    pub fn lease_keeping(
+        &self,
+        resource: &Arc<ApiResource>,
+        keep: Keep,
+    ) -> Lease<ResourceId, Informer> {
         let result: Result<_, std::convert::Infallible> =
             self.registry.acquire(resource.id(), |_| {
-                Ok(Informer::start(
+                Ok(Informer::start_keeping(
                     self.client.clone(),
                     resource.clone(),
                     self.config.clone(),
+                    keep,
                 ))
             });
-        match result {
+        let lease = match result {
             Ok(lease) => lease,
             Err(never) => match never {},
+        };
+        lease.widen(keep);
+        if let (Keep::Parents, false, Some(keys)) =
+            (keep, resource.namespaced, self.config.keep_keys.as_ref())
+        {
+            if keys.add_cluster_parent(&resource.group, &resource.kind) {
+                // Children of these parents may have been dropped by a running informer.
+                for informer in self.filtered() {
+                    informer.shared.synced.send_replace(false);
+                    drop(informer.relist());
+                }
+            }
         }
+        lease
+    }
+
+    fn filtered(&self) -> Vec<Arc<Informer>> {
+        self.registry
+            .keys()
+            .into_iter()
+            .filter_map(|id| self.registry.get(&id))
+            .filter(|informer| informer.shared.filtered())
+            .collect()
+    }
+
+    /// Restarts the watch of every informer with a retention filter; resolves once each
+    /// has completed a list started after this call (a sharded replica acquired shards,
+    /// see the module docs).
+    pub fn relist_filtered(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let waits: Vec<_> = self.filtered().iter().map(|i| i.relist()).collect();
+        async move {
+            futures::future::join_all(waits).await;
+        }
+    }
+
+    /// Drops from every filtered informer the objects no longer retained, silently (a
+    /// sharded replica released shards). Returns how many were dropped.
+    pub fn prune_filtered(&self) -> usize {
+        self.filtered().iter().map(|i| i.prune()).sum()
     }
 
     /// Resources with a running informer.
@@ -489,5 +815,73 @@ impl Informers {
                 Some((id, informer.len(), informer.has_synced()))
             })
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn object(namespace: Option<&str>, name: &str, owner: Option<&str>) -> DynamicObject {
+        let mut v = json!({"apiVersion": "v1", "kind": "X", "metadata": {"name": name}});
+        if let Some(ns) = namespace {
+            v["metadata"]["namespace"] = json!(ns);
+        }
+        if let Some(owner) = owner {
+            v["metadata"]["ownerReferences"] = json!([
+                {"apiVersion": "v1", "kind": "Y", "name": "not-the-controller", "uid": "u0"},
+                {"apiVersion": "v1", "kind": "P", "name": owner, "uid": "u1", "controller": true}
+            ]);
+        }
+        serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn retention_rules_per_use() {
+        let keys = KeepKeys::new(|key| matches!(key, "ns/mine" | "cluster-mine" | "mine"));
+        let parent = object(Some("ns"), "mine", None);
+        let other_parent = object(Some("ns"), "theirs", None);
+        let child = object(Some("ns"), "c", Some("mine"));
+        let other_child = object(Some("ns"), "c", Some("theirs"));
+        // A namespaced child of a cluster-scoped parent: the owner's bare name.
+        let child_of_cluster_parent = object(Some("ns"), "c", Some("cluster-mine"));
+        // The bare name of a namespaced owner is another parent's key (another shard).
+        let child_of_theirs = object(Some("other"), "c", Some("mine"));
+        let cluster_child = object(None, "c", Some("cluster-mine"));
+        let orphan = object(Some("ns"), "o", None);
+
+        assert!(keys.retains(Keep::Parents, &parent));
+        assert!(!keys.retains(Keep::Parents, &other_parent));
+        assert!(
+            !keys.retains(Keep::Parents, &child),
+            "parents keep no children"
+        );
+        assert!(!keys.retains(Keep::Parents, &orphan));
+
+        assert!(keys.retains(Keep::Children, &parent), "an orphan");
+        assert!(keys.retains(Keep::Children, &child));
+        // A child's own key says nothing about its parent's shard.
+        let own_key_mine = object(Some("ns"), "mine", Some("theirs"));
+        assert!(!keys.retains(Keep::Children, &own_key_mine));
+        assert!(keys.retains_any(Keep::Children.bit() | Keep::Parents.bit(), &own_key_mine));
+        assert!(!keys.retains(Keep::Children, &other_child));
+        assert!(
+            !keys.retains(Keep::Children, &child_of_cluster_parent),
+            "P is not known to be cluster-scoped"
+        );
+        assert!(keys.retains(Keep::Children, &cluster_child));
+        assert!(!keys.retains(Keep::Children, &child_of_theirs));
+        assert!(keys.add_cluster_parent("", "P"));
+        assert!(!keys.add_cluster_parent("", "P"));
+        assert!(keys.retains(Keep::Children, &child_of_cluster_parent));
+        assert!(
+            keys.retains(Keep::Children, &orphan),
+            "orphans may be adopted"
+        );
+
+        for o in [&other_parent, &other_child] {
+            assert!(keys.retains(Keep::All, o));
+        }
     }
 }

@@ -43,8 +43,10 @@ pub use discover::{discover, Discovered};
 pub use discovery::{ApiResource, DiscoveryError, ResourceDiff, ResourceId, ResourceMap};
 pub use expectations::{Expectations, DEFAULT_EXPECTATION_TTL};
 pub use gate::{SyncGate, SyncPermit};
-pub use informer::{Handler, HandlerId, Informer, InformerConfig, Informers, Origin};
-pub use object::{NamespacedName, ObjectMetaAccess, Versioned};
+pub use informer::{
+    Handler, HandlerId, Informer, InformerConfig, Informers, Keep, KeepKeys, Origin,
+};
+pub use object::{ControllerOwner, ControllerRef, NamespacedName, ObjectMetaAccess, Versioned};
 pub use overlay::{ObjectKey, Overlay};
 pub use rate::{KeyedRateLimiter, RateError, RateLimiter};
 pub use registry::{Lease, SharedRegistry};

@@ -23,6 +23,40 @@ pub trait ObjectMetaAccess: Versioned {
     fn controller_uid(&self) -> Option<&str>;
 }
 
+/// The owner reference with `controller: true`, as far as the sharded caches need it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ControllerRef<'a> {
+    /// `apiVersion` of the owner.
+    pub api_version: &'a str,
+    /// `kind` of the owner.
+    pub kind: &'a str,
+    /// `name` of the owner.
+    pub name: &'a str,
+}
+
+/// Objects whose controller owner reference can be read without decoding them: the
+/// retention filter of a sharded replica runs on cached (compact) and watched objects alike.
+pub trait ControllerOwner {
+    /// The owner reference with `controller: true`, if any.
+    fn controller_ref(&self) -> Option<ControllerRef<'_>>;
+}
+
+impl ControllerOwner for DynamicObject {
+    fn controller_ref(&self) -> Option<ControllerRef<'_>> {
+        let owner = self
+            .metadata
+            .owner_references
+            .as_ref()?
+            .iter()
+            .find(|r| r.controller == Some(true))?;
+        Some(ControllerRef {
+            api_version: &owner.api_version,
+            kind: &owner.kind,
+            name: &owner.name,
+        })
+    }
+}
+
 fn meta_str<'a>(v: &'a serde_json::Value, field: &str) -> Option<&'a str> {
     v.get("metadata")?.get(field)?.as_str()
 }

@@ -204,6 +204,22 @@ impl<T: ObjectMetaAccess> Store<T> {
         }
     }
 
+    /// Drops every object `keep` refuses, without reporting a change (a sharded replica
+    /// forgetting the objects of shards it released: nothing happened to them). Returns how
+    /// many were dropped.
+    pub fn retain(&mut self, mut keep: impl FnMut(&T) -> bool) -> usize {
+        let gone: Vec<NamespacedName> = self
+            .objects
+            .iter()
+            .filter(|(_, obj)| !keep(obj))
+            .map(|(key, _)| key.clone())
+            .collect();
+        for key in &gone {
+            self.remove(key);
+        }
+        gone.len()
+    }
+
     /// The object `key`.
     pub fn get(&self, key: &NamespacedName) -> Option<&Arc<T>> {
         self.objects.get(key)
@@ -360,6 +376,19 @@ mod tests {
         );
         assert!(s.controlled_by("p").is_empty());
         assert_eq!(names(&s.list_namespace("a")), vec!["a/keep", "a/new"]);
+    }
+
+    #[test]
+    fn retain_drops_refused_objects_from_every_index() {
+        let mut s = Store::new();
+        s.upsert(obj("a", "keep", "1", Some("p1"))).unwrap();
+        s.upsert(obj("a", "drop", "1", Some("p1"))).unwrap();
+        s.upsert(obj("a", "orphan", "1", None)).unwrap();
+        let dropped = s.retain(|o| o.name() != Some("drop") && o.name() != Some("orphan"));
+        assert_eq!(dropped, 2);
+        assert_eq!(names(&s.controlled_by("p1")), vec!["a/keep"]);
+        assert!(s.orphans(None).is_empty());
+        assert_eq!(names(&s.list_namespace("a")), vec!["a/keep"]);
     }
 
     #[derive(Debug, Clone)]

@@ -6,7 +6,8 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DeleteParams, PostParams};
 use metacontroller_dynamic::{
-    discover, Change, InformerConfig, Informers, NamespacedName, Origin, ResourceMap,
+    discover, Change, InformerConfig, Informers, Keep, KeepKeys, NamespacedName, Origin,
+    ResourceMap,
 };
 
 async fn client(server: &embedded_apiserver::ApiServerHandle) -> kube::Client {
@@ -143,6 +144,7 @@ async fn handler_panics_are_contained_and_flush_replays_the_cache() {
         client.clone(),
         InformerConfig {
             flush_interval: Some(Duration::from_millis(300)),
+            ..Default::default()
         },
     );
     let informer = informers.lease(&configmaps);
@@ -175,4 +177,143 @@ async fn handler_panics_are_contained_and_flush_replays_the_cache() {
     .await;
     assert_eq!(server.control().requests("list", "configmaps"), 0);
     assert_eq!(server.control().requests("watch", "configmaps"), 0);
+}
+
+/// A ConfigMap in `default`, controlled by the ConfigMap `owner` (name, uid) if given.
+fn owned_cm(name: &str, owner: Option<(&str, &str)>) -> ConfigMap {
+    let mut v = serde_json::json!({
+        "metadata": {"name": name, "namespace": "default"},
+        "data": {"k": "v"}
+    });
+    if let Some((owner, uid)) = owner {
+        v["metadata"]["ownerReferences"] = serde_json::json!([{
+            "apiVersion": "v1", "kind": "ConfigMap", "name": owner, "uid": uid,
+            "controller": true
+        }]);
+    }
+    serde_json::from_value(v).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retention_filter_keeps_only_the_share_relists_on_growth_and_prunes_silently() {
+    let server = embedded_apiserver::ApiServer::start(Default::default())
+        .await
+        .unwrap();
+    let client = client(&server).await;
+    let found = discover(&client, &ResourceMap::new()).await.unwrap();
+    let (map, _) = found.update.expect("discovery loaded something");
+    let configmaps = map.get("v1", "configmaps").unwrap().clone();
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    let mut uids = std::collections::HashMap::new();
+    for name in ["p1", "p2", "orphan"] {
+        let created = cms
+            .create(&PostParams::default(), &owned_cm(name, None))
+            .await
+            .unwrap();
+        uids.insert(name, created.metadata.uid.unwrap());
+    }
+    let of = |p: &'static str| Some((p, uids[p].as_str()));
+    for (name, owner) in [("c1", "p1"), ("c2", "p2")] {
+        cms.create(&PostParams::default(), &owned_cm(name, of(owner)))
+            .await
+            .unwrap();
+    }
+    let retained: Arc<Mutex<std::collections::HashSet<String>>> =
+        Arc::new(Mutex::new(["default/p1".to_string()].into()));
+    let keep_keys = {
+        let retained = retained.clone();
+        KeepKeys::new(move |key| retained.lock().unwrap().contains(key))
+    };
+    let informers = Informers::new(
+        client.clone(),
+        InformerConfig {
+            keep_keys: Some(keep_keys),
+            ..Default::default()
+        },
+    );
+    let informer = informers.lease_keeping(&configmaps, Keep::Children);
+    tokio::time::timeout(Duration::from_secs(10), informer.wait_synced())
+        .await
+        .unwrap();
+    let cached = |names: &[&str]| {
+        let mut have: Vec<String> = informer
+            .list()
+            .iter()
+            .filter_map(|o| o.metadata.name.clone())
+            .filter(|n| !n.starts_with("kube-"))
+            .collect();
+        have.sort();
+        let mut want: Vec<String> = names.iter().map(|s| s.to_string()).collect();
+        want.sort();
+        have == want
+    };
+    // The parent p1, its child, the orphan (p2 has no owner: an orphan too, for children).
+    assert!(
+        cached(&["c1", "orphan", "p1", "p2"]),
+        "{:?}",
+        informer.list()
+    );
+    let seen = Seen::default();
+    informer.add_handler(record(&seen));
+
+    // A watch event of another shard's child is not stored.
+    cms.create(&PostParams::default(), &owned_cm("c2b", of("p2")))
+        .await
+        .unwrap();
+    cms.create(&PostParams::default(), &owned_cm("c1b", of("p1")))
+        .await
+        .unwrap();
+    eventually("c1b cached", || {
+        informer
+            .get(&NamespacedName::new("default", "c1b"))
+            .is_some()
+    })
+    .await;
+    assert!(informer
+        .get(&NamespacedName::new("default", "c2b"))
+        .is_none());
+    assert!(!saw(&seen, "added", "c2b", Origin::Watch));
+
+    // Growing the share: a relist started after the change brings the dropped objects.
+    retained.lock().unwrap().insert("default/p2".into());
+    tokio::time::timeout(Duration::from_secs(10), informers.relist_filtered())
+        .await
+        .unwrap();
+    assert!(cached(&["c1", "c1b", "c2", "c2b", "orphan", "p1", "p2"]));
+    assert!(saw(&seen, "added", "c2", Origin::Relist));
+
+    // Shrinking it: pruned without any delete event.
+    retained.lock().unwrap().remove("default/p1");
+    assert_eq!(informers.prune_filtered(), 2);
+    assert!(cached(&["c2", "c2b", "orphan", "p1", "p2"]));
+    assert!(!saw(&seen, "deleted", "c1", Origin::Watch));
+    assert!(!saw(&seen, "deleted", "c1", Origin::Relist));
+
+    // A kept child re-owned to a parent of another shard leaves the cache (as a delete).
+    let mut moved = cms.get("c2").await.unwrap();
+    moved.metadata.owner_references = owned_cm("x", of("p1")).metadata.owner_references;
+    cms.replace("c2", &PostParams::default(), &moved)
+        .await
+        .unwrap();
+    eventually("c2 forgotten", || {
+        saw(&seen, "deleted", "c2", Origin::Watch)
+    })
+    .await;
+    assert!(informer
+        .get(&NamespacedName::new("default", "c2"))
+        .is_none());
+
+    // A user that needs everything widens the shared informer: it relists before it reads
+    // as synced again.
+    let all = informers.lease(&configmaps);
+    assert!(all.keeps(Keep::All));
+    tokio::time::timeout(Duration::from_secs(10), all.wait_synced())
+        .await
+        .unwrap();
+    assert!(cached(&["c1", "c1b", "c2", "c2b", "orphan", "p1", "p2"]));
+    assert_eq!(
+        informers.prune_filtered(),
+        0,
+        "a full informer is never pruned"
+    );
 }

@@ -207,6 +207,11 @@ impl Shared {
             client.clone(),
             metacontroller_dynamic::InformerConfig {
                 flush_interval: Some(args.cache_flush_interval).filter(|d| !d.is_zero()),
+                // A sharded replica caches only its share (see `metacontroller_dynamic::informer`).
+                keep_keys: gate.shard_count().map(|_| {
+                    let gate = gate.clone();
+                    metacontroller_dynamic::KeepKeys::new(move |key| gate.retains_key(key))
+                }),
             },
         );
         crate::metrics::register_informers(registry, informers.clone())?;

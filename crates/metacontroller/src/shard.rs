@@ -23,24 +23,31 @@
 //!   long as its holder's member Lease is live, so steady state costs one Lease write per
 //!   replica per retry period whatever the number of shards. Every change of holder is a PUT
 //!   with the read `resourceVersion` (or a create), so two replicas can never both win.
-//!   - A replica *acquires* `s` only when the assignment gives it `s` and the shard Lease is
-//!     free, its own, or held by a replica that is no longer a member; only after the write
-//!     succeeded does its gate admit the shard's keys, and it then replays its caches so the
-//!     shard's parents (dropped while another replica owned them) are queued again.
+//!   - A replica *acquires* `s` only when the assignment gives it `s`, the members it sees
+//!     did not change since its previous round (replicas started together see each other
+//!     before any takes shards, so none caches everything first), and the shard Lease is
+//!     free, its own, or held by a replica that is no longer a member. After the write
+//!     succeeded the shard is *reserved* in the gate (its objects are retained), the filtered
+//!     informers relist, and only once a list started after the reservation has completed
+//!     does the gate admit the shard's keys; the caches are then replayed so the shard's
+//!     parents are queued. The relist runs in the background: rounds (renewals) go on.
 //!   - A replica that is no longer assigned `s` *releases* it: its gate stops admitting the
 //!     shard's keys, its running syncs of that shard end (drain), and only then it clears the
-//!     holder. The next owner starts after that write, so a parent is never synced by two
-//!     replicas at once.
+//!     holder and prunes the shard's objects from its caches. The next owner starts after
+//!     that write, so a parent is never synced by two replicas at once.
 //!   - A replica that dies (kill -9) stops renewing; after `--shard-lease-duration` the others
 //!     drop it from the members and take its shards over. A replica that is alive but cannot
 //!     renew for `--shard-renew-deadline` stops syncing every shard (and exits if its syncs do
 //!     not end before its Lease can expire), as the leader elector does.
 //! - **Shutdown.** SIGTERM drains the syncs, clears the holder of every shard Lease it holds
 //!   and deletes its member Lease: the others take over at their next round.
-//! - **Caches.** Every replica watches every parent and child (as a single replica does);
-//!   only syncs — hook calls and writes — are divided. Filtering the watches by shard is the
-//!   next step (see the report of issue 17): it needs a shard label on children and on
-//!   parents, which only the parents' owners can write.
+//! - **Caches.** Every replica watches every parent and child (one watch per resource, as a
+//!   single replica), but stores only its share: the parents of its retained shards, their
+//!   children (by controller ownerReference) and orphans (see
+//!   [`metacontroller_dynamic::informer`] for the retention rules and the trade-off). Label
+//!   selectors cannot do this: the shard is a function of the parent's key, which no label
+//!   on a child carries unless the controller wrote it (and parents are owned by users).
+//!   Related objects of customize hooks and CRDs are kept in full.
 //!
 //! With sharding on, `--leader-election` is refused: every replica is active.
 
@@ -200,6 +207,8 @@ impl ShardTask {
             member: None,
             renewed: None,
             releasing: Arc::new(Mutex::new(HashSet::new())),
+            acquiring: Arc::new(Mutex::new(HashSet::new())),
+            last_members: None,
         };
         let task = tokio::spawn(coordinator.run(stop_rx));
         Ok(ShardTask { stop, task })
@@ -232,6 +241,10 @@ struct Coordinator {
     renewed: Option<Instant>,
     /// Shards being drained before their Lease is cleared.
     releasing: Arc<Mutex<HashSet<u32>>>,
+    /// Shards whose Lease we took, waiting for the relist before their keys are admitted.
+    acquiring: Arc<Mutex<HashSet<u32>>>,
+    /// The members seen by the previous round.
+    last_members: Option<Vec<String>>,
 }
 
 impl Coordinator {
@@ -281,9 +294,12 @@ impl Coordinator {
             .filter_map(|l| Some((l.metadata.name.clone()?, l)))
             .collect();
         let member_refs: Vec<&str> = members.iter().map(String::as_str).collect();
+        // Take shards only from a membership seen twice in a row (see the module docs).
+        let settled = self.last_members.as_ref() == Some(&members);
         let me = self.config.identity.clone();
         let owned: HashSet<u32> = self.gate.owned_shards().into_iter().collect();
-        let mut acquired = 0;
+        let acquiring: HashSet<u32> = lock(&self.acquiring).clone();
+        let mut reserved = Vec::new();
         for shard in 0..self.config.shards {
             let name = self.config.shard_lease(shard);
             let lease = shard_leases.get(&name);
@@ -297,39 +313,87 @@ impl Coordinator {
                 continue;
             }
             let we_hold = holder.as_deref() == Some(me.as_str());
-            if owned.contains(&shard) && !we_hold {
+            let active = owned.contains(&shard) || acquiring.contains(&shard);
+            if active && !we_hold {
                 // Only after our membership expired could another replica take it; stop now.
                 tracing::error!(shard, holder = ?holder, "sharding: a shard this replica syncs is held by another; stopping it");
+                lock(&self.acquiring).remove(&shard);
                 self.spawn_release(shard, false);
             } else if we_hold && !mine {
+                lock(&self.acquiring).remove(&shard);
                 self.spawn_release(shard, true);
-            } else if mine && !owned.contains(&shard) {
+            } else if mine && !active && settled {
                 let free = match holder.as_deref() {
                     None => true,
                     Some(h) => h == me || !members.iter().any(|m| m == h),
                 };
                 if free && self.acquire(shard, &name, lease).await {
-                    self.gate.own_shard(shard);
-                    acquired += 1;
+                    reserved.push((shard, self.gate.reserve_shard(shard)));
+                    lock(&self.acquiring).insert(shard);
                 }
             }
         }
-        let now_owned = self.gate.owned_shards().len();
+        self.last_members = Some(members.clone());
+        if !reserved.is_empty() {
+            tracing::info!(
+                reserved = reserved.len(),
+                members = members.len(),
+                "sharding: acquired shard leases; relisting the caches before syncing them"
+            );
+            self.spawn_admit(reserved);
+        }
+        self.update_metrics();
+    }
+
+    fn update_metrics(&self) {
         self.metrics
             .owned
-            .set(i64::try_from(now_owned).unwrap_or(i64::MAX));
+            .set(i64::try_from(self.gate.owned_shards().len()).unwrap_or(i64::MAX));
         self.metrics
             .parents
             .set(i64::try_from(self.gate.owned_keys()).unwrap_or(i64::MAX));
-        if acquired > 0 {
-            tracing::info!(
-                acquired,
-                owned = now_owned,
-                members = members.len(),
-                "sharding: acquired shards; replaying caches"
-            );
-            self.informers.resync_all();
-        }
+    }
+
+    /// Relists the filtered informers (the request is made now, after the reservations),
+    /// then admits the reserved shards that were not released meanwhile and replays the
+    /// caches so their parents are queued.
+    fn spawn_admit(&self, reserved: Vec<(u32, u64)>) {
+        let relist = self.informers.relist_filtered();
+        let gate = self.gate.clone();
+        let informers = self.informers.clone();
+        let acquiring = self.acquiring.clone();
+        let metrics = self.metrics.clone();
+        tokio::spawn(async move {
+            let started = Instant::now();
+            tokio::pin!(relist);
+            while tokio::time::timeout(Duration::from_secs(30), &mut relist)
+                .await
+                .is_err()
+            {
+                tracing::warn!(
+                    waited = ?started.elapsed(),
+                    "sharding: still relisting before syncing acquired shards"
+                );
+            }
+            let mut admitted = 0;
+            for (shard, epoch) in reserved {
+                let pending = lock(&acquiring).remove(&shard);
+                if pending && gate.admit_shard(shard, epoch) {
+                    admitted += 1;
+                }
+            }
+            let owned = gate.owned_shards().len();
+            metrics.owned.set(i64::try_from(owned).unwrap_or(i64::MAX));
+            if admitted > 0 {
+                tracing::info!(
+                    admitted,
+                    owned,
+                    relist = ?started.elapsed(),
+                    "sharding: caches relisted; syncing the acquired shards"
+                );
+                informers.resync_all();
+            }
+        });
     }
 
     fn lock_releasing(&self) -> std::sync::MutexGuard<'_, HashSet<u32>> {
@@ -460,7 +524,7 @@ impl Coordinator {
         match result {
             Ok(_) => true,
             Err(err) => {
-                tracing::debug!(shard, error = %err, "sharding: shard lease not acquired");
+                tracing::info!(shard, error = %err, "sharding: shard lease not acquired");
                 false
             }
         }
@@ -470,6 +534,7 @@ impl Coordinator {
     fn spawn_release(&self, shard: u32, clear: bool) {
         self.lock_releasing().insert(shard);
         let gate = self.gate.clone();
+        let informers = self.informers.clone();
         let api = self.api.clone();
         let name = self.config.shard_lease(shard);
         let me = self.config.identity.clone();
@@ -482,6 +547,12 @@ impl Coordinator {
                     "sharding: still waiting for the shard's syncs to end"
                 );
             }
+            let pruned = informers.prune_filtered();
+            tracing::debug!(
+                shard,
+                pruned,
+                "sharding: released shard pruned from the caches"
+            );
             if clear {
                 if let Err(err) = clear_holder(&api, &name, &me).await {
                     tracing::warn!(shard, error = %err, "sharding: cannot clear the shard lease; retrying next round");
@@ -498,7 +569,7 @@ impl Coordinator {
     /// them (`lease_duration` after our last renewal), or exit.
     async fn stop_all(&mut self) {
         let owned = self.gate.owned_shards();
-        if owned.is_empty() {
+        if owned.is_empty() && lock(&self.acquiring).is_empty() {
             return;
         }
         let deadline = self
@@ -519,6 +590,12 @@ impl Coordinator {
             tracing::error!("sharding: running syncs did not end before the member lease expires; exiting so two replicas never sync one parent");
             std::process::exit(1);
         }
+        // Pending acquisitions too: their Leases may be taken over as well.
+        let pending: Vec<u32> = lock(&self.acquiring).drain().collect();
+        for shard in pending {
+            self.gate.release_shard(shard, Duration::ZERO).await;
+        }
+        self.informers.prune_filtered();
         self.metrics.owned.set(0);
     }
 
@@ -573,6 +650,10 @@ async fn clear_holder(api: &Api<Lease>, name: &str, me: &str) -> anyhow::Result<
     spec.renew_time = Some(MicroTime(k8s_openapi::jiff::Timestamp::now()));
     api.replace(name, &PostParams::default(), &lease).await?;
     Ok(())
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 fn role(lease: &Lease) -> Option<&str> {

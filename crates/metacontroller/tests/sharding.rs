@@ -18,12 +18,17 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ListParams, PostParams};
 use kube::core::DynamicObject;
 use metacontroller_api::composite::CompositeController;
+use metacontroller_api::decorator::DecoratorController;
 use metacontroller_testkit::{
     crd, dynamic_api, eventually_within, unique_name, ControllerProcess, CrdBuilder, TestCluster,
 };
 use serde_json::{json, Value};
 
 const SHARDS: u32 = 16;
+
+/// One scenario at a time: each runs three replicas and an API server, and their timing
+/// bounds (lease duration + 10 s) mean nothing on a machine starved by four of them at once.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 /// `--shard-lease-duration` of the test replicas.
 const LEASE: Duration = Duration::from_secs(4);
 
@@ -45,7 +50,8 @@ impl HookLog {
     }
 }
 
-/// A sync hook answering after `delay` with two ConfigMaps per parent, recording each call.
+/// A sync hook answering after `delay` with two ConfigMaps per parent (children of a
+/// CompositeController, attachments of a DecoratorController), recording each call.
 async fn start_hook(delay: Duration) -> (String, HookLog) {
     let log = HookLog::default();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -66,7 +72,14 @@ async fn start_hook(delay: Duration) -> (String, HookLog) {
                     .await
                     .unwrap_or_default();
                 let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-                let name = body["parent"]["metadata"]["name"]
+                // A decorator's request names its target `object`.
+                let decorator = body.get("object").is_some();
+                let parent = if decorator {
+                    &body["object"]
+                } else {
+                    &body["parent"]
+                };
+                let name = parent["metadata"]["name"]
                     .as_str()
                     .unwrap_or_default()
                     .to_string();
@@ -81,7 +94,11 @@ async fn start_hook(delay: Duration) -> (String, HookLog) {
                         })
                     })
                     .collect();
-                let reply = json!({"children": children, "status": {"ok": true}});
+                let reply = if decorator {
+                    json!({"attachments": children, "status": {"ok": true}})
+                } else {
+                    json!({"children": children, "status": {"ok": true}})
+                };
                 log.0.lock().unwrap().push(Call {
                     replica,
                     parent: name,
@@ -108,7 +125,17 @@ struct Setup {
 }
 
 impl Setup {
+    /// A CompositeController whose parents want two ConfigMaps each.
     async fn new(delay: Duration) -> Setup {
+        Setup::with(delay, false).await
+    }
+
+    /// A DecoratorController attaching two ConfigMaps to each target.
+    async fn decorator(delay: Duration) -> Setup {
+        Setup::with(delay, true).await
+    }
+
+    async fn with(delay: Duration, decorator: bool) -> Setup {
         let cluster = TestCluster::start().await;
         cluster.install_metacontroller_crds().await;
         let ns = cluster.create_namespace("shard").await;
@@ -121,21 +148,38 @@ impl Setup {
         );
         cluster.install_crd(&parent.build()).await;
         let label = unique_name("team");
-        let controller: CompositeController = serde_json::from_value(json!({
-            "apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "CompositeController",
-            "metadata": {"name": unique_name("shard"), "labels": {"team": label}},
-            "spec": {
-                "generateSelector": true,
-                "parentResource": {"apiVersion": parent.api_version(), "resource": parent.plural()},
-                "childResources": [{"apiVersion": "v1", "resource": "configmaps"}],
-                "hooks": {"sync": {"webhook": {"url": url}}},
-            }
-        }))
-        .unwrap();
-        Api::<CompositeController>::all(cluster.client())
-            .create(&PostParams::default(), &controller)
-            .await
+        if decorator {
+            let controller: DecoratorController = serde_json::from_value(json!({
+                "apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "DecoratorController",
+                "metadata": {"name": unique_name("shard"), "labels": {"team": label}},
+                "spec": {
+                    "resources": [{"apiVersion": parent.api_version(), "resource": parent.plural()}],
+                    "attachments": [{"apiVersion": "v1", "resource": "configmaps"}],
+                    "hooks": {"sync": {"webhook": {"url": url}}},
+                }
+            }))
             .unwrap();
+            Api::<DecoratorController>::all(cluster.client())
+                .create(&PostParams::default(), &controller)
+                .await
+                .unwrap();
+        } else {
+            let controller: CompositeController = serde_json::from_value(json!({
+                "apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "CompositeController",
+                "metadata": {"name": unique_name("shard"), "labels": {"team": label}},
+                "spec": {
+                    "generateSelector": true,
+                    "parentResource": {"apiVersion": parent.api_version(), "resource": parent.plural()},
+                    "childResources": [{"apiVersion": "v1", "resource": "configmaps"}],
+                    "hooks": {"sync": {"webhook": {"url": url}}},
+                }
+            }))
+            .unwrap();
+            Api::<CompositeController>::all(cluster.client())
+                .create(&PostParams::default(), &controller)
+                .await
+                .unwrap();
+        }
         Setup {
             cluster,
             ns,
@@ -284,12 +328,21 @@ impl Setup {
                 return;
             }
             let missing: Vec<_> = want.difference(&done).take(10).collect();
-            assert!(
-                Instant::now() < deadline,
-                "{} of {} parents not converged within {within:?}, e.g. {missing:?}",
-                want.len() - want.intersection(&done).count(),
-                want.len()
-            );
+            if Instant::now() >= deadline {
+                // Who was still calling the hook, to tell a stalled replica from a slow one.
+                let mut recent: BTreeMap<String, usize> = BTreeMap::new();
+                for c in self.hook.calls() {
+                    if c.end.elapsed() < Duration::from_secs(5) {
+                        *recent.entry(c.replica).or_default() += 1;
+                    }
+                }
+                panic!(
+                    "{} of {} parents not converged within {within:?}, e.g. {missing:?}; \
+                     hook calls in the last 5 s per replica: {recent:?}",
+                    want.len() - want.intersection(&done).count(),
+                    want.len()
+                );
+            }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
     }
@@ -339,6 +392,85 @@ impl Setup {
         }
         assert_eq!(per_parent.len(), names.len(), "children of unknown parents");
     }
+
+    /// Every child was created exactly once: a replica that synced a parent before its
+    /// caches held the parent's children (e.g. right after a handoff) would create them
+    /// again (and get 409 AlreadyExists). Embedded API server only (request counts).
+    fn assert_created_once(&self, names: &[String]) {
+        let Some(control) = self.cluster.control() else {
+            return;
+        };
+        assert_eq!(
+            control.requests("create", "configmaps"),
+            2 * names.len() as u64,
+            "ConfigMap creates for {} parents",
+            names.len()
+        );
+    }
+
+    /// Each replica caches only its share: every parent in exactly one replica's cache,
+    /// every child in exactly one (by its controller owner), orphans in all. Waits until the
+    /// caches settled (a released shard is pruned after its syncs drained).
+    async fn assert_caches_split(&self, replicas: &[&ControllerProcess], parents: usize) {
+        let cms: Api<ConfigMap> = Api::all(self.cluster.client());
+        let all = cms
+            .list_metadata(&ListParams::default())
+            .await
+            .unwrap()
+            .items;
+        let orphans = all
+            .iter()
+            .filter(|c| {
+                !c.metadata
+                    .owner_references
+                    .iter()
+                    .flatten()
+                    .any(|o| o.controller == Some(true))
+            })
+            .count();
+        let owned = all.len() - orphans;
+        let n = replicas.len();
+        let want_cms = owned + n * orphans;
+        let parent_labels = format!(
+            "api_version=\"{}\",resource=\"{}\"",
+            self.parent.api_version(),
+            self.parent.plural()
+        );
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            let mut per_replica = Vec::new();
+            for r in replicas {
+                let p = labeled_gauge(r, "metacontroller_informer_cached_objects", &parent_labels)
+                    .await;
+                let c = labeled_gauge(
+                    r,
+                    "metacontroller_informer_cached_objects",
+                    "api_version=\"v1\",resource=\"configmaps\"",
+                )
+                .await;
+                per_replica.push((p, c));
+            }
+            let total_parents: i64 = per_replica.iter().map(|(p, _)| p).sum();
+            let total_cms: i64 = per_replica.iter().map(|(_, c)| c).sum();
+            let each_partial = per_replica
+                .iter()
+                .all(|(p, _)| *p > 0 && (*p as usize) < parents);
+            if total_parents == parents as i64 && total_cms == want_cms as i64 && each_partial {
+                eprintln!(
+                    "cached (parents, configmaps) per replica: {per_replica:?}; \
+                     {parents} parents, {owned} owned + {orphans} orphan configmaps"
+                );
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "caches not split: (parents, configmaps) per replica {per_replica:?}, \
+                 want {parents} parents and {want_cms} configmaps in total \
+                 ({owned} owned, {orphans} orphans kept by all)"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
 }
 
 /// The identity a replica logged when it joined.
@@ -384,8 +516,16 @@ fn names(prefix: &str, n: usize) -> Vec<String> {
     (0..n).map(|i| format!("{prefix}-{i}")).collect()
 }
 
-/// The gauge `name` of a replica, scraped from its /metrics.
-async fn gauge(p: &ControllerProcess, name: &str) -> i64 {
+/// The gauge `name{labels}` of a replica, scraped from its /metrics (0 when absent).
+async fn labeled_gauge(p: &ControllerProcess, name: &str, labels: &str) -> i64 {
+    let body = scrape(p).await;
+    body.lines()
+        .find_map(|l| l.strip_prefix(&format!("{name}{{{labels}}} ")))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+async fn scrape(p: &ControllerProcess) -> String {
     let address = p
         .logs()
         .lines()
@@ -394,7 +534,7 @@ async fn gauge(p: &ControllerProcess, name: &str) -> i64 {
         .and_then(|a| a.split_whitespace().next())
         .map(str::to_owned)
         .expect("metrics address logged");
-    let body = reqwest::Client::new()
+    reqwest::Client::new()
         .get(format!("http://{address}/metrics"))
         .timeout(Duration::from_secs(10))
         .send()
@@ -402,7 +542,12 @@ async fn gauge(p: &ControllerProcess, name: &str) -> i64 {
         .unwrap()
         .text()
         .await
-        .unwrap();
+        .unwrap()
+}
+
+/// The gauge `name` of a replica, scraped from its /metrics.
+async fn gauge(p: &ControllerProcess, name: &str) -> i64 {
+    let body = scrape(p).await;
     body.lines()
         .find_map(|l| l.strip_prefix(&format!("{name} ")))
         .and_then(|v| v.trim().parse().ok())
@@ -411,6 +556,7 @@ async fn gauge(p: &ControllerProcess, name: &str) -> i64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_replicas_split_the_parents_and_each_parent_has_one_syncer() {
+    let _serial = SERIAL.lock().await;
     let setup = Setup::new(Duration::from_millis(20)).await;
     let replicas = [setup.replica(), setup.replica(), setup.replica()];
     for r in &replicas {
@@ -462,10 +608,13 @@ async fn three_replicas_split_the_parents_and_each_parent_has_one_syncer() {
     }
     let used: BTreeSet<&str> = calls.iter().map(|c| c.replica.as_str()).collect();
     assert_eq!(used.len(), 3, "replicas that synced: {used:?}");
+    setup.assert_created_once(&parents);
+    setup.assert_caches_split(&refs, parents.len()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_replicas_parents_move_to_the_others_within_the_lease_duration() {
+    let _serial = SERIAL.lock().await;
     // 100 ms per hook call and two workers per replica: about 2 s of work per replica.
     let setup = Setup::new(Duration::from_millis(100)).await;
     let mut replicas = vec![setup.replica(), setup.replica(), setup.replica()];
@@ -505,6 +654,7 @@ async fn a_killed_replicas_parents_move_to_the_others_within_the_lease_duration(
         .await;
     let took = killed.elapsed();
     setup.assert_children_exact(&parents).await;
+    setup.assert_created_once(&parents);
     let calls = setup.hook.calls();
     assert_one_syncer_at_a_time(&calls, &ids);
     assert!(
@@ -516,6 +666,7 @@ async fn a_killed_replicas_parents_move_to_the_others_within_the_lease_duration(
     // The survivors hold every shard now.
     let survivors: Vec<&ControllerProcess> = replicas[1..].iter().collect();
     setup.wait_spread(&survivors, Duration::from_secs(10)).await;
+    setup.assert_caches_split(&survivors, parents.len()).await;
     eprintln!(
         "converged {took:?} after kill -9 ({not_done} parents left, {victim_shards} shards moved)"
     );
@@ -523,6 +674,7 @@ async fn a_killed_replicas_parents_move_to_the_others_within_the_lease_duration(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scaling_one_to_three_to_two_under_load_keeps_one_syncer_per_parent() {
+    let _serial = SERIAL.lock().await;
     let setup = Setup::new(Duration::from_millis(20)).await;
     let first = setup.replica();
     wait_joined(&first).await;
@@ -573,6 +725,10 @@ async fn scaling_one_to_three_to_two_under_load_keeps_one_syncer_per_parent() {
         .wait_converged(&parents, Duration::from_secs(60))
         .await;
     setup.assert_children_exact(&parents).await;
+    setup.assert_created_once(&parents);
+    setup
+        .assert_caches_split(&[&first, &third], parents.len())
+        .await;
     let calls = setup.hook.calls();
     assert_one_syncer_at_a_time(&calls, &ids);
     let used: BTreeSet<&str> = calls.iter().map(|c| c.replica.as_str()).collect();
@@ -587,4 +743,41 @@ async fn scaling_one_to_three_to_two_under_load_keeps_one_syncer_per_parent() {
         .await
         .unwrap();
     assert_eq!(members.items.len(), 2, "member leases after scaling to 2");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_replicas_split_decorator_targets_and_attach_once() {
+    let _serial = SERIAL.lock().await;
+    let setup = Setup::decorator(Duration::from_millis(20)).await;
+    let replicas = [setup.replica(), setup.replica(), setup.replica()];
+    for r in &replicas {
+        wait_joined(r).await;
+    }
+    let refs: Vec<&ControllerProcess> = replicas.iter().collect();
+    setup.wait_spread(&refs, Duration::from_secs(30)).await;
+
+    let targets = names("d", 60);
+    for n in &targets {
+        setup.create_parent(n).await;
+    }
+    setup
+        .wait_converged(&targets, Duration::from_secs(60))
+        .await;
+    setup.assert_children_exact(&targets).await;
+    setup.assert_created_once(&targets);
+
+    let ids: BTreeSet<String> = replicas.iter().map(identity).collect();
+    let calls = setup.hook.calls();
+    assert_one_syncer_at_a_time(&calls, &ids);
+    let mut syncers: HashMap<&str, BTreeSet<&str>> = HashMap::new();
+    for c in &calls {
+        syncers.entry(&c.parent).or_default().insert(&c.replica);
+    }
+    assert_eq!(syncers.len(), targets.len(), "targets synced");
+    for (target, by) in &syncers {
+        assert_eq!(by.len(), 1, "{target} synced by {by:?}");
+    }
+    let used: BTreeSet<&str> = calls.iter().map(|c| c.replica.as_str()).collect();
+    assert_eq!(used.len(), 3, "replicas that synced: {used:?}");
+    setup.assert_caches_split(&refs, targets.len()).await;
 }

@@ -7,7 +7,9 @@
 //! exactly as today). Reported per run: time until every parent has its status and all 3N
 //! ConfigMaps exist, hook calls, parents synced by more than one replica, hook calls of one
 //! parent that overlapped in time (must be 0), writes in a quiet period after convergence
-//! (must be 0; Lease renewals are counted apart), and each replica's peak RSS.
+//! (must be 0; Lease renewals are counted apart), and each replica's peak RSS; then the
+//! largest replica's peak RSS against the single replica's, and the same above the peak RSS
+//! of an idle process (the binary with no controller: the fixed cost every replica pays).
 //!
 //! Usage: `shard_load --binary PATH [--parents N] [--replicas 1,3] [--workers N]
 //! [--hook-delay-ms N] [--shards N]`.
@@ -182,8 +184,31 @@ fn writes(counts: &BTreeMap<(String, String), u64>, of: impl Fn(&str) -> bool) -
         .sum()
 }
 
-/// One run with `replicas` processes; returns whether its guarantees held.
-async fn run(args: &Args, replicas: usize) -> bool {
+/// What one run measured.
+struct Outcome {
+    /// Whether its guarantees held (converged, no quiet writes, no overlapping calls).
+    ok: bool,
+    /// Peak RSS of each replica, MiB.
+    rss: Vec<f64>,
+    converge: Duration,
+}
+
+/// Peak RSS of the binary running with no controller at all (the fixed cost of a process:
+/// code, runtime, TLS, client, metrics), against an API server with only the CRDs.
+async fn idle_rss(args: &Args) -> Option<f64> {
+    let cluster = TestCluster::embedded().await;
+    cluster.install_metacontroller_crds().await;
+    let ns = cluster.create_namespace("idle").await;
+    let mut child = spawn(args, &cluster, &ns, true, 99);
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let rss = peak_rss_mib(child.id().unwrap_or(0));
+    let _ = child.start_kill();
+    let _ = child.wait().await;
+    rss
+}
+
+/// One run with `replicas` processes.
+async fn run(args: &Args, replicas: usize) -> Outcome {
     let n = args.parents;
     let cluster = TestCluster::embedded().await;
     let control = cluster.control().expect("embedded");
@@ -290,12 +315,11 @@ async fn run(args: &Args, replicas: usize) -> bool {
         })
         .collect();
     let lease_writes = writes(&counts, |r| r == "leases");
-    let rss: Vec<String> = children
+    let peaks: Vec<f64> = children
         .iter()
-        .map(|c| {
-            peak_rss_mib(c.id().unwrap_or(0)).map_or("unknown".into(), |m| format!("{m:.1} MiB"))
-        })
+        .filter_map(|c| peak_rss_mib(c.id().unwrap_or(0)))
         .collect();
+    let rss: Vec<String> = peaks.iter().map(|m| format!("{m:.1} MiB")).collect();
 
     // Taken out of the mutex: the hook server is done, and no guard may live across awaits.
     let calls = std::mem::take(&mut *calls.lock().unwrap_or_else(|p| p.into_inner()));
@@ -342,7 +366,11 @@ async fn run(args: &Args, replicas: usize) -> bool {
         let _ = c.start_kill();
         let _ = c.wait().await;
     }
-    quiet == 0 && overlaps == 0
+    Outcome {
+        ok: quiet == 0 && overlaps == 0,
+        rss: peaks,
+        converge,
+    }
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -361,9 +389,40 @@ async fn main() {
         );
         std::process::exit(2);
     }
+    let idle = idle_rss(&args).await;
+    if let Some(idle) = idle {
+        println!("idle process (no controller, --sharding): peak RSS {idle:.1} MiB");
+    }
     let mut ok = true;
+    let mut single: Option<(f64, Duration)> = None;
     for r in args.replicas.clone() {
-        ok &= run(&args, r.max(1)).await;
+        let outcome = run(&args, r.max(1)).await;
+        ok &= outcome.ok;
+        let peak = outcome.rss.iter().copied().fold(0.0, f64::max);
+        match single {
+            None if r <= 1 => single = Some((peak, outcome.converge)),
+            Some((one, one_time)) if r > 1 && one > 0.0 => {
+                println!(
+                    "    {r} replicas vs 1: largest replica peak RSS {:.0}% of the single replica's, \
+                     converge time {:.0}%",
+                    100.0 * peak / one,
+                    100.0 * outcome.converge.as_secs_f64() / one_time.as_secs_f64()
+                );
+                if let Some(idle) = idle {
+                    // RSS = fixed + cache share: what the ratio would be with a zero-cost process.
+                    let cache = one - idle;
+                    if cache > 0.0 {
+                        println!(
+                            "    above the idle process: {:.1} MiB of {:.1} MiB ({:.0}%)",
+                            peak - idle,
+                            cache,
+                            100.0 * (peak - idle) / cache
+                        );
+                    }
+                }
+            }
+            _ => {}
+        }
     }
     if !ok {
         std::process::exit(1);

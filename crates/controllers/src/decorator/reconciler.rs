@@ -21,8 +21,8 @@ use metacontroller_api::wire::{
     CustomizableController, DecoratorHookRequest, DecoratorHookResponse,
 };
 use metacontroller_dynamic::{
-    ApiResource, Change, HandlerId, Informer, Informers, Lease, NamespacedName, ObjectKey, Origin,
-    ResourceId, ResourceMap, WorkQueue,
+    ApiResource, Change, HandlerId, Informer, Informers, Keep, Lease, NamespacedName, ObjectKey,
+    Origin, ResourceId, ResourceMap, WorkQueue,
 };
 use metacontroller_hooks::HookClient;
 use serde_json::Value;
@@ -285,7 +285,7 @@ pub fn start(
         targets: resolved
             .targets
             .iter()
-            .map(|res| (res.clone(), informers.lease(res)))
+            .map(|res| (res.clone(), informers.lease_keeping(res, Keep::Parents)))
             .collect(),
         queue: queue.clone(),
     });
@@ -318,7 +318,7 @@ pub fn start(
         .attachments
         .into_iter()
         .map(|(kind, resource)| {
-            let informer = informers.lease(&resource);
+            let informer = informers.lease_keeping(&resource, Keep::Children);
             let routing = routing.clone();
             let handler = reconcile::watch_owned(
                 &informer,

@@ -29,6 +29,7 @@ pub fn writer(args: &RenderArgs, cluster: &Cluster) -> Writer {
             cluster.client.clone(),
             InformerConfig {
                 flush_interval: None,
+                keep_keys: None,
             },
         );
         Schemas::new(
