@@ -22,6 +22,7 @@
 # Example: hack/load-composite.sh --parents 2000 --children 3 --realistic-latency
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo build --release -p metacontroller
-exec cargo run --release -p metacontroller-testkit --example composite_load -- \
-  --binary target/release/metacontroller "$@"
+# One cargo invocation for both: separate ones unify dependency features differently and
+# rebuild kube and k8s-openapi in between.
+cargo build --release -p metacontroller -p metacontroller-testkit --example composite_load
+exec target/release/examples/composite_load --binary target/release/metacontroller "$@"

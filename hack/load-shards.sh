@@ -5,6 +5,7 @@
 # (--parents N, --replicas 1,3, --workers N, --hook-delay-ms N, --shards N).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo build --release -p metacontroller
-exec cargo run --release -p metacontroller-testkit --example shard_load -- \
-  --binary target/release/metacontroller "$@"
+# One cargo invocation for both: separate ones unify dependency features differently and
+# rebuild kube and k8s-openapi in between.
+cargo build --release -p metacontroller -p metacontroller-testkit --example shard_load
+exec target/release/examples/shard_load --binary target/release/metacontroller "$@"
