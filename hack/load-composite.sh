@@ -24,5 +24,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 # One cargo invocation for both: separate ones unify dependency features differently and
 # rebuild kube and k8s-openapi in between.
-cargo build --release -p metacontroller -p metacontroller-testkit --example composite_load
+cargo build --release -p metacontroller -p metacontroller-testkit --bin metacontroller --example composite_load
 exec target/release/examples/composite_load --binary target/release/metacontroller "$@"

@@ -7,5 +7,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 # One cargo invocation for both: separate ones unify dependency features differently and
 # rebuild kube and k8s-openapi in between.
-cargo build --release -p metacontroller -p metacontroller-testkit --example shard_load
+cargo build --release -p metacontroller -p metacontroller-testkit --bin metacontroller --example shard_load
 exec target/release/examples/shard_load --binary target/release/metacontroller "$@"
