@@ -130,7 +130,9 @@ impl Keep {
 pub struct KeepKeys {
     key: Arc<dyn Fn(&str) -> bool + Send + Sync>,
     /// `group/Kind` of the cluster-scoped resources leased as [`Keep::Parents`].
-    cluster_parents: Arc<RwLock<std::collections::HashSet<String>>>,
+    /// A handful of entries at most: a scan compares slices and allocates nothing, which
+    /// matters because every watched child is checked against it.
+    cluster_parents: Arc<RwLock<Vec<(String, String)>>>,
 }
 
 impl KeepKeys {
@@ -145,27 +147,32 @@ impl KeepKeys {
     /// Records that objects of `group`/`kind` (cluster-scoped) are parents. Returns `true`
     /// if that is new (children of it may have been dropped: the caller relists).
     pub fn add_cluster_parent(&self, group: &str, kind: &str) -> bool {
-        let id = format!("{group}/{kind}");
-        if self
-            .cluster_parents
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .contains(&id)
-        {
+        if self.is_cluster_parent(group, kind) {
             return false;
         }
-        self.cluster_parents
+        let mut parents = self
+            .cluster_parents
             .write()
+            .unwrap_or_else(|p| p.into_inner());
+        // Checked again under the write lock: another lease may have added it meanwhile.
+        if parents.iter().any(|(g, k)| g == group && k == kind) {
+            return false;
+        }
+        parents.push((group.to_owned(), kind.to_owned()));
+        true
+    }
+
+    fn is_cluster_parent(&self, group: &str, kind: &str) -> bool {
+        self.cluster_parents
+            .read()
             .unwrap_or_else(|p| p.into_inner())
-            .insert(id)
+            .iter()
+            .any(|(g, k)| g == group && k == kind)
     }
 
     fn cluster_parent(&self, api_version: &str, kind: &str) -> bool {
         let group = api_version.rsplit_once('/').map_or("", |(g, _)| g);
-        self.cluster_parents
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .contains(&format!("{group}/{kind}"))
+        self.is_cluster_parent(group, kind)
     }
 
     /// Whether `obj` is kept for the use `keep`.
