@@ -65,8 +65,48 @@ struct Doc {
     /// The index's `serverRelativeURL` the document was fetched from (carries its hash).
     url: Option<String>,
     doc: Option<Arc<Value>>,
-    /// Schemas built from `doc`, by kind.
+    /// Schemas built from `doc` (trimmed by [`trim_document`]), by kind.
     built: HashMap<String, Option<Arc<Schema>>>,
+}
+
+/// What of an OpenAPI v3 group-version document the schema builder reads: `components.schemas`
+/// (or v2's `definitions`) without prose. A real API server's `api/v1` document is over a
+/// megabyte of JSON, mostly `description` strings and `paths`, and it stays cached for the
+/// process's life so other kinds can be built from it later; every replica pays for it.
+/// Only string-valued `description`s go: a *property* named `description` is an object.
+fn trim_document(doc: Value) -> Value {
+    fn strip(value: &mut Value) {
+        match value {
+            Value::Object(map) => {
+                if map.get("description").is_some_and(Value::is_string) {
+                    map.remove("description");
+                }
+                map.values_mut().for_each(strip);
+            }
+            Value::Array(items) => items.iter_mut().for_each(strip),
+            _ => {}
+        }
+    }
+    let Value::Object(mut doc) = doc else {
+        return doc;
+    };
+    let mut kept = serde_json::Map::new();
+    if let Some(mut schemas) = doc
+        .get_mut("components")
+        .and_then(|c| c.get_mut("schemas"))
+        .map(Value::take)
+    {
+        strip(&mut schemas);
+        kept.insert(
+            "components".into(),
+            serde_json::json!({ "schemas": schemas }),
+        );
+    }
+    if let Some(mut definitions) = doc.remove("definitions") {
+        strip(&mut definitions);
+        kept.insert("definitions".into(), definitions);
+    }
+    Value::Object(kept)
 }
 
 /// The CustomResourceDefinition resource (the informer's target).
@@ -245,7 +285,7 @@ impl Schemas {
         }
         let doc = match &url {
             Some(u) => match self.get_json(u).await {
-                Ok(doc) => Some(Arc::new(doc)),
+                Ok(doc) => Some(Arc::new(trim_document(doc))),
                 Err(err) => {
                     tracing::warn!(%path, error = %err, "cannot fetch the OpenAPI v3 document; merging by conventions");
                     None
@@ -284,5 +324,97 @@ impl Schemas {
             Ok(Err(e)) => Err(e.to_string()),
             Err(_) => Err(format!("GET {uri} timed out after {FETCH_TIMEOUT:?}")),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// A Pod-like document: a list keyed by `name` behind a `$ref`, descriptions everywhere,
+    /// and a property that is itself called `description`.
+    fn document() -> Value {
+        json!({
+            "openapi": "3.0.0",
+            "info": {"title": "Kubernetes", "version": "v1.30.0"},
+            "paths": {"/api/v1/pods": {"get": {"description": "list or watch objects of kind Pod"}}},
+            "components": {"schemas": {
+                "io.k8s.api.core.v1.Pod": {
+                    "description": "Pod is a collection of containers.",
+                    "type": "object",
+                    "x-kubernetes-group-version-kind": [{"group": "", "version": "v1", "kind": "Pod"}],
+                    "properties": {
+                        "spec": {"description": "Specification of the desired behavior.",
+                                 "allOf": [{"$ref": "#/components/schemas/io.k8s.api.core.v1.PodSpec"}]},
+                        "description": {"description": "a field named description", "type": "string"}
+                    }
+                },
+                "io.k8s.api.core.v1.PodSpec": {
+                    "type": "object",
+                    "properties": {"containers": {
+                        "description": "List of containers.",
+                        "type": "array",
+                        "items": {"$ref": "#/components/schemas/io.k8s.api.core.v1.Container"},
+                        "x-kubernetes-list-map-keys": ["slot"],
+                        "x-kubernetes-list-type": "map"
+                    }}
+                },
+                "io.k8s.api.core.v1.Container": {
+                    "type": "object",
+                    "required": ["slot"],
+                    "properties": {"slot": {"type": "string", "description": "A key no convention knows."},
+                                   "image": {"type": "string"}}
+                }
+            }}
+        })
+    }
+
+    #[test]
+    fn trimming_keeps_what_the_schema_builder_reads() {
+        let trimmed = trim_document(document());
+        assert_eq!(trimmed.get("paths"), None);
+        assert_eq!(trimmed.get("info"), None);
+        let pod = &trimmed["components"]["schemas"]["io.k8s.api.core.v1.Pod"];
+        assert_eq!(pod.get("description"), None);
+        // The property named `description` stays, only its prose goes.
+        assert_eq!(pod["properties"]["description"], json!({"type": "string"}));
+        assert_eq!(
+            trimmed["components"]["schemas"]["io.k8s.api.core.v1.PodSpec"]["properties"]
+                ["containers"]["x-kubernetes-list-map-keys"],
+            json!(["slot"])
+        );
+        assert!(
+            serde_json::to_vec(&trimmed).map_or(0, |b| b.len())
+                < serde_json::to_vec(&document()).map_or(0, |b| b.len())
+        );
+
+        // Both documents merge a list keyed by `slot` the same way (conventions would replace
+        // it: `slot` is no conventional key).
+        let full = Schema::from_openapi_v3(&document(), "", "v1", "Pod").expect("full");
+        let small = Schema::from_openapi_v3(&trimmed, "", "v1", "Pod").expect("trimmed");
+        let observed = json!({"spec": {"containers": [{"slot": "a", "image": "a:1"}, {"slot": "sidecar", "image": "s:1"}]}});
+        let last = json!({"spec": {"containers": [{"slot": "a", "image": "a:1"}]}});
+        let desired = json!({"spec": {"containers": [{"slot": "a", "image": "a:2"}]}});
+        let merge = |schema: &Schema| {
+            metacontroller_apply::merge_with_schema(&observed, Some(&last), &desired, schema)
+                .expect("merge")
+        };
+        assert_eq!(merge(&full), merge(&small));
+        assert_eq!(
+            merge(&small)["spec"]["containers"],
+            json!([{"slot": "a", "image": "a:2"}, {"slot": "sidecar", "image": "s:1"}])
+        );
+    }
+
+    #[test]
+    fn trimming_a_v2_document_or_a_stray_value() {
+        let v2 =
+            json!({"swagger": "2.0", "definitions": {"x": {"description": "d", "type": "object"}}});
+        assert_eq!(
+            trim_document(v2),
+            json!({"definitions": {"x": {"type": "object"}}})
+        );
+        assert_eq!(trim_document(json!("text")), json!("text"));
     }
 }

@@ -7,9 +7,11 @@
 //! exactly as today). Reported per run: time until every parent has its status and all 3N
 //! ConfigMaps exist, hook calls, parents synced by more than one replica, hook calls of one
 //! parent that overlapped in time (must be 0), writes in a quiet period after convergence
-//! (must be 0; Lease renewals are counted apart), and each replica's peak RSS; then the
-//! largest replica's peak RSS against the single replica's, and the same above the peak RSS
-//! of an idle process (the binary with no controller: the fixed cost every replica pays).
+//! (must be 0; Lease renewals are counted apart), and each replica's peak RSS and peak
+//! anonymous memory (`RssAnon` sampled every 50 ms: heap and stacks without the binary's code
+//! pages); then the largest replica's peaks against the single replica's, and the RSS above
+//! the peak RSS of an idle process (the binary with no controller: the fixed cost every
+//! replica pays).
 //!
 //! Usage: `shard_load --binary PATH [--parents N] [--replicas 1,3] [--workers N]
 //! [--hook-delay-ms N] [--shards N]`.
@@ -136,12 +138,39 @@ async fn start_hook(delay: Duration) -> (String, Calls) {
     (format!("http://{addr}/sync"), calls)
 }
 
-/// Peak resident set size of a process, from /proc (Linux), in MiB.
-fn peak_rss_mib(pid: u32) -> Option<f64> {
+/// A `/proc/<pid>/status` field in KiB, as MiB (Linux).
+fn status_mib(pid: u32, field: &str) -> Option<f64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let line = status.lines().find(|l| l.starts_with(field))?;
     let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kib / 1024.0)
+}
+
+/// Peak resident set size of a process (`VmHWM`), in MiB.
+fn peak_rss_mib(pid: u32) -> Option<f64> {
+    status_mib(pid, "VmHWM:")
+}
+
+/// The highest `RssAnon` (heap, stacks: the process's private memory, without the binary's
+/// code pages, which replicas on one node share) of each process, sampled every 50 ms until
+/// the task is aborted. The kernel keeps no peak of it.
+fn sample_peak_anon(pids: Vec<u32>) -> (Arc<Mutex<Vec<f64>>>, tokio::task::JoinHandle<()>) {
+    let peaks = Arc::new(Mutex::new(vec![0.0; pids.len()]));
+    let task = tokio::spawn({
+        let peaks = peaks.clone();
+        async move {
+            loop {
+                for (i, pid) in pids.iter().enumerate() {
+                    if let Some(anon) = status_mib(*pid, "RssAnon:") {
+                        let mut peaks = peaks.lock().unwrap_or_else(|p| p.into_inner());
+                        peaks[i] = f64::max(peaks[i], anon);
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    });
+    (peaks, task)
 }
 
 fn spawn(
@@ -190,21 +219,26 @@ struct Outcome {
     ok: bool,
     /// Peak RSS of each replica, MiB.
     rss: Vec<f64>,
+    /// Peak anonymous memory of each replica, MiB.
+    anon: Vec<f64>,
     converge: Duration,
 }
 
 /// Peak RSS of the binary running with no controller at all (the fixed cost of a process:
 /// code, runtime, TLS, client, metrics), against an API server with only the CRDs.
-async fn idle_rss(args: &Args) -> Option<f64> {
+async fn idle_rss(args: &Args) -> Option<(f64, f64)> {
     let cluster = TestCluster::embedded().await;
     cluster.install_metacontroller_crds().await;
     let ns = cluster.create_namespace("idle").await;
     let mut child = spawn(args, &cluster, &ns, true, 99);
+    let (anon, sampler) = sample_peak_anon(vec![child.id().unwrap_or(0)]);
     tokio::time::sleep(Duration::from_secs(8)).await;
+    sampler.abort();
     let rss = peak_rss_mib(child.id().unwrap_or(0));
     let _ = child.start_kill();
     let _ = child.wait().await;
-    rss
+    let anon = anon.lock().unwrap_or_else(|p| p.into_inner())[0];
+    Some((rss?, anon))
 }
 
 /// One run with `replicas` processes.
@@ -273,6 +307,8 @@ async fn run(args: &Args, replicas: usize) -> Outcome {
     let mut children: Vec<tokio::process::Child> = (0..replicas)
         .map(|i| spawn(args, &cluster, &ns, sharded, i))
         .collect();
+    let (anon_peaks, sampler) =
+        sample_peak_anon(children.iter().map(|c| c.id().unwrap_or(0)).collect());
     let configmaps: Api<ConfigMap> = Api::namespaced(cluster.client(), &ns);
     let deadline = Duration::from_secs(1800);
     loop {
@@ -319,7 +355,10 @@ async fn run(args: &Args, replicas: usize) -> Outcome {
         .iter()
         .filter_map(|c| peak_rss_mib(c.id().unwrap_or(0)))
         .collect();
+    sampler.abort();
+    let anon = anon_peaks.lock().unwrap_or_else(|p| p.into_inner()).clone();
     let rss: Vec<String> = peaks.iter().map(|m| format!("{m:.1} MiB")).collect();
+    let anon_text: Vec<String> = anon.iter().map(|m| format!("{m:.1} MiB")).collect();
 
     // Taken out of the mutex: the hook server is done, and no guard may live across awaits.
     let calls = std::mem::take(&mut *calls.lock().unwrap_or_else(|p| p.into_inner()));
@@ -362,6 +401,10 @@ async fn run(args: &Args, replicas: usize) -> Outcome {
         "    quiet 10 s after convergence: {quiet} writes (must be 0), {lease_writes} Lease writes; other writes {quiet_by:?}"
     );
     println!("    peak RSS per replica: {}", rss.join(", "));
+    println!(
+        "    peak anonymous memory per replica: {}",
+        anon_text.join(", ")
+    );
     for c in &mut children {
         let _ = c.start_kill();
         let _ = c.wait().await;
@@ -369,6 +412,7 @@ async fn run(args: &Args, replicas: usize) -> Outcome {
     Outcome {
         ok: quiet == 0 && overlaps == 0,
         rss: peaks,
+        anon,
         converge,
     }
 }
@@ -390,22 +434,27 @@ async fn main() {
         std::process::exit(2);
     }
     let idle = idle_rss(&args).await;
-    if let Some(idle) = idle {
-        println!("idle process (no controller, --sharding): peak RSS {idle:.1} MiB");
+    if let Some((rss, anon)) = idle {
+        println!(
+            "idle process (no controller, --sharding): peak RSS {rss:.1} MiB, peak anonymous {anon:.1} MiB"
+        );
     }
+    let idle = idle.map(|(rss, _)| rss);
     let mut ok = true;
-    let mut single: Option<(f64, Duration)> = None;
+    let mut single: Option<(f64, f64, Duration)> = None;
     for r in args.replicas.clone() {
         let outcome = run(&args, r.max(1)).await;
         ok &= outcome.ok;
         let peak = outcome.rss.iter().copied().fold(0.0, f64::max);
+        let peak_anon = outcome.anon.iter().copied().fold(0.0, f64::max);
         match single {
-            None if r <= 1 => single = Some((peak, outcome.converge)),
-            Some((one, one_time)) if r > 1 && one > 0.0 => {
+            None if r <= 1 => single = Some((peak, peak_anon, outcome.converge)),
+            Some((one, one_anon, one_time)) if r > 1 && one > 0.0 => {
                 println!(
-                    "    {r} replicas vs 1: largest replica peak RSS {:.0}% of the single replica's, \
-                     converge time {:.0}%",
+                    "    {r} replicas vs 1: largest replica peak RSS {:.0}% of the single replica's \
+                     (anonymous memory {:.0}%), converge time {:.0}%",
                     100.0 * peak / one,
+                    100.0 * peak_anon / one_anon.max(f64::MIN_POSITIVE),
                     100.0 * outcome.converge.as_secs_f64() / one_time.as_secs_f64()
                 );
                 if let Some(idle) = idle {
