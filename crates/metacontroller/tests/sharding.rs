@@ -247,6 +247,7 @@ impl Setup {
 
     /// Waits until every shard is held, the holders are exactly `replicas`, and the holders
     /// did not change for three rounds (`--shard-retry-period=1s`): the handoffs are done.
+    /// Then no replica may hold more than its bounded share.
     async fn wait_spread(&self, replicas: &[&ControllerProcess], within: Duration) {
         let ids: BTreeSet<String> = replicas.iter().map(|p| identity(p)).collect();
         let deadline = Instant::now() + within;
@@ -258,6 +259,16 @@ impl Setup {
                 match &stable {
                     Some((seen, since)) if *seen == last => {
                         if since.elapsed() >= Duration::from_secs(3) {
+                            // Bounded loads: nobody holds more than ceil(shards / replicas).
+                            let cap = (SHARDS as usize).div_ceil(ids.len());
+                            let mut held: BTreeMap<&str, usize> = BTreeMap::new();
+                            for holder in last.values() {
+                                *held.entry(holder).or_default() += 1;
+                            }
+                            assert!(
+                                held.values().all(|&n| n <= cap),
+                                "a replica holds more than {cap} of {SHARDS} shards: {held:?}"
+                            );
                             return;
                         }
                     }
