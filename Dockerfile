@@ -6,7 +6,7 @@
 # Release build (compiles inside the builder image):
 #   docker build -t ghcr.io/metacontroller-rs/metacontroller:v0.1.0 .
 # From a binary built on the host (what hack/build-image.sh does, offline):
-#   cargo build --release --locked --target x86_64-unknown-linux-musl -p metacontroller
+#   cargo build --profile dist --locked --target x86_64-unknown-linux-musl -p metacontroller
 #   docker build --build-arg BINARY_SOURCE=prebuilt -t metacontroller:dev .
 #
 # TLS roots: there is no CA bundle in the image; the API server's CA comes from the service
@@ -15,7 +15,8 @@
 # The toolchain the repository is tested with.
 ARG RUST_VERSION=1.95
 ARG TARGET=x86_64-unknown-linux-musl
-# "build" compiles in the builder stage; "prebuilt" copies target/<TARGET>/release/metacontroller.
+# "build" compiles in the builder stage; "prebuilt" copies target/<TARGET>/dist/metacontroller
+# (profile `dist`: release with whole-program optimisation, see Cargo.toml).
 ARG BINARY_SOURCE=build
 
 FROM docker.io/library/rust:${RUST_VERSION}-bookworm AS build
@@ -28,13 +29,13 @@ WORKDIR /src
 COPY . .
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
-    cargo build --release --locked --target "${TARGET}" -p metacontroller --bin metacontroller \
+    cargo build --profile dist --locked --target "${TARGET}" -p metacontroller --bin metacontroller \
  && mkdir -p /out \
- && cp "target/${TARGET}/release/metacontroller" /out/metacontroller
+ && cp "target/${TARGET}/dist/metacontroller" /out/metacontroller
 
 FROM scratch AS prebuilt
 ARG TARGET
-COPY target/${TARGET}/release/metacontroller /out/metacontroller
+COPY target/${TARGET}/dist/metacontroller /out/metacontroller
 
 FROM ${BINARY_SOURCE} AS binary
 

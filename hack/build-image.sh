@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the container image offline and proves it runs:
-#   1. a static release binary (x86_64-unknown-linux-musl) with cargo,
+#   1. a static binary (x86_64-unknown-linux-musl, profile `dist`: release + fat LTO) with cargo,
 #   2. the image from ./Dockerfile with buildah (BINARY_SOURCE=prebuilt: no base image to
 #      pull, the builder stage is skipped), saved as an OCI layout,
 #   3. the image unpacked with umoci and the binary started from its root filesystem with
@@ -21,7 +21,7 @@ TAG=${1:-v${VERSION}}
 IMAGE=localhost/metacontroller:${TAG}
 OUT=target/image
 LAYOUT=${OUT}/metacontroller-oci
-BINARY=target/${TARGET}/release/metacontroller
+BINARY=target/${TARGET}/dist/metacontroller
 export STORAGE_DRIVER=${STORAGE_DRIVER:-vfs} BUILDAH_ISOLATION=${BUILDAH_ISOLATION:-chroot}
 
 for tool in cargo buildah umoci; do
@@ -29,7 +29,7 @@ for tool in cargo buildah umoci; do
 done
 
 echo "== static binary ($TARGET)"
-cargo build --release --locked --target "$TARGET" -p metacontroller --bin metacontroller
+cargo build --profile dist --locked --target "$TARGET" -p metacontroller --bin metacontroller
 # A static executable has no program interpreter (PT_INTERP) and needs no shared libraries.
 if readelf -l "$BINARY" | grep -q 'Requesting program interpreter'; then
     echo "$BINARY is dynamically linked" >&2
