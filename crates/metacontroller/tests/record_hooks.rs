@@ -455,12 +455,22 @@ async fn dev_records_hooks_and_keeps_at_most_max_files() {
         hook.calls("/sync") >= 6
     })
     .await;
+    // The hook counts a call when the request arrives; its recording is written after the
+    // response, off the sync path: wait for the sixth recording itself.
+    let seq = |name: &str| -> u64 {
+        name.split('-')
+            .nth(1)
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0)
+    };
     eventually_within(
-        "the directory bounded to the 3 newest recordings",
+        "six recordings, the directory bounded to the 3 newest",
         Duration::from_secs(20),
         || async {
             let files = json_files(&recordings);
-            files.len() == 3 && !stale.exists()
+            files.len() == 3
+                && !stale.exists()
+                && files.iter().map(|(name, _)| seq(name)).max() >= Some(6)
         },
     )
     .await;
@@ -475,10 +485,7 @@ async fn dev_records_hooks_and_keeps_at_most_max_files() {
     }
     // The oldest went first: of at least 6 recordings, the first 3 are gone, and the
     // survivors are consecutive.
-    let mut seqs: Vec<u64> = files
-        .iter()
-        .map(|(name, _)| name.split('-').nth(1).unwrap().parse().unwrap())
-        .collect();
+    let mut seqs: Vec<u64> = files.iter().map(|(name, _)| seq(name)).collect();
     seqs.sort();
     assert!(seqs[0] > 3, "{seqs:?}");
     assert!(seqs.windows(2).all(|w| w[1] == w[0] + 1), "{seqs:?}");
