@@ -127,6 +127,17 @@ impl HookClient {
         })
     }
 
+    /// Waits (at most `within`) until the exchanges handed to the recorder so far are
+    /// stored; `true` without a recorder. For shutdown: the last syncs' recordings.
+    pub async fn flush_recordings(&self, within: Duration) -> bool {
+        let Some(recorder) = self.inner.recorder.clone() else {
+            return true;
+        };
+        tokio::task::spawn_blocking(move || recorder.flush(within))
+            .await
+            .unwrap_or(false)
+    }
+
     /// A handle sharing this client's pools and caches whose calls carry
     /// `controller_type` (`CompositeController` or `DecoratorController`, as upstream) in
     /// their metrics labels.

@@ -5,7 +5,9 @@
 //! The hot path only moves reference-counted buffers into a bounded channel; parsing,
 //! redaction and the file write happen on a thread of their own. When that thread falls
 //! behind, records are dropped (with a warning) rather than slowing syncs down, and a
-//! failing write (disk full, permissions) is logged and never fails a hook call.
+//! failing write (disk full, permissions) is logged and never fails a hook call. At
+//! shutdown the controller waits a bounded time for the queued records to be written
+//! ([`HookRecorder::flush`]), so the last exchanges before a SIGTERM are not lost.
 //!
 //! # File format
 //!
@@ -89,11 +91,26 @@ pub struct RecordedResponse {
 pub trait HookRecorder: Send + Sync {
     /// Takes one exchange; must not block.
     fn record(&self, exchange: RecordedExchange);
+
+    /// Blocks until every exchange taken so far is stored, for at most `within`; `false`
+    /// when some were still pending then. Called once at shutdown, off the async runtime.
+    fn flush(&self, within: Duration) -> bool {
+        let _ = within;
+        true
+    }
+}
+
+/// What the writer thread receives.
+enum Message {
+    // Boxed: an exchange is large, and a boxed one moves through the channel as a pointer.
+    Exchange(Box<RecordedExchange>),
+    /// Answered once every message queued before it has been handled.
+    Flush(std::sync::mpsc::Sender<()>),
 }
 
 /// Writes each exchange as a JSON file into a directory (see the module docs).
 pub struct DirectoryRecorder {
-    queue: SyncSender<RecordedExchange>,
+    queue: SyncSender<Message>,
     dropped: AtomicU64,
     last_warning: std::sync::Mutex<Option<Instant>>,
 }
@@ -139,11 +156,35 @@ impl DirectoryRecorder {
 
 impl HookRecorder for DirectoryRecorder {
     fn record(&self, exchange: RecordedExchange) {
-        match self.queue.try_send(exchange) {
+        match self.queue.try_send(Message::Exchange(Box::new(exchange))) {
             Ok(()) => {}
             Err(TrySendError::Full(_)) => self.warn_dropped("the writer is behind"),
             Err(TrySendError::Disconnected(_)) => self.warn_dropped("the writer stopped"),
         }
+    }
+
+    fn flush(&self, within: Duration) -> bool {
+        let deadline = Instant::now() + within;
+        let (done, written) = std::sync::mpsc::channel();
+        let mut message = Message::Flush(done);
+        // The marker queues behind the records; a full queue drains at disk speed.
+        loop {
+            match self.queue.try_send(message) {
+                Ok(()) => break,
+                Err(TrySendError::Full(back)) => {
+                    if Instant::now() >= deadline {
+                        return false;
+                    }
+                    message = back;
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+                // The writer is gone: nothing queued will be written any more.
+                Err(TrySendError::Disconnected(_)) => return false,
+            }
+        }
+        written
+            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+            .is_ok()
     }
 }
 
@@ -173,8 +214,15 @@ struct Writer {
 }
 
 impl Writer {
-    fn run(mut self, receiver: Receiver<RecordedExchange>) {
-        while let Ok(exchange) = receiver.recv() {
+    fn run(mut self, receiver: Receiver<Message>) {
+        while let Ok(message) = receiver.recv() {
+            let exchange = match message {
+                Message::Exchange(exchange) => *exchange,
+                Message::Flush(done) => {
+                    let _ = done.send(());
+                    continue;
+                }
+            };
             self.seq += 1;
             let name = file_name(&exchange, self.seq);
             match self.write(&name, &exchange) {

@@ -227,3 +227,46 @@ async fn a_failing_recording_never_fails_the_call() {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// `flush` returns only once everything recorded before it is on disk: what shutdown relies
+/// on so the last exchanges before a SIGTERM are kept.
+#[test]
+fn flush_waits_for_every_queued_recording() {
+    use metacontroller_hooks::{HookRecorder, RecordedExchange, RecordedResponse};
+    let dir = tempfile::tempdir().unwrap();
+    let recorder = DirectoryRecorder::new(dir.path(), None).unwrap();
+    // Large bodies make the writer fall well behind the loop that records them.
+    let body = bytes::Bytes::from(
+        serde_json::to_vec(&json!({"parent": {"spec": {"blob": "x".repeat(64 << 10)}}})).unwrap(),
+    );
+    let count = 400;
+    for i in 0..count {
+        recorder.record(RecordedExchange {
+            controller_kind: "CompositeController",
+            controller: "flush".into(),
+            hook: "sync".into(),
+            parent_key: format!("default/p{i}"),
+            url: "http://127.0.0.1:1/sync".into(),
+            started_at: std::time::SystemTime::now(),
+            duration: Duration::from_millis(1),
+            request: body.clone(),
+            response: Some(RecordedResponse {
+                status: 200,
+                body: bytes::Bytes::from_static(b"{\"children\":[]}"),
+            }),
+            error: None,
+        });
+    }
+    assert!(recorder.flush(Duration::from_secs(60)), "flush timed out");
+    let written = std::fs::read_dir(dir.path())
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            name.ends_with(".json") && !name.starts_with('.')
+        })
+        .count();
+    assert_eq!(written, count);
+    // A flush with nothing queued answers at once.
+    assert!(recorder.flush(Duration::from_secs(5)));
+}

@@ -18,6 +18,9 @@ use crate::cli::ControllerArgs;
 const GROUP: &str = "metacontroller.k8s.io";
 const VERSION: &str = "v1alpha1";
 
+/// How long shutdown waits for queued `--record-hooks` files.
+const RECORDING_FLUSH_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Runs the controller until SIGTERM/SIGINT, then shuts down gracefully.
 pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
     log_compat_flags(&args);
@@ -85,6 +88,9 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
         signal = crate::shutdown::signal() => tracing::info!(signal, "shutdown requested"),
     }
     crate::shutdown::graceful(&gate, &shared.events, leader, sharding).await;
+    if !shared.hooks.flush_recordings(RECORDING_FLUSH_TIMEOUT).await {
+        tracing::warn!(timeout = ?RECORDING_FLUSH_TIMEOUT, "--record-hooks: some recordings were not written before exit");
+    }
     Ok(())
 }
 

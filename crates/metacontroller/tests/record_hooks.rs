@@ -491,3 +491,94 @@ async fn dev_records_hooks_and_keeps_at_most_max_files() {
     assert!(seqs.windows(2).all(|w| w[1] == w[0] + 1), "{seqs:?}");
     drop(process);
 }
+
+/// SIGTERM while syncs are running: shutdown lets them finish and then waits for their
+/// recordings, so every exchange the hook answered is on disk when the process has exited.
+/// Large parents make each file slow enough to write that exiting without waiting loses
+/// the last ones.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_keeps_the_recordings_of_the_last_syncs() {
+    let hook = HookServer::start(|_, _| {
+        HookReply::json(json!({"status": {"ok": true}, "children": []}))
+            .delayed(Duration::from_millis(300))
+    })
+    .await;
+    let cluster = TestCluster::start().await;
+    cluster.install_metacontroller_crds().await;
+    let ns = cluster.create_namespace("record-term").await;
+    let parent = crd(
+        &format!("{}.example.com", unique_name("recterm")),
+        "v1",
+        "Parent",
+        "parents",
+    );
+    cluster.install_crd(&parent.build()).await;
+    let label = unique_name("team");
+    let controller: CompositeController = serde_json::from_value(json!({
+        "apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "CompositeController",
+        "metadata": {"name": unique_name("recterm"), "labels": {"team": label}},
+        "spec": {
+            "parentResource": {"apiVersion": parent.api_version(), "resource": parent.plural()},
+            "generateSelector": true,
+            "hooks": {"sync": {"webhook": {"url": hook.url("/sync")}}},
+        }
+    }))
+    .unwrap();
+    Api::<CompositeController>::all(cluster.client())
+        .create(&PostParams::default(), &controller)
+        .await
+        .unwrap();
+    let parents = dynamic_api(
+        cluster.client(),
+        &parent.api_version(),
+        parent.kind(),
+        parent.plural(),
+        Some(&ns),
+    );
+    let blob = "x".repeat(256 << 10);
+    for i in 0..8 {
+        let obj: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": parent.api_version(), "kind": "Parent",
+            "metadata": {"name": format!("p{i}")}, "spec": {"blob": blob},
+        }))
+        .unwrap();
+        parents.create(&PostParams::default(), &obj).await.unwrap();
+    }
+
+    let work = tempfile::tempdir().unwrap();
+    let recordings = work.path().join("rec");
+    let selector = format!("team={label}");
+    let mut process = ControllerProcess::run(
+        env!("CARGO_BIN_EXE_metacontroller"),
+        cluster.kubeconfig_path(),
+        &[
+            "--target-label-selector",
+            &selector,
+            "--metrics-address",
+            "0",
+            "--health-probe-bind-address",
+            "0",
+            "--record-hooks",
+            recordings.to_str().unwrap(),
+        ],
+    );
+    // The first syncs have reached the hook (which answers after 300 ms): stop now.
+    eventually_within("syncs in flight", Duration::from_secs(60), || async {
+        hook.calls("/sync") >= 1
+    })
+    .await;
+    process.terminate();
+    let status = process
+        .wait_exit(Duration::from_secs(30))
+        .expect("exited after SIGTERM");
+    assert!(status.success(), "{status:?}\n{}", process.logs());
+    let answered = hook.calls("/sync");
+    let files = json_files(&recordings);
+    assert_eq!(
+        files.len(),
+        answered,
+        "{answered} hook calls answered, recordings {:?}",
+        files.iter().map(|(n, _)| n).collect::<Vec<_>>()
+    );
+    assert!(files.iter().all(|(_, r)| r["response"]["status"] == 200));
+}
