@@ -13,8 +13,14 @@
 //! the peak RSS of an idle process (the binary with no controller: the fixed cost every
 //! replica pays).
 //!
+//! With `--kill-after-s S`, each multi-replica run SIGKILLs its first replica S seconds in
+//! (mid-convergence) and reports, from the hook's log of calls, when the survivors first
+//! synced a parent the dead replica had synced, how long after the kill everything had
+//! converged, and the ConfigMap create requests (exactly 3 per parent: nothing created twice);
+//! no RSS comparison is made for such runs.
+//!
 //! Usage: `shard_load --binary PATH [--parents N] [--replicas 1,3] [--workers N]
-//! [--hook-delay-ms N] [--shards N]`.
+//! [--hook-delay-ms N] [--shards N] [--kill-after-s S]`.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
@@ -37,6 +43,7 @@ struct Args {
     workers: u32,
     shards: u32,
     hook_delay: Duration,
+    kill_after: Option<Duration>,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -47,6 +54,7 @@ fn parse_args() -> Result<Args, String> {
         workers: 5,
         shards: 64,
         hook_delay: Duration::from_millis(20),
+        kill_after: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -62,6 +70,7 @@ fn parse_args() -> Result<Args, String> {
             "--workers" => args.workers = number()? as u32,
             "--shards" => args.shards = number()? as u32,
             "--hook-delay-ms" => args.hook_delay = Duration::from_millis(number()?),
+            "--kill-after-s" => args.kill_after = Some(Duration::from_secs(number()?)),
             "--replicas" => {
                 args.replicas = value
                     .split(',')
@@ -221,6 +230,8 @@ struct Outcome {
     rss: Vec<f64>,
     /// Peak anonymous memory of each replica, MiB.
     anon: Vec<f64>,
+    /// Whether a replica was killed (its peaks are missing: no comparison).
+    killed: bool,
     converge: Duration,
 }
 
@@ -311,8 +322,15 @@ async fn run(args: &Args, replicas: usize) -> Outcome {
         sample_peak_anon(children.iter().map(|c| c.id().unwrap_or(0)).collect());
     let configmaps: Api<ConfigMap> = Api::namespaced(cluster.client(), &ns);
     let deadline = Duration::from_secs(1800);
+    let mut killed_at: Option<Instant> = None;
     loop {
         tokio::time::sleep(Duration::from_millis(500)).await;
+        if let (Some(after), None, true) = (args.kill_after, killed_at, replicas > 1) {
+            if started.elapsed() >= after {
+                let _ = children[0].start_kill();
+                killed_at = Some(Instant::now());
+            }
+        }
         assert!(
             started.elapsed() < deadline,
             "not converged within {deadline:?}"
@@ -337,6 +355,11 @@ async fn run(args: &Args, replicas: usize) -> Outcome {
         }
     }
     let converge = started.elapsed();
+    let configmap_creates = control
+        .request_counts()
+        .get(&("create".to_string(), "configmaps".to_string()))
+        .copied()
+        .unwrap_or(0);
     // Quiet period: nothing changes; only Lease renewals may be written.
     // A fixed pause, not `settle`: Lease renewals never let the write counter stand still.
     tokio::time::sleep(Duration::from_secs(3)).await;
@@ -400,6 +423,9 @@ async fn run(args: &Args, replicas: usize) -> Outcome {
     println!(
         "    quiet 10 s after convergence: {quiet} writes (must be 0), {lease_writes} Lease writes; other writes {quiet_by:?}"
     );
+    if let Some(killed) = killed_at {
+        report_kill(&calls, killed, started, converge, configmap_creates, n);
+    }
     println!("    peak RSS per replica: {}", rss.join(", "));
     println!(
         "    peak anonymous memory per replica: {}",
@@ -410,11 +436,57 @@ async fn run(args: &Args, replicas: usize) -> Outcome {
         let _ = c.wait().await;
     }
     Outcome {
-        ok: quiet == 0 && overlaps == 0,
+        ok: quiet == 0
+            && overlaps == 0
+            && (killed_at.is_none() || configmap_creates == 3 * n as u64),
+        killed: killed_at.is_some(),
         rss: peaks,
         anon,
         converge,
     }
+}
+
+/// What the hook saw around the SIGKILL: the dead replica is the one that made no call after
+/// it; its parents are those it synced; the survivors' first call for one of them after the
+/// kill is the handoff.
+fn report_kill(
+    calls: &[Call],
+    killed: Instant,
+    started: Instant,
+    converge: Duration,
+    configmap_creates: u64,
+    n: usize,
+) {
+    let replicas: HashSet<&str> = calls.iter().map(|c| c.replica.as_str()).collect();
+    let Some(dead) = replicas
+        .iter()
+        .copied()
+        .find(|r| !calls.iter().any(|c| c.replica == *r && c.start > killed))
+    else {
+        println!("    kill: every replica made calls after the kill (none identified as dead)");
+        return;
+    };
+    let orphaned: HashSet<&str> = calls
+        .iter()
+        .filter(|c| c.replica == dead)
+        .map(|c| c.parent.as_str())
+        .collect();
+    let handoff = calls
+        .iter()
+        .filter(|c| c.replica != dead && c.start > killed && orphaned.contains(c.parent.as_str()))
+        .map(|c| c.start.duration_since(killed))
+        .min();
+    let after = converge.saturating_sub(killed.duration_since(started));
+    println!(
+        "    kill -9 of {dead} at {:.1}s: it had synced {} parents; first survivor sync of one \
+         of them {} after the kill; all converged {:.1}s after the kill; ConfigMap create \
+         requests {configmap_creates} (3 per parent: {})",
+        killed.duration_since(started).as_secs_f64(),
+        orphaned.len(),
+        handoff.map_or("never".to_string(), |d| format!("{:.1}s", d.as_secs_f64())),
+        after.as_secs_f64(),
+        3 * n
+    );
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -445,6 +517,9 @@ async fn main() {
     for r in args.replicas.clone() {
         let outcome = run(&args, r.max(1)).await;
         ok &= outcome.ok;
+        if outcome.killed {
+            continue;
+        }
         let peak = outcome.rss.iter().copied().fold(0.0, f64::max);
         let peak_anon = outcome.anon.iter().copied().fold(0.0, f64::max);
         match single {
