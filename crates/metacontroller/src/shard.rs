@@ -30,9 +30,10 @@
 //!   long as its holder's member Lease is live, so steady state costs one Lease write per
 //!   replica per retry period whatever the number of shards. Every change of holder is a PUT
 //!   with the read `resourceVersion` (or a create), so two replicas can never both win.
-//!   - A replica *acquires* `s` only when the assignment gives it `s`, the members it sees
-//!     did not change since its previous round (replicas started together see each other
-//!     before any takes shards, so none caches everything first), and the shard Lease is
+//!   - A replica *acquires* `s` only when the assignment gives it `s`, no member appeared
+//!     since its previous round (replicas started together see each other before any takes
+//!     shards, so none caches everything first; a membership that only lost members is
+//!     acted on at once, which takes a round off the takeover after a death), and the shard Lease is
 //!     free, its own, or held by a replica that is no longer a member. After the write
 //!     succeeded the shard is *reserved* in the gate (its objects are retained), the filtered
 //!     informers relist, and only once a list started after the reservation has completed
@@ -135,6 +136,13 @@ impl ShardConfig {
     fn shard_lease(&self, shard: u32) -> String {
         format!("{}-shard-{shard}", self.group)
     }
+}
+
+/// Whether this round's members may be acted on: seen in the previous round already, or
+/// only members of it (departures). A newcomer waits a round so that replicas started
+/// together see each other before any takes shards.
+fn settled(previous: Option<&[String]>, members: &[String]) -> bool {
+    previous.is_some_and(|last| members.iter().all(|m| last.contains(m)))
 }
 
 /// Which member owns each shard `0..shards` (rendezvous hashing with bounded loads, see
@@ -325,8 +333,7 @@ impl Coordinator {
             .collect();
         let member_refs: Vec<&str> = members.iter().map(String::as_str).collect();
         let owners = assignment(self.config.shards, &member_refs);
-        // Take shards only from a membership seen twice in a row (see the module docs).
-        let settled = self.last_members.as_ref() == Some(&members);
+        let may_acquire = settled(self.last_members.as_deref(), &members);
         let me = self.config.identity.clone();
         let owned: HashSet<u32> = self.gate.owned_shards().into_iter().collect();
         let acquiring: HashSet<u32> = lock(&self.acquiring).clone();
@@ -353,7 +360,7 @@ impl Coordinator {
             } else if we_hold && !mine {
                 lock(&self.acquiring).remove(&shard);
                 self.spawn_release(shard, true);
-            } else if mine && !active && settled {
+            } else if mine && !active && may_acquire {
                 let free = match holder.as_deref() {
                     None => true,
                     Some(h) => h == me || !members.iter().any(|m| m == h),
@@ -750,6 +757,18 @@ mod tests {
             moves * 100 <= minimal * 125,
             "{moves} moves, {minimal} unavoidable"
         );
+    }
+
+    #[test]
+    fn a_membership_is_settled_unless_someone_joined() {
+        let abc = names("m", 3);
+        let ab = abc[..2].to_vec();
+        assert!(!settled(None, &abc), "the first round only looks");
+        assert!(settled(Some(&abc), &abc));
+        assert!(settled(Some(&abc), &ab), "a departure is acted on at once");
+        assert!(!settled(Some(&ab), &abc), "a newcomer waits a round");
+        let ad = vec![abc[0].clone(), "m-new".to_string()];
+        assert!(!settled(Some(&ab), &ad), "one left, one joined: wait");
     }
 
     #[test]
