@@ -452,6 +452,28 @@ impl Informer {
         resync(&self.shared);
     }
 
+    /// Replays to the handlers, as [`resync`](Self::resync) does, only the cached objects
+    /// leased as parents ([`Keep::Parents`]) whose own key satisfies `key`. After a replica
+    /// admits newly acquired shards it queues their parents this way; replaying everything
+    /// would queue every parent it already syncs again (one hook call each).
+    pub fn resync_parents(&self, key: &dyn Fn(&str) -> bool) {
+        if self.shared.uses() & Keep::Parents.bit() == 0 {
+            return;
+        }
+        let cached: Vec<Arc<CompactObject>> = self
+            .shared
+            .store()
+            .iter()
+            .filter(|obj| NamespacedName::of(obj.as_ref()).is_some_and(|k| key(&k.to_string())))
+            .cloned()
+            .collect();
+        let changes = cached.into_iter().map(|obj| Change::Updated {
+            old: obj.clone(),
+            new: obj,
+        });
+        self.shared.notify_cached(changes, Origin::Relist);
+    }
+
     /// Whether this informer keeps what the use `keep` needs.
     pub fn keeps(&self, keep: Keep) -> bool {
         self.shared.uses() & (keep.bit() | Keep::All.bit()) != 0
@@ -815,6 +837,15 @@ impl Informers {
         for id in self.registry.keys() {
             if let Some(informer) = self.registry.get(&id) {
                 informer.resync();
+            }
+        }
+    }
+
+    /// [`Informer::resync_parents`] on every running informer.
+    pub fn resync_parents(&self, key: impl Fn(&str) -> bool) {
+        for id in self.registry.keys() {
+            if let Some(informer) = self.registry.get(&id) {
+                informer.resync_parents(&key);
             }
         }
     }

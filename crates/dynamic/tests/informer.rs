@@ -317,3 +317,53 @@ async fn a_retention_filter_keeps_only_the_share_relists_on_growth_and_prunes_si
         "a full informer is never pruned"
     );
 }
+
+/// After a replica admits new shards it replays only their parents: the parents it already
+/// syncs are not queued again, and an informer leased only for children replays nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resync_parents_replays_only_the_matching_parents() {
+    let server = embedded_apiserver::ApiServer::start(Default::default())
+        .await
+        .unwrap();
+    let client = client(&server).await;
+    let found = discover(&client, &ResourceMap::new()).await.unwrap();
+    let (map, _) = found.update.expect("discovery loaded something");
+    let configmaps = map.get("v1", "configmaps").unwrap().clone();
+    let secrets = map.get("v1", "secrets").unwrap().clone();
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    for name in ["a", "b", "c"] {
+        cms.create(&PostParams::default(), &cm(name, "1"))
+            .await
+            .unwrap();
+    }
+    let informers = Informers::new(
+        client.clone(),
+        InformerConfig {
+            keep_keys: Some(KeepKeys::new(|_| true)),
+            ..Default::default()
+        },
+    );
+    let parents = informers.lease_keeping(&configmaps, Keep::Parents);
+    let children_only = informers.lease_keeping(&secrets, Keep::Children);
+    for informer in [&parents, &children_only] {
+        tokio::time::timeout(Duration::from_secs(10), informer.wait_synced())
+            .await
+            .unwrap();
+    }
+    let seen = Seen::default();
+    parents.add_handler(record(&seen));
+    let secret_events = Seen::default();
+    children_only.add_handler(record(&secret_events));
+
+    informers.resync_parents(|key| key == "default/a" || key == "default/c");
+    let mut replayed: Vec<String> = seen
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(kind, _, origin)| kind == "updated" && *origin == Origin::Relist)
+        .map(|(_, name, _)| name.clone())
+        .collect();
+    replayed.sort();
+    assert_eq!(replayed, ["a", "c"]);
+    assert!(secret_events.lock().unwrap().is_empty());
+}

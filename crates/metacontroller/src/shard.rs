@@ -37,8 +37,8 @@
 //!     free, its own, or held by a replica that is no longer a member. After the write
 //!     succeeded the shard is *reserved* in the gate (its objects are retained), the filtered
 //!     informers relist, and only once a list started after the reservation has completed
-//!     does the gate admit the shard's keys; the caches are then replayed so the shard's
-//!     parents are queued. The relist runs in the background: rounds (renewals) go on.
+//!     does the gate admit the shard's keys; the cached parents of the admitted shards (only
+//!     those) are then replayed so they are queued. The relist runs in the background: rounds (renewals) go on.
 //!   - A replica that is no longer assigned `s` *releases* it: its gate stops admitting the
 //!     shard's keys, its running syncs of that shard end (drain), and only then it clears the
 //!     holder and prunes the shard's objects from its caches. The next owner starts after
@@ -67,7 +67,7 @@ use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::Client;
-use metacontroller_dynamic::gate::stable_hash;
+use metacontroller_dynamic::gate::{shard_of, stable_hash};
 use metacontroller_dynamic::{Informers, SyncGate};
 use prometheus::{IntGauge, Registry};
 use tokio::sync::watch;
@@ -413,23 +413,25 @@ impl Coordinator {
                     "sharding: still relisting before syncing acquired shards"
                 );
             }
-            let mut admitted = 0;
+            let mut admitted = HashSet::new();
             for (shard, epoch) in reserved {
                 let pending = lock(&acquiring).remove(&shard);
                 if pending && gate.admit_shard(shard, epoch) {
-                    admitted += 1;
+                    admitted.insert(shard);
                 }
             }
             let owned = gate.owned_shards().len();
             metrics.owned.set(i64::try_from(owned).unwrap_or(i64::MAX));
-            if admitted > 0 {
+            if !admitted.is_empty() {
                 tracing::info!(
-                    admitted,
+                    admitted = admitted.len(),
                     owned,
                     relist = ?started.elapsed(),
                     "sharding: caches relisted; syncing the acquired shards"
                 );
-                informers.resync_all();
+                // Only the acquired shards' parents: the others are synced already.
+                let shards = gate.shard_count().unwrap_or(1);
+                informers.resync_parents(|key| admitted.contains(&shard_of(key, shards)));
             }
         });
     }
