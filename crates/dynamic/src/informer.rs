@@ -4,7 +4,9 @@
 //! An [`Informer`] runs kube-runtime's `watcher` for `DynamicObject`s of one resource. A
 //! (re)list replaces the store content atomically at `InitDone` (so handlers see deletions
 //! that happened while the watch was down, e.g. after a 410 Gone), watch events update it one
-//! by one. Every `flush_interval` (`--cache-flush-interval`) the cache is replayed to the
+//! by one. After a watch error the handlers see every listed object, as upstream's informers
+//! do; a relist asked for ([`Informers::relist_filtered`], [`Informer::widen`]) tells them
+//! only what changed. Every `flush_interval` (`--cache-flush-interval`) the cache is replayed to the
 //! handlers (upstream's informer resync): an unchanged `Updated` for every object with
 //! [`Origin::Relist`], which controllers queue as bulk work. No API request is made for it;
 //! a full relist happens only when the watch fails.
@@ -608,6 +610,12 @@ async fn run(api: Api<DynamicObject>, shared: Arc<Shared>, id: ResourceId, confi
     let mut requests = shared.relist_requested.subscribe();
     // The relist request the current stream's next completed list answers.
     let mut answers = *requests.borrow_and_update();
+    // Whether the list in progress was asked for (shards acquired, a use widened) rather than
+    // forced by a watch error. Such a list tells the handlers only what changed: replaying
+    // every unchanged object would queue every parent this replica already syncs (one hook
+    // call each) whenever it takes over a shard. After a watch error every object is replayed,
+    // as upstream's informers do.
+    let mut asked_for = false;
     let mut flush = config.flush_interval.map(|period| {
         let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -633,6 +641,7 @@ async fn run(api: Api<DynamicObject>, shared: Arc<Shared>, id: ResourceId, confi
             changed = requests.changed() => {
                 if changed.is_ok() {
                     answers = *requests.borrow_and_update();
+                    asked_for = true;
                     stream = watch();
                     buffer = Vec::new();
                 } else {
@@ -661,7 +670,7 @@ async fn run(api: Api<DynamicObject>, shared: Arc<Shared>, id: ResourceId, confi
                 }
             }
             Ok(watcher::Event::InitDone) => {
-                let (changes, skipped) = {
+                let (mut changes, skipped) = {
                     let mut store = shared.store_mut();
                     // Objects of shards released meanwhile go silently; whatever else the
                     // list lacks was deleted.
@@ -669,6 +678,12 @@ async fn run(api: Api<DynamicObject>, shared: Arc<Shared>, id: ResourceId, confi
                     buffer.retain(|obj| shared.retains(obj.as_ref()));
                     store.replace_shared(buffer.drain(..))
                 };
+                if std::mem::take(&mut asked_for) {
+                    // An unchanged object is the cached `Arc` itself (see `buffer`).
+                    changes.retain(
+                        |c| !matches!(c, Change::Updated { old, new } if Arc::ptr_eq(old, new)),
+                    );
+                }
                 // Do not keep the list's capacity next to the store until the next relist.
                 buffer = Vec::new();
                 if skipped > 0 {

@@ -281,6 +281,8 @@ async fn a_retention_filter_keeps_only_the_share_relists_on_growth_and_prunes_si
         .unwrap();
     assert!(cached(&["c1", "c1b", "c2", "c2b", "orphan", "p1", "p2"]));
     assert!(saw(&seen, "added", "c2", Origin::Relist));
+    // An asked-for relist tells only what changed: c1 was cached already, unchanged.
+    assert!(!saw(&seen, "updated", "c1", Origin::Relist));
 
     // Shrinking it: pruned without any delete event.
     retained.lock().unwrap().remove("default/p1");

@@ -14,10 +14,11 @@
 //! replica pays).
 //!
 //! With `--kill-after-s S`, each multi-replica run SIGKILLs its first replica S seconds in
-//! (mid-convergence) and reports, from the hook's log of calls, when the survivors first
-//! synced a parent the dead replica had synced, how long after the kill everything had
-//! converged, and the ConfigMap create requests (exactly 3 per parent: nothing created twice);
-//! no RSS comparison is made for such runs.
+//! (mid-convergence, or after it: the run then waits 25 s for the takeover) and reports,
+//! from the hook's log of calls, when the survivors first synced a parent the dead replica
+//! had synced, how long after the kill everything had converged, the hook calls made since
+//! the kill, and the ConfigMap create requests (exactly 3 per parent: nothing created
+//! twice); no RSS comparison is made for such runs.
 //!
 //! Usage: `shard_load --binary PATH [--parents N] [--replicas 1,3] [--workers N]
 //! [--hook-delay-ms N] [--shards N] [--kill-after-s S]`.
@@ -323,9 +324,12 @@ async fn run(args: &Args, replicas: usize) -> Outcome {
     let configmaps: Api<ConfigMap> = Api::namespaced(cluster.client(), &ns);
     let deadline = Duration::from_secs(1800);
     let mut killed_at: Option<Instant> = None;
-    loop {
+    let kill_pending = |killed_at: Option<Instant>| {
+        args.kill_after.is_some() && replicas > 1 && killed_at.is_none()
+    };
+    let converge = loop {
         tokio::time::sleep(Duration::from_millis(500)).await;
-        if let (Some(after), None, true) = (args.kill_after, killed_at, replicas > 1) {
+        if let (Some(after), true) = (args.kill_after, kill_pending(killed_at)) {
             if started.elapsed() >= after {
                 let _ = children[0].start_kill();
                 killed_at = Some(Instant::now());
@@ -344,17 +348,22 @@ async fn run(args: &Args, replicas: usize) -> Outcome {
             .iter()
             .filter(|p| p.data["status"]["children"] == json!(3))
             .count();
-        if done == n {
+        if done == n && !kill_pending(killed_at) {
             let cms = configmaps
                 .list_metadata(&ListParams::default())
                 .await
                 .expect("listing configmaps");
             if cms.items.len() == 3 * n {
-                break;
+                break started.elapsed();
             }
         }
+    };
+    if let Some(killed) = killed_at {
+        // A kill after convergence changes no status: give the takeover its time (lease
+        // 15 s + rounds + relist) so its hook calls are counted.
+        let takeover = Duration::from_secs(25);
+        tokio::time::sleep(takeover.saturating_sub(killed.elapsed())).await;
     }
-    let converge = started.elapsed();
     let configmap_creates = control
         .request_counts()
         .get(&("create".to_string(), "configmaps".to_string()))
@@ -477,14 +486,18 @@ fn report_kill(
         .map(|c| c.start.duration_since(killed))
         .min();
     let after = converge.saturating_sub(killed.duration_since(started));
+    let since_kill: Vec<&Call> = calls.iter().filter(|c| c.start > killed).collect();
+    let since_kill_parents: HashSet<&str> = since_kill.iter().map(|c| c.parent.as_str()).collect();
     println!(
         "    kill -9 of {dead} at {:.1}s: it had synced {} parents; first survivor sync of one \
-         of them {} after the kill; all converged {:.1}s after the kill; ConfigMap create \
-         requests {configmap_creates} (3 per parent: {})",
+         of them {} after the kill; all converged {:.1}s after the kill (hook calls since the \
+         kill: {} for {} parents); ConfigMap create requests {configmap_creates} (3 per parent: {})",
         killed.duration_since(started).as_secs_f64(),
         orphaned.len(),
         handoff.map_or("never".to_string(), |d| format!("{:.1}s", d.as_secs_f64())),
         after.as_secs_f64(),
+        since_kill.len(),
+        since_kill_parents.len(),
         3 * n
     );
 }
