@@ -42,9 +42,9 @@
 //!
 //! Measured (`hack/load-shards.sh`, release build, N parents x 3 ConfigMaps, 3 replicas
 //! against 1): the largest replica's peak anonymous memory is 44% of the single replica's at
-//! 6,000 parents (21.3 vs 48.8 MiB) and 37% at 20,000 (54.5 vs 149.1 MiB); peak RSS, which
-//! adds the ~15 MiB of code pages every process maps, 59% (39.4 vs 66.7 MiB) and 43% (72.7
-//! vs 167.1 MiB). What a replica pays above a third: its fixed cost (an idle process has
+//! 6,000 parents (21.6 vs 49.2 MiB) and 36% at 20,000 (55.0 vs 151.0 MiB); peak RSS, which
+//! adds the ~15 MiB of code pages every process maps, 59% (39.6 vs 67.1 MiB) and 43% (73.2
+//! vs 169.4 MiB). What a replica pays above a third: its fixed cost (an idle process has
 //! 3.2 MiB anonymous), the transient decode of the objects it drops, and its share being up
 //! to ceil(shards / replicas) shards.
 //!

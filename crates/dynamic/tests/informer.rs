@@ -18,6 +18,21 @@ async fn client(server: &embedded_apiserver::ApiServerHandle) -> kube::Client {
     kube::Client::try_from(config).unwrap()
 }
 
+/// An embedded API server, a client of it, and what discovery found there.
+async fn discovered() -> (
+    embedded_apiserver::ApiServerHandle,
+    kube::Client,
+    ResourceMap,
+) {
+    let server = embedded_apiserver::ApiServer::start(Default::default())
+        .await
+        .unwrap();
+    let client = client(&server).await;
+    let found = discover(&client, &ResourceMap::new()).await.unwrap();
+    let (map, _) = found.update.expect("discovery loaded something");
+    (server, client, map)
+}
+
 async fn eventually(what: &str, mut check: impl FnMut() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(10);
     while !check() {
@@ -133,12 +148,7 @@ async fn discovery_and_shared_informer() {
 /// without any API request.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn handler_panics_are_contained_and_flush_replays_the_cache() {
-    let server = embedded_apiserver::ApiServer::start(Default::default())
-        .await
-        .unwrap();
-    let client = client(&server).await;
-    let found = discover(&client, &ResourceMap::new()).await.unwrap();
-    let (map, _) = found.update.expect("discovery loaded something");
+    let (server, client, map) = discovered().await;
     let configmaps = map.get("v1", "configmaps").unwrap().clone();
     let informers = Informers::new(
         client.clone(),
@@ -196,12 +206,7 @@ fn owned_cm(name: &str, owner: Option<(&str, &str)>) -> ConfigMap {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_retention_filter_keeps_only_the_share_relists_on_growth_and_prunes_silently() {
-    let server = embedded_apiserver::ApiServer::start(Default::default())
-        .await
-        .unwrap();
-    let client = client(&server).await;
-    let found = discover(&client, &ResourceMap::new()).await.unwrap();
-    let (map, _) = found.update.expect("discovery loaded something");
+    let (_server, client, map) = discovered().await;
     let configmaps = map.get("v1", "configmaps").unwrap().clone();
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
     let mut uids = std::collections::HashMap::new();
@@ -324,12 +329,7 @@ async fn a_retention_filter_keeps_only_the_share_relists_on_growth_and_prunes_si
 /// syncs are not queued again, and an informer leased only for children replays nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn resync_parents_replays_only_the_matching_parents() {
-    let server = embedded_apiserver::ApiServer::start(Default::default())
-        .await
-        .unwrap();
-    let client = client(&server).await;
-    let found = discover(&client, &ResourceMap::new()).await.unwrap();
-    let (map, _) = found.update.expect("discovery loaded something");
+    let (_server, client, map) = discovered().await;
     let configmaps = map.get("v1", "configmaps").unwrap().clone();
     let secrets = map.get("v1", "secrets").unwrap().clone();
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");

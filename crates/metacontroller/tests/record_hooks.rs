@@ -14,8 +14,8 @@ use kube::core::DynamicObject;
 use metacontroller_api::composite::CompositeController;
 use metacontroller_testkit::example::{free_port, installed, start_hook};
 use metacontroller_testkit::{
-    crd, dynamic_api, eventually_within, unique_name, ControllerProcess, HookReply, HookServer,
-    TestCluster,
+    crd, dynamic_api, eventually_within, unique_name, ControllerProcess, CrdBuilder, HookReply,
+    HookServer, TestCluster,
 };
 use serde_json::{json, Value};
 
@@ -66,6 +66,22 @@ class Hook(BaseHTTPRequestHandler):
 
 ThreadingHTTPServer(("127.0.0.1", port), Hook).serve_forever()
 "#;
+
+/// A cluster with the Metacontroller CRDs, a fresh namespace and a `Parent` CRD in a fresh
+/// group, all named after `name`.
+async fn cluster_with_parent(name: &str) -> (TestCluster, String, CrdBuilder) {
+    let cluster = TestCluster::start().await;
+    cluster.install_metacontroller_crds().await;
+    let ns = cluster.create_namespace(name).await;
+    let parent = crd(
+        &format!("{}.example.com", unique_name(name)),
+        "v1",
+        "Parent",
+        "parents",
+    );
+    cluster.install_crd(&parent.build()).await;
+    (cluster, ns, parent)
+}
 
 /// The JSON files of `dir` (recordings or hook logs), sorted by name.
 fn json_files(dir: &Path) -> Vec<(String, Value)> {
@@ -141,16 +157,7 @@ async fn run_records_sync_finalize_and_customize_exchanges_with_secrets_redacted
     if !installed("python3") {
         return;
     }
-    let cluster = TestCluster::start().await;
-    cluster.install_metacontroller_crds().await;
-    let ns = cluster.create_namespace("record").await;
-    let parent = crd(
-        &format!("{}.example.com", unique_name("record")),
-        "v1",
-        "Parent",
-        "parents",
-    );
-    cluster.install_crd(&parent.build()).await;
+    let (cluster, ns, parent) = cluster_with_parent("record").await;
 
     let work = tempfile::tempdir().unwrap();
     let hook_log = work.path().join("received");
@@ -503,16 +510,7 @@ async fn sigterm_keeps_the_recordings_of_the_last_syncs() {
             .delayed(Duration::from_millis(300))
     })
     .await;
-    let cluster = TestCluster::start().await;
-    cluster.install_metacontroller_crds().await;
-    let ns = cluster.create_namespace("record-term").await;
-    let parent = crd(
-        &format!("{}.example.com", unique_name("recterm")),
-        "v1",
-        "Parent",
-        "parents",
-    );
-    cluster.install_crd(&parent.build()).await;
+    let (cluster, ns, parent) = cluster_with_parent("recterm").await;
     let label = unique_name("team");
     let controller: CompositeController = serde_json::from_value(json!({
         "apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "CompositeController",
