@@ -67,6 +67,33 @@ class Hook(BaseHTTPRequestHandler):
 ThreadingHTTPServer(("127.0.0.1", port), Hook).serve_forever()
 "#;
 
+/// `metacontroller run` for the controllers selected by `selector`, recording hook exchanges
+/// into `recordings`, without metrics or probe listeners.
+fn run_recording(
+    cluster: &TestCluster,
+    selector: &str,
+    recordings: &Path,
+    extra: &[&str],
+) -> ControllerProcess {
+    let recordings = recordings.to_str().unwrap();
+    let mut args = vec![
+        "--target-label-selector",
+        selector,
+        "--metrics-address",
+        "0",
+        "--health-probe-bind-address",
+        "0",
+        "--record-hooks",
+        recordings,
+    ];
+    args.extend_from_slice(extra);
+    ControllerProcess::run(
+        env!("CARGO_BIN_EXE_metacontroller"),
+        cluster.kubeconfig_path(),
+        &args,
+    )
+}
+
 /// A cluster with the Metacontroller CRDs, a fresh namespace and a `Parent` CRD in a fresh
 /// group, all named after `name`.
 async fn cluster_with_parent(name: &str) -> (TestCluster, String, CrdBuilder) {
@@ -193,21 +220,11 @@ async fn run_records_sync_finalize_and_customize_exchanges_with_secrets_redacted
         .await
         .unwrap();
     let selector = format!("team={label}");
-    let process = ControllerProcess::run(
-        env!("CARGO_BIN_EXE_metacontroller"),
-        cluster.kubeconfig_path(),
-        &[
-            "--discovery-interval",
-            "500ms",
-            "--target-label-selector",
-            &selector,
-            "--metrics-address",
-            "0",
-            "--health-probe-bind-address",
-            "0",
-            "--record-hooks",
-            recordings.to_str().unwrap(),
-        ],
+    let process = run_recording(
+        &cluster,
+        &selector,
+        &recordings,
+        &["--discovery-interval", "500ms"],
     );
 
     let parents = dynamic_api(
@@ -546,20 +563,7 @@ async fn sigterm_keeps_the_recordings_of_the_last_syncs() {
     let work = tempfile::tempdir().unwrap();
     let recordings = work.path().join("rec");
     let selector = format!("team={label}");
-    let mut process = ControllerProcess::run(
-        env!("CARGO_BIN_EXE_metacontroller"),
-        cluster.kubeconfig_path(),
-        &[
-            "--target-label-selector",
-            &selector,
-            "--metrics-address",
-            "0",
-            "--health-probe-bind-address",
-            "0",
-            "--record-hooks",
-            recordings.to_str().unwrap(),
-        ],
-    );
+    let mut process = run_recording(&cluster, &selector, &recordings, &[]);
     // The first syncs have reached the hook (which answers after 300 ms): stop now.
     eventually_within("syncs in flight", Duration::from_secs(60), || async {
         hook.calls("/sync") >= 1
