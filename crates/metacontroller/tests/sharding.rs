@@ -19,6 +19,7 @@ use kube::api::{Api, ListParams, PostParams};
 use kube::core::DynamicObject;
 use metacontroller_api::composite::CompositeController;
 use metacontroller_api::decorator::DecoratorController;
+use metacontroller_dynamic::gate::shard_of;
 use metacontroller_testkit::{
     crd, dynamic_api, eventually_within, unique_name, ControllerProcess, CrdBuilder, TestCluster,
 };
@@ -355,6 +356,26 @@ impl Setup {
                 );
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// Waits until the hook got no call for two seconds: the syncs that follow a
+    /// convergence or a takeover (children observed, status written) are over.
+    async fn wait_hook_quiet(&self, within: Duration) {
+        let deadline = Instant::now() + within;
+        let mut seen = self.hook.calls().len();
+        let mut since = Instant::now();
+        while since.elapsed() < Duration::from_secs(2) {
+            assert!(
+                Instant::now() < deadline,
+                "the hook is still called: {seen} calls"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let now = self.hook.calls().len();
+            if now != seen {
+                seen = now;
+                since = Instant::now();
+            }
         }
     }
 
@@ -791,4 +812,87 @@ async fn three_replicas_split_decorator_targets_and_attach_once() {
     let used: BTreeSet<&str> = calls.iter().map(|c| c.replica.as_str()).collect();
     assert_eq!(used.len(), 3, "replicas that synced: {used:?}");
     setup.assert_caches_split(&refs, targets.len()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_kill_only_the_parents_of_shards_that_moved_are_synced_again() {
+    let _serial = SERIAL.lock().await;
+    let setup = Setup::new(Duration::from_millis(20)).await;
+    let mut replicas = vec![setup.replica(), setup.replica(), setup.replica()];
+    for r in &replicas {
+        wait_joined(r).await;
+    }
+    let refs: Vec<&ControllerProcess> = replicas.iter().collect();
+    setup.wait_spread(&refs, Duration::from_secs(30)).await;
+    let ids: BTreeSet<String> = replicas.iter().map(identity).collect();
+    let parents = names("q", 60);
+    for n in &parents {
+        setup.create_parent(n).await;
+    }
+    setup
+        .wait_converged(&parents, Duration::from_secs(60))
+        .await;
+    setup.wait_hook_quiet(Duration::from_secs(30)).await;
+    let before = setup.shard_holders().await;
+
+    let calls_before = setup.hook.calls().len();
+    replicas[0].kill9();
+    let killed = Instant::now();
+    let survivors: Vec<&ControllerProcess> = replicas[1..].iter().collect();
+    setup
+        .wait_spread(&survivors, LEASE + Duration::from_secs(10))
+        .await;
+    let after = setup.shard_holders().await;
+    let moved: BTreeSet<u32> = (0..SHARDS)
+        .filter(|s| before.get(s) != after.get(s))
+        .collect();
+    let moved_parents: BTreeSet<&str> = parents
+        .iter()
+        .filter(|n| moved.contains(&shard_of(&format!("{}/{n}", setup.ns), SHARDS)))
+        .map(String::as_str)
+        .collect();
+    assert!(!moved_parents.is_empty(), "no parent in the moved shards");
+    eventually_within(
+        "each parent of a moved shard is synced by its new owner",
+        LEASE + Duration::from_secs(10),
+        || async {
+            let synced: BTreeSet<String> = setup.hook.calls()[calls_before..]
+                .iter()
+                .map(|c| c.parent.clone())
+                .collect();
+            moved_parents.iter().all(|p| synced.contains(*p))
+        },
+    )
+    .await;
+    setup.wait_hook_quiet(Duration::from_secs(30)).await;
+
+    let calls = setup.hook.calls();
+    assert_one_syncer_at_a_time(&calls, &ids);
+    let since: Vec<&Call> = calls[calls_before..].iter().collect();
+    // The new owners' caches relisted; a relist they asked for reports only what changed,
+    // and only the acquired shards' parents are replayed: everything else stays quiet.
+    let others: BTreeSet<&str> = since
+        .iter()
+        .map(|c| c.parent.as_str())
+        .filter(|p| !moved_parents.contains(p))
+        .collect();
+    assert!(
+        others.is_empty(),
+        "parents of shards that did not move synced again after the kill: {others:?}"
+    );
+    assert!(
+        since.len() <= 2 * moved_parents.len(),
+        "{} hook calls for the {} parents of the moved shards",
+        since.len(),
+        moved_parents.len()
+    );
+    setup.assert_children_exact(&parents).await;
+    setup.assert_created_once(&parents);
+    eprintln!(
+        "{} shards moved ({} parents) in {:?}; {} hook calls since the kill",
+        moved.len(),
+        moved_parents.len(),
+        killed.elapsed(),
+        since.len()
+    );
 }
