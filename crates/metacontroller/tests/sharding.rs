@@ -222,6 +222,18 @@ impl Setup {
         )
     }
 
+    /// Three replicas that joined and split the shards, with their identities.
+    async fn three_replicas(&self) -> (Vec<ControllerProcess>, BTreeSet<String>) {
+        let replicas = vec![self.replica(), self.replica(), self.replica()];
+        for r in &replicas {
+            wait_joined(r).await;
+        }
+        let refs: Vec<&ControllerProcess> = replicas.iter().collect();
+        self.wait_spread(&refs, Duration::from_secs(30)).await;
+        let ids = replicas.iter().map(identity).collect();
+        (replicas, ids)
+    }
+
     fn leases(&self) -> Api<Lease> {
         Api::namespaced(self.cluster.client(), &self.ns)
     }
@@ -544,6 +556,21 @@ fn assert_one_syncer_at_a_time(calls: &[Call], replicas: &BTreeSet<String>) {
     }
 }
 
+/// With a stable membership of three: every parent synced, each by exactly one replica,
+/// and all three replicas took part.
+fn assert_stable_split(calls: &[Call], parents: usize) {
+    let mut syncers: HashMap<&str, BTreeSet<&str>> = HashMap::new();
+    for c in calls {
+        syncers.entry(&c.parent).or_default().insert(&c.replica);
+    }
+    assert_eq!(syncers.len(), parents, "parents synced");
+    for (parent, by) in &syncers {
+        assert_eq!(by.len(), 1, "{parent} synced by {by:?}");
+    }
+    let used: BTreeSet<&str> = calls.iter().map(|c| c.replica.as_str()).collect();
+    assert_eq!(used.len(), 3, "replicas that synced: {used:?}");
+}
+
 fn names(prefix: &str, n: usize) -> Vec<String> {
     (0..n).map(|i| format!("{prefix}-{i}")).collect()
 }
@@ -590,12 +617,8 @@ async fn gauge(p: &ControllerProcess, name: &str) -> i64 {
 async fn three_replicas_split_the_parents_and_each_parent_has_one_syncer() {
     let _serial = SERIAL.lock().await;
     let setup = Setup::new(Duration::from_millis(20)).await;
-    let replicas = [setup.replica(), setup.replica(), setup.replica()];
-    for r in &replicas {
-        wait_joined(r).await;
-    }
+    let (replicas, ids) = setup.three_replicas().await;
     let refs: Vec<&ControllerProcess> = replicas.iter().collect();
-    setup.wait_spread(&refs, Duration::from_secs(30)).await;
     let mut owned = 0;
     for r in &replicas {
         let n = gauge(r, "metacontroller_shards_owned").await;
@@ -626,20 +649,9 @@ async fn three_replicas_split_the_parents_and_each_parent_has_one_syncer() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 
-    let ids: BTreeSet<String> = replicas.iter().map(identity).collect();
     let calls = setup.hook.calls();
     assert_one_syncer_at_a_time(&calls, &ids);
-    // With a stable membership every parent is synced by exactly one replica, and all three
-    // replicas take part.
-    let mut syncers: HashMap<&str, BTreeSet<&str>> = HashMap::new();
-    for c in &calls {
-        syncers.entry(&c.parent).or_default().insert(&c.replica);
-    }
-    for (parent, by) in &syncers {
-        assert_eq!(by.len(), 1, "{parent} synced by {by:?}");
-    }
-    let used: BTreeSet<&str> = calls.iter().map(|c| c.replica.as_str()).collect();
-    assert_eq!(used.len(), 3, "replicas that synced: {used:?}");
+    assert_stable_split(&calls, parents.len());
     setup.assert_created_once(&parents);
     setup.assert_caches_split(&refs, parents.len()).await;
 }
@@ -649,13 +661,7 @@ async fn a_killed_replicas_parents_move_to_the_others_within_the_lease_duration(
     let _serial = SERIAL.lock().await;
     // 100 ms per hook call and two workers per replica: about 2 s of work per replica.
     let setup = Setup::new(Duration::from_millis(100)).await;
-    let mut replicas = vec![setup.replica(), setup.replica(), setup.replica()];
-    for r in &replicas {
-        wait_joined(r).await;
-    }
-    let refs: Vec<&ControllerProcess> = replicas.iter().collect();
-    setup.wait_spread(&refs, Duration::from_secs(30)).await;
-    let ids: BTreeSet<String> = replicas.iter().map(identity).collect();
+    let (mut replicas, ids) = setup.three_replicas().await;
 
     let parents = names("k", 90);
     for n in &parents {
@@ -781,12 +787,8 @@ async fn scaling_one_to_three_to_two_under_load_keeps_one_syncer_per_parent() {
 async fn three_replicas_split_decorator_targets_and_attach_once() {
     let _serial = SERIAL.lock().await;
     let setup = Setup::decorator(Duration::from_millis(20)).await;
-    let replicas = [setup.replica(), setup.replica(), setup.replica()];
-    for r in &replicas {
-        wait_joined(r).await;
-    }
+    let (replicas, ids) = setup.three_replicas().await;
     let refs: Vec<&ControllerProcess> = replicas.iter().collect();
-    setup.wait_spread(&refs, Duration::from_secs(30)).await;
 
     let targets = names("d", 60);
     for n in &targets {
@@ -798,19 +800,9 @@ async fn three_replicas_split_decorator_targets_and_attach_once() {
     setup.assert_children_exact(&targets).await;
     setup.assert_created_once(&targets);
 
-    let ids: BTreeSet<String> = replicas.iter().map(identity).collect();
     let calls = setup.hook.calls();
     assert_one_syncer_at_a_time(&calls, &ids);
-    let mut syncers: HashMap<&str, BTreeSet<&str>> = HashMap::new();
-    for c in &calls {
-        syncers.entry(&c.parent).or_default().insert(&c.replica);
-    }
-    assert_eq!(syncers.len(), targets.len(), "targets synced");
-    for (target, by) in &syncers {
-        assert_eq!(by.len(), 1, "{target} synced by {by:?}");
-    }
-    let used: BTreeSet<&str> = calls.iter().map(|c| c.replica.as_str()).collect();
-    assert_eq!(used.len(), 3, "replicas that synced: {used:?}");
+    assert_stable_split(&calls, targets.len());
     setup.assert_caches_split(&refs, targets.len()).await;
 }
 
@@ -818,13 +810,7 @@ async fn three_replicas_split_decorator_targets_and_attach_once() {
 async fn after_a_kill_only_the_parents_of_shards_that_moved_are_synced_again() {
     let _serial = SERIAL.lock().await;
     let setup = Setup::new(Duration::from_millis(20)).await;
-    let mut replicas = vec![setup.replica(), setup.replica(), setup.replica()];
-    for r in &replicas {
-        wait_joined(r).await;
-    }
-    let refs: Vec<&ControllerProcess> = replicas.iter().collect();
-    setup.wait_spread(&refs, Duration::from_secs(30)).await;
-    let ids: BTreeSet<String> = replicas.iter().map(identity).collect();
+    let (mut replicas, ids) = setup.three_replicas().await;
     let parents = names("q", 60);
     for n in &parents {
         setup.create_parent(n).await;
