@@ -4,8 +4,7 @@
 
 use anyhow::{bail, Context};
 use metacontroller_api::wire::{
-    CompositeHookRequest, CompositeHookResponse, CustomizableController, CustomizeHookRequest,
-    CustomizeHookResponse,
+    CompositeHookRequest, CompositeHookResponse, CustomizableController,
 };
 use metacontroller_api::CompositeController;
 use metacontroller_controllers::children::{self, ChildType, ParentRef};
@@ -20,7 +19,7 @@ use super::args::{HookName, RenderArgs};
 use super::cluster::Cluster;
 use super::hook::{CallError, Caller};
 use super::inputs::{self, Replay};
-use super::{meta_str, plan, Prepared};
+use super::{meta_str, plan, steps, Prepared};
 
 /// Renders one sync of `controller`.
 pub async fn render(
@@ -63,10 +62,22 @@ pub async fn render(
                 bail!("the controller ignores this parent: it does not match spec.parentResource.labelSelector");
             }
             if requested == Some(HookName::Customize) {
-                return customize(caller, &controller, &name, &endpoints, &parent).await;
+                return steps::customize(
+                    caller,
+                    spec.customize_hook(),
+                    CustomizableController::Composite(Box::new(controller.clone())),
+                    &endpoints,
+                    &parent,
+                )
+                .await;
             }
             let (hook, hook_name, finalizing) =
-                pick_hook(&controller, &resolved.parent_selector, &parent, requested)?;
+                match steps::requested_hook(spec.sync_hook(), spec.finalize_hook(), requested)? {
+                    Some(chosen) => chosen,
+                    None => {
+                        composite::choose_hook(&controller, &resolved.parent_selector, &parent)?
+                    }
+                };
             let selector = composite::parent_child_selector(&parent, generate)?;
             let observed = if cluster.is_live() {
                 claimed_children(cluster, &resolved, &parent, &selector).await?
@@ -103,11 +114,7 @@ pub async fn render(
     };
 
     let parent = &prepared.object;
-    let hook = match prepared.hook_name {
-        "finalize" => spec.finalize_hook(),
-        _ => spec.sync_hook(),
-    }
-    .with_context(|| format!("the controller has no {} hook", prepared.hook_name))?;
+    let hook = steps::hook_named(spec.sync_hook(), spec.finalize_hook(), prepared.hook_name)?;
     let namespace = Some(meta_str(parent, "namespace")).filter(|ns| !ns.is_empty());
     let parent_name = meta_str(parent, "name");
     let parent_kind = resolved.parent.kind.clone();
@@ -146,21 +153,23 @@ pub async fn render(
             &controller.finalizer_name(),
             spec.finalize_hook().is_some(),
         );
-        if manages {
-            let owner = ParentRef {
-                api_version: resolved.parent.api_version.clone(),
-                kind: resolved.parent.kind.clone(),
-                name: parent_name.to_string(),
-                uid: meta_str(parent, "uid").to_string(),
-            };
-            let writer = plan::writer(args, cluster);
-            print!(
-                "{}",
-                plan::children(&writer, &owner, &types, &prepared.observed, &desired).await?
-            );
-        } else {
-            println!("children: not managed (the parent is being deleted without our finalizer)");
-        }
+        let owner = ParentRef {
+            api_version: resolved.parent.api_version.clone(),
+            kind: resolved.parent.kind.clone(),
+            name: parent_name.to_string(),
+            uid: meta_str(parent, "uid").to_string(),
+        };
+        steps::print_owned_plan(
+            args,
+            cluster,
+            manages,
+            &owner,
+            &types,
+            &prepared.observed,
+            &desired,
+            "children: not managed (the parent is being deleted without our finalizer)",
+        )
+        .await?;
         if prepared.hook_name == "finalize" {
             println!(
                 "finalizer: {}",
@@ -173,47 +182,21 @@ pub async fn render(
         }
         print!("{}", plan::status(parent.get("status"), &status));
     } else {
-        let mut doc = json!({
+        let doc = json!({
             "children": desired.values().map(|(_, c)| c).collect::<Vec<_>>(),
             "status": status,
         });
-        if response.resync_after_seconds > 0.0 {
-            doc["resyncAfterSeconds"] = json!(response.resync_after_seconds);
-        }
-        if prepared.hook_name == "finalize" {
-            doc["finalized"] = json!(response.finalized);
-        }
-        print!("{}", serde_yaml::to_string(&doc)?);
+        steps::print_answer(
+            doc,
+            response.resync_after_seconds,
+            prepared.hook_name,
+            response.finalized,
+        )?;
     }
     if !refused.is_empty() {
         return Err(SyncError::Refused(refused).into());
     }
     Ok(())
-}
-
-/// The hook to call: the one asked for, else the controller's own choice.
-fn pick_hook<'c>(
-    controller: &'c CompositeController,
-    parent_selector: &Selector,
-    parent: &Value,
-    requested: Option<HookName>,
-) -> anyhow::Result<(&'c metacontroller_api::hook::Hook, &'static str, bool)> {
-    let spec = &controller.spec;
-    Ok(match requested {
-        Some(HookName::Sync) => (
-            spec.sync_hook()
-                .context("the controller has no sync hook")?,
-            "sync",
-            false,
-        ),
-        Some(HookName::Finalize) => (
-            spec.finalize_hook()
-                .context("the controller has no finalize hook")?,
-            "finalize",
-            true,
-        ),
-        _ => composite::choose_hook(controller, parent_selector, parent)?,
-    })
 }
 
 /// A replayed request: its parent and children, the hook it was sent to.
@@ -222,9 +205,7 @@ fn from_replay(
     replay: Replay,
     requested: Option<HookName>,
 ) -> anyhow::Result<Prepared> {
-    if requested == Some(HookName::Customize) || replay.hook.as_deref() == Some("customize") {
-        bail!("replaying a customize request is not supported: render it with --parent and --hook customize");
-    }
+    steps::refuse_customize_replay(replay.hook.as_deref(), requested)?;
     let request: CompositeHookRequest = serde_json::from_value(replay.body.clone())
         .context("the request is not a CompositeController sync/finalize request")?;
     if request.controller.metadata.name != controller.metadata.name {
@@ -234,42 +215,12 @@ fn from_replay(
             controller.metadata.name.clone().unwrap_or_default()
         );
     }
-    let finalize = match requested {
-        Some(h) => h == HookName::Finalize,
-        None => replay.hook.as_deref() == Some("finalize") || request.finalizing,
-    };
     Ok(Prepared {
         observed: request.children.objects().cloned().collect(),
         object: request.parent,
+        hook_name: steps::replayed_hook_name(replay.hook.as_deref(), requested, request.finalizing),
         body: replay.body,
-        hook_name: if finalize { "finalize" } else { "sync" },
     })
-}
-
-/// `--hook customize`: the customize request and the rules it answers.
-async fn customize(
-    caller: &Caller,
-    controller: &CompositeController,
-    name: &str,
-    endpoints: &[metacontroller_api::hook::EndpointConfig],
-    parent: &Value,
-) -> anyhow::Result<()> {
-    let hook = controller
-        .spec
-        .customize_hook()
-        .context("the controller has no customize hook")?;
-    let request = CustomizeHookRequest {
-        controller: CustomizableController::Composite(Box::new(controller.clone())),
-        parent: parent.clone(),
-    };
-    let ctx = CallContext {
-        controller: name,
-        hook_name: "customize",
-        parent_key: meta_str(parent, "name"),
-    };
-    let response: CustomizeHookResponse = caller.call(&ctx, hook, endpoints, &request).await?;
-    print!("{}", serde_yaml::to_string(&response)?);
-    Ok(())
 }
 
 /// The parent's children in the cluster after claiming, as the controller sees them:

@@ -4,8 +4,7 @@
 
 use anyhow::{bail, Context};
 use metacontroller_api::wire::{
-    CustomizableController, CustomizeHookRequest, CustomizeHookResponse, DecoratorHookRequest,
-    DecoratorHookResponse,
+    CustomizableController, DecoratorHookRequest, DecoratorHookResponse,
 };
 use metacontroller_api::DecoratorController;
 use metacontroller_controllers::children::{ChildType, ParentRef};
@@ -19,7 +18,7 @@ use super::args::{HookName, RenderArgs};
 use super::cluster::Cluster;
 use super::hook::{CallError, Caller};
 use super::inputs::{self, Replay};
-use super::{meta_str, plan, Prepared};
+use super::{meta_str, plan, steps, Prepared};
 
 /// Renders one sync of `controller`.
 pub async fn render(
@@ -40,20 +39,18 @@ pub async fn render(
 
     let prepared = match replay {
         Some(replay) => {
-            if replay.hook.as_deref() == Some("customize") {
-                bail!("replaying a customize request is not supported: render it with --parent and --hook customize");
-            }
+            steps::refuse_customize_replay(replay.hook.as_deref(), requested)?;
             let request: DecoratorHookRequest = serde_json::from_value(replay.body.clone())
                 .context("the request is not a DecoratorController sync/finalize request")?;
-            let finalize = match requested {
-                Some(h) => h == HookName::Finalize,
-                None => replay.hook.as_deref() == Some("finalize") || request.finalizing,
-            };
             Prepared {
                 observed: request.attachments.objects().cloned().collect(),
                 object: request.object,
+                hook_name: steps::replayed_hook_name(
+                    replay.hook.as_deref(),
+                    requested,
+                    request.finalizing,
+                ),
                 body: replay.body,
-                hook_name: if finalize { "finalize" } else { "sync" },
             }
         }
         None => {
@@ -68,38 +65,20 @@ pub async fn render(
                 bail!("the controller ignores this object: it matches none of spec.resources");
             }
             if requested == Some(HookName::Customize) {
-                let hook = spec
-                    .customize_hook()
-                    .context("the controller has no customize hook")?;
-                let request = CustomizeHookRequest {
-                    controller: CustomizableController::Decorator(Box::new(controller.clone())),
-                    parent: object.clone(),
-                };
-                let ctx = CallContext {
-                    controller: &name,
-                    hook_name: "customize",
-                    parent_key: meta_str(&object, "name"),
-                };
-                let response: CustomizeHookResponse =
-                    caller.call(&ctx, hook, &endpoints, &request).await?;
-                print!("{}", serde_yaml::to_string(&response)?);
-                return Ok(());
+                return steps::customize(
+                    caller,
+                    spec.customize_hook(),
+                    CustomizableController::Decorator(Box::new(controller.clone())),
+                    &endpoints,
+                    &object,
+                )
+                .await;
             }
-            let (hook, hook_name, finalizing) = match requested {
-                Some(HookName::Sync) => (
-                    spec.sync_hook()
-                        .context("the controller has no sync hook")?,
-                    "sync",
-                    false,
-                ),
-                Some(HookName::Finalize) => (
-                    spec.finalize_hook()
-                        .context("the controller has no finalize hook")?,
-                    "finalize",
-                    true,
-                ),
-                _ => decorator::choose_hook(&controller, &resolved.selector, &object)?,
-            };
+            let (hook, hook_name, finalizing) =
+                match steps::requested_hook(spec.sync_hook(), spec.finalize_hook(), requested)? {
+                    Some(chosen) => chosen,
+                    None => decorator::choose_hook(&controller, &resolved.selector, &object)?,
+                };
             let observed = if cluster.is_live() {
                 let namespace = Some(meta_str(&object, "namespace")).filter(|ns| !ns.is_empty());
                 let uid = meta_str(&object, "uid");
@@ -145,11 +124,7 @@ pub async fn render(
     };
 
     let object = &prepared.object;
-    let hook = match prepared.hook_name {
-        "finalize" => spec.finalize_hook(),
-        _ => spec.sync_hook(),
-    }
-    .with_context(|| format!("the controller has no {} hook", prepared.hook_name))?;
+    let hook = steps::hook_named(spec.sync_hook(), spec.finalize_hook(), prepared.hook_name)?;
     let namespace = Some(meta_str(object, "namespace")).filter(|ns| !ns.is_empty());
     let res = cluster.resource_of(object)?;
     let key = format!(
@@ -192,23 +167,23 @@ pub async fn render(
     if args.diff {
         let manages =
             finalizer::manages_children(object, &finalizer_name, spec.finalize_hook().is_some());
-        if manages {
-            let owner = ParentRef {
-                api_version: res.api_version.clone(),
-                kind: res.kind.clone(),
-                name: meta_str(object, "name").to_string(),
-                uid: meta_str(object, "uid").to_string(),
-            };
-            let writer = plan::writer(args, cluster);
-            print!(
-                "{}",
-                plan::children(&writer, &owner, &types, &prepared.observed, &desired).await?
-            );
-        } else {
-            println!(
-                "attachments: not managed (the object is being deleted without our finalizer)"
-            );
-        }
+        let owner = ParentRef {
+            api_version: res.api_version.clone(),
+            kind: res.kind.clone(),
+            name: meta_str(object, "name").to_string(),
+            uid: meta_str(object, "uid").to_string(),
+        };
+        steps::print_owned_plan(
+            args,
+            cluster,
+            manages,
+            &owner,
+            &types,
+            &prepared.observed,
+            &desired,
+            "attachments: not managed (the object is being deleted without our finalizer)",
+        )
+        .await?;
         if update.is_noop() {
             println!("target: unchanged");
         } else {
@@ -231,13 +206,12 @@ pub async fn render(
         if let Some(status) = update.object.get("status") {
             doc["status"] = status.clone();
         }
-        if response.resync_after_seconds > 0.0 {
-            doc["resyncAfterSeconds"] = json!(response.resync_after_seconds);
-        }
-        if prepared.hook_name == "finalize" {
-            doc["finalized"] = json!(response.finalized);
-        }
-        print!("{}", serde_yaml::to_string(&doc)?);
+        steps::print_answer(
+            doc,
+            response.resync_after_seconds,
+            prepared.hook_name,
+            response.finalized,
+        )?;
     }
     if !refused.is_empty() {
         return Err(SyncError::Refused(refused).into());

@@ -12,6 +12,7 @@
 //! - [`cluster`]: the live cluster, or an in-process API server offline;
 //! - [`hook`]: calling the hook (URL or command);
 //! - [`composite`] / [`decorator`]: one sync of each kind;
+//! - [`steps`]: the steps both kinds share (hook choice, customize, printing);
 //! - [`plan`]: `--diff` output.
 
 pub mod args;
@@ -21,6 +22,7 @@ mod decorator;
 mod hook;
 mod inputs;
 mod plan;
+mod steps;
 
 use anyhow::{bail, Context};
 use metacontroller_api::hook::{EndpointConfig, HookVersion};
