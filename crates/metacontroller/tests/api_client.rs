@@ -42,21 +42,18 @@ async fn setup(cluster: &TestCluster, prefix: &str, hook_url: &str) -> (CrdBuild
     );
     cluster.install_crd(&parent.build()).await;
     let label = unique_name("team");
-    let controller: CompositeController = serde_json::from_value(json!({
-        "apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "CompositeController",
-        "metadata": {"name": unique_name(prefix), "labels": {"team": label}},
-        "spec": {
-            "parentResource": {"apiVersion": parent.api_version(), "resource": parent.plural()},
-            "childResources": [{"apiVersion": "v1", "resource": "configmaps",
-                                "updateStrategy": {"method": "InPlace"}}],
-            "hooks": {"sync": {"webhook": {"url": hook_url}}},
-        }
-    }))
-    .unwrap();
-    Api::<CompositeController>::all(cluster.client())
-        .create(&PostParams::default(), &controller)
-        .await
-        .unwrap();
+    let _: CompositeController = cluster
+        .create_controller(
+            &unique_name(prefix),
+            &label,
+            json!({
+                "parentResource": {"apiVersion": parent.api_version(), "resource": parent.plural()},
+                "childResources": [{"apiVersion": "v1", "resource": "configmaps",
+                                    "updateStrategy": {"method": "InPlace"}}],
+                "hooks": {"sync": {"webhook": {"url": hook_url}}},
+            }),
+        )
+        .await;
     (parent, label)
 }
 

@@ -142,39 +142,29 @@ async fn setup_controller(
     let label = unique_name("team");
     if decorator {
         let hook = HookServer::start(hook).await;
-        let controller: DecoratorController = serde_json::from_value(json!({
-            "apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "DecoratorController",
-            "metadata": {"name": unique_name("schema"), "labels": {"team": label}},
-            "spec": {
-                "resources": [{"apiVersion": parent.api_version(), "resource": parent.plural()}],
-                "attachments": [child_rule],
-                "resyncPeriodSeconds": 1,
-                "hooks": {"sync": {"webhook": {"url": hook.url("/sync")}}},
-            }
+        let _: DecoratorController = cluster
+            .create_controller(&unique_name("schema"), &label, json!({
+            "resources": [{"apiVersion": parent.api_version(), "resource": parent.plural()}],
+            "attachments": [child_rule],
+            "resyncPeriodSeconds": 1,
+            "hooks": {"sync": {"webhook": {"url": hook.url("/sync")}}},
         }))
-        .unwrap();
-        Api::<DecoratorController>::all(cluster.client())
-            .create(&PostParams::default(), &controller)
-            .await
-            .unwrap();
+            .await;
         return start_binary(cluster, ns, parent, hook, &label, extra);
     }
     let hook = HookServer::start(hook).await;
-    let controller: CompositeController = serde_json::from_value(json!({
-        "apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "CompositeController",
-        "metadata": {"name": unique_name("schema"), "labels": {"team": label}},
-        "spec": {
-            "parentResource": {"apiVersion": parent.api_version(), "resource": parent.plural()},
-            "childResources": [child_rule],
-            "resyncPeriodSeconds": 1,
-            "hooks": {"sync": {"webhook": {"url": hook.url("/sync")}}},
-        }
-    }))
-    .unwrap();
-    Api::<CompositeController>::all(cluster.client())
-        .create(&PostParams::default(), &controller)
-        .await
-        .unwrap();
+    let _: CompositeController = cluster
+        .create_controller(
+            &unique_name("schema"),
+            &label,
+            json!({
+                "parentResource": {"apiVersion": parent.api_version(), "resource": parent.plural()},
+                "childResources": [child_rule],
+                "resyncPeriodSeconds": 1,
+                "hooks": {"sync": {"webhook": {"url": hook.url("/sync")}}},
+            }),
+        )
+        .await;
     start_binary(cluster, ns, parent, hook, &label, extra)
 }
 

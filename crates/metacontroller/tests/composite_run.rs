@@ -38,21 +38,18 @@ async fn binary_starts_controller_once_its_crd_appears_and_applies_server_side()
         "parents",
     );
     let label = unique_name("team");
-    let controller: CompositeController = serde_json::from_value(json!({
-        "apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "CompositeController",
-        "metadata": {"name": unique_name("run"), "labels": {"team": label}},
-        "spec": {
-            "parentResource": {"apiVersion": parent.api_version(), "resource": parent.plural()},
-            "childResources": [{"apiVersion": "v1", "resource": "configmaps",
-                                "updateStrategy": {"method": "InPlace"}}],
-            "hooks": {"sync": {"webhook": {"url": hook.url("/sync")}}},
-        }
-    }))
-    .unwrap();
-    Api::<CompositeController>::all(cluster.client())
-        .create(&PostParams::default(), &controller)
-        .await
-        .unwrap();
+    let controller: CompositeController = cluster
+        .create_controller(
+            &unique_name("run"),
+            &label,
+            json!({
+                "parentResource": {"apiVersion": parent.api_version(), "resource": parent.plural()},
+                "childResources": [{"apiVersion": "v1", "resource": "configmaps",
+                                    "updateStrategy": {"method": "InPlace"}}],
+                "hooks": {"sync": {"webhook": {"url": hook.url("/sync")}}},
+            }),
+        )
+        .await;
     let name = controller.metadata.name.clone().unwrap_or_default();
 
     let process = spawn_run(&cluster, &label, &["--apply-strategy", "server-side-apply"]);

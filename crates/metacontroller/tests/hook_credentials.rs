@@ -62,16 +62,9 @@ async fn create_controller(cluster: &TestCluster, parent: &CrdBuilder, spec: Val
     for (key, value) in spec.as_object().unwrap() {
         full[key] = value.clone();
     }
-    let controller: CompositeController = serde_json::from_value(json!({
-        "apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "CompositeController",
-        "metadata": {"name": unique_name("creds"), "labels": {"team": label}},
-        "spec": full,
-    }))
-    .unwrap();
-    Api::<CompositeController>::all(cluster.client())
-        .create(&PostParams::default(), &controller)
-        .await
-        .unwrap();
+    let _: CompositeController = cluster
+        .create_controller(&unique_name("creds"), &label, json!(full))
+        .await;
     label
 }
 
@@ -399,22 +392,19 @@ async fn secret_data_never_reaches_trace_logs() {
     })
     .await;
     let label = unique_name("team");
-    let controller: CompositeController = serde_json::from_value(json!({
-        "apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "CompositeController",
-        "metadata": {"name": unique_name("redact"), "labels": {"team": label}},
-        "spec": {
-            "parentResource": {"apiVersion": parent.api_version(), "resource": parent.plural()},
-            "childResources": [{"apiVersion": "v1", "resource": "secrets",
-                                "updateStrategy": {"method": "InPlace"}}],
-            "hooks": {"sync": {"webhook": {"url": hook.url("/sync")}},
-                      "customize": {"webhook": {"url": hook.url("/customize")}}},
-        }
-    }))
-    .unwrap();
-    Api::<CompositeController>::all(cluster.client())
-        .create(&PostParams::default(), &controller)
-        .await
-        .unwrap();
+    let _: CompositeController = cluster
+        .create_controller(
+            &unique_name("redact"),
+            &label,
+            json!({
+                "parentResource": {"apiVersion": parent.api_version(), "resource": parent.plural()},
+                "childResources": [{"apiVersion": "v1", "resource": "secrets",
+                                    "updateStrategy": {"method": "InPlace"}}],
+                "hooks": {"sync": {"webhook": {"url": hook.url("/sync")}},
+                          "customize": {"webhook": {"url": hook.url("/customize")}}},
+            }),
+        )
+        .await;
     let process = start_binary(&cluster, &label, &["--log-level", "trace"]);
     create_parent(&cluster, &parent, &ns, "p").await;
 

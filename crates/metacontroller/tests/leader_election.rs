@@ -56,21 +56,14 @@ impl Setup {
         );
         cluster.install_crd(&parent.build()).await;
         let label = unique_name("team");
-        let controller: CompositeController = serde_json::from_value(json!({
-            "apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "CompositeController",
-            "metadata": {"name": unique_name("leader"), "labels": {"team": label}},
-            "spec": {
-                "generateSelector": true,
-                "parentResource": {"apiVersion": parent.api_version(), "resource": parent.plural()},
-                "childResources": [{"apiVersion": "v1", "resource": "configmaps"}],
-                "hooks": {"sync": {"webhook": {"url": hook.url("/sync")}}},
-            }
+        let _: CompositeController = cluster
+            .create_controller(&unique_name("leader"), &label, json!({
+            "generateSelector": true,
+            "parentResource": {"apiVersion": parent.api_version(), "resource": parent.plural()},
+            "childResources": [{"apiVersion": "v1", "resource": "configmaps"}],
+            "hooks": {"sync": {"webhook": {"url": hook.url("/sync")}}},
         }))
-        .unwrap();
-        Api::<CompositeController>::all(cluster.client())
-            .create(&PostParams::default(), &controller)
-            .await
-            .unwrap();
+            .await;
         Setup {
             cluster,
             ns,
@@ -310,21 +303,18 @@ async fn sigterm_lets_the_running_sync_finish_then_exits_zero() {
     );
     cluster.install_crd(&parent.build()).await;
     let label = unique_name("team");
-    let controller: CompositeController = serde_json::from_value(json!({
-        "apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "CompositeController",
-        "metadata": {"name": unique_name("drain"), "labels": {"team": label}},
-        "spec": {
-            "generateSelector": true,
-            "parentResource": {"apiVersion": parent.api_version(), "resource": parent.plural()},
-            "childResources": [{"apiVersion": "v1", "resource": "configmaps"}],
-            "hooks": {"sync": {"webhook": {"url": hook.url("/sync"), "timeout": "30s"}}},
-        }
-    }))
-    .unwrap();
-    Api::<CompositeController>::all(cluster.client())
-        .create(&PostParams::default(), &controller)
-        .await
-        .unwrap();
+    let _: CompositeController = cluster
+        .create_controller(
+            &unique_name("drain"),
+            &label,
+            json!({
+                "generateSelector": true,
+                "parentResource": {"apiVersion": parent.api_version(), "resource": parent.plural()},
+                "childResources": [{"apiVersion": "v1", "resource": "configmaps"}],
+                "hooks": {"sync": {"webhook": {"url": hook.url("/sync"), "timeout": "30s"}}},
+            }),
+        )
+        .await;
     let mut process = ControllerProcess::start(
         env!("CARGO_BIN_EXE_metacontroller"),
         [

@@ -262,16 +262,7 @@ async fn create_controller(
     name: &str,
     spec: serde_json::Value,
 ) {
-    let controller: CompositeController = serde_json::from_value(json!({
-        "apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "CompositeController",
-        "metadata": {"name": name, "labels": {"team": label}},
-        "spec": spec,
-    }))
-    .unwrap();
-    Api::<CompositeController>::all(cluster.client())
-        .create(&PostParams::default(), &controller)
-        .await
-        .unwrap();
+    let _: CompositeController = cluster.create_controller(name, label, spec).await;
 }
 
 fn parent_crd(prefix: &str) -> CrdBuilder {

@@ -199,26 +199,23 @@ async fn run_records_sync_finalize_and_customize_exchanges_with_secrets_redacted
 
     let label = unique_name("team");
     let name = unique_name("record");
-    let controller: CompositeController = serde_json::from_value(json!({
-        "apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "CompositeController",
-        "metadata": {"name": name, "labels": {"team": label}},
-        "spec": {
-            "parentResource": {"apiVersion": parent.api_version(), "resource": parent.plural()},
-            "generateSelector": true,
-            "childResources": [{"apiVersion": "v1", "resource": "secrets",
-                                "updateStrategy": {"method": "InPlace"}}],
-            "hooks": {
-                "sync": {"webhook": {"url": format!("http://127.0.0.1:{port}/sync")}},
-                "finalize": {"webhook": {"url": format!("http://127.0.0.1:{port}/finalize")}},
-                "customize": {"webhook": {"url": format!("http://127.0.0.1:{port}/customize")}},
-            },
-        }
-    }))
-    .unwrap();
-    Api::<CompositeController>::all(cluster.client())
-        .create(&PostParams::default(), &controller)
-        .await
-        .unwrap();
+    let controller: CompositeController = cluster
+        .create_controller(
+            &name,
+            &label,
+            json!({
+                "parentResource": {"apiVersion": parent.api_version(), "resource": parent.plural()},
+                "generateSelector": true,
+                "childResources": [{"apiVersion": "v1", "resource": "secrets",
+                                    "updateStrategy": {"method": "InPlace"}}],
+                "hooks": {
+                    "sync": {"webhook": {"url": format!("http://127.0.0.1:{port}/sync")}},
+                    "finalize": {"webhook": {"url": format!("http://127.0.0.1:{port}/finalize")}},
+                    "customize": {"webhook": {"url": format!("http://127.0.0.1:{port}/customize")}},
+                },
+            }),
+        )
+        .await;
     let selector = format!("team={label}");
     let process = run_recording(
         &cluster,
@@ -529,20 +526,17 @@ async fn sigterm_keeps_the_recordings_of_the_last_syncs() {
     .await;
     let (cluster, ns, parent) = cluster_with_parent("recterm").await;
     let label = unique_name("team");
-    let controller: CompositeController = serde_json::from_value(json!({
-        "apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "CompositeController",
-        "metadata": {"name": unique_name("recterm"), "labels": {"team": label}},
-        "spec": {
-            "parentResource": {"apiVersion": parent.api_version(), "resource": parent.plural()},
-            "generateSelector": true,
-            "hooks": {"sync": {"webhook": {"url": hook.url("/sync")}}},
-        }
-    }))
-    .unwrap();
-    Api::<CompositeController>::all(cluster.client())
-        .create(&PostParams::default(), &controller)
-        .await
-        .unwrap();
+    let _: CompositeController = cluster
+        .create_controller(
+            &unique_name("recterm"),
+            &label,
+            json!({
+                "parentResource": {"apiVersion": parent.api_version(), "resource": parent.plural()},
+                "generateSelector": true,
+                "hooks": {"sync": {"webhook": {"url": hook.url("/sync")}}},
+            }),
+        )
+        .await;
     let parents = dynamic_api(
         cluster.client(),
         &parent.api_version(),

@@ -150,36 +150,22 @@ impl Setup {
         cluster.install_crd(&parent.build()).await;
         let label = unique_name("team");
         if decorator {
-            let controller: DecoratorController = serde_json::from_value(json!({
-                "apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "DecoratorController",
-                "metadata": {"name": unique_name("shard"), "labels": {"team": label}},
-                "spec": {
-                    "resources": [{"apiVersion": parent.api_version(), "resource": parent.plural()}],
-                    "attachments": [{"apiVersion": "v1", "resource": "configmaps"}],
-                    "hooks": {"sync": {"webhook": {"url": url}}},
-                }
+            let _: DecoratorController = cluster
+                .create_controller(&unique_name("shard"), &label, json!({
+                "resources": [{"apiVersion": parent.api_version(), "resource": parent.plural()}],
+                "attachments": [{"apiVersion": "v1", "resource": "configmaps"}],
+                "hooks": {"sync": {"webhook": {"url": url}}},
             }))
-            .unwrap();
-            Api::<DecoratorController>::all(cluster.client())
-                .create(&PostParams::default(), &controller)
-                .await
-                .unwrap();
+                .await;
         } else {
-            let controller: CompositeController = serde_json::from_value(json!({
-                "apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "CompositeController",
-                "metadata": {"name": unique_name("shard"), "labels": {"team": label}},
-                "spec": {
-                    "generateSelector": true,
-                    "parentResource": {"apiVersion": parent.api_version(), "resource": parent.plural()},
-                    "childResources": [{"apiVersion": "v1", "resource": "configmaps"}],
-                    "hooks": {"sync": {"webhook": {"url": url}}},
-                }
+            let _: CompositeController = cluster
+                .create_controller(&unique_name("shard"), &label, json!({
+                "generateSelector": true,
+                "parentResource": {"apiVersion": parent.api_version(), "resource": parent.plural()},
+                "childResources": [{"apiVersion": "v1", "resource": "configmaps"}],
+                "hooks": {"sync": {"webhook": {"url": url}}},
             }))
-            .unwrap();
-            Api::<CompositeController>::all(cluster.client())
-                .create(&PostParams::default(), &controller)
-                .await
-                .unwrap();
+                .await;
         }
         Setup {
             cluster,

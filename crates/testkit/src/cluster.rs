@@ -188,6 +188,30 @@ impl TestCluster {
         }
     }
 
+    /// Creates a controller object (`K`: CompositeController or DecoratorController) named
+    /// `name` with `spec`, labelled `team=<label>`: only a process started with
+    /// `--target-label-selector=team=<label>` runs it, so tests sharing a real cluster never
+    /// run each other's controllers.
+    pub async fn create_controller<K>(&self, name: &str, label: &str, spec: Value) -> K
+    where
+        K: kube::Resource<DynamicType = (), Scope = kube::core::ClusterResourceScope>
+            + Clone
+            + std::fmt::Debug
+            + k8s_openapi::serde::Serialize
+            + k8s_openapi::serde::de::DeserializeOwned,
+    {
+        let controller: K = serde_json::from_value(json!({
+            "apiVersion": K::api_version(&()), "kind": K::kind(&()),
+            "metadata": {"name": name, "labels": {"team": label}},
+            "spec": spec,
+        }))
+        .unwrap_or_else(|e| panic!("controller {name}: {e}"));
+        Api::<K>::all(self.client())
+            .create(&PostParams::default(), &controller)
+            .await
+            .unwrap_or_else(|e| panic!("creating controller {name}: {e}"))
+    }
+
     /// Waits until in-flight writes have settled — the write counter has not moved for
     /// `quiet` — and returns the write count. `None` on a real cluster.
     ///
