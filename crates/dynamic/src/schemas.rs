@@ -64,8 +64,10 @@ struct Doc {
     checked: Instant,
     /// The index's `serverRelativeURL` the document was fetched from (carries its hash).
     url: Option<String>,
-    doc: Option<Arc<Value>>,
-    /// Schemas built from `doc` (trimmed by [`trim_document`]), by kind.
+    /// The document trimmed by [`trim_document`], kept as JSON text: parsed again only to
+    /// build a kind not built yet (a `Value` tree takes about ten times the bytes).
+    doc: Option<Arc<str>>,
+    /// Schemas built from `doc`, by kind.
     built: HashMap<String, Option<Arc<Schema>>>,
 }
 
@@ -247,7 +249,13 @@ impl Schemas {
         if let Some(built) = entry.built.get(kind) {
             return built.clone();
         }
-        let doc = entry.doc.clone()?;
+        let doc: Value = match serde_json::from_str(entry.doc.as_deref()?) {
+            Ok(doc) => doc,
+            Err(err) => {
+                tracing::warn!(%path, error = %err, "cannot read back the cached OpenAPI document; merging by conventions");
+                return None;
+            }
+        };
         let built = match Schema::from_openapi_v3(&doc, group, version, kind) {
             Ok(s) => Some(Arc::new(s)),
             Err(err) => {
@@ -285,7 +293,7 @@ impl Schemas {
         }
         let doc = match &url {
             Some(u) => match self.get_json(u).await {
-                Ok(doc) => Some(Arc::new(trim_document(doc))),
+                Ok(doc) => Some(Arc::from(trim_document(doc).to_string())),
                 Err(err) => {
                     tracing::warn!(%path, error = %err, "cannot fetch the OpenAPI v3 document; merging by conventions");
                     None
