@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the container image offline and proves it runs:
-#   1. a static binary (x86_64-unknown-linux-musl, profile `dist`: release + fat LTO) with cargo,
+#   1. a static binary (x86_64-unknown-linux-musl, profile `dist`: fat LTO, opt-level s) with cargo,
 #   2. the image from ./Dockerfile with buildah (BINARY_SOURCE=prebuilt: no base image to
 #      pull, the builder stage is skipped), saved as an OCI layout,
 #   3. the image unpacked with umoci and the binary started from its root filesystem with

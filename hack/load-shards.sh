@@ -3,7 +3,8 @@
 # the embedded API server; 6,000 parents x 3 ConfigMaps and a 20 ms hook by default.
 # What it measures: crates/testkit/examples/shard_load.rs. Extra flags are passed on
 # (--parents N, --replicas 1,3, --workers N, --hook-delay-ms N, --shards N, --kill-after-s S:
-# SIGKILL one replica S seconds into each multi-replica run and report the handoff).
+# SIGKILL one replica S seconds into each multi-replica run and report the handoff;
+# --scale S1,S2: start with one replica, start the others at S1 s, SIGTERM one at S2 s).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # One cargo invocation for both: separate ones unify dependency features differently and

@@ -20,8 +20,13 @@
 //! the kill, and the ConfigMap create requests (exactly 3 per parent: nothing created
 //! twice); no RSS comparison is made for such runs.
 //!
+//! With `--scale S1,S2`, each multi-replica run starts with one replica, starts the others S1
+//! seconds in and SIGTERMs the second replica S2 seconds in (1 → N → N-1 under load), then
+//! reports the same guarantees: no overlapping calls of one parent, exactly 3 ConfigMap
+//! creates per parent, no quiet writes.
+//!
 //! Usage: `shard_load --binary PATH [--parents N] [--replicas 1,3] [--workers N]
-//! [--hook-delay-ms N] [--shards N] [--kill-after-s S]`.
+//! [--hook-delay-ms N] [--shards N] [--kill-after-s S] [--scale S1,S2]`.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
@@ -45,6 +50,9 @@ struct Args {
     shards: u32,
     hook_delay: Duration,
     kill_after: Option<Duration>,
+    /// `--scale S1,S2`: multi-replica runs start with one replica, start the others S1
+    /// seconds in and SIGTERM the second S2 seconds in (1 → N → N-1).
+    scale: Option<(Duration, Duration)>,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -56,6 +64,7 @@ fn parse_args() -> Result<Args, String> {
         shards: 64,
         hook_delay: Duration::from_millis(20),
         kill_after: None,
+        scale: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -72,6 +81,22 @@ fn parse_args() -> Result<Args, String> {
             "--shards" => args.shards = number()? as u32,
             "--hook-delay-ms" => args.hook_delay = Duration::from_millis(number()?),
             "--kill-after-s" => args.kill_after = Some(Duration::from_secs(number()?)),
+            "--scale" => {
+                let (join, leave) = value
+                    .split_once(',')
+                    .ok_or_else(|| format!("--scale {value}: want JOIN_S,LEAVE_S"))?;
+                let secs = |v: &str| {
+                    v.trim()
+                        .parse::<u64>()
+                        .map(Duration::from_secs)
+                        .map_err(|e| format!("--scale {v}: {e}"))
+                };
+                let (join, leave) = (secs(join)?, secs(leave)?);
+                if leave <= join {
+                    return Err("--scale: the leave time must come after the join time".into());
+                }
+                args.scale = Some((join, leave));
+            }
             "--replicas" => {
                 args.replicas = value
                     .split(',')
@@ -231,7 +256,7 @@ struct Outcome {
     rss: Vec<f64>,
     /// Peak anonymous memory of each replica, MiB.
     anon: Vec<f64>,
-    /// Whether a replica was killed (its peaks are missing: no comparison).
+    /// Whether a replica was killed or the group scaled (peaks missing or not comparable).
     killed: bool,
     converge: Duration,
 }
@@ -316,9 +341,13 @@ async fn run(args: &Args, replicas: usize) -> Outcome {
 
     let started = Instant::now();
     let sharded = replicas > 1;
-    let mut children: Vec<tokio::process::Child> = (0..replicas)
+    let scale = args.scale.filter(|_| sharded);
+    let initial = if scale.is_some() { 1 } else { replicas };
+    let mut children: Vec<tokio::process::Child> = (0..initial)
         .map(|i| spawn(args, &cluster, &ns, sharded, i))
         .collect();
+    let mut joined_at: Option<Instant> = None;
+    let mut left_at: Option<Instant> = None;
     let (anon_peaks, sampler) =
         sample_peak_anon(children.iter().map(|c| c.id().unwrap_or(0)).collect());
     let configmaps: Api<ConfigMap> = Api::namespaced(cluster.client(), &ns);
@@ -329,6 +358,22 @@ async fn run(args: &Args, replicas: usize) -> Outcome {
     };
     let converge = loop {
         tokio::time::sleep(Duration::from_millis(500)).await;
+        if let Some((join, leave)) = scale {
+            if joined_at.is_none() && started.elapsed() >= join {
+                children
+                    .extend((initial..replicas).map(|i| spawn(args, &cluster, &ns, sharded, i)));
+                joined_at = Some(Instant::now());
+            }
+            if joined_at.is_some() && left_at.is_none() && started.elapsed() >= leave {
+                // Scale down as a Deployment does: SIGTERM, then the process hands over.
+                if let Some(pid) = children.get(1).and_then(tokio::process::Child::id) {
+                    let _ = std::process::Command::new("kill")
+                        .args(["-TERM", &pid.to_string()])
+                        .status();
+                }
+                left_at = Some(Instant::now());
+            }
+        }
         if let (Some(after), true) = (args.kill_after, kill_pending(killed_at)) {
             if started.elapsed() >= after {
                 let _ = children[0].start_kill();
@@ -348,7 +393,8 @@ async fn run(args: &Args, replicas: usize) -> Outcome {
             .iter()
             .filter(|p| p.data["status"]["children"] == json!(3))
             .count();
-        if done == n && !kill_pending(killed_at) {
+        let scale_pending = scale.is_some() && left_at.is_none();
+        if done == n && !kill_pending(killed_at) && !scale_pending {
             let cms = configmaps
                 .list_metadata(&ListParams::default())
                 .await
@@ -435,6 +481,16 @@ async fn run(args: &Args, replicas: usize) -> Outcome {
     if let Some(killed) = killed_at {
         report_kill(&calls, killed, started, converge, configmap_creates, n);
     }
+    if let (Some(joined), Some(left)) = (joined_at, left_at) {
+        println!(
+            "    scaled 1 -> {replicas} at {:.1}s, SIGTERM to one at {:.1}s: {multi} parents synced by \
+             more than one replica over the run, ConfigMap create requests {configmap_creates} \
+             (3 per parent: {})",
+            joined.duration_since(started).as_secs_f64(),
+            left.duration_since(started).as_secs_f64(),
+            3 * n
+        );
+    }
     println!("    peak RSS per replica: {}", rss.join(", "));
     println!(
         "    peak anonymous memory per replica: {}",
@@ -447,8 +503,8 @@ async fn run(args: &Args, replicas: usize) -> Outcome {
     Outcome {
         ok: quiet == 0
             && overlaps == 0
-            && (killed_at.is_none() || configmap_creates == 3 * n as u64),
-        killed: killed_at.is_some(),
+            && ((killed_at.is_none() && scale.is_none()) || configmap_creates == 3 * n as u64),
+        killed: killed_at.is_some() || scale.is_some(),
         rss: peaks,
         anon,
         converge,
