@@ -26,12 +26,9 @@ mod steps;
 
 use anyhow::{bail, Context};
 use metacontroller_api::hook::{EndpointConfig, HookVersion};
-use metacontroller_api::wire::{
-    CustomizableController, CustomizeHookRequest, CustomizeHookResponse, ObjectMap,
-};
+use metacontroller_api::wire::{CustomizableController, ObjectMap};
 use metacontroller_controllers::finalizer::{self, FinalizerSync};
 use metacontroller_controllers::related::{listing, selects, CompiledRule, Listing, Scope};
-use metacontroller_hooks::CallContext;
 use serde_json::Value;
 
 use args::{HookName, RenderArgs};
@@ -157,24 +154,16 @@ async fn related(
     let Some(hook) = customize.filter(|_| cluster.is_live() && args.related.is_empty()) else {
         return related_map(&args.related, version, parent);
     };
-    let name = match &controller {
-        CustomizableController::Composite(c) => c.metadata.name.clone(),
-        CustomizableController::Decorator(c) => c.metadata.name.clone(),
-    }
-    .unwrap_or_default();
-    let ctx = CallContext {
-        controller: &name,
-        hook_name: "customize",
-        parent_key: meta_str(parent, "name"),
-    };
-    let request = CustomizeHookRequest {
+    let response = steps::customize_response(
+        caller,
+        &hook,
         controller,
-        parent: parent.clone(),
-    };
-    let response: CustomizeHookResponse = caller
-        .call_configured(&ctx, &hook, endpoints, &request)
-        .await
-        .context("the customize hook (at its configured URL; or pass --related FILE)")?;
+        endpoints,
+        parent,
+        steps::CustomizeTarget::Configured,
+    )
+    .await
+    .context("the customize hook (at its configured URL; or pass --related FILE)")?;
     let parent_namespace = Some(meta_str(parent, "namespace")).filter(|ns| !ns.is_empty());
     let scope = Scope {
         version: hook.effective_version(),

@@ -85,15 +85,24 @@ pub fn hook_named<'h>(
     .with_context(|| format!("the controller has no {hook_name} hook"))
 }
 
-/// `--hook customize`: calls the customize hook with the parent and prints its answer.
-pub async fn customize(
+/// Where a customize request goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CustomizeTarget {
+    /// The hook under test (`--hook-url` / `--hook-command`).
+    UnderTest,
+    /// The customize hook at its configured URL (for a sync request's `related`).
+    Configured,
+}
+
+/// Sends the customize request for `parent` to `target` and returns the checked answer.
+pub async fn customize_response(
     caller: &Caller,
-    hook: Option<&Hook>,
+    hook: &Hook,
     controller: CustomizableController,
     endpoints: &[EndpointConfig],
     parent: &Value,
-) -> anyhow::Result<()> {
-    let hook = hook.context("the controller has no customize hook")?;
+    target: CustomizeTarget,
+) -> anyhow::Result<CustomizeHookResponse> {
     let name = match &controller {
         CustomizableController::Composite(c) => c.metadata.name.clone(),
         CustomizableController::Decorator(c) => c.metadata.name.clone(),
@@ -108,7 +117,34 @@ pub async fn customize(
         controller,
         parent: parent.clone(),
     };
-    let response: CustomizeHookResponse = caller.call(&ctx, hook, endpoints, &request).await?;
+    Ok(match target {
+        CustomizeTarget::UnderTest => caller.call(&ctx, hook, endpoints, &request).await?,
+        CustomizeTarget::Configured => {
+            caller
+                .call_configured(&ctx, hook, endpoints, &request)
+                .await?
+        }
+    })
+}
+
+/// `--hook customize`: calls the customize hook with the parent and prints its answer.
+pub async fn customize(
+    caller: &Caller,
+    hook: Option<&Hook>,
+    controller: CustomizableController,
+    endpoints: &[EndpointConfig],
+    parent: &Value,
+) -> anyhow::Result<()> {
+    let hook = hook.context("the controller has no customize hook")?;
+    let response = customize_response(
+        caller,
+        hook,
+        controller,
+        endpoints,
+        parent,
+        CustomizeTarget::UnderTest,
+    )
+    .await?;
     print!("{}", serde_yaml::to_string(&response)?);
     Ok(())
 }
