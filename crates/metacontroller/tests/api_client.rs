@@ -11,7 +11,7 @@ use kube::api::{Api, ListParams, PostParams};
 use kube::core::DynamicObject;
 use metacontroller_api::composite::CompositeController;
 use metacontroller_testkit::{
-    crd, dynamic_api, unique_name, ControllerProcess, CrdBuilder, Fault, HookReply, HookServer,
+    dynamic_api, unique_name, ControllerProcess, CrdBuilder, Fault, HookReply, HookServer,
     TestCluster,
 };
 use serde_json::{json, Value};
@@ -34,13 +34,7 @@ fn sync_reply(request: &Value) -> HookReply {
 /// and the label selecting the controller.
 async fn setup(cluster: &TestCluster, prefix: &str, hook_url: &str) -> (CrdBuilder, String) {
     cluster.install_metacontroller_crds().await;
-    let parent = crd(
-        &format!("{}.example.com", unique_name(prefix)),
-        "v1",
-        "Parent",
-        "parents",
-    );
-    cluster.install_crd(&parent.build()).await;
+    let parent = cluster.install_parent_crd(prefix).await;
     let label = unique_name("team");
     let _: CompositeController = cluster
         .create_controller(

@@ -223,13 +223,7 @@ async fn parent_without_status_gives_a_sync_error_event_on_the_controller() {
 async fn lifecycle_events_starting_started_stopping_stopped() {
     let cluster = TestCluster::start().await;
     cluster.install_metacontroller_crds().await;
-    let parent = crd(
-        &format!("{}.example.com", unique_name("life")),
-        "v1",
-        "Parent",
-        "parents",
-    );
-    cluster.install_crd(&parent.build()).await;
+    let parent = cluster.install_parent_crd("life").await;
     let label = unique_name("team");
     let name = unique_name("life");
     let cc = composite_controller(&name, &label, &parent, "http://127.0.0.1:9/sync".into());

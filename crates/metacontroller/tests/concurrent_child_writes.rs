@@ -9,8 +9,8 @@ use kube::api::{Api, PostParams};
 use kube::core::DynamicObject;
 use metacontroller_api::composite::CompositeController;
 use metacontroller_testkit::{
-    crd, dynamic_api, eventually_within, unique_name, ControllerProcess, Fault, HookReply,
-    HookServer, TestCluster,
+    dynamic_api, eventually_within, unique_name, ControllerProcess, Fault, HookReply, HookServer,
+    TestCluster,
 };
 use serde_json::{json, Value};
 
@@ -37,13 +37,7 @@ async fn peak_creates(extra: &[&str]) -> Option<usize> {
         HookReply::json(json!({"children": children, "status": {"children": observed}}))
     })
     .await;
-    let parent = crd(
-        &format!("{}.example.com", unique_name("conc")),
-        "v1",
-        "Parent",
-        "parents",
-    );
-    cluster.install_crd(&parent.build()).await;
+    let parent = cluster.install_parent_crd("conc").await;
     let controller: CompositeController = serde_json::from_value(json!({
         "apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "CompositeController",
         "metadata": {"name": unique_name("conc")},

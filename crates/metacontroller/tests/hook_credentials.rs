@@ -17,7 +17,7 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::core::DynamicObject;
 use metacontroller_api::composite::CompositeController;
 use metacontroller_testkit::{
-    crd, dynamic_api, eventually_within, unique_name, ControllerProcess, CrdBuilder, HookReply,
+    dynamic_api, eventually_within, unique_name, ControllerProcess, CrdBuilder, HookReply,
     HookServer, TestCluster,
 };
 use serde_json::{json, Value};
@@ -36,18 +36,6 @@ fn sync_reply(request: &Value) -> Value {
                       "data": {"k": "v"}}],
         "status": {"ok": true},
     })
-}
-
-/// A parent CRD installed in the cluster.
-async fn parent_crd(cluster: &TestCluster, prefix: &str) -> CrdBuilder {
-    let parent = crd(
-        &format!("{}.example.com", unique_name(prefix)),
-        "v1",
-        "Parent",
-        "parents",
-    );
-    cluster.install_crd(&parent.build()).await;
-    parent
 }
 
 /// Creates a CompositeController over `parent` with ConfigMap children and `spec` merged
@@ -136,7 +124,7 @@ async fn bearer_token_and_ca_via_endpoint_configs_follow_rotation_and_report_a_m
     let cluster = TestCluster::start().await;
     cluster.install_metacontroller_crds().await;
     let ns = cluster.create_namespace("bearer").await;
-    let parent = parent_crd(&cluster, "bearer").await;
+    let parent = cluster.install_parent_crd("bearer").await;
 
     let ca = Ca::new("hook CA");
     let expected = Arc::new(Mutex::new("Bearer token-one".to_owned()));
@@ -291,7 +279,7 @@ async fn basic_auth_and_client_certificate_from_secrets() {
     let cluster = TestCluster::start().await;
     cluster.install_metacontroller_crds().await;
     let ns = cluster.create_namespace("mtls").await;
-    let parent = parent_crd(&cluster, "mtls").await;
+    let parent = cluster.install_parent_crd("mtls").await;
 
     let server_ca = Ca::new("server CA");
     let client_ca = Ca::new("client CA");
@@ -360,7 +348,7 @@ async fn secret_data_never_reaches_trace_logs() {
     let cluster = TestCluster::start().await;
     cluster.install_metacontroller_crds().await;
     let ns = cluster.create_namespace("redact").await;
-    let parent = parent_crd(&cluster, "redact").await;
+    let parent = cluster.install_parent_crd("redact").await;
     let secrets: Api<Secret> = Api::namespaced(cluster.client(), &ns);
     secrets
         .create(

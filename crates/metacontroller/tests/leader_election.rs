@@ -14,7 +14,7 @@ use kube::api::{Api, PostParams};
 use kube::core::DynamicObject;
 use metacontroller_api::composite::CompositeController;
 use metacontroller_testkit::{
-    crd, dynamic_api, eventually_within, unique_name, ControllerProcess, CrdBuilder, HookReply,
+    dynamic_api, eventually_within, unique_name, ControllerProcess, CrdBuilder, HookReply,
     HookServer, TestCluster,
 };
 use serde_json::json;
@@ -48,13 +48,7 @@ impl Setup {
             }))
         })
         .await;
-        let parent = crd(
-            &format!("{}.example.com", unique_name("leader")),
-            "v1",
-            "Parent",
-            "parents",
-        );
-        cluster.install_crd(&parent.build()).await;
+        let parent = cluster.install_parent_crd("leader").await;
         let label = unique_name("team");
         let _: CompositeController = cluster
             .create_controller(&unique_name("leader"), &label, json!({
@@ -295,13 +289,7 @@ async fn sigterm_lets_the_running_sync_finish_then_exits_zero() {
         .delayed(Duration::from_secs(3))
     })
     .await;
-    let parent = crd(
-        &format!("{}.example.com", unique_name("drain")),
-        "v1",
-        "Parent",
-        "parents",
-    );
-    cluster.install_crd(&parent.build()).await;
+    let parent = cluster.install_parent_crd("drain").await;
     let label = unique_name("team");
     let _: CompositeController = cluster
         .create_controller(

@@ -12,7 +12,7 @@ use kube::core::DynamicObject;
 use metacontroller_api::composite::CompositeController;
 use metacontroller_api::decorator::DecoratorController;
 use metacontroller_testkit::{
-    crd, dynamic_api, eventually_within, unique_name, ControllerProcess, HookReply, HookServer,
+    dynamic_api, eventually_within, unique_name, ControllerProcess, HookReply, HookServer,
     TestCluster,
 };
 use serde_json::json;
@@ -74,13 +74,7 @@ async fn foreign_object_is_left_alone(kind: Kind, apply_strategy: &str) {
         }))
     })
     .await;
-    let parent = crd(
-        &format!("{}.example.com", unique_name("taken")),
-        "v1",
-        "Parent",
-        "parents",
-    );
-    cluster.install_crd(&parent.build()).await;
+    let parent = cluster.install_parent_crd("taken").await;
     let label = unique_name("team");
     let metadata = json!({"name": unique_name("taken"), "labels": {"team": label}});
     if kind == Kind::Composite {

@@ -100,13 +100,7 @@ async fn cluster_with_parent(name: &str) -> (TestCluster, String, CrdBuilder) {
     let cluster = TestCluster::start().await;
     cluster.install_metacontroller_crds().await;
     let ns = cluster.create_namespace(name).await;
-    let parent = crd(
-        &format!("{}.example.com", unique_name(name)),
-        "v1",
-        "Parent",
-        "parents",
-    );
-    cluster.install_crd(&parent.build()).await;
+    let parent = cluster.install_parent_crd(name).await;
     (cluster, ns, parent)
 }
 

@@ -21,13 +21,7 @@ async fn crd_installed_after_start_works_as_related_resource() {
     let cluster = TestCluster::start().await;
     cluster.install_metacontroller_crds().await;
     let ns = cluster.create_namespace("reldisc").await;
-    let parent = crd(
-        &format!("{}.example.com", unique_name("reldisc")),
-        "v1",
-        "Parent",
-        "parents",
-    );
-    cluster.install_crd(&parent.build()).await;
+    let parent = cluster.install_parent_crd("reldisc").await;
     let widget = crd(
         &format!("{}.example.com", unique_name("widgets")),
         "v1",

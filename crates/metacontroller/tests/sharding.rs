@@ -21,7 +21,7 @@ use metacontroller_api::composite::CompositeController;
 use metacontroller_api::decorator::DecoratorController;
 use metacontroller_dynamic::gate::shard_of;
 use metacontroller_testkit::{
-    crd, dynamic_api, eventually_within, unique_name, ControllerProcess, CrdBuilder, TestCluster,
+    dynamic_api, eventually_within, unique_name, ControllerProcess, CrdBuilder, TestCluster,
 };
 use serde_json::{json, Value};
 
@@ -141,13 +141,7 @@ impl Setup {
         cluster.install_metacontroller_crds().await;
         let ns = cluster.create_namespace("shard").await;
         let (url, hook) = start_hook(delay).await;
-        let parent = crd(
-            &format!("{}.example.com", unique_name("shard")),
-            "v1",
-            "Parent",
-            "parents",
-        );
-        cluster.install_crd(&parent.build()).await;
+        let parent = cluster.install_parent_crd("shard").await;
         let label = unique_name("team");
         if decorator {
             let _: DecoratorController = cluster

@@ -14,8 +14,8 @@ use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::core::DynamicObject;
 use metacontroller_api::composite::CompositeController;
 use metacontroller_testkit::{
-    crd, dynamic_api, eventually_within, unique_name, ControllerProcess, CrdBuilder, Fault,
-    HookReply, HookServer, TestCluster,
+    dynamic_api, eventually_within, unique_name, ControllerProcess, CrdBuilder, Fault, HookReply,
+    HookServer, TestCluster,
 };
 use serde_json::json;
 
@@ -89,13 +89,7 @@ async fn controller_deleted_while_the_watch_is_down_is_stopped_after_the_relist(
     cluster.install_metacontroller_crds().await;
     let ns = cluster.create_namespace("relist").await;
     let hook = HookServer::start(|_, _| HookReply::json(json!({"status": {"ok": true}}))).await;
-    let parent = crd(
-        &format!("{}.example.com", unique_name("relist")),
-        "v1",
-        "Parent",
-        "parents",
-    );
-    cluster.install_crd(&parent.build()).await;
+    let parent = cluster.install_parent_crd("relist").await;
     let label = unique_name("team");
     // `doomed` is deleted during the outage; `witness` (same parent informer, other
     // parents) proves the process handled the parent events that follow.
@@ -187,13 +181,7 @@ async fn cache_flush_resyncs_parents_from_the_cache_without_listing() {
     cluster.install_metacontroller_crds().await;
     let ns = cluster.create_namespace("flush").await;
     let hook = HookServer::start(|_, _| HookReply::json(json!({"status": {"ok": true}}))).await;
-    let parent = crd(
-        &format!("{}.example.com", unique_name("flush")),
-        "v1",
-        "Parent",
-        "parents",
-    );
-    cluster.install_crd(&parent.build()).await;
+    let parent = cluster.install_parent_crd("flush").await;
     let label = unique_name("team");
     let cc = controller(
         &unique_name("flush"),

@@ -188,6 +188,19 @@ impl TestCluster {
         }
     }
 
+    /// Installs a namespaced `Parent` kind (`parents`, version `v1`, status subresource) in a
+    /// group of its own (`<prefix>-<unique>.example.com`) and returns it.
+    pub async fn install_parent_crd(&self, prefix: &str) -> crate::CrdBuilder {
+        let parent = crate::crd(
+            &format!("{}.example.com", unique_name(prefix)),
+            "v1",
+            "Parent",
+            "parents",
+        );
+        self.install_crd(&parent.build()).await;
+        parent
+    }
+
     /// Creates a controller object (`K`: CompositeController or DecoratorController) named
     /// `name` with `spec`, labelled `team=<label>`: only a process started with
     /// `--target-label-selector=team=<label>` runs it, so tests sharing a real cluster never
