@@ -11,8 +11,7 @@ use kube::api::{Api, ListParams, PostParams};
 use kube::core::DynamicObject;
 use metacontroller_api::composite::CompositeController;
 use metacontroller_testkit::{
-    dynamic_api, unique_name, ControllerProcess, CrdBuilder, Fault, HookReply, HookServer,
-    TestCluster,
+    unique_name, ControllerProcess, CrdBuilder, Fault, HookReply, HookServer, TestCluster,
 };
 use serde_json::{json, Value};
 
@@ -52,13 +51,7 @@ async fn setup(cluster: &TestCluster, prefix: &str, hook_url: &str) -> (CrdBuild
 }
 
 async fn create_parent(cluster: &TestCluster, parent: &CrdBuilder, ns: &str, name: &str) {
-    let api = dynamic_api(
-        cluster.client(),
-        &parent.api_version(),
-        parent.kind(),
-        parent.plural(),
-        Some(ns),
-    );
+    let api = parent.api(cluster.client(), Some(ns));
     let obj: DynamicObject = serde_json::from_value(json!({
         "apiVersion": parent.api_version(), "kind": "Parent",
         "metadata": {"name": name}, "spec": {"selector": {"matchLabels": {"app": name}}}

@@ -198,13 +198,7 @@ fn start_binary(
 
 impl Setup {
     fn parents(&self) -> Api<DynamicObject> {
-        dynamic_api(
-            self.cluster.client(),
-            &self.parent.api_version(),
-            self.parent.kind(),
-            self.parent.plural(),
-            Some(&self.ns),
-        )
+        self.parent.api(self.cluster.client(), Some(&self.ns))
     }
 
     async fn create_parent(&self, name: &str) {

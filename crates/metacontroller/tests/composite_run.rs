@@ -9,8 +9,7 @@ use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::core::DynamicObject;
 use metacontroller_api::composite::CompositeController;
 use metacontroller_testkit::{
-    crd, dynamic_api, eventually_within, unique_name, ControllerProcess, HookReply, HookServer,
-    TestCluster,
+    crd, eventually_within, unique_name, ControllerProcess, HookReply, HookServer, TestCluster,
 };
 use serde_json::json;
 
@@ -78,13 +77,7 @@ async fn binary_starts_controller_once_its_crd_appears_and_applies_server_side()
     );
     cluster.install_crd(&parent.build()).await;
 
-    let parents = dynamic_api(
-        cluster.client(),
-        &parent.api_version(),
-        parent.kind(),
-        parent.plural(),
-        Some(&ns),
-    );
+    let parents = parent.api(cluster.client(), Some(&ns));
     let obj: DynamicObject = serde_json::from_value(json!({
         "apiVersion": parent.api_version(), "kind": "Parent",
         "metadata": {"name": "p"}, "spec": {"selector": {"matchLabels": {"app": "run"}}}

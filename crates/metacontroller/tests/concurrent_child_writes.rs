@@ -9,8 +9,7 @@ use kube::api::{Api, PostParams};
 use kube::core::DynamicObject;
 use metacontroller_api::composite::CompositeController;
 use metacontroller_testkit::{
-    dynamic_api, eventually_within, unique_name, ControllerProcess, Fault, HookReply, HookServer,
-    TestCluster,
+    eventually_within, unique_name, ControllerProcess, Fault, HookReply, HookServer, TestCluster,
 };
 use serde_json::{json, Value};
 
@@ -65,13 +64,7 @@ async fn peak_creates(extra: &[&str]) -> Option<usize> {
         cluster.kubeconfig_path(),
         extra,
     );
-    let parents = dynamic_api(
-        cluster.client(),
-        &parent.api_version(),
-        parent.kind(),
-        parent.plural(),
-        Some(&ns),
-    );
+    let parents = parent.api(cluster.client(), Some(&ns));
     let p: DynamicObject = serde_json::from_value(json!({
         "apiVersion": parent.api_version(), "kind": parent.kind(),
         "metadata": {"name": "p"}, "spec": {}

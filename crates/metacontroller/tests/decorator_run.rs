@@ -9,8 +9,7 @@ use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::core::DynamicObject;
 use metacontroller_api::decorator::DecoratorController;
 use metacontroller_testkit::{
-    crd, dynamic_api, eventually_within, unique_name, ControllerProcess, HookReply, HookServer,
-    TestCluster,
+    crd, eventually_within, unique_name, ControllerProcess, HookReply, HookServer, TestCluster,
 };
 use serde_json::{json, Value};
 
@@ -106,13 +105,7 @@ async fn binary_runs_selected_decorators_restarts_on_change_and_stops_on_delete(
         ],
     );
 
-    let targets = dynamic_api(
-        cluster.client(),
-        &target.api_version(),
-        target.kind(),
-        target.plural(),
-        Some(&ns),
-    );
+    let targets = target.api(cluster.client(), Some(&ns));
     let create = |name: &str| {
         let obj: DynamicObject = serde_json::from_value(json!({
             "apiVersion": target.api_version(), "kind": "Target",

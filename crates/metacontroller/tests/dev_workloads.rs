@@ -131,13 +131,7 @@ async fn dev_mode_composite_with_deployment_child_converges_on_ready_replicas() 
         .await
         .unwrap();
 
-    let parents = dynamic_api(
-        client.clone(),
-        &parent.api_version(),
-        parent.kind(),
-        parent.plural(),
-        Some("default"),
-    );
+    let parents = parent.api(client.clone(), Some("default"));
     let app: DynamicObject = serde_json::from_value(json!({
         "apiVersion": parent.api_version(), "kind": "App",
         "metadata": {"name": "shop"},

@@ -17,8 +17,8 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::core::DynamicObject;
 use metacontroller_api::composite::CompositeController;
 use metacontroller_testkit::{
-    dynamic_api, eventually_within, unique_name, ControllerProcess, CrdBuilder, HookReply,
-    HookServer, TestCluster,
+    eventually_within, unique_name, ControllerProcess, CrdBuilder, HookReply, HookServer,
+    TestCluster,
 };
 use serde_json::{json, Value};
 use support::{server_tls, Ca, TlsHookServer};
@@ -71,13 +71,7 @@ fn start_binary(cluster: &TestCluster, label: &str, extra: &[&str]) -> Controlle
 }
 
 async fn create_parent(cluster: &TestCluster, parent: &CrdBuilder, ns: &str, name: &str) {
-    let api = dynamic_api(
-        cluster.client(),
-        &parent.api_version(),
-        parent.kind(),
-        parent.plural(),
-        Some(ns),
-    );
+    let api = parent.api(cluster.client(), Some(ns));
     let obj: DynamicObject = serde_json::from_value(json!({
         "apiVersion": parent.api_version(), "kind": "Parent",
         "metadata": {"name": name},
@@ -201,13 +195,7 @@ async fn bearer_token_and_ca_via_endpoint_configs_follow_rotation_and_report_a_m
         .delete("hook-token", &DeleteParams::default())
         .await
         .unwrap();
-    let parents = dynamic_api(
-        cluster.client(),
-        &parent.api_version(),
-        parent.kind(),
-        parent.plural(),
-        Some(&ns),
-    );
+    let parents = parent.api(cluster.client(), Some(&ns));
     parents
         .patch(
             "p1",

@@ -22,8 +22,8 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DeleteParams, PostParams};
 use kube::core::DynamicObject;
 use metacontroller_testkit::{
-    crd, dynamic_api, eventually_within, unique_name, ControllerProcess, CrdBuilder, HookReply,
-    HookServer, TestCluster,
+    crd, eventually_within, unique_name, ControllerProcess, CrdBuilder, HookReply, HookServer,
+    TestCluster,
 };
 use serde_json::{json, Value};
 
@@ -264,13 +264,7 @@ async fn composite(version: &'static str) {
         .await
         .unwrap();
     let _binary = start_binary(&s);
-    let parents = dynamic_api(
-        s.cluster.client(),
-        &s.parent.api_version(),
-        s.parent.kind(),
-        s.parent.plural(),
-        Some(&s.ns),
-    );
+    let parents = s.parent.api(s.cluster.client(), Some(&s.ns));
     let parent: DynamicObject = serde_json::from_value(json!({
         "apiVersion": s.parent.api_version(), "kind": s.parent.kind(),
         "metadata": {"name": "golden"},
@@ -355,13 +349,7 @@ async fn decorator(version: &'static str) {
         .await
         .unwrap();
     let _binary = start_binary(&s);
-    let targets = dynamic_api(
-        s.cluster.client(),
-        &s.parent.api_version(),
-        s.parent.kind(),
-        s.parent.plural(),
-        Some(&s.ns),
-    );
+    let targets = s.parent.api(s.cluster.client(), Some(&s.ns));
     let target: DynamicObject = serde_json::from_value(json!({
         "apiVersion": s.parent.api_version(), "kind": s.parent.kind(),
         "metadata": {"name": "golden", "labels": {"removed": "soon"}},

@@ -14,8 +14,8 @@ use kube::api::{Api, PostParams};
 use kube::core::DynamicObject;
 use metacontroller_api::composite::CompositeController;
 use metacontroller_testkit::{
-    dynamic_api, eventually_within, unique_name, ControllerProcess, CrdBuilder, HookReply,
-    HookServer, TestCluster,
+    eventually_within, unique_name, ControllerProcess, CrdBuilder, HookReply, HookServer,
+    TestCluster,
 };
 use serde_json::json;
 
@@ -126,13 +126,7 @@ impl Setup {
     }
 
     async fn create_parent(&self, name: &str) {
-        let parents = dynamic_api(
-            self.cluster.client(),
-            &self.parent.api_version(),
-            self.parent.kind(),
-            self.parent.plural(),
-            Some(&self.ns),
-        );
+        let parents = self.parent.api(self.cluster.client(), Some(&self.ns));
         let obj: DynamicObject = serde_json::from_value(json!({
             "apiVersion": self.parent.api_version(), "kind": "Parent",
             "metadata": {"name": name}, "spec": {}
@@ -312,13 +306,7 @@ async fn sigterm_lets_the_running_sync_finish_then_exits_zero() {
             format!("--target-label-selector=team={label}"),
         ],
     );
-    let parents = dynamic_api(
-        cluster.client(),
-        &parent.api_version(),
-        parent.kind(),
-        parent.plural(),
-        Some(&ns),
-    );
+    let parents = parent.api(cluster.client(), Some(&ns));
     let obj: DynamicObject = serde_json::from_value(json!({
         "apiVersion": parent.api_version(), "kind": "Parent",
         "metadata": {"name": "slow"}, "spec": {}

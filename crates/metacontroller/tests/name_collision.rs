@@ -12,8 +12,7 @@ use kube::core::DynamicObject;
 use metacontroller_api::composite::CompositeController;
 use metacontroller_api::decorator::DecoratorController;
 use metacontroller_testkit::{
-    dynamic_api, eventually_within, unique_name, ControllerProcess, HookReply, HookServer,
-    TestCluster,
+    eventually_within, unique_name, ControllerProcess, HookReply, HookServer, TestCluster,
 };
 use serde_json::json;
 
@@ -127,13 +126,7 @@ async fn foreign_object_is_left_alone(kind: Kind, apply_strategy: &str) {
             &format!("team={label}"),
         ],
     );
-    let parents = dynamic_api(
-        cluster.client(),
-        &parent.api_version(),
-        parent.kind(),
-        parent.plural(),
-        Some(&ns),
-    );
+    let parents = parent.api(cluster.client(), Some(&ns));
     let obj: DynamicObject = serde_json::from_value(json!({
         "apiVersion": parent.api_version(), "kind": "Parent",
         "metadata": {"name": "p"}, "spec": {"selector": {"matchLabels": {"app": "taken"}}}

@@ -10,8 +10,8 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::core::DynamicObject;
 use metacontroller_api::composite::CompositeController;
 use metacontroller_testkit::{
-    crd, dynamic_api, eventually_within, unique_name, ControllerProcess, CrdBuilder, Fault,
-    HookReply, HookServer, TestCluster,
+    crd, eventually_within, unique_name, ControllerProcess, CrdBuilder, Fault, HookReply,
+    HookServer, TestCluster,
 };
 use serde_json::json;
 
@@ -322,13 +322,7 @@ async fn scrape_shows_upstream_families_and_hook_counters_move_with_syncs() {
     );
     let metrics = logged_address(&process, "metrics").await;
 
-    let parents = dynamic_api(
-        cluster.client(),
-        &parent.api_version(),
-        parent.kind(),
-        parent.plural(),
-        Some(&ns),
-    );
+    let parents = parent.api(cluster.client(), Some(&ns));
     let obj: DynamicObject = serde_json::from_value(json!({
         "apiVersion": parent.api_version(), "kind": "Parent",
         "metadata": {"name": "p"}, "spec": {"gen": 1}

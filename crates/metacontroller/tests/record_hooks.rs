@@ -218,13 +218,7 @@ async fn run_records_sync_finalize_and_customize_exchanges_with_secrets_redacted
         &["--discovery-interval", "500ms"],
     );
 
-    let parents = dynamic_api(
-        cluster.client(),
-        &parent.api_version(),
-        parent.kind(),
-        parent.plural(),
-        Some(&ns),
-    );
+    let parents = parent.api(cluster.client(), Some(&ns));
     let obj: DynamicObject = serde_json::from_value(json!({
         "apiVersion": parent.api_version(), "kind": "Parent", "metadata": {"name": "p"},
     }))
@@ -531,13 +525,7 @@ async fn sigterm_keeps_the_recordings_of_the_last_syncs() {
             }),
         )
         .await;
-    let parents = dynamic_api(
-        cluster.client(),
-        &parent.api_version(),
-        parent.kind(),
-        parent.plural(),
-        Some(&ns),
-    );
+    let parents = parent.api(cluster.client(), Some(&ns));
     let blob = "x".repeat(256 << 10);
     for i in 0..8 {
         let obj: DynamicObject = serde_json::from_value(json!({

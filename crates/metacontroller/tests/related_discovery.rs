@@ -9,8 +9,7 @@ use kube::api::PostParams;
 use kube::core::DynamicObject;
 use metacontroller_api::composite::CompositeController;
 use metacontroller_testkit::{
-    crd, dynamic_api, eventually_within, unique_name, ControllerProcess, HookReply, HookServer,
-    TestCluster,
+    crd, eventually_within, unique_name, ControllerProcess, HookReply, HookServer, TestCluster,
 };
 use serde_json::{json, Value};
 
@@ -61,13 +60,7 @@ async fn crd_installed_after_start_works_as_related_resource() {
             &format!("team={label}"),
         ],
     );
-    let parents = dynamic_api(
-        cluster.client(),
-        &parent.api_version(),
-        parent.kind(),
-        parent.plural(),
-        Some(&ns),
-    );
+    let parents = parent.api(cluster.client(), Some(&ns));
     let make_parent = |name: &str| -> DynamicObject {
         serde_json::from_value(json!({
             "apiVersion": parent.api_version(), "kind": "Parent",
@@ -89,13 +82,7 @@ async fn crd_installed_after_start_works_as_related_resource() {
     .await;
 
     cluster.install_crd(&widget.build()).await;
-    let widgets = dynamic_api(
-        cluster.client(),
-        &widget.api_version(),
-        widget.kind(),
-        widget.plural(),
-        Some(&ns),
-    );
+    let widgets = widget.api(cluster.client(), Some(&ns));
     let w: DynamicObject = serde_json::from_value(json!({
         "apiVersion": widget.api_version(), "kind": "Widget",
         "metadata": {"name": "w1"}, "spec": {"size": 3}

@@ -21,7 +21,7 @@ use metacontroller_api::composite::CompositeController;
 use metacontroller_api::decorator::DecoratorController;
 use metacontroller_dynamic::gate::shard_of;
 use metacontroller_testkit::{
-    dynamic_api, eventually_within, unique_name, ControllerProcess, CrdBuilder, TestCluster,
+    eventually_within, unique_name, ControllerProcess, CrdBuilder, TestCluster,
 };
 use serde_json::{json, Value};
 
@@ -279,13 +279,7 @@ impl Setup {
     }
 
     fn parents(&self) -> Api<DynamicObject> {
-        dynamic_api(
-            self.cluster.client(),
-            &self.parent.api_version(),
-            self.parent.kind(),
-            self.parent.plural(),
-            Some(&self.ns),
-        )
+        self.parent.api(self.cluster.client(), Some(&self.ns))
     }
 
     async fn create_parent(&self, name: &str) {

@@ -14,8 +14,8 @@ use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::core::DynamicObject;
 use metacontroller_api::composite::CompositeController;
 use metacontroller_testkit::{
-    dynamic_api, eventually_within, unique_name, ControllerProcess, CrdBuilder, Fault, HookReply,
-    HookServer, TestCluster,
+    eventually_within, unique_name, ControllerProcess, CrdBuilder, Fault, HookReply, HookServer,
+    TestCluster,
 };
 use serde_json::json;
 
@@ -110,13 +110,7 @@ async fn controller_deleted_while_the_watch_is_down_is_stopped_after_the_relist(
             .unwrap();
     }
     let _process = start(&cluster, &label, &[]);
-    let parents = dynamic_api(
-        cluster.client(),
-        &parent.api_version(),
-        parent.kind(),
-        parent.plural(),
-        Some(&ns),
-    );
+    let parents = parent.api(cluster.client(), Some(&ns));
     create_parent(&parents, &parent, "before", "one").await;
     eventually_within(
         "doomed syncs its parent",
@@ -195,13 +189,7 @@ async fn cache_flush_resyncs_parents_from_the_cache_without_listing() {
         .await
         .unwrap();
     let _process = start(&cluster, &label, &["--cache-flush-interval=2s"]);
-    let parents = dynamic_api(
-        cluster.client(),
-        &parent.api_version(),
-        parent.kind(),
-        parent.plural(),
-        Some(&ns),
-    );
+    let parents = parent.api(cluster.client(), Some(&ns));
     create_parent(&parents, &parent, "p", "any").await;
     eventually_within("parent status", Duration::from_secs(30), || async {
         parents

@@ -423,13 +423,7 @@ async fn main() {
     )
     .await
     .expect("creating the CompositeController");
-    let parents = dynamic_api(
-        cluster.client(),
-        &parents_crd.api_version(),
-        parents_crd.kind(),
-        parents_crd.plural(),
-        Some(&ns),
-    );
+    let parents = parents_crd.api(cluster.client(), Some(&ns));
     let created = Instant::now();
     create_parents(&parents, &parents_crd.api_version(), parents_crd.kind(), n).await;
     println!("setup: {n} parents created in {:?}", created.elapsed());
@@ -508,15 +502,7 @@ async fn main() {
 
     // Phase 2: the bound, on fresh objects in a fresh namespace.
     let bound_ns = cluster.create_namespace("bound").await;
-    let bound_api = |client: kube::Client| {
-        dynamic_api(
-            client,
-            &bound_crd.api_version(),
-            bound_crd.kind(),
-            bound_crd.plural(),
-            Some(&bound_ns),
-        )
-    };
+    let bound_api = |client: kube::Client| bound_crd.api(client, Some(&bound_ns));
     create_parents(
         &bound_api(cluster.client()),
         &bound_crd.api_version(),

@@ -312,13 +312,7 @@ async fn run(args: &Args, replicas: usize) -> Outcome {
     )
     .await
     .expect("creating the CompositeController");
-    let parents = dynamic_api(
-        cluster.client(),
-        &parents_crd.api_version(),
-        parents_crd.kind(),
-        parents_crd.plural(),
-        Some(&ns),
-    );
+    let parents = parents_crd.api(cluster.client(), Some(&ns));
     let mut tasks = tokio::task::JoinSet::new();
     let chunk = n.div_ceil(32).max(1);
     for start in (0..n).step_by(chunk) {

@@ -29,6 +29,22 @@ pub fn crd(group: &str, version: &str, kind: &str, plural: &str) -> CrdBuilder {
 }
 
 impl CrdBuilder {
+    /// A dynamic API for objects of this kind (in `namespace`, or across all namespaces /
+    /// cluster-scoped with `None`).
+    pub fn api(
+        &self,
+        client: kube::Client,
+        namespace: Option<&str>,
+    ) -> kube::Api<kube::core::DynamicObject> {
+        crate::dynamic_api(
+            client,
+            &self.api_version(),
+            self.kind(),
+            self.plural(),
+            namespace,
+        )
+    }
+
     /// Makes the resource cluster-scoped.
     pub fn cluster_scoped(mut self) -> Self {
         self.namespaced = false;

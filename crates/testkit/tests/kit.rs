@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use kube::api::PostParams;
 use kube::core::DynamicObject;
-use metacontroller_testkit::{crd, dynamic_api, HookReply, HookServer, TestCluster};
+use metacontroller_testkit::{crd, HookReply, HookServer, TestCluster};
 use serde_json::json;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -17,13 +17,7 @@ async fn crd_is_served_after_install_and_writes_are_counted() {
     cluster.install_crd(&parents.build()).await;
     let ns = cluster.create_namespace("kit").await;
     let before = cluster.writes();
-    let api = dynamic_api(
-        cluster.client(),
-        &parents.api_version(),
-        parents.kind(),
-        parents.plural(),
-        Some(&ns),
-    );
+    let api = parents.api(cluster.client(), Some(&ns));
     let obj: DynamicObject = serde_json::from_value(json!({
         "apiVersion": parents.api_version(), "kind": parents.kind(),
         "metadata": {"name": "one"}, "spec": {"x": 1}

@@ -17,7 +17,7 @@ use metacontroller_controllers::composite::{self, CompositeHandle, Options, Star
 use metacontroller_dynamic::{discover, InformerConfig, Informers, ResourceMap};
 use metacontroller_hooks::{HookClient, HookClientConfig};
 use metacontroller_testkit::{
-    crd, dynamic_api, eventually, unique_name, CrdBuilder, HookReply, HookServer, TestCluster,
+    crd, eventually, unique_name, CrdBuilder, HookReply, HookServer, TestCluster,
 };
 use serde_json::{json, Value};
 
@@ -129,13 +129,7 @@ impl Env {
 
     pub fn parents(&self) -> Api<DynamicObject> {
         let ns = self.parent.is_namespaced().then_some(self.ns.as_str());
-        dynamic_api(
-            self.cluster.client(),
-            &self.parent.api_version(),
-            self.parent.kind(),
-            self.parent.plural(),
-            ns,
-        )
+        self.parent.api(self.cluster.client(), ns)
     }
 
     pub fn configmaps(&self) -> Api<ConfigMap> {

@@ -75,13 +75,7 @@ impl Env {
 
     /// A namespaced API for objects of `crd` in the test namespace.
     pub fn api(&self, crd: &CrdBuilder) -> Api<DynamicObject> {
-        dynamic_api(
-            self.client(),
-            &crd.api_version(),
-            crd.kind(),
-            crd.plural(),
-            Some(&self.ns),
-        )
+        crd.api(self.client(), Some(&self.ns))
     }
 
     /// A namespaced API for a built-in type in the test namespace.
