@@ -691,6 +691,36 @@ fn decorator_offline() {
     );
     assert_eq!(doc["labels"]["decorated"], "true", "{out}");
 
+    // The captured request replays to the same answer; replaying it to the customize hook
+    // is refused, as for a CompositeController.
+    let replay = dir.path().join("replay.json");
+    std::fs::copy(&captured, &replay).unwrap();
+    let (code, replayed, err) = render(&[
+        "--controller",
+        path(&controller),
+        "--request",
+        path(&replay),
+        "--hook-command",
+        &hook,
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(replayed, out, "a replay answers as the original render");
+    let (code, _, err) = render(&[
+        "--controller",
+        path(&controller),
+        "--request",
+        path(&replay),
+        "--hook",
+        "customize",
+        "--hook-command",
+        "cat",
+    ]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("replaying a customize request is not supported"),
+        "{err}"
+    );
+
     // An object the decorator does not select is refused.
     let other = write(
         dir.path(),
