@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Linker for x86_64-unknown-linux-musl builds (the image's static binary; see .cargo/config.toml).
+#
+# Links with lld and lays out the functions a running controller executes next to each other,
+# in the order of hack/text-order.txt. The kernel maps code into a process in 64 KiB windows
+# around each page it touches, so a replica's resident code is set by how scattered the code it
+# runs is, not by how much it runs: measured with the dist binary, the ~2.6 MiB of functions a
+# sharded replica executes were spread over 9.6 MiB of such windows, and an idle process held
+# 8.1 MiB of .text. Every replica pays that, which is what bounds how far sharding divides memory.
+#
+# hack/text-order.txt names the functions (mangled) a profiled run executed. A name this link
+# does not define is matched without its legacy-mangling hash (h<16 hex>) instead: a toolchain or
+# dependency update changes every hash, and the list should degrade, not stop working (the
+# fallback also takes the other instances of a generic function, so a fresh list is tighter).
+# Functions it does not name follow in the compiler's order. Regenerate: hack/profile-text-order.sh.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+order=$here/text-order.txt
+gcc_ld=$(rustc --print sysroot)/lib/rustlib/$(rustc -vV | sed -n 's/^host: //p')/bin/gcc-ld
+[[ -x $gcc_ld/ld.lld ]] || { echo "link-musl.sh: no rust-lld wrapper at $gcc_ld" >&2; exit 1; }
+
+# The objects and archives this link reads (rustc passes a response file when the line is long).
+args=()
+for a in "$@"; do
+    if [[ $a == @* && -f ${a#@} ]]; then
+        while IFS= read -r line; do args+=("$line"); done <"${a#@}"
+    else
+        args+=("$a")
+    fi
+done
+inputs=()
+for a in "${args[@]}"; do
+    case $a in *.o | *.a | *.rlib) [[ -f $a ]] && inputs+=("$a") ;; esac
+done
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/link-musl.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+if [[ -f $order && ${#inputs[@]} -gt 0 ]]; then
+    nm --defined-only "${inputs[@]}" 2>/dev/null | awk 'NF == 3 && $2 ~ /^[tTwW]$/ { print $3 }' | sort -u >"$work/symbols"
+    # The order file's symbols as this link defines them, in the file's order.
+    awk 'function key(s) { sub(/17h[0-9a-f]+E$/, "E", s); return s }
+         NR == FNR { defined[$0] = 1; by_key[key($0)] = by_key[key($0)] $0 "\n"; next }
+         /^#/ || /^$/ { next }
+         ($0 in defined) { if (!done[$0]++) print; next }
+         (key($0) in by_key) { n = split(by_key[key($0)], all, "\n")
+                               for (i = 1; i < n; i++) if (!done[all[i]]++) print all[i] }' \
+        "$work/symbols" "$order" >"$work/order"
+    set -- -Wl,--symbol-ordering-file="$work/order" -Wl,--no-warn-symbol-ordering "$@"
+fi
+cc -fuse-ld=lld -B"$gcc_ld" "$@"

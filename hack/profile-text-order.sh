@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Regenerates hack/text-order.txt, the function order hack/link-musl.sh links the image's binary
+# with: builds the static dist binary, runs hack/load-shards.sh's harness with that binary under
+# valgrind's callgrind (an idle process, then 3 --sharding replicas converging 300 parents x 3
+# ConfigMaps through a sync hook), and lists every function the processes executed.
+#
+# Usage: hack/profile-text-order.sh [extra shard_load flags]
+# Needs: valgrind, python3, the musl target and musl-tools (see hack/build-image.sh).
+# Takes ~15 min (the dist build dominates). Re-run it after large changes to what `run` does;
+# a stale list still works (see hack/link-musl.sh), it is just less tight.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+TARGET=x86_64-unknown-linux-musl
+BINARY=$PWD/target/${TARGET}/dist/metacontroller
+command -v valgrind >/dev/null || { echo "missing: valgrind" >&2; exit 1; }
+
+cargo build --profile dist --locked --target "$TARGET" -p metacontroller --bin metacontroller
+cargo build --release -p metacontroller -p metacontroller-testkit --bin metacontroller --example shard_load
+
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/text-order.XXXXXX")
+cleanup() {
+    # The harness SIGKILLs what it started: that is the wrapper below, not valgrind. SIGTERM
+    # lets each controller shut down and callgrind write its profile.
+    if [[ -f $WORK/pids ]]; then
+        while read -r pid; do kill -TERM "$pid" 2>/dev/null || true; done <"$WORK/pids"
+        while read -r pid; do
+            for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
+        done <"$WORK/pids"
+    fi
+}
+trap 'cleanup; rm -rf "$WORK"' EXIT
+# The harness turns the metrics and probe servers off; a Deployment has both scraped and probed,
+# so the wrapper serves them on free ports and polls them while the controller runs.
+cat >"$WORK/wrapper" <<WRAPPER
+#!/usr/bin/env bash
+free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+metrics=\$(free_port); health=\$(free_port)
+args=()
+for a in "\$@"; do
+    case \$a in
+        --metrics-address=0) args+=("--metrics-address=127.0.0.1:\$metrics") ;;
+        --health-probe-bind-address=0) args+=("--health-probe-bind-address=127.0.0.1:\$health") ;;
+        *) args+=("\$a") ;;
+    esac
+done
+valgrind --tool=callgrind --callgrind-out-file="$WORK/callgrind.%p" --compress-strings=no \\
+    --compress-pos=no --demangle=no "$BINARY" "\${args[@]}" 2>>"$WORK/valgrind.log" &
+pid=\$!
+echo \$pid >>"$WORK/pids"
+while kill -0 \$pid 2>/dev/null; do
+    for path in "\$metrics/metrics" "\$health/healthz" "\$health/readyz"; do
+        curl -s -o /dev/null --max-time 5 "http://127.0.0.1:\$path" || true
+    done
+    sleep 2
+done
+WRAPPER
+chmod +x "$WORK/wrapper"
+
+target/release/examples/shard_load --binary "$WORK/wrapper" --parents 300 --replicas 3 \
+    --hook-delay-ms 5 "$@"
+cleanup
+python3 hack/text-order.py hack/text-order.txt "$WORK"/callgrind.*
