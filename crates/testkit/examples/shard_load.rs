@@ -16,7 +16,9 @@
 //! With `--kill-after-s S`, each multi-replica run SIGKILLs its first replica S seconds in
 //! (mid-convergence, or after it: the run then waits 25 s for the takeover) and reports,
 //! from the hook's log of calls, when the survivors first synced a parent the dead replica
-//! had synced, how long after the kill everything had converged, the hook calls made since
+//! had synced, when the last parent of the dead replica's shards that had not converged at
+//! the kill converged (the "within lease + 10 s"), how long after the kill everything
+//! had converged, the hook calls made since
 //! the kill, and the ConfigMap create requests (exactly 3 per parent: nothing created
 //! twice); no RSS comparison is made for such runs.
 //!
@@ -39,6 +41,7 @@ use axum::http::Request;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ListParams, PostParams};
 use kube::core::DynamicObject;
+use metacontroller_dynamic::gate::shard_of;
 use metacontroller_testkit::{crd, dynamic_api, TestCluster};
 use serde_json::{json, Value};
 
@@ -351,6 +354,8 @@ async fn run(args: &Args, replicas: usize) -> Outcome {
     let configmaps: Api<ConfigMap> = Api::namespaced(cluster.client(), &ns);
     let deadline = Duration::from_secs(1800);
     let mut killed_at: Option<Instant> = None;
+    // When each parent was first seen converged (the kill report times the dead replica's).
+    let mut done_at: HashMap<String, Instant> = HashMap::new();
     let kill_pending = |killed_at: Option<Instant>| {
         args.kill_after.is_some() && replicas > 1 && killed_at.is_none()
     };
@@ -386,6 +391,14 @@ async fn run(args: &Args, replicas: usize) -> Outcome {
             .list(&ListParams::default())
             .await
             .expect("listing parents");
+        let now = Instant::now();
+        for p in &list.items {
+            if p.data["status"]["children"] == json!(3) {
+                if let Some(name) = &p.metadata.name {
+                    done_at.entry(name.clone()).or_insert(now);
+                }
+            }
+        }
         let done = list
             .items
             .iter()
@@ -477,7 +490,16 @@ async fn run(args: &Args, replicas: usize) -> Outcome {
         "    quiet 10 s after convergence: {quiet} writes (must be 0), {lease_writes} Lease writes; other writes {quiet_by:?}"
     );
     if let Some(killed) = killed_at {
-        report_kill(&calls, killed, started, converge, configmap_creates, n);
+        let shards = (ns.as_str(), args.shards, &done_at);
+        report_kill(
+            &calls,
+            killed,
+            started,
+            converge,
+            configmap_creates,
+            n,
+            shards,
+        );
     }
     if let (Some(joined), Some(left)) = (joined_at, left_at) {
         println!(
@@ -519,6 +541,7 @@ fn report_kill(
     converge: Duration,
     configmap_creates: u64,
     n: usize,
+    (ns, shards, done_at): (&str, u32, &HashMap<String, Instant>),
 ) {
     let replicas: HashSet<&str> = calls.iter().map(|c| c.replica.as_str()).collect();
     let Some(dead) = replicas
@@ -539,6 +562,21 @@ fn report_kill(
         .filter(|c| c.replica != dead && c.start > killed && orphaned.contains(c.parent.as_str()))
         .map(|c| c.start.duration_since(killed))
         .min();
+    // Its parents: every parent of a shard it held (the shards of the parents it synced),
+    // including those it had not reached; the ones not converged at the kill are the handoff.
+    let key = |name: &str| shard_of(&format!("{ns}/{name}"), shards);
+    let held: HashSet<u32> = orphaned.iter().map(|p| key(p)).collect();
+    let handed_over: Vec<Duration> = done_at
+        .iter()
+        .filter(|(name, at)| **at > killed && held.contains(&key(name)))
+        .map(|(_, at)| at.duration_since(killed))
+        .collect();
+    println!(
+        "    the dead replica's {} shards: {} parents converged after the kill, the last {:.1}s after it",
+        held.len(),
+        handed_over.len(),
+        handed_over.iter().max().map_or(0.0, Duration::as_secs_f64)
+    );
     let after = converge.saturating_sub(killed.duration_since(started));
     let since_kill: Vec<&Call> = calls.iter().filter(|c| c.start > killed).collect();
     let since_kill_parents: HashSet<&str> = since_kill.iter().map(|c| c.parent.as_str()).collect();
