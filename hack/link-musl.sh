@@ -40,14 +40,7 @@ if [[ -f $order && ${#inputs[@]} -gt 0 ]]; then
     # symbols it could read are enough, and an order must never fail a link.
     { nm --defined-only "${inputs[@]}" 2>/dev/null || true; } |
         awk 'NF == 3 && $2 ~ /^[tTwW]$/ { print $3 }' | sort -u >"$work/symbols"
-    # The order file's symbols as this link defines them, in the file's order.
-    awk 'function key(s) { sub(/17h[0-9a-f]+E$/, "E", s); return s }
-         NR == FNR { defined[$0] = 1; by_key[key($0)] = by_key[key($0)] $0 "\n"; next }
-         /^#/ || /^$/ { next }
-         ($0 in defined) { if (!done[$0]++) print; next }
-         (key($0) in by_key) { n = split(by_key[key($0)], all, "\n")
-                               for (i = 1; i < n; i++) if (!done[all[i]]++) print all[i] }' \
-        "$work/symbols" "$order" >"$work/order"
+    awk -f "$here/order-symbols.awk" "$work/symbols" "$order" >"$work/order"
     set -- -Wl,--symbol-ordering-file="$work/order" -Wl,--no-warn-symbol-ordering "$@"
 fi
 cc -fuse-ld=lld -B"$gcc_ld" "$@"

@@ -1,0 +1,100 @@
+//! The image's binary is linked with the profiled function order (`hack/link-musl.sh`). CI has
+//! no musl target to run that link, so this checks its two inputs with the machine's own `awk`
+//! (Debian's mawk in the Dockerfile's builder): the matching program `hack/order-symbols.awk`
+//! and the committed list `hack/text-order.txt`. `hack/build-image.sh` checks the linked result.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn hack(file: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../hack")
+        .join(file)
+}
+
+/// The ordering file `order-symbols.awk` makes from the link's symbols and the profiled list.
+fn ordering(defined: &[&str], listed: &str) -> Vec<String> {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let symbols = dir.path().join("symbols");
+    let order = dir.path().join("order");
+    std::fs::write(&symbols, defined.join("\n") + "\n").expect("writing symbols");
+    std::fs::write(&order, listed).expect("writing order");
+    let out = Command::new("awk")
+        .arg("-f")
+        .arg(hack("order-symbols.awk"))
+        .arg(&symbols)
+        .arg(&order)
+        .output()
+        .expect("running awk");
+    assert!(
+        out.status.success(),
+        "awk failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .expect("utf-8")
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn listed_symbols_come_out_in_list_order_and_stale_hashes_fall_back_to_the_name() {
+    let defined = [
+        "_ZN3foo3bar17h0000000000000001E",
+        "_ZN3foo3baz17h1111111111111111E",
+        "_ZN3foo3baz17h2222222222222222E",
+        "_ZN3foo4cold17h3333333333333333E",
+        "memcpy",
+    ];
+    let listed = "\
+# comment lines and blank lines are skipped
+
+_ZN3foo3baz17haaaaaaaaaaaaaaaaE
+memcpy
+_ZN3foo3bar17h0000000000000001E
+_ZN3foo3bar17h0000000000000001E
+_ZN3foo3baz17h1111111111111111E
+_ZN3gone3fn17hbbbbbbbbbbbbbbbbE
+";
+    assert_eq!(
+        ordering(&defined, listed),
+        [
+            // A hash this link does not define: every instance of the name.
+            "_ZN3foo3baz17h1111111111111111E",
+            "_ZN3foo3baz17h2222222222222222E",
+            // Names without a hash (C) match exactly.
+            "memcpy",
+            // An exact match, once however often it is listed.
+            "_ZN3foo3bar17h0000000000000001E",
+        ],
+        "unlisted symbols (cold) and symbols the link lacks (gone) must not appear"
+    );
+}
+
+#[test]
+fn the_committed_list_is_a_profile_of_the_controller() {
+    let text =
+        std::fs::read_to_string(hack("text-order.txt")).expect("reading hack/text-order.txt");
+    let names: Vec<&str> = text
+        .lines()
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .collect();
+    assert!(
+        names.len() > 1000,
+        "only {} functions listed: regenerate with hack/profile-text-order.sh",
+        names.len()
+    );
+    assert!(
+        names.iter().all(|n| !n.contains(char::is_whitespace)),
+        "a line is not one symbol name"
+    );
+    // What every replica runs must be in it: the sync path, the shard coordinator and the
+    // allocator (mangled names hold the path segments with their lengths).
+    for needle in ["9composite5Inner11sync_parent", "5shard", "__libc_malloc"] {
+        assert!(
+            names.iter().any(|n| n.contains(needle)),
+            "no function matching {needle} in hack/text-order.txt"
+        );
+    }
+}
