@@ -392,18 +392,17 @@ async fn run(args: &Args, replicas: usize) -> Outcome {
             .await
             .expect("listing parents");
         let now = Instant::now();
-        for p in &list.items {
-            if p.data["status"]["children"] == json!(3) {
-                if let Some(name) = &p.metadata.name {
-                    done_at.entry(name.clone()).or_insert(now);
-                }
-            }
-        }
-        let done = list
+        let mut done = 0;
+        for p in list
             .items
             .iter()
             .filter(|p| p.data["status"]["children"] == json!(3))
-            .count();
+        {
+            done += 1;
+            if let Some(name) = &p.metadata.name {
+                done_at.entry(name.clone()).or_insert(now);
+            }
+        }
         let scale_pending = scale.is_some() && left_at.is_none();
         if done == n && !kill_pending(killed_at) && !scale_pending {
             let cms = configmaps
@@ -490,16 +489,17 @@ async fn run(args: &Args, replicas: usize) -> Outcome {
         "    quiet 10 s after convergence: {quiet} writes (must be 0), {lease_writes} Lease writes; other writes {quiet_by:?}"
     );
     if let Some(killed) = killed_at {
-        let shards = (ns.as_str(), args.shards, &done_at);
-        report_kill(
-            &calls,
+        report_kill(&KillRun {
+            calls: &calls,
             killed,
             started,
             converge,
             configmap_creates,
-            n,
-            shards,
-        );
+            parents: n,
+            ns: &ns,
+            shards: args.shards,
+            done_at: &done_at,
+        });
     }
     if let (Some(joined), Some(left)) = (joined_at, left_at) {
         println!(
@@ -531,18 +531,36 @@ async fn run(args: &Args, replicas: usize) -> Outcome {
     }
 }
 
-/// What the hook saw around the SIGKILL: the dead replica is the one that made no call after
-/// it; its parents are those it synced; the survivors' first call for one of them after the
-/// kill is the handoff.
-fn report_kill(
-    calls: &[Call],
+/// A run with a SIGKILL, as `report_kill` reads it.
+struct KillRun<'a> {
+    /// The hook's log of calls.
+    calls: &'a [Call],
     killed: Instant,
     started: Instant,
     converge: Duration,
     configmap_creates: u64,
-    n: usize,
-    (ns, shards, done_at): (&str, u32, &HashMap<String, Instant>),
-) {
+    parents: usize,
+    ns: &'a str,
+    shards: u32,
+    /// When each parent was first seen converged.
+    done_at: &'a HashMap<String, Instant>,
+}
+
+/// What the hook saw around the SIGKILL: the dead replica is the one that made no call after
+/// it; its parents are those it synced; the survivors' first call for one of them after the
+/// kill is the handoff.
+fn report_kill(run: &KillRun<'_>) {
+    let KillRun {
+        calls,
+        killed,
+        started,
+        converge,
+        configmap_creates,
+        parents: n,
+        ns,
+        shards,
+        done_at,
+    } = *run;
     let replicas: HashSet<&str> = calls.iter().map(|c| c.replica.as_str()).collect();
     let Some(dead) = replicas
         .iter()
