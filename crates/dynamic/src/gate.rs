@@ -25,11 +25,17 @@
 //! Every reservation and release bumps the shard's epoch, so an acquisition that began
 //! before a release can never admit the shard afterwards, and a release that ends after a new
 //! acquisition began leaves the shard retained.
+//!
+//! A shard taken over from a replica that died can be *expedited* for a while
+//! ([`SyncGate::expedite_shard`]): its parents have had no owner since the death, so the work
+//! queues serve their keys before any other ([`SyncGate::expedites_key`], see
+//! [`crate::workqueue`]).
 
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use tokio::sync::{watch, Notify};
+use tokio::time::Instant;
 
 #[derive(Debug)]
 struct State {
@@ -49,6 +55,11 @@ struct Shards {
     in_flight: Vec<usize>,
     /// Distinct keys admitted per shard since it was last acquired (the parents owned).
     keys: Vec<std::collections::HashSet<String>>,
+    /// Until when each shard's keys are expedited.
+    expedite_until: Vec<Option<Instant>>,
+    /// The latest of `expedite_until`: no key is expedited after it (the common case, checked
+    /// without hashing the key).
+    expedite_any_until: Option<Instant>,
 }
 
 /// 64-bit FNV-1a followed by the splitmix64 finalizer: stable across processes, builds and
@@ -118,6 +129,8 @@ impl SyncGate {
             epoch: vec![0; count],
             in_flight: vec![0; count],
             keys: vec![Default::default(); count],
+            expedite_until: vec![None; count],
+            expedite_any_until: None,
         });
         gate
     }
@@ -195,6 +208,46 @@ impl SyncGate {
         true
     }
 
+    /// Serves the keys of `shard` before any other key for `period` from now (a shard taken
+    /// over from a replica that died: its parents have waited since). Ends early if the shard
+    /// is released.
+    pub fn expedite_shard(&self, shard: u32, period: Duration) {
+        let now = Instant::now();
+        let until = now.checked_add(period).unwrap_or(now);
+        if let Some(shards) = self.lock().shards.as_mut() {
+            if let Some(slot) = shards.expedite_until.get_mut(shard as usize) {
+                *slot = Some(until);
+                shards.expedite_any_until = shards.expedite_any_until.max(Some(until));
+            }
+        }
+    }
+
+    /// Whether any key may be expedited now (cheap: no key to hash).
+    pub fn expediting(&self) -> bool {
+        self.lock()
+            .shards
+            .as_ref()
+            .and_then(|s| s.expedite_any_until)
+            .is_some_and(|until| Instant::now() < until)
+    }
+
+    /// Whether `key`'s shard is expedited now (see [`SyncGate::expedite_shard`]).
+    pub fn expedites_key(&self, key: &str) -> bool {
+        let state = self.lock();
+        let Some(shards) = state.shards.as_ref() else {
+            return false;
+        };
+        if shards
+            .expedite_any_until
+            .is_none_or(|until| Instant::now() >= until)
+        {
+            return false;
+        }
+        let count = u32::try_from(shards.owned.len()).unwrap_or(u32::MAX);
+        shards.expedite_until[shard_of(key, count) as usize]
+            .is_some_and(|until| Instant::now() < until)
+    }
+
     /// Whether the caches keep the objects of `key`'s shard (always without sharding).
     pub fn retains_key(&self, key: &str) -> bool {
         let state = self.lock();
@@ -218,6 +271,9 @@ impl SyncGate {
             }
             if let Some(keys) = shards.keys.get_mut(shard as usize) {
                 *keys = Default::default();
+            }
+            if let Some(slot) = shards.expedite_until.get_mut(shard as usize) {
+                *slot = None;
             }
         }
         let drained = async {
@@ -470,6 +526,30 @@ mod tests {
         assert_eq!(gate.owned_keys(), 0);
         assert!(gate.owned_shards().is_empty());
         assert!(gate.release_shard(3, Duration::ZERO).await);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_expedited_shard_expires_and_ends_with_its_release() {
+        let gate = SyncGate::sharded(4);
+        let (a, b) = (key_of_shard(1, 4), key_of_shard(2, 4));
+        assert!(!gate.expediting());
+        gate.own_shard(1);
+        gate.expedite_shard(1, Duration::from_secs(15));
+        assert!(gate.expediting());
+        assert!(gate.expedites_key(&a));
+        assert!(!gate.expedites_key(&b), "only the expedited shard");
+        tokio::time::sleep(Duration::from_secs(16)).await;
+        assert!(!gate.expediting() && !gate.expedites_key(&a), "expired");
+
+        gate.expedite_shard(1, Duration::from_secs(15));
+        assert!(gate.release_shard(1, Duration::ZERO).await);
+        assert!(!gate.expedites_key(&a), "released");
+        // Without sharding nothing is expedited; an out-of-range shard is ignored.
+        let plain = SyncGate::new(true);
+        plain.expedite_shard(0, Duration::from_secs(15));
+        assert!(!plain.expediting() && !plain.expedites_key(&a));
+        gate.expedite_shard(99, Duration::MAX);
+        assert!(!gate.expedites_key(&a));
     }
 
     #[tokio::test(start_paused = true)]

@@ -8,6 +8,11 @@
 //!   [`Priority::Bulk`] keys (resync / relist), so a cache flush never starves a real change.
 //!   Adding a key as `Event` while it waits as `Bulk` promotes it. The priority is strict:
 //!   bulk keys wait as long as event keys keep arriving (resyncs are the deferrable work).
+//! - **Expedited keys**: a key of a shard the gate expedites ([`SyncGate::expedites_key`]: a
+//!   shard just taken over from a replica that died) goes ahead of both, whatever its
+//!   priority, while the gate says so. Its parents have had no owner since the death, and
+//!   the follow-ups of their syncs (their children's watch events) must not queue behind this
+//!   replica's own backlog either, or the takeover takes as long as that backlog.
 //! - **Backoff**: [`WorkQueue::add_rate_limited`] requeues after a per-key exponential delay
 //!   (5 ms doubling, capped at 1000 s, like client-go's per-item limiter); [`WorkQueue::forget`]
 //!   resets it.
@@ -62,6 +67,29 @@ impl Priority {
     }
 }
 
+/// The lanes, served in this order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Lane {
+    Expedited = 0,
+    Event = 1,
+    Bulk = 2,
+}
+
+impl Lane {
+    const ALL: [Lane; 3] = [Lane::Expedited, Lane::Event, Lane::Bulk];
+
+    fn of(priority: Priority, expedited: bool) -> Lane {
+        match (expedited, priority) {
+            (true, _) => Lane::Expedited,
+            (false, Priority::Event) => Lane::Event,
+            (false, Priority::Bulk) => Lane::Bulk,
+        }
+    }
+}
+
+/// Whether a key goes to the expedited lane (installed with the gate).
+type Expedite<K> = Box<dyn Fn(&K) -> bool + Send + Sync>;
+
 /// Backoff settings for [`WorkQueue::add_rate_limited`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Backoff {
@@ -95,9 +123,9 @@ struct State<K> {
     /// Keys waiting for a worker, with their lane and the sequence number of their live
     /// lane entry. Lane entries with another sequence number are stale (skipped on pop):
     /// promotion pushes a fresh entry instead of searching the bulk lane.
-    queued: HashMap<K, (Priority, u64)>,
-    event: VecDeque<(K, u64)>,
-    bulk: VecDeque<(K, u64)>,
+    queued: HashMap<K, (Lane, u64)>,
+    /// Indexed by `Lane`.
+    lanes: [VecDeque<(K, u64)>; 3],
     seq: u64,
     processing: HashSet<K>,
     /// When each queued key was queued and each processing key was handed out (metrics).
@@ -123,6 +151,8 @@ struct Shared<K> {
     idle: Notify,
     /// The process's sync gate, passed by workers before each sync (none: always open).
     gate: std::sync::OnceLock<SyncGate>,
+    /// Set with the gate: whether a key is expedited.
+    expedite: std::sync::OnceLock<Expedite<K>>,
 }
 
 /// A cloneable handle to one controller's work queue.
@@ -170,8 +200,7 @@ where
                 metrics,
                 state: Mutex::new(State {
                     queued: HashMap::new(),
-                    event: VecDeque::new(),
-                    bulk: VecDeque::new(),
+                    lanes: Default::default(),
                     seq: 0,
                     processing: HashSet::new(),
                     queued_at: HashMap::new(),
@@ -185,15 +214,23 @@ where
                 ready: Notify::new(),
                 idle: Notify::new(),
                 gate: std::sync::OnceLock::new(),
+                expedite: std::sync::OnceLock::new(),
             }),
         }
     }
 
     /// Puts `gate` in front of the workers of [`WorkQueue::run`]: each sync waits for it to
-    /// be open and holds a permit while it runs. Set once, before `run`; later calls are
-    /// ignored.
-    pub fn set_gate(&self, gate: SyncGate) {
-        let _ = self.shared.gate.set(gate);
+    /// be open and holds a permit while it runs; the keys it expedites are served first. Set
+    /// once, before `run`; later calls are ignored.
+    pub fn set_gate(&self, gate: SyncGate)
+    where
+        K: fmt::Display,
+    {
+        if self.shared.gate.set(gate.clone()).is_ok() && gate.shard_count().is_some() {
+            let expedite: Expedite<K> =
+                Box::new(move |key| gate.expediting() && gate.expedites_key(&key.to_string()));
+            let _ = self.shared.expedite.set(expedite);
+        }
     }
 
     /// The queue's name (metrics label).
@@ -233,18 +270,16 @@ where
             state.dirty.insert(key, p);
             return;
         }
+        let expedited = self.shared.expedite.get().is_some_and(|f| f(&key));
+        let lane = Lane::of(priority, expedited);
         match state.queued.get(&key).copied() {
-            Some((Priority::Event, _)) => {}
-            Some((Priority::Bulk, _)) if priority == Priority::Bulk => {}
+            Some((queued, _)) if queued <= lane => {}
             existing => {
                 let key_for_time = key.clone();
                 state.seq += 1;
                 let seq = state.seq;
-                state.queued.insert(key.clone(), (priority, seq));
-                match priority {
-                    Priority::Event => state.event.push_back((key, seq)),
-                    Priority::Bulk => state.bulk.push_back((key, seq)),
-                }
+                state.queued.insert(key.clone(), (lane, seq));
+                state.lanes[lane as usize].push_back((key, seq));
                 if existing.is_none() {
                     if let Some(m) = &self.shared.metrics {
                         m.adds.inc();
@@ -353,13 +388,11 @@ where
     }
 
     fn pop(&self, state: &mut State<K>) -> Option<K> {
-        for lane in [Priority::Event, Priority::Bulk] {
+        for lane in Lane::ALL {
             loop {
-                let entry = match lane {
-                    Priority::Event => state.event.pop_front(),
-                    Priority::Bulk => state.bulk.pop_front(),
+                let Some((key, seq)) = state.lanes[lane as usize].pop_front() else {
+                    break;
                 };
-                let Some((key, seq)) = entry else { break };
                 if state.queued.get(&key).is_some_and(|&(_, s)| s == seq) {
                     state.queued.remove(&key);
                     self.update_depth(state);
@@ -638,6 +671,85 @@ mod tests {
         q.done(&"x");
         q.done(&"y");
         assert_nothing(&q, Duration::from_secs(1)).await;
+    }
+
+    /// A queue behind a gate of 4 shards, and a key of each shard.
+    fn sharded_queue() -> (WorkQueue<String>, SyncGate, Vec<String>) {
+        let gate = SyncGate::sharded(4);
+        let q = WorkQueue::new("t");
+        q.set_gate(gate.clone());
+        let keys = (0..4)
+            .map(|shard| {
+                (0..)
+                    .map(|i| format!("ns/p-{i}"))
+                    .find(|k| crate::gate::shard_of(k, 4) == shard)
+                    .unwrap()
+            })
+            .collect();
+        (q, gate, keys)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn expedited_keys_go_first_whatever_their_priority_while_the_gate_says_so() {
+        let (q, gate, keys) = sharded_queue();
+        let (own, taken) = (&keys[0], &keys[1]);
+        q.add(own.clone(), Priority::Event);
+        q.add(taken.clone(), Priority::Bulk);
+        // Without an expedited shard the priorities decide.
+        assert_eq!(q.get().await.as_ref(), Some(own));
+        assert_eq!(q.get().await.as_ref(), Some(taken));
+        q.done(own);
+        q.done(taken);
+
+        gate.expedite_shard(1, Duration::from_secs(15));
+        q.add(own.clone(), Priority::Event);
+        q.add(taken.clone(), Priority::Bulk);
+        assert_eq!(
+            q.get().await.as_ref(),
+            Some(taken),
+            "the taken-over key first"
+        );
+        // A follow-up of the taken-over key (added while it syncs) goes first again.
+        q.add(taken.clone(), Priority::Event);
+        q.done(taken);
+        assert_eq!(q.get().await.as_ref(), Some(taken));
+        q.done(taken);
+        assert_eq!(q.get().await.as_ref(), Some(own));
+        q.done(own);
+
+        // A key queued in the window keeps its place after the window ends; keys added
+        // after it are ranked by priority again.
+        q.add(own.clone(), Priority::Event);
+        q.add(taken.clone(), Priority::Bulk);
+        assert_eq!(q.len(), 2);
+        tokio::time::sleep(Duration::from_secs(16)).await;
+        q.add(keys[2].clone(), Priority::Event);
+        q.add(keys[3].clone(), Priority::Bulk);
+        let order: Vec<String> = {
+            let mut v = Vec::new();
+            for _ in 0..4 {
+                v.push(q.get().await.unwrap());
+            }
+            v
+        };
+        let want = [taken, own, &keys[2], &keys[3]].map(String::clone);
+        assert_eq!(order, want);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_waiting_key_is_promoted_to_the_expedited_lane_once() {
+        let (q, gate, keys) = sharded_queue();
+        q.add(keys[0].clone(), Priority::Event);
+        q.add(keys[1].clone(), Priority::Event);
+        gate.expedite_shard(1, Duration::from_secs(15));
+        q.add(keys[1].clone(), Priority::Bulk);
+        assert_eq!(q.len(), 2);
+        assert_eq!(q.get().await.as_ref(), Some(&keys[1]));
+        assert_eq!(q.get().await.as_ref(), Some(&keys[0]));
+        // The stale Event-lane entry of keys[1] is skipped.
+        q.done(&keys[0]);
+        q.done(&keys[1]);
+        assert!(timeout(Duration::from_secs(1), q.get()).await.is_err());
     }
 
     #[tokio::test(start_paused = true)]

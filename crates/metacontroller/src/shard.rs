@@ -46,7 +46,11 @@
 //!   - A replica that dies (kill -9) stops renewing; after `--shard-lease-duration` the others
 //!     drop it from the members and take its shards over. A replica that is alive but cannot
 //!     renew for `--shard-renew-deadline` stops syncing every shard (and exits if its syncs do
-//!     not end before its Lease can expire), as the leader elector does.
+//!     not end before its Lease can expire), as the leader elector does. For one lease
+//!     duration after such a takeover the taken shards' keys are *expedited*: every work queue
+//!     serves them first, the follow-ups of their syncs included (see
+//!     [`metacontroller_dynamic::workqueue`]), so the dead replica's parents do not wait
+//!     behind the survivors' own backlog.
 //! - **Shutdown.** SIGTERM drains the syncs, clears the holder of every shard Lease it holds
 //!   and deletes its member Lease: the others take over at their next round.
 //! - **Caches.** Every replica watches every parent and child (one watch per resource, as a
@@ -365,8 +369,15 @@ impl Coordinator {
                     None => true,
                     Some(h) => h == me || !members.iter().any(|m| m == h),
                 };
+                // Held by a replica that is no longer a member: it died (or lost its Lease)
+                // without releasing, so the shard's parents have had no owner since.
+                let orphaned = holder.as_deref().is_some_and(|h| h != me);
                 if free && self.acquire(shard, &name, lease).await {
-                    reserved.push((shard, self.gate.reserve_shard(shard)));
+                    reserved.push(Reserved {
+                        shard,
+                        epoch: self.gate.reserve_shard(shard),
+                        orphaned,
+                    });
                     lock(&self.acquiring).insert(shard);
                 }
             }
@@ -394,8 +405,10 @@ impl Coordinator {
 
     /// Relists the filtered informers (the request is made now, after the reservations),
     /// then admits the reserved shards that were not released meanwhile and replays the
-    /// caches so their parents are queued.
-    fn spawn_admit(&self, reserved: Vec<(u32, u64)>) {
+    /// caches so their parents are queued. The parents of orphaned shards are expedited for
+    /// one lease duration: they go ahead of this replica's own backlog, follow-ups included.
+    fn spawn_admit(&self, reserved: Vec<Reserved>) {
+        let expedite_for = self.config.lease_duration;
         let relist = self.informers.relist_filtered();
         let gate = self.gate.clone();
         let informers = self.informers.clone();
@@ -414,10 +427,20 @@ impl Coordinator {
                 );
             }
             let mut admitted = HashSet::new();
-            for (shard, epoch) in reserved {
+            let mut expedited = 0;
+            for Reserved {
+                shard,
+                epoch,
+                orphaned,
+            } in reserved
+            {
                 let pending = lock(&acquiring).remove(&shard);
                 if pending && gate.admit_shard(shard, epoch) {
                     admitted.insert(shard);
+                    if orphaned {
+                        gate.expedite_shard(shard, expedite_for);
+                        expedited += 1;
+                    }
                 }
             }
             let owned = gate.owned_shards().len();
@@ -425,6 +448,7 @@ impl Coordinator {
             if !admitted.is_empty() {
                 tracing::info!(
                     admitted = admitted.len(),
+                    expedited,
                     owned,
                     relist = ?started.elapsed(),
                     "sharding: caches relisted; syncing the acquired shards"
@@ -690,6 +714,15 @@ async fn clear_holder(api: &Api<Lease>, name: &str, me: &str) -> anyhow::Result<
     spec.renew_time = Some(MicroTime(k8s_openapi::jiff::Timestamp::now()));
     api.replace(name, &PostParams::default(), &lease).await?;
     Ok(())
+}
+
+/// A shard whose Lease this replica just took, not admitted yet.
+struct Reserved {
+    shard: u32,
+    /// From [`SyncGate::reserve_shard`], for [`SyncGate::admit_shard`].
+    epoch: u64,
+    /// Taken from a holder that is no longer a member (not released by it).
+    orphaned: bool,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

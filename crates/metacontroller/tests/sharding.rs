@@ -685,6 +685,95 @@ async fn a_killed_replicas_parents_move_to_the_others_within_the_lease_duration(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_replicas_parents_go_ahead_of_the_survivors_own_backlog() {
+    let _serial = SERIAL.lock().await;
+    // 300 parents, 100 ms per hook call, two workers per replica: each replica has about 15 s
+    // of its own work, so the survivors still have a backlog when they take over (about 5 s
+    // after the kill).
+    let setup = Setup::new(Duration::from_millis(100)).await;
+    let (mut replicas, ids) = setup.three_replicas().await;
+    let parents = names("x", 300);
+    for n in &parents {
+        setup.create_parent(n).await;
+    }
+    eventually_within(
+        "a first share converges",
+        Duration::from_secs(60),
+        || async { setup.converged().await.len() >= 10 },
+    )
+    .await;
+    let victim = identity(&replicas[0]);
+    let held = setup.shard_holders().await;
+    replicas[0].kill9();
+    let killed = Instant::now();
+    let moved: BTreeSet<&str> = parents
+        .iter()
+        .filter(|n| {
+            let shard = shard_of(&format!("{}/{n}", setup.ns), SHARDS);
+            held.get(&shard) == Some(&victim)
+        })
+        .map(String::as_str)
+        .collect();
+    assert!(!moved.is_empty(), "the victim held no parent");
+    setup
+        .wait_converged(&parents, Duration::from_secs(120))
+        .await;
+    setup.assert_children_exact(&parents).await;
+    setup.assert_created_once(&parents);
+    let calls = setup.hook.calls();
+    assert_one_syncer_at_a_time(&calls, &ids);
+
+    // Per survivor: from its first call for a moved parent until it has called the hook for
+    // each moved parent it took, it serves only moved parents (the expedited lane), apart from
+    // syncs its two workers had already taken from the queue.
+    let mut report = Vec::new();
+    for survivor in ids.iter().filter(|id| **id != victim) {
+        let mut mine: Vec<&Call> = calls
+            .iter()
+            .filter(|c| &c.replica == survivor && c.start > killed)
+            .collect();
+        mine.sort_by_key(|c| c.start);
+        let Some(first) = mine.iter().position(|c| moved.contains(c.parent.as_str())) else {
+            continue;
+        };
+        let mut waiting: BTreeSet<&str> = mine[first..]
+            .iter()
+            .map(|c| c.parent.as_str())
+            .filter(|p| moved.contains(p))
+            .collect();
+        let taken = waiting.len();
+        let mut own = 0;
+        for c in &mine[first..] {
+            if waiting.is_empty() {
+                break;
+            }
+            if !waiting.remove(c.parent.as_str()) && !moved.contains(c.parent.as_str()) {
+                own += 1;
+            }
+        }
+        assert!(
+            own <= 2,
+            "{survivor} synced {own} of its own parents before each of the {taken} parents it \
+             took over from the killed replica"
+        );
+        let backlog = mine[first..]
+            .iter()
+            .filter(|c| !moved.contains(c.parent.as_str()))
+            .count();
+        report.push(format!(
+            "{taken} taken over first ({own} own between), {backlog} own calls after"
+        ));
+    }
+    assert!(!report.is_empty(), "no survivor took a moved parent");
+    eprintln!(
+        "{} moved parents; converged {:?} after the kill; {}",
+        moved.len(),
+        killed.elapsed(),
+        report.join("; ")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scaling_one_to_three_to_two_under_load_keeps_one_syncer_per_parent() {
     let _serial = SERIAL.lock().await;
     let setup = Setup::new(Duration::from_millis(20)).await;
