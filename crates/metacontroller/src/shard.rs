@@ -51,6 +51,11 @@
 //!     serves them first, the follow-ups of their syncs included (see
 //!     [`metacontroller_dynamic::workqueue`]), so the dead replica's parents do not wait
 //!     behind the survivors' own backlog.
+//! - **One shard count.** A member Lease carries its replica's `--shards`
+//!   ([`SHARDS_ANNOTATION`]). Replicas with different counts map a parent to different shard
+//!   Leases, so a replica that sees a live member with another count acquires no shard until
+//!   that member is gone (it keeps syncing the shards it holds): during a rolling update that
+//!   changes `--shards`, the new replicas start syncing as the old ones leave.
 //! - **Shutdown.** SIGTERM drains the syncs, clears the holder of every shard Lease it holds
 //!   and deletes its member Lease: the others take over at their next round.
 //! - **Caches.** Every replica watches every parent and child (one watch per resource, as a
@@ -81,6 +86,10 @@ use tokio::time::Instant;
 pub const GROUP_LABEL: &str = "metacontroller.k8s.io/shard-group";
 /// Label telling member Leases (`member`) from shard Leases (`shard`).
 pub const ROLE_LABEL: &str = "metacontroller.k8s.io/shard-role";
+/// Annotation of a member Lease: the `--shards` of its replica. Replicas that split parents
+/// into different numbers of shards map a parent to different shard Leases, so they must
+/// never sync at the same time (see [`Coordinator::members`]).
+pub const SHARDS_ANNOTATION: &str = "metacontroller.k8s.io/shards";
 
 /// Sharding settings.
 #[derive(Debug, Clone)]
@@ -246,6 +255,7 @@ impl ShardTask {
             informers,
             metrics,
             observed: HashMap::new(),
+            foreign: Vec::new(),
             member: None,
             renewed: None,
             releasing: Arc::new(Mutex::new(HashSet::new())),
@@ -287,6 +297,8 @@ struct Coordinator {
     acquiring: Arc<Mutex<HashSet<u32>>>,
     /// The members seen by the previous round.
     last_members: Option<Vec<String>>,
+    /// Live members using another `--shards`, as last logged.
+    foreign: Vec<String>,
 }
 
 impl Coordinator {
@@ -337,7 +349,10 @@ impl Coordinator {
             .collect();
         let member_refs: Vec<&str> = members.iter().map(String::as_str).collect();
         let owners = assignment(self.config.shards, &member_refs);
-        let may_acquire = settled(self.last_members.as_deref(), &members);
+        // While a live replica splits parents differently (a rolling update that changed
+        // --shards), acquire nothing: keep syncing the shards held, take none of theirs.
+        let may_acquire =
+            settled(self.last_members.as_deref(), &members) && self.foreign.is_empty();
         let me = self.config.identity.clone();
         let owned: HashSet<u32> = self.gate.owned_shards().into_iter().collect();
         let acquiring: HashSet<u32> = lock(&self.acquiring).clone();
@@ -465,11 +480,14 @@ impl Coordinator {
     }
 
     /// Live members: our own identity while our renewals are current, and every other
-    /// member Lease whose spec changed within the lease duration by our clock.
+    /// member Lease whose spec changed within the lease duration by our clock and whose
+    /// [`SHARDS_ANNOTATION`] is our `--shards`. Live members with another (or no) value are
+    /// kept in `self.foreign`: while there are any, this replica acquires no shard.
     fn members(&mut self, leases: &[Lease]) -> Vec<String> {
         let now = Instant::now();
         let mut seen = HashSet::new();
         let mut members = vec![self.config.identity.clone()];
+        let mut foreign = Vec::new();
         for lease in leases.iter().filter(|l| role(l) == Some("member")) {
             let (Some(name), Some(spec)) = (lease.metadata.name.clone(), lease.spec.clone()) else {
                 continue;
@@ -492,12 +510,36 @@ impl Coordinator {
                 }
             };
             if first_seen.elapsed() < valid {
-                members.push(holder);
+                let theirs = lease
+                    .metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get(SHARDS_ANNOTATION));
+                if theirs.map(String::as_str) == Some(self.config.shards.to_string().as_str()) {
+                    members.push(holder);
+                } else {
+                    foreign.push(format!(
+                        "{holder} (--shards {})",
+                        theirs.map_or("unknown", |v| v)
+                    ));
+                }
             }
         }
         self.observed.retain(|name, _| seen.contains(name));
         members.sort();
         members.dedup();
+        foreign.sort();
+        if foreign != self.foreign {
+            if foreign.is_empty() {
+                tracing::info!(
+                    "sharding: every live replica uses --shards {}; acquiring shards again",
+                    self.config.shards
+                );
+            } else {
+                tracing::error!(shards = self.config.shards, others = ?foreign, "sharding: live replicas use another --shards; acquiring no shard until they are gone (all replicas must use the same value)");
+            }
+            self.foreign = foreign;
+        }
         members
     }
 
@@ -518,6 +560,14 @@ impl Coordinator {
                 }
             },
         };
+        lease
+            .metadata
+            .annotations
+            .get_or_insert_with(Default::default)
+            .insert(
+                SHARDS_ANNOTATION.to_string(),
+                self.config.shards.to_string(),
+            );
         let spec = lease.spec.get_or_insert_with(Default::default);
         spec.holder_identity = Some(self.config.identity.clone());
         spec.lease_duration_seconds = Some(seconds(self.config.lease_duration));
@@ -549,6 +599,13 @@ impl Coordinator {
                     ]
                     .into(),
                 ),
+                annotations: (role == "member").then(|| {
+                    [(
+                        SHARDS_ANNOTATION.to_string(),
+                        self.config.shards.to_string(),
+                    )]
+                    .into()
+                }),
                 ..ObjectMeta::default()
             },
             spec: Some(LeaseSpec {

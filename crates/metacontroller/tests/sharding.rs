@@ -174,6 +174,11 @@ impl Setup {
     /// A replica of the group: `--sharding` with short lease timings, metrics on a random
     /// port, one worker so convergence takes long enough to interrupt.
     fn replica(&self) -> ControllerProcess {
+        self.replica_with_shards(SHARDS)
+    }
+
+    /// [`Setup::replica`] with another `--shards`.
+    fn replica_with_shards(&self, shards: u32) -> ControllerProcess {
         ControllerProcess::start_with_env(
             env!("CARGO_BIN_EXE_metacontroller"),
             [
@@ -183,7 +188,7 @@ impl Setup {
                 "--discovery-interval=500ms".to_string(),
                 format!("--target-label-selector=team={}", self.label),
                 "--sharding".to_string(),
-                format!("--shards={SHARDS}"),
+                format!("--shards={shards}"),
                 format!("--leader-election-id={}", self.group),
                 format!("--shard-lease-duration={}s", LEASE.as_secs()),
                 "--shard-renew-deadline=3s".to_string(),
@@ -771,6 +776,67 @@ async fn a_killed_replicas_parents_go_ahead_of_the_survivors_own_backlog() {
         killed.elapsed(),
         report.join("; ")
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_with_another_shard_count_waits_until_the_old_replicas_are_gone() {
+    let _serial = SERIAL.lock().await;
+    let setup = Setup::new(Duration::from_millis(20)).await;
+    // A rolling update that changes --shards: the old replica runs, a new one starts.
+    let old = setup.replica();
+    wait_joined(&old).await;
+    eventually_within(
+        "the old replica holds every shard",
+        Duration::from_secs(30),
+        || async { gauge(&old, "metacontroller_shards_owned").await == i64::from(SHARDS) },
+    )
+    .await;
+    let new = setup.replica_with_shards(SHARDS / 2);
+    wait_joined(&new).await;
+    for p in [&old, &new] {
+        eventually_within(
+            "the mismatch is logged",
+            Duration::from_secs(10),
+            || async { p.logs().contains("live replicas use another --shards") },
+        )
+        .await;
+    }
+    let ids: BTreeSet<String> = [identity(&old), identity(&new)].into();
+    let first = names("a", 20);
+    for n in &first {
+        setup.create_parent(n).await;
+    }
+    setup.wait_converged(&first, Duration::from_secs(60)).await;
+    // Three rounds later the new replica still holds nothing; the old one kept everything.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(gauge(&new, "metacontroller_shards_owned").await, 0);
+    assert_eq!(
+        gauge(&old, "metacontroller_shards_owned").await,
+        i64::from(SHARDS)
+    );
+    let new_id = identity(&new);
+    assert!(
+        setup.hook.calls().iter().all(|c| c.replica != new_id),
+        "the new replica synced while the old one ran"
+    );
+
+    // The old replica leaves (SIGTERM): the new one takes every shard of its own count.
+    old.terminate();
+    eventually_within(
+        "the new replica takes over",
+        LEASE + Duration::from_secs(10),
+        || async { gauge(&new, "metacontroller_shards_owned").await == i64::from(SHARDS / 2) },
+    )
+    .await;
+    let second = names("b", 20);
+    for n in &second {
+        setup.create_parent(n).await;
+    }
+    let all: Vec<String> = first.iter().chain(&second).cloned().collect();
+    setup.wait_converged(&all, Duration::from_secs(60)).await;
+    setup.assert_children_exact(&all).await;
+    setup.assert_created_once(&all);
+    assert_one_syncer_at_a_time(&setup.hook.calls(), &ids);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
