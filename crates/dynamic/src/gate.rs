@@ -57,9 +57,6 @@ struct Shards {
     keys: Vec<std::collections::HashSet<String>>,
     /// Until when each shard's keys are expedited.
     expedite_until: Vec<Option<Instant>>,
-    /// The latest of `expedite_until`: no key is expedited after it (the common case, checked
-    /// without hashing the key).
-    expedite_any_until: Option<Instant>,
 }
 
 /// 64-bit FNV-1a followed by the splitmix64 finalizer: stable across processes, builds and
@@ -130,7 +127,6 @@ impl SyncGate {
             in_flight: vec![0; count],
             keys: vec![Default::default(); count],
             expedite_until: vec![None; count],
-            expedite_any_until: None,
         });
         gate
     }
@@ -217,18 +213,19 @@ impl SyncGate {
         if let Some(shards) = self.lock().shards.as_mut() {
             if let Some(slot) = shards.expedite_until.get_mut(shard as usize) {
                 *slot = Some(until);
-                shards.expedite_any_until = shards.expedite_any_until.max(Some(until));
             }
         }
     }
 
-    /// Whether any key may be expedited now (cheap: no key to hash).
+    /// Whether any shard is expedited now: callers check this before formatting a key for
+    /// [`SyncGate::expedites_key`] (almost always false).
     pub fn expediting(&self) -> bool {
-        self.lock()
-            .shards
-            .as_ref()
-            .and_then(|s| s.expedite_any_until)
-            .is_some_and(|until| Instant::now() < until)
+        let now = Instant::now();
+        self.lock().shards.as_ref().is_some_and(|s| {
+            s.expedite_until
+                .iter()
+                .any(|until| until.is_some_and(|u| now < u))
+        })
     }
 
     /// Whether `key`'s shard is expedited now (see [`SyncGate::expedite_shard`]).
@@ -237,12 +234,6 @@ impl SyncGate {
         let Some(shards) = state.shards.as_ref() else {
             return false;
         };
-        if shards
-            .expedite_any_until
-            .is_none_or(|until| Instant::now() >= until)
-        {
-            return false;
-        }
         let count = u32::try_from(shards.owned.len()).unwrap_or(u32::MAX);
         shards.expedite_until[shard_of(key, count) as usize]
             .is_some_and(|until| Instant::now() < until)
@@ -543,7 +534,7 @@ mod tests {
 
         gate.expedite_shard(1, Duration::from_secs(15));
         assert!(gate.release_shard(1, Duration::ZERO).await);
-        assert!(!gate.expedites_key(&a), "released");
+        assert!(!gate.expedites_key(&a) && !gate.expediting(), "released");
         // Without sharding nothing is expedited; an out-of-range shard is ignored.
         let plain = SyncGate::new(true);
         plain.expedite_shard(0, Duration::from_secs(15));

@@ -283,6 +283,43 @@ impl Setup {
         }
     }
 
+    /// The parents among `parents` whose shard is in `shards`.
+    fn parents_in<'a>(&self, parents: &'a [String], shards: &BTreeSet<u32>) -> BTreeSet<&'a str> {
+        parents
+            .iter()
+            .filter(|n| shards.contains(&shard_of(&format!("{}/{n}", self.ns), SHARDS)))
+            .map(String::as_str)
+            .collect()
+    }
+
+    /// Creates `parents`, waits until 10 of them converged (mid-convergence) and SIGKILLs
+    /// `victim`. Returns its identity, the shards it held and when it was killed.
+    async fn kill_mid_convergence(
+        &self,
+        victim: &mut ControllerProcess,
+        parents: &[String],
+    ) -> (String, BTreeSet<u32>, Instant) {
+        for n in parents {
+            self.create_parent(n).await;
+        }
+        eventually_within(
+            "a first share converges",
+            Duration::from_secs(60),
+            || async { self.converged().await.len() >= 10 },
+        )
+        .await;
+        let id = identity(victim);
+        let held = self
+            .shard_holders()
+            .await
+            .into_iter()
+            .filter(|(_, h)| *h == id)
+            .map(|(s, _)| s)
+            .collect();
+        victim.kill9();
+        (id, held, Instant::now())
+    }
+
     fn parents(&self) -> Api<DynamicObject> {
         self.parent.api(self.cluster.client(), Some(&self.ns))
     }
@@ -643,25 +680,8 @@ async fn a_killed_replicas_parents_move_to_the_others_within_the_lease_duration(
     let (mut replicas, ids) = setup.three_replicas().await;
 
     let parents = names("k", 90);
-    for n in &parents {
-        setup.create_parent(n).await;
-    }
-    // Mid-convergence: some parents done, not all.
-    eventually_within(
-        "a first share converges",
-        Duration::from_secs(60),
-        || async { setup.converged().await.len() >= 10 },
-    )
-    .await;
-    let victim = identity(&replicas[0]);
-    let victim_shards = setup
-        .shard_holders()
-        .await
-        .values()
-        .filter(|h| **h == victim)
-        .count();
-    replicas[0].kill9();
-    let killed = Instant::now();
+    let (victim, held, killed) = setup.kill_mid_convergence(&mut replicas[0], &parents).await;
+    let victim_shards = held.len();
     let not_done = parents.len() - setup.converged().await.len();
     assert!(not_done > 0, "all parents converged before the kill");
     assert!(victim_shards > 0);
@@ -698,27 +718,8 @@ async fn a_killed_replicas_parents_go_ahead_of_the_survivors_own_backlog() {
     let setup = Setup::new(Duration::from_millis(100)).await;
     let (mut replicas, ids) = setup.three_replicas().await;
     let parents = names("x", 300);
-    for n in &parents {
-        setup.create_parent(n).await;
-    }
-    eventually_within(
-        "a first share converges",
-        Duration::from_secs(60),
-        || async { setup.converged().await.len() >= 10 },
-    )
-    .await;
-    let victim = identity(&replicas[0]);
-    let held = setup.shard_holders().await;
-    replicas[0].kill9();
-    let killed = Instant::now();
-    let moved: BTreeSet<&str> = parents
-        .iter()
-        .filter(|n| {
-            let shard = shard_of(&format!("{}/{n}", setup.ns), SHARDS);
-            held.get(&shard) == Some(&victim)
-        })
-        .map(String::as_str)
-        .collect();
+    let (victim, held, killed) = setup.kill_mid_convergence(&mut replicas[0], &parents).await;
+    let moved = setup.parents_in(&parents, &held);
     assert!(!moved.is_empty(), "the victim held no parent");
     setup
         .wait_converged(&parents, Duration::from_secs(120))
@@ -961,11 +962,7 @@ async fn after_a_kill_only_the_parents_of_shards_that_moved_are_synced_again() {
     let moved: BTreeSet<u32> = (0..SHARDS)
         .filter(|s| before.get(s) != after.get(s))
         .collect();
-    let moved_parents: BTreeSet<&str> = parents
-        .iter()
-        .filter(|n| moved.contains(&shard_of(&format!("{}/{n}", setup.ns), SHARDS)))
-        .map(String::as_str)
-        .collect();
+    let moved_parents = setup.parents_in(&parents, &moved);
     assert!(!moved_parents.is_empty(), "no parent in the moved shards");
     eventually_within(
         "each parent of a moved shard is synced by its new owner",
