@@ -14,7 +14,10 @@
 //!   `metacontroller.k8s.io/shard-role=member`) and renews it every `--shard-retry-period`,
 //!   like the leader Lease (client-go timings). Members are the replicas whose Lease changed
 //!   within `--shard-lease-duration` *as observed by the local clock* (never the holder's
-//!   timestamps: clock skew). Each round lists the group's Leases once.
+//!   timestamps: clock skew). Each round lists the group's Leases once; a watch of the member
+//!   Leases records each renewal when it happens (a list would see it up to a retry period
+//!   late, and every takeover would wait as much longer), wakes the rounds when a member
+//!   joins or leaves, and the next round is due right after the first member Lease's expiry.
 //! - **Assignment.** Rendezvous hashing with bounded loads ([`assignment`]): every
 //!   (member, shard) pair is scored `hash(identity, s)`; going down the pairs from the
 //!   highest score, a shard goes to the member of its pair unless it is already placed or
@@ -46,7 +49,12 @@
 //!   - A replica that dies (kill -9) stops renewing; after `--shard-lease-duration` the others
 //!     drop it from the members and take its shards over. A replica that is alive but cannot
 //!     renew for `--shard-renew-deadline` stops syncing every shard (and exits if its syncs do
-//!     not end before its Lease can expire), as the leader elector does. For one lease
+//!     not end before its Lease can expire), as the leader elector does. A member that has
+//!     not renewed for 2.5 retry periods is *silent*: the others retain the shards they would
+//!     take from it and relist once, ahead of its expiry, so the takeover admits them at once
+//!     (the relist of every parent and child, 1.2 s at 6,000 parents × 3 children, is off the
+//!     critical path; nothing is synced before the shard Lease is taken). If it renews after
+//!     all, they drop and prune what they cached ahead. For one lease
 //!     duration after such a takeover the taken shards' keys are *expedited*: every work queue
 //!     serves them first, the follow-ups of their syncs included (see
 //!     [`metacontroller_dynamic::workqueue`]), so the dead replica's parents do not wait
@@ -68,7 +76,9 @@
 //!
 //! With sharding on, `--leader-election` is refused: every replica is active.
 
+use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -79,7 +89,7 @@ use kube::Client;
 use metacontroller_dynamic::gate::{shard_of, stable_hash};
 use metacontroller_dynamic::{Informers, SyncGate};
 use prometheus::{IntGauge, Registry};
-use tokio::sync::watch;
+use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 
 /// Label naming the sharding group (the `--leader-election-id`) on every Lease it uses.
@@ -248,19 +258,32 @@ impl ShardTask {
     ) -> anyhow::Result<ShardTask> {
         let metrics = ShardMetrics::register(registry)?;
         let (stop, stop_rx) = watch::channel(false);
+        let api: Api<Lease> = Api::namespaced(client, &config.namespace);
+        let observed = Observed::default();
+        let wake = Arc::new(Notify::new());
+        let watch_task = tokio::spawn(watch_members(
+            api.clone(),
+            config.group.clone(),
+            observed.clone(),
+            wake.clone(),
+        ));
         let coordinator = Coordinator {
-            api: Api::namespaced(client, &config.namespace),
+            api,
             config,
             gate,
             informers,
             metrics,
-            observed: HashMap::new(),
+            observed,
+            wake,
+            watch_task,
             foreign: Vec::new(),
             member: None,
             renewed: None,
             releasing: Arc::new(Mutex::new(HashSet::new())),
             acquiring: Arc::new(Mutex::new(HashSet::new())),
             last_members: None,
+            silent: Vec::new(),
+            ahead: HashMap::new(),
         };
         let task = tokio::spawn(coordinator.run(stop_rx));
         Ok(ShardTask { stop, task })
@@ -285,8 +308,13 @@ struct Coordinator {
     gate: SyncGate,
     informers: Informers,
     metrics: ShardMetrics,
-    /// Per member Lease name: its spec and when this replica first saw it so (local clock).
-    observed: HashMap<String, (LeaseSpec, Instant)>,
+    /// Member Leases as first seen with their current spec, by the rounds' lists and the
+    /// watch ([`watch_members`]).
+    observed: Observed,
+    /// Rings when a member joined or left (see [`watch_members`]).
+    wake: Arc<Notify>,
+    /// The member Lease watch; aborted when the coordinator ends.
+    watch_task: tokio::task::JoinHandle<()>,
     /// Our member Lease as last written (its resourceVersion guards the next renewal).
     member: Option<Lease>,
     /// When our member Lease was last renewed.
@@ -299,6 +327,11 @@ struct Coordinator {
     last_members: Option<Vec<String>>,
     /// Live members using another `--shards`, as last logged.
     foreign: Vec<String>,
+    /// Live members that have not renewed for [`Coordinator::silent_after`] (last round).
+    silent: Vec<String>,
+    /// Shards of silent members this replica would take over, retained ahead (see
+    /// [`Coordinator::cache_ahead`]).
+    ahead: HashMap<u32, Ahead>,
 }
 
 impl Coordinator {
@@ -306,12 +339,28 @@ impl Coordinator {
         tracing::info!(identity = %self.config.identity, namespace = %self.config.namespace, group = %self.config.group, shards = self.config.shards, "sharding: joining the group");
         loop {
             self.round().await;
-            let period = crate::leader::jitter(self.config.retry_period);
-            if crate::leader::sleep_or_stop(period, &mut stop).await {
+            let pause = self.pause();
+            let stopped = tokio::select! {
+                _ = tokio::time::sleep(pause) => false,
+                _ = self.wake.notified() => false,
+                changed = stop.wait_for(|s| *s) => { let _ = changed; true }
+            };
+            if stopped || *stop.borrow() {
+                self.watch_task.abort();
                 self.leave().await;
                 return;
             }
         }
+    }
+
+    /// Until the next round: see [`next_round_in`].
+    fn pause(&self) -> Duration {
+        next_round_in(
+            &lock(&self.observed),
+            &self.config.identity,
+            Instant::now(),
+            crate::leader::jitter(self.config.retry_period),
+        )
     }
 
     /// One round: renew our membership, read the group, release and acquire shards.
@@ -388,25 +437,121 @@ impl Coordinator {
                 // without releasing, so the shard's parents have had no owner since.
                 let orphaned = holder.as_deref().is_some_and(|h| h != me);
                 if free && self.acquire(shard, &name, lease).await {
+                    // Cached ahead and complete: no relist needed before syncing it.
+                    let cached = self
+                        .ahead
+                        .remove(&shard)
+                        .filter(|a| a.listed.load(Ordering::Acquire));
                     reserved.push(Reserved {
                         shard,
-                        epoch: self.gate.reserve_shard(shard),
+                        epoch: match &cached {
+                            Some(ahead) => ahead.epoch,
+                            None => self.gate.reserve_shard(shard),
+                        },
                         orphaned,
+                        cached: cached.is_some(),
                     });
                     lock(&self.acquiring).insert(shard);
                 }
             }
         }
+        self.cache_ahead(&members, &shard_leases).await;
         self.last_members = Some(members.clone());
         if !reserved.is_empty() {
+            let cached_ahead = reserved.iter().filter(|r| r.cached).count();
             tracing::info!(
                 reserved = reserved.len(),
+                cached_ahead,
                 members = members.len(),
-                "sharding: acquired shard leases; relisting the caches before syncing them"
+                "sharding: acquired shard leases; syncing them once the caches hold them"
             );
             self.spawn_admit(reserved);
         }
         self.update_metrics();
+    }
+
+    /// A member that has not renewed for this long (two renewals missed, and half a period
+    /// of slack) is *silent*: probably dead; its Lease expires within the rest of the lease
+    /// duration.
+    fn silent_after(&self) -> Duration {
+        self.config.retry_period * 5 / 2
+    }
+
+    /// Retains, ahead of a takeover, the shards the silent members hold that this replica
+    /// would take if they were gone, and relists once for them: when their Leases expire
+    /// those shards are admitted at once instead of after a relist of every filtered
+    /// informer, which sits on the takeover's critical path (1.2 s at 6,000 parents × 3
+    /// children on the load harness). Nothing is synced early: the keys are admitted only
+    /// after the shard Lease is taken. Shards no longer in that position (their holder
+    /// renewed, the assignment changed) are released and pruned again.
+    async fn cache_ahead(&mut self, members: &[String], shard_leases: &HashMap<String, Lease>) {
+        let me = self.config.identity.as_str();
+        let owned: HashSet<u32> = self.gate.owned_shards().into_iter().collect();
+        let acquiring: HashSet<u32> = lock(&self.acquiring).clone();
+        let releasing: HashSet<u32> = self.lock_releasing().clone();
+        let busy = |s: &u32| owned.contains(s) || acquiring.contains(s) || releasing.contains(s);
+        let mut wanted = HashSet::new();
+        if !self.silent.is_empty() && self.foreign.is_empty() {
+            let remaining: Vec<&str> = members
+                .iter()
+                .map(String::as_str)
+                .filter(|m| !self.silent.iter().any(|s| s == m))
+                .collect();
+            let owners = assignment(self.config.shards, &remaining);
+            for shard in 0..self.config.shards {
+                let held_by_silent = holder_of(shard_leases.get(&self.config.shard_lease(shard)))
+                    .is_some_and(|h| self.silent.iter().any(|s| s == h));
+                if held_by_silent
+                    && owners.get(shard as usize).copied().flatten() == Some(me)
+                    && !busy(&shard)
+                {
+                    wanted.insert(shard);
+                }
+            }
+        }
+        let stale: Vec<u32> = self
+            .ahead
+            .keys()
+            .filter(|s| !wanted.contains(s))
+            .copied()
+            .collect();
+        if !stale.is_empty() {
+            for shard in &stale {
+                self.ahead.remove(shard);
+                if !busy(shard) {
+                    self.gate.release_shard(*shard, Duration::ZERO).await;
+                }
+            }
+            let pruned = self.informers.prune_filtered();
+            tracing::info!(
+                shards = stale.len(),
+                pruned,
+                "sharding: dropped the shards cached ahead (their holder renewed, or the assignment changed)"
+            );
+        }
+        let new: Vec<u32> = wanted
+            .into_iter()
+            .filter(|s| !self.ahead.contains_key(s))
+            .collect();
+        if new.is_empty() {
+            return;
+        }
+        let listed = Arc::new(AtomicBool::new(false));
+        for shard in &new {
+            let epoch = self.gate.reserve_shard(*shard);
+            let listed = listed.clone();
+            self.ahead.insert(*shard, Ahead { epoch, listed });
+        }
+        tracing::info!(
+            silent = ?self.silent,
+            shards = new.len(),
+            "sharding: members stopped renewing; caching the shards this replica would take over ahead of their lease expiry"
+        );
+        let relist = self.informers.relist_filtered();
+        tokio::spawn(async move {
+            relist.await;
+            listed.store(true, Ordering::Release);
+        });
     }
 
     fn update_metrics(&self) {
@@ -424,7 +569,12 @@ impl Coordinator {
     /// one lease duration: they go ahead of this replica's own backlog, follow-ups included.
     fn spawn_admit(&self, reserved: Vec<Reserved>) {
         let expedite_for = self.config.lease_duration;
-        let relist = self.informers.relist_filtered();
+        let cached_ahead = reserved.iter().filter(|r| r.cached).count();
+        let relist: futures::future::Either<_, _> = if cached_ahead == reserved.len() {
+            futures::future::Either::Left(std::future::ready(()))
+        } else {
+            futures::future::Either::Right(self.informers.relist_filtered())
+        };
         let gate = self.gate.clone();
         let informers = self.informers.clone();
         let acquiring = self.acquiring.clone();
@@ -447,6 +597,7 @@ impl Coordinator {
                 shard,
                 epoch,
                 orphaned,
+                ..
             } in reserved
             {
                 let pending = lock(&acquiring).remove(&shard);
@@ -464,6 +615,7 @@ impl Coordinator {
                 tracing::info!(
                     admitted = admitted.len(),
                     expedited,
+                    cached_ahead,
                     owned,
                     relist = ?started.elapsed(),
                     "sharding: caches relisted; syncing the acquired shards"
@@ -488,6 +640,7 @@ impl Coordinator {
         let mut seen = HashSet::new();
         let mut members = vec![self.config.identity.clone()];
         let mut foreign = Vec::new();
+        let mut silent = Vec::new();
         for lease in leases.iter().filter(|l| role(l) == Some("member")) {
             let (Some(name), Some(spec)) = (lease.metadata.name.clone(), lease.spec.clone()) else {
                 continue;
@@ -499,13 +652,15 @@ impl Coordinator {
             if holder == self.config.identity {
                 continue;
             }
-            let valid = Duration::from_secs(
-                u64::try_from(spec.lease_duration_seconds.unwrap_or(0)).unwrap_or(0),
-            );
-            let first_seen = match self.observed.get(&name) {
-                Some((old, at)) if *old == spec => *at,
-                _ => {
-                    self.observed.insert(name.clone(), (spec, now));
+            let valid = lease_validity(&spec);
+            let first_seen = match lock(&self.observed).entry(name.clone()) {
+                Entry::Occupied(seen) if seen.get().0 == spec => seen.get().1,
+                Entry::Occupied(mut seen) => {
+                    seen.insert((spec, now));
+                    now
+                }
+                Entry::Vacant(seen) => {
+                    seen.insert((spec, now));
                     now
                 }
             };
@@ -516,6 +671,9 @@ impl Coordinator {
                     .as_ref()
                     .and_then(|a| a.get(SHARDS_ANNOTATION));
                 if theirs.map(String::as_str) == Some(self.config.shards.to_string().as_str()) {
+                    if first_seen.elapsed() >= self.silent_after() {
+                        silent.push(holder.clone());
+                    }
                     members.push(holder);
                 } else {
                     foreign.push(format!(
@@ -525,9 +683,12 @@ impl Coordinator {
                 }
             }
         }
-        self.observed.retain(|name, _| seen.contains(name));
+        lock(&self.observed).retain(|name, _| seen.contains(name));
         members.sort();
         members.dedup();
+        silent.sort();
+        silent.dedup();
+        self.silent = silent;
         foreign.sort();
         if foreign != self.foreign {
             if foreign.is_empty() {
@@ -690,7 +851,7 @@ impl Coordinator {
     /// them (`lease_duration` after our last renewal), or exit.
     async fn stop_all(&mut self) {
         let owned = self.gate.owned_shards();
-        if owned.is_empty() && lock(&self.acquiring).is_empty() {
+        if owned.is_empty() && lock(&self.acquiring).is_empty() && self.ahead.is_empty() {
             return;
         }
         let deadline = self
@@ -712,7 +873,8 @@ impl Coordinator {
             std::process::exit(1);
         }
         // Pending acquisitions too: their Leases may be taken over as well.
-        let pending: Vec<u32> = lock(&self.acquiring).drain().collect();
+        let mut pending: Vec<u32> = lock(&self.acquiring).drain().collect();
+        pending.extend(self.ahead.drain().map(|(shard, _)| shard));
         for shard in pending {
             self.gate.release_shard(shard, Duration::ZERO).await;
         }
@@ -773,6 +935,88 @@ async fn clear_holder(api: &Api<Lease>, name: &str, me: &str) -> anyhow::Result<
     Ok(())
 }
 
+/// Member Leases by name: the spec last seen and when this replica first saw that spec (its
+/// own clock: the holder's timestamps are never trusted, clocks skew).
+type Observed = Arc<Mutex<HashMap<String, (LeaseSpec, Instant)>>>;
+
+/// How long after a member Lease's expiry (as observed) the round that drops it runs.
+const EXPIRY_MARGIN: Duration = Duration::from_millis(20);
+
+/// Until the next round: `period`, or until just after the first live member's Lease
+/// expires if that is sooner, so that a dead replica's shards are taken over at the expiry
+/// rather than up to a retry period later.
+fn next_round_in(
+    observed: &HashMap<String, (LeaseSpec, Instant)>,
+    me: &str,
+    now: Instant,
+    period: Duration,
+) -> Duration {
+    observed
+        .values()
+        .filter(|(spec, _)| {
+            spec.holder_identity
+                .as_deref()
+                .is_some_and(|h| !h.is_empty() && h != me)
+        })
+        .map(|(spec, seen)| *seen + lease_validity(spec))
+        .filter(|expiry| *expiry > now)
+        .map(|expiry| expiry - now + EXPIRY_MARGIN)
+        .fold(period, Duration::min)
+}
+
+/// How long a member Lease stays valid after a change of its spec.
+fn lease_validity(spec: &LeaseSpec) -> Duration {
+    Duration::from_secs(u64::try_from(spec.lease_duration_seconds.unwrap_or(0)).unwrap_or(0))
+}
+
+/// Watches the group's member Leases so that a renewal counts from when it happened, not
+/// from the next round's list (which comes up to a retry period later and would push every
+/// takeover back by as much), and rings `wake` when a member joins, changes holder or is
+/// deleted (a graceful leave: its shards are free now, the next round need not wait).
+/// Errors back off and relist (the rounds' lists keep working without the watch).
+async fn watch_members(api: Api<Lease>, group: String, observed: Observed, wake: Arc<Notify>) {
+    use futures::StreamExt;
+    use kube::runtime::{watcher, WatchStreamExt};
+
+    let config =
+        watcher::Config::default().labels(&format!("{GROUP_LABEL}={group},{ROLE_LABEL}=member"));
+    let mut stream = std::pin::pin!(watcher(api, config).default_backoff());
+    while let Some(event) = stream.next().await {
+        match event {
+            Ok(watcher::Event::Apply(lease)) | Ok(watcher::Event::InitApply(lease)) => {
+                let (Some(name), Some(spec)) = (lease.metadata.name, lease.spec) else {
+                    continue;
+                };
+                let joined = match lock(&observed).entry(name) {
+                    Entry::Occupied(mut seen) if seen.get().0 != spec => {
+                        let holder_changed = seen.get().0.holder_identity != spec.holder_identity;
+                        seen.insert((spec, Instant::now()));
+                        holder_changed
+                    }
+                    Entry::Occupied(_) => false,
+                    Entry::Vacant(seen) => {
+                        seen.insert((spec, Instant::now()));
+                        true
+                    }
+                };
+                if joined {
+                    wake.notify_one();
+                }
+            }
+            Ok(watcher::Event::Delete(lease)) => {
+                if let Some(name) = lease.metadata.name {
+                    lock(&observed).remove(&name);
+                }
+                wake.notify_one();
+            }
+            Ok(watcher::Event::Init) | Ok(watcher::Event::InitDone) => {}
+            Err(err) => {
+                tracing::debug!(error = %err, "sharding: member lease watch failed; retrying")
+            }
+        }
+    }
+}
+
 /// A shard whose Lease this replica just took, not admitted yet.
 struct Reserved {
     shard: u32,
@@ -780,10 +1024,29 @@ struct Reserved {
     epoch: u64,
     /// Taken from a holder that is no longer a member (not released by it).
     orphaned: bool,
+    /// Retained since before a completed list (cached ahead): admitted without a relist.
+    cached: bool,
+}
+
+/// A shard retained ahead of a takeover (see [`Coordinator::cache_ahead`]).
+struct Ahead {
+    /// From [`SyncGate::reserve_shard`]: still current if nothing released or reserved the
+    /// shard since, which [`SyncGate::admit_shard`] checks.
+    epoch: u64,
+    /// Set once a list started after the reservation has completed.
+    listed: Arc<AtomicBool>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The holder of a shard Lease, if any.
+fn holder_of(lease: Option<&Lease>) -> Option<&str> {
+    lease
+        .and_then(|l| l.spec.as_ref())
+        .and_then(|s| s.holder_identity.as_deref())
+        .filter(|h| !h.is_empty())
 }
 
 fn role(lease: &Lease) -> Option<&str> {
@@ -861,6 +1124,45 @@ mod tests {
         assert!(!settled(Some(&ab), &abc), "a newcomer waits a round");
         let ad = vec![abc[0].clone(), "m-new".to_string()];
         assert!(!settled(Some(&ab), &ad), "one left, one joined: wait");
+    }
+
+    #[test]
+    fn the_next_round_comes_when_a_member_lease_expires() {
+        let now = Instant::now();
+        let spec = |holder: &str, secs: i32| LeaseSpec {
+            holder_identity: Some(holder.to_string()),
+            lease_duration_seconds: Some(secs),
+            ..LeaseSpec::default()
+        };
+        let period = Duration::from_secs(2);
+        let mut observed = HashMap::new();
+        assert_eq!(next_round_in(&observed, "me", now, period), period);
+        // Renewed 14.5 s ago with a 15 s lease: the round comes at its expiry.
+        observed.insert(
+            "a".to_string(),
+            (spec("a", 15), now - Duration::from_millis(14_500)),
+        );
+        assert_eq!(
+            next_round_in(&observed, "me", now, period),
+            Duration::from_millis(500) + EXPIRY_MARGIN
+        );
+        // An expired member is not waited for again; our own Lease never; nor a free one.
+        observed.insert(
+            "a".to_string(),
+            (spec("a", 15), now - Duration::from_secs(16)),
+        );
+        observed.insert(
+            "me".to_string(),
+            (spec("me", 15), now - Duration::from_secs(14)),
+        );
+        observed.insert(
+            "free".to_string(),
+            (spec("", 15), now - Duration::from_secs(14)),
+        );
+        assert_eq!(next_round_in(&observed, "me", now, period), period);
+        // A member far from its expiry: the period.
+        observed.insert("b".to_string(), (spec("b", 15), now));
+        assert_eq!(next_round_in(&observed, "me", now, period), period);
     }
 
     #[test]

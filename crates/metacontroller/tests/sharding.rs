@@ -174,11 +174,17 @@ impl Setup {
     /// A replica of the group: `--sharding` with short lease timings, metrics on a random
     /// port, one worker so convergence takes long enough to interrupt.
     fn replica(&self) -> ControllerProcess {
-        self.replica_with_shards(SHARDS)
+        self.replica_with(SHARDS, LEASE)
     }
 
     /// [`Setup::replica`] with another `--shards`.
     fn replica_with_shards(&self, shards: u32) -> ControllerProcess {
+        self.replica_with(shards, LEASE)
+    }
+
+    /// [`Setup::replica`] with another `--shards` and `--shard-lease-duration` (the renew
+    /// deadline is three quarters of it).
+    fn replica_with(&self, shards: u32, lease: Duration) -> ControllerProcess {
         ControllerProcess::start_with_env(
             env!("CARGO_BIN_EXE_metacontroller"),
             [
@@ -190,8 +196,8 @@ impl Setup {
                 "--sharding".to_string(),
                 format!("--shards={shards}"),
                 format!("--leader-election-id={}", self.group),
-                format!("--shard-lease-duration={}s", LEASE.as_secs()),
-                "--shard-renew-deadline=3s".to_string(),
+                format!("--shard-lease-duration={}ms", lease.as_millis()),
+                format!("--shard-renew-deadline={}ms", (lease * 3 / 4).as_millis()),
                 "--shard-retry-period=1s".to_string(),
                 "--workers=2".to_string(),
                 "--metrics-address=127.0.0.1:0".to_string(),
@@ -544,6 +550,24 @@ fn identity(p: &ControllerProcess) -> String {
         .unwrap_or_else(|| panic!("no identity logged:\n{}", p.logs()))
 }
 
+/// Per takeover of a dead replica's shards a replica logged: the shards it took over
+/// (expedited) and how many of them it had cached ahead (admitted without a relist).
+fn takeovers(p: &ControllerProcess) -> Vec<(usize, usize)> {
+    let field = |line: &str, name: &str| -> usize {
+        line.split(&format!(" {name}="))
+            .nth(1)
+            .and_then(|s| s.split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    p.logs()
+        .lines()
+        .filter(|l| l.contains("syncing the acquired shards"))
+        .map(|l| (field(l, "expedited"), field(l, "cached_ahead")))
+        .filter(|(expedited, _)| *expedited > 0)
+        .collect()
+}
+
 async fn wait_joined(p: &ControllerProcess) {
     eventually_within("the replica joins", Duration::from_secs(30), || async {
         p.logs().contains("joined as a member")
@@ -704,8 +728,25 @@ async fn a_killed_replicas_parents_move_to_the_others_within_the_lease_duration(
     let survivors: Vec<&ControllerProcess> = replicas[1..].iter().collect();
     setup.wait_spread(&survivors, Duration::from_secs(10)).await;
     setup.assert_caches_split(&survivors, parents.len()).await;
+    // They cached the silent replica's shards before its Lease expired, so the takeover did
+    // not wait for a relist.
+    let (taken, ahead) = survivors
+        .iter()
+        .flat_map(|p| takeovers(p))
+        .fold((0, 0), |(t, a), (expedited, ahead)| {
+            (t + expedited, a + ahead)
+        });
+    assert!(
+        taken >= victim_shards,
+        "{taken} shards taken over, {victim_shards} held by the victim"
+    );
+    assert!(
+        ahead > 0,
+        "no shard of the killed replica was cached ahead of its takeover"
+    );
     eprintln!(
-        "converged {took:?} after kill -9 ({not_done} parents left, {victim_shards} shards moved)"
+        "converged {took:?} after kill -9 ({not_done} parents left, {victim_shards} shards moved, \
+         {ahead} of {taken} taken over from caches filled ahead)"
     );
 }
 
@@ -776,6 +817,92 @@ async fn a_killed_replicas_parents_go_ahead_of_the_survivors_own_backlog() {
         moved.len(),
         killed.elapsed(),
         report.join("; ")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_replica_that_renews_in_time_keeps_its_shards() {
+    let _serial = SERIAL.lock().await;
+    let setup = Setup::new(Duration::from_millis(20)).await;
+    // A longer lease than the other tests: the frozen replica resumes well before it ends.
+    let lease = Duration::from_secs(8);
+    let replicas: Vec<ControllerProcess> =
+        (0..3).map(|_| setup.replica_with(SHARDS, lease)).collect();
+    for r in &replicas {
+        wait_joined(r).await;
+    }
+    let ids: BTreeSet<String> = replicas.iter().map(identity).collect();
+    let refs: Vec<&ControllerProcess> = replicas.iter().collect();
+    setup.wait_spread(&refs, Duration::from_secs(30)).await;
+    let first = names("f", 30);
+    for n in &first {
+        setup.create_parent(n).await;
+    }
+    setup.wait_converged(&first, Duration::from_secs(30)).await;
+
+    let holders = setup.shard_holders().await;
+    let victim = identity(&replicas[0]);
+    let held: BTreeSet<u32> = holders
+        .iter()
+        .filter(|(_, h)| **h == victim)
+        .map(|(s, _)| *s)
+        .collect();
+    assert!(!held.is_empty());
+    let others = &replicas[1..];
+    replicas[0].freeze();
+    let frozen = Instant::now();
+    eventually_within(
+        "the others cache the silent replica's shards ahead",
+        lease,
+        || async {
+            others.iter().any(|p| {
+                p.logs()
+                    .contains("caching the shards this replica would take over")
+            })
+        },
+    )
+    .await;
+    replicas[0].thaw();
+    let silent_for = frozen.elapsed();
+    assert!(
+        silent_for < lease * 3 / 4,
+        "the test resumed the replica too late ({silent_for:?}) to show anything"
+    );
+    eventually_within(
+        "the others drop what they cached ahead once it renews",
+        lease,
+        || async {
+            others
+                .iter()
+                .any(|p| p.logs().contains("dropped the shards cached ahead"))
+        },
+    )
+    .await;
+    // Nothing moved: the replica that renewed in time syncs its shards, alone.
+    assert_eq!(setup.shard_holders().await, holders);
+    let second = names("s", 30);
+    for n in &second {
+        setup.create_parent(n).await;
+    }
+    let all: Vec<String> = first.iter().chain(&second).cloned().collect();
+    setup.wait_converged(&all, Duration::from_secs(30)).await;
+    setup.assert_children_exact(&all).await;
+    setup.assert_created_once(&all);
+    let calls = setup.hook.calls();
+    assert_one_syncer_at_a_time(&calls, &ids);
+    let victims = setup.parents_in(&all, &held);
+    assert!(
+        calls
+            .iter()
+            .filter(|c| victims.contains(c.parent.as_str()))
+            .all(|c| c.replica == victim),
+        "another replica synced a parent of the frozen replica's shards"
+    );
+    // What was cached ahead is pruned again: every parent in exactly one cache.
+    setup.assert_caches_split(&refs, all.len()).await;
+    eprintln!(
+        "frozen {silent_for:?}; {} of its parents synced by it alone",
+        victims.len()
     );
 }
 

@@ -28,7 +28,7 @@
 //! creates per parent, no quiet writes.
 //!
 //! Usage: `shard_load --binary PATH [--parents N] [--replicas 1,3] [--workers N]
-//! [--hook-delay-ms N] [--shards N] [--kill-after-s S] [--scale S1,S2]`.
+//! [--hook-delay-ms N] [--shards N] [--kill-after-s S] [--scale S1,S2] [--log-level L]`.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
@@ -56,6 +56,8 @@ struct Args {
     /// `--scale S1,S2`: multi-replica runs start with one replica, start the others S1
     /// seconds in and SIGTERM the second S2 seconds in (1 → N → N-1).
     scale: Option<(Duration, Duration)>,
+    /// `--log-level` of the replicas (their logs go to `$TMPDIR/shard_load-<i>.log`).
+    log_level: String,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -68,6 +70,7 @@ fn parse_args() -> Result<Args, String> {
         hook_delay: Duration::from_millis(20),
         kill_after: None,
         scale: None,
+        log_level: "warn".to_string(),
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -100,6 +103,7 @@ fn parse_args() -> Result<Args, String> {
                 }
                 args.scale = Some((join, leave));
             }
+            "--log-level" => args.log_level = value,
             "--replicas" => {
                 args.replicas = value
                     .split(',')
@@ -228,7 +232,7 @@ fn spawn(
         .arg(format!("--workers={}", args.workers))
         .arg("--metrics-address=0")
         .arg("--health-probe-bind-address=0")
-        .arg("--log-level=warn")
+        .arg(format!("--log-level={}", args.log_level))
         .env("POD_NAMESPACE", ns)
         // As a Deployment runs it: a developer's RUST_BACKTRACE=1 makes every error capture a
         // backtrace, which maps the unwind tables (~1.2 MiB) and costs CPU in every replica.

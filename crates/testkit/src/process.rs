@@ -127,6 +127,16 @@ impl ControllerProcess {
         self.signal("INT");
     }
 
+    /// Freezes the process with SIGSTOP (a replica that hangs: alive, but renews nothing).
+    pub fn freeze(&self) {
+        self.signal("STOP");
+    }
+
+    /// Resumes a process frozen by [`ControllerProcess::freeze`] (SIGCONT).
+    pub fn thaw(&self) {
+        self.signal("CONT");
+    }
+
     /// Kills the process with SIGKILL (no chance to clean up) and reaps it.
     pub fn kill9(&mut self) {
         if let Some(mut child) = self.child.take() {
