@@ -981,6 +981,7 @@ async fn watch_members(api: Api<Lease>, group: String, observed: Observed, wake:
     let config =
         watcher::Config::default().labels(&format!("{GROUP_LABEL}={group},{ROLE_LABEL}=member"));
     let mut stream = std::pin::pin!(watcher(api, config).default_backoff());
+    let mut warned = false;
     while let Some(event) = stream.next().await {
         match event {
             Ok(watcher::Event::Apply(lease)) | Ok(watcher::Event::InitApply(lease)) => {
@@ -1010,6 +1011,11 @@ async fn watch_members(api: Api<Lease>, group: String, observed: Observed, wake:
                 wake.notify_one();
             }
             Ok(watcher::Event::Init) | Ok(watcher::Event::InitDone) => {}
+            // Once (RBAC without `watch` fails every retry): the rounds' lists still work.
+            Err(err) if !warned => {
+                warned = true;
+                tracing::warn!(error = %err, "sharding: cannot watch the member leases (retrying); until it works renewals are seen only by each round's list, up to a retry period late")
+            }
             Err(err) => {
                 tracing::debug!(error = %err, "sharding: member lease watch failed; retrying")
             }
