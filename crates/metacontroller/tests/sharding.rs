@@ -326,6 +326,27 @@ impl Setup {
         (id, held, Instant::now())
     }
 
+    /// Creates `n` more parents named `prefix-<i>`, waits up to `within` until they and
+    /// `earlier` converged, and checks every child exists once and was created once. Returns
+    /// all the names.
+    async fn add_parents_and_converge(
+        &self,
+        earlier: &[String],
+        prefix: &str,
+        n: usize,
+        within: Duration,
+    ) -> Vec<String> {
+        let more = names(prefix, n);
+        for name in &more {
+            self.create_parent(name).await;
+        }
+        let all: Vec<String> = earlier.iter().chain(&more).cloned().collect();
+        self.wait_converged(&all, within).await;
+        self.assert_children_exact(&all).await;
+        self.assert_created_once(&all);
+        all
+    }
+
     fn parents(&self) -> Api<DynamicObject> {
         self.parent.api(self.cluster.client(), Some(&self.ns))
     }
@@ -880,14 +901,9 @@ async fn a_frozen_replica_that_renews_in_time_keeps_its_shards() {
     .await;
     // Nothing moved: the replica that renewed in time syncs its shards, alone.
     assert_eq!(setup.shard_holders().await, holders);
-    let second = names("s", 30);
-    for n in &second {
-        setup.create_parent(n).await;
-    }
-    let all: Vec<String> = first.iter().chain(&second).cloned().collect();
-    setup.wait_converged(&all, Duration::from_secs(30)).await;
-    setup.assert_children_exact(&all).await;
-    setup.assert_created_once(&all);
+    let all = setup
+        .add_parents_and_converge(&first, "s", 30, Duration::from_secs(30))
+        .await;
     let calls = setup.hook.calls();
     assert_one_syncer_at_a_time(&calls, &ids);
     let victims = setup.parents_in(&all, &held);
@@ -956,14 +972,9 @@ async fn a_replica_with_another_shard_count_waits_until_the_old_replicas_are_gon
         || async { gauge(&new, "metacontroller_shards_owned").await == i64::from(SHARDS / 2) },
     )
     .await;
-    let second = names("b", 20);
-    for n in &second {
-        setup.create_parent(n).await;
-    }
-    let all: Vec<String> = first.iter().chain(&second).cloned().collect();
-    setup.wait_converged(&all, Duration::from_secs(60)).await;
-    setup.assert_children_exact(&all).await;
-    setup.assert_created_once(&all);
+    setup
+        .add_parents_and_converge(&first, "b", 20, Duration::from_secs(60))
+        .await;
     assert_one_syncer_at_a_time(&setup.hook.calls(), &ids);
 }
 
