@@ -88,7 +88,7 @@ use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::Client;
 use metacontroller_dynamic::gate::{shard_of, stable_hash};
 use metacontroller_dynamic::{Informers, SyncGate};
-use prometheus::{IntGauge, Registry};
+use prometheus::{IntCounterVec, IntGauge, Opts, Registry};
 use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 
@@ -207,13 +207,14 @@ fn score(member: &str, shard: u32) -> u64 {
     stable_hash(&bytes)
 }
 
-/// `metacontroller_shards_owned`, `metacontroller_shard_parents_owned` and
-/// `metacontroller_shard_members`.
+/// `metacontroller_shards_owned`, `metacontroller_shard_parents_owned`,
+/// `metacontroller_shard_members` and `metacontroller_shard_takeovers_total`.
 #[derive(Clone)]
 struct ShardMetrics {
     owned: IntGauge,
     parents: IntGauge,
     members: IntGauge,
+    takeovers: IntCounterVec,
 }
 
 impl ShardMetrics {
@@ -230,13 +231,22 @@ impl ShardMetrics {
             "metacontroller_shard_parents_owned",
             "Distinct parents of the owned shards this replica synced since it acquired them (--sharding).",
         )?;
+        let takeovers = IntCounterVec::new(
+            Opts::new(
+                "metacontroller_shard_takeovers_total",
+                "Shards this replica took over from a replica that was no longer a member (it died or lost its lease), by whether it had cached them ahead (--sharding).",
+            ),
+            &["cached_ahead"],
+        )?;
         registry.register(Box::new(owned.clone()))?;
         registry.register(Box::new(parents.clone()))?;
         registry.register(Box::new(members.clone()))?;
+        registry.register(Box::new(takeovers.clone()))?;
         Ok(ShardMetrics {
             owned,
             parents,
             members,
+            takeovers,
         })
     }
 }
@@ -597,7 +607,7 @@ impl Coordinator {
                 shard,
                 epoch,
                 orphaned,
-                ..
+                cached,
             } in reserved
             {
                 let pending = lock(&acquiring).remove(&shard);
@@ -606,6 +616,10 @@ impl Coordinator {
                     if orphaned {
                         gate.expedite_shard(shard, expedite_for);
                         expedited += 1;
+                        metrics
+                            .takeovers
+                            .with_label_values(&[if cached { "true" } else { "false" }])
+                            .inc();
                     }
                 }
             }

@@ -571,24 +571,6 @@ fn identity(p: &ControllerProcess) -> String {
         .unwrap_or_else(|| panic!("no identity logged:\n{}", p.logs()))
 }
 
-/// Per takeover of a dead replica's shards a replica logged: the shards it took over
-/// (expedited) and how many of them it had cached ahead (admitted without a relist).
-fn takeovers(p: &ControllerProcess) -> Vec<(usize, usize)> {
-    let field = |line: &str, name: &str| -> usize {
-        line.split(&format!(" {name}="))
-            .nth(1)
-            .and_then(|s| s.split_whitespace().next())
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0)
-    };
-    p.logs()
-        .lines()
-        .filter(|l| l.contains("syncing the acquired shards"))
-        .map(|l| (field(l, "expedited"), field(l, "cached_ahead")))
-        .filter(|(expedited, _)| *expedited > 0)
-        .collect()
-}
-
 async fn wait_joined(p: &ControllerProcess) {
     eventually_within("the replica joins", Duration::from_secs(30), || async {
         p.logs().contains("joined as a member")
@@ -751,14 +733,16 @@ async fn a_killed_replicas_parents_move_to_the_others_within_the_lease_duration(
     setup.assert_caches_split(&survivors, parents.len()).await;
     // They cached the silent replica's shards before its Lease expired, so the takeover did
     // not wait for a relist.
-    let (taken, ahead) = survivors
-        .iter()
-        .flat_map(|p| takeovers(p))
-        .fold((0, 0), |(t, a), (expedited, ahead)| {
-            (t + expedited, a + ahead)
-        });
+    let (mut taken, mut ahead) = (0, 0);
+    for p in &survivors {
+        let name = "metacontroller_shard_takeovers_total";
+        let cached = labeled_gauge(p, name, "cached_ahead=\"true\"").await;
+        ahead += cached;
+        taken += cached + labeled_gauge(p, name, "cached_ahead=\"false\"").await;
+    }
+    let victim_shards = victim_shards as i64;
     assert!(
-        taken >= victim_shards,
+        taken == victim_shards,
         "{taken} shards taken over, {victim_shards} held by the victim"
     );
     assert!(
