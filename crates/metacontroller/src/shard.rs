@@ -351,11 +351,10 @@ impl Coordinator {
             self.round().await;
             let pause = self.pause();
             let stopped = tokio::select! {
-                _ = tokio::time::sleep(pause) => false,
-                _ = self.wake.notified() => false,
-                changed = stop.wait_for(|s| *s) => { let _ = changed; true }
+                _ = self.wake.notified() => *stop.borrow(),
+                stopped = crate::leader::sleep_or_stop(pause, &mut stop) => stopped,
             };
-            if stopped || *stop.borrow() {
+            if stopped {
                 self.watch_task.abort();
                 self.leave().await;
                 return;
@@ -468,10 +467,8 @@ impl Coordinator {
         self.cache_ahead(&members, &shard_leases).await;
         self.last_members = Some(members.clone());
         if !reserved.is_empty() {
-            let cached_ahead = reserved.iter().filter(|r| r.cached).count();
             tracing::info!(
                 reserved = reserved.len(),
-                cached_ahead,
                 members = members.len(),
                 "sharding: acquired shard leases; syncing them once the caches hold them"
             );
@@ -667,17 +664,7 @@ impl Coordinator {
                 continue;
             }
             let valid = lease_validity(&spec);
-            let first_seen = match lock(&self.observed).entry(name.clone()) {
-                Entry::Occupied(seen) if seen.get().0 == spec => seen.get().1,
-                Entry::Occupied(mut seen) => {
-                    seen.insert((spec, now));
-                    now
-                }
-                Entry::Vacant(seen) => {
-                    seen.insert((spec, now));
-                    now
-                }
-            };
+            let (first_seen, _) = observe(&mut lock(&self.observed), name, spec, now);
             if first_seen.elapsed() < valid {
                 let theirs = lease
                     .metadata
@@ -972,10 +959,34 @@ fn next_round_in(
                 .as_deref()
                 .is_some_and(|h| !h.is_empty() && h != me)
         })
-        .map(|(spec, seen)| *seen + lease_validity(spec))
+        .filter_map(|(spec, seen)| seen.checked_add(lease_validity(spec)))
         .filter(|expiry| *expiry > now)
         .map(|expiry| expiry - now + EXPIRY_MARGIN)
         .fold(period, Duration::min)
+}
+
+/// Records `spec` as member Lease `name`'s, seen at `now`, unless it is the spec already
+/// recorded (whose time stays: a Lease is valid for its duration after it *changed*).
+/// Returns when the recorded spec was first seen, and whether its holder is new (a member
+/// joined, or a Lease changed hands).
+fn observe(
+    observed: &mut HashMap<String, (LeaseSpec, Instant)>,
+    name: String,
+    spec: LeaseSpec,
+    now: Instant,
+) -> (Instant, bool) {
+    match observed.entry(name) {
+        Entry::Occupied(seen) if seen.get().0 == spec => (seen.get().1, false),
+        Entry::Occupied(mut seen) => {
+            let new_holder = seen.get().0.holder_identity != spec.holder_identity;
+            seen.insert((spec, now));
+            (now, new_holder)
+        }
+        Entry::Vacant(seen) => {
+            seen.insert((spec, now));
+            (now, true)
+        }
+    }
 }
 
 /// How long a member Lease stays valid after a change of its spec.
@@ -1002,18 +1013,7 @@ async fn watch_members(api: Api<Lease>, group: String, observed: Observed, wake:
                 let (Some(name), Some(spec)) = (lease.metadata.name, lease.spec) else {
                     continue;
                 };
-                let joined = match lock(&observed).entry(name) {
-                    Entry::Occupied(mut seen) if seen.get().0 != spec => {
-                        let holder_changed = seen.get().0.holder_identity != spec.holder_identity;
-                        seen.insert((spec, Instant::now()));
-                        holder_changed
-                    }
-                    Entry::Occupied(_) => false,
-                    Entry::Vacant(seen) => {
-                        seen.insert((spec, Instant::now()));
-                        true
-                    }
-                };
+                let (_, joined) = observe(&mut lock(&observed), name, spec, Instant::now());
                 if joined {
                     wake.notify_one();
                 }
@@ -1183,6 +1183,40 @@ mod tests {
         // A member far from its expiry: the period.
         observed.insert("b".to_string(), (spec("b", 15), now));
         assert_eq!(next_round_in(&observed, "me", now, period), period);
+    }
+
+    #[test]
+    fn a_lease_counts_from_its_last_change_and_a_new_holder_is_a_join() {
+        let spec = |holder: &str, renewed: i64| LeaseSpec {
+            holder_identity: Some(holder.to_string()),
+            lease_duration_seconds: Some(15),
+            renew_time: Some(MicroTime(
+                k8s_openapi::jiff::Timestamp::from_second(renewed).unwrap(),
+            )),
+            ..LeaseSpec::default()
+        };
+        let t0 = Instant::now();
+        let (t1, t2) = (t0 + Duration::from_secs(1), t0 + Duration::from_secs(2));
+        let mut observed = HashMap::new();
+        assert_eq!(
+            observe(&mut observed, "m".into(), spec("a", 1), t0),
+            (t0, true)
+        );
+        // The same spec again (the next list, or a watch relist): still valid from t0.
+        assert_eq!(
+            observe(&mut observed, "m".into(), spec("a", 1), t1),
+            (t0, false)
+        );
+        // A renewal: valid from when it was seen; the same holder is no join.
+        assert_eq!(
+            observe(&mut observed, "m".into(), spec("a", 2), t1),
+            (t1, false)
+        );
+        // Another replica under the same Lease name: a join.
+        assert_eq!(
+            observe(&mut observed, "m".into(), spec("b", 3), t2),
+            (t2, true)
+        );
     }
 
     #[test]
