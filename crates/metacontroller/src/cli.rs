@@ -136,8 +136,9 @@ pub struct ControllerArgs {
     pub sharding: bool,
 
     /// Number of virtual shards parents are hashed into (with --sharding). Every replica
-    /// must use the same value.
-    #[arg(long, value_name = "N", default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    /// must use the same value. The default splits evenly over 2, 3, 4, 5, 6, 10 or 12
+    /// replicas.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_SHARDS, value_parser = clap::value_parser!(u32).range(1..=1024))]
     pub shards: u32,
 
     /// How long a replica's membership Lease stays valid without renewal: a dead replica's
@@ -217,6 +218,10 @@ pub enum ApplyStrategy {
     /// Kubernetes server-side apply with --apply-strategy-ssa-field-manager.
     ServerSideApply,
 }
+
+/// Default `--shards`: the bounded-load assignment splits 60 evenly over 2, 3, 4, 5, 6, 10 or 12
+/// replicas (64 gave three replicas 22/21/21 shards, and the largest sets the group's memory).
+pub const DEFAULT_SHARDS: u32 = 60;
 
 /// `--apply-schema` values.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

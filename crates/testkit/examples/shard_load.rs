@@ -66,7 +66,7 @@ fn parse_args() -> Result<Args, String> {
         parents: 6000,
         replicas: vec![1, 3],
         workers: 5,
-        shards: 64,
+        shards: 60,
         hook_delay: Duration::from_millis(20),
         kill_after: None,
         scale: None,
