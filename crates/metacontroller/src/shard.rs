@@ -1335,25 +1335,23 @@ mod tests {
         let t0 = Instant::now();
         let (t1, t2) = (t0 + Duration::from_secs(1), t0 + Duration::from_secs(2));
         let mut observed = HashMap::new();
-        assert_eq!(
-            observe(&mut observed, "m".into(), spec("a", 1), t0),
-            (t0, true)
-        );
-        // The same spec again (the next list, or a watch relist): still valid from t0.
-        assert_eq!(
-            observe(&mut observed, "m".into(), spec("a", 1), t1),
-            (t0, false)
-        );
-        // A renewal: valid from when it was seen; the same holder is no join.
-        assert_eq!(
-            observe(&mut observed, "m".into(), spec("a", 2), t1),
-            (t1, false)
-        );
-        // Another replica under the same Lease name: a join.
-        assert_eq!(
-            observe(&mut observed, "m".into(), spec("b", 3), t2),
-            (t2, true)
-        );
+        // (holder, renewal, seen at) → (valid from, a join)
+        let steps = [
+            (("a", 1, t0), (t0, true)),
+            // The same spec again (the next list, or a watch relist): still valid from t0.
+            (("a", 1, t1), (t0, false)),
+            // A renewal: valid from when it was seen; the same holder is no join.
+            (("a", 2, t1), (t1, false)),
+            // Another replica under the same Lease name: a join.
+            (("b", 3, t2), (t2, true)),
+        ];
+        for ((holder, renewed, at), expected) in steps {
+            assert_eq!(
+                observe(&mut observed, "m".into(), spec(holder, renewed), at),
+                expected,
+                "{holder} renewed at {renewed}"
+            );
+        }
     }
 
     #[test]

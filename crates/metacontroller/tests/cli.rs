@@ -43,6 +43,20 @@ fn help_lists_upstream_flag_names() {
 }
 
 #[test]
+fn run_splits_parents_into_60_shards_by_default() {
+    // 60 divides evenly over 2, 3, 4, 5, 6, 10 or 12 replicas; the chart's default is the same.
+    let output = metacontroller(&["run", "--help"]);
+    assert!(output.status.success());
+    let help = String::from_utf8_lossy(&output.stdout);
+    let shards = help
+        .split("--shards <N>")
+        .nth(1)
+        .and_then(|rest| rest.split("--shard-lease-duration").next())
+        .unwrap_or_default();
+    assert!(shards.contains("[default: 60]"), "{help}");
+}
+
+#[test]
 fn invalid_flag_value_exits_2_with_one_line() {
     let output = metacontroller(&["--discovery-interval", "soon"]);
     assert_eq!(output.status.code(), Some(2));

@@ -281,6 +281,18 @@ async fn sharding_makes_every_replica_active() {
     ])
     .await;
     assert!(!bad.ok, "shards: 0 accepted");
+    // Without a count the chart passes the binary's default (tests/cli.rs).
+    let out = helm_chart(&["render", "--set-json", r#"{"sharding": {"enabled": true}}"#])
+        .await
+        .expect_ok("rendering with sharding on, default shards");
+    let objects: Vec<Value> = serde_json::from_str(&out).expect("JSON objects");
+    let args = &find(&objects, "StatefulSet", "metacontroller")["spec"]["template"]["spec"]
+        ["containers"][0]["args"];
+    assert!(
+        args.as_array()
+            .is_some_and(|a| a.contains(&json!("--shards=60"))),
+        "{args}"
+    );
 }
 
 #[tokio::test]
