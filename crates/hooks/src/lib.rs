@@ -94,6 +94,7 @@ mod pool;
 pub mod record;
 pub mod redact;
 pub mod sources;
+mod system_roots;
 pub mod target;
 
 pub use client::{

@@ -16,6 +16,7 @@ use rustls::{ClientConfig, RootCertStore};
 
 use crate::credentials::TlsMaterial;
 use crate::error::HookError;
+use crate::system_roots::SystemRootsVerifier;
 
 /// Idle clients unused for this long are dropped when new ones are built.
 const IDLE_CLIENT_TTL: Duration = Duration::from_secs(600);
@@ -109,27 +110,6 @@ fn provider() -> Arc<rustls::crypto::CryptoProvider> {
         .clone()
 }
 
-/// The system trust store, loaded once; Mozilla's roots (webpki-roots) when the system has
-/// none, so https hooks with public certificates still work in minimal images.
-fn system_roots() -> Arc<RootCertStore> {
-    static ROOTS: OnceLock<Arc<RootCertStore>> = OnceLock::new();
-    ROOTS
-        .get_or_init(|| {
-            let mut roots = RootCertStore::empty();
-            let loaded = rustls_native_certs::load_native_certs();
-            let (added, ignored) = roots.add_parsable_certificates(loaded.certs);
-            if ignored > 0 {
-                tracing::warn!(ignored, "ignored unparsable system CA certificates");
-            }
-            if added == 0 {
-                tracing::info!("no system CA certificates found; using the webpki root set");
-                roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
-            }
-            Arc::new(roots)
-        })
-        .clone()
-}
-
 fn tls_config(material: &TlsMaterial) -> Result<ClientConfig, HookError> {
     let roots = match &material.ca_pem {
         Some(pem) => {
@@ -146,14 +126,19 @@ fn tls_config(material: &TlsMaterial) -> Result<ClientConfig, HookError> {
                     "caBundle: no valid PEM-encoded certificates found",
                 ));
             }
-            Arc::new(roots)
+            Some(Arc::new(roots))
         }
-        None => system_roots(),
+        None => None,
     };
     let builder = ClientConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
-        .map_err(|err| HookError::config(format!("TLS setup failed: {err}")))?
-        .with_root_certificates(roots);
+        .map_err(|err| HookError::config(format!("TLS setup failed: {err}")))?;
+    let builder = match roots {
+        Some(roots) => builder.with_root_certificates(roots),
+        None => builder
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(SystemRootsVerifier::new(provider()))),
+    };
     let mut config = match &material.identity {
         None => builder.with_no_client_auth(),
         Some(identity) => {
