@@ -29,8 +29,25 @@ for a in "$@"; do
     fi
 done
 inputs=()
+libdirs=()
+libs=()
+prev=
 for a in "${args[@]}"; do
-    case $a in *.o | *.a | *.rlib) [[ -f $a ]] && inputs+=("$a") ;; esac
+    case $a in
+        *.o | *.a | *.rlib) [[ -f $a ]] && inputs+=("$a") ;;
+        -L?*) libdirs+=("${a#-L}") ;;
+        -l?*) libs+=("${a#-l}") ;;
+    esac
+    case $prev in -L) libdirs+=("$a") ;; -l) libs+=("$a") ;; esac
+    prev=$a
+done
+# Static libraries named with -l (musl's libc.a and libunwind.a from rustc's self-contained
+# directory): their functions are among the hottest (malloc, memcpy) and must be ordered too.
+for lib in "${libs[@]}"; do
+    case $lib in :*) file=${lib#:} ;; *) file=lib$lib.a ;; esac
+    for dir in "${libdirs[@]}"; do
+        if [[ -f $dir/$file ]]; then inputs+=("$dir/$file"); break; fi
+    done
 done
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/link-musl.XXXXXX")

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Regenerates hack/text-order.txt, the function order hack/link-musl.sh links the image's binary
 # with: builds the static dist binary, runs hack/load-shards.sh's harness with that binary under
-# valgrind's callgrind (an idle process, then 3 --sharding replicas converging 300 parents x 3
-# ConfigMaps through a sync hook), and lists every function the processes executed.
+# valgrind's callgrind (an idle process, one replica without sharding, then 3 --sharding
+# replicas, each time converging 300 parents x 3 ConfigMaps through a sync hook), and lists
+# every function the processes executed.
 #
 # Usage: hack/profile-text-order.sh [extra shard_load flags]
 # Needs: valgrind, python3, the musl target and musl-tools (see hack/build-image.sh).
@@ -10,6 +11,8 @@
 # a stale list still works (see hack/link-musl.sh), it is just less tight.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# A Deployment sets no RUST_BACKTRACE: with it, every error would also profile the unwinder.
+unset RUST_BACKTRACE RUST_LIB_BACKTRACE
 TARGET=x86_64-unknown-linux-musl
 BINARY=$PWD/target/${TARGET}/dist/metacontroller
 command -v valgrind >/dev/null || { echo "missing: valgrind" >&2; exit 1; }
@@ -56,7 +59,7 @@ done
 WRAPPER
 chmod +x "$WORK/wrapper"
 
-target/release/examples/shard_load --binary "$WORK/wrapper" --parents 300 --replicas 3 \
+target/release/examples/shard_load --binary "$WORK/wrapper" --parents 300 --replicas 1,3 \
     --hook-delay-ms 5 "$@"
 cleanup
 python3 hack/text-order.py hack/text-order.txt "$WORK"/callgrind.*

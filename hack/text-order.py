@@ -17,6 +17,8 @@ def self_costs(path, costs):
         for line in profile:
             if line.startswith("fn="):
                 fn = re.sub(r"^\(\d+\) ?", "", line[3:].strip())
+                # callgrind names a recursive call's cycle "f'2"; the symbol is f.
+                fn = re.sub(r"'\d+$", "", fn)
                 costs.setdefault(fn, 0)
                 after_calls = False
             elif line.startswith("calls="):
