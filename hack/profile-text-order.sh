@@ -62,4 +62,5 @@ chmod +x "$WORK/wrapper"
 target/release/examples/shard_load --binary "$WORK/wrapper" --parents 300 --replicas 1,3 \
     --hook-delay-ms 5 "$@"
 cleanup
-python3 hack/text-order.py hack/text-order.txt "$WORK"/callgrind.*
+python3 hack/text-order.py --binary "$BINARY" --keep hack/text-order.txt hack/text-order.txt \
+    "$WORK"/callgrind.*
