@@ -57,6 +57,15 @@ async fn create_controller(cluster: &TestCluster, parent: &CrdBuilder, spec: Val
 }
 
 fn start_binary(cluster: &TestCluster, label: &str, extra: &[&str]) -> ControllerProcess {
+    start_binary_with_env(cluster, label, extra, &[])
+}
+
+fn start_binary_with_env(
+    cluster: &TestCluster,
+    label: &str,
+    extra: &[&str],
+    env: &[(&str, String)],
+) -> ControllerProcess {
     let mut args = vec![
         "run".to_owned(),
         "--kubeconfig".to_owned(),
@@ -67,7 +76,11 @@ fn start_binary(cluster: &TestCluster, label: &str, extra: &[&str]) -> Controlle
         format!("team={label}"),
     ];
     args.extend(extra.iter().map(|s| s.to_string()));
-    ControllerProcess::start(env!("CARGO_BIN_EXE_metacontroller"), args)
+    ControllerProcess::start_with_env(
+        env!("CARGO_BIN_EXE_metacontroller"),
+        args,
+        env.iter().map(|(k, v)| (k.to_string(), v.clone())),
+    )
 }
 
 async fn create_parent(cluster: &TestCluster, parent: &CrdBuilder, ns: &str, name: &str) {
@@ -404,4 +417,75 @@ async fn secret_data_never_reaches_trace_logs() {
     for value in [RELATED_VALUE, CHILD_VALUE, &related_b64, &child_b64] {
         assert!(!logs.contains(value), "logs leak {value:?}:\n{logs}");
     }
+}
+
+/// An https hook without a caBundle is verified against the system's CA certificates, which
+/// the binary loads at the first such handshake (not at startup). A private CA is refused
+/// (SyncError Event, no child, no request reaches the hook); trusted through
+/// `SSL_CERT_FILE`, the system store rustls-native-certs reads, the same hook is called.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn https_hook_without_ca_bundle_is_verified_against_the_system_roots() {
+    let cluster = TestCluster::start().await;
+    cluster.install_metacontroller_crds().await;
+    let ns = cluster.create_namespace("sysroots").await;
+    let parent = cluster.install_parent_crd("sysroots").await;
+    let ca = Ca::new("private hook CA");
+    let server = TlsHookServer::start(server_tls(&ca.server_leaf(), None), |call| {
+        (200, sync_reply(&call.body))
+    })
+    .await;
+    let label = create_controller(
+        &cluster,
+        &parent,
+        json!({"hooks": {"sync": {"webhook": {"url": server.url("/sync")}}}}),
+    )
+    .await;
+    create_parent(&cluster, &parent, &ns, "p").await;
+
+    let untrusted = start_binary(&cluster, &label, &[]);
+    let events: Api<Event> = Api::namespaced(cluster.client(), &ns);
+    eventually_within(
+        "SyncError Event for the untrusted certificate",
+        WAIT,
+        || async {
+            events
+                .list(&ListParams::default())
+                .await
+                .unwrap()
+                .items
+                .iter()
+                .any(|e| {
+                    e.involved_object.name.as_deref() == Some("p")
+                        && e.reason.as_deref() == Some("SyncError")
+                        && e.message.as_deref().is_some_and(|m| {
+                            m.contains(&format!("sync hook failed for Parent {ns}/p: "))
+                                && m.to_lowercase().contains("certificate")
+                        })
+                })
+        },
+    )
+    .await;
+    let cms: Api<ConfigMap> = Api::namespaced(cluster.client(), &ns);
+    assert!(cms.get_opt("p-cm").await.unwrap().is_none());
+    assert!(server.calls().is_empty(), "{:?}", server.calls());
+    untrusted.terminate();
+
+    let dir = tempfile::tempdir().unwrap();
+    let roots = dir.path().join("roots.pem");
+    std::fs::write(&roots, ca.pem()).unwrap();
+    // Only this file is the system store (rustls-native-certs reads these variables).
+    let trusted = start_binary_with_env(
+        &cluster,
+        &label,
+        &[],
+        &[
+            ("SSL_CERT_FILE", roots.display().to_string()),
+            (
+                "SSL_CERT_DIR",
+                dir.path().join("none").display().to_string(),
+            ),
+        ],
+    );
+    wait_child(&cluster, &ns, "p-cm", &trusted).await;
+    assert!(!server.calls().is_empty());
 }
