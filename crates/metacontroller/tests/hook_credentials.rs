@@ -126,6 +126,22 @@ async fn wait_child(cluster: &TestCluster, ns: &str, name: &str, process: &Contr
     }
 }
 
+/// The message of a SyncError Event on parent `parent` that `matches`, if one was recorded.
+async fn sync_error(
+    events: &Api<Event>,
+    parent: &str,
+    matches: impl Fn(&str) -> bool,
+) -> Option<String> {
+    let list = events.list(&ListParams::default()).await.unwrap();
+    list.items.into_iter().find_map(|e| {
+        let message = e.message.unwrap_or_default();
+        (e.involved_object.name.as_deref() == Some(parent)
+            && e.reason.as_deref() == Some("SyncError")
+            && matches(&message))
+        .then_some(message)
+    })
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bearer_token_and_ca_via_endpoint_configs_follow_rotation_and_report_a_missing_secret() {
     let cluster = TestCluster::start().await;
@@ -219,21 +235,12 @@ async fn bearer_token_and_ca_via_endpoint_configs_follow_rotation_and_report_a_m
         .unwrap();
     let events: Api<Event> = Api::namespaced(cluster.client(), &ns);
     let needle = format!("Secret {ns}/hook-token not found");
-    let sync_error = || async {
-        let list = events.list(&ListParams::default()).await.unwrap();
-        list.items.into_iter().find_map(|e| {
-            let message = e.message.unwrap_or_default();
-            (e.involved_object.name.as_deref() == Some("p1")
-                && e.reason.as_deref() == Some("SyncError")
-                && message.contains(&needle))
-            .then_some(message)
-        })
-    };
+    let naming_the_secret = |m: &str| m.contains(&needle);
     eventually_within("SyncError Event naming the Secret", WAIT, || async {
-        sync_error().await.is_some()
+        sync_error(&events, "p1", naming_the_secret).await.is_some()
     })
     .await;
-    let message = sync_error().await.unwrap();
+    let message = sync_error(&events, "p1", naming_the_secret).await.unwrap();
     assert!(
         message.contains(&format!("sync hook failed for Parent {ns}/p1: ")),
         "{message}"
@@ -259,17 +266,9 @@ async fn bearer_token_and_ca_via_endpoint_configs_follow_rotation_and_report_a_m
         .unwrap();
     let needle = format!("Secret {ns}/hook-token has no key \"token\"");
     eventually_within("SyncError Event naming the missing key", WAIT, || async {
-        events
-            .list(&ListParams::default())
+        sync_error(&events, "p1", |m| m.contains(&needle))
             .await
-            .unwrap()
-            .items
-            .iter()
-            .any(|e| {
-                e.involved_object.name.as_deref() == Some("p1")
-                    && e.reason.as_deref() == Some("SyncError")
-                    && e.message.as_deref().is_some_and(|m| m.contains(&needle))
-            })
+            .is_some()
     })
     .await;
     assert!(cms.get_opt("p1-cm").await.unwrap().is_some());
@@ -444,24 +443,16 @@ async fn https_hook_without_ca_bundle_is_verified_against_the_system_roots() {
 
     let untrusted = start_binary(&cluster, &label, &[]);
     let events: Api<Event> = Api::namespaced(cluster.client(), &ns);
+    let failed_sync = format!("sync hook failed for Parent {ns}/p: ");
     eventually_within(
         "SyncError Event for the untrusted certificate",
         WAIT,
         || async {
-            events
-                .list(&ListParams::default())
-                .await
-                .unwrap()
-                .items
-                .iter()
-                .any(|e| {
-                    e.involved_object.name.as_deref() == Some("p")
-                        && e.reason.as_deref() == Some("SyncError")
-                        && e.message.as_deref().is_some_and(|m| {
-                            m.contains(&format!("sync hook failed for Parent {ns}/p: "))
-                                && m.to_lowercase().contains("certificate")
-                        })
-                })
+            sync_error(&events, "p", |m| {
+                m.contains(&failed_sync) && m.to_lowercase().contains("certificate")
+            })
+            .await
+            .is_some()
         },
     )
     .await;
