@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# Regenerates hack/rodata-order.txt, the read-only data hack/link-musl.sh lays out first.
+#
+# 1. Links the static dist binary with a link map and runs hack/load-shards.sh's harness with it
+#    under valgrind's lackey (an idle process, one replica without sharding, then 3 --sharding
+#    replicas, each converging 30 parents x 3 ConfigMaps; metrics and probes polled):
+#    hack/rodata-trace.c records every word of the binary the processes loaded.
+# 2. Relinks with that list and runs the harness natively at full scale (6,000 parents) under
+#    `perf record -e page-faults -d`, ROUNDS times (default 2): each page fault in .rodata
+#    outside the listed region names a section the controller reads natively that the lackey
+#    run did not (see hack/rodata-order.py), and the next link lists it too.
+# hack/rodata-order.py keeps what the list already names (if still defined) and adds the rest.
+#
+# Usage: ROUNDS=2 hack/profile-rodata-order.sh
+# Needs: valgrind, perf, a C compiler, python3, the musl target and musl-tools (see
+# hack/build-image.sh). Takes ~25 min with two rounds. Re-run it with
+# hack/profile-text-order.sh; a stale list still links (names it no longer matches are
+# skipped), it is just less tight.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+unset RUST_BACKTRACE RUST_LIB_BACKTRACE
+TARGET=x86_64-unknown-linux-musl
+BINARY=$PWD/target/${TARGET}/dist/metacontroller
+for tool in valgrind perf cc; do
+    command -v "$tool" >/dev/null || { echo "missing: $tool" >&2; exit 1; }
+done
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/rodata-order.XXXXXX")
+trap 'pkill -TERM -f "$WORK/" 2>/dev/null || true; rm -rf "$WORK"' EXIT
+cc -O2 -o "$WORK/rodata-trace" hack/rodata-trace.c
+cargo build --release -p metacontroller -p metacontroller-testkit --bin metacontroller --example shard_load
+
+# Links the binary (the map must describe this very link) and copies both into $WORK.
+link() {
+    touch crates/metacontroller/src/main.rs
+    LINK_MUSL_MAP=$WORK/link.map cargo build --profile dist --locked --target "$TARGET" \
+        -p metacontroller --bin metacontroller
+    cp "$BINARY" "$WORK/metacontroller"
+}
+
+# A Deployment has its metrics scraped and probes polled; the harness turns both servers off.
+wrapper() {
+    cat <<WRAPPER
+#!/usr/bin/env bash
+free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+metrics=\$(free_port); health=\$(free_port)
+args=()
+for a in "\$@"; do
+    case \$a in
+        --metrics-address=0) args+=("--metrics-address=127.0.0.1:\$metrics") ;;
+        --health-probe-bind-address=0) args+=("--health-probe-bind-address=127.0.0.1:\$health") ;;
+        *) args+=("\$a") ;;
+    esac
+done
+(
+    sleep 5
+    while :; do
+        for path in "\$metrics/metrics" "\$health/healthz" "\$health/readyz"; do
+            curl -s -o /dev/null --max-time 5 "http://127.0.0.1:\$path" || true
+        done
+        sleep 2
+    done
+) &
+$1
+WRAPPER
+}
+
+# Ends what the harness left (controllers under perf, the wrappers' polling loops) and waits
+# for every process of $WORK: perf and the lackey filters write their files as they end.
+settle() {
+    pkill -TERM -f "$WORK/(metacontroller|lackey|perf)" 2>/dev/null || true
+    for _ in $(seq 150); do pgrep -f "$WORK/" >/dev/null || return 0; sleep 0.2; done
+}
+
+link
+# The harness SIGKILLs what it starts; with exec that is valgrind itself, and the filter then
+# sees the end of its input and writes what it recorded.
+wrapper "exec valgrind --tool=lackey --trace-mem=yes --log-fd=9 \"$WORK/metacontroller\" \"\${args[@]}\" 9> >(\"$WORK/rodata-trace\" \"$WORK/reads.\$\$\")" >"$WORK/lackey"
+chmod +x "$WORK/lackey"
+target/release/examples/shard_load --binary "$WORK/lackey" --parents 30 --replicas 1,3 --hook-delay-ms 5
+settle
+python3 hack/rodata-order.py hack/rodata-order.txt "$WORK/link.map" --reads "$WORK"/reads.*
+
+# perf runs the controller as its child: the harness's SIGKILL of the wrapper leaves both,
+# and settle's SIGTERM ends the controller, after which perf writes its file.
+wrapper "perf record -q -e page-faults -c 1 -d -o \"$WORK/faults.\$\$\" -- \"$WORK/metacontroller\" \"\${args[@]}\"" >"$WORK/perf"
+chmod +x "$WORK/perf"
+for round in $(seq "${ROUNDS:-2}"); do
+    link
+    rm -f "$WORK"/faults.*
+    target/release/examples/shard_load --binary "$WORK/perf" --parents 6000 --replicas 1,3
+    settle
+    for f in "$WORK"/faults.*; do
+        perf script -i "$f" --show-mmap-events -F addr >"$f.txt" 2>/dev/null || true
+    done
+    echo "== round $round"
+    python3 hack/rodata-order.py hack/rodata-order.txt "$WORK/link.map" --faults "$WORK"/faults.*.txt
+done
