@@ -109,3 +109,118 @@ fn the_committed_list_is_a_profile_of_the_controller() {
         );
     }
 }
+
+/// Links a small C program with `hack/link-musl.sh` for this machine (the script only needs
+/// the toolchain's lld, which every Rust toolchain ships) with `rodata_order` as the read-only
+/// data list, and returns the addresses of its three constants.
+fn linked_rodata(rodata_order: &str) -> [u64; 3] {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let source = dir.path().join("data.c");
+    let object = dir.path().join("data.o");
+    let binary = dir.path().join("data");
+    let list = dir.path().join("rodata-order.txt");
+    // Each constant in its own section (.rodata.<name>), as rustc emits them.
+    std::fs::write(
+        &source,
+        "const char cold_before[8192] = {1};\n\
+         const char hot_data[64] = {2};\n\
+         const char cold_after[8192] = {3};\n\
+         int main(void) { return cold_before[0] + hot_data[0] + cold_after[0]; }\n",
+    )
+    .expect("writing data.c");
+    std::fs::write(&list, rodata_order).expect("writing the list");
+    let cc = Command::new("cc")
+        .args(["-O1", "-fdata-sections", "-fPIE", "-c", "-o"])
+        .arg(&object)
+        .arg(&source)
+        .status()
+        .expect("running cc");
+    assert!(cc.success(), "cc failed");
+    let link = Command::new(hack("link-musl.sh"))
+        .env("LINK_MUSL_RODATA_ORDER", &list)
+        .arg("-pie")
+        .arg("-o")
+        .arg(&binary)
+        .arg(&object)
+        .output()
+        .expect("running hack/link-musl.sh");
+    assert!(
+        link.status.success(),
+        "hack/link-musl.sh failed: {}",
+        String::from_utf8_lossy(&link.stderr)
+    );
+    let nm = Command::new("nm")
+        .arg(&binary)
+        .output()
+        .expect("running nm");
+    let symbols = String::from_utf8_lossy(&nm.stdout);
+    let address = |name: &str| {
+        symbols
+            .lines()
+            .find_map(|l| {
+                let mut fields = l.split_whitespace();
+                let address = fields.next()?;
+                (fields.nth(1)? == name).then(|| u64::from_str_radix(address, 16).ok())?
+            })
+            .unwrap_or_else(|| panic!("{name} not in the linked binary:\n{symbols}"))
+    };
+    [
+        address("cold_before"),
+        address("hot_data"),
+        address("cold_after"),
+    ]
+}
+
+#[test]
+fn listed_rodata_sections_are_laid_out_first() {
+    let [before, hot, after] = linked_rodata("# comment\n.rodata.not_in_this_link\n");
+    assert!(
+        hot > before.min(after),
+        "unlisted, the small constant is not the first (compiler's order)"
+    );
+    let [before, hot, after] =
+        linked_rodata("# comment\n.rodata.not_in_this_link\n.rodata.hot_data\n");
+    assert!(
+        hot < before && hot < after,
+        "the listed constant must come first: hot {hot:x}, others {before:x} {after:x}"
+    );
+}
+
+#[test]
+fn the_committed_rodata_list_names_plain_sections() {
+    let text =
+        std::fs::read_to_string(hack("rodata-order.txt")).expect("reading hack/rodata-order.txt");
+    let names: Vec<&str> = text
+        .lines()
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .collect();
+    assert!(
+        names.len() > 500,
+        "only {} sections listed: regenerate with hack/profile-rodata-order.sh",
+        names.len()
+    );
+    for name in &names {
+        // A plain `.rodata` (assembly objects, a few hundred bytes each) takes all of them.
+        assert!(
+            *name == ".rodata" || name.starts_with(".rodata."),
+            "{name} is not a .rodata input section"
+        );
+        // link-musl.sh quotes each name in the linker script.
+        assert!(
+            !name.contains(|c: char| c == '"' || c.is_whitespace()),
+            "{name} cannot be quoted"
+        );
+        // The merged pools are placed as a whole; listing one would split nothing.
+        assert!(
+            !name.starts_with(".rodata.cst") && !name.starts_with(".rodata.str"),
+            "{name} is a merged pool"
+        );
+    }
+    // The sync path's constants are among them (rustc names a function's jump tables after it).
+    assert!(
+        names
+            .iter()
+            .any(|n| n.contains("9composite5Inner11sync_parent")),
+        "no constant of the sync path listed"
+    );
+}
