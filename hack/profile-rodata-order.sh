@@ -37,29 +37,14 @@ link() {
     cp "$BINARY" "$WORK/metacontroller"
 }
 
-# A Deployment has its metrics scraped and probes polled; the harness turns both servers off.
+# The controller with its metrics and probe servers on and polled (see hack/probed-args.sh),
+# under the command $1 (which ends with the controller's arguments, "${args[@]}").
 wrapper() {
     cat <<WRAPPER
 #!/usr/bin/env bash
-free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
-metrics=\$(free_port); health=\$(free_port)
-args=()
-for a in "\$@"; do
-    case \$a in
-        --metrics-address=0) args+=("--metrics-address=127.0.0.1:\$metrics") ;;
-        --health-probe-bind-address=0) args+=("--health-probe-bind-address=127.0.0.1:\$health") ;;
-        *) args+=("\$a") ;;
-    esac
-done
-(
-    sleep 5
-    while :; do
-        for path in "\$metrics/metrics" "\$health/healthz" "\$health/readyz"; do
-            curl -s -o /dev/null --max-time 5 "http://127.0.0.1:\$path" || true
-        done
-        sleep 2
-    done
-) &
+source "$PWD/hack/probed-args.sh"
+probed_args "\$@"
+(sleep 5; while :; do poll_probes; sleep 2; done) &
 $1
 WRAPPER
 }

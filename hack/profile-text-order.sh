@@ -36,24 +36,14 @@ trap 'cleanup; rm -rf "$WORK"' EXIT
 # so the wrapper serves them on free ports and polls them while the controller runs.
 cat >"$WORK/wrapper" <<WRAPPER
 #!/usr/bin/env bash
-free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
-metrics=\$(free_port); health=\$(free_port)
-args=()
-for a in "\$@"; do
-    case \$a in
-        --metrics-address=0) args+=("--metrics-address=127.0.0.1:\$metrics") ;;
-        --health-probe-bind-address=0) args+=("--health-probe-bind-address=127.0.0.1:\$health") ;;
-        *) args+=("\$a") ;;
-    esac
-done
+source "$PWD/hack/probed-args.sh"
+probed_args "\$@"
 valgrind --tool=callgrind --callgrind-out-file="$WORK/callgrind.%p" --compress-strings=no \\
     --compress-pos=no --demangle=no "$BINARY" "\${args[@]}" 2>>"$WORK/valgrind.log" &
 pid=\$!
 echo \$pid >>"$WORK/pids"
 while kill -0 \$pid 2>/dev/null; do
-    for path in "\$metrics/metrics" "\$health/healthz" "\$health/readyz"; do
-        curl -s -o /dev/null --max-time 5 "http://127.0.0.1:\$path" || true
-    done
+    poll_probes
     sleep 2
 done
 WRAPPER
