@@ -70,6 +70,7 @@ fi
 # (loaded replica). A name this link does not define matches nothing. Regenerate:
 # hack/profile-rodata-order.sh. LINK_MUSL_RODATA_ORDER names another list (tests).
 rodata_order=${LINK_MUSL_RODATA_ORDER:-$here/rodata-order.txt}
+layout=()
 if [[ -f $rodata_order ]]; then
     {
         echo 'SECTIONS {'
@@ -82,7 +83,7 @@ if [[ -f $rodata_order ]]; then
         echo '  }'
         echo '} INSERT BEFORE .eh_frame_hdr;'
     } >"$work/rodata.ld"
-    set -- -Wl,-T,"$work/rodata.ld" "$@"
+    layout=(-Wl,-T,"$work/rodata.ld")
 fi
 if [[ -n ${LINK_MUSL_MAP:-} ]]; then
     # For hack/profile-rodata-order.sh: where each input section landed.
@@ -93,4 +94,11 @@ fi
 # string tables), read once at start and never again, but in RELA form (24 bytes each) they
 # filled 572 KiB of the read-only segment that every process faulted in; RELR packs them into
 # bitmaps of a few KiB. ASLR of the executable stays.
-cc -fuse-ld=lld -B"$gcc_ld" -Wl,-z,pack-relative-relocs "$@"
+link() { cc -fuse-ld=lld -B"$gcc_ld" -Wl,-z,pack-relative-relocs "$@"; }
+# A layout must never fail a link (the script needs an .eh_frame_hdr to insert before, which
+# every Rust link has): if the link with it fails, link again without it.
+if [[ ${#layout[@]} -gt 0 ]]; then
+    link "${layout[@]}" "$@" && exit 0
+    echo "link-musl.sh: the link with the read-only data layout failed (above); linking without it" >&2
+fi
+link "$@"

@@ -21,7 +21,7 @@ cd "$(dirname "$0")/.."
 unset RUST_BACKTRACE RUST_LIB_BACKTRACE
 TARGET=x86_64-unknown-linux-musl
 BINARY=$PWD/target/${TARGET}/dist/metacontroller
-for tool in valgrind perf cc; do
+for tool in valgrind perf setpriv cc; do
     command -v "$tool" >/dev/null || { echo "missing: $tool" >&2; exit 1; }
 done
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/rodata-order.XXXXXX")
@@ -65,9 +65,11 @@ target/release/examples/shard_load --binary "$WORK/lackey" --parents 30 --replic
 settle
 python3 hack/rodata-order.py hack/rodata-order.txt "$WORK/link.map" --reads "$WORK"/reads.*
 
-# perf runs the controller as its child: the harness's SIGKILL of the wrapper leaves both,
-# and settle's SIGTERM ends the controller, after which perf writes its file.
-wrapper "perf record -q -e page-faults -c 1 -d -o \"$WORK/faults.\$\$\" -- \"$WORK/metacontroller\" \"\${args[@]}\"" >"$WORK/perf"
+# perf runs the controller as its child. The harness SIGKILLs the wrapper when it is done with
+# a process; perf then gets SIGTERM (its parent-death signal), ends the controller and writes
+# its file. Without that the controller would run on, its API server gone, and add its
+# retry paths to the profile.
+wrapper "setpriv --pdeathsig TERM perf record -q -e page-faults -c 1 -d -o \"$WORK/faults.\$\$\" -- \"$WORK/metacontroller\" \"\${args[@]}\"" >"$WORK/perf"
 chmod +x "$WORK/perf"
 for round in $(seq "${ROUNDS:-2}"); do
     link

@@ -123,6 +123,11 @@ fn the_committed_list_is_a_profile_of_the_controller() {
 /// the toolchain's lld, which every Rust toolchain ships) with `rodata_order` as the read-only
 /// data list, and returns the addresses of its three constants.
 fn linked_rodata(rodata_order: &str) -> [u64; 3] {
+    linked_rodata_with(rodata_order, &[])
+}
+
+/// [`linked_rodata`] with extra flags for the link.
+fn linked_rodata_with(rodata_order: &str, link_flags: &[&str]) -> [u64; 3] {
     let dir = tempfile::tempdir().expect("temp dir");
     let source = dir.path().join("data.c");
     let object = dir.path().join("data.o");
@@ -148,6 +153,7 @@ fn linked_rodata(rodata_order: &str) -> [u64; 3] {
     let link = Command::new(hack("link-musl.sh"))
         .env("LINK_MUSL_RODATA_ORDER", &list)
         .arg("-pie")
+        .args(link_flags)
         .arg("-o")
         .arg(&binary)
         .arg(&object)
@@ -192,6 +198,17 @@ fn listed_rodata_sections_are_laid_out_first() {
     assert!(
         hot < before && hot < after,
         "the listed constant must come first: hot {hot:x}, others {before:x} {after:x}"
+    );
+}
+
+#[test]
+fn a_link_the_data_layout_cannot_apply_to_still_links() {
+    // Without an .eh_frame_hdr for the layout to go before, lld refuses the script, and
+    // link-musl.sh links again without it.
+    let [before, hot, after] = linked_rodata_with(".rodata.hot_data\n", &["-Wl,--no-eh-frame-hdr"]);
+    assert!(
+        hot > before.min(after),
+        "the layout cannot have been applied"
     );
 }
 
