@@ -20,6 +20,12 @@
 //! the old state. A (re)list keeps the listed objects compact until the list completes, and an
 //! unchanged object (same resourceVersion) is kept as the cached copy, so a relist never holds
 //! two copies of the cache; the changes are decoded one at a time while handlers run.
+//! Lists are read [`LIST_PAGE_SIZE`] objects at a time: kube-runtime decodes a whole page
+//! before handing on its first object, and at its default of 500 a page of parents held
+//! ~4 MiB decoded. Measured (dist binary, 6,000 parents, `shard_load`): a sharded replica
+//! that has listed every parent but owns no shard yet holds 2.0-2.8 MiB anonymous memory
+//! instead of 5.0-6.1; the peak of a loaded replica is unchanged (its cache reuses the
+//! freed pages).
 //!
 //! Peak RSS of the release binary in `hack/load-composite.sh` (N parents x 3 ConfigMaps,
 //! cold start): 33.5 MiB at 1,000, 40.0 MiB at 2,000, 62.4 MiB at 5,000, 99.8 MiB at
@@ -597,14 +603,22 @@ impl Informer {
     }
 }
 
+/// Objects per list request. kube-runtime's default (500) decodes a whole page before the
+/// first object is handed on, and a decoded object costs about seven times its JSON (see
+/// [`crate::compact`]): 500 listed objects held ~4 MiB at once, per informer listing.
+pub const LIST_PAGE_SIZE: u32 = 100;
+
 async fn run(api: Api<DynamicObject>, shared: Arc<Shared>, id: ResourceId, config: InformerConfig) {
     // The watch is restarted only when a relist is asked for (a sharded replica acquired
     // shards): kube-runtime's watcher relists by itself after an error (410 Gone included).
     // The flush interval only replays the cache.
     let watch = || -> BoxStream<'static, Result<watcher::Event<DynamicObject>, watcher::Error>> {
-        watcher(api.clone(), watcher::Config::default())
-            .default_backoff()
-            .boxed()
+        watcher(
+            api.clone(),
+            watcher::Config::default().page_size(LIST_PAGE_SIZE),
+        )
+        .default_backoff()
+        .boxed()
     };
     let mut stream = watch();
     let mut requests = shared.relist_requested.subscribe();

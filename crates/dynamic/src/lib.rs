@@ -44,7 +44,7 @@ pub use discovery::{ApiResource, DiscoveryError, ResourceDiff, ResourceId, Resou
 pub use expectations::{Expectations, DEFAULT_EXPECTATION_TTL};
 pub use gate::{SyncGate, SyncPermit};
 pub use informer::{
-    Handler, HandlerId, Informer, InformerConfig, Informers, Keep, KeepKeys, Origin,
+    Handler, HandlerId, Informer, InformerConfig, Informers, Keep, KeepKeys, Origin, LIST_PAGE_SIZE,
 };
 pub use object::{ControllerOwner, ControllerRef, NamespacedName, ObjectMetaAccess, Versioned};
 pub use overlay::{ObjectKey, Overlay};

@@ -369,3 +369,33 @@ async fn resync_parents_replays_only_the_matching_parents() {
     assert_eq!(replayed, ["a", "c"]);
     assert!(secret_events.lock().unwrap().is_empty());
 }
+
+/// A list is read in pages of `LIST_PAGE_SIZE`: a decoded page is held whole until its last
+/// object is handed on, and a decoded object costs several times its JSON, so the page size
+/// bounds what every (re)list holds at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lists_are_read_in_pages() {
+    let (server, client, map) = discovered().await;
+    let configmaps = map.get("v1", "configmaps").unwrap().clone();
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    let count = 2 * metacontroller_dynamic::LIST_PAGE_SIZE as usize + 50;
+    for i in 0..count {
+        cms.create(&PostParams::default(), &cm(&format!("page-{i}"), "1"))
+            .await
+            .unwrap();
+    }
+    let before = cms.list(&Default::default()).await.unwrap().items.len();
+    server.control().reset_counts();
+    let informers = Informers::new(client.clone(), InformerConfig::default());
+    let informer = informers.lease(&configmaps);
+    tokio::time::timeout(Duration::from_secs(10), informer.wait_synced())
+        .await
+        .unwrap();
+    assert!(informer.len() >= before, "every listed ConfigMap is cached");
+    assert_eq!(
+        server.control().requests("list", "configmaps"),
+        before.div_ceil(metacontroller_dynamic::LIST_PAGE_SIZE as usize) as u64,
+        "one list request per page of {} objects",
+        metacontroller_dynamic::LIST_PAGE_SIZE
+    );
+}
