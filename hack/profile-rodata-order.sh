@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Regenerates hack/rodata-order.txt, the read-only data hack/link-musl.sh lays out first.
+# Regenerates hack/rodata-order.txt, the read-only data hack/link-musl.sh lays out first, and
+# completes hack/text-order.txt with the functions only a native run at full scale executes.
 #
 # 1. Links the static dist binary with a link map and runs hack/load-shards.sh's harness with it
 #    under valgrind's lackey (an idle process, one replica without sharding, then 3 --sharding
@@ -8,7 +9,9 @@
 # 2. Relinks with that list and runs the harness natively at full scale (6,000 parents) under
 #    `perf record -e page-faults -d`, ROUNDS times (default 2): each page fault in .rodata
 #    outside the listed region names a section the controller reads natively that the lackey
-#    run did not (see hack/rodata-order.py), and the next link lists it too.
+#    run did not (see hack/rodata-order.py), and the next link lists it too. The same faults
+#    in .text name the functions hack/text-order.txt lacks (callgrind's small run did not
+#    execute them): hack/text-order.py --faults appends them.
 # hack/rodata-order.py keeps what the list already names (if still defined) and adds the rest.
 #
 # Usage: ROUNDS=2 hack/profile-rodata-order.sh
@@ -81,4 +84,5 @@ for round in $(seq "${ROUNDS:-2}"); do
     done
     echo "== round $round"
     python3 hack/rodata-order.py hack/rodata-order.txt "$WORK/link.map" --faults "$WORK"/faults.*.txt
+    python3 hack/text-order.py --binary "$WORK/metacontroller" --faults hack/text-order.txt "$WORK"/faults.*.txt
 done

@@ -13,7 +13,8 @@ of evidence name a section as read:
   outside the listed region, and a few runs close them (the lackey run misses what the
   program only does natively: the first connection attempts, CPU-dependent code).
 The sections LIST already names that the map still defines stay first, in their order; new
-ones follow in address order. The linker's merged constant and string pools (`<internal>`)
+ones follow in address order. With --reads, anonymous constants (`..Lanon.` names, numbered
+anew by every build) stay only if the trace read them. The linker's merged constant and string pools (`<internal>`)
 are never listed: hack/link-musl.sh places them as a whole right after the list.
 """
 import bisect
@@ -89,7 +90,16 @@ def main():
             kept = [l.strip() for l in f if l.strip() and not l.startswith("#")]
     except FileNotFoundError:
         kept = []
-    names = [n for n in dict.fromkeys(kept) if n in defined]
+    # rustc numbers its anonymous constants (`.rodata..Lanon.<hash>.<n>`) per build: after
+    # any code change a kept number may name another constant. A lackey run sees every
+    # constant read, so it decides which of them stay; named sections are kept while defined.
+    lackey = "--reads" in args
+    observed = {sections[i][2] for i in read}
+    names = [
+        n
+        for n in dict.fromkeys(kept)
+        if n in defined and (not lackey or ".Lanon." not in n or n in observed)
+    ]
     listed = set(names)
     names += [sections[i][2] for i in sorted(read) if sections[i][2] not in listed]
     if any('"' in n or n != n.strip() or " " in n for n in names):
@@ -101,7 +111,10 @@ def main():
         f.write("# hack/profile-rodata-order.sh (hack/rodata-order.py), read by hack/link-musl.sh\n")
         for n in names:
             f.write(n + "\n")
-    print(f"{out}: {len(names)} sections ({len(names) - len([n for n in kept if n in defined])} new), "
+    before = set(kept)
+    added = sum(1 for n in names if n not in before)
+    dropped = len(before - set(names))
+    print(f"{out}: {len(names)} sections ({added} new, {dropped} dropped), "
           f"{size // 1024} KiB of {total // 1024} KiB")
 
 

@@ -1,11 +1,22 @@
 #!/usr/bin/env python3
 """Writes hack/text-order.txt from callgrind profiles (see hack/profile-text-order.sh).
 
+Usage: text-order.py [--binary BINARY] [--keep LIST] OUT CALLGRIND_PROFILE...
+       text-order.py --binary BINARY --faults LIST PERF_SCRIPT...
+
 Lists every function the profiled processes executed (mangled symbol names), the most expensive
 (self cost summed over all profiles) first. hack/link-musl.sh matches the names against each
 link's symbols, falling back to the name without its hash when a toolchain or dependency update
 changed the hash.
+
+With --faults, appends to LIST the functions a native run faulted in that LIST does not name:
+PERF_SCRIPT is `perf script --show-mmap-events -F addr` of `perf record -e page-faults -d` of
+BINARY (see hack/profile-rodata-order.sh). callgrind runs a small load slowly; code that runs
+only at full scale or native speed (a 409 retried, a watch restarted, a timer that fired) is not
+in its profiles, and each such function costs a replica one more 64 KiB window of code. Only the
+first fault of a window is recorded, so each run adds one function per window outside the list.
 """
+import bisect
 import re
 import subprocess
 import sys
@@ -54,8 +65,78 @@ def text_symbols(binary):
     return names, defined
 
 
+def segments(binary):
+    """(file offset, virtual address, size in file) of each LOAD segment of BINARY."""
+    listing = subprocess.run(
+        ["readelf", "-lW", binary], capture_output=True, text=True, check=True
+    ).stdout
+    loads = []
+    for line in listing.splitlines():
+        parts = line.split()
+        if parts[:1] == ["LOAD"]:
+            loads.append((int(parts[1], 16), int(parts[2], 16), int(parts[4], 16)))
+    return loads
+
+
+def faulted_addresses(path, loads):
+    """Virtual addresses (as in the binary) of the faults in its executable mapping."""
+    base, pgoff, addresses = None, None, []
+    with open(path) as f:
+        for line in f:
+            if line.startswith("PERF_RECORD_MMAP"):
+                m = re.search(r"\[(0x[0-9a-f]+)\(0x[0-9a-f]+\) @ (0x[0-9a-f]+|0) .*r-xp (\S+)$", line.rstrip())
+                if m and m.group(3).endswith("/metacontroller"):
+                    base, pgoff = int(m.group(1), 16), int(m.group(2), 16)
+            elif base is not None:
+                try:
+                    offset = int(line.strip(), 16) - base + pgoff
+                except ValueError:
+                    continue
+                for file_offset, vaddr, size in loads:
+                    if file_offset <= offset < file_offset + size:
+                        addresses.append(offset - file_offset + vaddr)
+    return addresses
+
+
+def append_faulted(binary, listed_path, perf_scripts):
+    listing = subprocess.run(
+        ["nm", "-S", "--defined-only", binary], capture_output=True, text=True, check=True
+    ).stdout
+    # Functions by start address: (size, every name of that address).
+    functions = {}
+    for line in listing.splitlines():
+        parts = line.split()
+        if len(parts) == 4 and parts[2] in "tTwW":
+            entry = functions.setdefault(int(parts[0], 16), [0, []])
+            entry[0] = max(entry[0], int(parts[1], 16))
+            entry[1].append(parts[3])
+    starts = sorted(functions)
+    with open(listed_path) as f:
+        listed = {l.strip() for l in f if l.strip() and not l.startswith("#")}
+    loads = segments(binary)
+    new = []
+    for path in perf_scripts:
+        for address in faulted_addresses(path, loads):
+            i = bisect.bisect_right(starts, address) - 1
+            if i < 0:
+                continue
+            size, names = functions[starts[i]]
+            # Outside any sized function (padding), or placed already under one of its names.
+            if address >= starts[i] + size or any(n in listed for n in names):
+                continue
+            listed.update(names)
+            new.append(sorted(names)[0])
+    with open(listed_path, "a") as f:
+        for name in new:
+            f.write(name + "\n")
+    print(f"{listed_path}: {len(new)} functions added from page faults")
+
+
 def main():
     args = sys.argv[1:]
+    if len(args) >= 4 and args[0] == "--binary" and args[2] == "--faults":
+        append_faulted(args[1], args[3], args[4:])
+        return
     by_address, defined = {}, set()
     kept = []
     while args[:1] in (["--binary"], ["--keep"]):

@@ -2,6 +2,9 @@
 //! no musl target to run that link, so this checks its two inputs with the machine's own `awk`
 //! (Debian's mawk in the Dockerfile's builder): the matching program `hack/order-symbols.awk`
 //! and the committed list `hack/text-order.txt`. `hack/build-image.sh` checks the linked result.
+//! The data layout is checked by linking small C programs through the script, and the
+//! profiling tools that write both lists (`hack/text-order.py --faults`, `hack/rodata-order.py`)
+//! on synthetic profiles.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -239,5 +242,151 @@ fn the_committed_rodata_list_names_plain_sections() {
             .iter()
             .any(|n| n.contains("9composite5Inner11sync_parent")),
         "no constant of the sync path listed"
+    );
+}
+
+/// Runs a tool and returns its standard output, failing the test when it fails.
+fn stdout_of(command: &mut Command) -> String {
+    let out = command.output().expect("running a tool");
+    assert!(
+        out.status.success(),
+        "{command:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("utf-8")
+}
+
+#[test]
+fn functions_a_native_run_faulted_outside_the_list_are_appended() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let source = dir.path().join("code.c");
+    let binary = dir.path().join("metacontroller");
+    std::fs::write(
+        &source,
+        "int listed_fn(int x) { return x * 3; }\n\
+         int faulted_fn(int x) { return x * 5 + listed_fn(x); }\n\
+         int main(int argc, char **argv) { (void)argv; return faulted_fn(argc); }\n",
+    )
+    .expect("writing code.c");
+    stdout_of(
+        Command::new("cc")
+            .args(["-O1", "-fno-inline", "-ffunction-sections", "-o"])
+            .arg(&binary)
+            .arg(&source),
+    );
+    // Where the executable segment is in the file and in memory.
+    let segments = stdout_of(Command::new("readelf").arg("-lW").arg(&binary));
+    let (file_offset, vaddr) = segments
+        .lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .find(|f| f.first() == Some(&"LOAD") && f.contains(&"E"))
+        .map(|f| {
+            let hex = |s: &str| u64::from_str_radix(s.trim_start_matches("0x"), 16).expect("hex");
+            (hex(f[1]), hex(f[2]))
+        })
+        .expect("an executable LOAD segment");
+    let symbols = stdout_of(Command::new("nm").arg(&binary));
+    let address = |name: &str| {
+        symbols
+            .lines()
+            .find_map(|l| {
+                let f: Vec<_> = l.split_whitespace().collect();
+                (f.len() == 3 && f[2] == name).then(|| u64::from_str_radix(f[0], 16).expect("hex"))
+            })
+            .unwrap_or_else(|| panic!("{name} not in the binary"))
+    };
+    // A process that mapped the segment at `base` (page-aligned, as the kernel maps it) and
+    // faulted once in each function, as `perf script --show-mmap-events -F addr` prints it.
+    let pgoff = file_offset & !0xfff;
+    let base = 0x7f00_0000_0000u64;
+    let fault = |name: &str| base + (address(name) - vaddr + file_offset - pgoff) + 1;
+    let path = binary.display();
+    let script = format!(
+        "PERF_RECORD_MMAP2 1/1: [{base:#x}(0x10000) @ {pgoff:#x} fe:00 1 1]: r-xp {path}\n\
+         \x20   {:x}\n    {:x}\n    {:x}\n",
+        fault("listed_fn"),
+        fault("faulted_fn"),
+        fault("faulted_fn"),
+    );
+    let faults = dir.path().join("faults.txt");
+    std::fs::write(&faults, script).expect("writing the perf script");
+    let list = dir.path().join("text-order.txt");
+    std::fs::write(&list, "# header\nlisted_fn\n").expect("writing the list");
+    stdout_of(
+        Command::new("python3")
+            .arg(hack("text-order.py"))
+            .arg("--binary")
+            .arg(&binary)
+            .arg("--faults")
+            .arg(&list)
+            .arg(&faults),
+    );
+    assert_eq!(
+        std::fs::read_to_string(&list).expect("reading the list"),
+        "# header\nlisted_fn\nfaulted_fn\n",
+        "the faulted function is appended once; the listed one is not repeated"
+    );
+}
+
+/// `hack/rodata-order.py` on a link map of three constants, the list naming all three, and
+/// one piece of evidence (`--reads` or `--faults`) that read only `.rodata..Lanon.abc.2`.
+fn rodata_list_after(evidence: &str) -> Vec<String> {
+    let dir = tempfile::tempdir().expect("temp dir");
+    // lld's -Map: an output section one space after its alignment, input sections nine.
+    let map = "\
+             VMA              LMA     Size Align Out     In      Symbol
+            1000             1000       30    16 .rodata
+            1000             1000       10     1         a.o:(.rodata..Lanon.abc.1)
+            1010             1010       10     1         a.o:(.rodata..Lanon.abc.2)
+            1020             1020       10     1         a.o:(.rodata.named)
+";
+    std::fs::write(dir.path().join("link.map"), map).expect("writing the map");
+    let list = dir.path().join("rodata-order.txt");
+    std::fs::write(
+        &list,
+        ".rodata..Lanon.abc.1\n.rodata..Lanon.abc.2\n.rodata.named\n",
+    )
+    .expect("writing the list");
+    let read = dir.path().join("read");
+    let text = if evidence == "--reads" {
+        "1015\n".to_string()
+    } else {
+        // A fault in the binary's first mapping (mapped at 0x10000, file offset 0).
+        "PERF_RECORD_MMAP2 1/1: [0x10000(0x4000) @ 0 fe:00 1 1]: r--p /x/metacontroller\n    11015\n"
+            .to_string()
+    };
+    std::fs::write(&read, text).expect("writing the evidence");
+    stdout_of(
+        Command::new("python3")
+            .arg(hack("rodata-order.py"))
+            .arg(&list)
+            .arg(dir.path().join("link.map"))
+            .arg(evidence)
+            .arg(&read),
+    );
+    std::fs::read_to_string(&list)
+        .expect("reading the list")
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn a_trace_drops_the_anonymous_constants_it_did_not_read() {
+    // rustc renumbers anonymous constants with every code change: a kept number the trace
+    // did not read may name another constant now. Named sections stay.
+    assert_eq!(
+        rodata_list_after("--reads"),
+        [".rodata..Lanon.abc.2", ".rodata.named"]
+    );
+    // A perf round sees only the first fault of each 64 KiB window: it drops nothing.
+    assert_eq!(
+        rodata_list_after("--faults"),
+        [
+            ".rodata..Lanon.abc.1",
+            ".rodata..Lanon.abc.2",
+            ".rodata.named"
+        ]
     );
 }
