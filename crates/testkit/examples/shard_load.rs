@@ -11,7 +11,8 @@
 //! anonymous memory (`RssAnon` sampled every 50 ms: heap and stacks without the binary's code
 //! pages); then the largest replica's peaks against the single replica's, and the RSS above
 //! the peak RSS of an idle process (the binary with no controller: the fixed cost every
-//! replica pays).
+//! replica pays). The binary is read whole first, so all of it is in the page cache, as after
+//! an image pull (the code pages a process maps depend on it).
 //!
 //! With `--kill-after-s S`, each multi-replica run SIGKILLs its first replica S seconds in
 //! (mid-convergence, or after it: the run then waits 25 s for the takeover) and reports,
@@ -630,6 +631,14 @@ async fn main() {
             "shard_load: {} not found (cargo build --release -p metacontroller)",
             args.binary.display()
         );
+        std::process::exit(2);
+    }
+    // The kernel maps the cached pages of the binary around each page a process touches, so
+    // the file-backed part of RSS depends on how much of the file is in the page cache: all of
+    // it after an image pull or a build, less when it was last read long ago. Read it whole so
+    // the figures do not depend on what ran before.
+    if let Err(e) = std::fs::read(&args.binary) {
+        eprintln!("shard_load: reading {}: {e}", args.binary.display());
         std::process::exit(2);
     }
     let idle = idle_rss(&args).await;
