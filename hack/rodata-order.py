@@ -14,8 +14,9 @@ of evidence name a section as read:
   program only does natively: the first connection attempts, CPU-dependent code).
 The sections LIST already names that the map still defines stay first, in their order; new
 ones follow in address order. With --reads, anonymous constants (`..Lanon.` names, numbered
-anew by every build) stay only if the trace read them. The linker's merged constant and string pools (`<internal>`)
-are never listed: hack/link-musl.sh places them as a whole right after the list.
+anew by every build) stay only if the trace read them. The linker's merged constant and string
+pools (`<internal>`) are never listed: hack/link-musl.sh places them as a whole right after the
+list.
 """
 import bisect
 import re

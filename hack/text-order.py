@@ -80,18 +80,24 @@ def segments(binary):
 
 def faulted_addresses(path, loads):
     """Virtual addresses (as in the binary) of the faults in its executable mapping."""
-    base, pgoff, addresses = None, None, []
+    base, length, pgoff, addresses = None, 0, 0, []
     with open(path) as f:
         for line in f:
             if line.startswith("PERF_RECORD_MMAP"):
-                m = re.search(r"\[(0x[0-9a-f]+)\(0x[0-9a-f]+\) @ (0x[0-9a-f]+|0) .*r-xp (\S+)$", line.rstrip())
-                if m and m.group(3).endswith("/metacontroller"):
-                    base, pgoff = int(m.group(1), 16), int(m.group(2), 16)
+                m = re.search(
+                    r"\[(0x[0-9a-f]+)\((0x[0-9a-f]+)\) @ (0x[0-9a-f]+|0) .*r-xp (\S+)$", line.rstrip()
+                )
+                if m and m.group(4).endswith("/metacontroller"):
+                    base, length, pgoff = (int(m.group(i), 16) for i in (1, 2, 3))
             elif base is not None:
                 try:
-                    offset = int(line.strip(), 16) - base + pgoff
+                    address = int(line.strip(), 16)
                 except ValueError:
                     continue
+                # Faults elsewhere (heap, stacks, the binary's data) are not code.
+                if not base <= address < base + length:
+                    continue
+                offset = address - base + pgoff
                 for file_offset, vaddr, size in loads:
                     if file_offset <= offset < file_offset + size:
                         addresses.append(offset - file_offset + vaddr)
