@@ -15,6 +15,17 @@ fn hack(file: &str) -> PathBuf {
         .join(file)
 }
 
+/// Runs a tool and returns its standard output, failing the test when it fails.
+fn stdout_of(command: &mut Command) -> String {
+    let out = command.output().expect("running a tool");
+    assert!(
+        out.status.success(),
+        "{command:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("utf-8")
+}
+
 /// The ordering file `order-symbols.awk` makes from the link's symbols and the profiled list.
 fn ordering(defined: &[&str], listed: &str) -> Vec<String> {
     let dir = tempfile::tempdir().expect("temp dir");
@@ -22,23 +33,16 @@ fn ordering(defined: &[&str], listed: &str) -> Vec<String> {
     let order = dir.path().join("order");
     std::fs::write(&symbols, defined.join("\n") + "\n").expect("writing symbols");
     std::fs::write(&order, listed).expect("writing order");
-    let out = Command::new("awk")
-        .arg("-f")
-        .arg(hack("order-symbols.awk"))
-        .arg(&symbols)
-        .arg(&order)
-        .output()
-        .expect("running awk");
-    assert!(
-        out.status.success(),
-        "awk failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout)
-        .expect("utf-8")
-        .lines()
-        .map(str::to_string)
-        .collect()
+    stdout_of(
+        Command::new("awk")
+            .arg("-f")
+            .arg(hack("order-symbols.awk"))
+            .arg(&symbols)
+            .arg(&order),
+    )
+    .lines()
+    .map(str::to_string)
+    .collect()
 }
 
 #[test]
@@ -153,25 +157,16 @@ fn linked_rodata_with(rodata_order: &str, link_flags: &[&str]) -> [u64; 3] {
         .status()
         .expect("running cc");
     assert!(cc.success(), "cc failed");
-    let link = Command::new(hack("link-musl.sh"))
-        .env("LINK_MUSL_RODATA_ORDER", &list)
-        .arg("-pie")
-        .args(link_flags)
-        .arg("-o")
-        .arg(&binary)
-        .arg(&object)
-        .output()
-        .expect("running hack/link-musl.sh");
-    assert!(
-        link.status.success(),
-        "hack/link-musl.sh failed: {}",
-        String::from_utf8_lossy(&link.stderr)
+    stdout_of(
+        Command::new(hack("link-musl.sh"))
+            .env("LINK_MUSL_RODATA_ORDER", &list)
+            .arg("-pie")
+            .args(link_flags)
+            .arg("-o")
+            .arg(&binary)
+            .arg(&object),
     );
-    let nm = Command::new("nm")
-        .arg(&binary)
-        .output()
-        .expect("running nm");
-    let symbols = String::from_utf8_lossy(&nm.stdout);
+    let symbols = stdout_of(Command::new("nm").arg(&binary));
     let address = |name: &str| {
         symbols
             .lines()
@@ -243,17 +238,6 @@ fn the_committed_rodata_list_names_plain_sections() {
             .any(|n| n.contains("9composite5Inner11sync_parent")),
         "no constant of the sync path listed"
     );
-}
-
-/// Runs a tool and returns its standard output, failing the test when it fails.
-fn stdout_of(command: &mut Command) -> String {
-    let out = command.output().expect("running a tool");
-    assert!(
-        out.status.success(),
-        "{command:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).expect("utf-8")
 }
 
 #[test]
