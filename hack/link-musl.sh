@@ -61,7 +61,7 @@ if [[ -f $order && ${#inputs[@]} -gt 0 ]]; then
     set -- -Wl,--symbol-ordering-file="$work/order" -Wl,--no-warn-symbol-ordering "$@"
 fi
 # Read-only data the same way: hack/rodata-order.txt names the input sections of .rodata a
-# controller reads (constants, string literals, jump tables; ~63 KiB), and a linker script
+# controller reads (constants, string literals, jump tables; ~66 KiB), and a linker script
 # inserted into the default layout (.rodata stays where lld puts it, before .eh_frame_hdr)
 # puts them first, then the merged constant and string pools (which cannot be split), then
 # everything else. Without it the constants a controller reads sat between cold data

@@ -22,6 +22,8 @@ import bisect
 import re
 import sys
 
+import perf_faults
+
 
 def rodata_sections(map_path):
     """(address, size, section name) of every input section in .rodata, by address."""
@@ -50,23 +52,6 @@ def lackey_offsets(path):
         return [int(line, 16) for line in f if line.strip()]
 
 
-def fault_offsets(path):
-    """Fault addresses in the binary's first (read-only) mapping, as offsets into the file."""
-    base, offsets = None, []
-    with open(path) as f:
-        for line in f:
-            if line.startswith("PERF_RECORD_MMAP"):
-                m = re.search(r"\[(0x[0-9a-f]+)\(0x[0-9a-f]+\) @ 0 .*r--p (\S+)$", line.rstrip())
-                if m and m.group(2).endswith("/metacontroller"):
-                    base = int(m.group(1), 16)
-            elif base is not None:
-                try:
-                    offsets.append(int(line.strip(), 16) - base)
-                except ValueError:
-                    pass
-    return offsets
-
-
 def main():
     args = sys.argv[1:]
     if len(args) < 3 or args[2] not in ("--reads", "--faults"):
@@ -81,7 +66,9 @@ def main():
         if arg in ("--reads", "--faults"):
             kind = arg
             continue
-        for offset in (lackey_offsets if kind == "--reads" else fault_offsets)(arg):
+        for offset in (
+            lackey_offsets(arg) if kind == "--reads" else perf_faults.file_offsets(arg, "r--p")
+        ):
             i = bisect.bisect_right(starts, offset) - 1
             if i >= 0 and offset < sections[i][0] + sections[i][1] and sections[i][2]:
                 read.add(i)

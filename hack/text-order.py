@@ -22,6 +22,8 @@ import subprocess
 import sys
 from collections import Counter
 
+import perf_faults
+
 def self_costs(path, costs):
     fn = None
     after_calls = False
@@ -79,28 +81,12 @@ def segments(binary):
 
 
 def faulted_addresses(path, loads):
-    """Virtual addresses (as in the binary) of the faults in its executable mapping."""
-    base, length, pgoff, addresses = None, 0, 0, []
-    with open(path) as f:
-        for line in f:
-            if line.startswith("PERF_RECORD_MMAP"):
-                m = re.search(
-                    r"\[(0x[0-9a-f]+)\((0x[0-9a-f]+)\) @ (0x[0-9a-f]+|0) .*r-xp (\S+)$", line.rstrip()
-                )
-                if m and m.group(4).endswith("/metacontroller"):
-                    base, length, pgoff = (int(m.group(i), 16) for i in (1, 2, 3))
-            elif base is not None:
-                try:
-                    address = int(line.strip(), 16)
-                except ValueError:
-                    continue
-                # Faults elsewhere (heap, stacks, the binary's data) are not code.
-                if not base <= address < base + length:
-                    continue
-                offset = address - base + pgoff
-                for file_offset, vaddr, size in loads:
-                    if file_offset <= offset < file_offset + size:
-                        addresses.append(offset - file_offset + vaddr)
+    """Virtual addresses (as in the binary) of the faults in its code mapping."""
+    addresses = []
+    for offset in perf_faults.file_offsets(path, "r-xp"):
+        for file_offset, vaddr, size in loads:
+            if file_offset <= offset < file_offset + size:
+                addresses.append(offset - file_offset + vaddr)
     return addresses
 
 
