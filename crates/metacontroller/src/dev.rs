@@ -74,7 +74,7 @@ pub async fn dev(args: DevArgs) -> anyhow::Result<()> {
     }
     println!("metacontroller dev: press Ctrl-C to stop");
 
-    let result = run::run(controller).await;
+    let result = Box::pin(run::run(controller)).await;
     server.shutdown().await;
     result
 }

@@ -52,10 +52,12 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    // The commands' futures are boxed so that the main thread's stack (resident for the
+    // process's lifetime once touched) never holds one: `block_on` polls this small future.
     let result = runtime.block_on(async move {
         match command {
-            Command::Run(args) => run::run(args).await,
-            Command::Dev(args) => dev::dev(args).await,
+            Command::Run(args) => Box::pin(run::run(args)).await,
+            Command::Dev(args) => Box::pin(dev::dev(args)).await,
             Command::Merge(args) => merge_cmd::run(&args),
             Command::Validate(args) => validate_cmd::run(&args).await,
             Command::Render(args) => render::run(&args).await,

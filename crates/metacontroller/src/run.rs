@@ -77,11 +77,12 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
             )
         })
         .transpose()?;
-    // Pinned out here, not moved into the select: dropping them would stop the reconcilers,
-    // cancelling running syncs, before the shutdown drain lets them finish.
-    let composite = run_composite(shared.clone(), &args);
-    let decorator = run_decorator(shared.clone(), &args);
-    tokio::pin!(composite, decorator);
+    // Kept out here, not moved into the select: dropping them would stop the reconcilers,
+    // cancelling running syncs, before the shutdown drain lets them finish. Boxed: inline,
+    // their ~40 KiB of state would make this future, and every stack frame that moves or
+    // polls it, as large (the main thread's stack is paid for in every replica's RSS).
+    let mut composite = Box::pin(run_composite(shared.clone(), &args));
+    let mut decorator = Box::pin(run_decorator(shared.clone(), &args));
     tokio::select! {
         result = &mut composite => result?,
         result = &mut decorator => result?,
