@@ -1,5 +1,9 @@
 //! The `metacontroller` binary: `run` (default), `dev`, `merge` and `validate`.
 
+// A future awaited inline is part of its caller's state and of every stack frame that moves
+// or polls it; the main thread's stack, once touched, stays resident (see `main`).
+#![warn(clippy::large_futures)]
+
 mod cli;
 mod client;
 mod dev;

@@ -77,12 +77,11 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
             )
         })
         .transpose()?;
-    // Kept out here, not moved into the select: dropping them would stop the reconcilers,
-    // cancelling running syncs, before the shutdown drain lets them finish. Boxed: inline,
-    // their ~40 KiB of state would make this future, and every stack frame that moves or
-    // polls it, as large (the main thread's stack is paid for in every replica's RSS).
-    let mut composite = Box::pin(run_composite(shared.clone(), &args));
-    let mut decorator = Box::pin(run_decorator(shared.clone(), &args));
+    // Pinned out here, not moved into the select: dropping them would stop the reconcilers,
+    // cancelling running syncs, before the shutdown drain lets them finish.
+    let composite = run_composite(shared.clone(), &args);
+    let decorator = run_decorator(shared.clone(), &args);
+    tokio::pin!(composite, decorator);
     tokio::select! {
         result = &mut composite => result?,
         result = &mut decorator => result?,
@@ -574,7 +573,9 @@ async fn refresh(client: &Client, resources: &mut metacontroller_dynamic::Resour
 async fn run_composite(shared: Shared, args: &ControllerArgs) -> anyhow::Result<()> {
     use metacontroller_api::composite::CompositeController;
     use metacontroller_controllers::composite;
-    run_controllers(
+    // Boxed: inline, run_controllers' ~25 KiB of state would be this future's, and `run`'s,
+    // moved and polled on the main thread's stack.
+    Box::pin(run_controllers(
         &shared,
         args,
         |cc: &CompositeController| serde_json::to_value(&cc.spec).unwrap_or_default(),
@@ -597,7 +598,7 @@ async fn run_composite(shared: Shared, args: &ControllerArgs) -> anyhow::Result<
             })
         },
         composite::CompositeHandle::stop,
-    )
+    ))
     .await
 }
 
@@ -605,7 +606,7 @@ async fn run_composite(shared: Shared, args: &ControllerArgs) -> anyhow::Result<
 async fn run_decorator(shared: Shared, args: &ControllerArgs) -> anyhow::Result<()> {
     use metacontroller_api::decorator::DecoratorController;
     use metacontroller_controllers::decorator;
-    run_controllers(
+    Box::pin(run_controllers(
         &shared,
         args,
         |dc: &DecoratorController| serde_json::to_value(&dc.spec).unwrap_or_default(),
@@ -621,7 +622,7 @@ async fn run_decorator(shared: Shared, args: &ControllerArgs) -> anyhow::Result<
             .map_err(StartFailure::create_error)
         },
         decorator::DecoratorHandle::stop,
-    )
+    ))
     .await
 }
 
