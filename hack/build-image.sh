@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the container image offline and proves it runs:
 #   1. a static binary (x86_64-unknown-linux-musl, profile `dist`: fat LTO, opt-level s) with cargo,
-#      linked by hack/link-musl.sh (lld, hot functions together) and checked that the order held,
+#      linked by hack/link-musl.sh (lld, hot functions together) and checked that the order held
+#      and that it is not position-independent,
 #   2. the image from ./Dockerfile with buildah (BINARY_SOURCE=prebuilt: no base image to
 #      pull, the builder stage is skipped), saved as an OCI layout,
 #   3. the image unpacked with umoci and the binary started from its root filesystem with
@@ -34,6 +35,12 @@ cargo build --profile dist --locked --target "$TARGET" -p metacontroller --bin m
 # A static executable has no program interpreter (PT_INTERP) and needs no shared libraries.
 if readelf -l "$BINARY" | grep -q 'Requesting program interpreter'; then
     echo "$BINARY is dynamically linked" >&2
+    exit 1
+fi
+# A plain executable, not a static PIE (.cargo/config.toml: relocation-model=static): a PIE
+# relocates its pointer tables at start and every process then holds them as private memory.
+if ! readelf -h "$BINARY" | grep -q 'Type:[[:space:]]*EXEC'; then
+    echo "$BINARY is position-independent (RUSTFLAGS replaces .cargo/config.toml's rustflags?)" >&2
     exit 1
 fi
 ls -l "$BINARY"

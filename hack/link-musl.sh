@@ -89,11 +89,11 @@ if [[ -n ${LINK_MUSL_MAP:-} ]]; then
     # For hack/profile-rodata-order.sh: where each input section landed.
     set -- -Wl,-Map="$LINK_MUSL_MAP" "$@"
 fi
-# Relative relocations packed (DT_RELR, which musl's static-PIE start code applies): a position-
-# independent executable carries one relocation per absolute pointer in its data (vtables,
-# string tables), read once at start and never again, but in RELA form (24 bytes each) they
-# filled 572 KiB of the read-only segment that every process faulted in; RELR packs them into
-# bitmaps of a few KiB. ASLR of the executable stays.
+# The image's build is position-dependent (.cargo/config.toml: no relocations at all, and the
+# pointer tables are plain .rodata that the order above covers too). A position-independent
+# link (RUSTFLAGS replacing that setting) gets its relative relocations packed (DT_RELR, which
+# musl's static-PIE start code applies): in RELA form (24 bytes each) they filled 572 KiB of
+# the read-only segment that every process faulted in; RELR packs them into a few KiB.
 link() { cc -fuse-ld=lld -B"$gcc_ld" -Wl,-z,pack-relative-relocs "$@"; }
 # A layout must never fail a link (the script needs an .eh_frame_hdr to insert before, which
 # every Rust link has): if the link with it fails, link again without it.

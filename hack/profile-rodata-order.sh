@@ -60,13 +60,24 @@ settle() {
 }
 
 link
+# Where the traced process has the binary's file offset 0 (hack/rodata-trace.c): the image's
+# build is position-dependent and loads where its first segment says; valgrind maps a PIE at
+# 0x108000.
+first_load=$(readelf -lW "$WORK/metacontroller" | awk '$1 == "LOAD" { print $2, $3; exit }')
+read -r load_offset load_address <<<"$first_load"
+trace_base=$(( load_address - load_offset ))
+readelf -h "$WORK/metacontroller" | grep -q 'Type:[[:space:]]*EXEC' || trace_base=$(( trace_base + 0x108000 ))
+trace_base=$(printf '%x' "$trace_base")
 # The harness SIGKILLs what it starts; with exec that is valgrind itself, and the filter then
-# sees the end of its input and writes what it recorded.
-wrapper "exec valgrind --tool=lackey --trace-mem=yes --log-fd=9 \"$WORK/metacontroller\" \"\${args[@]}\" 9> >(\"$WORK/rodata-trace\" \"$WORK/reads.\$\$\")" >"$WORK/lackey"
+# sees the end of its input and writes what it recorded. Under lackey a replica runs ~100
+# times slower: with the default shard Lease timings its renewals miss their deadline, the
+# others take its shards over and the harness sees handoff writes in its quiet period (and
+# stops). Timings scaled up keep the slow replicas members; the paths run are the same.
+wrapper "exec valgrind --tool=lackey --trace-mem=yes --log-fd=9 \"$WORK/metacontroller\" \"\${args[@]}\" --shard-lease-duration=10m --shard-renew-deadline=8m --shard-retry-period=10s 9> >(\"$WORK/rodata-trace\" \"$WORK/reads.\$\$\" $trace_base)" >"$WORK/lackey"
 chmod +x "$WORK/lackey"
 target/release/examples/shard_load --binary "$WORK/lackey" --parents 30 --replicas 1,3 --hook-delay-ms 5
 settle
-python3 hack/rodata-order.py hack/rodata-order.txt "$WORK/link.map" --reads "$WORK"/reads.*
+python3 hack/rodata-order.py --binary "$WORK/metacontroller" hack/rodata-order.txt "$WORK/link.map" --reads "$WORK"/reads.*
 
 # perf runs the controller as its child. The harness SIGKILLs the wrapper when it is done with
 # a process; perf then gets SIGTERM (its parent-death signal), ends the controller and writes
@@ -83,6 +94,6 @@ for round in $(seq "${ROUNDS:-2}"); do
         perf script -i "$f" --show-mmap-events -F addr >"$f.txt" 2>/dev/null || true
     done
     echo "== round $round"
-    python3 hack/rodata-order.py hack/rodata-order.txt "$WORK/link.map" --faults "$WORK"/faults.*.txt
+    python3 hack/rodata-order.py --binary "$WORK/metacontroller" hack/rodata-order.txt "$WORK/link.map" --faults "$WORK"/faults.*.txt
     python3 hack/text-order.py --binary "$WORK/metacontroller" --faults hack/text-order.txt "$WORK"/faults.*.txt
 done

@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
 """Updates hack/rodata-order.txt: the input sections of .rodata a controller reads.
 
-Usage: rodata-order.py LIST LINK_MAP [--reads TRACE...] [--faults PERF_SCRIPT...]
+Usage: rodata-order.py [--binary BINARY] LIST LINK_MAP [--reads TRACE...] [--faults PERF_SCRIPT...]
 
-LINK_MAP is lld's -Map of the profiled binary (where every input section landed). Two kinds
-of evidence name a section as read:
+LINK_MAP is lld's -Map of the profiled binary (where every input section landed). Both kinds
+of evidence are file offsets; BINARY's segments turn them into the map's addresses (without
+it they are taken as addresses, as in a PIE whose first segment is at 0). Two kinds of
+evidence name a section as read:
 - --reads: files of offsets hack/rodata-trace.c wrote from valgrind lackey's trace of one
   process (every word a load touched; a small run under valgrind);
 - --faults: `perf script --show-mmap-events -F addr` of `perf record -e page-faults -d` of a
@@ -54,6 +56,10 @@ def lackey_offsets(path):
 
 def main():
     args = sys.argv[1:]
+    loads = None
+    if args[:1] == ["--binary"] and len(args) > 1:
+        loads = perf_faults.segments(args[1])
+        args = args[2:]
     if len(args) < 3 or args[2] not in ("--reads", "--faults"):
         sys.exit(__doc__)
     out, map_path = args[0], args[1]
@@ -66,9 +72,10 @@ def main():
         if arg in ("--reads", "--faults"):
             kind = arg
             continue
-        for offset in (
+        offsets = (
             lackey_offsets(arg) if kind == "--reads" else perf_faults.file_offsets(arg, "r--p")
-        ):
+        )
+        for offset in offsets if loads is None else perf_faults.addresses(offsets, loads):
             i = bisect.bisect_right(starts, offset) - 1
             if i >= 0 and offset < sections[i][0] + sections[i][1] and sections[i][2]:
                 read.add(i)

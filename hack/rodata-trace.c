@@ -3,30 +3,33 @@
  * and writes, to the file named by argv[1], the offset in the executable of every 8-byte word
  * of it that a load touched (merged with what the file already lists: one file per process).
  *
- * valgrind maps a position-independent executable at 0x108000 on amd64; offsets below SPAN
+ * argv[2] is the address of the executable's file offset 0 in the traced process (hex): the
+ * first PT_LOAD's address minus its offset for a position-dependent executable, 0x108000 (where
+ * valgrind maps a position-independent one on amd64) plus that for a PIE. Offsets below SPAN
  * cover the binary's read-only segments.
  */
 #include <stdio.h>
 #include <stdlib.h>
 
-#define BASE 0x108000UL
 #define SPAN 0x4000000UL
 
 static unsigned char seen[SPAN / 8];
+static unsigned long base;
 
 static void mark(unsigned long addr) {
-    if (addr >= BASE && addr < BASE + SPAN) seen[(addr - BASE) / 8] = 1;
+    if (addr >= base && addr < base + SPAN) seen[(addr - base) / 8] = 1;
 }
 
 int main(int argc, char **argv) {
-    if (argc != 2) {
-        fprintf(stderr, "usage: rodata-trace OUT < lackey-trace\n");
+    char *rest;
+    if (argc != 3 || (base = strtoul(argv[2], &rest, 16), *rest != '\0')) {
+        fprintf(stderr, "usage: rodata-trace OUT BASE < lackey-trace\n");
         return 2;
     }
     FILE *old = fopen(argv[1], "r");
     if (old) {
         unsigned long offset;
-        while (fscanf(old, "%lx", &offset) == 1) mark(BASE + offset);
+        while (fscanf(old, "%lx", &offset) == 1) mark(base + offset);
         fclose(old);
     }
     char line[256];

@@ -67,27 +67,9 @@ def text_symbols(binary):
     return names, defined
 
 
-def segments(binary):
-    """(file offset, virtual address, size in file) of each LOAD segment of BINARY."""
-    listing = subprocess.run(
-        ["readelf", "-lW", binary], capture_output=True, text=True, check=True
-    ).stdout
-    loads = []
-    for line in listing.splitlines():
-        parts = line.split()
-        if parts[:1] == ["LOAD"]:
-            loads.append((int(parts[1], 16), int(parts[2], 16), int(parts[4], 16)))
-    return loads
-
-
 def faulted_addresses(path, loads):
     """Virtual addresses (as in the binary) of the faults in its code mapping."""
-    addresses = []
-    for offset in perf_faults.file_offsets(path, "r-xp"):
-        for file_offset, vaddr, size in loads:
-            if file_offset <= offset < file_offset + size:
-                addresses.append(offset - file_offset + vaddr)
-    return addresses
+    return perf_faults.addresses(perf_faults.file_offsets(path, "r-xp"), loads)
 
 
 def append_faulted(binary, listed_path, perf_scripts):
@@ -105,7 +87,7 @@ def append_faulted(binary, listed_path, perf_scripts):
     starts = sorted(functions)
     with open(listed_path) as f:
         listed = {l.strip() for l in f if l.strip() and not l.startswith("#")}
-    loads = segments(binary)
+    loads = perf_faults.segments(binary)
     new = []
     for path in perf_scripts:
         for address in faulted_addresses(path, loads):

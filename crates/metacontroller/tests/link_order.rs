@@ -126,6 +126,28 @@ fn the_committed_list_is_a_profile_of_the_controller() {
     }
 }
 
+/// The image's binary is a plain static executable, not a static PIE (`.cargo/config.toml`):
+/// a PIE relocates its pointer tables when it starts, and every process then holds them as
+/// private memory. `hack/build-image.sh` checks the built binary's ELF type.
+#[test]
+fn the_image_binary_is_built_without_load_time_relocations() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.cargo/config.toml");
+    let config = std::fs::read_to_string(&path).expect("reading .cargo/config.toml");
+    let section = config
+        .split("[target.x86_64-unknown-linux-musl]")
+        .nth(1)
+        .expect("no [target.x86_64-unknown-linux-musl] table in .cargo/config.toml");
+    let section = section.split("\n[").next().unwrap_or(section);
+    let rustflags = section
+        .lines()
+        .find(|l| l.trim_start().starts_with("rustflags"))
+        .expect("the musl target has no rustflags");
+    assert!(
+        rustflags.contains(r#""relocation-model=static""#),
+        "the musl target is not built with -C relocation-model=static: {rustflags}"
+    );
+}
+
 /// Links a small C program with `hack/link-musl.sh` for this machine (the script only needs
 /// the toolchain's lld, which every Rust toolchain ships) with `rodata_order` as the read-only
 /// data list, and returns the addresses of its three constants.
@@ -136,10 +158,37 @@ fn linked_rodata(rodata_order: &str) -> [u64; 3] {
 /// [`linked_rodata`] with extra flags for the link.
 fn linked_rodata_with(rodata_order: &str, link_flags: &[&str]) -> [u64; 3] {
     let dir = tempfile::tempdir().expect("temp dir");
-    let source = dir.path().join("data.c");
-    let object = dir.path().join("data.o");
-    let binary = dir.path().join("data");
-    let list = dir.path().join("rodata-order.txt");
+    let binary = link_rodata_program(dir.path(), rodata_order, "-fPIE", "-pie", link_flags);
+    let symbols = stdout_of(Command::new("nm").arg(&binary));
+    ["cold_before", "hot_data", "cold_after"].map(|name| symbol_address(&symbols, name))
+}
+
+/// The address `nm`'s listing `symbols` gives `name`.
+fn symbol_address(symbols: &str, name: &str) -> u64 {
+    symbols
+        .lines()
+        .find_map(|l| {
+            let mut fields = l.split_whitespace();
+            let address = fields.next()?;
+            (fields.nth(1)? == name).then(|| u64::from_str_radix(address, 16).ok())?
+        })
+        .unwrap_or_else(|| panic!("{name} not in the linked binary:\n{symbols}"))
+}
+
+/// Compiles the three-constant program in `dir` with `code_model` (`-fPIE`, `-fno-pie`) and
+/// links it with `hack/link-musl.sh` (`link_model`: `-pie`, `-no-pie`), `rodata_order` as the
+/// read-only data list and lld's map in `dir/link.map`; returns the binary.
+fn link_rodata_program(
+    dir: &Path,
+    rodata_order: &str,
+    code_model: &str,
+    link_model: &str,
+    link_flags: &[&str],
+) -> PathBuf {
+    let source = dir.join("data.c");
+    let object = dir.join("data.o");
+    let binary = dir.join("data");
+    let list = dir.join("rodata-order.txt");
     // Each constant in its own section (.rodata.<name>), as rustc emits them.
     std::fs::write(
         &source,
@@ -151,7 +200,7 @@ fn linked_rodata_with(rodata_order: &str, link_flags: &[&str]) -> [u64; 3] {
     .expect("writing data.c");
     std::fs::write(&list, rodata_order).expect("writing the list");
     let cc = Command::new("cc")
-        .args(["-O1", "-fdata-sections", "-fPIE", "-c", "-o"])
+        .args(["-O1", "-fdata-sections", code_model, "-c", "-o"])
         .arg(&object)
         .arg(&source)
         .status()
@@ -160,28 +209,14 @@ fn linked_rodata_with(rodata_order: &str, link_flags: &[&str]) -> [u64; 3] {
     stdout_of(
         Command::new(hack("link-musl.sh"))
             .env("LINK_MUSL_RODATA_ORDER", &list)
-            .arg("-pie")
+            .env("LINK_MUSL_MAP", dir.join("link.map"))
+            .arg(link_model)
             .args(link_flags)
             .arg("-o")
             .arg(&binary)
             .arg(&object),
     );
-    let symbols = stdout_of(Command::new("nm").arg(&binary));
-    let address = |name: &str| {
-        symbols
-            .lines()
-            .find_map(|l| {
-                let mut fields = l.split_whitespace();
-                let address = fields.next()?;
-                (fields.nth(1)? == name).then(|| u64::from_str_radix(address, 16).ok())?
-            })
-            .unwrap_or_else(|| panic!("{name} not in the linked binary:\n{symbols}"))
-    };
-    [
-        address("cold_before"),
-        address("hot_data"),
-        address("cold_after"),
-    ]
+    binary
 }
 
 #[test]
@@ -354,6 +389,50 @@ fn rodata_list_after(evidence: &str) -> Vec<String> {
         .filter(|l| !l.starts_with('#'))
         .map(str::to_string)
         .collect()
+}
+
+/// The image's binary is position-dependent: lld loads it at 0x200000, so the file offsets a
+/// trace or a perf round records are not the link map's addresses. `rodata-order.py --binary`
+/// translates them through the binary's segments.
+#[test]
+fn evidence_in_file_offsets_names_the_section_of_a_position_dependent_link() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let binary = link_rodata_program(dir.path(), "", "-fno-pie", "-no-pie", &[]);
+    let symbols = stdout_of(Command::new("nm").arg(&binary));
+    let hot = symbol_address(&symbols, "hot_data");
+    let segments = stdout_of(Command::new("readelf").arg("-lW").arg(&binary));
+    let offset = segments
+        .lines()
+        .filter_map(|l| {
+            let fields: Vec<&str> = l.split_whitespace().collect();
+            let hex = |i: usize| u64::from_str_radix(fields[i].trim_start_matches("0x"), 16).ok();
+            (fields.first() == Some(&"LOAD")).then(|| Some((hex(1)?, hex(2)?, hex(4)?)))?
+        })
+        .find(|&(_, vaddr, size)| vaddr <= hot && hot < vaddr + size)
+        .map(|(file_offset, vaddr, _)| hot - vaddr + file_offset)
+        .expect("hot_data is in no LOAD segment");
+    assert_ne!(
+        offset, hot,
+        "a position-dependent link's addresses are not its offsets"
+    );
+    let reads = dir.path().join("reads");
+    std::fs::write(&reads, format!("{offset:x}\n")).expect("writing the trace");
+    let list = dir.path().join("rodata-order.txt");
+    stdout_of(
+        Command::new("python3")
+            .arg(hack("rodata-order.py"))
+            .arg("--binary")
+            .arg(&binary)
+            .arg(&list)
+            .arg(dir.path().join("link.map"))
+            .arg("--reads")
+            .arg(&reads),
+    );
+    let listed = std::fs::read_to_string(&list).expect("reading the list");
+    assert!(
+        listed.lines().any(|l| l == ".rodata.hot_data"),
+        "the read constant is not listed:\n{listed}"
+    );
 }
 
 #[test]
