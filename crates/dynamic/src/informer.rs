@@ -382,6 +382,9 @@ pub struct InformerConfig {
     pub flush_interval: Option<Duration>,
     /// The retention filter of a sharded replica (`None`: keep every object).
     pub keep_keys: Option<KeepKeys>,
+    /// Runs the informer drivers, so that one ending or panicking stops the process
+    /// (`None`: plain tasks, as in tests and one-shot commands).
+    pub supervisor: Option<crate::Supervisor>,
 }
 
 /// A running list+watch of one resource (all namespaces). Dropping it stops the watch.
@@ -442,7 +445,14 @@ impl Informer {
             relisted: tokio::sync::watch::channel(0).0,
         });
         let api: Api<DynamicObject> = Api::all_with(client, &kube_resource(&resource));
-        let task = tokio::spawn(run(api, shared.clone(), resource.id(), config));
+        let id = resource.id();
+        let task = match config.supervisor.clone() {
+            Some(supervisor) => {
+                let name = format!("informer/{}/{}", id.api_version, id.resource);
+                supervisor.spawn(name, run(api, shared.clone(), id, config))
+            }
+            None => tokio::spawn(run(api, shared.clone(), id, config)),
+        };
         Informer {
             resource,
             shared,

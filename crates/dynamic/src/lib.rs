@@ -18,6 +18,7 @@
 //!   our creates/deletes, and read our own writes until the informer delivers them;
 //! - [`schemas`]: the schemas the apply engine merges children with (CRD informer +
 //!   lazily fetched OpenAPI v3 per group-version);
+//! - [`supervise`]: background tasks whose unexpected end stops the process;
 //! - [`rate`]: token buckets for API requests and per-object Events;
 //! - [`object`]: metadata access for `serde_json::Value` and `kube::core::DynamicObject`, and
 //!   the `namespace/name` key.
@@ -36,6 +37,7 @@ pub mod registry;
 pub mod schemas;
 pub mod selector;
 pub mod store;
+pub mod supervise;
 pub mod workqueue;
 
 pub use compact::CompactObject;
@@ -55,4 +57,5 @@ pub use selector::{
     ObjectSelector, Operator, Requirement, Selector, SelectorError, CONTROLLER_UID_LABEL,
 };
 pub use store::{Change, Store};
+pub use supervise::{Supervisor, TaskEnd};
 pub use workqueue::{Backoff, Priority, QueueMetrics, WorkQueue};

@@ -58,19 +58,30 @@ pub async fn bind(flag: &str, addr: &ListenAddr) -> anyhow::Result<Option<TcpLis
     Ok(Some(listener))
 }
 
-/// The HTTP servers of the process (metrics, probes); stopped when dropped.
-#[derive(Default)]
+/// The HTTP servers of the process (metrics, probes); stopped when dropped. Each runs as a
+/// supervised task: a server that stops serving stops the process.
 pub struct Servers {
+    supervisor: metacontroller_dynamic::Supervisor,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
 impl Servers {
+    /// No servers yet; those started run under `supervisor`.
+    pub fn new(supervisor: metacontroller_dynamic::Supervisor) -> Servers {
+        Servers {
+            supervisor,
+            tasks: Vec::new(),
+        }
+    }
+
     /// Serves `router` on the address of `--flag=value`, logging the bound address
     /// (`serving <what>`, with `address=`). A malformed flag is an error; an address that
     /// cannot be bound (port in use, no permission) is logged and the process goes on
-    /// without that server, so monitoring trouble never stops the controllers.
+    /// without that server, so monitoring trouble never stops the controllers. A server that
+    /// stops once it serves is supervised task `task`.
     pub async fn serve(
         &mut self,
+        task: &str,
         flag: &str,
         value: &str,
         what: &str,
@@ -94,7 +105,7 @@ impl Servers {
             .unwrap_or_else(|_| value.to_owned());
         tracing::info!(address = %local, "serving {what}");
         let what = what.to_owned();
-        self.tasks.push(tokio::spawn(async move {
+        self.tasks.push(self.supervisor.spawn(task, async move {
             if let Err(err) = axum::serve(listener, router).await {
                 tracing::error!(error = %err, "{what} server stopped");
             }

@@ -41,11 +41,14 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
     // One registry for the whole process; every part registers its families here.
     let registry = crate::metrics::registry()?;
     let readiness = crate::health::Readiness::default();
-    let _servers = serve(&args, &registry, &readiness).await?;
+    // Every long-lived task runs under it: one ending or panicking stops the process.
+    let supervisor = metacontroller_dynamic::Supervisor::default();
+    let _servers = serve(&args, &registry, &readiness, &supervisor).await?;
     let client = crate::client::client(&args, &registry).await?;
     tokio::select! {
         result = discover_controllers(&client, &args) => result?,
         _ = crate::shutdown::signal() => return Ok(()),
+        end = supervisor.failed() => return Err(anyhow::anyhow!(end)),
     }
     // With leader election the gate opens only while this replica holds the Lease; the
     // controllers below run either way, so a standby keeps its caches warm.
@@ -63,9 +66,11 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
         &registry,
         readiness,
         replica,
+        &supervisor,
     )?;
-    let leader = leader
-        .map(|config| crate::shutdown::LeaderTask::spawn(client.clone(), config, gate.clone()));
+    let leader = leader.map(|config| {
+        crate::shutdown::LeaderTask::spawn(client.clone(), config, gate.clone(), &supervisor)
+    });
     let sharding = sharding
         .map(|config| {
             crate::shard::ShardTask::spawn(
@@ -74,6 +79,7 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
                 gate.clone(),
                 shared.informers.clone(),
                 &registry,
+                &supervisor,
             )
         })
         .transpose()?;
@@ -82,16 +88,35 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
     let composite = run_composite(shared.clone(), &args);
     let decorator = run_decorator(shared.clone(), &args);
     tokio::pin!(composite, decorator);
-    tokio::select! {
-        result = &mut composite => result?,
-        result = &mut decorator => result?,
-        signal = crate::shutdown::signal() => tracing::info!(signal, "shutdown requested"),
+    let failure = tokio::select! {
+        result = &mut composite => Some(unexpected_end("CompositeController", result)),
+        result = &mut decorator => Some(unexpected_end("DecoratorController", result)),
+        end = supervisor.failed() => Some(anyhow::anyhow!(end)),
+        signal = crate::shutdown::signal() => {
+            tracing::info!(signal, "shutdown requested");
+            None
+        }
+    };
+    // Tasks ending from here on are part of the shutdown. After a failure the same bounded
+    // path runs (gate closed first), and the process then exits non-zero.
+    supervisor.stopping();
+    if let Some(err) = &failure {
+        tracing::error!(error = %format!("{err:#}"), "stopping: the process cannot go on syncing");
     }
     crate::shutdown::graceful(&gate, &shared.events, leader, sharding).await;
     if !shared.hooks.flush_recordings(RECORDING_FLUSH_TIMEOUT).await {
         tracing::warn!(timeout = ?RECORDING_FLUSH_TIMEOUT, "--record-hooks: some recordings were not written before exit");
     }
-    Ok(())
+    failure.map_or(Ok(()), Err)
+}
+
+/// The error for a controller watch loop that returned: they run until shutdown, so even a
+/// clean return means this process no longer follows its controller objects.
+fn unexpected_end(kind: &str, result: anyhow::Result<()>) -> anyhow::Error {
+    match result {
+        Ok(()) => anyhow::anyhow!("the {kind} watch ended"),
+        Err(err) => err.context(format!("running {kind} objects")),
+    }
 }
 
 /// Starts the metrics and probe servers (each off when its flag is `0`).
@@ -99,16 +124,25 @@ async fn serve(
     args: &ControllerArgs,
     registry: &prometheus::Registry,
     readiness: &crate::health::Readiness,
+    supervisor: &metacontroller_dynamic::Supervisor,
 ) -> anyhow::Result<crate::listen::Servers> {
-    let mut servers = crate::listen::Servers::default();
+    let mut servers = crate::listen::Servers::new(supervisor.clone());
     let metrics = crate::metrics::router(registry.clone());
+    let flag = "metrics-address";
     servers
-        .serve("metrics-address", &args.metrics_address, "metrics", metrics)
+        .serve(
+            "metrics-server",
+            flag,
+            &args.metrics_address,
+            "metrics",
+            metrics,
+        )
         .await?;
     let probes = crate::health::router(readiness.clone());
     let flag = "health-probe-bind-address";
     servers
         .serve(
+            "probe-server",
             flag,
             &args.health_probe_bind_address,
             "health probes",
@@ -208,6 +242,7 @@ impl Shared {
         registry: &prometheus::Registry,
         readiness: crate::health::Readiness,
         replica: Option<String>,
+        supervisor: &metacontroller_dynamic::Supervisor,
     ) -> anyhow::Result<Shared> {
         let informers = metacontroller_dynamic::Informers::new(
             client.clone(),
@@ -218,6 +253,7 @@ impl Shared {
                     let gate = gate.clone();
                     metacontroller_dynamic::KeepKeys::new(move |key| gate.retains_key(key))
                 }),
+                supervisor: Some(supervisor.clone()),
             },
         );
         crate::metrics::register_informers(registry, informers.clone())?;

@@ -266,18 +266,22 @@ impl ShardTask {
         gate: SyncGate,
         informers: Informers,
         registry: &Registry,
+        supervisor: &metacontroller_dynamic::Supervisor,
     ) -> anyhow::Result<ShardTask> {
         let metrics = ShardMetrics::register(registry)?;
         let (stop, stop_rx) = watch::channel(false);
         let api: Api<Lease> = Api::namespaced(client, &config.namespace);
         let observed = Observed::default();
         let wake = Arc::new(Notify::new());
-        let watch_task = tokio::spawn(watch_members(
-            api.clone(),
-            config.group.clone(),
-            observed.clone(),
-            wake.clone(),
-        ));
+        let watch_task = supervisor.spawn(
+            "shard-members-watch",
+            watch_members(
+                api.clone(),
+                config.group.clone(),
+                observed.clone(),
+                wake.clone(),
+            ),
+        );
         let coordinator = Coordinator {
             api,
             config,
@@ -296,7 +300,7 @@ impl ShardTask {
             silent: Vec::new(),
             ahead: HashMap::new(),
         };
-        let task = tokio::spawn(coordinator.run(stop_rx));
+        let task = supervisor.spawn("shard-coordinator", coordinator.run(stop_rx));
         Ok(ShardTask { stop, task })
     }
 

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use metacontroller_controllers::events::EventRecorder;
-use metacontroller_dynamic::SyncGate;
+use metacontroller_dynamic::{Supervisor, SyncGate};
 use tokio::sync::watch;
 
 use crate::leader::{Elector, LeaderConfig};
@@ -48,9 +48,16 @@ pub struct LeaderTask {
 
 impl LeaderTask {
     /// Starts competing for the Lease; the elector opens `gate` while this replica leads.
-    pub fn spawn(client: kube::Client, config: LeaderConfig, gate: SyncGate) -> LeaderTask {
+    /// Supervised as task `leader-election`.
+    pub fn spawn(
+        client: kube::Client,
+        config: LeaderConfig,
+        gate: SyncGate,
+        supervisor: &Supervisor,
+    ) -> LeaderTask {
         let (stop, stop_rx) = watch::channel(false);
-        let task = tokio::spawn(Elector::new(client, config, gate).run(stop_rx));
+        let elector = Elector::new(client, config, gate).run(stop_rx);
+        let task = supervisor.spawn("leader-election", elector);
         LeaderTask { stop, task }
     }
 

@@ -30,6 +30,7 @@ pub fn writer(args: &RenderArgs, cluster: &Cluster) -> Writer {
             InformerConfig {
                 flush_interval: None,
                 keep_keys: None,
+                supervisor: None,
             },
         );
         Schemas::new(
