@@ -1,0 +1,181 @@
+//! Supervised background tasks: when an informer driver, the leader elector, the shard
+//! coordinator or the metrics server ends or panics, the real binary closes its gate, runs
+//! the bounded shutdown and exits non-zero (so Kubernetes restarts it), instead of syncing on
+//! with a stale cache or gate.
+//!
+//! The faults come from the test-only variable `METACONTROLLER_TEST_FAULT_TASK`
+//! (`panic:<task>` / `end:<task>`, see `metacontroller_dynamic::supervise`). Runs on both
+//! servers.
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, PostParams};
+use kube::core::DynamicObject;
+use metacontroller_api::composite::CompositeController;
+use metacontroller_testkit::{
+    eventually_within, unique_name, ControllerProcess, CrdBuilder, HookReply, HookServer,
+    TestCluster,
+};
+use serde_json::json;
+
+/// Generous: the shutdown path is bounded by its drain, Event flush and Lease release steps.
+const EXIT_WITHIN: Duration = Duration::from_secs(60);
+
+struct Setup {
+    cluster: TestCluster,
+    ns: String,
+    label: String,
+    parent: CrdBuilder,
+    hook: HookServer,
+}
+
+impl Setup {
+    /// A cluster with one CompositeController (ConfigMap children) and one parent.
+    async fn new() -> Setup {
+        let cluster = TestCluster::start().await;
+        cluster.install_metacontroller_crds().await;
+        let ns = cluster.create_namespace("supervise").await;
+        let hook = HookServer::start(|_, req| {
+            let name = req["parent"]["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default();
+            HookReply::json(json!({
+                "children": [{"apiVersion": "v1", "kind": "ConfigMap",
+                              "metadata": {"name": format!("{name}-cm")},
+                              "data": {"k": "v"}}],
+            }))
+        })
+        .await;
+        let parent = cluster.install_parent_crd("supervise").await;
+        let label = unique_name("team");
+        let setup = Setup {
+            cluster,
+            ns,
+            label,
+            parent,
+            hook,
+        };
+        setup.controller("v1", "configmaps").await;
+        setup.create_parent("p1").await;
+        setup
+    }
+
+    async fn controller(&self, api_version: &str, resource: &str) {
+        let _: CompositeController = self
+            .cluster
+            .create_controller(&unique_name("sup"), &self.label, json!({
+                "generateSelector": true,
+                "parentResource": {"apiVersion": self.parent.api_version(), "resource": self.parent.plural()},
+                "childResources": [{"apiVersion": api_version, "resource": resource}],
+                "hooks": {"sync": {"webhook": {"url": self.hook.url("/sync")}}},
+            }))
+            .await;
+    }
+
+    async fn create_parent(&self, name: &str) {
+        let api: Api<DynamicObject> = self.parent.api(self.cluster.client(), Some(&self.ns));
+        let obj: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": self.parent.api_version(), "kind": self.parent.kind(),
+            "metadata": {"name": name, "namespace": self.ns},
+            "spec": {},
+        }))
+        .unwrap();
+        api.create(&PostParams::default(), &obj).await.unwrap();
+    }
+
+    /// The binary with `fault` injected and `extra` flags.
+    fn start(&self, fault: &str, extra: &[&str]) -> ControllerProcess {
+        let mut args = vec![
+            "run".to_string(),
+            "--kubeconfig".to_string(),
+            self.cluster.kubeconfig_path().display().to_string(),
+            "--discovery-interval=500ms".to_string(),
+            format!("--target-label-selector=team={}", self.label),
+            "--health-probe-bind-address=0".to_string(),
+        ];
+        args.extend(extra.iter().map(|s| s.to_string()));
+        ControllerProcess::start_with_env(
+            env!("CARGO_BIN_EXE_metacontroller"),
+            args,
+            [
+                ("POD_NAMESPACE", self.ns.clone()),
+                ("METACONTROLLER_TEST_FAULT_TASK", fault.to_string()),
+                ("RUST_LOG", "warn,metacontroller=info".to_string()),
+            ],
+        )
+    }
+}
+
+/// Waits for `process` to exit and checks it failed because of `task`; a failure once the
+/// controllers run also takes the shutdown path (gate closed, syncs drained).
+fn assert_failed_because_of(process: &mut ControllerProcess, task: &str, running: bool) {
+    let status = process.wait_exit(EXIT_WITHIN).unwrap_or_else(|| {
+        panic!(
+            "still running {EXIT_WITHIN:?} after {task} failed:\n{}",
+            process.logs()
+        )
+    });
+    let logs = process.logs();
+    assert!(!status.success(), "exit status {status}:\n{logs}");
+    let line = logs
+        .lines()
+        .find(|l| l.contains("background task ended unexpectedly"))
+        .unwrap_or_else(|| panic!("no supervision error line:\n{logs}"));
+    assert!(line.contains(task), "wrong task in {line:?}");
+    if running {
+        assert!(logs.contains("shutting down: no new syncs"), "{logs}");
+        assert!(logs.contains("shutdown complete"), "{logs}");
+    }
+}
+
+/// A syncing process whose newly started informer panics stops and exits non-zero.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panicking_informer_stops_a_syncing_process() {
+    let setup = Setup::new().await;
+    let mut process = setup.start("panic:informer/v1/secrets", &["--metrics-address=0"]);
+    let configmaps: Api<ConfigMap> = Api::namespaced(setup.cluster.client(), &setup.ns);
+    eventually_within("the parent synced", Duration::from_secs(60), || async {
+        configmaps.get_opt("p1-cm").await.ok().flatten().is_some()
+    })
+    .await;
+    assert!(
+        process.wait_exit(Duration::ZERO).is_none(),
+        "{}",
+        process.logs()
+    );
+    // A second controller needs a Secret informer: the one that panics.
+    setup.controller("v1", "secrets").await;
+    assert_failed_because_of(&mut process, "informer/v1/secrets", true);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panicking_leader_elector_stops_the_process() {
+    let setup = Setup::new().await;
+    let id = format!("--leader-election-id={}", unique_name("lease"));
+    let mut process = setup.start(
+        "panic:leader-election",
+        &["--leader-election", &id, "--metrics-address=0"],
+    );
+    assert_failed_because_of(&mut process, "leader-election", true);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panicking_shard_coordinator_stops_the_process() {
+    let setup = Setup::new().await;
+    let id = format!("--leader-election-id={}", unique_name("group"));
+    let mut process = setup.start(
+        "panic:shard-coordinator",
+        &["--sharding", "--shards=4", &id, "--metrics-address=0"],
+    );
+    assert_failed_because_of(&mut process, "shard-coordinator", true);
+}
+
+/// The metrics server returning (as when its listener fails) is an unexpected end too. It
+/// ends before the controllers start, so the process exits without a shutdown drain.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_metrics_server_ending_stops_the_process() {
+    let setup = Setup::new().await;
+    let mut process = setup.start("end:metrics-server", &["--metrics-address=127.0.0.1:0"]);
+    assert_failed_because_of(&mut process, "metrics-server", false);
+}
