@@ -77,7 +77,9 @@ impl TestCluster {
         }
     }
 
-    async fn real(path: PathBuf) -> Self {
+    /// The real cluster of kubeconfig `path` (a test that runs its own cluster directory,
+    /// e.g. one it crashes on purpose).
+    pub async fn real(path: PathBuf) -> Self {
         let kubeconfig = kube::config::Kubeconfig::read_from(&path)
             .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
         let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
