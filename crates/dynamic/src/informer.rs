@@ -91,7 +91,6 @@ use futures::StreamExt;
 use kube::api::Api;
 use kube::core::DynamicObject;
 use kube::runtime::watcher;
-use kube::runtime::WatchStreamExt;
 
 use crate::compact::CompactObject;
 use crate::discovery::{ApiResource, ResourceId};
@@ -623,11 +622,13 @@ async fn run(api: Api<DynamicObject>, shared: Arc<Shared>, id: ResourceId, confi
     // shards): kube-runtime's watcher relists by itself after an error (410 Gone included).
     // The flush interval only replays the cache.
     let watch = || -> BoxStream<'static, Result<watcher::Event<DynamicObject>, watcher::Error>> {
-        watcher(
-            api.clone(),
-            watcher::Config::default().page_size(LIST_PAGE_SIZE),
+        crate::watch_backoff::with_backoff(
+            watcher(
+                api.clone(),
+                watcher::Config::default().page_size(LIST_PAGE_SIZE),
+            )
+            .boxed(),
         )
-        .default_backoff()
         .boxed()
     };
     let mut stream = watch();

@@ -18,6 +18,7 @@
 //!   our creates/deletes, and read our own writes until the informer delivers them;
 //! - [`schemas`]: the schemas the apply engine merges children with (CRD informer +
 //!   lazily fetched OpenAPI v3 per group-version);
+//! - [`watch_backoff`]: short, capped reconnect delays for watches;
 //! - [`supervise`]: background tasks whose unexpected end stops the process;
 //! - [`rate`]: token buckets for API requests and per-object Events;
 //! - [`object`]: metadata access for `serde_json::Value` and `kube::core::DynamicObject`, and
@@ -38,6 +39,7 @@ pub mod schemas;
 pub mod selector;
 pub mod store;
 pub mod supervise;
+pub mod watch_backoff;
 pub mod workqueue;
 
 pub use compact::CompactObject;

@@ -362,7 +362,7 @@ where
     StopFut: std::future::Future<Output = ()>,
 {
     use futures::StreamExt;
-    use kube::runtime::{watcher, WatchStreamExt};
+    use kube::runtime::watcher;
 
     let mut config = watcher::Config::default();
     let selector = args.target_label_selector.trim();
@@ -370,7 +370,7 @@ where
         config = config.labels(selector);
     }
     let api: Api<T> = Api::all(shared.client.clone());
-    let stream = watcher(api, config).default_backoff();
+    let stream = metacontroller_dynamic::watch_backoff::with_backoff(watcher(api, config).boxed());
     let mut stream = std::pin::pin!(stream);
     let mut retry = tokio::time::interval(retry_interval(args));
     retry.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
