@@ -139,6 +139,15 @@ impl SyncError {
             _ => false,
         }
     }
+
+    /// True when the API server could not be reached (see [`WriteError::is_unreachable`]).
+    pub fn is_unreachable(&self) -> bool {
+        match self {
+            SyncError::Write(e) => e.is_unreachable(),
+            SyncError::Writes { errors, .. } => errors.iter().any(WriteError::is_unreachable),
+            _ => false,
+        }
+    }
 }
 
 impl SyncFailure for SyncError {
@@ -148,6 +157,10 @@ impl SyncFailure for SyncError {
 
     fn is_conflict(&self) -> bool {
         SyncError::is_conflict(self)
+    }
+
+    fn is_unreachable(&self) -> bool {
+        SyncError::is_unreachable(self)
     }
 }
 

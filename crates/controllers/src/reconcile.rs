@@ -60,7 +60,17 @@ pub(crate) trait SyncFailure: Display {
     fn retry_after(&self) -> Option<Duration>;
     /// A 409 Conflict (stale cache): retried with backoff, no Event.
     fn is_conflict(&self) -> bool;
+    /// The API server was unreachable: retried with backoff of at most
+    /// [`UNREACHABLE_RETRY_MAX`], so keys that failed during an outage follow soon after it.
+    fn is_unreachable(&self) -> bool {
+        false
+    }
 }
+
+/// The longest backoff of a key whose sync failed because the API server was unreachable.
+/// Only keys with work pending fail so (an idle parent is not synced while the watches are
+/// down), so the retries stay few; the hook is called again on each.
+pub(crate) const UNREACHABLE_RETRY_MAX: Duration = Duration::from_secs(2);
 
 /// The parts of a controller object the skeleton reads, whatever its kind.
 pub(crate) struct ControllerSpec {
@@ -315,6 +325,12 @@ pub(crate) async fn sync_and_record<R: Reconciler>(
             .queue
             .add_after(key.clone(), delay, Priority::Event);
         return Ok(());
+    }
+    if error.is_unreachable() {
+        reconciler
+            .common()
+            .queue
+            .limit_next_retry(key, UNREACHABLE_RETRY_MAX);
     }
     if !error.is_conflict() {
         if let Some(object) = reconciler.object(key) {

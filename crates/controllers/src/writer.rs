@@ -96,6 +96,18 @@ impl WriteError {
             if s.code == 409 && s.reason == "Conflict")
     }
 
+    /// The API server could not be reached (connection refused or reset, TLS or HTTP
+    /// failure below the API): nothing about the object, only about the server.
+    pub fn is_unreachable(&self) -> bool {
+        matches!(
+            self,
+            WriteError::Api {
+                source: kube::Error::Service(_) | kube::Error::HyperError(_),
+                ..
+            }
+        )
+    }
+
     /// The child's name is taken by an object this parent does not control.
     pub fn is_name_taken(&self) -> bool {
         matches!(self, WriteError::NameTaken { .. })

@@ -134,6 +134,8 @@ struct State<K> {
     /// Keys added while processing; queued again (with this priority) by `done`.
     dirty: HashMap<K, Priority>,
     failures: HashMap<K, u32>,
+    /// The longest delay of a key's next backoff, set by `limit_next_retry`.
+    retry_limits: HashMap<K, Duration>,
     delayed: BTreeMap<(Instant, u64), K>,
     /// Pending deadline per key: (deadline, seq) into `delayed`, and its priority.
     delayed_index: HashMap<K, ((Instant, u64), Priority)>,
@@ -207,6 +209,7 @@ where
                     started_at: HashMap::new(),
                     dirty: HashMap::new(),
                     failures: HashMap::new(),
+                    retry_limits: HashMap::new(),
                     delayed: BTreeMap::new(),
                     delayed_index: HashMap::new(),
                     shutting_down: false,
@@ -336,7 +339,10 @@ where
             let n = state.failures.entry(key.clone()).or_insert(0);
             let delay = self.shared.backoff.delay(*n);
             *n = n.saturating_add(1);
-            delay
+            match state.retry_limits.remove(&key) {
+                Some(limit) => delay.min(limit),
+                None => delay,
+            }
         };
         if let Some(m) = &self.shared.metrics {
             m.retries.inc();
@@ -346,7 +352,20 @@ where
 
     /// Clears the failure count of `key` (call after a successful sync).
     pub fn forget(&self, key: &K) {
-        self.lock().failures.remove(key);
+        let mut state = self.lock();
+        state.failures.remove(key);
+        state.retry_limits.remove(key);
+    }
+
+    /// The next [`add_rate_limited`](Self::add_rate_limited) of `key` waits at most `max`
+    /// (the failure is still counted). For a failure that says nothing about the key, such
+    /// as the API server being unreachable: its retry must not wait out a backoff that grew
+    /// while the server was down.
+    pub fn limit_next_retry(&self, key: &K, max: Duration) {
+        let mut state = self.lock();
+        if !state.shutting_down {
+            state.retry_limits.insert(key.clone(), max);
+        }
     }
 
     /// How many times `key` failed since it was last forgotten.
@@ -794,6 +813,29 @@ mod tests {
         q.add_rate_limited("a");
         assert_eq!(q.get().await, Some("a"));
         assert_eq!(t.elapsed(), Duration::from_millis(5));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_limited_retry_waits_at_most_the_limit_once() {
+        let q = WorkQueue::new("t");
+        for _ in 0..20 {
+            q.add_rate_limited("a");
+            assert_eq!(q.get().await, Some("a"));
+            q.done(&"a");
+        }
+        // 20 failures: the next backoff would be 5 ms * 2^20, about 87 minutes.
+        let t = Instant::now();
+        q.limit_next_retry(&"a", Duration::from_secs(2));
+        q.add_rate_limited("a");
+        assert_eq!(q.get().await, Some("a"));
+        assert_eq!(t.elapsed(), Duration::from_secs(2));
+        q.done(&"a");
+        assert_eq!(q.num_requeues(&"a"), 21);
+        // The limit was for one retry only.
+        let t = Instant::now();
+        q.add_rate_limited("a");
+        assert_eq!(q.get().await, Some("a"));
+        assert!(t.elapsed() > Duration::from_secs(60));
     }
 
     #[tokio::test(start_paused = true)]

@@ -253,18 +253,31 @@ async fn converges_promptly_after_a_kube_apiserver_crash() {
     }
     let answered = Instant::now();
 
+    // Written concurrently, so that the figure is the controller's, not the test's own
+    // sequence of requests.
     let post = PostParams::default();
-    for i in 0..NEW {
-        let name = format!("new-{i}");
-        let obj = parent_object(&parent, &ns, &name, "a");
-        retry(|| parents.create(&post, &obj)).await;
-        expected.push((format!("{name}-cm"), "a".to_string()));
-    }
     let patch_params = PatchParams::default();
     let patch = Patch::Merge(json!({"spec": {"v": "b"}}));
-    for (i, child) in expected.iter_mut().enumerate().take(CHANGED) {
-        let name = format!("old-{i}");
-        retry(|| parents.patch(&name, &patch_params, &patch)).await;
+    let new_names: Vec<String> = (0..NEW).map(|i| format!("new-{i}")).collect();
+    let changed_names: Vec<String> = (0..CHANGED).map(|i| format!("old-{i}")).collect();
+    let creates = new_names.iter().map(|name| {
+        let obj = parent_object(&parent, &ns, name, "a");
+        let (parents, post) = (&parents, &post);
+        async move { retry(|| parents.create(post, &obj)).await }
+    });
+    let patches = changed_names
+        .iter()
+        .map(|name| retry(|| parents.patch(name, &patch_params, &patch)));
+    futures::join!(
+        futures::future::join_all(creates),
+        futures::future::join_all(patches)
+    );
+    expected.extend(
+        new_names
+            .iter()
+            .map(|n| (format!("{n}-cm"), "a".to_string())),
+    );
+    for child in expected.iter_mut().take(CHANGED) {
         child.1 = "b".to_string();
     }
     let recovered = converge(&children, &expected, RECOVERY_BOUND).await;

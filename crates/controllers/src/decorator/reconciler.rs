@@ -103,6 +103,15 @@ impl SyncError {
             _ => false,
         }
     }
+
+    /// The API server could not be reached (see [`WriteError::is_unreachable`]).
+    pub fn is_unreachable(&self) -> bool {
+        match self {
+            SyncError::Write(e) => e.is_unreachable(),
+            SyncError::Writes(es) => es.iter().any(WriteError::is_unreachable),
+            _ => false,
+        }
+    }
 }
 
 impl SyncFailure for SyncError {
@@ -112,6 +121,10 @@ impl SyncFailure for SyncError {
 
     fn is_conflict(&self) -> bool {
         SyncError::is_conflict(self)
+    }
+
+    fn is_unreachable(&self) -> bool {
+        SyncError::is_unreachable(self)
     }
 }
 
