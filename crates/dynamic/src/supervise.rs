@@ -175,7 +175,7 @@ mod tests {
     #[tokio::test]
     async fn a_panic_is_reported_with_its_task_and_message() {
         let supervisor = Supervisor::default();
-        let _ = supervisor.spawn("informer/v1/pods", async { panic!("boom") });
+        drop(supervisor.spawn("informer/v1/pods", async { panic!("boom") }));
         let end = tokio::time::timeout(Duration::from_secs(5), supervisor.failed())
             .await
             .unwrap();
