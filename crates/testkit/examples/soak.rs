@@ -376,14 +376,18 @@ async fn soak(args: Args) -> Result<(), String> {
     let started = Instant::now();
     while started.elapsed() < args.duration {
         let kind = kinds[rng.below(kinds.len())];
+        let round = Instant::now();
         let undo = inject(kind, &cluster, &hook_state, &mut replicas, &mut rng);
         let window = Instant::now();
         while window.elapsed() < WINDOW {
             version += 1;
             let name = format!("p-{}", rng.below(args.parents));
             let patch = Patch::Merge(json!({"spec": {"v": version.to_string()}}));
-            // A write refused by an injected API fault is simply one change fewer.
-            let _ = parents.patch(&name, &PatchParams::default(), &patch).await;
+            // A write refused by an injected API fault is simply one change fewer; a stalled
+            // one must not stretch the window.
+            let params = PatchParams::default();
+            let write = parents.patch(&name, &params, &patch);
+            let _ = tokio::time::timeout(Duration::from_secs(1), write).await;
             tokio::time::sleep(Duration::from_millis(300)).await;
         }
         undo(&cluster, &hook_state, &mut replicas);
@@ -394,8 +398,9 @@ async fn soak(args: Args) -> Result<(), String> {
             Some(t) => {
                 entry.1 = entry.1.max(t);
                 println!(
-                    "soak: {kind:<12} converged {:5.1} s after the fault ended",
-                    t.as_secs_f64()
+                    "soak: {kind:<12} converged {:5.1} s after the fault ended (round {:.1} s)",
+                    t.as_secs_f64(),
+                    round.elapsed().as_secs_f64()
                 );
             }
             None => {
@@ -548,7 +553,14 @@ async fn report(
         .filter_map(|p| Some((p.metadata.uid.clone()?, p.metadata.name.clone()?)))
         .collect();
     let mut per_parent: HashMap<String, usize> = HashMap::new();
-    for c in &cs {
+    // Ours carry the generated selector's label (a real namespace also holds kube-root-ca.crt).
+    let ours = cs.iter().filter(|c| {
+        c.metadata
+            .labels
+            .as_ref()
+            .is_some_and(|l| l.contains_key("controller-uid"))
+    });
+    for c in ours {
         let owner = c
             .metadata
             .owner_references
