@@ -41,6 +41,12 @@ fn atomic(items: Value) -> Value {
     json!({"type": "array", "items": items, "x-kubernetes-list-type": "atomic"})
 }
 
+/// `x-kubernetes-map-type: atomic` (the selectors `ObjectFieldSelector`,
+/// `ResourceFieldSelector`, `ConfigMapKeySelector`, `SecretKeySelector`).
+fn atomic_map() -> Value {
+    json!({"type": "object", "x-kubernetes-map-type": "atomic"})
+}
+
 fn string() -> Value {
     json!({"type": "string"})
 }
@@ -78,7 +84,13 @@ fn shared() -> Vec<(&'static str, Value)> {
                 "initContainers": list_map(&["name"], "name", reference(CONTAINER)),
                 "ephemeralContainers": list_map(&["name"], "name", reference(CONTAINER)),
                 "volumes": {
-                    "type": "array", "items": named(),
+                    "type": "array",
+                    "items": object(json!({
+                        "name": string(),
+                        "downwardAPI": object(json!({"items": {"type": "array",
+                            "items": object(json!({"fieldRef": atomic_map(),
+                                                   "resourceFieldRef": atomic_map()}))}})),
+                    })),
                     "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"],
                     "x-kubernetes-patch-merge-key": "name",
                     "x-kubernetes-patch-strategy": "merge,retainKeys",
@@ -103,7 +115,15 @@ fn shared() -> Vec<(&'static str, Value)> {
                 "command": atomic(string()),
                 "ports": list_map(&["containerPort", "protocol"], "containerPort",
                                   reference(CONTAINER_PORT)),
-                "env": list_map(&["name"], "name", named()),
+                "env": list_map(&["name"], "name", object(json!({
+                    "name": string(),
+                    "valueFrom": object(json!({
+                        "fieldRef": atomic_map(),
+                        "resourceFieldRef": atomic_map(),
+                        "configMapKeyRef": atomic_map(),
+                        "secretKeyRef": atomic_map(),
+                    })),
+                }))),
                 "envFrom": atomic(any_object()),
                 "volumeMounts": list_map(&["mountPath"], "mountPath",
                                          object(json!({"mountPath": string()}))),
@@ -164,12 +184,20 @@ fn kind_properties(group: &str, kind: &str) -> Option<Value> {
         }),
         ("apps", "StatefulSet") => {
             let mut spec = template();
-            spec["volumeClaimTemplates"] = atomic(any_object());
+            // No list type declared (kube-apiserver 1.28): un-keyed, replaced whole.
+            spec["volumeClaimTemplates"] = json!({"type": "array", "items": any_object()});
             json!({"spec": object(spec),
                    "status": object(json!({"conditions": conditions()}))})
         }
         ("batch", "Job") => json!({"spec": object(template()),
                                    "status": object(json!({"conditions": atomic(any_object())}))}),
+        ("networking.k8s.io", "Ingress") => json!({"spec": object(json!({
+            "rules": atomic(object(json!({"http": object(json!({
+                "paths": atomic(any_object())}))}))),
+            "tls": atomic(object(json!({"hosts": atomic(string())}))),
+        }))}),
+        ("networking.k8s.io", "NetworkPolicy") => json!({"spec": object(json!({}))}),
+        ("", "PersistentVolumeClaim") => json!({"spec": object(json!({}))}),
         ("batch", "CronJob") => json!({"spec": object(json!({
             "jobTemplate": object(json!({"metadata": reference(META),
                                          "spec": object(template())})),
