@@ -171,6 +171,9 @@ fn conditions() -> Value {
 /// The `spec` and `status` properties of a built-in kind (beyond metadata).
 fn kind_properties(group: &str, kind: &str) -> Option<Value> {
     let template = || json!({"template": reference(POD_TEMPLATE_SPEC)});
+    // `LabelSelector` is an atomic map.
+    let workload_spec =
+        || json!({"template": reference(POD_TEMPLATE_SPEC), "selector": atomic_map()});
     Some(match (group, kind) {
         ("", "Pod") => json!({"spec": reference(POD_SPEC),
                               "status": object(json!({"conditions": conditions()}))}),
@@ -179,24 +182,26 @@ fn kind_properties(group: &str, kind: &str) -> Option<Value> {
                                   "status": object(json!({"conditions": conditions()}))}),
         ("", "ReplicationController") => json!({"spec": object(template())}),
         ("apps", "Deployment" | "ReplicaSet" | "DaemonSet") => json!({
-            "spec": object(template()),
+            "spec": object(workload_spec()),
             "status": object(json!({"conditions": conditions()})),
         }),
         ("apps", "StatefulSet") => {
-            let mut spec = template();
+            let mut spec = workload_spec();
             // No list type declared (kube-apiserver 1.28): un-keyed, replaced whole.
             spec["volumeClaimTemplates"] = json!({"type": "array", "items": any_object()});
             json!({"spec": object(spec),
                    "status": object(json!({"conditions": conditions()}))})
         }
-        ("batch", "Job") => json!({"spec": object(template()),
+        ("batch", "Job") => json!({"spec": object(workload_spec()),
                                    "status": object(json!({"conditions": atomic(any_object())}))}),
         ("networking.k8s.io", "Ingress") => json!({"spec": object(json!({
             "rules": atomic(object(json!({"http": object(json!({
                 "paths": atomic(any_object())}))}))),
             "tls": atomic(object(json!({"hosts": atomic(string())}))),
         }))}),
-        ("networking.k8s.io", "NetworkPolicy") => json!({"spec": object(json!({}))}),
+        ("networking.k8s.io", "NetworkPolicy") => {
+            json!({"spec": object(json!({"podSelector": atomic_map()}))})
+        }
         ("", "PersistentVolumeClaim") => json!({"spec": object(json!({}))}),
         ("batch", "CronJob") => json!({"spec": object(json!({
             "jobTemplate": object(json!({"metadata": reference(META),
