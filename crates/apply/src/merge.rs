@@ -9,7 +9,8 @@
 //!   conventional key (see [`crate::CONVENTIONAL_MERGE_KEYS`]); list-maps merge item by item
 //!   with the same rule, items already present keep their observed order and new items follow
 //!   in desired order; every other list is replaced whole (or set-merged if the schema says
-//!   `set`);
+//!   `set`), and so is an atomic map — but only when a field-wise merge (list items by
+//!   position) would change it, so defaults the API server fills inside are no change;
 //! - at the top level, `status` and the server-populated metadata fields are never merged:
 //!   they keep their observed values (upstream reverts them after merging).
 
@@ -44,7 +45,8 @@ pub const SYSTEM_METADATA_FIELDS: [&str; 7] = [
 /// - a list is a list-map when every item of observed, last-applied and desired is an object
 ///   and all share a conventional key ([`crate::CONVENTIONAL_MERGE_KEYS`], first in that order
 ///   wins); list-maps merge item by item with the same rule, items already present keep their
-///   observed order and new items follow in desired order; every other list is replaced whole;
+///   observed order and new items follow in desired order; every other list is replaced whole
+///   when an item-by-item (positional) merge would change it or its length differs;
 /// - top-level `status` and the server-populated metadata ([`SYSTEM_METADATA_FIELDS`]) keep
 ///   their observed values.
 ///
