@@ -64,9 +64,16 @@ if __name__ == "__main__":
     parser.add_argument("--cert", required=True)
     parser.add_argument("--key", required=True)
     parser.add_argument("--token-file", required=True)
+    parser.add_argument(
+        "--client-ca",
+        help="require a client certificate signed by this CA (mutual TLS)",
+    )
     args = parser.parse_args()
     server = HTTPServer((args.host, args.port), handler(args.token_file))
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(args.cert, args.key)
+    if args.client_ca:
+        context.verify_mode = ssl.CERT_REQUIRED
+        context.load_verify_locations(args.client_ca)
     server.socket = context.wrap_socket(server.socket, server_side=True)
     server.serve_forever()

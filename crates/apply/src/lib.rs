@@ -60,6 +60,11 @@
 //!   reorder the object) and the conventional key is chosen from all three lists, so a list
 //!   whose items carry two conventional keys with clashing values may be keyed differently on a
 //!   later sync; a schema (`x-kubernetes-list-map-keys`) removes that ambiguity.
+//! - A list without a key (or declared atomic) and an atomic map are replaced only when a
+//!   field-wise merge (list items by position, same length) would change something; upstream
+//!   replaces an un-keyed list whenever it differs at all, so a default the API server fills
+//!   inside it (`volumeClaimTemplates[].spec.volumeMode`, NetworkPolicy port `protocol`)
+//!   makes it write on every sync.
 //! - `x-kubernetes-patch-strategy: retainKeys` (schema-aware mode): an object so declared
 //!   (or each item of a list so declared) that the merge changes keeps only the fields desired
 //!   sets, as kubectl's `$retainKeys` directive does; an unchanged one keeps everything.

@@ -9,7 +9,8 @@
 //!   conventional key (see [`crate::CONVENTIONAL_MERGE_KEYS`]); list-maps merge item by item
 //!   with the same rule, items already present keep their observed order and new items follow
 //!   in desired order; every other list is replaced whole (or set-merged if the schema says
-//!   `set`);
+//!   `set`), and so is an atomic map — but only when a field-wise merge (list items by
+//!   position) would change it, so defaults the API server fills inside are no change;
 //! - at the top level, `status` and the server-populated metadata fields are never merged:
 //!   they keep their observed values (upstream reverts them after merging).
 
@@ -44,7 +45,8 @@ pub const SYSTEM_METADATA_FIELDS: [&str; 7] = [
 /// - a list is a list-map when every item of observed, last-applied and desired is an object
 ///   and all share a conventional key ([`crate::CONVENTIONAL_MERGE_KEYS`], first in that order
 ///   wins); list-maps merge item by item with the same rule, items already present keep their
-///   observed order and new items follow in desired order; every other list is replaced whole;
+///   observed order and new items follow in desired order; every other list is replaced whole
+///   when an item-by-item (positional) merge would change it or its length differs;
 /// - top-level `status` and the server-populated metadata ([`SYSTEM_METADATA_FIELDS`]) keep
 ///   their observed values.
 ///
@@ -414,10 +416,10 @@ fn merge_value(
     match obs {
         Some(Value::Object(om)) => match des {
             Value::Object(dm) => {
-                if schema.is_some_and(|s| s.map_atomic()) {
-                    return Ok(replace_with(obs, des));
-                }
                 let lm = last.and_then(Value::as_object);
+                if schema.is_some_and(|s| s.map_atomic()) {
+                    return Ok(replace_atomic_map(path, obs, om, lm, dm, des, schema));
+                }
                 let out = match merge_object(path, om, lm, dm, schema, Level::Nested)? {
                     Some(m) => Out::New(Value::Object(m)),
                     None => Out::Same,
@@ -554,16 +556,69 @@ fn merge_list(
             Some(out) => Ok(out),
             None => merge_list_map(path, obs, last_items, des, spec, items),
         },
-        None => {
-            let same =
-                obs.len() == des.len() && obs.iter().zip(des).all(|(x, y)| eq_without_nulls(x, y));
-            Ok(if same {
-                Out::Same
-            } else {
-                Out::New(Value::Array(des.iter().map(without_nulls).collect()))
-            })
+        None => Ok(replace_unkeyed_list(
+            path,
+            obs,
+            last_items,
+            des,
+            items.schema,
+        )),
+    }
+}
+
+/// An atomic map (`x-kubernetes-map-type: atomic`) is written whole, but only when a
+/// field-wise three-way merge would change something: fields the API server defaults inside
+/// it (`fieldRef.apiVersion`) or others added are then no reason to write, while a changed or
+/// removed field of ours still replaces the whole value (which drops those extra fields, as
+/// atomic means).
+fn replace_atomic_map(
+    path: &Path<'_>,
+    obs: Option<&Value>,
+    om: &Map<String, Value>,
+    lm: Option<&Map<String, Value>>,
+    dm: &Map<String, Value>,
+    des: &Value,
+    schema: Option<SchemaRef<'_>>,
+) -> Out {
+    match merge_object(path, om, lm, dm, schema, Level::Nested) {
+        Ok(None) => Out::Same,
+        // Changed, or not mergeable field by field: replacing is always valid for an atomic.
+        Ok(Some(_)) | Err(_) => replace_with(obs, des),
+    }
+}
+
+/// An atomic or un-keyed list is written whole, but only when it has a different length than
+/// desired or a positional three-way merge of its items (observed, record, desired) would
+/// change one: an item the API server filled with defaults (`volumeClaimTemplates[].spec.
+/// volumeMode`, `ingress[].ports[].protocol`) is no reason to write. The record is used
+/// positionally when it has desired's length (else a field we dropped since is not seen, but
+/// then observed, written from that record, has another length too, or someone rewrote it).
+fn replace_unkeyed_list(
+    path: &Path<'_>,
+    obs: &[Value],
+    last: &[Value],
+    des: &[Value],
+    item_schema: Option<SchemaRef<'_>>,
+) -> Out {
+    if obs.len() == des.len() {
+        let last = (last.len() == des.len()).then_some(last);
+        let unchanged = obs.iter().zip(des).enumerate().all(|(i, (o, d))| {
+            if same_scalar(o, d) {
+                return true;
+            }
+            let item_path = Path::Index(path, i);
+            let l = last.map(|l| &l[i]);
+            // An item that cannot merge field by field (type change) is a change.
+            matches!(
+                merge_value(&item_path, Some(o), l, d, item_schema),
+                Ok(Out::Same)
+            ) || eq_without_nulls(o, d)
+        });
+        if unchanged {
+            return Out::Same;
         }
     }
+    Out::New(Value::Array(des.iter().map(without_nulls).collect()))
 }
 
 /// Bit `i` set when the object has a usable (non-null scalar) field
@@ -1041,15 +1096,7 @@ mod tests {
                 ItemRules::default(),
             )
             .unwrap(),
-            None => {
-                let same =
-                    o.len() == d.len() && o.iter().zip(d).all(|(x, y)| eq_without_nulls(x, y));
-                if same {
-                    Out::Same
-                } else {
-                    Out::New(Value::Array(d.iter().map(without_nulls).collect()))
-                }
-            }
+            None => replace_unkeyed_list(&Path::Root, o, l, d, None),
         })
     }
 

@@ -323,7 +323,10 @@ async fn attachments_with_server_side_apply() {
     })
     .await;
 
-    let Some(control) = env.cluster.control() else {
+    let Some(control) = env
+        .cluster
+        .control_or_skip("attachments_with_server_side_apply")
+    else {
         return;
     };
     env.cluster

@@ -21,7 +21,9 @@ pub(crate) enum Segment {
 /// Paths of the fields in `obj` that the built-in type of `group`/`resource` does not have,
 /// in document order. Empty for custom resources and unknown types.
 pub(crate) fn unknown_fields(group: &str, resource: &str, obj: &Value) -> Vec<Vec<Segment>> {
-    use k8s_openapi::api::{apps, batch, coordination, core, discovery, events, policy, rbac};
+    use k8s_openapi::api::{
+        apps, batch, coordination, core, discovery, events, networking, policy, rbac,
+    };
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1 as apiextensions;
     match (group, resource) {
         ("", "namespaces") => ignored::<core::v1::Namespace>(obj),
@@ -29,6 +31,9 @@ pub(crate) fn unknown_fields(group: &str, resource: &str, obj: &Value) -> Vec<Ve
         ("", "secrets") => ignored::<core::v1::Secret>(obj),
         ("", "services") => ignored::<core::v1::Service>(obj),
         ("", "pods") => ignored::<core::v1::Pod>(obj),
+        ("", "persistentvolumeclaims") => ignored::<core::v1::PersistentVolumeClaim>(obj),
+        ("networking.k8s.io", "ingresses") => ignored::<networking::v1::Ingress>(obj),
+        ("networking.k8s.io", "networkpolicies") => ignored::<networking::v1::NetworkPolicy>(obj),
         ("", "serviceaccounts") => ignored::<core::v1::ServiceAccount>(obj),
         ("", "nodes") => ignored::<core::v1::Node>(obj),
         ("discovery.k8s.io", "endpointslices") => ignored::<discovery::v1::EndpointSlice>(obj),

@@ -41,6 +41,12 @@ fn atomic(items: Value) -> Value {
     json!({"type": "array", "items": items, "x-kubernetes-list-type": "atomic"})
 }
 
+/// `x-kubernetes-map-type: atomic` (the selectors `ObjectFieldSelector`,
+/// `ResourceFieldSelector`, `ConfigMapKeySelector`, `SecretKeySelector`).
+fn atomic_map() -> Value {
+    json!({"type": "object", "x-kubernetes-map-type": "atomic"})
+}
+
 fn string() -> Value {
     json!({"type": "string"})
 }
@@ -78,7 +84,13 @@ fn shared() -> Vec<(&'static str, Value)> {
                 "initContainers": list_map(&["name"], "name", reference(CONTAINER)),
                 "ephemeralContainers": list_map(&["name"], "name", reference(CONTAINER)),
                 "volumes": {
-                    "type": "array", "items": named(),
+                    "type": "array",
+                    "items": object(json!({
+                        "name": string(),
+                        "downwardAPI": object(json!({"items": {"type": "array",
+                            "items": object(json!({"fieldRef": atomic_map(),
+                                                   "resourceFieldRef": atomic_map()}))}})),
+                    })),
                     "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"],
                     "x-kubernetes-patch-merge-key": "name",
                     "x-kubernetes-patch-strategy": "merge,retainKeys",
@@ -103,7 +115,15 @@ fn shared() -> Vec<(&'static str, Value)> {
                 "command": atomic(string()),
                 "ports": list_map(&["containerPort", "protocol"], "containerPort",
                                   reference(CONTAINER_PORT)),
-                "env": list_map(&["name"], "name", named()),
+                "env": list_map(&["name"], "name", object(json!({
+                    "name": string(),
+                    "valueFrom": object(json!({
+                        "fieldRef": atomic_map(),
+                        "resourceFieldRef": atomic_map(),
+                        "configMapKeyRef": atomic_map(),
+                        "secretKeyRef": atomic_map(),
+                    })),
+                }))),
                 "envFrom": atomic(any_object()),
                 "volumeMounts": list_map(&["mountPath"], "mountPath",
                                          object(json!({"mountPath": string()}))),
@@ -151,6 +171,9 @@ fn conditions() -> Value {
 /// The `spec` and `status` properties of a built-in kind (beyond metadata).
 fn kind_properties(group: &str, kind: &str) -> Option<Value> {
     let template = || json!({"template": reference(POD_TEMPLATE_SPEC)});
+    // `LabelSelector` is an atomic map.
+    let workload_spec =
+        || json!({"template": reference(POD_TEMPLATE_SPEC), "selector": atomic_map()});
     Some(match (group, kind) {
         ("", "Pod") => json!({"spec": reference(POD_SPEC),
                               "status": object(json!({"conditions": conditions()}))}),
@@ -159,17 +182,27 @@ fn kind_properties(group: &str, kind: &str) -> Option<Value> {
                                   "status": object(json!({"conditions": conditions()}))}),
         ("", "ReplicationController") => json!({"spec": object(template())}),
         ("apps", "Deployment" | "ReplicaSet" | "DaemonSet") => json!({
-            "spec": object(template()),
+            "spec": object(workload_spec()),
             "status": object(json!({"conditions": conditions()})),
         }),
         ("apps", "StatefulSet") => {
-            let mut spec = template();
-            spec["volumeClaimTemplates"] = atomic(any_object());
+            let mut spec = workload_spec();
+            // No list type declared (kube-apiserver 1.28): un-keyed, replaced whole.
+            spec["volumeClaimTemplates"] = json!({"type": "array", "items": any_object()});
             json!({"spec": object(spec),
                    "status": object(json!({"conditions": conditions()}))})
         }
-        ("batch", "Job") => json!({"spec": object(template()),
+        ("batch", "Job") => json!({"spec": object(workload_spec()),
                                    "status": object(json!({"conditions": atomic(any_object())}))}),
+        ("networking.k8s.io", "Ingress") => json!({"spec": object(json!({
+            "rules": atomic(object(json!({"http": object(json!({
+                "paths": atomic(any_object())}))}))),
+            "tls": atomic(object(json!({"hosts": atomic(string())}))),
+        }))}),
+        ("networking.k8s.io", "NetworkPolicy") => {
+            json!({"spec": object(json!({"podSelector": atomic_map()}))})
+        }
+        ("", "PersistentVolumeClaim") => json!({"spec": object(json!({}))}),
         ("batch", "CronJob") => json!({"spec": object(json!({
             "jobTemplate": object(json!({"metadata": reference(META),
                                          "spec": object(template())})),

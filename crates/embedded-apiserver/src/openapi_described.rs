@@ -29,7 +29,9 @@ fn generate<T: JsonSchema>() -> Described {
 }
 
 fn described_uncached(group: &str, kind: &str) -> Option<Described> {
-    use k8s_openapi::api::{apps, batch, coordination, core, discovery, events, policy, rbac};
+    use k8s_openapi::api::{
+        apps, batch, coordination, core, discovery, events, networking, policy, rbac,
+    };
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1 as apiextensions;
     Some(match (group, kind) {
         ("", "Namespace") => generate::<core::v1::Namespace>(),
@@ -45,6 +47,8 @@ fn described_uncached(group: &str, kind: &str) -> Option<Described> {
         ("", "Endpoints") => generate::<core::v1::Endpoints>(),
         ("", "PersistentVolumeClaim") => generate::<core::v1::PersistentVolumeClaim>(),
         ("discovery.k8s.io", "EndpointSlice") => generate::<discovery::v1::EndpointSlice>(),
+        ("networking.k8s.io", "Ingress") => generate::<networking::v1::Ingress>(),
+        ("networking.k8s.io", "NetworkPolicy") => generate::<networking::v1::NetworkPolicy>(),
         ("events.k8s.io", "Event") => generate::<events::v1::Event>(),
         ("coordination.k8s.io", "Lease") => generate::<coordination::v1::Lease>(),
         ("apps", "Deployment") => generate::<apps::v1::Deployment>(),

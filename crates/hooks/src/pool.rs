@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::sign::{CertifiedKey, SingleCertAndKey};
 use rustls::{ClientConfig, RootCertStore};
 
 use crate::credentials::TlsMaterial;
@@ -155,15 +156,37 @@ fn tls_config(material: &TlsMaterial) -> Result<ClientConfig, HookError> {
             // The parser's error never includes key bytes, but say only what failed.
             let key = PrivateKeyDer::from_pem_slice(identity.key_pem.expose())
                 .map_err(|_| HookError::config("clientTLS: invalid or missing private key PEM"))?;
-            builder.with_client_auth_cert(certs, key).map_err(|err| {
-                HookError::config(format!(
-                    "clientTLS: certificate and private key do not form a usable pair: {err}"
-                ))
-            })?
+            builder.with_client_cert_resolver(Arc::new(client_identity(certs, key)?))
         }
     };
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(config)
+}
+
+/// Our own certificate and key, checked only for what we need to use them: the key loads and
+/// its public key is the certificate's. The certificate itself is the hook server's to judge,
+/// so it is not parsed by a path validator here: `with_client_auth_cert` would reject an
+/// X.509 v1 certificate (what `openssl x509 -req` makes without extensions) that Go clients
+/// send and servers accept.
+fn client_identity(
+    certs: Vec<CertificateDer<'static>>,
+    key: PrivateKeyDer<'static>,
+) -> Result<SingleCertAndKey, HookError> {
+    let key = provider()
+        .key_provider
+        .load_private_key(key)
+        .map_err(|err| HookError::config(format!("clientTLS: unusable private key: {err}")))?;
+    if let (Some(spki), Some(leaf)) = (key.public_key(), certs.first()) {
+        // The SubjectPublicKeyInfo is embedded verbatim in the certificate's DER.
+        let spki: &[u8] = spki.as_ref();
+        if !leaf.as_ref().windows(spki.len()).any(|w| w == spki) {
+            return Err(HookError::config(
+                "clientTLS: certificate and private key do not form a usable pair: \
+                 the key is not the certificate's",
+            ));
+        }
+    }
+    Ok(SingleCertAndKey::from(CertifiedKey::new(certs, key)))
 }
 
 fn build_client(
@@ -230,6 +253,36 @@ impl Resolve for OverrideDns {
 mod tests {
     use super::*;
     use crate::credentials::{ClientIdentity, SecretBytes};
+
+    const V1_CERT: &str = include_str!("../tests/fixtures/v1-client/client.crt");
+    const V1_KEY: &str = include_str!("../tests/fixtures/v1-client/client.key");
+    const OTHER_KEY: &str = include_str!("../tests/fixtures/v1-client/other.key");
+
+    fn identity(cert: &str, key: &str) -> Result<SingleCertAndKey, HookError> {
+        let certs = CertificateDer::pem_slice_iter(cert.as_bytes())
+            .collect::<Result<Vec<_>, _>>()
+            .unwrap();
+        client_identity(
+            certs,
+            PrivateKeyDer::from_pem_slice(key.as_bytes()).unwrap(),
+        )
+    }
+
+    #[test]
+    fn a_v1_client_certificate_is_ours_to_send() {
+        assert!(identity(V1_CERT, V1_KEY).is_ok());
+    }
+
+    #[test]
+    fn a_key_that_is_not_the_certificates_is_refused() {
+        let err = identity(V1_CERT, OTHER_KEY)
+            .err()
+            .expect("a mismatched pair");
+        assert!(
+            err.to_string().contains("do not form a usable pair"),
+            "{err}"
+        );
+    }
 
     #[test]
     fn digest_separates_fields() {

@@ -16,6 +16,10 @@ use serde_json::{json, Value};
 /// Runs the binary with `extra` flags on a parent wanting 10 ConfigMaps whose creates take
 /// 300 ms each; returns the most creates in flight at once.
 async fn peak_creates(extra: &[&str]) -> Option<usize> {
+    if metacontroller_testkit::skip_on_real_cluster("peak_creates (300 ms injected create latency)")
+    {
+        return None;
+    }
     let cluster = TestCluster::embedded().await;
     let control = cluster.control()?;
     cluster.install_metacontroller_crds().await;

@@ -1,6 +1,7 @@
 //! examples/webhook-auth as its README runs it: certificates made at test time by the
-//! example's gen-certs.sh (openssl), the Python hook over HTTPS checking a Bearer token, the
-//! CA in a ConfigMap and the token in a Secret. A rotated token is refused (SyncError Event,
+//! example's gen-certs.sh (openssl), the Python hook over HTTPS requiring a client certificate
+//! and checking a Bearer token, the CA in a ConfigMap, the client certificate (X.509 v1, as
+//! upstream's example makes it) and the token in Secrets. A rotated token is refused (SyncError Event,
 //! child kept) until the Secret follows. Skipped without kubectl, python3 or openssl.
 
 use std::process::Command;
@@ -24,6 +25,17 @@ fn webhook_auth_calls_the_hook_over_https_with_the_secret_token() {
         .status()
         .expect("running gen-certs.sh");
     assert!(status.success(), "gen-certs.sh failed");
+    // The point of upstream's scenario: a client certificate without extensions (v1).
+    let text = Command::new("openssl")
+        .args(["x509", "-noout", "-text", "-in"])
+        .arg(certs.join("client.crt"))
+        .output()
+        .expect("running openssl x509");
+    assert!(
+        String::from_utf8_lossy(&text.stdout).contains("Version: 1 (0x0)"),
+        "gen-certs.sh no longer makes an X.509 v1 client certificate:\n{}",
+        String::from_utf8_lossy(&text.stdout)
+    );
     let token = certs.join("token");
     std::fs::write(&token, "first-token\n").unwrap();
 
@@ -36,7 +48,9 @@ fn webhook_auth_calls_the_hook_over_https_with_the_secret_token() {
         .arg("--key")
         .arg(certs.join("hook.key"))
         .arg("--token-file")
-        .arg(&token);
+        .arg(&token)
+        .arg("--client-ca")
+        .arg(certs.join("ca.crt"));
     let _hook = start_hook(hook, port);
 
     let k = cluster.namespace("webhook-auth");
@@ -53,6 +67,14 @@ fn webhook_auth_calls_the_hook_over_https_with_the_secret_token() {
         "generic",
         "hook-token",
         &format!("--from-file=token={}", path(&token)),
+    ]);
+    k.ok(&[
+        "create",
+        "secret",
+        "generic",
+        "hook-client",
+        &format!("--from-file=tls.crt={}", path(&certs.join("client.crt"))),
+        &format!("--from-file=tls.key={}", path(&certs.join("client.key"))),
     ]);
     k.install_crd(
         &example_file(EXAMPLE, "crd.yaml"),

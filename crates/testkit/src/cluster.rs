@@ -16,6 +16,25 @@ use crate::poll::{eventually, unique_name};
 /// embedded API server.
 pub const E2E_KUBECONFIG_ENV: &str = "METACONTROLLER_E2E_KUBECONFIG";
 
+/// Whether the end-to-end tests run against a real cluster (`METACONTROLLER_E2E_KUBECONFIG`
+/// names a kubeconfig).
+pub fn real_cluster_requested() -> bool {
+    std::env::var(E2E_KUBECONFIG_ENV).is_ok_and(|p| !p.trim().is_empty())
+}
+
+/// For a test that only means something on the embedded API server (fault injection, request
+/// counts): on a real cluster it says so on stderr and returns true, so the caller returns.
+pub fn skip_on_real_cluster(test: &str) -> bool {
+    let real = real_cluster_requested();
+    if real {
+        eprintln!(
+            "SKIPPED on a real cluster: {test} needs the embedded API server's fault injection \
+             or request counts (embedded-only)"
+        );
+    }
+    real
+}
+
 /// A Kubernetes API for one test. Dropping it stops the embedded server (a real cluster is
 /// left alone; tests use unique names so leftovers do not collide).
 pub struct TestCluster {
@@ -106,6 +125,19 @@ impl TestCluster {
     /// Request counters and fault injection; `None` on a real cluster.
     pub fn control(&self) -> Option<Control> {
         self.server.as_ref().map(ApiServerHandle::control)
+    }
+
+    /// [`TestCluster::control`] for a test (named `test`) that is embedded-only: on a real
+    /// cluster it prints that the test is skipped and why.
+    pub fn control_or_skip(&self, test: &str) -> Option<Control> {
+        let control = self.control();
+        if control.is_none() {
+            eprintln!(
+                "SKIPPED on a real cluster: {test} needs the embedded API server's fault \
+                 injection or request counts (embedded-only)"
+            );
+        }
+        control
     }
 
     /// Whether this is the embedded API server.

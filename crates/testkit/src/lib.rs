@@ -22,7 +22,9 @@ mod hook;
 mod poll;
 mod process;
 
-pub use cluster::{dynamic_api, TestCluster, E2E_KUBECONFIG_ENV};
+pub use cluster::{
+    dynamic_api, real_cluster_requested, skip_on_real_cluster, TestCluster, E2E_KUBECONFIG_ENV,
+};
 pub use crd::{crd, CrdBuilder};
 pub use embedded_apiserver::{Control, Fault, FaultAction};
 pub use hook::{assert_no_status_only_syncs, HookCall, HookReply, HookServer};

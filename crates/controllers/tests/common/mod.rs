@@ -176,6 +176,19 @@ impl Env {
             .map(|o| serde_json::to_value(o).unwrap())
     }
 
+    /// The ConfigMaps of the test's namespace that the cluster did not publish itself (a real
+    /// cluster puts `kube-root-ca.crt` in every namespace).
+    pub async fn child_configmaps(&self) -> Vec<ConfigMap> {
+        let mut items = self
+            .configmaps()
+            .list(&kube::api::ListParams::default())
+            .await
+            .unwrap()
+            .items;
+        items.retain(|c| c.metadata.name.as_deref() != Some("kube-root-ca.crt"));
+        items
+    }
+
     pub async fn configmap(&self, name: &str) -> Option<ConfigMap> {
         self.configmaps().get_opt(name).await.unwrap()
     }
@@ -235,9 +248,23 @@ impl Env {
     }
 
     /// The resources the API server serves now.
+    /// Discovery once it lists the parent resource: a real API server can serve a new CRD's
+    /// group-version before its aggregated group list (`/apis`) names the group.
     async fn discovered(&self) -> ResourceMap {
-        let found = discover(&self.cluster.client(), &ResourceMap::new()).await;
-        found.unwrap().update.unwrap().0
+        let (api_version, plural) = (self.parent.api_version(), self.parent.plural());
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let found = discover(&self.cluster.client(), &ResourceMap::new()).await;
+            let map = found.unwrap().update.unwrap().0;
+            if map.get(&api_version, plural).is_some() {
+                return map;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "discovery never listed {plural} of {api_version}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
 
     /// The positive signal before a negative check ("nothing else happened"): touches

@@ -96,6 +96,7 @@ fn defaults(
         ("", "v1", "Secret") => secret(o),
         ("", "v1", "Namespace") => namespace(o),
         ("", "v1", "PersistentVolumeClaim") => workloads::pvc(o),
+        ("networking.k8s.io", "v1", "NetworkPolicy") => network_policy(o),
         ("", "v1", "Event") => core_event(o),
         ("events.k8s.io", "v1", "Event") => events_event(o),
         ("coordination.k8s.io", "v1", "Lease") => default_nil(o, "spec", json!({})),
@@ -262,6 +263,27 @@ fn events_event(o: &mut Map<String, Value>) {
     default_nil(o, "regarding", json!({}));
 }
 
+/// `SetDefaults_NetworkPolicyPort` (`protocol: TCP`) and `SetDefaults_NetworkPolicy`
+/// (`policyTypes`: `Ingress`, plus `Egress` when egress rules are given).
+fn network_policy(o: &mut Map<String, Value>) {
+    let Some(spec) = obj_at(o, "spec") else {
+        return;
+    };
+    for rules in ["ingress", "egress"] {
+        each_obj_in(spec, rules, |r| {
+            each_obj_in(r, "ports", |p| default_str(p, "protocol", "TCP"));
+        });
+    }
+    let empty = |v: Option<&Value>| v.and_then(Value::as_array).is_none_or(Vec::is_empty);
+    if empty(spec.get("policyTypes")) {
+        let mut types = vec![json!("Ingress")];
+        if spec.get("egress").is_some_and(|e| !e.is_null()) {
+            types.push(json!("Egress"));
+        }
+        spec.insert("policyTypes".into(), Value::Array(types));
+    }
+}
+
 /// Create-only changes of the registry strategies (`PrepareForCreate`):
 /// Namespace finalizer `kubernetes` and `phase: Active`; Pod
 /// `status: {phase: Pending, qosClass}`; Job generated selector
@@ -303,6 +325,32 @@ pub fn prepare_for_create(group: &str, version: &str, kind: &str, obj: &mut Valu
             );
         }
         ("batch", "v1", "Job") => job_selector(o),
+        // The DaemonSet strategy starts `templateGeneration` at 1 and mirrors it in an
+        // annotation (the v1 wire form has no field for it).
+        ("apps", "v1", "DaemonSet") => {
+            if let Some(meta) = obj_at(o, "metadata") {
+                if let Some(ann) = obj_at(meta, "annotations") {
+                    ann.insert(
+                        "deprecated.daemonset.template.generation".into(),
+                        json!("1"),
+                    );
+                }
+            }
+        }
+        // The StorageObjectInUseProtection admission plugin (on by default).
+        ("", "v1", "PersistentVolumeClaim") => {
+            if let Some(meta) = obj_at(o, "metadata") {
+                let fins = meta.entry("finalizers").or_insert(Value::Null);
+                if fins.is_null() {
+                    *fins = json!([]);
+                }
+                if let Value::Array(fins) = fins {
+                    if !fins.iter().any(|f| f == "kubernetes.io/pvc-protection") {
+                        fins.push(json!("kubernetes.io/pvc-protection"));
+                    }
+                }
+            }
+        }
         _ => {}
     }
 }

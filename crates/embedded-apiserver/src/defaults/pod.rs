@@ -141,13 +141,28 @@ fn volume(v: &mut Map<String, Value>) {
     if let Some(hp) = existing_obj(v, "hostPath") {
         default_nil(hp, "type", json!(""));
     }
+    if let Some(d) = existing_obj(v, "downwardAPI") {
+        downward_api_items(d);
+    }
     if let Some(p) = existing_obj(v, "projected") {
         each_obj_in(p, "sources", |s| {
             if let Some(t) = existing_obj(s, "serviceAccountToken") {
                 default_nil(t, "expirationSeconds", json!(3600));
             }
+            if let Some(d) = existing_obj(s, "downwardAPI") {
+                downward_api_items(d);
+            }
         });
     }
+}
+
+/// `SetDefaults_ObjectFieldSelector` for the `fieldRef` of each downward API item.
+fn downward_api_items(d: &mut Map<String, Value>) {
+    each_obj_in(d, "items", |i| {
+        if let Some(fr) = existing_obj(i, "fieldRef") {
+            default_str(fr, "apiVersion", "v1");
+        }
+    });
 }
 
 /// The tag the kubelet's image-name parser finds (`latest` when the

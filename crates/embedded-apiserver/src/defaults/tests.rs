@@ -325,7 +325,7 @@ fn job_and_cronjob_defaults() {
     assert_eq!(s["backoffLimit"], 6);
     assert_eq!(s["completionMode"], "NonIndexed");
     assert_eq!(s["suspend"], false);
-    assert_eq!(s["podReplacementPolicy"], "TerminatingOrFailed");
+    assert!(s.get("podReplacementPolicy").is_none());
     assert_eq!(s["template"]["spec"]["restartPolicy"], "Never");
 
     // Parallelism alone leaves completions unset.

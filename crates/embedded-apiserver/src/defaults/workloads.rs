@@ -88,7 +88,12 @@ pub(crate) fn stateful_set(obj: &mut Map<String, Value>) {
         default_nil(spec, "replicas", json!(1));
         default_nil(spec, "revisionHistoryLimit", json!(10));
         spec_template(spec);
-        each_obj_in(spec, "volumeClaimTemplates", pvc);
+        each_obj_in(spec, "volumeClaimTemplates", |t| {
+            // `SetDefaults_StatefulSet`: claim templates are full PersistentVolumeClaims.
+            default_str(t, "apiVersion", "v1");
+            default_str(t, "kind", "PersistentVolumeClaim");
+            pvc(t);
+        });
     }
     if let Some(status) = obj_at(obj, "status") {
         default_nil(status, "replicas", json!(0));
@@ -160,14 +165,8 @@ fn job_spec(spec: &mut Map<String, Value>) {
     }
     default_nil(spec, "completionMode", json!("NonIndexed"));
     default_nil(spec, "suspend", json!(false));
-    if is_nil(spec, "podReplacementPolicy") {
-        let v = if is_nil(spec, "podFailurePolicy") {
-            "TerminatingOrFailed"
-        } else {
-            "Failed"
-        };
-        spec.insert("podReplacementPolicy".into(), json!(v));
-    }
+    // `podReplacementPolicy` is defaulted only under the JobPodReplacementPolicy feature
+    // gate, alpha (off) in Kubernetes 1.28: a 1.28 server leaves it unset.
     if let Some(pfp) = existing_obj(spec, "podFailurePolicy") {
         each_obj_in(pfp, "rules", |r| {
             each_obj_in(r, "onPodConditions", |c| default_str(c, "status", "True"));

@@ -2,6 +2,7 @@
 //! `pod_ready_after` (Running, Ready, a pod IP, container statuses), a Job's pods finish
 //! after `pod_succeed_after`, and deleted pods end once their containers "stop".
 
+use super::exit_status;
 use super::util::{self, annotation, is_deleting, phase};
 use super::{Key, PodTimes, Sim};
 use super::{IGNORE_SIGTERM_ANNOTATION, PHASE_ANNOTATION, READY_ANNOTATION};
@@ -149,7 +150,10 @@ pub(super) fn reconcile_pod(sim: &mut Sim, st: &mut State, ns: &str, name: &str)
     util::set_status(st, "", "pods", &pod, terminated_status(&pod, end), KUBELET);
 }
 
-/// The terminal phase a running pod goes to by itself, if any.
+/// The terminal phase a running pod goes to by itself, if any. Run-to-completion pods
+/// (restartPolicy `Never` or `OnFailure`) end whoever created them, as on a kubelet: with
+/// `Never` a failing container ([`exit_status`]) fails the pod; with `OnFailure` the kubelet
+/// would restart it, so the pod keeps running.
 fn finishes_as(pod: &Value) -> Option<&'static str> {
     match annotation(pod, PHASE_ANNOTATION) {
         Some("Succeeded") => return Some("Succeeded"),
@@ -157,15 +161,16 @@ fn finishes_as(pod: &Value) -> Option<&'static str> {
         Some("Running") => return None,
         _ => {}
     }
-    let of_job = util::controller_ref(pod)
-        .and_then(|r| r.get("kind"))
-        .and_then(Value::as_str)
-        == Some("Job");
     let policy = pod
         .pointer("/spec/restartPolicy")
         .and_then(Value::as_str)
         .unwrap_or("Always");
-    (of_job && matches!(policy, "Never" | "OnFailure")).then_some("Succeeded")
+    let fails = exit_status::of_pod(pod) != 0;
+    match (policy, fails) {
+        ("Never", true) => Some("Failed"),
+        ("Never" | "OnFailure", false) => Some("Succeeded"),
+        _ => None,
+    }
 }
 
 /// The scheduler's part: pick a node (the one a DaemonSet's affinity names, else one whose
@@ -401,14 +406,15 @@ fn running_status(pod: &Value, ip: &str) -> Value {
     status
 }
 
-/// Containers exited: 0 (Succeeded) or 1 (Failed).
+/// Containers exited: 0 (Succeeded), or with their emulated exit status (Failed).
 fn terminated_status(pod: &Value, end: &str) -> Value {
     let now = now_rfc3339();
-    let (code, reason, cond_reason) = if end == "Succeeded" {
-        (0, "Completed", "PodCompleted")
+    let (reason, cond_reason) = if end == "Succeeded" {
+        ("Completed", "PodCompleted")
     } else {
-        (1, "Error", "PodFailed")
+        ("Error", "PodFailed")
     };
+    let failing_command = exit_status::of_pod(pod) != 0;
     let mut status = pod.get("status").cloned().unwrap_or_else(|| json!({}));
     status["phase"] = json!(end);
     let mut conds = conditions(pod);
@@ -434,6 +440,13 @@ fn terminated_status(pod: &Value, end: &str) -> Value {
                 .cloned()
                 .unwrap_or(json!(now));
             let id = cs.get("containerID").cloned().unwrap_or(Value::Null);
+            let code = match end {
+                "Succeeded" => 0,
+                // Failed by annotation, with no failing command: every container exits 1.
+                _ if !failing_command => 1,
+                _ => container_exit_status(pod, cs),
+            };
+            let reason = if code == 0 { "Completed" } else { reason };
             cs["ready"] = json!(false);
             cs["started"] = json!(false);
             cs["state"] = json!({"terminated": {"exitCode": code, "reason": reason,
@@ -441,6 +454,18 @@ fn terminated_status(pod: &Value, end: &str) -> Value {
         }
     }
     status
+}
+
+/// The emulated exit status of the container a `containerStatuses` entry describes.
+fn container_exit_status(pod: &Value, status: &Value) -> i64 {
+    let name = status.get("name").and_then(Value::as_str);
+    pod.pointer("/spec/containers")
+        .and_then(Value::as_array)
+        .and_then(|cs| {
+            cs.iter()
+                .find(|c| c.get("name").and_then(Value::as_str) == name)
+        })
+        .map_or(0, exit_status::of_container)
 }
 
 fn started_events(st: &mut State, pod: &Value) {

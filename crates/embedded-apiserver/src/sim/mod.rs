@@ -16,6 +16,7 @@
 mod daemonset;
 mod deployment;
 mod endpointslice;
+mod exit_status;
 mod history;
 mod job;
 mod kubelet;
@@ -49,7 +50,7 @@ pub struct SimulationConfig {
     pub nodes: usize,
     /// How long a bound pod stays Pending before it runs and is Ready.
     pub pod_ready_after: Duration,
-    /// How long a Job's pod (restartPolicy Never/OnFailure) runs before it succeeds.
+    /// How long a run-to-completion pod (restartPolicy Never/OnFailure) runs before it ends.
     pub pod_succeed_after: Duration,
 }
 

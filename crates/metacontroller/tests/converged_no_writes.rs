@@ -1,0 +1,494 @@
+//! A converged child is never written again (issue 33): for a corpus of kinds whose desired
+//! objects leave fields to the API server's defaulting inside atomic maps, atomic lists and
+//! un-keyed lists (env `fieldRef` without `apiVersion`, a downwardAPI volume, ports without
+//! `protocol`, StatefulSet `volumeClaimTemplates`, CRD defaults inside atomic values), the real
+//! binary creates the children through a CompositeController and then, over 5 resyncs, sends
+//! no write: neither its own `/metrics` (`rest_client_requests_total` other than GET) nor the
+//! API server (watch events on the children since a list taken before the resyncs) see one.
+//!
+//! Run in `--apply-schema=auto` (default), `--apply-schema=off` and
+//! `--apply-strategy=server-side-apply`; the Pod child uses RollingRecreate (a planned write
+//! would delete and recreate it), the others InPlace. Kinds the server does not serve are
+//! reported as `n/a`. Passes on the embedded server and on a real one
+//! (`METACONTROLLER_E2E_KUBECONFIG`). Prints the table kind × mode → writes.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use futures::StreamExt;
+use kube::api::{Api, ListParams, PostParams, WatchEvent, WatchParams};
+use kube::core::DynamicObject;
+use metacontroller_api::composite::CompositeController;
+use metacontroller_testkit::{
+    crd, dynamic_api, eventually_within, unique_name, ControllerProcess, CrdBuilder, HookReply,
+    HookServer, TestCluster,
+};
+use serde_json::{json, Value};
+
+const WAIT: Duration = Duration::from_secs(90);
+const RESYNCS: usize = 5;
+
+/// One child kind of the corpus.
+struct Kind {
+    api_version: String,
+    kind: &'static str,
+    plural: &'static str,
+    method: &'static str,
+}
+
+fn kind(api_version: &str, kind: &'static str, plural: &'static str, method: &'static str) -> Kind {
+    Kind {
+        api_version: api_version.to_string(),
+        kind,
+        plural,
+        method,
+    }
+}
+
+/// The CRD child: an atomic list and an atomic map whose items/fields have schema defaults.
+fn widget_crd() -> CrdBuilder {
+    crd(
+        &format!("{}.example.com", unique_name("widget")),
+        "v1",
+        "Widget",
+        "widgets",
+    )
+    .schema(json!({"type": "object", "properties": {
+        "spec": {"type": "object", "properties": {
+            "rules": {"type": "array", "x-kubernetes-list-type": "atomic",
+                "items": {"type": "object", "properties": {
+                    "name": {"type": "string"},
+                    "weight": {"type": "integer", "default": 1}}}},
+            "selector": {"type": "object", "x-kubernetes-map-type": "atomic",
+                "properties": {"key": {"type": "string"},
+                               "mode": {"type": "string", "default": "exact"}}}}},
+        "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}))
+}
+
+fn corpus(widget: &CrdBuilder) -> Vec<Kind> {
+    vec![
+        kind("v1", "Pod", "pods", "RollingRecreate"),
+        kind("apps/v1", "Deployment", "deployments", "InPlace"),
+        kind("apps/v1", "StatefulSet", "statefulsets", "InPlace"),
+        kind("apps/v1", "DaemonSet", "daemonsets", "InPlace"),
+        kind("batch/v1", "Job", "jobs", "InPlace"),
+        kind("batch/v1", "CronJob", "cronjobs", "InPlace"),
+        kind("v1", "Service", "services", "InPlace"),
+        kind("networking.k8s.io/v1", "Ingress", "ingresses", "InPlace"),
+        kind(
+            "networking.k8s.io/v1",
+            "NetworkPolicy",
+            "networkpolicies",
+            "InPlace",
+        ),
+        kind(
+            "v1",
+            "PersistentVolumeClaim",
+            "persistentvolumeclaims",
+            "InPlace",
+        ),
+        kind("v1", "ConfigMap", "configmaps", "InPlace"),
+        Kind {
+            api_version: widget.api_version(),
+            kind: "Widget",
+            plural: "widgets",
+            method: "InPlace",
+        },
+    ]
+}
+
+/// A pod spec with server-defaulted fields inside atomic values: an env `fieldRef` (atomic
+/// map) and a downwardAPI volume (atomic list of `fieldRef`s) without `apiVersion`, a
+/// container port without `protocol`.
+fn pod_spec(restart: &str) -> Value {
+    json!({
+        "restartPolicy": restart,
+        "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.9",
+            "ports": [{"containerPort": 8080}],
+            "env": [{"name": "NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}],
+            "volumeMounts": [{"name": "podinfo", "mountPath": "/etc/podinfo"}]}],
+        "volumes": [{"name": "podinfo", "downwardAPI": {"items": [
+            {"path": "labels", "fieldRef": {"fieldPath": "metadata.labels"}}]}}]
+    })
+}
+
+fn template(labels: &Value, restart: &str) -> Value {
+    json!({"metadata": {"labels": labels}, "spec": pod_spec(restart)})
+}
+
+/// The desired child of `kind` for parent `parent`.
+fn desired(k: &Kind, parent: &str) -> Value {
+    let name = format!("{parent}-{}", k.kind.to_lowercase());
+    let app = json!({"app": name});
+    let spec = match k.kind {
+        "Pod" => pod_spec("Always"),
+        "Deployment" => json!({"replicas": 0, "selector": {"matchLabels": app},
+                               "template": template(&app, "Always")}),
+        "StatefulSet" => json!({"replicas": 0, "serviceName": name,
+            "selector": {"matchLabels": app}, "template": template(&app, "Always"),
+            "volumeClaimTemplates": [{"metadata": {"name": "data"},
+                "spec": {"accessModes": ["ReadWriteOnce"],
+                         "resources": {"requests": {"storage": "1Gi"}}}}]}),
+        "DaemonSet" => json!({"selector": {"matchLabels": app},
+                              "template": template(&app, "Always")}),
+        "Job" => json!({"suspend": true, "template": template(&app, "Never")}),
+        "CronJob" => json!({"schedule": "*/5 * * * *", "suspend": true,
+            "jobTemplate": {"spec": {"template": template(&app, "Never")}}}),
+        "Service" => json!({"selector": app, "ports": [{"port": 80}]}),
+        "Ingress" => json!({"rules": [{"http": {"paths": [{"path": "/", "pathType": "Prefix",
+            "backend": {"service": {"name": name, "port": {"number": 80}}}}]}}]}),
+        "NetworkPolicy" => json!({"podSelector": {"matchLabels": app},
+            "ingress": [{"ports": [{"port": 80}, {"port": 443}]}]}),
+        "PersistentVolumeClaim" => json!({"accessModes": ["ReadWriteOnce"],
+            "resources": {"requests": {"storage": "1Gi"}}}),
+        "Widget" => json!({"rules": [{"name": "a"}, {"name": "b", "weight": 2}],
+                           "selector": {"key": "k"}}),
+        _ => Value::Null,
+    };
+    let mut obj = json!({"apiVersion": k.api_version, "kind": k.kind,
+        "metadata": {"name": name, "labels": {"corpus": parent}}});
+    if k.kind == "ConfigMap" {
+        obj["data"] = json!({"a": "1"});
+    } else {
+        obj["spec"] = spec;
+    }
+    obj
+}
+
+/// One run of the binary with `flags`.
+struct Mode {
+    name: &'static str,
+    flags: &'static [&'static str],
+}
+
+const MODES: [Mode; 3] = [
+    Mode {
+        name: "auto",
+        flags: &[],
+    },
+    Mode {
+        name: "off",
+        flags: &["--apply-schema=off"],
+    },
+    Mode {
+        name: "server-side-apply",
+        flags: &["--apply-strategy=server-side-apply"],
+    },
+];
+
+/// Writes in one mode, per kind (`None`: not served): sent by the binary (its write log
+/// lines; a PUT the server finds unchanged moves no resourceVersion but is still a write) and
+/// seen by the server (watch events); and the binary's own non-GET requests.
+struct Row {
+    per_kind: BTreeMap<&'static str, Option<(usize, usize)>>,
+    binary_writes: u64,
+    logs: String,
+}
+
+/// The sum of `rest_client_requests_total` samples whose method is not GET.
+fn non_get_requests(metrics: &str) -> u64 {
+    metrics
+        .lines()
+        .filter(|l| l.starts_with("rest_client_requests_total{") && !l.contains("method=\"GET\""))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as u64
+}
+
+async fn scrape(p: &ControllerProcess) -> String {
+    let address = eventually_address(p).await;
+    reqwest::Client::new()
+        .get(format!("http://{address}/metrics"))
+        .timeout(Duration::from_secs(10))
+        .send()
+        .await
+        .expect("scraping /metrics")
+        .text()
+        .await
+        .expect("reading /metrics")
+}
+
+async fn eventually_address(p: &ControllerProcess) -> String {
+    let find = || {
+        p.logs()
+            .lines()
+            .find(|l| l.contains("serving metrics"))
+            .and_then(|l| l.split("address=").nth(1))
+            .and_then(|a| a.split_whitespace().next())
+            .map(str::to_owned)
+    };
+    eventually_within("the binary serves metrics", WAIT, || async {
+        find().is_some()
+    })
+    .await;
+    find().unwrap_or_default()
+}
+
+/// True when the server serves `k` (discovery), so the corpus adapts to the embedded server.
+async fn served(client: &kube::Client, k: &Kind) -> bool {
+    let (group, version) = k
+        .api_version
+        .rsplit_once('/')
+        .unwrap_or(("", &k.api_version));
+    let list = if group.is_empty() {
+        client.list_core_api_resources(version).await
+    } else {
+        client.list_api_group_resources(&k.api_version).await
+    };
+    list.is_ok_and(|l| l.resources.iter().any(|r| r.name == k.plural))
+}
+
+/// Watch events of the children labelled `corpus=<parent>` since `rv`.
+async fn events_since(api: &Api<DynamicObject>, parent: &str, rv: &str) -> usize {
+    let wp = WatchParams::default()
+        .labels(&format!("corpus={parent}"))
+        .timeout(1);
+    let Ok(stream) = api.watch(&wp, rv).await else {
+        return usize::MAX;
+    };
+    let events: Vec<_> = stream.collect().await;
+    events
+        .iter()
+        .filter(|e| {
+            matches!(
+                e,
+                Ok(WatchEvent::Added(_) | WatchEvent::Modified(_) | WatchEvent::Deleted(_))
+            )
+        })
+        .count()
+}
+
+/// Child writes of `kind` the binary logged (create, update, server-side apply, delete).
+fn logged_writes(logs: &str, kind: &str) -> usize {
+    let verbs = ["create", "update", "apply", "delete"].map(|v| format!("{v} {kind} "));
+    let messages = [
+        "creating child",
+        "updating",
+        "server-side apply",
+        "deleting child",
+    ];
+    logs.lines()
+        .filter(|l| verbs.iter().any(|v| l.contains(v.as_str())))
+        .filter(|l| messages.iter().any(|m| l.contains(m)))
+        .count()
+}
+
+/// The list resourceVersion of the children labelled `corpus=<parent>`.
+async fn list_rv(api: &Api<DynamicObject>, parent: &str) -> String {
+    let lp = ListParams::default().labels(&format!("corpus={parent}"));
+    api.list(&lp)
+        .await
+        .ok()
+        .and_then(|l| l.metadata.resource_version)
+        .unwrap_or_default()
+}
+
+async fn run_mode(cluster: &TestCluster, mode: &Mode) -> Row {
+    let ns = cluster.create_namespace("converged").await;
+    if !cluster.is_embedded() {
+        // Pod admission needs the namespace's default ServiceAccount (made by a controller).
+        let sas = dynamic_api(
+            cluster.client(),
+            "v1",
+            "ServiceAccount",
+            "serviceaccounts",
+            Some(&ns),
+        );
+        eventually_within("default ServiceAccount", WAIT, || async {
+            sas.get("default").await.is_ok()
+        })
+        .await;
+    }
+    let parent_crd = cluster.install_parent_crd("converged").await;
+    let widget = widget_crd();
+    cluster.install_crd(&widget.build()).await;
+    let mut kinds = Vec::new();
+    let mut per_kind = BTreeMap::new();
+    for k in corpus(&widget) {
+        if served(&cluster.client(), &k).await {
+            kinds.push(k);
+        } else {
+            per_kind.insert(k.kind, None);
+        }
+    }
+    let wanted: Vec<(String, &'static str)> = kinds
+        .iter()
+        .map(|k| (k.api_version.clone(), k.kind))
+        .collect();
+    let all = corpus(&widget);
+    let hook = HookServer::start(move |_, req| {
+        let parent = req["parent"]["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default();
+        let children: Vec<Value> = all
+            .iter()
+            .filter(|k| {
+                wanted
+                    .iter()
+                    .any(|(a, n)| *a == k.api_version && *n == k.kind)
+            })
+            .map(|k| desired(k, parent))
+            .collect();
+        HookReply::json(json!({"children": children, "status": {"children": children.len()}}))
+    })
+    .await;
+    let label = unique_name("team");
+    let child_resources: Vec<Value> = kinds
+        .iter()
+        .map(|k| {
+            json!({"apiVersion": k.api_version, "resource": k.plural,
+                        "updateStrategy": {"method": k.method}})
+        })
+        .collect();
+    let _: CompositeController = cluster
+        .create_controller(
+            &unique_name("converged"),
+            &label,
+            json!({
+                "parentResource": {"apiVersion": parent_crd.api_version(),
+                                   "resource": parent_crd.plural()},
+                "childResources": child_resources,
+                "resyncPeriodSeconds": 1,
+                "hooks": {"sync": {"webhook": {"url": hook.url("/sync")}}},
+            }),
+        )
+        .await;
+    let mut args = vec![
+        "run".to_string(),
+        "--kubeconfig".into(),
+        cluster.kubeconfig_path().display().to_string(),
+        "--discovery-interval".into(),
+        "1s".into(),
+        "--metrics-address=127.0.0.1:0".into(),
+        format!("--target-label-selector=team={label}"),
+    ];
+    args.extend(mode.flags.iter().map(|s| s.to_string()));
+    let process = ControllerProcess::start(env!("CARGO_BIN_EXE_metacontroller"), args);
+
+    let parents = parent_crd.api(cluster.client(), Some(&ns));
+    let parent: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": parent_crd.api_version(), "kind": "Parent",
+        "metadata": {"name": "p"}, "spec": {"selector": {"matchLabels": {"corpus": "p"}}}}))
+    .expect("parent object");
+    parents
+        .create(&PostParams::default(), &parent)
+        .await
+        .expect("creating the parent");
+    let apis: Vec<(&'static str, Api<DynamicObject>)> = kinds
+        .iter()
+        .map(|k| {
+            let api = dynamic_api(
+                cluster.client(),
+                &k.api_version,
+                k.kind,
+                k.plural,
+                Some(&ns),
+            );
+            (k.kind, api)
+        })
+        .collect();
+    eventually_within("every child is created", WAIT, || async {
+        for (kind, api) in &apis {
+            if api
+                .get(&format!("p-{}", kind.to_lowercase()))
+                .await
+                .is_err()
+            {
+                return false;
+            }
+        }
+        true
+    })
+    .await;
+    // Let the first syncs after the creates (and the servers' own status writes) pass.
+    let calls = hook.calls("/sync");
+    eventually_within("the hook is called on resync", WAIT, || async {
+        hook.calls("/sync") >= calls + 3
+    })
+    .await;
+
+    let mut rvs = Vec::new();
+    for (_, api) in &apis {
+        rvs.push(list_rv(api, "p").await);
+    }
+    let before = non_get_requests(&scrape(&process).await);
+    let logged_before = process.logs().len();
+    let calls = hook.calls("/sync");
+    eventually_within("resyncs call the hook", WAIT, || async {
+        hook.calls("/sync") >= calls + RESYNCS
+    })
+    .await;
+    let binary_writes = non_get_requests(&scrape(&process).await) - before;
+    let logs = process.logs();
+    let window = logs.get(logged_before..).unwrap_or_default();
+    for ((kind, api), rv) in apis.iter().zip(&rvs) {
+        let seen = events_since(api, "p", rv).await;
+        per_kind.insert(*kind, Some((logged_writes(window, kind), seen)));
+    }
+    Row {
+        per_kind,
+        binary_writes,
+        logs,
+    }
+}
+
+fn print_table(server: &str, rows: &[(&str, Row)]) {
+    let mut out = format!(
+        "\nwrites during {RESYNCS} resyncs of converged children ({server} server), \
+         sent by the binary / seen by the server\n"
+    );
+    out.push_str(&format!("{:<24}", "kind"));
+    for (mode, _) in rows {
+        out.push_str(&format!("{mode:>20}"));
+    }
+    out.push('\n');
+    let kinds: Vec<&str> = rows
+        .first()
+        .map(|(_, r)| r.per_kind.keys().copied().collect())
+        .unwrap_or_default();
+    for k in kinds {
+        out.push_str(&format!("{k:<24}"));
+        for (_, row) in rows {
+            let cell = match row.per_kind.get(k).copied().flatten() {
+                Some((sent, seen)) => format!("{sent}/{seen}"),
+                None => "n/a".to_string(),
+            };
+            out.push_str(&format!("{cell:>20}"));
+        }
+        out.push('\n');
+    }
+    out.push_str(&format!("{:<24}", "binary non-GET requests"));
+    for (_, row) in rows {
+        out.push_str(&format!("{:>20}", row.binary_writes));
+    }
+    println!("{out}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn converged_children_are_not_written_on_resync() {
+    let mut rows = Vec::new();
+    let mut server = "embedded";
+    for mode in &MODES {
+        // A fresh embedded server per mode; a real cluster is shared (own namespaces).
+        let cluster = TestCluster::start().await;
+        if !cluster.is_embedded() {
+            server = "real";
+        }
+        cluster.install_metacontroller_crds().await;
+        rows.push((mode.name, run_mode(&cluster, mode).await));
+    }
+    print_table(server, &rows);
+    for (mode, row) in &rows {
+        let written: Vec<_> = row
+            .per_kind
+            .iter()
+            .filter(|(_, n)| n.is_some_and(|(sent, seen)| sent + seen > 0))
+            .collect();
+        assert!(
+            written.is_empty() && row.binary_writes == 0,
+            "mode {mode}: converged children were written on resync: {written:?}, \
+             {} non-GET requests by the binary\ncontroller logs:\n{}",
+            row.binary_writes,
+            row.logs
+        );
+    }
+}
