@@ -153,6 +153,9 @@ async fn accept(listener: TcpListener, upstream: SocketAddr, mode: watch::Sender
             else {
                 return;
             };
+            // Small writes (TLS records, HTTP/2 frames) must not wait for Nagle's algorithm:
+            // the proxy is to add no latency of its own.
+            let _ = (client.set_nodelay(true), server.set_nodelay(true));
             let (client_read, client_write) = client.into_split();
             let (server_read, server_write) = server.into_split();
             let up = pump(client_read, server_write, mode.clone());
