@@ -627,7 +627,10 @@ fn assert_one_syncer_at_a_time(calls: &[Call], replicas: &BTreeSet<String>) {
 /// The holders of the shard Leases sampled every 50 ms from the test's own client, to
 /// check each hook call against who owned the parent's shard at the time.
 #[derive(Clone, Default)]
-struct HolderLog(Arc<Mutex<Vec<(Instant, BTreeMap<u32, String>)>>>);
+struct HolderLog(Arc<Mutex<Vec<Sample>>>);
+
+/// When the shard holders were read, and who held each shard.
+type Sample = (Instant, BTreeMap<u32, String>);
 
 impl HolderLog {
     /// Samples until the returned task is aborted.
@@ -668,7 +671,7 @@ impl HolderLog {
                 let shard = shard_of(&format!("{}/{}", setup.ns, c.parent), SHARDS);
                 let before = samples.iter().rev().find(|(t, _)| *t <= c.start);
                 let after = samples.iter().find(|(t, _)| *t >= c.end);
-                let other = |s: Option<&(Instant, BTreeMap<u32, String>)>| {
+                let other = |s: Option<&Sample>| {
                     s.and_then(|(_, h)| h.get(&shard))
                         .is_some_and(|h| *h != c.replica)
                 };
