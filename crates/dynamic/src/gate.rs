@@ -31,7 +31,9 @@
 //! queues serve their keys before any other ([`SyncGate::expedites_key`], see
 //! [`crate::workqueue`]).
 
+use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::Poll;
 use std::time::Duration;
 
 use tokio::sync::{watch, Notify};
@@ -43,6 +45,32 @@ struct State {
     in_flight: usize,
     /// Per-shard ownership and running syncs; `None` without sharding.
     shards: Option<Shards>,
+    /// The deadlines of the membership that ownership rests on (see [`SyncGate::set_lease`]);
+    /// `None`: ownership is not time-bound.
+    lease: Option<LeaseDeadlines>,
+}
+
+/// What [`SyncGate::set_lease`] found of the previous deadlines.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lapse {
+    /// Renewed before the renew deadline.
+    None,
+    /// Renewed after the renew deadline but before the fence: ownership is kept, but keys
+    /// were refused meanwhile (the caller queues the owned shards' keys again).
+    Refused,
+    /// Renewed after the fence: every shard was revoked.
+    Revoked,
+}
+
+/// Until when ownership granted by a Lease may be used, both measured from when the last
+/// successful renewal was *sent* (the server, and so any other replica, saw it later).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeaseDeadlines {
+    /// No sync starts from this moment on (the renew deadline).
+    pub renew_by: Instant,
+    /// Running syncs are abandoned (their tasks dropped) at this moment, before any other
+    /// replica can take the Lease over.
+    pub fence: Instant,
 }
 
 #[derive(Debug)]
@@ -74,6 +102,10 @@ pub fn stable_hash(bytes: &[u8]) -> u64 {
     h ^ (h >> 31)
 }
 
+fn lease_current(lease: Option<LeaseDeadlines>, now: Instant) -> bool {
+    lease.is_none_or(|l| now < l.renew_by)
+}
+
 /// The virtual shard of a queue key (`namespace/name` of a parent) among `count` shards.
 pub fn shard_of(key: &str, count: u32) -> u32 {
     (stable_hash(key.as_bytes()) % u64::from(count.max(1))) as u32
@@ -86,6 +118,8 @@ struct Inner {
     open_tx: watch::Sender<bool>,
     /// Wakes `close_and_drain` when the last permit is dropped.
     idle: Notify,
+    /// The current [`LeaseDeadlines`], for running permits to watch their fence.
+    lease_tx: watch::Sender<Option<LeaseDeadlines>>,
 }
 
 /// A cloneable handle on the process's sync gate.
@@ -105,15 +139,18 @@ impl SyncGate {
     /// A gate, open or closed.
     pub fn new(open: bool) -> SyncGate {
         let (open_tx, _) = watch::channel(open);
+        let (lease_tx, _) = watch::channel(None);
         SyncGate {
             inner: Arc::new(Inner {
                 state: Mutex::new(State {
                     open,
                     in_flight: 0,
                     shards: None,
+                    lease: None,
                 }),
                 open_tx,
                 idle: Notify::new(),
+                lease_tx,
             }),
         }
     }
@@ -195,15 +232,52 @@ impl SyncGate {
     /// Returns whether it was admitted.
     pub fn admit_shard(&self, shard: u32, epoch: u64) -> bool {
         let mut state = self.lock();
+        let current = lease_current(state.lease, Instant::now());
         let Some(shards) = state.shards.as_mut() else {
             return false;
         };
         let i = shard as usize;
-        if shards.epoch.get(i) != Some(&epoch) || !shards.retained[i] {
+        if shards.epoch.get(i) != Some(&epoch) || !shards.retained[i] || !current {
             return false;
         }
         shards.owned[i] = true;
         true
+    }
+
+    /// Binds shard ownership to a membership Lease renewed at some moment: from
+    /// `lease.renew_by` on no key is admitted and no shard acquisition completes, at
+    /// `lease.fence` running syncs are abandoned ([`SyncPermit::run`]). Called after every
+    /// successful renewal. If the previous fence had passed, every shard is revoked first
+    /// (keys no longer admitted, pending acquisitions void): ownership held then may have been
+    /// taken over meanwhile, so it must be acquired again, never resumed.
+    pub fn set_lease(&self, lease: LeaseDeadlines) -> Lapse {
+        let now = Instant::now();
+        let lapse;
+        {
+            let mut state = self.lock();
+            lapse = match state.lease {
+                Some(old) if now >= old.fence => Lapse::Revoked,
+                Some(old) if now >= old.renew_by => Lapse::Refused,
+                _ => Lapse::None,
+            };
+            if let (Lapse::Revoked, Some(shards)) = (lapse, state.shards.as_mut()) {
+                for i in 0..shards.owned.len() {
+                    shards.owned[i] = false;
+                    shards.epoch[i] += 1;
+                    shards.keys[i] = Default::default();
+                    shards.expedite_until[i] = None;
+                }
+            }
+            state.lease = Some(lease);
+        }
+        self.inner.lease_tx.send_replace(Some(lease));
+        lapse
+    }
+
+    /// Whether the ownership of shards may be used now: no Lease bound, or its renew
+    /// deadline not passed.
+    pub fn lease_current(&self) -> bool {
+        lease_current(self.lock().lease, Instant::now())
     }
 
     /// Serves the keys of `shard` before any other key for `period` from now (a shard taken
@@ -307,12 +381,13 @@ impl SyncGate {
             {
                 let mut state = self.lock();
                 if state.open {
+                    let current = lease_current(state.lease, Instant::now());
                     let shard = match state.shards.as_mut() {
                         None => None,
                         Some(shards) => {
                             let count = u32::try_from(shards.owned.len()).unwrap_or(u32::MAX);
                             let shard = shard_of(key, count);
-                            if !shards.owned[shard as usize] {
+                            if !shards.owned[shard as usize] || !current {
                                 return None;
                             }
                             shards.in_flight[shard as usize] += 1;
@@ -408,6 +483,47 @@ pub struct SyncPermit {
     shard: Option<u32>,
 }
 
+impl SyncPermit {
+    /// Runs one sync under this permit, abandoning it at the gate's fence (see
+    /// [`SyncGate::set_lease`]): past the fence another replica may own the key, so the sync
+    /// is dropped at its next await and sends nothing more. The clock is read before every
+    /// poll, so a process resumed after a pause (SIGSTOP, a stalled VM) past its fence never
+    /// polls the sync again, even before its timers fire. `None`: abandoned.
+    pub async fn run<F: Future>(&self, sync: F) -> Option<F::Output> {
+        let mut lease = self.gate.inner.lease_tx.subscribe();
+        let fenced = async move {
+            loop {
+                let fence = lease.borrow_and_update().map(|l| l.fence);
+                match fence {
+                    Some(fence) => tokio::select! {
+                        _ = tokio::time::sleep_until(fence) => return,
+                        changed = lease.changed() => if changed.is_err() { std::future::pending::<()>().await },
+                    },
+                    None => {
+                        if lease.changed().await.is_err() {
+                            std::future::pending::<()>().await
+                        }
+                    }
+                }
+            }
+        };
+        let (mut fenced, mut sync) = (std::pin::pin!(fenced), std::pin::pin!(sync));
+        std::future::poll_fn(|cx| {
+            let past = self
+                .gate
+                .inner
+                .lease_tx
+                .borrow()
+                .is_some_and(|l| Instant::now() >= l.fence);
+            if past || fenced.as_mut().poll(cx).is_ready() {
+                return Poll::Ready(None);
+            }
+            sync.as_mut().poll(cx).map(Some)
+        })
+        .await
+    }
+}
+
 impl Drop for SyncPermit {
     fn drop(&mut self) {
         let mut state = self.gate.lock();
@@ -472,6 +588,111 @@ mod tests {
             .map(|i| format!("ns/parent-{i}"))
             .find(|k| shard_of(k, count) == shard)
             .unwrap()
+    }
+
+    fn deadlines(renew_in: u64, fence_in: u64) -> LeaseDeadlines {
+        let now = Instant::now();
+        LeaseDeadlines {
+            renew_by: now + Duration::from_secs(renew_in),
+            fence: now + Duration::from_secs(fence_in),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_lapsed_lease_admits_nothing_and_its_shards_must_be_acquired_again() {
+        let gate = SyncGate::sharded(4);
+        let key = key_of_shard(1, 4);
+        assert!(
+            gate.set_lease(deadlines(3, 4)) == Lapse::None,
+            "the first lease lapses nothing"
+        );
+        let epoch = gate.reserve_shard(1);
+        assert!(gate.admit_shard(1, epoch));
+        assert!(gate.enter_key(&key).await.is_some());
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        assert!(!gate.lease_current());
+        assert!(
+            gate.enter_key(&key).await.is_none(),
+            "admitted after the renew deadline"
+        );
+        // A pending acquisition cannot complete past the renew deadline either.
+        let pending = gate.reserve_shard(2);
+        assert!(!gate.admit_shard(2, pending));
+        // Renewed past the renew deadline but before the fence: ownership stays.
+        assert_eq!(gate.set_lease(deadlines(3, 4)), Lapse::Refused);
+        assert_eq!(gate.owned_shards(), vec![1]);
+        assert!(gate.enter_key(&key).await.is_some());
+        // Renewing after the fence does not bring the old ownership back.
+        tokio::time::sleep(Duration::from_secs(4)).await;
+        assert_eq!(gate.set_lease(deadlines(3, 4)), Lapse::Revoked);
+        assert!(gate.owned_shards().is_empty());
+        assert!(gate.enter_key(&key).await.is_none());
+        assert!(
+            !gate.admit_shard(1, epoch),
+            "an acquisition from before the lapse"
+        );
+        let again = gate.reserve_shard(1);
+        assert!(gate.admit_shard(1, again));
+        assert!(gate.enter_key(&key).await.is_some());
+        // A renewal in time keeps ownership.
+        assert_eq!(gate.set_lease(deadlines(3, 4)), Lapse::None);
+        assert_eq!(gate.owned_shards(), vec![1]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_running_sync_is_abandoned_at_the_fence_unless_renewed() {
+        let gate = SyncGate::sharded(4);
+        let key = key_of_shard(1, 4);
+        gate.set_lease(deadlines(3, 4));
+        gate.own_shard(1);
+        let permit = gate.enter_key(&key).await.unwrap();
+        let long = tokio::time::sleep(Duration::from_secs(10));
+        let started = Instant::now();
+        assert_eq!(permit.run(long).await, None, "a sync outlived the fence");
+        assert_eq!(started.elapsed(), Duration::from_secs(4));
+        drop(permit);
+
+        // Renewed in time, the fence moves and the sync completes (the lapse above revoked
+        // the shard: it is owned again first).
+        assert_eq!(gate.set_lease(deadlines(3, 4)), Lapse::Revoked);
+        gate.own_shard(1);
+        let permit = gate.enter_key(&key).await.unwrap();
+        let renewer = {
+            let gate = gate.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_secs(2)).await;
+                gate.set_lease(deadlines(3, 4));
+            })
+        };
+        let sync = tokio::time::sleep(Duration::from_secs(5));
+        assert_eq!(permit.run(sync).await, Some(()));
+        renewer.await.unwrap();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_sync_is_not_polled_again_once_the_clock_passed_the_fence() {
+        // A paused process resumes with its timers not fired yet; the clock decides.
+        let gate = SyncGate::sharded(4);
+        gate.set_lease(deadlines(3, 4));
+        gate.own_shard(1);
+        let permit = gate.enter_key(&key_of_shard(1, 4)).await.unwrap();
+        let polls = std::sync::atomic::AtomicUsize::new(0);
+        let sync = std::future::poll_fn(|cx| {
+            polls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            cx.waker().wake_by_ref();
+            Poll::<()>::Pending
+        });
+        let run = permit.run(sync);
+        tokio::pin!(run);
+        assert!(futures_poll_once(run.as_mut()).await.is_pending());
+        let before = polls.load(std::sync::atomic::Ordering::SeqCst);
+        tokio::time::advance(Duration::from_secs(5)).await;
+        assert_eq!(futures_poll_once(run.as_mut()).await, Poll::Ready(None));
+        assert_eq!(polls.load(std::sync::atomic::Ordering::SeqCst), before);
+    }
+
+    async fn futures_poll_once<F: Future + Unpin>(mut f: F) -> Poll<F::Output> {
+        std::future::poll_fn(|cx| Poll::Ready(std::pin::Pin::new(&mut f).poll(cx))).await
     }
 
     #[test]

@@ -46,7 +46,7 @@ pub use compact::CompactObject;
 pub use discover::{discover, Discovered};
 pub use discovery::{ApiResource, DiscoveryError, ResourceDiff, ResourceId, ResourceMap};
 pub use expectations::{Expectations, DEFAULT_EXPECTATION_TTL};
-pub use gate::{SyncGate, SyncPermit};
+pub use gate::{Lapse, LeaseDeadlines, SyncGate, SyncPermit};
 pub use informer::{
     Handler, HandlerId, Informer, InformerConfig, Informers, Keep, KeepKeys, Origin, LIST_PAGE_SIZE,
 };

@@ -552,8 +552,23 @@ where
                     if let Some(m) = metrics {
                         m.active_workers.inc();
                     }
-                    let outcome = AssertUnwindSafe(handler(key.clone())).catch_unwind().await;
+                    let sync = AssertUnwindSafe(handler(key.clone())).catch_unwind();
+                    let outcome = match &permit {
+                        Some(permit) => permit.run(sync).await,
+                        None => Some(sync.await),
+                    };
                     drop(permit);
+                    let Some(outcome) = outcome else {
+                        // Past the fence of the Lease the key's shard rests on: another
+                        // replica may own it now. Acquiring the shard again replays it.
+                        tracing::error!(queue = %queue.name(), key = %key, "sync abandoned: this replica's lease could be taken over before it ended");
+                        if let Some(m) = metrics {
+                            m.active_workers.dec();
+                        }
+                        queue.forget(&key);
+                        queue.done(&key);
+                        continue;
+                    };
                     if let Some(m) = metrics {
                         m.active_workers.dec();
                         let result = match &outcome {

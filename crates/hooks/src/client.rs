@@ -43,14 +43,14 @@ pub struct HookClientConfig {
     pub config_maps: Option<Arc<dyn ConfigMapSource>>,
     /// Registry the metrics are registered on; `None` keeps them unregistered.
     pub registry: Option<Registry>,
-    /// Sent as [`REPLICA_HEADER`] on every call (sharding: which replica synced a parent);
-    /// `None` sends no such header.
+    /// Sent as [`REPLICA_HEADER`] on every call (sharding, leader election: which replica
+    /// synced a parent); `None` sends no such header.
     pub replica: Option<String>,
     /// Receives every exchange sent (`--record-hooks`); `None` records nothing.
     pub recorder: Option<Arc<dyn HookRecorder>>,
 }
 
-/// The request header naming the calling replica when sharding is on.
+/// The request header naming the calling replica when sharding or leader election is on.
 pub const REPLICA_HEADER: &str = "x-metacontroller-replica";
 
 impl Default for HookClientConfig {

@@ -58,7 +58,11 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
         Some(config) => metacontroller_dynamic::SyncGate::sharded(config.shards),
         None => metacontroller_dynamic::SyncGate::new(leader.is_none()),
     };
-    let replica = sharding.as_ref().map(|config| config.identity.clone());
+    // Sent to hooks, so a hook (or a test) can tell which replica synced a parent.
+    let replica = sharding
+        .as_ref()
+        .map(|config| config.identity.clone())
+        .or_else(|| leader.as_ref().map(|config| config.identity.clone()));
     let shared = Shared::new(
         client.clone(),
         &args,

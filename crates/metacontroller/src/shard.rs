@@ -88,7 +88,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Owne
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::Client;
 use metacontroller_dynamic::gate::{shard_of, stable_hash};
-use metacontroller_dynamic::{Informers, SyncGate};
+use metacontroller_dynamic::{Informers, Lapse, LeaseDeadlines, SyncGate};
 use prometheus::{IntCounterVec, IntGauge, Opts, Registry};
 use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
@@ -353,8 +353,11 @@ impl Coordinator {
     async fn run(mut self, mut stop: watch::Receiver<bool>) {
         tracing::info!(identity = %self.config.identity, namespace = %self.config.namespace, group = %self.config.group, shards = self.config.shards, "sharding: joining the group");
         loop {
+            // Rounds start a retry period apart, however long one took (a slow round must
+            // not push the next renewal past the renew deadline).
+            let started = Instant::now();
             self.round().await;
-            let pause = self.pause();
+            let pause = self.pause().saturating_sub(started.elapsed());
             let stopped = tokio::select! {
                 _ = self.wake.notified() => *stop.borrow(),
                 stopped = crate::leader::sleep_or_stop(pause, &mut stop) => stopped,
@@ -377,27 +380,97 @@ impl Coordinator {
         )
     }
 
-    /// One round: renew our membership, read the group, release and acquire shards.
+    /// One round: renew our membership, then (bounded by the renew deadline, so a hung
+    /// request never keeps the round from noticing a lapse) read the group, release and
+    /// acquire shards.
     async fn round(&mut self) {
-        match self.renew().await {
-            Ok(()) => self.renewed = Some(Instant::now()),
-            Err(err) => tracing::warn!(error = %err, "sharding: cannot renew the member lease"),
-        }
-        let current = self
-            .renewed
-            .is_some_and(|t| t.elapsed() < self.config.renew_deadline);
-        if !current {
+        self.renew_bounded().await;
+        let Some(deadlines) = self.renewed.map(|sent| self.deadlines(sent)) else {
+            return;
+        };
+        if Instant::now() >= deadlines.renew_by {
             self.stop_all().await;
             return;
         }
-        let leases =
-            match list_leases(&self.api, &format!("{GROUP_LABEL}={}", self.config.group)).await {
-                Ok(leases) => leases,
-                Err(err) => {
-                    tracing::warn!(error = %err, "sharding: cannot list the group's leases");
-                    return;
+        // Leave a retry period of the renew deadline for the next renewal.
+        let act_by = deadlines
+            .renew_by
+            .checked_sub(self.config.retry_period)
+            .unwrap_or(deadlines.renew_by)
+            .max(Instant::now());
+        self.act(act_by).await;
+    }
+
+    /// Renews the member Lease, the attempt bounded by `--shard-renew-deadline`. On success
+    /// the gate's deadlines move to count from when the renewal was *sent*: the server, and so
+    /// every other replica, saw it later, so no other replica can count our Lease as expired
+    /// before `sent + lease duration`.
+    async fn renew_bounded(&mut self) {
+        let sent = Instant::now();
+        match tokio::time::timeout(self.config.renew_deadline, self.renew()).await {
+            Ok(Ok(())) => {
+                self.renewed = Some(sent);
+                match self.gate.set_lease(self.deadlines(sent)) {
+                    Lapse::None => {}
+                    Lapse::Refused => {
+                        // Keys refused past the renew deadline were dropped from the queues.
+                        let owned: HashSet<u32> = self.gate.owned_shards().into_iter().collect();
+                        let shards = self.config.shards;
+                        self.informers
+                            .resync_parents(|key| owned.contains(&shard_of(key, shards)));
+                        tracing::warn!("sharding: renewed the member lease after the renew deadline; syncing the owned shards again");
+                    }
+                    Lapse::Revoked => {
+                        // Ownership and acquisitions from before the fence are void (see
+                        // `SyncGate::set_lease`): every shard is acquired again.
+                        lock(&self.acquiring).clear();
+                        tracing::warn!(
+                            "sharding: the member lease had lapsed; acquiring the shards again"
+                        );
+                    }
                 }
-            };
+            }
+            Ok(Err(err)) => tracing::warn!(error = %err, "sharding: cannot renew the member lease"),
+            Err(_) => {
+                // The request may still reach the server; the Lease is read again.
+                self.member = None;
+                tracing::warn!(timeout = ?self.config.renew_deadline, "sharding: renewing the member lease timed out");
+            }
+        }
+    }
+
+    /// The gate's deadlines after a renewal sent at `sent`: no sync starts after the renew
+    /// deadline, and running ones are abandoned at the fence, a margin before the Lease can
+    /// expire in any other replica's eyes (the duration written in the Lease, whole seconds).
+    fn deadlines(&self, sent: Instant) -> LeaseDeadlines {
+        let written =
+            Duration::from_secs(seconds(self.config.lease_duration).unsigned_abs().into());
+        let margin =
+            ((written.saturating_sub(self.config.renew_deadline)) / 2).min(Duration::from_secs(1));
+        let fence = sent + written.saturating_sub(margin);
+        LeaseDeadlines {
+            renew_by: (sent + self.config.renew_deadline).min(fence),
+            fence,
+        }
+    }
+
+    /// The rest of a round: read the group, release and acquire shards. Requests are bounded
+    /// by `act_by` and no acquisition begins after it, so a slow or hung API server never
+    /// keeps the next renewal from being sent in time; what is left is done next round.
+    async fn act(&mut self, act_by: Instant) {
+        let selector = format!("{GROUP_LABEL}={}", self.config.group);
+        let leases = match tokio::time::timeout_at(act_by, list_leases(&self.api, &selector)).await
+        {
+            Ok(Ok(leases)) => leases,
+            Ok(Err(err)) => {
+                tracing::warn!(error = %err, "sharding: cannot list the group's leases");
+                return;
+            }
+            Err(_) => {
+                tracing::warn!("sharding: listing the group's leases timed out");
+                return;
+            }
+        };
         let members = self.members(&leases);
         self.metrics
             .members
@@ -447,7 +520,14 @@ impl Coordinator {
                 // Held by a replica that is no longer a member: it died (or lost its Lease)
                 // without releasing, so the shard's parents have had no owner since.
                 let orphaned = holder.as_deref().is_some_and(|h| h != me);
-                if free && self.acquire(shard, &name, lease).await {
+                // A Lease written after our own lapsed is re-acquired in a later round.
+                if free
+                    && Instant::now() < act_by
+                    && tokio::time::timeout_at(act_by, self.acquire(shard, &name, lease))
+                        .await
+                        .unwrap_or(false)
+                    && self.gate.lease_current()
+                {
                     // Cached ahead and complete: no relist needed before syncing it.
                     let cached = self
                         .ahead
@@ -857,13 +937,13 @@ impl Coordinator {
         if owned.is_empty() && lock(&self.acquiring).is_empty() && self.ahead.is_empty() {
             return;
         }
+        // Syncs still running at the fence are abandoned by the gate (their permits drop),
+        // so the drain ends by then; a second more covers a busy runtime.
         let deadline = self
             .renewed
-            .map(|t| t + self.config.lease_duration)
+            .map(|t| self.deadlines(t).fence + Duration::from_secs(1))
             .unwrap_or_else(Instant::now);
-        let budget = deadline
-            .saturating_duration_since(Instant::now())
-            .saturating_sub(Duration::from_millis(500));
+        let budget = deadline.saturating_duration_since(Instant::now());
         tracing::error!(
             shards = owned.len(),
             ?budget,

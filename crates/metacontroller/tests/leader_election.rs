@@ -14,8 +14,8 @@ use kube::api::{Api, PostParams};
 use kube::core::DynamicObject;
 use metacontroller_api::composite::CompositeController;
 use metacontroller_testkit::{
-    eventually_within, unique_name, ControllerProcess, CrdBuilder, HookReply, HookServer,
-    TestCluster,
+    eventually_within, kubeconfig_server, unique_name, ControllerProcess, CrdBuilder, HookReply,
+    HookServer, TcpProxy, TestCluster,
 };
 use serde_json::json;
 
@@ -28,10 +28,11 @@ struct Setup {
     label: String,
     lease_name: String,
     parent: CrdBuilder,
-    _hook: HookServer,
+    _hook: Option<HookServer>,
 }
 
 impl Setup {
+    /// A CompositeController whose hook answers one ConfigMap per parent.
     async fn new() -> Setup {
         let cluster = TestCluster::start().await;
         cluster.install_metacontroller_crds().await;
@@ -48,15 +49,31 @@ impl Setup {
             }))
         })
         .await;
+        let url = hook.url("/sync");
+        Setup::with_hook(cluster, ns, url, Some(hook), json!({})).await
+    }
+
+    /// A CompositeController calling `url`, with `extra` fields in its spec.
+    async fn with_hook(
+        cluster: TestCluster,
+        ns: String,
+        url: String,
+        hook: Option<HookServer>,
+        extra: serde_json::Value,
+    ) -> Setup {
         let parent = cluster.install_parent_crd("leader").await;
         let label = unique_name("team");
-        let _: CompositeController = cluster
-            .create_controller(&unique_name("leader"), &label, json!({
+        let mut spec = json!({
             "generateSelector": true,
             "parentResource": {"apiVersion": parent.api_version(), "resource": parent.plural()},
             "childResources": [{"apiVersion": "v1", "resource": "configmaps"}],
-            "hooks": {"sync": {"webhook": {"url": hook.url("/sync")}}},
-        }))
+            "hooks": {"sync": {"webhook": {"url": url}}},
+        });
+        if let (Some(spec), Some(extra)) = (spec.as_object_mut(), extra.as_object()) {
+            spec.extend(extra.clone());
+        }
+        let _: CompositeController = cluster
+            .create_controller(&unique_name("leader"), &label, spec)
             .await;
         Setup {
             cluster,
@@ -70,12 +87,17 @@ impl Setup {
 
     /// A replica: same Lease, namespace taken from `POD_NAMESPACE` as in a pod.
     fn replica(&self) -> ControllerProcess {
+        self.replica_at(self.cluster.kubeconfig_path())
+    }
+
+    /// [`Setup::replica`] talking to the API server through `kubeconfig` (a proxy).
+    fn replica_at(&self, kubeconfig: &std::path::Path) -> ControllerProcess {
         ControllerProcess::start_with_env(
             env!("CARGO_BIN_EXE_metacontroller"),
             [
                 "run".to_string(),
                 "--kubeconfig".to_string(),
-                self.cluster.kubeconfig_path().display().to_string(),
+                kubeconfig.display().to_string(),
                 "--discovery-interval=500ms".to_string(),
                 format!("--target-label-selector=team={}", self.label),
                 "--leader-election".to_string(),
@@ -369,4 +391,160 @@ async fn leader_that_cannot_renew_stops_syncing_and_recovers() {
     .await;
     setup.create_parent("second").await;
     setup.converged("second", Duration::from_secs(10)).await;
+}
+
+/// One hook call: the calling replica (`X-Metacontroller-Replica`), the parent, and when the
+/// hook received and answered it.
+type Calls = std::sync::Arc<std::sync::Mutex<Vec<(String, String, Instant, Instant)>>>;
+
+/// A sync hook answering one ConfigMap per parent after 50 ms, recording every call.
+async fn recording_hook() -> (String, Calls) {
+    use axum::body::Body;
+    use axum::http::Request;
+    let calls = Calls::default();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let app = axum::Router::new().fallback({
+        let calls = calls.clone();
+        move |request: Request<Body>| {
+            let calls = calls.clone();
+            async move {
+                let start = Instant::now();
+                let replica = request
+                    .headers()
+                    .get("x-metacontroller-replica")
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or("")
+                    .to_string();
+                let bytes = axum::body::to_bytes(request.into_body(), 16 << 20)
+                    .await
+                    .unwrap_or_default();
+                let body: serde_json::Value = serde_json::from_slice(&bytes).unwrap_or_default();
+                let name = body["parent"]["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string();
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                let reply = json!({
+                    "children": [{"apiVersion": "v1", "kind": "ConfigMap",
+                                  "metadata": {"name": format!("{name}-cm")},
+                                  "data": {"k": "v"}}],
+                    "status": {"ok": true},
+                });
+                calls
+                    .lock()
+                    .unwrap()
+                    .push((replica, name, start, Instant::now()));
+                axum::Json(reply)
+            }
+        }
+    });
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    (format!("http://{addr}/sync"), calls)
+}
+
+/// The default `--leader-election-lease-duration`.
+const LEADER_LEASE: Duration = Duration::from_secs(15);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_whose_api_link_stalls_stops_syncing_before_its_lease_can_be_taken() {
+    let cluster = TestCluster::start().await;
+    cluster.install_metacontroller_crds().await;
+    let ns = cluster.create_namespace("leader").await;
+    let (url, calls) = recording_hook().await;
+    let setup = Setup::with_hook(cluster, ns, url, None, json!({"resyncPeriodSeconds": 1})).await;
+    let proxy = TcpProxy::start(kubeconfig_server(setup.cluster.kubeconfig_path()).unwrap())
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let proxied = dir.path().join("kubeconfig");
+    proxy
+        .write_kubeconfig(setup.cluster.kubeconfig_path(), &proxied)
+        .unwrap();
+    // The leader reaches the API server through the proxy; the standby directly.
+    let leader = setup.replica_at(&proxied);
+    setup.leader_of(&[&leader]).await;
+    let standby = setup.replica();
+    wait_standing_by(&standby).await;
+    for i in 0..5 {
+        setup.create_parent(&format!("p{i}")).await;
+    }
+    for i in 0..5 {
+        setup
+            .converged(&format!("p{i}"), Duration::from_secs(30))
+            .await;
+    }
+    let leader_id = leader
+        .logs()
+        .lines()
+        .find(|l| l.contains("acquired the lease"))
+        .and_then(|l| l.split("identity=").nth(1))
+        .and_then(|s| s.split_whitespace().next())
+        .map(|s| s.trim_matches('"').to_string())
+        .expect("the leader logs its identity");
+    assert!(
+        calls.lock().unwrap().iter().any(|c| c.0 == leader_id),
+        "the leader's hook calls carry its identity"
+    );
+
+    proxy.stall();
+    let stalled = Instant::now();
+    eventually_within(
+        "the standby takes over",
+        LEADER_LEASE + Duration::from_secs(20),
+        || async { standby.logs().contains("acquired the lease") },
+    )
+    .await;
+    let taken = stalled.elapsed();
+    // The fault lasts twice the lease, whatever happens meanwhile.
+    tokio::time::sleep_until((stalled + 2 * LEADER_LEASE).into()).await;
+    proxy.heal();
+    let healed = Instant::now();
+    setup.create_parent("after").await;
+    setup.converged("after", Duration::from_secs(30)).await;
+    // It stood by, or (syncs hung on the stalled link past its renew deadline) exited so
+    // that two replicas never write at once; either way it does not sync again.
+    eventually_within(
+        "the old leader stands by or exits",
+        Duration::from_secs(30),
+        || async {
+            let logs = leader.logs();
+            logs.contains("standing by") || logs.contains("exiting so two replicas never write")
+        },
+    )
+    .await;
+
+    let calls = calls.lock().unwrap().clone();
+    let from_leader: Vec<&(String, String, Instant, Instant)> =
+        calls.iter().filter(|c| c.0 == leader_id).collect();
+    let last = from_leader
+        .iter()
+        .filter(|c| c.2 >= stalled)
+        .map(|c| c.2 - stalled)
+        .max();
+    eprintln!(
+        "leader stall: the standby took over {taken:?} after it; the stalled leader's last hook \
+         call started {last:?} after it (lease takeable after {LEADER_LEASE:?})"
+    );
+    assert!(
+        from_leader.iter().all(|c| c.2 < stalled + LEADER_LEASE),
+        "the stalled leader called the hook after its lease could be taken ({last:?})"
+    );
+    // Never two replicas on one parent at once.
+    let mut sorted = calls.clone();
+    sorted.sort_by_key(|c| (c.1.clone(), c.2));
+    for pair in sorted.windows(2) {
+        if pair[0].1 == pair[1].1 {
+            assert!(
+                pair[1].2 >= pair[0].3,
+                "{} synced by {} and {} at once",
+                pair[0].1,
+                pair[0].0,
+                pair[1].0
+            );
+        }
+    }
+    eprintln!("healed {:?} ago", healed.elapsed());
 }

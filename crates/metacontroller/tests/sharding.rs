@@ -21,7 +21,8 @@ use metacontroller_api::composite::CompositeController;
 use metacontroller_api::decorator::DecoratorController;
 use metacontroller_dynamic::gate::shard_of;
 use metacontroller_testkit::{
-    eventually_within, unique_name, ControllerProcess, CrdBuilder, TestCluster,
+    eventually_within, kubeconfig_server, unique_name, ControllerProcess, CrdBuilder, TcpProxy,
+    TestCluster,
 };
 use serde_json::{json, Value};
 
@@ -136,7 +137,17 @@ impl Setup {
         Setup::with(delay, true).await
     }
 
+    /// [`Setup::new`] with `resyncPeriodSeconds: 1`: every replica calls the hook for each
+    /// of its parents every second, so a replica that syncs what it no longer owns shows.
+    async fn resyncing(delay: Duration) -> Setup {
+        Setup::with_spec(delay, false, json!({"resyncPeriodSeconds": 1})).await
+    }
+
     async fn with(delay: Duration, decorator: bool) -> Setup {
+        Setup::with_spec(delay, decorator, json!({})).await
+    }
+
+    async fn with_spec(delay: Duration, decorator: bool, extra: Value) -> Setup {
         let cluster = TestCluster::start().await;
         cluster.install_metacontroller_crds().await;
         let ns = cluster.create_namespace("shard").await;
@@ -152,13 +163,17 @@ impl Setup {
             }))
                 .await;
         } else {
-            let _: CompositeController = cluster
-                .create_controller(&unique_name("shard"), &label, json!({
+            let mut spec = json!({
                 "generateSelector": true,
                 "parentResource": {"apiVersion": parent.api_version(), "resource": parent.plural()},
                 "childResources": [{"apiVersion": "v1", "resource": "configmaps"}],
                 "hooks": {"sync": {"webhook": {"url": url}}},
-            }))
+            });
+            if let (Some(spec), Some(extra)) = (spec.as_object_mut(), extra.as_object()) {
+                spec.extend(extra.clone());
+            }
+            let _: CompositeController = cluster
+                .create_controller(&unique_name("shard"), &label, spec)
                 .await;
         }
         Setup {
@@ -185,12 +200,22 @@ impl Setup {
     /// [`Setup::replica`] with another `--shards` and `--shard-lease-duration` (the renew
     /// deadline is three quarters of it).
     fn replica_with(&self, shards: u32, lease: Duration) -> ControllerProcess {
+        self.replica_at(self.cluster.kubeconfig_path(), shards, lease)
+    }
+
+    /// [`Setup::replica_with`] talking to the API server through `kubeconfig` (a proxy).
+    fn replica_at(
+        &self,
+        kubeconfig: &std::path::Path,
+        shards: u32,
+        lease: Duration,
+    ) -> ControllerProcess {
         ControllerProcess::start_with_env(
             env!("CARGO_BIN_EXE_metacontroller"),
             [
                 "run".to_string(),
                 "--kubeconfig".to_string(),
-                self.cluster.kubeconfig_path().display().to_string(),
+                kubeconfig.display().to_string(),
                 "--discovery-interval=500ms".to_string(),
                 format!("--target-label-selector=team={}", self.label),
                 "--sharding".to_string(),
@@ -596,6 +621,63 @@ fn assert_one_syncer_at_a_time(calls: &[Call], replicas: &BTreeSet<String>) {
                 pair[1].replica
             );
         }
+    }
+}
+
+/// The holders of the shard Leases sampled every 50 ms from the test's own client, to
+/// check each hook call against who owned the parent's shard at the time.
+#[derive(Clone, Default)]
+struct HolderLog(Arc<Mutex<Vec<Sample>>>);
+
+/// When the shard holders were read, and who held each shard.
+type Sample = (Instant, BTreeMap<u32, String>);
+
+impl HolderLog {
+    /// Samples until the returned task is aborted.
+    fn record(setup: &Setup) -> (HolderLog, tokio::task::JoinHandle<()>) {
+        let log = HolderLog::default();
+        let (leases, group) = (setup.leases(), setup.group.clone());
+        let task = tokio::spawn({
+            let log = log.clone();
+            async move {
+                let prefix = format!("{group}-shard-");
+                loop {
+                    if let Ok(list) = leases.list(&ListParams::default()).await {
+                        let holders = list
+                            .items
+                            .into_iter()
+                            .filter_map(|l| {
+                                let shard = l.metadata.name.as_deref()?.strip_prefix(&prefix)?;
+                                let holder = l.spec?.holder_identity.filter(|h| !h.is_empty())?;
+                                Some((shard.parse().ok()?, holder))
+                            })
+                            .collect();
+                        log.0.lock().unwrap().push((Instant::now(), holders));
+                    }
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
+        });
+        (log, task)
+    }
+
+    /// Every call whose whole duration fell between two samples that both name another
+    /// holder of the parent's shard (a sync by a replica that did not own the parent).
+    fn calls_without_ownership<'a>(&self, setup: &Setup, calls: &'a [Call]) -> Vec<&'a Call> {
+        let samples = self.0.lock().unwrap().clone();
+        calls
+            .iter()
+            .filter(|c| {
+                let shard = shard_of(&format!("{}/{}", setup.ns, c.parent), SHARDS);
+                let before = samples.iter().rev().find(|(t, _)| *t <= c.start);
+                let after = samples.iter().find(|(t, _)| *t >= c.end);
+                let other = |s: Option<&Sample>| {
+                    s.and_then(|(_, h)| h.get(&shard))
+                        .is_some_and(|h| *h != c.replica)
+                };
+                other(before) && other(after)
+            })
+            .collect()
     }
 }
 
@@ -1129,4 +1211,204 @@ async fn after_a_kill_only_the_parents_of_shards_that_moved_are_synced_again() {
         killed.elapsed(),
         since.len()
     );
+}
+
+/// How long the proxied replica's API link stays stalled: several lease durations, long
+/// enough for a replica that keeps syncing on stale ownership to show it many times over.
+const STALL: Duration = Duration::from_secs(24);
+/// `--shard-lease-duration` in the stalled-link test.
+const STALL_LEASE: Duration = Duration::from_secs(8);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_whose_api_link_stalls_stops_syncing_before_its_lease_can_be_taken() {
+    let _serial = SERIAL.lock().await;
+    let setup = Setup::resyncing(Duration::from_millis(50)).await;
+    let upstream = kubeconfig_server(setup.cluster.kubeconfig_path()).unwrap();
+    let proxy = TcpProxy::start(upstream).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let proxied = dir.path().join("kubeconfig");
+    proxy
+        .write_kubeconfig(setup.cluster.kubeconfig_path(), &proxied)
+        .unwrap();
+    // Replica 0 reaches the API server through the proxy; its hooks stay reachable.
+    // A longer lease than the other tests: the proxied replica's requests take one more hop
+    // through this (busy) test process, and a 3 s renew deadline is tight on a loaded machine.
+    let lease = STALL_LEASE;
+    let replicas = vec![
+        setup.replica_at(&proxied, SHARDS, lease),
+        setup.replica_with(SHARDS, lease),
+        setup.replica_with(SHARDS, lease),
+    ];
+    for r in &replicas {
+        wait_joined(r).await;
+    }
+    let ids: BTreeSet<String> = replicas.iter().map(identity).collect();
+    let refs: Vec<&ControllerProcess> = replicas.iter().collect();
+    setup.wait_spread(&refs, Duration::from_secs(30)).await;
+    let (holders, sampler) = HolderLog::record(&setup);
+    let parents = names("st", 30);
+    for n in &parents {
+        setup.create_parent(n).await;
+    }
+    setup
+        .wait_converged(&parents, Duration::from_secs(60))
+        .await;
+    let victim = identity(&replicas[0]);
+    eventually_within(
+        "the proxied replica resyncs its parents",
+        Duration::from_secs(10),
+        || async { setup.hook.calls().iter().any(|c| c.replica == victim) },
+    )
+    .await;
+
+    proxy.stall();
+    let stalled = Instant::now();
+    // Its last renewal was sent before the stall: no other replica can take a shard of it
+    // before `stalled + lease`.
+    let takeable = stalled + lease;
+    setup
+        .wait_spread(&refs[1..], lease + Duration::from_secs(15))
+        .await;
+    let taken = stalled.elapsed();
+    // The fault lasts STALL whatever happens meanwhile (this waits out the fault, it does
+    // not wait for a result).
+    tokio::time::sleep_until((stalled + STALL).into()).await;
+    proxy.heal();
+    let healed = Instant::now();
+    setup.wait_spread(&refs, Duration::from_secs(60)).await;
+    let more = names("after", 10);
+    for n in &more {
+        setup.create_parent(n).await;
+    }
+    let all: Vec<String> = parents.iter().chain(&more).cloned().collect();
+    let want: BTreeSet<String> = all.iter().cloned().collect();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !want.is_subset(&setup.converged().await) {
+        if Instant::now() >= deadline {
+            let logs = replicas[0].logs();
+            let tail: Vec<&str> = logs.lines().rev().take(80).collect();
+            eprintln!("stalled replica's log (newest first):\n{}", tail.join("\n"));
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    setup.wait_converged(&all, Duration::from_secs(1)).await;
+    setup.assert_children_exact(&all).await;
+    setup.assert_created_once(&all);
+    sampler.abort();
+
+    let calls = setup.hook.calls();
+    assert_one_syncer_at_a_time(&calls, &ids);
+    let during: Vec<&Call> = calls
+        .iter()
+        .filter(|c| c.replica == victim && c.start >= stalled && c.start < healed)
+        .collect();
+    let last = during.iter().map(|c| c.start - stalled).max();
+    let before = calls
+        .iter()
+        .filter(|c| c.replica == victim && c.start < stalled)
+        .filter(|c| c.start + Duration::from_secs(3) >= stalled)
+        .count();
+    eprintln!("stall: the stalled replica called the hook {before} times in the 3 s before it");
+    eprintln!(
+        "stall: the others held every shard {taken:?} after it; the stalled replica's last \
+         hook call started {last:?} after it (lease takeable after {lease:?}), {} calls during it",
+        during.len()
+    );
+    let late: Vec<&&Call> = during.iter().filter(|c| c.start >= takeable).collect();
+    assert!(
+        late.is_empty(),
+        "the stalled replica called the hook {} times after its lease could be taken, the \
+         last {:?} after the stall",
+        late.len(),
+        last
+    );
+    let unowned = holders.calls_without_ownership(&setup, &calls);
+    assert!(
+        unowned.is_empty(),
+        "hook calls without ownership: {unowned:?}"
+    );
+    assert!(
+        calls
+            .iter()
+            .any(|c| c.replica == victim && c.start > healed),
+        "the healed replica never synced again"
+    );
+    assert_eq!(all.len(), parents.len() + 10);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_paused_beyond_its_lease_does_not_sync_with_stale_ownership() {
+    let _serial = SERIAL.lock().await;
+    let setup = Setup::resyncing(Duration::from_millis(50)).await;
+    let (replicas, ids) = setup.three_replicas().await;
+    let refs: Vec<&ControllerProcess> = replicas.iter().collect();
+    let (holders, sampler) = HolderLog::record(&setup);
+    let parents = names("sp", 30);
+    for n in &parents {
+        setup.create_parent(n).await;
+    }
+    setup
+        .wait_converged(&parents, Duration::from_secs(60))
+        .await;
+    let victim = identity(&replicas[0]);
+    eventually_within(
+        "the victim resyncs its parents",
+        Duration::from_secs(10),
+        || async { setup.hook.calls().iter().any(|c| c.replica == victim) },
+    )
+    .await;
+
+    replicas[0].freeze();
+    let frozen = Instant::now();
+    setup
+        .wait_spread(&refs[1..], LEASE + Duration::from_secs(15))
+        .await;
+    // The others have synced its former parents since: resumed now, its caches, queues and
+    // timers all say it owns them.
+    let taken = Instant::now();
+    eventually_within(
+        "the others resync the victim's former parents",
+        Duration::from_secs(10),
+        || async {
+            setup
+                .hook
+                .calls()
+                .iter()
+                .filter(|c| c.start > taken)
+                .count()
+                >= parents.len()
+        },
+    )
+    .await;
+    replicas[0].thaw();
+    let thawed = Instant::now();
+    setup.wait_spread(&refs, Duration::from_secs(60)).await;
+    let all = setup
+        .add_parents_and_converge(&parents, "after", 10, Duration::from_secs(60))
+        .await;
+    sampler.abort();
+
+    let calls = setup.hook.calls();
+    assert_one_syncer_at_a_time(&calls, &ids);
+    let unowned = holders.calls_without_ownership(&setup, &calls);
+    assert!(
+        unowned.is_empty(),
+        "hook calls without ownership: {unowned:?}"
+    );
+    assert!(
+        calls
+            .iter()
+            .any(|c| c.replica == victim && c.start > thawed),
+        "the resumed replica never synced again"
+    );
+    eprintln!(
+        "paused {:?}; after resuming it synced {} times, none without holding the shard",
+        thawed - frozen,
+        calls
+            .iter()
+            .filter(|c| c.replica == victim && c.start > thawed)
+            .count()
+    );
+    assert_eq!(all.len(), parents.len() + 10);
 }

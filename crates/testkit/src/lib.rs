@@ -11,6 +11,7 @@
 //! - [`example`]: the `examples/` READMEs as tests (dev-mode binary, kubectl, local hooks).
 //! - [`ControllerProcess`]: the real binary as a child process (logs captured, signals,
 //!   killed on drop).
+//! - [`TcpProxy`]: a TCP fault proxy (stall, heal, cut) between a process and the API server.
 //!
 //! Every test must be able to run in parallel with the others against the same real cluster,
 //! so names come from [`unique_name`] and each test creates its own namespace.
@@ -21,6 +22,7 @@ pub mod example;
 mod hook;
 mod poll;
 mod process;
+mod proxy;
 
 pub use cluster::{
     dynamic_api, real_cluster_requested, skip_on_real_cluster, TestCluster, E2E_KUBECONFIG_ENV,
@@ -30,3 +32,4 @@ pub use embedded_apiserver::{Control, Fault, FaultAction};
 pub use hook::{assert_no_status_only_syncs, HookCall, HookReply, HookServer};
 pub use poll::{eventually, eventually_within, unique_name, DEFAULT_TIMEOUT};
 pub use process::ControllerProcess;
+pub use proxy::{kubeconfig_server, TcpProxy};
