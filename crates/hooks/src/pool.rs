@@ -275,9 +275,7 @@ mod tests {
 
     #[test]
     fn a_key_that_is_not_the_certificates_is_refused() {
-        let err = identity(V1_CERT, OTHER_KEY)
-            .err()
-            .expect("a mismatched pair");
+        let err = identity(V1_CERT, OTHER_KEY).expect_err("a mismatched pair");
         assert!(
             err.to_string().contains("do not form a usable pair"),
             "{err}"
