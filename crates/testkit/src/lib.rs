@@ -30,6 +30,6 @@ pub use cluster::{
 pub use crd::{crd, CrdBuilder};
 pub use embedded_apiserver::{Control, Fault, FaultAction};
 pub use hook::{assert_no_status_only_syncs, HookCall, HookReply, HookServer};
-pub use poll::{eventually, eventually_within, unique_name, DEFAULT_TIMEOUT};
+pub use poll::{eventually, eventually_within, unique_name, DEFAULT_TIMEOUT, REAL_CLUSTER_TIMEOUT};
 pub use process::ControllerProcess;
 pub use proxy::{kubeconfig_server, TcpProxy};

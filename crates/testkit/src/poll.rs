@@ -4,17 +4,29 @@ use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-/// How long [`eventually`] waits. Generous because CI machines are small and shared.
+/// How long [`eventually`] waits on the embedded API server. Generous because CI machines are
+/// small and shared.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// How long [`eventually`] waits on a real cluster, whose own controllers set the pace of some
+/// steps: kube-controller-manager's garbage collector watches a newly created CRD's resource
+/// only after its next discovery resync (every 30 s), so a cascading delete of a test's fresh
+/// parent kind can take longer than [`DEFAULT_TIMEOUT`].
+pub const REAL_CLUSTER_TIMEOUT: Duration = Duration::from_secs(90);
+
 /// Polls `check` every 20 ms until it returns true; panics naming `what` after
-/// [`DEFAULT_TIMEOUT`].
+/// [`DEFAULT_TIMEOUT`] ([`REAL_CLUSTER_TIMEOUT`] on a real cluster).
 pub async fn eventually<F, Fut>(what: &str, check: F)
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = bool>,
 {
-    eventually_within(what, DEFAULT_TIMEOUT, check).await
+    let timeout = if crate::real_cluster_requested() {
+        REAL_CLUSTER_TIMEOUT
+    } else {
+        DEFAULT_TIMEOUT
+    };
+    eventually_within(what, timeout, check).await
 }
 
 /// [`eventually`] with an explicit deadline.
