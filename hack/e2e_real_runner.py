@@ -69,6 +69,26 @@ def delete_controllers(kubeconfig):
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=60, check=False)
 
 
+def failure_excerpt(lines):
+    """The first lines of every panic message (a test's own assertion text comes first there),
+    then the log's tail: a long panic message would otherwise push its head out of view."""
+    out = []
+    shown_until = -1
+    for i, line in enumerate(lines):
+        starts = "panicked at" in line or (line.startswith("---- ") and "stdout ----" in line)
+        if not starts or i <= shown_until:
+            continue
+        out.append("---- " + line)
+        for j in range(i + 1, min(i + 25, len(lines))):
+            if lines[j].startswith("stack backtrace:"):
+                break
+            out.append(lines[j])
+            shown_until = j
+    out.append("---- tail")
+    out.extend(lines[-30:])
+    return out[:400]
+
+
 def run_binary(b, kubeconfig, logs, lock):
     env = dict(os.environ, METACONTROLLER_E2E_KUBECONFIG=kubeconfig, CI=os.environ.get("CI", "true"))
     log_path = os.path.join(logs, f"{b['package']}--{b['name']}.log")
@@ -95,10 +115,9 @@ def run_binary(b, kubeconfig, logs, lock):
         print(f"{'ok  ' if ok else 'FAIL'} {b['package']}/{b['name']}: {passed} passed, "
               f"{failed} failed, {ignored} ignored ({seconds:.1f} s)", flush=True)
         if not ok:
-            print(f"---- tail of {log_path} (exit {code})")
-            for line in text.splitlines()[-60:]:
-                print("    " + line)
-            print("----", flush=True)
+            for line in failure_excerpt(text.splitlines()):
+                print("    " + line[:400])
+            print(f"---- (whole log: {log_path}, exit {code})", flush=True)
     return {"binary": b, "ok": ok, "passed": passed, "failed": failed, "ignored": ignored,
             "seconds": seconds}
 

@@ -18,11 +18,28 @@
 #   --quiet-secs N           quiet period after convergence (default 15)
 #   --controller-arg ARG     extra flag for the controller (repeatable)
 #   --no-resync              skip the full-resync phase
+#   --kubeconfig PATH        run against that (real) API server instead of the embedded one;
+#                            request counts then come from the controller's own /metrics (by
+#                            verb and status code), and the CPU seconds of a kube-apiserver
+#                            running on this machine are reported
+#   --real                   start a fresh ../shared/k8s cluster in target/k8s-load (etcd wiped)
+#                            and run against it
 #
-# Example: hack/load-composite.sh --parents 2000 --children 3 --realistic-latency
+# Examples: hack/load-composite.sh --parents 2000 --children 3 --realistic-latency
+#           hack/load-composite.sh --real --parents 2000 --children 3
 set -euo pipefail
 cd "$(dirname "$0")/.."
+pass=()
+real=0
+for arg in "$@"; do
+  if [ "$arg" = "--real" ]; then real=1; else pass+=("$arg"); fi
+done
+if [ "$real" = 1 ]; then
+  dir=target/k8s-load
+  ../shared/k8s/cluster.sh reset "$dir" >&2
+  pass+=(--kubeconfig "$PWD/$dir/kubeconfig")
+fi
 # One cargo invocation for both: separate ones unify dependency features differently and
 # rebuild kube and k8s-openapi in between.
 cargo build --release -p metacontroller -p metacontroller-testkit --bin metacontroller --example composite_load
-exec target/release/examples/composite_load --binary target/release/metacontroller "$@"
+exec target/release/examples/composite_load --binary target/release/metacontroller "${pass[@]}"

@@ -15,6 +15,8 @@ mod timeout;
 use std::path::Path;
 
 use anyhow::Context;
+use http::header::USER_AGENT;
+use http::HeaderValue;
 use kube::client::ClientBuilder;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
@@ -39,7 +41,21 @@ pub async fn config(kubeconfig: Option<&Path>) -> anyhow::Result<Config> {
             .context("no kubeconfig found (set --kubeconfig or $KUBECONFIG, or run in a pod)")?,
     };
     proxy::apply_environment(&mut config);
+    config.headers.push((USER_AGENT, user_agent()));
     Ok(config)
+}
+
+/// client-go's default User-Agent shape, `<binary>/<version> (<os>/<arch>) ...`, which upstream
+/// sends. The API server records its first word as the field manager of our creates and updates
+/// (`metacontroller`, as upstream's), where no User-Agent would be recorded as `unknown`.
+fn user_agent() -> HeaderValue {
+    let agent = format!(
+        "metacontroller/v{} ({}/{}) metacontroller-rs",
+        env!("CARGO_PKG_VERSION"),
+        std::env::consts::OS,
+        std::env::consts::ARCH
+    );
+    HeaderValue::from_str(&agent).unwrap_or_else(|_| HeaderValue::from_static("metacontroller"))
 }
 
 /// Burst used when `--client-go-burst` is 0 (client-go's default).

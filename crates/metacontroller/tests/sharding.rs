@@ -629,8 +629,15 @@ fn assert_one_syncer_at_a_time(calls: &[Call], replicas: &BTreeSet<String>) {
 #[derive(Clone, Default)]
 struct HolderLog(Arc<Mutex<Vec<Sample>>>);
 
-/// When the shard holders were read, and who held each shard.
-type Sample = (Instant, BTreeMap<u32, String>);
+/// One read of the shard Leases: it reflects the Leases at some moment between `sent` and
+/// `received` (a loaded machine can stretch that), and per shard the holder and the Lease's
+/// `leaseTransitions` (every acquisition counts one).
+#[derive(Clone)]
+struct Sample {
+    sent: Instant,
+    received: Instant,
+    holders: BTreeMap<u32, (String, i32)>,
+}
 
 impl HolderLog {
     /// Samples until the returned task is aborted.
@@ -642,17 +649,25 @@ impl HolderLog {
             async move {
                 let prefix = format!("{group}-shard-");
                 loop {
+                    let sent = Instant::now();
                     if let Ok(list) = leases.list(&ListParams::default()).await {
                         let holders = list
                             .items
                             .into_iter()
                             .filter_map(|l| {
                                 let shard = l.metadata.name.as_deref()?.strip_prefix(&prefix)?;
-                                let holder = l.spec?.holder_identity.filter(|h| !h.is_empty())?;
-                                Some((shard.parse().ok()?, holder))
+                                let spec = l.spec?;
+                                let holder = spec.holder_identity.filter(|h| !h.is_empty())?;
+                                let transitions = spec.lease_transitions.unwrap_or(0);
+                                Some((shard.parse().ok()?, (holder, transitions)))
                             })
                             .collect();
-                        log.0.lock().unwrap().push((Instant::now(), holders));
+                        let received = Instant::now();
+                        log.0.lock().unwrap().push(Sample {
+                            sent,
+                            received,
+                            holders,
+                        });
                     }
                     tokio::time::sleep(Duration::from_millis(50)).await;
                 }
@@ -661,21 +676,23 @@ impl HolderLog {
         (log, task)
     }
 
-    /// Every call whose whole duration fell between two samples that both name another
-    /// holder of the parent's shard (a sync by a replica that did not own the parent).
+    /// Every call made while another replica held the parent's shard throughout: a read
+    /// before the call and a read after it name the same other holder with the same
+    /// `leaseTransitions`, so the shard did not change hands in between (however sparse
+    /// the reads were).
     fn calls_without_ownership<'a>(&self, setup: &Setup, calls: &'a [Call]) -> Vec<&'a Call> {
         let samples = self.0.lock().unwrap().clone();
         calls
             .iter()
             .filter(|c| {
                 let shard = shard_of(&format!("{}/{}", setup.ns, c.parent), SHARDS);
-                let before = samples.iter().rev().find(|(t, _)| *t <= c.start);
-                let after = samples.iter().find(|(t, _)| *t >= c.end);
-                let other = |s: Option<&Sample>| {
-                    s.and_then(|(_, h)| h.get(&shard))
-                        .is_some_and(|h| *h != c.replica)
-                };
-                other(before) && other(after)
+                let before = samples.iter().rev().find(|s| s.received <= c.start);
+                let after = samples.iter().find(|s| s.sent >= c.end);
+                let holder = |s: Option<&Sample>| s.and_then(|s| s.holders.get(&shard).cloned());
+                match (holder(before), holder(after)) {
+                    (Some(b), Some(a)) => b == a && b.0 != c.replica,
+                    _ => false,
+                }
             })
             .collect()
     }

@@ -39,7 +39,7 @@ use embedded_apiserver::WriteLatency;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ListParams, PostParams};
 use kube::core::DynamicObject;
-use metacontroller_testkit::{crd, dynamic_api, HookReply, HookServer, TestCluster};
+use metacontroller_testkit::{crd, dynamic_api, unique_name, HookReply, HookServer, TestCluster};
 use serde_json::{json, Value};
 
 /// Connections the bound is sent from.
@@ -56,6 +56,8 @@ struct Args {
     quiet: Duration,
     controller_args: Vec<String>,
     resync: bool,
+    /// A real API server's kubeconfig (else the embedded server runs here).
+    kubeconfig: Option<PathBuf>,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -70,6 +72,7 @@ fn parse_args() -> Result<Args, String> {
         quiet: Duration::from_secs(15),
         controller_args: Vec::new(),
         resync: true,
+        kubeconfig: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -98,6 +101,7 @@ fn parse_args() -> Result<Args, String> {
             "--hook-delay-ms" => args.hook_delay = Duration::from_millis(number()?),
             "--quiet-secs" => args.quiet = Duration::from_secs(number()?),
             "--controller-arg" => args.controller_args.push(value),
+            "--kubeconfig" => args.kubeconfig = Some(PathBuf::from(&value)),
             "--status" => {
                 args.status_observed = match value.as_str() {
                     "observed" => true,
@@ -144,16 +148,223 @@ fn rss_text(rss: Option<f64>) -> String {
     rss.map_or("unknown".into(), |m| format!("{m:.1} MiB"))
 }
 
+/// CPU seconds (user + system) a process has used so far, from /proc (Linux).
+fn cpu_seconds(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name (which may hold spaces) start at field 3; utime and
+    // stime are fields 14 and 15, in clock ticks (100 per second on Linux).
+    let rest = stat.rsplit_once(')')?.1;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: f64 = fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
+    Some(ticks / 100.0)
+}
+
+/// The pid of the kube-apiserver listening on `port` on this machine, if there is one.
+fn apiserver_pid(port: u16) -> Option<u32> {
+    let flag = format!("--secure-port={port}");
+    std::fs::read_dir("/proc")
+        .ok()?
+        .flatten()
+        .find_map(|entry| {
+            let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
+            let cmdline = std::fs::read(entry.path().join("cmdline")).ok()?;
+            let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+            let is_apiserver = args.first()?.ends_with(b"kube-apiserver");
+            let on_port = args.iter().any(|a| *a == flag.as_bytes());
+            (is_apiserver && on_port).then_some(pid)
+        })
+}
+
+/// Where the request counts come from: the embedded server's own counters (by verb and
+/// resource), or on a real server the controller's `rest_client_requests_total` from its
+/// `/metrics` (by verb and status code; Event writes cannot be told apart there).
+enum Requests {
+    Embedded(metacontroller_testkit::Control),
+    Metrics {
+        port: u16,
+        /// Reads the Events about the run's CompositeController: their `count`s tell the
+        /// controller's Event writes apart from the others in its metrics.
+        events: Api<k8s_openapi::api::core::v1::Event>,
+        controller: String,
+        /// The Events' total count when the current controller process started.
+        events_at_start: std::sync::Mutex<u64>,
+    },
+}
+
+impl Requests {
+    /// The counts a phase starts from: the embedded server's so far, or nothing (a phase on
+    /// a real server starts a new controller process, whose counters start at 0).
+    async fn baseline(&self) -> Counts {
+        match self {
+            Requests::Embedded(control) => control.request_counts(),
+            Requests::Metrics {
+                events,
+                controller,
+                events_at_start,
+                ..
+            } => {
+                let total = event_count(events, controller).await;
+                *events_at_start.lock().expect("events lock") = total;
+                Counts::new()
+            }
+        }
+    }
+
+    /// Waits until no write has been counted for `quiet` (at most `timeout`).
+    async fn settle(&self, quiet: Duration, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        let mut last = writes(&self.counts().await);
+        let mut since = Instant::now();
+        while Instant::now() < deadline && since.elapsed() < quiet {
+            tokio::time::sleep(Duration::from_millis(250)).await;
+            let now = writes(&self.counts().await);
+            if now != last {
+                (last, since) = (now, Instant::now());
+            }
+        }
+    }
+
+    /// The counts so far (on a real server: of the running controller process).
+    async fn counts(&self) -> Counts {
+        match self {
+            Requests::Embedded(control) => control.request_counts(),
+            Requests::Metrics {
+                port,
+                events,
+                controller,
+                events_at_start,
+            } => {
+                let mut counts = scrape_requests(*port).await;
+                let start = *events_at_start.lock().expect("events lock");
+                let written = event_count(events, controller).await.saturating_sub(start);
+                move_event_writes(&mut counts, written);
+                counts
+            }
+        }
+    }
+}
+
+/// `rest_client_requests_total` of the controller serving metrics on `port`, keyed by verb
+/// (create/update/patch/delete/get) and `code <status>`.
+async fn scrape_requests(port: u16) -> Counts {
+    let text = http_get(port, "/metrics")
+        .await
+        .unwrap_or_else(|e| panic!("scraping 127.0.0.1:{port}/metrics: {e}"));
+    let mut counts = Counts::new();
+    for line in text.lines() {
+        let Some(labels) = line.strip_prefix("rest_client_requests_total{") else {
+            continue;
+        };
+        let (labels, value) = labels.rsplit_once("} ").unwrap_or_default();
+        let label = |name: &str| {
+            labels
+                .split(',')
+                .find_map(|kv| kv.strip_prefix(&format!("{name}=\"")))
+                .map(|v| v.trim_end_matches('"').to_string())
+                .unwrap_or_default()
+        };
+        let verb = match label("method").as_str() {
+            "POST" => "create",
+            "PUT" => "update",
+            "PATCH" => "patch",
+            "DELETE" => "delete",
+            _ => "get",
+        };
+        let n = value.trim().parse::<f64>().unwrap_or(0.0) as u64;
+        *counts
+            .entry((verb.to_string(), format!("code {}", label("code"))))
+            .or_default() += n;
+    }
+    counts
+}
+
+/// The body of a plain HTTP/1.0 GET of `path` on 127.0.0.1:`port`.
+async fn http_get(port: u16, path: &str) -> std::io::Result<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
+    let request = format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n");
+    stream.write_all(request.as_bytes()).await?;
+    let mut response = String::new();
+    tokio::time::timeout(
+        Duration::from_secs(10),
+        stream.read_to_string(&mut response),
+    )
+    .await
+    .map_err(|_| std::io::Error::other("no answer within 10 s"))??;
+    Ok(response
+        .split_once("\r\n\r\n")
+        .map_or(response.clone(), |(_, body)| body.to_string()))
+}
+
+/// The port of the API server a kubeconfig names (`https://host:port`).
+fn server_port(kubeconfig: &std::path::Path) -> Option<u16> {
+    let config = kube::config::Kubeconfig::read_from(kubeconfig).ok()?;
+    let server = config.clusters.first()?.cluster.as_ref()?.server.clone()?;
+    server
+        .trim_end_matches('/')
+        .rsplit(':')
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// The summed `count` of the Events about `controller` (each Event write adds one).
+async fn event_count(events: &Api<k8s_openapi::api::core::v1::Event>, controller: &str) -> u64 {
+    let lp = ListParams::default().fields(&format!("involvedObject.name={controller}"));
+    match events.list(&lp).await {
+        Ok(list) => list
+            .items
+            .iter()
+            .map(|e| e.count.unwrap_or(1).max(1) as u64)
+            .sum(),
+        Err(e) => panic!("listing the controller's Events: {e}"),
+    }
+}
+
+/// Moves `events` writes from the status-code keys (an Event is created with 201 or its
+/// count patched with 200) to `("create", "events")`, which [`writes`] leaves out.
+fn move_event_writes(counts: &mut Counts, events: u64) {
+    let mut left = events;
+    for key in [("create", "code 201"), ("patch", "code 200")] {
+        let key = (key.0.to_string(), key.1.to_string());
+        if let Some(n) = counts.get_mut(&key) {
+            let take = left.min(*n);
+            *n -= take;
+            left -= take;
+        }
+    }
+    *counts
+        .entry(("create".to_string(), "events".to_string()))
+        .or_default() += events - left;
+    counts.retain(|_, n| *n > 0);
+}
+
+/// A free local port for the controller's metrics.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free local port")
+}
+
 struct Controller {
     child: tokio::process::Child,
 }
 
 impl Controller {
-    fn spawn(args: &Args, cluster: &TestCluster, log: &std::path::Path) -> Controller {
+    /// Starts the binary; `metrics_port` makes it serve `/metrics` there.
+    fn spawn(
+        args: &Args,
+        cluster: &TestCluster,
+        log: &std::path::Path,
+        metrics_port: Option<u16>,
+    ) -> Controller {
         let log = std::fs::File::create(log).expect("creating the controller log");
         let err = log.try_clone().expect("log handle");
+        let metrics = metrics_port.map(|p| format!("--metrics-address=127.0.0.1:{p}"));
         let child = tokio::process::Command::new(&args.binary)
             .arg("run")
+            .args(metrics)
             .arg("--kubeconfig")
             .arg(cluster.kubeconfig_path())
             .arg("--workers")
@@ -345,7 +556,7 @@ fn kubeconfig(cluster: &TestCluster) -> kube::config::Kubeconfig {
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
-    let args = match parse_args() {
+    let mut args = match parse_args() {
         Ok(a) => a,
         Err(e) => {
             eprintln!("composite_load: {e}");
@@ -362,12 +573,35 @@ async fn main() {
     let n = args.parents;
     let c = args.children;
     let latency = args.realistic_latency.then(WriteLatency::realistic);
-    let cluster = TestCluster::embedded_with_config(embedded_apiserver::Config {
-        write_latency: latency.clone(),
-        ..Default::default()
-    })
-    .await;
-    let control = cluster.control().expect("embedded");
+    let cluster = match &args.kubeconfig {
+        Some(path) => TestCluster::real(path.clone()).await,
+        None => {
+            TestCluster::embedded_with_config(embedded_apiserver::Config {
+                write_latency: latency.clone(),
+                ..Default::default()
+            })
+            .await
+        }
+    };
+    let controller_name = unique_name("load");
+    let requests = match cluster.control() {
+        Some(control) => Requests::Embedded(control),
+        None => Requests::Metrics {
+            port: free_port(),
+            events: Api::all(cluster.client()),
+            controller: controller_name.clone(),
+            events_at_start: std::sync::Mutex::new(0),
+        },
+    };
+    let metrics_port = match &requests {
+        Requests::Metrics { port, .. } => Some(*port),
+        Requests::Embedded(_) => None,
+    };
+    let apiserver = args
+        .kubeconfig
+        .as_deref()
+        .and_then(server_port)
+        .and_then(apiserver_pid);
     cluster.install_metacontroller_crds().await;
     let parents_crd = crd("load.example.com", "v1", "LoadParent", "loadparents");
     cluster.install_crd(&parents_crd.build()).await;
@@ -382,8 +616,13 @@ async fn main() {
         .await,
     );
     println!(
-        "config: {n} parents x {c} ConfigMaps, {} workers, hook delay {:?}, status from {} \
-         children, realistic latency {}, controller args {:?}",
+        "config: {} server, {n} parents x {c} ConfigMaps, {} workers, hook delay {:?}, \
+         status from {} children, realistic latency {}, controller args {:?}",
+        if cluster.is_embedded() {
+            "embedded"
+        } else {
+            "real"
+        },
         args.workers,
         args.hook_delay,
         if observed { "observed" } else { "desired" },
@@ -398,10 +637,15 @@ async fn main() {
         args.controller_args
     );
 
-    // The CompositeController and N parents exist before the controller process starts.
+    // The CompositeController and N parents exist before the controller process starts. The
+    // controller process serves only this run's CompositeController (a shared real server may
+    // hold others).
+    let run = unique_name("run");
+    args.controller_args
+        .push(format!("--target-label-selector=load-run={run}"));
     let cc: Value = json!({
         "apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "CompositeController",
-        "metadata": {"name": "load"},
+        "metadata": {"name": controller_name, "labels": {"load-run": run}},
         "spec": {
             "parentResource": {"apiVersion": parents_crd.api_version(), "resource": parents_crd.plural()},
             "childResources": [{"apiVersion": "v1", "resource": "configmaps",
@@ -432,10 +676,12 @@ async fn main() {
     let dir = std::env::temp_dir();
 
     // Phase 1: cold start.
-    control.reset_counts();
+    let base = requests.baseline().await;
+    let api_cpu_start = apiserver.and_then(cpu_seconds);
     let mut ours = Counts::new();
     let started = Instant::now();
-    let controller = Controller::spawn(&args, &cluster, &dir.join("composite_load-1.log"));
+    let log = dir.join("composite_load-1.log");
+    let controller = Controller::spawn(&args, &cluster, &log, metrics_port);
     let deadline = Duration::from_secs(1800);
     loop {
         tokio::time::sleep(Duration::from_millis(250)).await;
@@ -463,17 +709,25 @@ async fn main() {
                 .list_metadata(&ListParams::default())
                 .await
                 .expect("listing configmaps");
-            if cms.items.len() == c * n {
+            // A real server adds `kube-root-ca.crt` to every namespace.
+            let children = cms
+                .items
+                .iter()
+                .filter(|cm| cm.metadata.name.as_deref() != Some("kube-root-ca.crt"))
+                .count();
+            if children == c * n {
                 break;
             }
         }
     }
     let converge = started.elapsed();
-    let converge_counts = without(control.request_counts(), &ours);
+    let api_cpu = apiserver.and_then(cpu_seconds).zip(api_cpu_start);
+    let controller_cpu = cpu_seconds(controller.pid());
+    let converge_counts = without(without(requests.counts().await, &base), &ours);
     // The quiet period: a converged controller writes nothing.
-    control.reset_counts();
+    let quiet_base = requests.counts().await;
     tokio::time::sleep(args.quiet).await;
-    let quiet_counts = control.request_counts();
+    let quiet_counts = without(requests.counts().await, &quiet_base);
     let quiet_writes = writes(&quiet_counts);
     let rss = peak_rss_mib(controller.pid());
     let mut counts = converge_counts;
@@ -498,6 +752,14 @@ async fn main() {
         controller_writes as f64 / n as f64,
         hook_calls as f64 / n as f64,
         rss_text(rss)
+    );
+    println!(
+        "cold start: CPU seconds until converged: controller {}, API server {}",
+        controller_cpu.map_or("unknown".into(), |s| format!("{s:.1}")),
+        api_cpu.map_or(
+            "unknown (not a local kube-apiserver)".into(),
+            |(end, start)| { format!("{:.1}", end - start) }
+        )
     );
 
     // Phase 2: the bound, on fresh objects in a fresh namespace.
@@ -528,10 +790,11 @@ async fn main() {
     if !args.resync {
         return;
     }
-    control.reset_counts();
+    let base = requests.baseline().await;
     hook.clear_calls();
     let started = Instant::now();
-    let controller = Controller::spawn(&args, &cluster, &dir.join("composite_load-2.log"));
+    let log = dir.join("composite_load-2.log");
+    let controller = Controller::spawn(&args, &cluster, &log, metrics_port);
     loop {
         tokio::time::sleep(Duration::from_millis(20)).await;
         assert!(
@@ -551,11 +814,11 @@ async fn main() {
         }
     }
     let resync = started.elapsed();
-    cluster
+    requests
         .settle(Duration::from_secs(2), Duration::from_secs(30))
         .await;
     let rss = peak_rss_mib(controller.pid());
-    let counts = control.request_counts();
+    let counts = without(requests.counts().await, &base);
     println!(
         "full resync: {n} parents synced in {:.2}s, {} hook calls",
         resync.as_secs_f64(),
