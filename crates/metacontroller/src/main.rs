@@ -12,6 +12,7 @@ mod leader;
 mod listen;
 mod logging;
 mod merge_cmd;
+mod namespaces;
 mod metrics;
 mod render;
 mod run;
