@@ -13,9 +13,7 @@
 //!   - per involved object, a token bucket (`--events-qps`, `--events-burst`; upstream
 //!     defaults one per 5 minutes, burst 25) drops the excess.
 //! * Events are named `<object name>.<hex unix nanos>` in the object's namespace, or
-//!   `default` for cluster-scoped objects (the install's namespace under
-//!   `--watch-namespaces`, whose Roles grant no other), with source component
-//!   `metacontroller`.
+//!   `default` for cluster-scoped objects, with source component `metacontroller`.
 
 use std::collections::{BTreeSet, HashMap};
 use std::hash::Hash;
@@ -115,10 +113,10 @@ impl InvolvedObject {
         }
     }
 
-    /// The namespace the Event lives in: the object's, or `cluster` for a cluster-scoped one.
-    fn event_namespace<'a>(&'a self, cluster: &'a str) -> &'a str {
+    /// The namespace the Event lives in.
+    fn event_namespace(&self) -> &str {
         if self.namespace.is_empty() {
-            cluster
+            "default"
         } else {
             &self.namespace
         }
@@ -187,8 +185,6 @@ pub struct Correlator {
     aggregates: HashMap<AggregateKey, Aggregate>,
     seen: HashMap<EventKey, Seen>,
     spam: KeyedRateLimiter<ObjectIdentity>,
-    /// Where Events about cluster-scoped objects go.
-    cluster_namespace: String,
 }
 
 fn truncate(message: &str) -> String {
@@ -222,19 +218,7 @@ impl Correlator {
             aggregates: HashMap::new(),
             seen: HashMap::new(),
             spam: KeyedRateLimiter::new(qps, burst, CACHE_ENTRIES)?,
-            cluster_namespace: "default".into(),
         })
-    }
-
-    /// Events about cluster-scoped objects go to `namespace` instead of `default`.
-    pub fn cluster_namespace(mut self, namespace: &str) -> Correlator {
-        self.cluster_namespace = namespace.to_string();
-        self
-    }
-
-    /// The namespace of Events about `object`.
-    pub fn event_namespace(&self, object: &InvolvedObject) -> String {
-        object.event_namespace(&self.cluster_namespace).to_string()
     }
 
     /// Decides what to write for `record` observed at `now` (`wall` is the timestamp
@@ -305,7 +289,7 @@ impl Correlator {
         let event = Event {
             metadata: ObjectMeta {
                 name: Some(name),
-                namespace: Some(obj.event_namespace(&self.cluster_namespace).to_string()),
+                namespace: Some(obj.event_namespace().to_string()),
                 ..ObjectMeta::default()
             },
             involved_object: ObjectReference {
@@ -376,21 +360,7 @@ impl EventRecorder {
     /// Starts the writer task (must be called inside tokio). `qps`/`burst` are
     /// `--events-qps`/`--events-burst`; `qps == 0` means unlimited.
     pub fn new(client: kube::Client, qps: f64, burst: u32) -> Result<EventRecorder, RateError> {
-        EventRecorder::in_namespace(client, qps, burst, None)
-    }
-
-    /// [`EventRecorder::new`], with the Events about cluster-scoped objects (controller
-    /// objects) in `cluster_namespace` instead of `default` (`None`).
-    pub fn in_namespace(
-        client: kube::Client,
-        qps: f64,
-        burst: u32,
-        cluster_namespace: Option<&str>,
-    ) -> Result<EventRecorder, RateError> {
-        let mut correlator = Correlator::new(qps, burst)?;
-        if let Some(ns) = cluster_namespace {
-            correlator = correlator.cluster_namespace(ns);
-        }
+        let correlator = Correlator::new(qps, burst)?;
         let (tx, rx) = mpsc::channel(QUEUE_CAPACITY);
         let pending = Arc::new(tokio::sync::watch::channel(0).0);
         let task = tokio::spawn(write_loop(client, correlator, rx, pending.clone()));
@@ -480,7 +450,7 @@ async fn write_loop(
 
 async fn write_one(client: &kube::Client, correlator: &mut Correlator, record: Record) {
     let action = correlator.observe(&record, Instant::now(), Timestamp::now());
-    let ns = correlator.event_namespace(&record.object);
+    let ns = record.object.event_namespace().to_string();
     let api: Api<Event> = Api::namespaced(client.clone(), &ns);
     let result = match action {
         Action::Drop => {

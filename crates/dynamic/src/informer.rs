@@ -450,7 +450,10 @@ impl Informer {
         });
         let id = resource.id();
         let apis = match crate::scope::watched(config.scope.as_deref(), &resource) {
-            Watched::All => vec![(String::new(), Api::all_with(client, &kube_resource(&resource)))],
+            Watched::All => vec![(
+                String::new(),
+                Api::all_with(client, &kube_resource(&resource)),
+            )],
             Watched::Namespaces(namespaces) => namespaces
                 .into_iter()
                 .map(|ns| {
@@ -641,7 +644,10 @@ impl Informer {
 pub const LIST_PAGE_SIZE: u32 = 100;
 
 /// One watch event and the scope it came from: a namespace, or `""` for a cluster-wide watch.
-type Scoped = (String, Result<watcher::Event<DynamicObject>, watcher::Error>);
+type Scoped = (
+    String,
+    Result<watcher::Event<DynamicObject>, watcher::Error>,
+);
 
 /// The lists in progress: the listed objects of each watch until its list is complete
 /// (compact; an object the cache already holds at the same resourceVersion is kept as the

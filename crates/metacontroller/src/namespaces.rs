@@ -9,8 +9,7 @@
 use std::sync::Arc;
 
 use k8s_openapi::api::authorization::v1::{
-    NonResourceAttributes, ResourceAttributes, SelfSubjectAccessReview,
-    SelfSubjectAccessReviewSpec,
+    NonResourceAttributes, ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
 };
 use kube::api::{Api, PostParams};
 use metacontroller_dynamic::WatchScope;

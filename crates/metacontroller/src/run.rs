@@ -280,18 +280,10 @@ impl Shared {
         })
         .context("building the hook client")?;
         let metrics = metacontroller_controllers::metrics::ControllerMetrics::register(registry)?;
-        // A namespaced install writes the Events about controller objects (cluster-scoped)
-        // in its own namespace: its Roles grant no other.
-        let install_namespace = namespaced
-            .as_ref()
-            .map(|_| crate::leader::default_namespace(&args.leader_election_namespace));
-        let events = EventRecorder::in_namespace(
-            client.clone(),
-            args.events_qps,
-            args.events_burst,
-            install_namespace.as_deref(),
-        )
-        .context("--events-qps/--events-burst")?;
+        // Events about controller objects (cluster-scoped) go to `default`, the only
+        // namespace the API server accepts for them; a namespaced install gets a Role there.
+        let events = EventRecorder::new(client.clone(), args.events_qps, args.events_burst)
+            .context("--events-qps/--events-burst")?;
         let openapi = namespaced.as_ref().is_none_or(|n| n.openapi);
         let schemas = (args.apply_schema == crate::cli::ApplySchema::Auto && openapi).then(|| {
             let refresh = Some(args.discovery_interval)
