@@ -81,6 +81,9 @@ sharding.enabled, --sharding --shards=N instead (every replica active, parents s
 {{- else if and (gt (int .Values.replicas) 1) (not (include "metacontroller.leaderElectionGiven" .)) }}
 {{- $args = append $args "--leader-election" }}
 {{- end }}
+{{- with .Values.watchNamespaces }}
+{{- $args = append $args (printf "--watch-namespaces=%s" (join "," .)) }}
+{{- end }}
 {{- toYaml $args }}
 {{- end }}
 

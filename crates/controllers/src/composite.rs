@@ -71,6 +71,10 @@ pub enum StartError {
         /// `group/version, Kind=kind` of the parent.
         gvk: String,
     },
+    /// The parent or a child type is cluster-scoped and the process is limited to
+    /// namespaces (`--watch-namespaces`).
+    #[error(transparent)]
+    OutOfScope(#[from] crate::scope::OutOfScope),
 }
 
 /// Why one sync failed (the key is requeued with backoff).
@@ -425,6 +429,7 @@ pub fn start(
         .validate()
         .map_err(|e| StartError::Invalid(e.to_string()))?;
     let resolved = Resolved::new(&controller, resources)?;
+    resolved.check_scope(informers.scope())?;
     let spec = reconcile::ControllerSpec::from(CustomizableController::Composite(Box::new(
         controller.clone(),
     )));
@@ -523,6 +528,19 @@ pub struct Resolved {
 }
 
 impl Resolved {
+    /// Refuses cluster-scoped parent and child types when `scope` limits the process to
+    /// namespaces (see [`crate::scope`]).
+    pub fn check_scope(
+        &self,
+        scope: Option<&metacontroller_dynamic::WatchScope>,
+    ) -> Result<(), crate::scope::OutOfScope> {
+        crate::scope::check(scope, "parent", &self.parent)?;
+        for (_, _, child) in &self.children {
+            crate::scope::check(scope, "child", child)?;
+        }
+        Ok(())
+    }
+
     /// Resolves `controller`'s resources in `resources`; fails as [`start`] does.
     pub fn new(
         controller: &CompositeController,

@@ -29,4 +29,5 @@ pub mod metrics;
 mod reconcile;
 pub mod related;
 pub mod rolling;
+pub mod scope;
 pub mod writer;

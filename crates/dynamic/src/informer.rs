@@ -96,6 +96,7 @@ use crate::compact::CompactObject;
 use crate::discovery::{ApiResource, ResourceId};
 use crate::object::{ControllerOwner, NamespacedName, ObjectMetaAccess, Versioned};
 use crate::registry::{Lease, SharedRegistry};
+use crate::scope::Watched;
 use crate::store::{Change, Store};
 
 /// Where a change came from.
@@ -384,9 +385,13 @@ pub struct InformerConfig {
     /// Runs the informer drivers, so that one ending or panicking stops the process
     /// (`None`: plain tasks, as in tests and one-shot commands).
     pub supervisor: Option<crate::Supervisor>,
+    /// `--watch-namespaces`: namespaced resources are watched in these namespaces only, and
+    /// cluster-scoped ones only where the scope allows (`None`: everything, cluster-wide).
+    pub scope: Option<Arc<crate::WatchScope>>,
 }
 
-/// A running list+watch of one resource (all namespaces). Dropping it stops the watch.
+/// A running list+watch of one resource (all namespaces, or one watch per namespace of
+/// [`InformerConfig::scope`]). Dropping it stops the watch.
 pub struct Informer {
     resource: Arc<ApiResource>,
     shared: Arc<Shared>,
@@ -443,14 +448,35 @@ impl Informer {
             relist_requested: tokio::sync::watch::channel(0).0,
             relisted: tokio::sync::watch::channel(0).0,
         });
-        let api: Api<DynamicObject> = Api::all_with(client, &kube_resource(&resource));
         let id = resource.id();
-        let task = match config.supervisor.clone() {
-            Some(supervisor) => {
-                let name = format!("informer/{}/{}", id.api_version, id.resource);
-                supervisor.spawn(name, run(api, shared.clone(), id, config))
+        let apis = match crate::scope::watched(config.scope.as_deref(), &resource) {
+            Watched::All => vec![(
+                String::new(),
+                Api::all_with(client, &kube_resource(&resource)),
+            )],
+            Watched::Namespaces(namespaces) => namespaces
+                .into_iter()
+                .map(|ns| {
+                    let api = Api::namespaced_with(client.clone(), &ns, &kube_resource(&resource));
+                    (ns, api)
+                })
+                .collect(),
+            Watched::Nothing => {
+                // Cluster-scoped and outside the scope: listing it would only be refused. Its
+                // users see an empty, synced cache.
+                tracing::warn!(resource = ?id, "cluster-scoped resource not watched: the process is limited to --watch-namespaces");
+                shared.synced.send_replace(true);
+                Vec::new()
             }
-            None => tokio::spawn(run(api, shared.clone(), id, config)),
+        };
+        let task = match (config.supervisor.clone(), apis.is_empty()) {
+            // Nothing to drive; a task that never ends keeps `Drop` uniform.
+            (_, true) => tokio::spawn(std::future::pending()),
+            (Some(supervisor), false) => {
+                let name = format!("informer/{}/{}", id.api_version, id.resource);
+                supervisor.spawn(name, run(apis, shared.clone(), id, config))
+            }
+            (None, false) => tokio::spawn(run(apis, shared.clone(), id, config)),
         };
         Informer {
             resource,
@@ -617,39 +643,73 @@ impl Informer {
 /// [`crate::compact`]): 500 listed objects held ~4 MiB at once, per informer listing.
 pub const LIST_PAGE_SIZE: u32 = 100;
 
-async fn run(api: Api<DynamicObject>, shared: Arc<Shared>, id: ResourceId, config: InformerConfig) {
+/// One watch event and the scope it came from: a namespace, or `""` for a cluster-wide watch.
+type Scoped = (
+    String,
+    Result<watcher::Event<DynamicObject>, watcher::Error>,
+);
+
+/// The lists in progress: the listed objects of each watch until its list is complete
+/// (compact; an object the cache already holds at the same resourceVersion is kept as the
+/// cached `Arc` and the decoded copy dropped at once, so a relist does not hold a second copy
+/// of every unchanged object beside the store), and the watches whose list a relist request
+/// (or the first list) still waits for.
+struct Lists {
+    buffers: std::collections::HashMap<String, Vec<Arc<CompactObject>>>,
+    waiting: std::collections::HashSet<String>,
+}
+
+impl Lists {
+    fn new(scopes: &[String]) -> Lists {
+        Lists {
+            buffers: Default::default(),
+            waiting: scopes.iter().cloned().collect(),
+        }
+    }
+}
+
+async fn run(
+    apis: Vec<(String, Api<DynamicObject>)>,
+    shared: Arc<Shared>,
+    id: ResourceId,
+    config: InformerConfig,
+) {
     // The watch is restarted only when a relist is asked for (a sharded replica acquired
     // shards): kube-runtime's watcher relists by itself after an error (410 Gone included).
-    // The flush interval only replays the cache.
-    let watch = || -> BoxStream<'static, Result<watcher::Event<DynamicObject>, watcher::Error>> {
-        crate::watch_backoff::with_backoff(
-            watcher(
-                api.clone(),
-                watcher::Config::default().page_size(LIST_PAGE_SIZE),
+    // The flush interval only replays the cache. With --watch-namespaces there is one watch
+    // per namespace, merged into one stream.
+    let scopes: Vec<String> = apis.iter().map(|(scope, _)| scope.clone()).collect();
+    let watch = || -> BoxStream<'static, Scoped> {
+        let streams = apis.iter().map(|(scope, api)| {
+            let scope = scope.clone();
+            crate::watch_backoff::with_backoff(
+                watcher(
+                    api.clone(),
+                    watcher::Config::default().page_size(LIST_PAGE_SIZE),
+                )
+                .boxed(),
             )
-            .boxed(),
-        )
-        .boxed()
+            .map(move |event| (scope.clone(), event))
+            .boxed()
+        });
+        futures::stream::select_all(streams).boxed()
     };
     let mut stream = watch();
     let mut requests = shared.relist_requested.subscribe();
-    // The relist request the current stream's next completed list answers.
+    // The relist request the current stream's next completed lists answer.
     let mut answers = *requests.borrow_and_update();
-    // Whether the list in progress was asked for (shards acquired, a use widened) rather than
-    // forced by a watch error. Such a list tells the handlers only what changed: replaying
-    // every unchanged object would queue every parent this replica already syncs (one hook
-    // call each) whenever it takes over a shard. After a watch error every object is replayed,
-    // as upstream's informers do.
+    // Whether the lists in progress were asked for (shards acquired, a use widened) rather
+    // than forced by a watch error. Such a list tells the handlers only what changed:
+    // replaying every unchanged object would queue every parent this replica already syncs
+    // (one hook call each) whenever it takes over a shard. After a watch error every object
+    // is replayed, as upstream's informers do.
     let mut asked_for = false;
     let mut flush = config.flush_interval.map(|period| {
         let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         tick
     });
-    // Listed objects until the list is complete, compact. An object the cache already holds at
-    // the same resourceVersion is kept as the cached `Arc` and the decoded copy dropped at
-    // once, so a relist does not hold a second copy of every unchanged object beside the store.
-    let mut buffer: Vec<Arc<CompactObject>> = Vec::new();
+    let mut lists = Lists::new(&scopes);
     loop {
         let event = tokio::select! {
             _ = async {
@@ -668,7 +728,7 @@ async fn run(api: Api<DynamicObject>, shared: Arc<Shared>, id: ResourceId, confi
                     answers = *requests.borrow_and_update();
                     asked_for = true;
                     stream = watch();
-                    buffer = Vec::new();
+                    lists = Lists::new(&scopes);
                 } else {
                     // The informer is gone (the sender lives in `shared`): cannot happen
                     // while we hold `shared`.
@@ -678,16 +738,19 @@ async fn run(api: Api<DynamicObject>, shared: Arc<Shared>, id: ResourceId, confi
             }
             event = stream.next() => event,
         };
-        let Some(event) = event else {
-            // The backoff watcher never ends; if it did, nothing more would arrive.
+        let Some((scope, event)) = event else {
+            // The backoff watchers never end; if they did, nothing more would arrive.
             tracing::error!(resource = ?id, "watch stream ended");
             return;
         };
         match event {
-            Ok(watcher::Event::Init) => buffer.clear(),
+            Ok(watcher::Event::Init) => {
+                lists.buffers.insert(scope, Vec::new());
+            }
             Ok(watcher::Event::InitApply(obj)) => {
                 if shared.retains(&obj) {
                     let cached = shared.store().unchanged(&obj).cloned();
+                    let buffer = lists.buffers.entry(scope).or_default();
                     match cached {
                         Some(cached) => buffer.push(cached),
                         None => buffer.extend(encode(&obj, &id).map(Arc::new)),
@@ -695,56 +758,20 @@ async fn run(api: Api<DynamicObject>, shared: Arc<Shared>, id: ResourceId, confi
                 }
             }
             Ok(watcher::Event::InitDone) => {
-                let (mut changes, skipped) = {
-                    let mut store = shared.store_mut();
-                    // Objects of shards released meanwhile go silently; whatever else the
-                    // list lacks was deleted.
-                    store.retain(|obj| shared.retains(obj));
-                    buffer.retain(|obj| shared.retains(obj.as_ref()));
-                    store.replace_shared(buffer.drain(..))
-                };
-                if std::mem::take(&mut asked_for) {
-                    // An unchanged object is the cached `Arc` itself (see `buffer`).
-                    changes.retain(
-                        |c| !matches!(c, Change::Updated { old, new } if Arc::ptr_eq(old, new)),
-                    );
+                let buffer = lists.buffers.remove(&scope).unwrap_or_default();
+                let changes = list_done(&shared, &id, &scope, buffer, asked_for);
+                lists.waiting.remove(&scope);
+                let complete = lists.waiting.is_empty();
+                if complete {
+                    asked_for = false;
+                    shared.synced.send_replace(true);
                 }
-                // Do not keep the list's capacity next to the store until the next relist.
-                buffer = Vec::new();
-                if skipped > 0 {
-                    tracing::warn!(resource = ?id, skipped, "listed objects without a name");
-                }
-                shared.synced.send_replace(true);
                 shared.notify_cached(changes, Origin::Relist);
-                shared.relisted.send_replace(answers);
-            }
-            Ok(watcher::Event::Apply(obj)) => {
-                if !shared.retains(&obj) {
-                    // Not ours (any more): forget it if we held it; from this replica's view
-                    // it left, and handlers see the object the watch delivered.
-                    let removed =
-                        NamespacedName::of(&obj).and_then(|k| shared.store_mut().remove(&k));
-                    if removed.is_some() {
-                        shared.notify(&Change::Deleted(Arc::new(obj)), Origin::Watch);
-                    }
-                    continue;
+                if complete {
+                    shared.relisted.send_replace(answers);
                 }
-                let Some(compact) = encode(&obj, &id) else {
-                    continue;
-                };
-                let change = shared.store_mut().upsert(compact);
-                // Handlers get the object just decoded by the watch as the new state.
-                let new = Arc::new(obj);
-                let change = match change {
-                    Ok(Change::Updated { old, .. }) => match decode(&old) {
-                        Some(old) => Change::Updated { old, new },
-                        None => Change::Added(new),
-                    },
-                    Ok(_) => Change::Added(new),
-                    Err(_) => continue,
-                };
-                shared.notify(&change, Origin::Watch);
             }
+            Ok(watcher::Event::Apply(obj)) => applied(&shared, &id, obj),
             Ok(watcher::Event::Delete(obj)) => {
                 let removed = NamespacedName::of(&obj).and_then(|k| shared.store_mut().remove(&k));
                 // As client-go's informers: the deleted object is the one the watch delivered.
@@ -755,6 +782,62 @@ async fn run(api: Api<DynamicObject>, shared: Arc<Shared>, id: ResourceId, confi
             Err(e) => tracing::warn!(resource = ?id, error = %e, "watch failed; retrying"),
         }
     }
+}
+
+/// A watch's list is complete: its objects replace the cached ones of its scope (a namespace,
+/// or everything for `""`). Returns the changes to hand to the handlers.
+fn list_done(
+    shared: &Shared,
+    id: &ResourceId,
+    scope: &str,
+    mut buffer: Vec<Arc<CompactObject>>,
+    asked_for: bool,
+) -> Vec<Change<CompactObject>> {
+    let (mut changes, skipped) = {
+        let mut store = shared.store_mut();
+        // Objects of shards released meanwhile go silently; whatever else the list lacks
+        // was deleted.
+        store.retain(|obj| shared.retains(obj));
+        buffer.retain(|obj| shared.retains(obj.as_ref()));
+        let namespace = Some(scope).filter(|s| !s.is_empty());
+        store.replace_shared_in(namespace, buffer)
+    };
+    if asked_for {
+        // An unchanged object is the cached `Arc` itself (see `Lists`).
+        changes.retain(|c| !matches!(c, Change::Updated { old, new } if Arc::ptr_eq(old, new)));
+    }
+    if skipped > 0 {
+        tracing::warn!(resource = ?id, skipped, "listed objects without a name");
+    }
+    changes
+}
+
+/// A watch event added or changed `obj`.
+fn applied(shared: &Shared, id: &ResourceId, obj: DynamicObject) {
+    if !shared.retains(&obj) {
+        // Not ours (any more): forget it if we held it; from this replica's view it left, and
+        // handlers see the object the watch delivered.
+        let removed = NamespacedName::of(&obj).and_then(|k| shared.store_mut().remove(&k));
+        if removed.is_some() {
+            shared.notify(&Change::Deleted(Arc::new(obj)), Origin::Watch);
+        }
+        return;
+    }
+    let Some(compact) = encode(&obj, id) else {
+        return;
+    };
+    let change = shared.store_mut().upsert(compact);
+    // Handlers get the object just decoded by the watch as the new state.
+    let new = Arc::new(obj);
+    let change = match change {
+        Ok(Change::Updated { old, .. }) => match decode(&old) {
+            Some(old) => Change::Updated { old, new },
+            None => Change::Added(new),
+        },
+        Ok(_) => Change::Added(new),
+        Err(_) => return,
+    };
+    shared.notify(&change, Origin::Watch);
 }
 
 /// Upstream's informer resync: every cached object is handed to the handlers again as an
@@ -798,6 +881,11 @@ impl Informers {
     /// The client the informers use (also fit for discovery requests).
     pub fn client(&self) -> &kube::Client {
         &self.client
+    }
+
+    /// The namespaces the informers are limited to (`--watch-namespaces`; `None`: all).
+    pub fn scope(&self) -> Option<&crate::WatchScope> {
+        self.config.scope.as_deref()
     }
 
     /// A lease on the informer of `resource` keeping every object, starting it if none runs.

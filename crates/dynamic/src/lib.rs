@@ -18,6 +18,8 @@
 //!   our creates/deletes, and read our own writes until the informer delivers them;
 //! - [`schemas`]: the schemas the apply engine merges children with (CRD informer +
 //!   lazily fetched OpenAPI v3 per group-version);
+//! - [`scope`]: `--watch-namespaces`: which namespaces (and cluster-scoped resources) an
+//!   informer lists and watches;
 //! - [`watch_backoff`]: short, capped reconnect delays for watches;
 //! - [`supervise`]: background tasks whose unexpected end stops the process;
 //! - [`rate`]: token buckets for API requests and per-object Events;
@@ -36,6 +38,7 @@ pub mod queue_metrics;
 pub mod rate;
 pub mod registry;
 pub mod schemas;
+pub mod scope;
 pub mod selector;
 pub mod store;
 pub mod supervise;
@@ -55,6 +58,7 @@ pub use overlay::{ObjectKey, Overlay};
 pub use rate::{KeyedRateLimiter, RateError, RateLimiter};
 pub use registry::{Lease, SharedRegistry};
 pub use schemas::Schemas;
+pub use scope::{WatchScope, Watched};
 pub use selector::{
     ObjectSelector, Operator, Requirement, Selector, SelectorError, CONTROLLER_UID_LABEL,
 };

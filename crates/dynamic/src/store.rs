@@ -160,6 +160,16 @@ impl<T: ObjectMetaAccess> Store<T> {
         &mut self,
         list: impl IntoIterator<Item = Arc<T>>,
     ) -> (Vec<Change<T>>, usize) {
+        self.replace_shared_in(None, list)
+    }
+
+    /// [`Store::replace_shared`] for the objects of one namespace only (`None`: all): the
+    /// list of one namespace's watch says nothing about the other namespaces' objects.
+    pub fn replace_shared_in(
+        &mut self,
+        namespace: Option<&str>,
+        list: impl IntoIterator<Item = Arc<T>>,
+    ) -> (Vec<Change<T>>, usize) {
         let mut fresh: BTreeMap<NamespacedName, Arc<T>> = BTreeMap::new();
         let mut skipped = 0;
         for obj in list {
@@ -174,6 +184,7 @@ impl<T: ObjectMetaAccess> Store<T> {
         let mut gone: Vec<NamespacedName> = self
             .objects
             .keys()
+            .filter(|k| namespace.is_none_or(|ns| k.namespace == ns))
             .filter(|k| !fresh.contains_key(k))
             .cloned()
             .collect();
@@ -376,6 +387,18 @@ mod tests {
         );
         assert!(s.controlled_by("p").is_empty());
         assert_eq!(names(&s.list_namespace("a")), vec!["a/keep", "a/new"]);
+    }
+
+    #[test]
+    fn replace_in_one_namespace_keeps_the_others() {
+        let mut s = Store::new();
+        s.upsert(obj("a", "gone", "1", None)).unwrap();
+        s.upsert(obj("b", "other", "1", None)).unwrap();
+        let fresh = vec![s.share(obj("a", "new", "1", None))];
+        let (changes, _) = s.replace_shared_in(Some("a"), fresh);
+        assert_eq!(changes.len(), 2, "a/gone deleted, a/new added");
+        assert_eq!(names(&s.list_namespace("b")), vec!["b/other"]);
+        assert_eq!(names(&s.list_namespace("a")), vec!["a/new"]);
     }
 
     #[test]

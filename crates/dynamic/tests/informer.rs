@@ -399,3 +399,82 @@ async fn lists_are_read_in_pages() {
         metacontroller_dynamic::LIST_PAGE_SIZE
     );
 }
+
+/// `--watch-namespaces`: a namespaced resource is listed and watched in the scope's
+/// namespaces only (one watch each), a relist keeps every namespace's objects, and a
+/// cluster-scoped resource outside the scope is never requested. Embedded-only: it reads the
+/// server's request counts per namespace.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scoped_informers_watch_only_their_namespaces() {
+    use k8s_openapi::api::core::v1::Namespace;
+    let (server, client, map) = discovered().await;
+    for ns in ["team-a", "team-b", "team-c"] {
+        let namespace: Namespace =
+            serde_json::from_value(serde_json::json!({"metadata": {"name": ns}})).unwrap();
+        Api::<Namespace>::all(client.clone())
+            .create(&PostParams::default(), &namespace)
+            .await
+            .unwrap();
+        let mut obj = cm("x", ns);
+        obj.metadata.namespace = Some(ns.into());
+        Api::<ConfigMap>::namespaced(client.clone(), ns)
+            .create(&PostParams::default(), &obj)
+            .await
+            .unwrap();
+    }
+    let scope = metacontroller_dynamic::WatchScope::new(["team-a", "team-b"]).unwrap();
+    let informers = Informers::new(
+        client.clone(),
+        InformerConfig {
+            scope: Some(Arc::new(scope)),
+            ..Default::default()
+        },
+    );
+    let configmaps = informers.lease(map.get("v1", "configmaps").unwrap());
+    let namespaces = informers.lease(map.get("v1", "namespaces").unwrap());
+    tokio::time::timeout(Duration::from_secs(10), configmaps.wait_synced())
+        .await
+        .unwrap();
+    assert!(namespaces.has_synced() && namespaces.is_empty());
+    let keys = |informer: &metacontroller_dynamic::Informer| {
+        let mut keys: Vec<String> = informer
+            .list()
+            .iter()
+            .filter_map(|o| NamespacedName::of(o.as_ref()).map(|k| k.to_string()))
+            .collect();
+        keys.sort();
+        keys
+    };
+    assert_eq!(keys(&configmaps), ["team-a/x", "team-b/x"]);
+    // A relist (each namespace's list replaces only that namespace) keeps both.
+    configmaps.relist().await;
+    assert_eq!(keys(&configmaps), ["team-a/x", "team-b/x"]);
+    let seen: Seen = Default::default();
+    configmaps.add_handler(record(&seen));
+    Api::<ConfigMap>::namespaced(client.clone(), "team-b")
+        .delete("x", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually("team-b/x deleted", || {
+        saw(&seen, "deleted", "x", Origin::Watch)
+    })
+    .await;
+    assert_eq!(keys(&configmaps), ["team-a/x"]);
+
+    let control = server.control();
+    let reads: Vec<(String, String, String)> = control
+        .request_counts_by_namespace()
+        .into_keys()
+        .filter(|(verb, resource, _)| {
+            matches!(verb.as_str(), "list" | "watch")
+                && matches!(resource.as_str(), "configmaps" | "namespaces")
+        })
+        .collect();
+    assert!(!reads.is_empty());
+    for (verb, resource, ns) in &reads {
+        assert!(
+            resource == "configmaps" && (ns == "team-a" || ns == "team-b"),
+            "{verb} {resource} in {ns:?}: outside the scope"
+        );
+    }
+}

@@ -87,6 +87,8 @@ type InFlightGauges = Arc<Mutex<BTreeMap<(String, String), (usize, usize)>>>;
 #[derive(Default)]
 pub(crate) struct ControlState {
     counts: Mutex<BTreeMap<(String, String), u64>>,
+    /// The same per namespace of the request path (`""`: no namespace in the path).
+    namespaced_counts: Mutex<BTreeMap<(String, String, String), u64>>,
     faults: Mutex<Vec<Fault>>,
     /// Writes being served now and the most served at once, per (verb, resource).
     in_flight: InFlightGauges,
@@ -130,12 +132,25 @@ impl ControlState {
             .unwrap_or(0)
     }
 
-    pub(crate) fn count(&self, verb: &str, resource: &str) {
+    pub(crate) fn count(&self, verb: &str, resource: &str, namespace: Option<&str>) {
         *self
             .counts
             .lock()
             .entry((verb.to_string(), resource.to_string()))
             .or_default() += 1;
+        *self
+            .namespaced_counts
+            .lock()
+            .entry((
+                verb.to_string(),
+                resource.to_string(),
+                namespace.unwrap_or_default().to_string(),
+            ))
+            .or_default() += 1;
+    }
+
+    pub(crate) fn namespaced_snapshot(&self) -> BTreeMap<(String, String, String), u64> {
+        self.namespaced_counts.lock().clone()
     }
 
     /// Takes the action of the first matching fault, consuming one use of it.
@@ -161,6 +176,7 @@ impl ControlState {
 
     pub(crate) fn reset(&self) {
         self.counts.lock().clear();
+        self.namespaced_counts.lock().clear();
         for (now, peak) in self.in_flight.lock().values_mut() {
             *peak = *now;
         }
@@ -189,6 +205,14 @@ impl Control {
     /// with `/subresource` appended for subresource requests.
     pub fn request_counts(&self) -> BTreeMap<(String, String), u64> {
         self.shared.control.snapshot()
+    }
+
+    /// Requests served so far, keyed by `(verb, resource, namespace)` as
+    /// [`Control::request_counts`], the namespace being the one in the request path (`""`
+    /// for cluster-wide requests and cluster-scoped resources): what a Role-only client may
+    /// and may not ask for.
+    pub fn request_counts_by_namespace(&self) -> BTreeMap<(String, String, String), u64> {
+        self.shared.control.namespaced_snapshot()
     }
 
     /// Requests with this verb on this resource (`"*"` matches any).

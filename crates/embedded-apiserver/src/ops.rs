@@ -260,6 +260,9 @@ fn validate_meta(info: &ResourceInfo, obj: &Value) -> ApiResult<()> {
         "metadata.name",
     );
     causes.extend(validation::validate_labels_annotations(obj));
+    if info.group.is_empty() && info.resource == "events" {
+        causes.extend(validation::validate_legacy_event_namespace(obj));
+    }
     if let Some(f) = obj
         .pointer("/metadata/finalizers")
         .and_then(Value::as_array)

@@ -390,7 +390,7 @@ async fn handle_inner(sh: Arc<Shared>, req: Request) -> ApiResult<Response> {
         Some(s) => format!("{}/{}", rreq.info.resource, s),
         None => rreq.info.resource.clone(),
     };
-    sh.control.count(verb, &counted);
+    sh.control.count(verb, &counted, rreq.namespace.as_deref());
     let is_write = crate::control::WRITE_VERBS.contains(&verb);
     // Held until the response is built, for the in-flight gauges of `Control`.
     let _in_flight = is_write.then(|| sh.control.enter_write(verb, &counted));

@@ -9,6 +9,40 @@ const DNS1035_LABEL_MSG: &str = "a DNS-1035 label must consist of lower case alp
 const LABEL_VALUE_MSG: &str = "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or '12345', regex used for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')";
 const QUALIFIED_NAME_MSG: &str = "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')";
 
+/// A core/v1 Event without `eventTime` (the legacy form client-go's recorder writes) must live
+/// in its involved object's namespace, or in `default` when that object is cluster-scoped
+/// (apiserver's `legacyValidateEvent`).
+pub fn validate_legacy_event_namespace(event: &Value) -> Vec<Cause> {
+    let has_event_time = event
+        .get("eventTime")
+        .is_some_and(|t| !t.is_null() && t.as_str() != Some(""));
+    if has_event_time {
+        return Vec::new();
+    }
+    let namespace = event
+        .pointer("/metadata/namespace")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let involved = event
+        .pointer("/involvedObject/namespace")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let matches = if involved.is_empty() {
+        namespace.is_empty() || namespace == "default"
+    } else {
+        namespace == involved
+    };
+    if matches {
+        Vec::new()
+    } else {
+        vec![invalid(
+            "involvedObject.namespace",
+            involved,
+            "does not match event.namespace",
+        )]
+    }
+}
+
 /// Which rule a resource's names follow.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum NameRule {
@@ -201,6 +235,32 @@ pub fn validate_labels_annotations(obj: &Value) -> Vec<Cause> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn legacy_events_live_in_their_objects_namespace_or_default() {
+        let event = |ns: &str, involved: Option<&str>| {
+            let mut e = json!({"metadata": {"namespace": ns}, "involvedObject": {"name": "x"}});
+            if let Some(i) = involved {
+                e["involvedObject"]["namespace"] = json!(i);
+            }
+            e
+        };
+        assert!(validate_legacy_event_namespace(&event("default", None)).is_empty());
+        assert!(validate_legacy_event_namespace(&event("a", Some("a"))).is_empty());
+        let refused = validate_legacy_event_namespace(&event("a", None));
+        assert_eq!(refused[0].field, "involvedObject.namespace");
+        assert_eq!(
+            refused[0].message,
+            "Invalid value: \"\": does not match event.namespace"
+        );
+        assert_eq!(
+            validate_legacy_event_namespace(&event("b", Some("a"))).len(),
+            1
+        );
+        let mut new_style = event("a", None);
+        new_style["eventTime"] = json!("2024-01-01T00:00:00.000000Z");
+        assert!(validate_legacy_event_namespace(&new_style).is_empty());
+    }
 
     #[test]
     fn names() {

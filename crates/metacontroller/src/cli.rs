@@ -159,6 +159,18 @@ pub struct ControllerArgs {
     #[arg(long, value_name = "ADDR", default_value = ":8081")]
     pub health_probe_bind_address: String,
 
+    /// Limit the process to these namespaces (comma-separated; not an upstream flag): parents,
+    /// children and related objects are listed, watched and written there only, so Roles in
+    /// them suffice. Empty: every namespace. See docs/src/namespaced-install.md.
+    #[arg(
+        long,
+        env = "WATCH_NAMESPACE",
+        value_name = "NS,...",
+        value_delimiter = ',',
+        default_value = ""
+    )]
+    pub watch_namespaces: Vec<String>,
+
     /// Only manage CompositeControllers/DecoratorControllers whose labels match this selector.
     #[arg(long, value_name = "SELECTOR", default_value = "")]
     pub target_label_selector: String,

@@ -13,6 +13,7 @@ mod listen;
 mod logging;
 mod merge_cmd;
 mod metrics;
+mod namespaces;
 mod render;
 mod run;
 mod shard;

@@ -45,6 +45,7 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
     let supervisor = metacontroller_dynamic::Supervisor::default();
     let _servers = serve(&args, &registry, &readiness, &supervisor).await?;
     let client = crate::client::client(&args, &registry).await?;
+    let namespaced = crate::namespaces::probe(&client, &args.watch_namespaces).await;
     tokio::select! {
         result = discover_controllers(&client, &args) => result?,
         _ = crate::shutdown::signal() => return Ok(()),
@@ -71,6 +72,7 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
         readiness,
         replica,
         &supervisor,
+        namespaced,
     )?;
     let leader = leader.map(|config| {
         crate::shutdown::LeaderTask::spawn(client.clone(), config, gate.clone(), &supervisor)
@@ -239,6 +241,8 @@ struct Shared {
 }
 
 impl Shared {
+    // One call site; bundling these would only move the list elsewhere.
+    #[allow(clippy::too_many_arguments)]
     fn new(
         client: Client,
         args: &ControllerArgs,
@@ -247,6 +251,7 @@ impl Shared {
         readiness: crate::health::Readiness,
         replica: Option<String>,
         supervisor: &metacontroller_dynamic::Supervisor,
+        namespaced: Option<crate::namespaces::Namespaced>,
     ) -> anyhow::Result<Shared> {
         let informers = metacontroller_dynamic::Informers::new(
             client.clone(),
@@ -258,6 +263,7 @@ impl Shared {
                     metacontroller_dynamic::KeepKeys::new(move |key| gate.retains_key(key))
                 }),
                 supervisor: Some(supervisor.clone()),
+                scope: namespaced.as_ref().map(|n| n.scope.clone()),
             },
         );
         crate::metrics::register_informers(registry, informers.clone())?;
@@ -274,9 +280,12 @@ impl Shared {
         })
         .context("building the hook client")?;
         let metrics = metacontroller_controllers::metrics::ControllerMetrics::register(registry)?;
+        // Events about controller objects (cluster-scoped) go to `default`, the only
+        // namespace the API server accepts for them; a namespaced install gets a Role there.
         let events = EventRecorder::new(client.clone(), args.events_qps, args.events_burst)
             .context("--events-qps/--events-burst")?;
-        let schemas = (args.apply_schema == crate::cli::ApplySchema::Auto).then(|| {
+        let openapi = namespaced.as_ref().is_none_or(|n| n.openapi);
+        let schemas = (args.apply_schema == crate::cli::ApplySchema::Auto && openapi).then(|| {
             let refresh = Some(args.discovery_interval)
                 .filter(|d| !d.is_zero())
                 .unwrap_or(Duration::from_secs(30));

@@ -295,6 +295,73 @@ async fn sharding_makes_every_replica_active() {
     );
 }
 
+/// `watchNamespaces`: Roles in each namespace instead of the resource ClusterRoles, and a
+/// minimal ClusterRole that only reads controller objects, CRDs and /openapi/v3.
+#[tokio::test]
+async fn watch_namespaces_renders_roles_and_a_minimal_cluster_role() {
+    if !helm_sdk_available() {
+        return;
+    }
+    let out = helm_chart(&[
+        "render",
+        "--set-json",
+        r#"{"watchNamespaces": ["team-a", "team-b"]}"#,
+    ])
+    .await
+    .expect_ok("rendering with watchNamespaces");
+    let objects: Vec<Value> = serde_json::from_str(&out).expect("JSON objects");
+    let args = &find(&objects, "StatefulSet", "metacontroller")["spec"]["template"]["spec"]
+        ["containers"][0]["args"];
+    assert!(
+        args.as_array()
+            .is_some_and(|a| a.contains(&json!("--watch-namespaces=team-a,team-b"))),
+        "{args}"
+    );
+    for name in ["metacontroller", "metacontroller-runtime"] {
+        assert!(
+            !objects
+                .iter()
+                .any(|o| o["metadata"]["name"] == name && o["kind"] == "ClusterRole"),
+            "ClusterRole {name} rendered in a namespaced install"
+        );
+    }
+    let cluster = find(&objects, "ClusterRole", "metacontroller-cluster");
+    assert_eq!(
+        cluster["rules"],
+        json!([
+            {"apiGroups": ["metacontroller.k8s.io"],
+             "resources": ["compositecontrollers", "decoratorcontrollers"],
+             "verbs": ["get", "list", "watch"]},
+            {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"],
+             "verbs": ["get", "list", "watch"]},
+            {"nonResourceURLs": ["/openapi/v3", "/openapi/v3/*"], "verbs": ["get"]},
+        ])
+    );
+    find(&objects, "ClusterRoleBinding", "metacontroller-cluster");
+    for ns in ["team-a", "team-b"] {
+        let role = objects
+            .iter()
+            .find(|o| {
+                o["kind"] == "Role"
+                    && o["metadata"]["name"] == "metacontroller"
+                    && o["metadata"]["namespace"] == ns
+            })
+            .unwrap_or_else(|| panic!("no Role in {ns}"));
+        assert_eq!(
+            role["rules"][0],
+            json!({"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]})
+        );
+        assert!(objects.iter().any(|o| o["kind"] == "RoleBinding"
+            && o["metadata"]["namespace"] == ns
+            && o["subjects"][0]["namespace"] == "metacontroller"));
+    }
+    // Events about cluster-scoped controller objects are only accepted in `default`.
+    let events = find(&objects, "Role", "metacontroller-events");
+    assert_eq!(events["metadata"]["namespace"], "default");
+    let bad = helm_chart(&["render", "--set-json", r#"{"watchNamespaces": ["Team_A"]}"#]).await;
+    assert!(!bad.ok, "an invalid namespace name rendered");
+}
+
 #[tokio::test]
 async fn invalid_values_fail_with_a_clear_schema_error() {
     if !helm_sdk_available() {

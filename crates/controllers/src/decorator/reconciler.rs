@@ -46,6 +46,10 @@ pub enum StartError {
     /// A resource named by the spec is not served.
     #[error("{0} is not served by the API server")]
     UnknownResource(String),
+    /// A target or attachment type is cluster-scoped and the process is limited to
+    /// namespaces (`--watch-namespaces`).
+    #[error(transparent)]
+    OutOfScope(#[from] crate::scope::OutOfScope),
 }
 
 /// Why one sync failed (the key is requeued with backoff).
@@ -287,6 +291,7 @@ pub fn start(
         return Err(StartError::Invalid("spec.hooks: no hooks defined".into()));
     }
     let resolved = Resolved::new(&controller, resources)?;
+    resolved.check_scope(informers.scope())?;
     let spec = reconcile::ControllerSpec::from(CustomizableController::Decorator(Box::new(
         controller.clone(),
     )));
@@ -369,6 +374,21 @@ pub struct Resolved {
 }
 
 impl Resolved {
+    /// Refuses cluster-scoped target and attachment types when `scope` limits the process
+    /// to namespaces (see [`crate::scope`]).
+    pub fn check_scope(
+        &self,
+        scope: Option<&metacontroller_dynamic::WatchScope>,
+    ) -> Result<(), crate::scope::OutOfScope> {
+        for target in &self.targets {
+            crate::scope::check(scope, "target", target)?;
+        }
+        for (_, attachment) in &self.attachments {
+            crate::scope::check(scope, "attachment", attachment)?;
+        }
+        Ok(())
+    }
+
     /// Resolves `controller`'s resources in `resources`; fails as [`start`] does.
     pub fn new(
         controller: &DecoratorController,

@@ -31,6 +31,7 @@ pub fn writer(args: &RenderArgs, cluster: &Cluster) -> Writer {
                 flush_interval: None,
                 keep_keys: None,
                 supervisor: None,
+                scope: None,
             },
         );
         Schemas::new(
