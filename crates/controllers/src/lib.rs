@@ -16,6 +16,7 @@
 //! - [`finalizer`]: the finalizer and hook-choice rules of both kinds (pure).
 //! - [`meta`]: object facts read the same way everywhere (deleting? API group?).
 //! - [`events`]: the rate-limited, non-blocking Event recorder.
+//! - `spans`: the tracing spans of a sync (sync, writes, status write).
 
 pub mod children;
 pub mod claim;
@@ -30,4 +31,5 @@ mod reconcile;
 pub mod related;
 pub mod rolling;
 pub mod scope;
+mod spans;
 pub mod writer;

@@ -43,7 +43,9 @@ use crate::finalizer::{self, FinalizerSync};
 use crate::handle::ControllerHandle;
 use crate::related::{Enqueue, RelatedConfig, RelatedManager};
 use crate::rolling::Desired;
+use crate::spans;
 use crate::writer::{WriteError, Writer};
+use tracing::Instrument as _;
 
 /// The queue priority of an informer event: watch events go before relist replays, so a
 /// cache flush never starves real changes.
@@ -137,6 +139,8 @@ where
 {
     /// The controller object's name (logs, metrics).
     pub(crate) name: String,
+    /// Upstream's kind name (metrics label, sync span).
+    pub(crate) controller_type: &'static str,
     /// The work queue of keys.
     pub(crate) queue: WorkQueue<K>,
     /// Every write goes through it (own-writes overlay, expectations).
@@ -171,10 +175,11 @@ where
         ctx: &StartContext<'_>,
         enqueue: Enqueue,
     ) -> Self {
+        let controller_type = spec.controller_type();
         let child_writes = ctx
             .options
             .metrics
-            .child_writes(spec.controller_type(), &spec.name);
+            .child_writes(controller_type, &spec.name);
         let related = RelatedManager::new(RelatedConfig {
             controller: spec.controller,
             name: spec.name.clone(),
@@ -187,6 +192,7 @@ where
         });
         Common {
             name: spec.name,
+            controller_type,
             queue,
             writer: Arc::new(
                 Writer::new(ctx.client.clone(), ctx.options.apply_strategy.clone())
@@ -313,7 +319,14 @@ pub(crate) async fn sync_and_record<R: Reconciler>(
     reconciler: &R,
     key: &R::Key,
 ) -> Result<(), R::Error> {
-    let result = reconciler.sync(key).await;
+    let common = reconciler.common();
+    let span = spans::sync_span(common.controller_type, reconciler.name(), key);
+    if !span.is_disabled() {
+        let retry = common.queue.num_requeues(key) > 0;
+        span.record("trigger", if retry { "retry" } else { "change" });
+    }
+    let result = reconciler.sync(key).instrument(span.clone()).await;
+    spans::record_sync(&span, &result);
     schedule_resync_period(reconciler, key);
     let Err(error) = &result else {
         return result;

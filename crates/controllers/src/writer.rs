@@ -32,6 +32,7 @@ use metacontroller_apply::Schema;
 use metacontroller_dynamic::Schemas;
 
 use crate::children::{child_key, Action, ChildError, ChildKey, ChildType, ParentRef};
+use crate::spans::{traced_write, Verb};
 
 /// How children are written (`--apply-strategy`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -549,10 +550,14 @@ impl Writer {
             })?;
         tracing::info!(%what, "creating child");
         self.expectations.expect_creates(&owner, [key.clone()]);
-        let result = self
-            .api(res, &key.namespace)
-            .create(&PostParams::default(), &body)
-            .await;
+        let api = self.api(res, &key.namespace);
+        let result = traced_write(
+            Verb::Create,
+            res,
+            &key,
+            api.create(&PostParams::default(), &body),
+        )
+        .await;
         match result {
             Ok(created) => {
                 self.record(res, &key, None, &created);
@@ -624,10 +629,11 @@ impl Writer {
         let api = self.api(res, &key.namespace);
         let pp = PostParams::default();
         let written = if status {
-            api.replace_status(&key.name, &pp, &body).await
+            let write = api.replace_status(&key.name, &pp, &body);
+            traced_write(Verb::UpdateStatus, res, &key, write).await
         } else {
             tracing::info!(%what, "updating");
-            api.replace(&key.name, &pp, &body).await
+            traced_write(Verb::Update, res, &key, api.replace(&key.name, &pp, &body)).await
         }
         .map_err(|source| WriteError::Api {
             what: what.clone(),
@@ -702,10 +708,15 @@ impl Writer {
             self.expectations.expect_creates(&owner, [key.clone()]);
         }
         let params = PatchParams::apply(field_manager).force();
-        let result = self
-            .api(res, &key.namespace)
-            .patch(&key.name, &params, &Patch::Apply(&body))
-            .await;
+        let api = self.api(res, &key.namespace);
+        let patch = Patch::Apply(&body);
+        let result = traced_write(
+            Verb::Apply,
+            res,
+            &key,
+            api.patch(&key.name, &params, &patch),
+        )
+        .await;
         match result {
             Ok(written) => {
                 self.applied_lock().insert(key.clone(), hash);
@@ -757,7 +768,8 @@ impl Writer {
         };
         tracing::info!(%what, "deleting child");
         self.expectations.expect_deletes(&owner, [key.clone()]);
-        match self.api(res, &key.namespace).delete(&key.name, &dp).await {
+        let api = self.api(res, &key.namespace);
+        match traced_write(Verb::Delete, res, &key, api.delete(&key.name, &dp)).await {
             Ok(_) => {
                 self.overlay
                     .record_delete(key.clone(), observed.resource_version());

@@ -40,10 +40,16 @@
 //! `attachments` and `related` maps differ (`name` in v1, `namespace/name` in v2), so
 //! look objects up with [`ObjectMap::group`] / [`ObjectMap::objects`] rather than by key
 //! when a hook must work with both.
+//!
+//! Every request runs in a `hook_request` span (field `hook`). With the `opentelemetry`
+//! feature that span continues the trace whose `traceparent` Metacontroller sent (its
+//! tracing on): install a `tracing-opentelemetry` layer and set the global text-map
+//! propagator (`TraceContextPropagator`), and the handler's spans join the sync's trace.
 
 mod error;
 mod router;
 mod serve;
+mod trace;
 
 pub use error::Error;
 pub use router::{Hooks, DEFAULT_BODY_LIMIT};

@@ -5,12 +5,13 @@ use std::future::Future;
 
 use axum::body::Bytes;
 use axum::extract::DefaultBodyLimit;
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Json, Router};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
+use tracing::Instrument as _;
 
 use crate::Error;
 
@@ -114,10 +115,11 @@ impl Hooks {
         let hook = path.to_string();
         self.router = self.router.route(
             path,
-            post(move |body: Bytes| {
+            post(move |headers: HeaderMap, body: Bytes| {
                 let handler = handler.clone();
                 let hook = hook.clone();
-                async move { call(&hook, handler, body).await }
+                let span = crate::trace::request_span(&hook, &headers);
+                async move { call(&hook, handler, body).await }.instrument(span)
             }),
         );
         self

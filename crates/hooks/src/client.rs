@@ -25,6 +25,7 @@ use crate::pool::{ClientPool, OverrideDns};
 use crate::record::{HookRecorder, RecordedExchange, RecordedResponse};
 use crate::sources::{ConfigMapSource, SecretSource};
 use crate::target::{display_url, hook_timeout, hook_url, HostResolver};
+use crate::trace::TracePropagator;
 
 /// Default limit of a response body: 16 MiB.
 pub const DEFAULT_MAX_BODY_BYTES: usize = 16 * 1024 * 1024;
@@ -48,6 +49,8 @@ pub struct HookClientConfig {
     pub replica: Option<String>,
     /// Receives every exchange sent (`--record-hooks`); `None` records nothing.
     pub recorder: Option<Arc<dyn HookRecorder>>,
+    /// Adds trace context headers to every request (tracing on); `None` adds none.
+    pub trace: Option<Arc<dyn TracePropagator>>,
 }
 
 /// The request header naming the calling replica when sharding or leader election is on.
@@ -63,6 +66,7 @@ impl Default for HookClientConfig {
             registry: None,
             replica: None,
             recorder: None,
+            trace: None,
         }
     }
 }
@@ -96,6 +100,7 @@ struct Inner {
     etags: Mutex<HashMap<(String, String), Arc<EtagCache>>>,
     replica: Option<HeaderValue>,
     recorder: Option<Arc<dyn HookRecorder>>,
+    trace: Option<Arc<dyn TracePropagator>>,
 }
 
 impl HookClient {
@@ -122,6 +127,7 @@ impl HookClient {
                     .as_deref()
                     .and_then(|r| HeaderValue::from_str(r).ok()),
                 recorder: config.recorder,
+                trace: config.trace,
             }),
             controller_type: "",
         })
@@ -192,6 +198,9 @@ impl HookClient {
             hook = ctx.hook_name,
             parent = ctx.parent_key,
             url = tracing::field::Empty,
+            outcome = tracing::field::Empty,
+            http.response.status_code = tracing::field::Empty,
+            otel.status_code = tracing::field::Empty,
         );
         let shown_url = hook
             .webhook
@@ -220,6 +229,9 @@ impl HookClient {
             Err(err) => err.kind(),
         };
         self.inner.metrics.observe_call(&labels, outcome);
+        if self.inner.trace.is_some() {
+            record_outcome(&span, outcome, result.is_ok());
+        }
         match result {
             Ok((value, _)) => Ok(value),
             Err(err) => {
@@ -318,6 +330,11 @@ impl HookClient {
                 builder = builder.header(IF_NONE_MATCH, value);
             }
         }
+        if let Some(trace) = &self.inner.trace {
+            let mut headers = reqwest::header::HeaderMap::new();
+            trace.inject(&mut headers);
+            builder = builder.headers(headers);
+        }
 
         let max_body = self.inner.max_body_bytes;
         let transfer = async {
@@ -329,6 +346,9 @@ impl HookClient {
                 .map_err(|err| transport_error(&shown_url, timeout, err))?;
             drop(in_flight);
             let status = response.status().as_u16();
+            if self.inner.trace.is_some() {
+                tracing::Span::current().record("http.response.status_code", status);
+            }
             self.inner
                 .metrics
                 .observe_response(labels, status, sent.elapsed());
@@ -450,6 +470,17 @@ impl HookClient {
             }
         }
     }
+}
+
+/// Puts the call's outcome on its span (only while tracing: the log layer would format the
+/// fields into every `hook_call` span for nobody); a failed call marks the span as an error
+/// for OpenTelemetry.
+fn record_outcome(span: &tracing::Span, outcome: &str, ok: bool) {
+    if span.is_disabled() {
+        return;
+    }
+    span.record("outcome", outcome);
+    span.record("otel.status_code", if ok { "ok" } else { "error" });
 }
 
 /// Decodes with the api crate's decoder. Loose mode first tries serde directly: for a

@@ -81,6 +81,9 @@
 //!   `hook_call` span with controller, hook, parent and URL (without userinfo); request and
 //!   response bodies only at trace level, with the `data`/`stringData` values of every
 //!   Secret in them replaced by `[REDACTED]` ([`redact`]).
+//! * **Tracing** (`HookClientConfig::trace`): the `hook_call` span records `outcome` and
+//!   `http.response.status_code`; with a [`TracePropagator`] installed each request carries
+//!   the span's `traceparent`. Off by default; then no header is sent ([`trace`]).
 //! * **Recording** (`HookClientConfig::recorder`): every exchange sent is handed to a
 //!   [`HookRecorder`]; [`DirectoryRecorder`] writes one redacted JSON file per exchange
 //!   off the sync path ([`record`]). Off by default; then nothing is kept.
@@ -96,12 +99,15 @@ pub mod redact;
 pub mod sources;
 mod system_roots;
 pub mod target;
+pub mod trace;
 
 pub use client::{
     CallContext, HookClient, HookClientConfig, DEFAULT_MAX_BODY_BYTES, REPLICA_HEADER,
 };
 pub use error::HookError;
 pub use metacontroller_api::wire::DecodeError;
+pub use pool::plain_client;
 pub use record::{DirectoryRecorder, HookRecorder, RecordedExchange, RecordedResponse};
 pub use sources::{ConfigMapSource, MemoryObjects, ObjectData, SecretSource, SourceError};
 pub use target::{HostResolver, StaticHostResolver};
+pub use trace::TracePropagator;

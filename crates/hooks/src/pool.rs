@@ -207,6 +207,12 @@ fn build_client(
         .map_err(|err| HookError::config(format!("can't build HTTP client: {err}")))
 }
 
+/// An HTTP client like the hooks' default one (rustls with the ring provider, system roots,
+/// no redirects) for other outgoing traffic of the binary, e.g. the OTLP trace exporter.
+pub fn plain_client() -> Result<reqwest::Client, HookError> {
+    build_client(&TlsMaterial::default(), None)
+}
+
 /// DNS with per-host overrides filled from the [`crate::HostResolver`] just before a call;
 /// other names go to the system resolver.
 #[derive(Default)]

@@ -19,6 +19,7 @@ mod run;
 mod shard;
 mod shutdown;
 mod sources;
+mod telemetry;
 mod validate_cmd;
 mod validate_served;
 
@@ -47,9 +48,6 @@ fn main() -> ExitCode {
         Command::Dev(args) => Some(&args.controller.logging),
         Command::Merge(_) | Command::Validate(_) | Command::Render(_) => None,
     };
-    if let Some(args) = logging_args {
-        logging::init(args);
-    }
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime,
         Err(err) => {
@@ -57,6 +55,10 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    if let Some(args) = logging_args {
+        // Trace export (when on) runs on the runtime, so the runtime comes first.
+        logging::init(args, runtime.handle());
+    }
     // The commands' futures are boxed so that the main thread's stack (resident for the
     // process's lifetime once touched) never holds one: `block_on` polls this small future.
     let result = runtime.block_on(async move {
@@ -68,6 +70,8 @@ fn main() -> ExitCode {
             Command::Render(args) => render::run(&args).await,
         }
     });
+    // The runtime is still up: the last spans are sent before the process exits.
+    telemetry::shutdown();
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {

@@ -276,6 +276,7 @@ impl Shared {
             registry: Some(registry.clone()),
             replica,
             recorder: hook_recorder(args)?,
+            trace: crate::telemetry::hook_propagator(),
             ..Default::default()
         })
         .context("building the hook client")?;

@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use axum::body::{Body, Bytes};
-use axum::http::{Request, StatusCode};
+use axum::http::{HeaderMap, Request, StatusCode};
 use axum::response::Response;
 use serde_json::Value;
 
@@ -55,6 +55,8 @@ pub struct HookCall {
     pub path: String,
     /// The body as JSON (`Value::Null` when it was not JSON).
     pub body: Value,
+    /// The request headers (e.g. `traceparent` when the controller traces).
+    pub headers: HeaderMap,
 }
 
 type Handler = Arc<dyn Fn(&str, &Value) -> HookReply + Send + Sync>;
@@ -160,6 +162,7 @@ impl Drop for HookServer {
 
 async fn serve(state: Arc<State>, request: Request<Body>) -> Response {
     let path = request.uri().path().to_string();
+    let headers = request.headers().clone();
     let bytes: Bytes = axum::body::to_bytes(request.into_body(), 64 << 20)
         .await
         .unwrap_or_default();
@@ -174,7 +177,11 @@ async fn serve(state: Arc<State>, request: Request<Body>) -> Response {
         .calls
         .lock()
         .unwrap_or_else(|e| e.into_inner())
-        .push(HookCall { path, body });
+        .push(HookCall {
+            path,
+            body,
+            headers,
+        });
     if let Some(delay) = reply.delay {
         tokio::time::sleep(delay).await;
     }

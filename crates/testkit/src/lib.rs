@@ -11,6 +11,7 @@
 //! - [`example`]: the `examples/` READMEs as tests (dev-mode binary, kubectl, local hooks).
 //! - [`ControllerProcess`]: the real binary as a child process (logs captured, signals,
 //!   killed on drop).
+//! - [`OtlpReceiver`]: an OTLP/HTTP trace receiver (what a traced controller exports).
 //! - [`TcpProxy`]: a TCP fault proxy (stall, heal, cut) between a process and the API server.
 //!
 //! Every test must be able to run in parallel with the others against the same real cluster,
@@ -20,6 +21,7 @@ mod cluster;
 mod crd;
 pub mod example;
 mod hook;
+mod otlp;
 mod poll;
 mod process;
 mod proxy;
@@ -30,6 +32,7 @@ pub use cluster::{
 pub use crd::{crd, CrdBuilder};
 pub use embedded_apiserver::{Control, Fault, FaultAction};
 pub use hook::{assert_no_status_only_syncs, HookCall, HookReply, HookServer};
+pub use otlp::{OtlpReceiver, ReceivedSpan};
 pub use poll::{eventually, eventually_within, unique_name, DEFAULT_TIMEOUT, REAL_CLUSTER_TIMEOUT};
 pub use process::ControllerProcess;
 pub use proxy::{kubeconfig_server, TcpProxy};
