@@ -675,8 +675,12 @@ impl Inner {
     /// the cache has caught up with our last writes — hook and writes ([`Inner::sync_parent`]).
     async fn sync_key(&self, key: &NamespacedName) -> Result<(), SyncError> {
         let Some(cached) = self.parent.get(key) else {
-            // Deleted; children go with the garbage collector.
+            // Deleted; children go with the garbage collector. A sync that ran when the
+            // deletion came may have recorded state since: this one runs after it.
             self.forget_parent(key);
+            self.mapper.read_lock().remove(key);
+            let held = crate::departed::Held::new(vec![(&*self.parent_resource, &*self.parent)]);
+            crate::departed::forget_deleted_owners(&self.common, &held);
             return Ok(());
         };
         let cached = to_value(&cached, &self.parent_resource)?;

@@ -82,6 +82,20 @@ pub(crate) fn cached<'a>(
     )))
 }
 
+/// After the last sync of a deleted parent: drops the expectations and taken names of
+/// owners no longer cached. The `Deleted` event dropped the parent's own (by uid), but a
+/// sync that was running then may have recorded new ones afterwards, and the parent's uid
+/// is not known any more; usually nothing is held and nothing is scanned.
+pub(crate) fn forget_deleted_owners<K>(common: &Common<K>, held: &Held<'_>)
+where
+    K: Clone + Eq + std::hash::Hash + Send + 'static,
+{
+    if common.writer.holds_owner_state() {
+        let uids = held.uids();
+        common.writer.retain_live_owners(&|uid| uids.contains(uid));
+    }
+}
+
 /// Drops the entries of every parent `held` no longer caches from the structures every
 /// controller kind keeps (see the module docs); `cached` answers for written objects.
 pub(crate) fn forget_departed<K>(

@@ -346,9 +346,7 @@ impl Writer {
         live_owner: &dyn Fn(&str) -> bool,
         cached: &dyn Fn(&ObjectKey) -> Option<bool>,
     ) {
-        self.expectations.retain(|uid| live_owner(uid.as_str()));
-        self.taken_lock()
-            .retain(|(uid, _), _| live_owner(uid.as_str()));
+        self.retain_live_owners(live_owner);
         self.applied_lock()
             .retain(|key, _| cached(key) != Some(false));
         self.overlay.retain(|key, written| {
@@ -357,6 +355,18 @@ impl Writer {
                     .and_then(|obj| obj.controller_uid())
                     .is_some_and(|uid| live_owner(uid))
         });
+    }
+
+    /// Drops the expectations and taken names of the owners `live_owner` refuses.
+    pub fn retain_live_owners(&self, live_owner: &dyn Fn(&str) -> bool) {
+        self.expectations.retain(|uid| live_owner(uid.as_str()));
+        self.taken_lock()
+            .retain(|(uid, _), _| live_owner(uid.as_str()));
+    }
+
+    /// Whether any expectation or taken name is held (by owner uid).
+    pub fn holds_owner_state(&self) -> bool {
+        !self.expectations.is_empty() || !self.taken_lock().is_empty()
     }
 
     /// Entries per structure that grows with the parents (metrics): parents with

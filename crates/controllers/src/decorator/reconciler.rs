@@ -561,6 +561,9 @@ impl Inner {
             self.common
                 .hooks
                 .forget_parent(&self.common.name, &key.key.to_string());
+            let targets = self.routing.targets.iter().map(|(r, i)| (&**r, &**i));
+            let held = crate::departed::Held::new(targets.collect());
+            crate::departed::forget_deleted_owners(&self.common, &held);
             self.common.related.forget(&ParentId {
                 api_version: res.api_version.clone(),
                 kind: res.kind.clone(),
