@@ -353,7 +353,7 @@ impl Writer {
             cached(key) != Some(false)
                 || written
                     .and_then(|obj| obj.controller_uid())
-                    .is_some_and(|uid| live_owner(uid))
+                    .is_some_and(live_owner)
         });
     }
 
