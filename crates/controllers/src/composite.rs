@@ -274,12 +274,14 @@ impl Mapper {
     fn on_parent(&self, change: &Change<DynamicObject>, origin: Origin) {
         let obj = match change {
             // As upstream, a deleted parent is synced once more: the sync finds it gone and
-            // drops what was cached for it (related objects, their informer leases).
+            // drops what was cached for it (related objects, their informer leases, hook
+            // responses) — also when it had stopped matching, as it may have matched before.
             Change::Deleted(obj) => {
                 if let Some(key) = NamespacedName::of(obj.as_ref()) {
                     self.read_lock().remove(&key);
+                    self.queue.add(key, priority(origin));
                 }
-                obj
+                return;
             }
             Change::Added(new) => new,
             Change::Updated { old, new } => {
@@ -625,6 +627,21 @@ impl Reconciler for Inner {
     async fn sync(&self, key: &NamespacedName) -> Result<(), SyncError> {
         self.sync_key(key).await
     }
+
+    fn forget_departed(&self) {
+        let parent = &*self.parent;
+        self.mapper
+            .read_lock()
+            .retain(|key, _| parent.contains(key));
+        let held = crate::departed::Held::new(vec![(&*self.parent_resource, parent)]);
+        crate::departed::forget_departed(&self.common, &held, &|key| self.written(key));
+    }
+
+    fn state_entries(&self) -> Vec<(&'static str, usize)> {
+        let mut entries = vec![("last_read", self.mapper.read_lock().len())];
+        entries.extend(self.common.state_entries());
+        entries
+    }
 }
 
 /// A parent during one sync.
@@ -644,6 +661,15 @@ impl Inner {
         self.children.iter().map(|c| c.kind.clone()).collect()
     }
 
+    /// Whether the caches hold the written object `key` (parent, child or revision), for
+    /// [`crate::departed`].
+    fn written(&self, key: &ObjectKey) -> Option<bool> {
+        let children = self.children.iter().map(|c| (&*c.resource, &*c.informer));
+        let revisions = self.revisions.iter().map(|r| (&*r.resource, &*r.informer));
+        let parent = std::iter::once((&*self.parent_resource, &*self.parent));
+        crate::departed::cached(children.chain(revisions).chain(parent), key)
+    }
+
     /// For expectations: whether the cache holds the child `key` (see
     /// [`reconcile::presence`]).
     fn cached(&self, key: &ObjectKey) -> Option<bool> {
@@ -651,19 +677,28 @@ impl Inner {
         reconcile::presence(watched, key)
     }
 
+    /// Drops the hook responses and customize rules cached for the parent `key`.
+    fn forget_parent(&self, key: &NamespacedName) {
+        self.common
+            .hooks
+            .forget_parent(&self.common.name, &key.to_string());
+        self.common.related.forget(&ParentId {
+            api_version: self.parent_resource.api_version.clone(),
+            kind: self.parent_resource.kind.clone(),
+            key: key.clone(),
+        });
+    }
+
     /// One sync: the parent from the cache (own writes applied), its finalizer, then — once
     /// the cache has caught up with our last writes — hook and writes ([`Inner::sync_parent`]).
     async fn sync_key(&self, key: &NamespacedName) -> Result<(), SyncError> {
         let Some(cached) = self.parent.get(key) else {
-            // Deleted; children go with the garbage collector.
-            self.common
-                .hooks
-                .forget_parent(&self.common.name, &key.to_string());
-            self.common.related.forget(&ParentId {
-                api_version: self.parent_resource.api_version.clone(),
-                kind: self.parent_resource.kind.clone(),
-                key: key.clone(),
-            });
+            // Deleted; children go with the garbage collector. A sync that ran when the
+            // deletion came may have recorded state since: this one runs after it.
+            self.forget_parent(key);
+            self.mapper.read_lock().remove(key);
+            let held = crate::departed::Held::new(vec![(&*self.parent_resource, &*self.parent)]);
+            crate::departed::forget_deleted_owners(&self.common, &held);
             return Ok(());
         };
         let cached = to_value(&cached, &self.parent_resource)?;
@@ -672,6 +707,8 @@ impl Inner {
         };
         self.mapper.record_read(key, object.resource_version());
         if !self.cares(&object) {
+            // Not ours (any more): nothing to keep for it.
+            self.forget_parent(key);
             return Ok(());
         }
         let uid = object.uid().unwrap_or_default().to_string();

@@ -13,6 +13,8 @@
 //! - [`related`]: the customize hook and `related` objects (any controller kind).
 //! - `reconcile`: the skeleton both kinds run on (queue, workers, the rules around a
 //!   sync); each kind implements its `Reconciler` trait.
+//! - `departed`: per-parent state follows the parent out of the caches (deleted or its
+//!   shard released).
 //! - [`finalizer`]: the finalizer and hook-choice rules of both kinds (pure).
 //! - [`meta`]: object facts read the same way everywhere (deleting? API group?).
 //! - [`events`]: the rate-limited, non-blocking Event recorder.
@@ -22,6 +24,7 @@ pub mod children;
 pub mod claim;
 pub mod composite;
 pub mod decorator;
+mod departed;
 pub mod events;
 pub mod finalizer;
 pub mod handle;

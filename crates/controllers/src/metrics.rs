@@ -7,12 +7,18 @@
 //! * `metacontroller_child_writes_total{controller_name,controller_type,action}` — child
 //!   writes sent (`create`, `update`, `delete`, `apply`);
 //! * `metacontroller_child_apply_skipped_total{controller_name,controller_type}` —
-//!   server-side apply bodies not sent because the child already holds them.
+//!   server-side apply bodies not sent because the child already holds them;
+//! * `metacontroller_parent_state_entries{controller_name,controller_type,structure}` —
+//!   entries of each structure a controller keeps per parent, read from the running
+//!   controllers at each scrape (see [`crate::departed`]).
 
 use std::hash::Hash;
+use std::sync::{Arc, Mutex, Weak};
 
 use metacontroller_dynamic::{Backoff, QueueMetrics, WorkQueue};
-use prometheus::{IntCounter, IntCounterVec, Opts, Registry};
+use prometheus::core::{Collector, Desc};
+use prometheus::proto::MetricFamily;
+use prometheus::{IntCounter, IntCounterVec, IntGaugeVec, Opts, Registry};
 
 /// `controller_type` label of CompositeControllers (upstream's value).
 pub const COMPOSITE: &str = "CompositeController";
@@ -31,6 +37,46 @@ struct Families {
     queues: QueueMetrics,
     writes: IntCounterVec,
     skipped: IntCounterVec,
+    states: StateSources,
+}
+
+/// What a running controller keeps per parent, by structure (see
+/// [`ControllerMetrics::track_states`]).
+pub(crate) trait ParentStates: Send + Sync {
+    /// Entries per structure.
+    fn state_entries(&self) -> Vec<(&'static str, usize)>;
+}
+
+/// The running controllers the state gauge reads: (controller_type, name, controller).
+type StateSources = Arc<Mutex<Vec<(&'static str, String, Weak<dyn ParentStates>)>>>;
+
+/// Reads the controllers when scraped, so the gauge never outlives a controller.
+struct StateCollector {
+    sources: StateSources,
+    entries: IntGaugeVec,
+}
+
+impl Collector for StateCollector {
+    fn desc(&self) -> Vec<&Desc> {
+        self.entries.desc()
+    }
+
+    fn collect(&self) -> Vec<MetricFamily> {
+        self.entries.reset();
+        let mut sources = self.sources.lock().unwrap_or_else(|p| p.into_inner());
+        sources.retain(|(_, _, states)| states.strong_count() > 0);
+        for (controller_type, name, states) in sources.iter() {
+            let Some(states) = states.upgrade() else {
+                continue;
+            };
+            for (structure, n) in states.state_entries() {
+                self.entries
+                    .with_label_values(&[name.as_str(), controller_type, structure])
+                    .set(i64::try_from(n).unwrap_or(i64::MAX));
+            }
+        }
+        self.entries.collect()
+    }
 }
 
 impl std::fmt::Debug for Families {
@@ -57,15 +103,44 @@ impl ControllerMetrics {
             ),
             &labels[..2],
         )?;
+        let entries = IntGaugeVec::new(
+            Opts::new(
+                "metacontroller_parent_state_entries",
+                "Entries a controller keeps per parent (or per child of its parents), by structure; they follow the parents this replica holds.",
+            ),
+            &["controller_name", "controller_type", "structure"],
+        )?;
+        let states = StateSources::default();
         registry.register(Box::new(writes.clone()))?;
         registry.register(Box::new(skipped.clone()))?;
+        registry.register(Box::new(StateCollector {
+            sources: states.clone(),
+            entries,
+        }))?;
         Ok(ControllerMetrics {
             families: Some(Families {
                 queues: QueueMetrics::register(registry)?,
                 writes,
                 skipped,
+                states,
             }),
         })
+    }
+
+    /// Exports what the running controller `states` keeps per parent until it is dropped.
+    pub(crate) fn track_states(
+        &self,
+        controller_type: &'static str,
+        name: &str,
+        states: Weak<dyn ParentStates>,
+    ) {
+        if let Some(f) = &self.families {
+            f.states.lock().unwrap_or_else(|p| p.into_inner()).push((
+                controller_type,
+                name.to_string(),
+                states,
+            ));
+        }
     }
 
     /// The work queue of controller `name` of kind `controller_type`, with metrics.

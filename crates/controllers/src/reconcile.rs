@@ -151,6 +151,12 @@ where
     pub(crate) events: EventRecorder,
     /// The hook client (also told when parents and controllers go, for its ETag cache).
     pub(crate) hooks: HookClient,
+    /// The shared informers (their prunes trigger [`Reconciler::forget_departed`]).
+    informers: Informers,
+    /// Where the per-parent state gauge reads this controller.
+    metrics: crate::metrics::ControllerMetrics,
+    /// `CompositeController` or `DecoratorController`.
+    controller_type: &'static str,
     endpoints: Vec<EndpointConfig>,
     resync_period_seconds: Option<i32>,
 }
@@ -203,9 +209,25 @@ where
             related,
             events: ctx.options.events.clone(),
             hooks: ctx.hooks.clone(),
+            informers: ctx.informers.clone(),
+            metrics: ctx.options.metrics.clone(),
+            controller_type,
             endpoints: spec.endpoints,
             resync_period_seconds: spec.resync_period_seconds,
         }
+    }
+
+    /// Entries per structure this controller keeps per parent (for
+    /// `metacontroller_parent_state_entries`): customize rules and the related informers
+    /// they lease, hook responses, and the writer's (see [`Writer::state_entries`]).
+    pub(crate) fn state_entries(&self) -> Vec<(&'static str, usize)> {
+        let mut entries = vec![
+            ("related_rules", self.related.parents()),
+            ("related_informers", self.related.watched().len()),
+            ("hook_responses", self.hooks.etag_entries_of(&self.name)),
+        ];
+        entries.extend(self.writer.state_entries());
+        entries
     }
 
     /// Creates, updates and deletes the children (attachments) of `owner` so they match
@@ -294,22 +316,51 @@ pub(crate) trait Reconciler: Send + Sync + 'static {
     fn cares(&self, object: &Value) -> bool;
     /// One sync of `key`.
     fn sync(&self, key: &Self::Key) -> impl Future<Output = Result<(), Self::Error>> + Send;
+    /// Drops what is kept for parents no longer cached (see [`crate::departed`]).
+    fn forget_departed(&self);
+    /// Entries per structure kept per parent (see [`Common::state_entries`]).
+    fn state_entries(&self) -> Vec<(&'static str, usize)>;
+}
+
+impl<R: Reconciler> crate::metrics::ParentStates for R {
+    fn state_entries(&self) -> Vec<(&'static str, usize)> {
+        Reconciler::state_entries(self)
+    }
 }
 
 /// Starts the workers of `reconciler` once its informers have synced. Must run inside tokio.
+/// Parents that leave the caches silently (pruned shards) are swept from every per-parent
+/// structure after each prune ([`Reconciler::forget_departed`]).
 pub(crate) fn run<R: Reconciler>(reconciler: Arc<R>, workers: usize) -> ControllerHandle<R::Key> {
-    let queue = reconciler.common().queue.clone();
+    let common = reconciler.common();
+    let queue = common.queue.clone();
     let run_queue = queue.clone();
+    let states: std::sync::Weak<R> = Arc::downgrade(&reconciler);
+    common
+        .metrics
+        .track_states(common.controller_type, &common.name, states);
+    let mut pruned = common.informers.pruned();
     let task = tokio::spawn(async move {
         for informer in reconciler.informers() {
             informer.wait_synced().await;
         }
-        run_queue
-            .run(workers.max(1), move |key: R::Key| {
-                let reconciler = reconciler.clone();
-                async move { sync_and_record(&*reconciler, &key).await }
-            })
-            .await;
+        let sweeper = {
+            let reconciler = reconciler.clone();
+            async move {
+                while pruned.changed().await.is_ok() {
+                    reconciler.forget_departed();
+                }
+                std::future::pending::<()>().await
+            }
+        };
+        let workers = run_queue.run(workers.max(1), move |key: R::Key| {
+            let reconciler = reconciler.clone();
+            async move { sync_and_record(&*reconciler, &key).await }
+        });
+        tokio::select! {
+            _ = workers => {}
+            _ = sweeper => {}
+        }
     });
     ControllerHandle::new(queue, task)
 }

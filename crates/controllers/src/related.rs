@@ -489,6 +489,27 @@ impl RelatedManager {
         }
     }
 
+    /// Keeps the cached rules of the parents `keep` accepts only (a sharded replica drops
+    /// those of parents that left it); informers no longer needed are released. Returns how
+    /// many parents were dropped.
+    pub fn retain(&self, keep: impl Fn(&ParentId) -> bool) -> usize {
+        let dropped = {
+            let mut state = self.shared.state();
+            let before = state.entries.len();
+            state.entries.retain(|id, _| keep(id));
+            before - state.entries.len()
+        };
+        if dropped > 0 {
+            self.release_unused();
+        }
+        dropped
+    }
+
+    /// Parents with cached rules.
+    pub fn parents(&self) -> usize {
+        self.shared.state().entries.len()
+    }
+
     /// The `related` map of a sync/finalize request for `parent` (its JSON with apiVersion
     /// and kind), keyed for a hook of `sync_version`. Empty when no customize hook is set.
     pub async fn related(

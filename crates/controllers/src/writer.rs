@@ -336,6 +336,51 @@ impl Writer {
         &self.expectations
     }
 
+    /// Drops what this writer holds for parents that left the process's caches without an
+    /// event (a sharded replica released their shard): their expectations and taken names
+    /// (`live_owner(uid)` false), the apply hashes of objects no longer cached, and the
+    /// own-writes entries of objects no longer cached unless they are creates of a live
+    /// parent still waiting for their event. `cached(key)`: whether the cache holds the
+    /// written object (`None`: not watched, kept).
+    pub fn retain_owners(
+        &self,
+        live_owner: &dyn Fn(&str) -> bool,
+        cached: &dyn Fn(&ObjectKey) -> Option<bool>,
+    ) {
+        self.retain_live_owners(live_owner);
+        self.applied_lock()
+            .retain(|key, _| cached(key) != Some(false));
+        self.overlay.retain(|key, written| {
+            cached(key) != Some(false)
+                || written
+                    .and_then(|obj| obj.controller_uid())
+                    .is_some_and(live_owner)
+        });
+    }
+
+    /// Drops the expectations and taken names of the owners `live_owner` refuses.
+    pub fn retain_live_owners(&self, live_owner: &dyn Fn(&str) -> bool) {
+        self.expectations.retain(|uid| live_owner(uid.as_str()));
+        self.taken_lock()
+            .retain(|(uid, _), _| live_owner(uid.as_str()));
+    }
+
+    /// Whether any expectation or taken name is held (by owner uid).
+    pub fn holds_owner_state(&self) -> bool {
+        !self.expectations.is_empty() || !self.taken_lock().is_empty()
+    }
+
+    /// Entries per structure that grows with the parents (metrics): parents with
+    /// unconfirmed writes, names taken, apply hashes, own-writes entries.
+    pub fn state_entries(&self) -> [(&'static str, usize); 4] {
+        [
+            ("expectations", self.expectations.len()),
+            ("taken_names", self.taken_lock().len()),
+            ("apply_hashes", self.applied_lock().len()),
+            ("own_writes", self.overlay.len()),
+        ]
+    }
+
     /// A dynamic API handle for `res` in `namespace` (ignored for cluster-scoped resources).
     pub fn api(&self, res: &ApiResource, namespace: &str) -> Api<DynamicObject> {
         let kr = kube_resource(res);

@@ -149,6 +149,26 @@ where
         self.lock().remove(parent);
     }
 
+    /// Keeps only the parents `keep` accepts (those that left this process's caches are
+    /// dropped: the events that would confirm their writes never come). Returns how many
+    /// were dropped.
+    pub fn retain(&self, mut keep: impl FnMut(&P) -> bool) -> usize {
+        let mut map = self.lock();
+        let before = map.len();
+        map.retain(|parent, _| keep(parent));
+        before - map.len()
+    }
+
+    /// Parents with unconfirmed writes, expired or not.
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    /// True when no parent has unconfirmed writes.
+    pub fn is_empty(&self) -> bool {
+        self.lock().is_empty()
+    }
+
     /// Unconfirmed (creates, deletes) of `parent`, expired or not.
     pub fn pending(&self, parent: &P) -> (usize, usize) {
         self.lock()
@@ -197,6 +217,18 @@ mod tests {
     use super::*;
 
     type E = Expectations<&'static str, &'static str>;
+
+    #[tokio::test(start_paused = true)]
+    async fn retain_drops_the_parents_that_left() {
+        let e = E::new();
+        e.expect_creates(&"stays", ["a"]);
+        e.expect_deletes(&"leaves", ["b"]);
+        assert_eq!(e.len(), 2);
+        assert_eq!(e.retain(|p| *p == "stays"), 1);
+        assert_eq!(e.len(), 1);
+        assert!(!e.satisfied(&"stays"));
+        assert!(e.satisfied(&"leaves"));
+    }
 
     #[tokio::test(start_paused = true)]
     async fn satisfied_only_after_all_writes_observed() {

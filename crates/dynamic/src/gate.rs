@@ -58,7 +58,8 @@ pub enum Lapse {
     /// Renewed after the renew deadline but before the fence: ownership is kept, but keys
     /// were refused meanwhile (the caller queues the owned shards' keys again).
     Refused,
-    /// Renewed after the fence: every shard was revoked.
+    /// Renewed after the fence: every shard was revoked and is no longer retained (the
+    /// caller prunes the caches and acquires its shards again).
     Revoked,
 }
 
@@ -81,10 +82,6 @@ struct Shards {
     /// Bumped by every reservation and release (see [`SyncGate::admit_shard`]).
     epoch: Vec<u64>,
     in_flight: Vec<usize>,
-    /// Distinct keys admitted per shard since it was last acquired (the parents owned), by
-    /// [`stable_hash`]: only counted, and 8 bytes per parent instead of a copy of its key
-    /// (a replica's share of 6,000 parents held ~120 KiB of key strings here).
-    keys: Vec<std::collections::HashSet<u64>>,
     /// Until when each shard's keys are expedited.
     expedite_until: Vec<Option<Instant>>,
 }
@@ -164,7 +161,6 @@ impl SyncGate {
             retained: vec![false; count],
             epoch: vec![0; count],
             in_flight: vec![0; count],
-            keys: vec![Default::default(); count],
             expedite_until: vec![None; count],
         });
         gate
@@ -192,12 +188,16 @@ impl SyncGate {
             .unwrap_or_default()
     }
 
-    /// Distinct keys (parents) of the owned shards synced since their acquisition.
-    pub fn owned_keys(&self) -> usize {
-        self.lock()
-            .shards
-            .as_ref()
-            .map_or(0, |s| s.keys.iter().map(|k| k.len()).sum())
+    /// Whether `key`'s shard is owned now (always without sharding). The gate keeps no
+    /// per-key state: the parents owned are counted from the caches (see
+    /// [`crate::Informers::count_parents`]), so the count follows deletions and handoffs.
+    pub fn owns_key(&self, key: &str) -> bool {
+        let state = self.lock();
+        let Some(shards) = state.shards.as_ref() else {
+            return true;
+        };
+        let count = u32::try_from(shards.owned.len()).unwrap_or(u32::MAX);
+        shards.owned[shard_of(key, count) as usize]
     }
 
     /// Admits the keys of `shard` from now on (and retains its objects).
@@ -248,8 +248,10 @@ impl SyncGate {
     /// `lease.renew_by` on no key is admitted and no shard acquisition completes, at
     /// `lease.fence` running syncs are abandoned ([`SyncPermit::run`]). Called after every
     /// successful renewal. If the previous fence had passed, every shard is revoked first
-    /// (keys no longer admitted, pending acquisitions void): ownership held then may have been
-    /// taken over meanwhile, so it must be acquired again, never resumed.
+    /// (keys no longer admitted, pending acquisitions void, objects no longer retained: the
+    /// caller prunes the caches): ownership held then may have been taken over meanwhile, so
+    /// it must be acquired again, never resumed. Syncs still running then were abandoned at
+    /// the fence.
     pub fn set_lease(&self, lease: LeaseDeadlines) -> Lapse {
         let now = Instant::now();
         let lapse;
@@ -263,8 +265,8 @@ impl SyncGate {
             if let (Lapse::Revoked, Some(shards)) = (lapse, state.shards.as_mut()) {
                 for i in 0..shards.owned.len() {
                     shards.owned[i] = false;
+                    shards.retained[i] = false;
                     shards.epoch[i] += 1;
-                    shards.keys[i] = Default::default();
                     shards.expedite_until[i] = None;
                 }
             }
@@ -336,9 +338,6 @@ impl SyncGate {
                 shards.epoch[shard as usize] += 1;
                 epoch = Some(shards.epoch[shard as usize]);
             }
-            if let Some(keys) = shards.keys.get_mut(shard as usize) {
-                *keys = Default::default();
-            }
             if let Some(slot) = shards.expedite_until.get_mut(shard as usize) {
                 *slot = None;
             }
@@ -391,7 +390,6 @@ impl SyncGate {
                                 return None;
                             }
                             shards.in_flight[shard as usize] += 1;
-                            shards.keys[shard as usize].insert(stable_hash(key.as_bytes()));
                             Some(shard)
                         }
                     };
@@ -626,6 +624,10 @@ mod tests {
         tokio::time::sleep(Duration::from_secs(4)).await;
         assert_eq!(gate.set_lease(deadlines(3, 4)), Lapse::Revoked);
         assert!(gate.owned_shards().is_empty());
+        assert!(
+            !gate.retains_key(&key),
+            "revoked shards are pruned, not kept"
+        );
         assert!(gate.enter_key(&key).await.is_none());
         assert!(
             !gate.admit_shard(1, epoch),
@@ -717,7 +719,7 @@ mod tests {
         assert_eq!(gate.owned_shards(), vec![1]);
         let permit = gate.enter_key(&a).await.expect("owned shard admitted");
         assert!(gate.enter_key(&b).await.is_none());
-        assert_eq!(gate.owned_keys(), 1);
+        assert!(gate.owns_key(&a) && !gate.owns_key(&b));
         // Releasing waits for the running sync of that shard only.
         let release = {
             let gate = gate.clone();
@@ -734,24 +736,9 @@ mod tests {
         );
         drop(permit);
         assert!(release.await.unwrap());
-        assert_eq!(gate.owned_keys(), 0);
+        assert!(!gate.owns_key(&a));
         assert!(gate.owned_shards().is_empty());
         assert!(gate.release_shard(3, Duration::ZERO).await);
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn owned_keys_counts_each_parent_once() {
-        let gate = SyncGate::sharded(4);
-        gate.own_shard(1);
-        let keys: Vec<String> = (0..)
-            .map(|i| format!("ns/parent-{i}"))
-            .filter(|k| shard_of(k, 4) == 1)
-            .take(3)
-            .collect();
-        for key in keys.iter().chain(&keys) {
-            drop(gate.enter_key(key).await.expect("owned shard admitted"));
-        }
-        assert_eq!(gate.owned_keys(), 3, "a parent synced twice counts once");
     }
 
     #[tokio::test(start_paused = true)]

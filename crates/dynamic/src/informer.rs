@@ -76,7 +76,8 @@
 //!   earlier would see no children and create them again.
 //! - **Release**: once a released shard's syncs drained, [`Informers::prune_filtered`] drops
 //!   the objects no longer retained, silently: nothing happened to them, and a delete event
-//!   would tell controllers their children vanished.
+//!   would tell controllers their children vanished. It then rings [`Informers::pruned`], so
+//!   controllers drop what they kept for the parents that left.
 //!
 //! A watch event for a stored object that is no longer retained (e.g. a child re-owned to a
 //! parent of another shard) removes it and is reported as `Deleted`: from this replica's
@@ -627,6 +628,19 @@ impl Informer {
         decode_all(cached)
     }
 
+    /// Whether the cache holds `key` (no decoding).
+    pub fn contains(&self, key: &NamespacedName) -> bool {
+        self.store().get(key).is_some()
+    }
+
+    /// The uids of the cached objects (no decoding).
+    pub fn uids(&self) -> std::collections::HashSet<String> {
+        self.store()
+            .iter()
+            .filter_map(|obj| obj.uid().map(str::to_owned))
+            .collect()
+    }
+
     /// Number of cached objects.
     pub fn len(&self) -> usize {
         self.store().len()
@@ -858,6 +872,8 @@ pub struct Informers {
     client: kube::Client,
     config: InformerConfig,
     registry: SharedRegistry<ResourceId, Informer>,
+    /// Counts [`Informers::prune_filtered`] calls, for [`Informers::pruned`].
+    pruned: Arc<tokio::sync::watch::Sender<u64>>,
 }
 
 impl std::fmt::Debug for Informers {
@@ -875,6 +891,7 @@ impl Informers {
             client,
             config,
             registry: SharedRegistry::new(),
+            pruned: Arc::new(tokio::sync::watch::channel(0).0),
         }
     }
 
@@ -949,9 +966,40 @@ impl Informers {
     }
 
     /// Drops from every filtered informer the objects no longer retained, silently (a
-    /// sharded replica released shards). Returns how many were dropped.
+    /// sharded replica released shards), then tells [`Informers::pruned`] subscribers.
+    /// Returns how many were dropped.
     pub fn prune_filtered(&self) -> usize {
-        self.filtered().iter().map(|i| i.prune()).sum()
+        let pruned = self.filtered().iter().map(|i| i.prune()).sum();
+        self.pruned.send_modify(|n| *n = n.wrapping_add(1));
+        pruned
+    }
+
+    /// Changes after every [`Informers::prune_filtered`]: the objects of released shards
+    /// left the caches without events, so whoever keeps state about them (controllers'
+    /// per-parent caches) drops it then.
+    pub fn pruned(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.pruned.subscribe()
+    }
+
+    /// Cached objects of the resources leased as parents ([`Keep::Parents`]) whose own key
+    /// (`namespace/name`, or `name`) satisfies `key`: a sharded replica's parents in its
+    /// owned shards. Read from the caches, so deletions and pruned shards count at once.
+    pub fn count_parents(&self, key: impl Fn(&str) -> bool) -> usize {
+        self.registry
+            .keys()
+            .into_iter()
+            .filter_map(|id| self.registry.get(&id))
+            .filter(|informer| informer.shared.uses() & Keep::Parents.bit() != 0)
+            .map(|informer| {
+                informer
+                    .store()
+                    .iter()
+                    .filter(|obj| {
+                        NamespacedName::of(obj.as_ref()).is_some_and(|k| key(&k.to_string()))
+                    })
+                    .count()
+            })
+            .sum()
     }
 
     /// Resources with a running informer.

@@ -219,6 +219,20 @@ impl<T: Versioned + Clone> Overlay<T> {
         self.lock().retain(|k, _| k.resource != resource);
     }
 
+    /// Keeps only the entries `keep` accepts (given the key and, for a write, the object
+    /// written; `None` for a delete tombstone): entries of objects that left this process's
+    /// caches without an event (a released shard) would otherwise wait forever for a cache
+    /// that never catches up. Returns how many were dropped.
+    pub fn retain(&self, mut keep: impl FnMut(&ObjectKey, Option<&T>) -> bool) -> usize {
+        let mut entries = self.lock();
+        let before = entries.len();
+        entries.retain(|key, entry| match entry {
+            Entry::Written { object, .. } => keep(key, Some(object)),
+            Entry::Deleted { .. } => keep(key, None),
+        });
+        before - entries.len()
+    }
+
     /// Number of entries.
     pub fn len(&self) -> usize {
         self.lock().len()
@@ -260,6 +274,26 @@ mod tests {
             Some(Cow::Borrowed(_))
         ));
         assert!(o.is_empty());
+    }
+
+    #[test]
+    fn retain_drops_the_entries_refused() {
+        let o = Overlay::new();
+        let other = ObjectKey::new("v1/configmaps", "ns", "y");
+        o.record_write(key(), Some("5"), obj("7", "ours"));
+        o.record_delete(other.clone(), Some("3"));
+        let mut seen = Vec::new();
+        let dropped = o.retain(|k, written| {
+            seen.push((k.name.clone(), written.is_some()));
+            k.name == "x"
+        });
+        seen.sort();
+        assert_eq!(seen, [("x".into(), true), ("y".into(), false)]);
+        assert_eq!((dropped, o.len()), (1, 1));
+        assert_eq!(
+            rv_of(o.get(&key(), Some(&obj("5", "old")))),
+            Some("7".into())
+        );
     }
 
     #[test]

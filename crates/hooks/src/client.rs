@@ -251,6 +251,28 @@ impl HookClient {
         }
     }
 
+    /// Keeps, in every ETag cache of a controller, only the entries of the parents `keep`
+    /// accepts (given the parent key the calls named): a sharded replica drops the cached
+    /// responses of the parents that left it.
+    pub fn retain_parents(&self, controller: &str, keep: &dyn Fn(&str) -> bool) {
+        let etags = self.inner.etags.lock().unwrap_or_else(|e| e.into_inner());
+        for ((c, _), cache) in etags.iter() {
+            if c == controller {
+                cache.retain_parents(keep);
+            }
+        }
+    }
+
+    /// ETag entries cached for a controller over all its hooks.
+    pub fn etag_entries_of(&self, controller: &str) -> usize {
+        let etags = self.inner.etags.lock().unwrap_or_else(|e| e.into_inner());
+        etags
+            .iter()
+            .filter(|((c, _), _)| c == controller)
+            .map(|(_, cache)| cache.len())
+            .sum()
+    }
+
     /// Drops all ETag caches of a controller (e.g. after it was deleted).
     pub fn forget_controller(&self, controller: &str) {
         let mut etags = self.inner.etags.lock().unwrap_or_else(|e| e.into_inner());

@@ -104,6 +104,12 @@ impl EtagCache {
         entries.retain(|(_, p), _| p != parent);
     }
 
+    /// Keeps only the entries whose parent `keep` accepts.
+    pub(crate) fn retain_parents(&self, keep: &dyn Fn(&str) -> bool) {
+        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        entries.retain(|(_, p), _| keep(p));
+    }
+
     /// Removes expired entries; returns how many remain.
     pub(crate) fn sweep(&self) -> usize {
         let now = Instant::now();

@@ -45,7 +45,8 @@
 //!     those) are then replayed so they are queued. The relist runs in the background: rounds (renewals) go on.
 //!   - A replica that is no longer assigned `s` *releases* it: its gate stops admitting the
 //!     shard's keys, its running syncs of that shard end (drain), and only then it clears the
-//!     holder and prunes the shard's objects from its caches. The next owner starts after
+//!     holder and prunes the shard's objects from its caches (the controllers then drop what
+//!     they kept for those parents: hook responses, customize rules, expectations, ...). The next owner starts after
 //!     that write, so a parent is never synced by two replicas at once.
 //!   - A replica that dies (kill -9) stops renewing; after `--shard-lease-duration` the others
 //!     drop it from the members and take its shards over. A replica that is alive but cannot
@@ -89,6 +90,8 @@ use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::Client;
 use metacontroller_dynamic::gate::{shard_of, stable_hash};
 use metacontroller_dynamic::{Informers, Lapse, LeaseDeadlines, SyncGate};
+use prometheus::core::{Collector, Desc};
+use prometheus::proto::MetricFamily;
 use prometheus::{IntCounterVec, IntGauge, Opts, Registry};
 use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
@@ -208,18 +211,51 @@ fn score(member: &str, shard: u32) -> u64 {
     stable_hash(&bytes)
 }
 
-/// `metacontroller_shards_owned`, `metacontroller_shard_parents_owned`,
-/// `metacontroller_shard_members` and `metacontroller_shard_takeovers_total`.
+/// `metacontroller_shards_owned`, `metacontroller_shard_parents_owned` (see
+/// [`ParentsOwned`]), `metacontroller_shard_members` and
+/// `metacontroller_shard_takeovers_total`.
 #[derive(Clone)]
 struct ShardMetrics {
     owned: IntGauge,
-    parents: IntGauge,
     members: IntGauge,
     takeovers: IntCounterVec,
 }
 
+/// `metacontroller_shard_parents_owned`, counted from the caches at each scrape: the cached
+/// parents (and decorator targets) whose key is in a shard this replica owns now. Nothing
+/// is accumulated, so the count follows creations, deletions and handoffs exactly and
+/// cannot drift.
+struct ParentsOwned {
+    gate: SyncGate,
+    informers: Informers,
+    gauge: IntGauge,
+}
+
+impl Collector for ParentsOwned {
+    fn desc(&self) -> Vec<&Desc> {
+        self.gauge.desc()
+    }
+
+    fn collect(&self) -> Vec<MetricFamily> {
+        let shards = self.gate.shard_count().unwrap_or(1);
+        let owned: HashSet<u32> = self.gate.owned_shards().into_iter().collect();
+        let parents = if owned.is_empty() {
+            0
+        } else {
+            self.informers
+                .count_parents(|key| owned.contains(&shard_of(key, shards)))
+        };
+        self.gauge.set(i64::try_from(parents).unwrap_or(i64::MAX));
+        self.gauge.collect()
+    }
+}
+
 impl ShardMetrics {
-    fn register(registry: &Registry) -> anyhow::Result<ShardMetrics> {
+    fn register(
+        registry: &Registry,
+        gate: &SyncGate,
+        informers: &Informers,
+    ) -> anyhow::Result<ShardMetrics> {
         let owned = IntGauge::new(
             "metacontroller_shards_owned",
             "Shards whose parents this replica syncs now (--sharding).",
@@ -230,7 +266,7 @@ impl ShardMetrics {
         )?;
         let parents = IntGauge::new(
             "metacontroller_shard_parents_owned",
-            "Distinct parents of the owned shards this replica synced since it acquired them (--sharding).",
+            "Cached parents (and decorator targets) of the shards this replica owns now (--sharding).",
         )?;
         let takeovers = IntCounterVec::new(
             Opts::new(
@@ -240,12 +276,15 @@ impl ShardMetrics {
             &["cached_ahead"],
         )?;
         registry.register(Box::new(owned.clone()))?;
-        registry.register(Box::new(parents.clone()))?;
+        registry.register(Box::new(ParentsOwned {
+            gate: gate.clone(),
+            informers: informers.clone(),
+            gauge: parents,
+        }))?;
         registry.register(Box::new(members.clone()))?;
         registry.register(Box::new(takeovers.clone()))?;
         Ok(ShardMetrics {
             owned,
-            parents,
             members,
             takeovers,
         })
@@ -268,7 +307,7 @@ impl ShardTask {
         registry: &Registry,
         supervisor: &metacontroller_dynamic::Supervisor,
     ) -> anyhow::Result<ShardTask> {
-        let metrics = ShardMetrics::register(registry)?;
+        let metrics = ShardMetrics::register(registry, &gate, &informers)?;
         let (stop, stop_rx) = watch::channel(false);
         let api: Api<Lease> = Api::namespaced(client, &config.namespace);
         let observed = Observed::default();
@@ -422,8 +461,12 @@ impl Coordinator {
                     }
                     Lapse::Revoked => {
                         // Ownership and acquisitions from before the fence are void (see
-                        // `SyncGate::set_lease`): every shard is acquired again.
+                        // `SyncGate::set_lease`): every shard is acquired again, with a
+                        // relist. What the caches and the controllers held for them goes
+                        // now: shards another replica took meanwhile may never come back.
                         lock(&self.acquiring).clear();
+                        self.ahead.clear();
+                        self.informers.prune_filtered();
                         tracing::warn!(
                             "sharding: the member lease had lapsed; acquiring the shards again"
                         );
@@ -647,9 +690,6 @@ impl Coordinator {
         self.metrics
             .owned
             .set(i64::try_from(self.gate.owned_shards().len()).unwrap_or(i64::MAX));
-        self.metrics
-            .parents
-            .set(i64::try_from(self.gate.owned_keys()).unwrap_or(i64::MAX));
     }
 
     /// Relists the filtered informers (the request is made now, after the reservations),

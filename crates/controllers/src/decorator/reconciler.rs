@@ -519,6 +519,24 @@ impl Reconciler for Inner {
     async fn sync(&self, key: &TargetKey) -> Result<(), SyncError> {
         self.sync_key(key).await
     }
+
+    fn forget_departed(&self) {
+        let targets = self.routing.targets.iter().map(|(r, i)| (&**r, &**i));
+        let held = crate::departed::Held::new(targets.collect());
+        let written = |key: &ObjectKey| {
+            let attachments = self
+                .attachments
+                .iter()
+                .map(|a| (&*a.resource, &*a.informer));
+            let targets = self.routing.targets.iter().map(|(r, i)| (&**r, &**i));
+            crate::departed::cached(attachments.chain(targets), key)
+        };
+        crate::departed::forget_departed(&self.common, &held, &written);
+    }
+
+    fn state_entries(&self) -> Vec<(&'static str, usize)> {
+        self.common.state_entries()
+    }
 }
 
 /// A target during one sync, once its finalizer is right and our writes are confirmed.
@@ -559,6 +577,13 @@ impl Inner {
             self.common
                 .hooks
                 .forget_parent(&self.common.name, &etag_key);
+            // Customize calls name the target by `namespace/name` alone.
+            self.common
+                .hooks
+                .forget_parent(&self.common.name, &key.key.to_string());
+            let targets = self.routing.targets.iter().map(|(r, i)| (&**r, &**i));
+            let held = crate::departed::Held::new(targets.collect());
+            crate::departed::forget_deleted_owners(&self.common, &held);
             self.common.related.forget(&ParentId {
                 api_version: res.api_version.clone(),
                 kind: res.kind.clone(),

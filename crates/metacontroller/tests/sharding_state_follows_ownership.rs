@@ -1,0 +1,405 @@
+//! State follows ownership (`--sharding`): what a replica keeps per parent — the last
+//! parent version read, customize rules and the related informers they lease, hook response
+//! (ETag) caches, expectations — follows the parents it owns through handoffs and deletions.
+//!
+//! Three replicas of the real binary share one CompositeController whose parents have a
+//! customize hook (one related rule on Secrets), an ETag-cached sync hook and one child. The
+//! test kills and restarts replicas several times (each restart makes the others release
+//! shards to the newcomer) and after every handoff waits until, on every replica, each
+//! per-parent structure holds exactly its owned parents
+//! (`metacontroller_parent_state_entries` against `metacontroller_shard_parents_owned`),
+//! the related Secrets informer runs only where some owned parent needs it, and the owned
+//! parents add up to all parents. Then it deletes the parents: everything drops to zero.
+//!
+//! Named `sharding_*` so the real-cluster runner runs it alone (three replicas).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use axum::response::Response;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::core::DynamicObject;
+use metacontroller_api::composite::CompositeController;
+use metacontroller_testkit::{
+    eventually_within, unique_name, ControllerProcess, CrdBuilder, TestCluster,
+};
+use serde_json::{json, Value};
+
+const SHARDS: u32 = 16;
+const PARENTS: usize = 12;
+/// Kill one replica and start a new one this many times.
+const HANDOFFS: usize = 3;
+
+/// The hook server: `/customize` asks for the Secrets labelled `related=<label>` of the
+/// parent's namespace; `/sync` wants one ConfigMap and answers with an ETag, so every
+/// parent synced has a cached response.
+async fn start_hook(label: String) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let app = axum::Router::new().fallback(move |request: Request<Body>| {
+        let label = label.clone();
+        async move {
+            let path = request.uri().path().to_string();
+            let bytes = axum::body::to_bytes(request.into_body(), 16 << 20)
+                .await
+                .unwrap_or_default();
+            let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+            let name = body["parent"]["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            let reply = if path == "/customize" {
+                json!({"relatedResources": [{
+                    "apiVersion": "v1", "resource": "secrets",
+                    "labelSelector": {"matchLabels": {"related": label}},
+                }]})
+            } else {
+                let related = body["related"]["Secret.v1"]
+                    .as_object()
+                    .map_or(0, |m| m.len());
+                json!({
+                    "children": [{
+                        "apiVersion": "v1", "kind": "ConfigMap",
+                        "metadata": {"name": format!("{name}-c")},
+                        "data": {"parent": name},
+                    }],
+                    "status": {"ok": true, "related": related},
+                })
+            };
+            Response::builder()
+                .status(StatusCode::OK)
+                .header("content-type", "application/json")
+                .header("etag", format!("\"{name}-{}\"", reply.to_string().len()))
+                .body(Body::from(reply.to_string()))
+                .unwrap()
+        }
+    });
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    format!("http://{addr}")
+}
+
+struct Setup {
+    cluster: TestCluster,
+    ns: String,
+    label: String,
+    group: String,
+    parent: CrdBuilder,
+}
+
+impl Setup {
+    async fn new() -> Setup {
+        let cluster = TestCluster::start().await;
+        cluster.install_metacontroller_crds().await;
+        let ns = cluster.create_namespace("state").await;
+        let label = unique_name("team");
+        let hook = start_hook(label.clone()).await;
+        let parent = cluster.install_parent_crd("state").await;
+        let _: CompositeController = cluster
+            .create_controller(
+                &unique_name("state"),
+                &label,
+                json!({
+                    "generateSelector": true,
+                    "parentResource": {"apiVersion": parent.api_version(), "resource": parent.plural()},
+                    "childResources": [{"apiVersion": "v1", "resource": "configmaps"}],
+                    "hooks": {
+                        "sync": {"webhook": {"url": format!("{hook}/sync"), "etag": {"enabled": true}}},
+                        "customize": {"webhook": {"url": format!("{hook}/customize")}},
+                    },
+                }),
+            )
+            .await;
+        // One related object, so the rule selects something.
+        let secret: Secret = serde_json::from_value(json!({
+            "metadata": {"name": "related", "labels": {"related": label}},
+            "stringData": {"k": "v"},
+        }))
+        .unwrap();
+        Api::<Secret>::namespaced(cluster.client(), &ns)
+            .create(&PostParams::default(), &secret)
+            .await
+            .unwrap();
+        Setup {
+            cluster,
+            ns,
+            label,
+            group: unique_name("mc"),
+            parent,
+        }
+    }
+
+    /// A replica of the group: `--sharding` with short lease timings and metrics on a
+    /// random port.
+    fn replica(&self) -> ControllerProcess {
+        ControllerProcess::start_with_env(
+            env!("CARGO_BIN_EXE_metacontroller"),
+            [
+                "run".to_string(),
+                "--kubeconfig".to_string(),
+                self.cluster.kubeconfig_path().display().to_string(),
+                "--discovery-interval=500ms".to_string(),
+                format!("--target-label-selector=team={}", self.label),
+                "--sharding".to_string(),
+                format!("--shards={SHARDS}"),
+                format!("--leader-election-id={}", self.group),
+                "--shard-lease-duration=4s".to_string(),
+                "--shard-renew-deadline=3s".to_string(),
+                "--shard-retry-period=1s".to_string(),
+                "--metrics-address=127.0.0.1:0".to_string(),
+                "--health-probe-bind-address=0".to_string(),
+            ],
+            [
+                ("POD_NAMESPACE", self.ns.clone()),
+                ("RUST_LOG", "warn,metacontroller=info".to_string()),
+            ],
+        )
+    }
+
+    fn parents(&self) -> Api<DynamicObject> {
+        self.parent.api(self.cluster.client(), Some(&self.ns))
+    }
+
+    async fn create_parents(&self) {
+        for i in 0..PARENTS {
+            let obj: DynamicObject = serde_json::from_value(json!({
+                "apiVersion": self.parent.api_version(), "kind": "Parent",
+                "metadata": {"name": format!("p-{i}")}, "spec": {},
+            }))
+            .unwrap();
+            self.parents()
+                .create(&PostParams::default(), &obj)
+                .await
+                .unwrap();
+        }
+    }
+
+    /// Every parent has its status (which saw the related Secret) and its child.
+    async fn wait_converged(&self) {
+        eventually_within("the parents converge", Duration::from_secs(90), || async {
+            let parents = self.parents().list(&ListParams::default()).await.unwrap();
+            let children: BTreeSet<String> =
+                Api::<ConfigMap>::namespaced(self.cluster.client(), &self.ns)
+                    .list(&ListParams::default())
+                    .await
+                    .unwrap()
+                    .items
+                    .into_iter()
+                    .filter_map(|c| c.metadata.name)
+                    .collect();
+            parents.items.len() == PARENTS
+                && parents.items.iter().all(|p| {
+                    let name = p.metadata.name.clone().unwrap_or_default();
+                    p.data["status"]["related"] == json!(1)
+                        && children.contains(&format!("{name}-c"))
+                })
+        })
+        .await;
+    }
+
+    /// Waits until every shard Lease is held by one of `replicas` and the holders did not
+    /// change for three rounds: the handoff is over.
+    async fn wait_spread(&self, replicas: &[ControllerProcess]) {
+        let ids: BTreeSet<String> = replicas.iter().map(identity).collect();
+        let leases: Api<Lease> = Api::namespaced(self.cluster.client(), &self.ns);
+        let prefix = format!("{}-shard-", self.group);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let mut stable: Option<(BTreeMap<String, String>, Instant)> = None;
+        loop {
+            let holders: BTreeMap<String, String> = leases
+                .list(&ListParams::default())
+                .await
+                .unwrap()
+                .items
+                .into_iter()
+                .filter(|l| {
+                    l.metadata
+                        .name
+                        .as_deref()
+                        .is_some_and(|n| n.starts_with(&prefix))
+                })
+                .filter_map(|l| Some((l.metadata.name?, l.spec?.holder_identity?)))
+                .collect();
+            let spread = holders.len() == SHARDS as usize
+                && holders.values().cloned().collect::<BTreeSet<_>>() == ids;
+            match &stable {
+                Some((seen, since)) if spread && *seen == holders => {
+                    if since.elapsed() >= Duration::from_secs(3) {
+                        return;
+                    }
+                }
+                _ => stable = spread.then(|| (holders.clone(), Instant::now())),
+            }
+            assert!(
+                Instant::now() < deadline,
+                "shards not spread over {ids:?}: {holders:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+/// The identity a replica logged when it joined.
+fn identity(p: &ControllerProcess) -> String {
+    p.logs()
+        .lines()
+        .find(|l| l.contains("joined as a member"))
+        .and_then(|l| l.split("identity=").nth(1))
+        .and_then(|s| s.split_whitespace().next())
+        .map(|s| s.trim_matches('"').to_string())
+        .unwrap_or_else(|| panic!("no identity logged:\n{}", p.logs()))
+}
+
+async fn wait_joined(p: &ControllerProcess) {
+    eventually_within("the replica joins", Duration::from_secs(30), || async {
+        p.logs().contains("joined as a member")
+    })
+    .await;
+}
+
+async fn scrape(p: &ControllerProcess) -> String {
+    let address = p
+        .logs()
+        .lines()
+        .find(|l| l.contains("serving metrics"))
+        .and_then(|l| l.split("address=").nth(1))
+        .and_then(|a| a.split_whitespace().next())
+        .map(str::to_owned)
+        .expect("metrics address logged");
+    reqwest::Client::new()
+        .get(format!("http://{address}/metrics"))
+        .timeout(Duration::from_secs(10))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+}
+
+/// What one replica reports: its owned parents, the entries of each per-parent structure,
+/// and whether its related (Secrets) informer runs.
+#[derive(Debug, PartialEq)]
+struct Report {
+    owned: i64,
+    entries: BTreeMap<String, i64>,
+    secrets_informer: bool,
+}
+
+async fn report(p: &ControllerProcess) -> Report {
+    let body = scrape(p).await;
+    let value = |line: &str| line.rsplit(' ').next().and_then(|v| v.parse().ok());
+    let owned = body
+        .lines()
+        .find_map(|l| l.strip_prefix("metacontroller_shard_parents_owned "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no parents_owned gauge:\n{body}"));
+    let entries = body
+        .lines()
+        .filter(|l| l.starts_with("metacontroller_parent_state_entries{"))
+        .filter_map(|l| {
+            let structure = l.split("structure=\"").nth(1)?.split('"').next()?;
+            Some((structure.to_string(), value(l)?))
+        })
+        .collect();
+    let secrets_informer = body.lines().any(|l| {
+        l.starts_with("metacontroller_informer_synced{")
+            && l.contains("api_version=\"v1\"")
+            && l.contains("resource=\"secrets\"")
+    });
+    Report {
+        owned,
+        entries,
+        secrets_informer,
+    }
+}
+
+/// Whether one replica's state matches the parents it owns.
+fn follows_ownership(r: &Report) -> bool {
+    let n = |s: &str| r.entries.get(s).copied();
+    let needed = i64::from(r.owned > 0);
+    n("last_read") == Some(r.owned)
+        && n("related_rules") == Some(r.owned)
+        && n("hook_responses") == Some(r.owned)
+        && n("related_informers") == Some(needed)
+        && r.secrets_informer == (r.owned > 0)
+        && n("expectations") == Some(0)
+        && n("taken_names") == Some(0)
+}
+
+/// Waits until every replica's per-parent state follows the parents it owns and the owned
+/// parents add up to `parents`.
+async fn assert_state_follows_ownership(replicas: &[ControllerProcess], parents: i64, when: &str) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let mut reports = Vec::new();
+        for r in replicas {
+            reports.push(report(r).await);
+        }
+        let total: i64 = reports.iter().map(|r| r.owned).sum();
+        if total == parents && reports.iter().all(follows_ownership) {
+            eprintln!("{when}: {reports:?}");
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{when}: per-parent state does not follow ownership \
+             ({total} parents owned in all, want {parents}): {reports:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn per_parent_state_follows_the_parents_through_handoffs_and_deletion() {
+    let setup = Setup::new().await;
+    let mut replicas = vec![setup.replica(), setup.replica(), setup.replica()];
+    for r in &replicas {
+        wait_joined(r).await;
+    }
+    setup.wait_spread(&replicas).await;
+    setup.create_parents().await;
+    setup.wait_converged().await;
+    assert_state_follows_ownership(&replicas, PARENTS as i64, "converged").await;
+
+    for round in 0..HANDOFFS {
+        // The oldest replica dies: the others take its shards over...
+        let mut victim = replicas.remove(0);
+        victim.kill9();
+        setup.wait_spread(&replicas).await;
+        assert_state_follows_ownership(&replicas, PARENTS as i64, &format!("kill {round}")).await;
+        // ...and release some of them to a newcomer.
+        let newcomer = setup.replica();
+        wait_joined(&newcomer).await;
+        replicas.push(newcomer);
+        setup.wait_spread(&replicas).await;
+        assert_state_follows_ownership(&replicas, PARENTS as i64, &format!("join {round}")).await;
+    }
+
+    let parents = setup.parents();
+    for i in 0..PARENTS {
+        parents
+            .delete(&format!("p-{i}"), &DeleteParams::default())
+            .await
+            .unwrap();
+    }
+    assert_state_follows_ownership(&replicas, 0, "deleted").await;
+    // Nothing else is left either (own writes, apply hashes).
+    eventually_within(
+        "no per-parent entries left",
+        Duration::from_secs(30),
+        || async {
+            let mut left = 0;
+            for r in &replicas {
+                left += report(r).await.entries.values().sum::<i64>();
+            }
+            left == 0
+        },
+    )
+    .await;
+}
