@@ -98,7 +98,9 @@ pub async fn inject(
         "watch-cut" => replicas.running.iter().for_each(|r| r.proxy.cut()),
         "api-stall" => {
             replicas.running.iter().for_each(|r| r.proxy.stall());
-            return Ok(Active::Heal(replicas.running.iter().map(|r| r.index).collect()));
+            return Ok(Active::Heal(
+                replicas.running.iter().map(|r| r.index).collect(),
+            ));
         }
         "join-leave" => {
             replicas.start().await?;
@@ -135,7 +137,11 @@ pub async fn end(
             }
         }
         Active::Heal(indices) => {
-            for r in replicas.running.iter().filter(|r| indices.contains(&r.index)) {
+            for r in replicas
+                .running
+                .iter()
+                .filter(|r| indices.contains(&r.index))
+            {
                 r.proxy.heal();
             }
         }
@@ -167,7 +173,9 @@ pub fn kill_apiserver(dir: &Path) -> Result<u32, String> {
     if !cmdline.contains("kube-apiserver") || !cmdline.contains(&dir_text) {
         return Err(format!("pid {pid} is not the kube-apiserver of {dir_text}"));
     }
-    let status = Command::new("kill").args(["-KILL", &pid.to_string()]).status();
+    let status = Command::new("kill")
+        .args(["-KILL", &pid.to_string()])
+        .status();
     match status {
         Ok(s) if s.success() => Ok(pid),
         other => Err(format!("kill -9 {pid}: {other:?}")),
@@ -194,4 +202,3 @@ pub async fn restart_cluster(cluster_sh: &Path, dir: &Path) -> Result<(), String
         ))
     }
 }
-

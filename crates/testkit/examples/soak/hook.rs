@@ -137,7 +137,9 @@ fn children(name: &str, v: &str, broken: Option<Break>) -> Value {
     };
     match (broken, name) {
         (Some(Break::Lost), "p-0") => json!([]),
-        (Some(Break::Duplicate), "p-0") => json!([cm(format!("{name}-cm")), cm(format!("{name}-extra"))]),
+        (Some(Break::Duplicate), "p-0") => {
+            json!([cm(format!("{name}-cm")), cm(format!("{name}-extra"))])
+        }
         _ => json!([cm(format!("{name}-cm"))]),
     }
 }

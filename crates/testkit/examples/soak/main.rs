@@ -274,7 +274,15 @@ async fn soak(args: Args) -> Result<(), String> {
     let rounds = run_rounds(&args, &cluster, &hook_state, &mut replicas, &s).await?;
     replicas.scrape().await;
     replicas.sample_rss();
-    report::report(&args, &s.parents, &s.children, &hook_state, &replicas, rounds).await;
+    report::report(
+        &args,
+        &s.parents,
+        &s.children,
+        &hook_state,
+        &replicas,
+        rounds,
+    )
+    .await;
     Ok(())
 }
 
@@ -307,8 +315,20 @@ async fn run_rounds(
     while started.elapsed() < args.duration && !stop.load(Ordering::Relaxed) {
         let kind = kinds[rng.below(kinds.len())];
         let round = Instant::now();
-        let active = faults::inject(kind, cluster, hook, replicas, &mut rng, cluster_dir.as_ref()).await?;
-        let window = if kind == "partition" { args.partition } else { WINDOW };
+        let active = faults::inject(
+            kind,
+            cluster,
+            hook,
+            replicas,
+            &mut rng,
+            cluster_dir.as_ref(),
+        )
+        .await?;
+        let window = if kind == "partition" {
+            args.partition
+        } else {
+            WINDOW
+        };
         change_parents(&s.parents, args.parents, window, &mut version, &mut rng).await;
         faults::end(active, cluster, hook, replicas, cluster_dir.as_ref()).await?;
         let took = converge_time(&s.parents, &s.children, args.bound).await;

@@ -90,7 +90,12 @@ pub async fn report(
     let c = census(&ps, &cs);
     let overlaps = hook.overlaps.lock().unwrap().clone();
     let faults: usize = rounds.by_kind.values().map(|(n, _)| n).sum();
-    let worst = rounds.by_kind.values().map(|(_, d)| *d).max().unwrap_or_default();
+    let worst = rounds
+        .by_kind
+        .values()
+        .map(|(_, d)| *d)
+        .max()
+        .unwrap_or_default();
     println!("\n== soak report ==");
     println!(
         "mode {} | server {} | replicas {} | parents {} | seed {} | duration {:?}{}",
@@ -100,7 +105,8 @@ pub async fn report(
         args.parents,
         args.seed,
         args.duration,
-        args.broken.map_or(String::new(), |b| format!(" | BROKEN ON PURPOSE: {b:?}"))
+        args.broken
+            .map_or(String::new(), |b| format!(" | BROKEN ON PURPOSE: {b:?}"))
     );
     println!(
         "faults injected: {faults}; hook calls: {}",
@@ -112,7 +118,10 @@ pub async fn report(
             d.as_secs_f64()
         );
     }
-    println!("worst convergence after a fault: {:.1} s", worst.as_secs_f64());
+    println!(
+        "worst convergence after a fault: {:.1} s",
+        worst.as_secs_f64()
+    );
     println!(
         "checked at the end: {} parents, {} children | overlaps {} | lost {} | duplicates {} | orphans {} | missed bounds {}",
         c.parents,
@@ -125,12 +134,23 @@ pub async fn report(
     );
     let codes = replicas.requests_by_code();
     let codes: Vec<String> = codes.iter().map(|(k, n)| format!("{k}: {n}")).collect();
-    println!("API requests of all replicas by status: {}", codes.join(", "));
+    println!(
+        "API requests of all replicas by status: {}",
+        codes.join(", ")
+    );
     print_rss(replicas);
     let mut violations = rounds.violations;
-    violations.extend(overlaps.iter().map(|o| format!("overlapping hook calls: {o}")));
+    violations.extend(
+        overlaps
+            .iter()
+            .map(|o| format!("overlapping hook calls: {o}")),
+    );
     violations.extend(c.lost.iter().map(|p| format!("parent {p}: child lost")));
-    violations.extend(c.duplicates.iter().map(|p| format!("parent {p}: duplicate")));
+    violations.extend(
+        c.duplicates
+            .iter()
+            .map(|p| format!("parent {p}: duplicate")),
+    );
     violations.extend(c.orphans.iter().map(|o| format!("child {o} has no parent")));
     println!("violations: {}", violations.len());
     for v in violations.iter().take(50) {
@@ -141,14 +161,19 @@ pub async fn report(
 /// Each replica's RSS at its first and latest sample (the first replicas' first sample is
 /// taken when the first round starts), with how long it had run by then.
 fn print_rss(replicas: &Replicas) {
-    let mib = |kb: Option<u64>| kb.map_or("-".to_string(), |k| format!("{:.1} MiB", k as f64 / 1024.0));
+    let mib =
+        |kb: Option<u64>| kb.map_or("-".to_string(), |k| format!("{:.1} MiB", k as f64 / 1024.0));
     for (i, t) in &replicas.rss {
         let ran = t.last_at.duration_since(t.started).as_secs_f64() / 60.0;
         println!(
             "  replica {i:>2}: RSS first {}, last {} after {ran:.1} min{}",
             mib(t.first),
             mib(t.last),
-            if t.alive { " (running at the end)" } else { " (stopped by a fault)" }
+            if t.alive {
+                " (running at the end)"
+            } else {
+                " (stopped by a fault)"
+            }
         );
     }
 }
