@@ -155,8 +155,6 @@ where
     informers: Informers,
     /// Where the per-parent state gauge reads this controller.
     metrics: crate::metrics::ControllerMetrics,
-    /// `CompositeController` or `DecoratorController`.
-    controller_type: &'static str,
     endpoints: Vec<EndpointConfig>,
     resync_period_seconds: Option<i32>,
 }
@@ -211,7 +209,6 @@ where
             hooks: ctx.hooks.clone(),
             informers: ctx.informers.clone(),
             metrics: ctx.options.metrics.clone(),
-            controller_type,
             endpoints: spec.endpoints,
             resync_period_seconds: spec.resync_period_seconds,
         }

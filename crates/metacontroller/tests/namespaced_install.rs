@@ -1,4 +1,5 @@
-//! A namespaced install (`--watch-namespaces`): the real binary converges parents in the
+//! A namespaced install (`--watch-namespaces`, or `WATCH_NAMESPACE` as the embedded run names
+//! them): the real binary converges parents in the
 //! namespaces it is given, ignores a parent in another one, and refuses a controller whose
 //! child type is cluster-scoped with a CreateError Event (in `default`, the only namespace the
 //! API server takes Events about cluster-scoped objects in).
@@ -96,21 +97,25 @@ async fn namespaced_install_syncs_only_its_namespaces() {
     let selector = format!("team={label}");
     let watched = format!("{team_a},{team_b}");
     let kubeconfig = credentials.kubeconfig.to_string_lossy().into_owned();
-    let process = ControllerProcess::start_with_env(
-        env!("CARGO_BIN_EXE_metacontroller"),
-        [
-            "run",
-            "--kubeconfig",
-            kubeconfig.as_str(),
-            "--discovery-interval",
-            "500ms",
-            "--target-label-selector",
-            selector.as_str(),
-            "--watch-namespaces",
-            watched.as_str(),
-        ],
-        [("POD_NAMESPACE", install.as_str())],
-    );
+    let mut args = vec![
+        "run",
+        "--kubeconfig",
+        kubeconfig.as_str(),
+        "--discovery-interval",
+        "500ms",
+        "--target-label-selector",
+        selector.as_str(),
+    ];
+    let mut env = vec![("POD_NAMESPACE", install.as_str())];
+    // Both ways of naming the namespaces: the operator SDKs' environment variable on the
+    // embedded server, the flag (as the chart renders it) on a real one.
+    if cluster.is_embedded() {
+        env.push(("WATCH_NAMESPACE", watched.as_str()));
+    } else {
+        args.extend(["--watch-namespaces", watched.as_str()]);
+    }
+    let process =
+        ControllerProcess::start_with_env(env!("CARGO_BIN_EXE_metacontroller"), args, env);
 
     for ns in [&team_a, &team_b, &team_c] {
         let obj: DynamicObject = serde_json::from_value(json!({
