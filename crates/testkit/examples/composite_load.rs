@@ -170,7 +170,7 @@ fn apiserver_pid(port: u16) -> Option<u32> {
             let cmdline = std::fs::read(entry.path().join("cmdline")).ok()?;
             let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
             let is_apiserver = args.first()?.ends_with(b"kube-apiserver");
-            let on_port = args.iter().any(|a| *a == flag.as_bytes());
+            let on_port = args.contains(&flag.as_bytes());
             (is_apiserver && on_port).then_some(pid)
         })
 }
@@ -180,15 +180,18 @@ fn apiserver_pid(port: u16) -> Option<u32> {
 /// `/metrics` (by verb and status code; Event writes cannot be told apart there).
 enum Requests {
     Embedded(metacontroller_testkit::Control),
-    Metrics {
-        port: u16,
-        /// Reads the Events about the run's CompositeController: their `count`s tell the
-        /// controller's Event writes apart from the others in its metrics.
-        events: Api<k8s_openapi::api::core::v1::Event>,
-        controller: String,
-        /// The Events' total count when the current controller process started.
-        events_at_start: std::sync::Mutex<u64>,
-    },
+    Metrics(Box<MetricsSource>),
+}
+
+/// The controller's `/metrics` on a real server, and what tells its Event writes apart.
+struct MetricsSource {
+    port: u16,
+    /// Reads the Events about the run's CompositeController: their `count`s tell the
+    /// controller's Event writes apart from the others in its metrics.
+    events: Api<k8s_openapi::api::core::v1::Event>,
+    controller: String,
+    /// The Events' total count when the current controller process started.
+    events_at_start: std::sync::Mutex<u64>,
 }
 
 impl Requests {
@@ -197,14 +200,9 @@ impl Requests {
     async fn baseline(&self) -> Counts {
         match self {
             Requests::Embedded(control) => control.request_counts(),
-            Requests::Metrics {
-                events,
-                controller,
-                events_at_start,
-                ..
-            } => {
-                let total = event_count(events, controller).await;
-                *events_at_start.lock().expect("events lock") = total;
+            Requests::Metrics(m) => {
+                let total = event_count(&m.events, &m.controller).await;
+                *m.events_at_start.lock().expect("events lock") = total;
                 Counts::new()
             }
         }
@@ -228,15 +226,12 @@ impl Requests {
     async fn counts(&self) -> Counts {
         match self {
             Requests::Embedded(control) => control.request_counts(),
-            Requests::Metrics {
-                port,
-                events,
-                controller,
-                events_at_start,
-            } => {
-                let mut counts = scrape_requests(*port).await;
-                let start = *events_at_start.lock().expect("events lock");
-                let written = event_count(events, controller).await.saturating_sub(start);
+            Requests::Metrics(m) => {
+                let mut counts = scrape_requests(m.port).await;
+                let start = *m.events_at_start.lock().expect("events lock");
+                let written = event_count(&m.events, &m.controller)
+                    .await
+                    .saturating_sub(start);
                 move_event_writes(&mut counts, written);
                 counts
             }
@@ -586,15 +581,15 @@ async fn main() {
     let controller_name = unique_name("load");
     let requests = match cluster.control() {
         Some(control) => Requests::Embedded(control),
-        None => Requests::Metrics {
+        None => Requests::Metrics(Box::new(MetricsSource {
             port: free_port(),
             events: Api::all(cluster.client()),
             controller: controller_name.clone(),
             events_at_start: std::sync::Mutex::new(0),
-        },
+        })),
     };
     let metrics_port = match &requests {
-        Requests::Metrics { port, .. } => Some(*port),
+        Requests::Metrics(m) => Some(m.port),
         Requests::Embedded(_) => None,
     };
     let apiserver = args

@@ -37,6 +37,9 @@ pub enum Break {
     Duplicate,
 }
 
+/// A hook call in flight for one parent: call id, start, the calling replica.
+type InFlight = (u64, Instant, String);
+
 /// Shared state of the hook server.
 pub struct HookState {
     pub mode: Mutex<Option<HookMode>>,
@@ -44,7 +47,7 @@ pub struct HookState {
     /// change of one parent are in flight together (and seen as an overlap).
     pub delay: Duration,
     pub broken: Option<Break>,
-    in_flight: Mutex<HashMap<String, Vec<(u64, Instant, String)>>>,
+    in_flight: Mutex<HashMap<String, Vec<InFlight>>>,
     next_id: Mutex<u64>,
     pub calls: Mutex<u64>,
     pub overlaps: Mutex<Vec<String>>,
