@@ -9,7 +9,8 @@
 # Flags (passed on):
 #   --parents N              parents (default 1000)
 #   --children N             ConfigMaps per parent (default 3)
-#   --workers N              the controller's --workers (default 5, as upstream)
+#   --workers N              the controller's --workers (default 5, as upstream); pass
+#                            --controller-arg --parents-in-flight=N for the parents in a sync
 #   --realistic-latency      the embedded API server answers writes like kube-apiserver + etcd
 #                            (about 4 ms per write alone, about 800 writes/s in total)
 #   --status observed|desired  the hook's status counts observed children (default) or
@@ -18,6 +19,11 @@
 #   --quiet-secs N           quiet period after convergence (default 15)
 #   --controller-arg ARG     extra flag for the controller (repeatable)
 #   --no-resync              skip the full-resync phase
+#   --ignore-status-changes  set parentResource.ignoreStatusChanges (no sync for status writes)
+#   --burst B                after cold start, create B parents at once in another namespace
+#                            while the converged ones resync; report their convergence against
+#                            their own bound
+#   --resync-secs S          the CompositeController's resyncPeriodSeconds with --burst (30)
 #   --kubeconfig PATH        run against that (real) API server instead of the embedded one;
 #                            request counts then come from the controller's own /metrics (by
 #                            verb and status code), and the CPU seconds of a kube-apiserver

@@ -168,11 +168,18 @@ impl SyncFailure for SyncError {
     }
 }
 
+/// Default of [`Options::parents_in_flight`] (`--parents-in-flight`).
+pub const DEFAULT_PARENTS_IN_FLIGHT: usize = 64;
+
 /// How a controller runs.
 #[derive(Debug, Clone)]
 pub struct Options {
-    /// Concurrent syncs (`--workers`); at least one runs.
+    /// Syncs of this controller that call hooks at once (`--workers`); at least one.
     pub workers: usize,
+    /// Syncs of this controller in progress at once, including those past their hook
+    /// calls that only wait on API writes (`--parents-in-flight`); never fewer than
+    /// `workers`.
+    pub parents_in_flight: usize,
     /// How children are written (`--apply-strategy`).
     pub apply_strategy: ApplyStrategy,
     /// Where Events about parents go (default: dropped).
@@ -188,10 +195,18 @@ pub struct Options {
     pub child_write_concurrency: usize,
 }
 
+impl Options {
+    /// The work queue's limits: `workers` syncs calling hooks, `parents_in_flight` in all.
+    pub fn concurrency(&self) -> metacontroller_dynamic::Concurrency {
+        metacontroller_dynamic::Concurrency::new(self.workers, self.parents_in_flight)
+    }
+}
+
 impl Default for Options {
     fn default() -> Self {
         Options {
             workers: 5,
+            parents_in_flight: DEFAULT_PARENTS_IN_FLIGHT,
             apply_strategy: ApplyStrategy::DynamicApply,
             events: EventRecorder::disabled(),
             schemas: None,
@@ -441,7 +456,7 @@ pub fn start(
         let queue = queue.clone();
         Arc::new(move |parent: &ParentId, origin| queue.add(parent.key.clone(), priority(origin)))
     };
-    let workers = options.workers;
+    let concurrency = options.concurrency();
     let ctx = reconcile::StartContext {
         client,
         informers,
@@ -513,7 +528,7 @@ pub fn start(
         revisions,
         mapper,
     });
-    Ok(reconcile::run(inner, workers))
+    Ok(reconcile::run(inner, concurrency))
 }
 
 /// The resources a CompositeController's spec names, resolved through discovery (what
@@ -776,6 +791,8 @@ impl Inner {
             &parent.key,
             outcome.resync_after_seconds,
         );
+        // Only API writes remain: they need no worker (see `Concurrency`).
+        metacontroller_dynamic::release_worker();
 
         let finalized_now = if finalizing && outcome.finalized {
             self.remove_finalizer(parent).await?

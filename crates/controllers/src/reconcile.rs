@@ -6,8 +6,9 @@
 //!   the informer of the synced objects feeds the own-writes overlay and drops expectations
 //!   of deleted owners ([`watch_owners`]); informers of written objects feed the overlay
 //!   ([`watch_owned`]).
-//! - **Workers.** [`run`] waits for every informer to sync, then runs `--workers` syncs at
-//!   a time.
+//! - **Workers.** [`run`] waits for every informer to sync, then runs syncs: `--workers`
+//!   at a time up to their hook calls, `--parents-in-flight` in all (a sync waiting on API
+//!   writes holds no worker; see [`metacontroller_dynamic::Concurrency`]).
 //! - **Around a sync** ([`sync_and_record`]): a hook's 429 retries the key after
 //!   `Retry-After` with no Event; any other failure except a 409 Conflict records a
 //!   `SyncError` Warning Event on the object; `resyncPeriodSeconds` requeues every object
@@ -328,7 +329,10 @@ impl<R: Reconciler> crate::metrics::ParentStates for R {
 /// Starts the workers of `reconciler` once its informers have synced. Must run inside tokio.
 /// Parents that leave the caches silently (pruned shards) are swept from every per-parent
 /// structure after each prune ([`Reconciler::forget_departed`]).
-pub(crate) fn run<R: Reconciler>(reconciler: Arc<R>, workers: usize) -> ControllerHandle<R::Key> {
+pub(crate) fn run<R: Reconciler>(
+    reconciler: Arc<R>,
+    concurrency: metacontroller_dynamic::Concurrency,
+) -> ControllerHandle<R::Key> {
     let common = reconciler.common();
     let queue = common.queue.clone();
     let run_queue = queue.clone();
@@ -350,7 +354,7 @@ pub(crate) fn run<R: Reconciler>(reconciler: Arc<R>, workers: usize) -> Controll
                 std::future::pending::<()>().await
             }
         };
-        let workers = run_queue.run(workers.max(1), move |key: R::Key| {
+        let workers = run_queue.run(concurrency, move |key: R::Key| {
             let reconciler = reconciler.clone();
             async move { sync_and_record(&*reconciler, &key).await }
         });

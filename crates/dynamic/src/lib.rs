@@ -64,4 +64,4 @@ pub use selector::{
 };
 pub use store::{Change, Store};
 pub use supervise::{Supervisor, TaskEnd};
-pub use workqueue::{Backoff, Priority, QueueMetrics, WorkQueue};
+pub use workqueue::{release_worker, Backoff, Concurrency, Priority, QueueMetrics, WorkQueue};

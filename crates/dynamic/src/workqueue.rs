@@ -39,7 +39,7 @@ use futures::FutureExt;
 
 pub use crate::queue_metrics::QueueMetrics;
 use crate::queue_metrics::{BoundQueueMetrics, ReconcileResult};
-use tokio::sync::Notify;
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
 use crate::gate::SyncGate;
@@ -117,6 +117,57 @@ impl Backoff {
             .checked_mul(factor)
             .map_or(self.max, |d| d.min(self.max))
     }
+}
+
+/// How many syncs [`WorkQueue::run`] runs at once.
+///
+/// A *worker* is held from the moment a key leaves the queue until the sync calls
+/// [`release_worker`] (a controller does so once its hooks have answered and only API writes
+/// remain) or ends. *In flight* bounds the syncs in progress, with or without a worker. So
+/// syncs waiting on the API server do not keep the queue from handing out the next key, while
+/// the work that calls hooks stays at `workers` at once. From a number `n`: `n` of each (a
+/// worker for the whole sync).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Concurrency {
+    workers: usize,
+    in_flight: usize,
+}
+
+impl Concurrency {
+    /// `workers` workers (at least one) and `in_flight` syncs (at least `workers`).
+    pub fn new(workers: usize, in_flight: usize) -> Self {
+        Concurrency { workers, in_flight }
+    }
+
+    /// Syncs that hold a worker at once (at least one).
+    pub fn workers(&self) -> usize {
+        self.workers.max(1)
+    }
+
+    /// Syncs in progress at once (never fewer than the workers).
+    pub fn in_flight(&self) -> usize {
+        self.in_flight.max(self.workers())
+    }
+}
+
+impl From<usize> for Concurrency {
+    fn from(n: usize) -> Self {
+        Concurrency::new(n, n)
+    }
+}
+
+/// The worker of the sync running in this task (see [`Concurrency`]).
+struct WorkerSlot(std::cell::RefCell<Option<OwnedSemaphorePermit>>);
+
+tokio::task_local! {
+    static WORKER: WorkerSlot;
+}
+
+/// Gives up the worker the current sync holds: the rest of the sync runs without one and the
+/// queue hands the next key to a free worker. Call it once only API writes remain. Nothing
+/// happens outside a sync of [`WorkQueue::run`] or when the worker was already given up.
+pub fn release_worker() {
+    let _ = WORKER.try_with(|slot| slot.0.borrow_mut().take());
 }
 
 struct State<K> {
@@ -508,96 +559,24 @@ where
         }
     }
 
-    /// Runs `workers` workers until the queue is shut down and drained. A key whose handler
-    /// returns `Ok` is forgotten; `Err` or a panic requeues it with backoff.
-    pub async fn run<F, Fut, E>(&self, workers: usize, handler: F)
+    /// Runs syncs until the queue is shut down and drained, within `limits`: a key is taken
+    /// from the queue only when a worker is free (so the lanes' order holds), and a sync
+    /// that calls [`release_worker`] goes on without its worker. A key whose handler returns
+    /// `Ok` is forgotten; `Err` or a panic requeues it with backoff.
+    pub async fn run<F, Fut, E>(&self, limits: impl Into<Concurrency>, handler: F)
     where
         K: fmt::Display,
         F: Fn(K) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<(), E>> + Send + 'static,
         E: fmt::Display + Send + 'static,
     {
+        let limits = limits.into();
         let handler = Arc::new(handler);
-        let mut tasks = tokio::task::JoinSet::new();
-        let workers = workers.max(1);
         if let Some(m) = &self.shared.metrics {
             m.max_concurrent
-                .set(i64::try_from(workers).unwrap_or(i64::MAX));
+                .set(i64::try_from(limits.in_flight()).unwrap_or(i64::MAX));
         }
-        for _ in 0..workers {
-            let queue = self.clone();
-            let handler = handler.clone();
-            tasks.spawn(async move {
-                while let Some(key) = queue.get().await {
-                    // Held (with the key processing) while the gate is closed: the standby
-                    // keeps its queue, and the key is synced once this process leads.
-                    let permit = match queue.shared.gate.get() {
-                        Some(gate) if gate.shard_count().is_some() => {
-                            match gate.enter_key(&key.to_string()).await {
-                                Some(permit) => Some(permit),
-                                None => {
-                                    // Another replica's shard: dropped here; acquiring the
-                                    // shard later replays the caches, which queues it again.
-                                    queue.forget(&key);
-                                    queue.done(&key);
-                                    continue;
-                                }
-                            }
-                        }
-                        Some(gate) => Some(gate.enter().await),
-                        None => None,
-                    };
-                    let started = Instant::now();
-                    let metrics = queue.shared.metrics.as_ref();
-                    if let Some(m) = metrics {
-                        m.active_workers.inc();
-                    }
-                    let sync = AssertUnwindSafe(handler(key.clone())).catch_unwind();
-                    let outcome = match &permit {
-                        Some(permit) => permit.run(sync).await,
-                        None => Some(sync.await),
-                    };
-                    drop(permit);
-                    let Some(outcome) = outcome else {
-                        // Past the fence of the Lease the key's shard rests on: another
-                        // replica may own it now. Acquiring the shard again replays it.
-                        tracing::error!(queue = %queue.name(), key = %key, "sync abandoned: this replica's lease could be taken over before it ended");
-                        if let Some(m) = metrics {
-                            m.active_workers.dec();
-                        }
-                        queue.forget(&key);
-                        queue.done(&key);
-                        continue;
-                    };
-                    if let Some(m) = metrics {
-                        m.active_workers.dec();
-                        let result = match &outcome {
-                            Ok(Ok(())) if queue.has_delayed(&key) => ReconcileResult::RequeueAfter,
-                            Ok(Ok(())) => ReconcileResult::Success,
-                            Ok(Err(_)) => ReconcileResult::Error,
-                            Err(_) => {
-                                m.panics.inc();
-                                ReconcileResult::Error
-                            }
-                        };
-                        m.reconciled(result, started.elapsed().as_secs_f64());
-                    }
-                    match outcome {
-                        Ok(Ok(())) => queue.forget(&key),
-                        Ok(Err(err)) => {
-                            tracing::warn!(queue = %queue.name(), error = %err, "sync failed; requeued with backoff");
-                            queue.add_rate_limited(key.clone());
-                        }
-                        Err(_) => {
-                            tracing::error!(queue = %queue.name(), "sync panicked; requeued with backoff");
-                            queue.add_rate_limited(key.clone());
-                        }
-                    }
-                    queue.done(&key);
-                }
-            });
-        }
-        let join = async { while tasks.join_next().await.is_some() {} };
+        let dispatch = self.dispatch(limits, handler);
         match &self.shared.metrics {
             Some(m) => {
                 // client-go refreshes the in-progress gauges twice a second.
@@ -610,13 +589,122 @@ where
                     }
                 };
                 tokio::select! {
-                    _ = join => {}
+                    _ = dispatch => {}
                     _ = refresh => {}
                 }
                 self.update_in_progress(m);
             }
-            None => join.await,
+            None => dispatch.await,
         }
+    }
+
+    /// Hands keys to sync tasks while a worker and an in-flight slot are free; returns once
+    /// the queue is shut down and every task has ended.
+    async fn dispatch<F, Fut, E>(&self, limits: Concurrency, handler: Arc<F>)
+    where
+        K: fmt::Display,
+        F: Fn(K) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<(), E>> + Send + 'static,
+        E: fmt::Display + Send + 'static,
+    {
+        let workers = Arc::new(Semaphore::new(limits.workers()));
+        let in_flight = Arc::new(Semaphore::new(limits.in_flight()));
+        let mut tasks = tokio::task::JoinSet::new();
+        loop {
+            let (Ok(slot), Ok(worker)) = (
+                in_flight.clone().acquire_owned().await,
+                workers.clone().acquire_owned().await,
+            ) else {
+                break;
+            };
+            while tasks.try_join_next().is_some() {}
+            let Some(key) = self.get().await else {
+                break;
+            };
+            let queue = self.clone();
+            let handler = handler.clone();
+            let worker = WorkerSlot(std::cell::RefCell::new(Some(worker)));
+            tasks.spawn(WORKER.scope(worker, async move {
+                queue.process(key, &*handler).await;
+                drop(slot);
+            }));
+        }
+        while tasks.join_next().await.is_some() {}
+    }
+
+    /// One sync of `key` through the gate, with its outcome recorded and the key requeued
+    /// or forgotten.
+    async fn process<F, Fut, E>(&self, key: K, handler: &F)
+    where
+        K: fmt::Display,
+        F: Fn(K) -> Fut,
+        Fut: Future<Output = Result<(), E>>,
+        E: fmt::Display,
+    {
+        // Held (with the key processing) while the gate is closed: the standby keeps its
+        // queue, and the key is synced once this process leads.
+        let permit = match self.shared.gate.get() {
+            Some(gate) if gate.shard_count().is_some() => {
+                match gate.enter_key(&key.to_string()).await {
+                    Some(permit) => Some(permit),
+                    None => {
+                        // Another replica's shard: dropped here; acquiring the shard later
+                        // replays the caches, which queues it again.
+                        self.forget(&key);
+                        self.done(&key);
+                        return;
+                    }
+                }
+            }
+            Some(gate) => Some(gate.enter().await),
+            None => None,
+        };
+        let started = Instant::now();
+        let metrics = self.shared.metrics.as_ref();
+        if let Some(m) = metrics {
+            m.active_workers.inc();
+        }
+        let sync = AssertUnwindSafe(handler(key.clone())).catch_unwind();
+        let outcome = match &permit {
+            Some(permit) => permit.run(sync).await,
+            None => Some(sync.await),
+        };
+        drop(permit);
+        if let Some(m) = metrics {
+            m.active_workers.dec();
+        }
+        let Some(outcome) = outcome else {
+            // Past the fence of the Lease the key's shard rests on: another replica may
+            // own it now. Acquiring the shard again replays it.
+            tracing::error!(queue = %self.name(), key = %key, "sync abandoned: this replica's lease could be taken over before it ended");
+            self.forget(&key);
+            self.done(&key);
+            return;
+        };
+        if let Some(m) = metrics {
+            let result = match &outcome {
+                Ok(Ok(())) if self.has_delayed(&key) => ReconcileResult::RequeueAfter,
+                Ok(Ok(())) => ReconcileResult::Success,
+                Ok(Err(_)) => ReconcileResult::Error,
+                Err(_) => {
+                    m.panics.inc();
+                    ReconcileResult::Error
+                }
+            };
+            m.reconciled(result, started.elapsed().as_secs_f64());
+        }
+        match outcome {
+            Ok(Ok(())) => self.forget(&key),
+            Ok(Err(err)) => {
+                tracing::warn!(queue = %self.name(), error = %err, "sync failed; requeued with backoff");
+                self.add_rate_limited(key.clone());
+            }
+            Err(_) => {
+                tracing::error!(queue = %self.name(), "sync panicked; requeued with backoff");
+                self.add_rate_limited(key.clone());
+            }
+        }
+        self.done(&key);
     }
 
     /// Whether `key` has a pending delayed add.
@@ -1002,6 +1090,75 @@ mod tests {
         q.shut_down();
         runner.await.unwrap();
         assert_eq!(calls.load(Ordering::SeqCst), 3);
+    }
+
+    /// Runs 6 keys through `limits`; each sync gives its worker up when `release` says so,
+    /// then waits a second. Returns the most syncs running at once and the order the keys
+    /// started in.
+    async fn syncs_at_once(limits: Concurrency, release: bool) -> (usize, Vec<u32>) {
+        let q = WorkQueue::new("t");
+        let running = Arc::new(AtomicUsize::new(0));
+        let peak = Arc::new(AtomicUsize::new(0));
+        let started = Arc::new(Mutex::new(Vec::new()));
+        for key in 0..5u32 {
+            q.add(key, Priority::Bulk);
+        }
+        let runner = {
+            let (q, running, peak, started) =
+                (q.clone(), running.clone(), peak.clone(), started.clone());
+            tokio::spawn(async move {
+                q.run(limits, move |key: u32| {
+                    let (running, peak, started) = (running.clone(), peak.clone(), started.clone());
+                    async move {
+                        started.lock().unwrap().push(key);
+                        let now = running.fetch_add(1, Ordering::SeqCst) + 1;
+                        peak.fetch_max(now, Ordering::SeqCst);
+                        // The sync's hook phase, then (maybe) only writes remain.
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                        if release {
+                            release_worker();
+                        }
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                        running.fetch_sub(1, Ordering::SeqCst);
+                        Ok::<(), &str>(())
+                    }
+                })
+                .await
+            })
+        };
+        // An event key added while the first syncs run still goes before the bulk keys.
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        q.add(9, Priority::Event);
+        while started.lock().unwrap().len() < 6 {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        q.shut_down();
+        runner.await.unwrap();
+        let order = started.lock().unwrap().clone();
+        (peak.load(Ordering::SeqCst), order)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_released_worker_takes_the_next_key_within_the_in_flight_bound() {
+        let (peak, order) = syncs_at_once(Concurrency::new(1, 3), true).await;
+        assert_eq!(peak, 3, "one worker, three syncs in flight");
+        assert_eq!(order, vec![0, 9, 1, 2, 3, 4], "keys leave in lane order");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_sync_that_keeps_its_worker_runs_alone() {
+        let (peak, order) = syncs_at_once(Concurrency::new(1, 3), false).await;
+        assert_eq!(peak, 1);
+        assert_eq!(order, vec![0, 9, 1, 2, 3, 4]);
+        let (peak, _) = syncs_at_once(Concurrency::from(1), true).await;
+        assert_eq!(peak, 1, "in flight equal to workers: one sync at a time");
+    }
+
+    #[test]
+    fn in_flight_is_never_below_workers() {
+        assert_eq!(Concurrency::new(8, 2).in_flight(), 8);
+        assert_eq!(Concurrency::new(0, 0).workers(), 1);
+        assert_eq!(Concurrency::new(0, 0).in_flight(), 1);
     }
 
     #[tokio::test(start_paused = true)]

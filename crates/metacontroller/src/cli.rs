@@ -86,9 +86,18 @@ pub struct ControllerArgs {
     #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = go_duration)]
     pub api_request_timeout: Duration,
 
-    /// Number of sync workers per controller.
+    /// Number of sync workers per controller: syncs of one controller that call hooks at
+    /// once. A sync gives its worker up once only API writes remain (see
+    /// --parents-in-flight), so hook servers see at most this many calls per controller.
     #[arg(long, value_name = "N", default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..))]
     pub workers: u32,
+
+    /// Parents of one controller in a sync at once, counting those past their hook calls
+    /// that wait on the API server for their writes (not an upstream flag; raised to
+    /// --workers if lower). Upstream holds a worker for the whole sync, which leaves a real
+    /// API server idle between one parent's writes and the next.
+    #[arg(long, value_name = "N", default_value_t = metacontroller_controllers::composite::DEFAULT_PARENTS_IN_FLIGHT as u32, value_parser = clap::value_parser!(u32).range(1..))]
+    pub parents_in_flight: u32,
 
     /// Child (and attachment) writes one sync sends at once (not an upstream flag). Writes
     /// of one parent are independent; sending them together keeps a worker from waiting on

@@ -685,6 +685,7 @@ fn controller_options(
     use metacontroller_controllers::writer::ApplyStrategy as Strategy;
     metacontroller_controllers::composite::Options {
         workers: args.workers as usize,
+        parents_in_flight: args.parents_in_flight as usize,
         apply_strategy: match args.apply_strategy {
             ApplyStrategy::DynamicApply => Strategy::DynamicApply,
             ApplyStrategy::ServerSideApply => Strategy::ServerSideApply {

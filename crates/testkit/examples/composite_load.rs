@@ -18,20 +18,29 @@
 //!    syncs every parent again. Reported: time until every parent was synced, writes (must be
 //!    0), requests per parent, peak RSS.
 //!
+//! With `--burst B` the CompositeController resyncs every parent every `--resync-secs`
+//! (default 30), and after the quiet period B new parents are created at once in another
+//! namespace while the converged ones keep resyncing. Reported: the time from the first
+//! creation until all B have converged, the resync hook calls meanwhile, and the ratio to the
+//! burst's own bound (the same writes for B parents from 8 connections, measured after).
+//!
 //! The hook's status is `{"children": <observed ConfigMaps>}` by default (`--status
 //! observed`): the first sync writes 0, the second the full count, and the controller syncs
 //! once more after its own status write (as upstream does, so hooks see their status
-//! committed): 3 hook calls and 2 status writes per parent at least. With `--status desired`
+//! committed): 3 hook calls and 2 status writes per parent at least (2 hook calls with
+//! `--ignore-status-changes`, which sets `parentResource.ignoreStatusChanges`). With `--status desired`
 //! the status is `{"children": C}` from the first sync: 1 status write and 2 hook calls per
 //! parent at least.
 //!
 //! Usage: `composite_load --binary PATH [--parents N] [--children N] [--workers N]
 //! [--realistic-latency] [--status observed|desired] [--hook-delay-ms N] [--quiet-secs N]
-//! [--controller-arg ARG]... [--no-resync]`.
+//! [--controller-arg ARG]... [--no-resync] [--burst B] [--resync-secs S]
+//! [--ignore-status-changes]`.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::Stdio;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -39,7 +48,9 @@ use embedded_apiserver::WriteLatency;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ListParams, PostParams};
 use kube::core::DynamicObject;
-use metacontroller_testkit::{crd, dynamic_api, unique_name, HookReply, HookServer, TestCluster};
+use metacontroller_testkit::{
+    crd, dynamic_api, unique_name, CrdBuilder, HookReply, HookServer, TestCluster,
+};
 use serde_json::{json, Value};
 
 /// Connections the bound is sent from.
@@ -58,6 +69,12 @@ struct Args {
     resync: bool,
     /// A real API server's kubeconfig (else the embedded server runs here).
     kubeconfig: Option<PathBuf>,
+    /// Parents created at once after cold start, while the converged ones resync (0: none).
+    burst: usize,
+    /// The CompositeController's `resyncPeriodSeconds` (with `--burst`; default 30).
+    resync_secs: u64,
+    /// `parentResource.ignoreStatusChanges: true` (no sync for the parent's status writes).
+    ignore_status_changes: bool,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -73,6 +90,9 @@ fn parse_args() -> Result<Args, String> {
         controller_args: Vec::new(),
         resync: true,
         kubeconfig: None,
+        burst: 0,
+        resync_secs: 30,
+        ignore_status_changes: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -83,6 +103,10 @@ fn parse_args() -> Result<Args, String> {
             }
             "--no-resync" => {
                 args.resync = false;
+                continue;
+            }
+            "--ignore-status-changes" => {
+                args.ignore_status_changes = true;
                 continue;
             }
             _ => {}
@@ -102,6 +126,8 @@ fn parse_args() -> Result<Args, String> {
             "--quiet-secs" => args.quiet = Duration::from_secs(number()?),
             "--controller-arg" => args.controller_args.push(value),
             "--kubeconfig" => args.kubeconfig = Some(PathBuf::from(&value)),
+            "--burst" => args.burst = number()? as usize,
+            "--resync-secs" => args.resync_secs = number()?.max(1),
             "--status" => {
                 args.status_observed = match value.as_str() {
                     "observed" => true,
@@ -545,6 +571,83 @@ async fn bound(
     (started.elapsed(), sent)
 }
 
+/// Whether all `n` parents behind `parents` report `c` children and the `c * n` ConfigMaps
+/// behind `configmaps` exist (one check; the harness's lists are counted in `ours`).
+async fn converged(
+    parents: &Api<DynamicObject>,
+    configmaps: &Api<ConfigMap>,
+    n: usize,
+    c: usize,
+    plural: &str,
+    ours: &mut Counts,
+) -> bool {
+    *ours.entry(("list".into(), plural.into())).or_default() += 1;
+    let list = parents
+        .list(&ListParams::default())
+        .await
+        .expect("listing parents");
+    let done = list
+        .items
+        .iter()
+        .filter(|p| p.data["status"]["children"] == json!(c))
+        .count();
+    if done != n {
+        return false;
+    }
+    *ours
+        .entry(("list".into(), "configmaps".into()))
+        .or_default() += 1;
+    let cms = configmaps
+        .list_metadata(&ListParams::default())
+        .await
+        .expect("listing configmaps");
+    // A real server adds `kube-root-ca.crt` to every namespace.
+    let children = cms
+        .items
+        .iter()
+        .filter(|cm| cm.metadata.name.as_deref() != Some("kube-root-ca.crt"))
+        .count();
+    children == c * n
+}
+
+/// The burst: `args.burst` parents created at once in a fresh namespace while the converged
+/// ones resync; returns the time from the first creation until all of them converged.
+async fn run_burst(
+    cluster: &TestCluster,
+    args: &Args,
+    parents_crd: &CrdBuilder,
+    main_calls: &AtomicU64,
+) -> Duration {
+    let (b, c) = (args.burst, args.children);
+    let ns = cluster.create_namespace("burst").await;
+    let parents = parents_crd.api(cluster.client(), Some(&ns));
+    let configmaps: Api<ConfigMap> = Api::namespaced(cluster.client(), &ns);
+    let plural = parents_crd.plural();
+    let resyncs_before = main_calls.load(Ordering::Relaxed);
+    let started = Instant::now();
+    create_parents(&parents, &parents_crd.api_version(), parents_crd.kind(), b).await;
+    let created = started.elapsed();
+    let mut ours = Counts::new();
+    let deadline = Duration::from_secs(600);
+    while !converged(&parents, &configmaps, b, c, plural, &mut ours).await {
+        assert!(
+            started.elapsed() < deadline,
+            "burst not converged within {deadline:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let converge = started.elapsed();
+    let resyncs = main_calls.load(Ordering::Relaxed) - resyncs_before;
+    println!(
+        "burst: {b} parents created in {:.2}s, converged {:.2}s after the first creation; \
+         meanwhile {resyncs} resync hook calls of converged parents ({:.0}/s)",
+        created.as_secs_f64(),
+        converge.as_secs_f64(),
+        resyncs as f64 / converge.as_secs_f64()
+    );
+    converge
+}
+
 fn kubeconfig(cluster: &TestCluster) -> kube::config::Kubeconfig {
     kube::config::Kubeconfig::read_from(cluster.kubeconfig_path()).expect("reading kubeconfig")
 }
@@ -604,9 +707,17 @@ async fn main() {
     cluster.install_crd(&bound_crd.build()).await;
     let ns = cluster.create_namespace("load").await;
     let (delay, observed) = (args.hook_delay, args.status_observed);
+    // Hook calls for the cold-start namespace's parents (resyncs, during a burst).
+    let main_calls = Arc::new(AtomicU64::new(0));
     let hook = Arc::new(
-        HookServer::start(move |_, req| {
-            HookReply::json(sync_reply(req, c, observed)).delayed(delay)
+        HookServer::start({
+            let (main_calls, ns) = (main_calls.clone(), ns.clone());
+            move |_, req| {
+                if req["parent"]["metadata"]["namespace"] == json!(ns) {
+                    main_calls.fetch_add(1, Ordering::Relaxed);
+                }
+                HookReply::json(sync_reply(req, c, observed)).delayed(delay)
+            }
         })
         .await,
     );
@@ -649,6 +760,13 @@ async fn main() {
             "hooks": {"sync": {"webhook": {"url": hook.url("/sync")}}}
         }
     });
+    let mut cc = cc;
+    if args.ignore_status_changes {
+        cc["spec"]["parentResource"]["ignoreStatusChanges"] = json!(true);
+    }
+    if args.burst > 0 {
+        cc["spec"]["resyncPeriodSeconds"] = json!(args.resync_secs);
+    }
     dynamic_api(
         cluster.client(),
         "metacontroller.k8s.io/v1alpha1",
@@ -678,42 +796,13 @@ async fn main() {
     let log = dir.join("composite_load-1.log");
     let controller = Controller::spawn(&args, &cluster, &log, metrics_port);
     let deadline = Duration::from_secs(1800);
-    loop {
-        tokio::time::sleep(Duration::from_millis(250)).await;
+    let plural = parents_crd.plural();
+    while !converged(&parents, &configmaps, n, c, plural, &mut ours).await {
         assert!(
             started.elapsed() < deadline,
             "not converged within {deadline:?}"
         );
-        *ours
-            .entry(("list".into(), parents_crd.plural().into()))
-            .or_default() += 1;
-        let list = parents
-            .list(&ListParams::default())
-            .await
-            .expect("listing parents");
-        let done = list
-            .items
-            .iter()
-            .filter(|p| p.data["status"]["children"] == json!(c))
-            .count();
-        if done == n {
-            *ours
-                .entry(("list".into(), "configmaps".into()))
-                .or_default() += 1;
-            let cms = configmaps
-                .list_metadata(&ListParams::default())
-                .await
-                .expect("listing configmaps");
-            // A real server adds `kube-root-ca.crt` to every namespace.
-            let children = cms
-                .items
-                .iter()
-                .filter(|cm| cm.metadata.name.as_deref() != Some("kube-root-ca.crt"))
-                .count();
-            if children == c * n {
-                break;
-            }
-        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
     }
     let converge = started.elapsed();
     let api_cpu = apiserver.and_then(cpu_seconds).zip(api_cpu_start);
@@ -728,6 +817,12 @@ async fn main() {
     let mut counts = converge_counts;
     add(&mut counts, &quiet_counts);
     let hook_calls = hook.calls("/sync");
+    hook.clear_calls();
+    let burst = if args.burst > 0 {
+        Some(run_burst(&cluster, &args, &parents_crd, &main_calls).await)
+    } else {
+        None
+    };
     controller.stop().await;
     println!(
         "cold start: {n} parents x {c} ConfigMaps converged in {:.2}s",
@@ -780,6 +875,27 @@ async fn main() {
         "ratio: converge / bound = {:.2} (controller writes {controller_writes}, bound writes {bound_writes})",
         converge.as_secs_f64() / bound_time.as_secs_f64()
     );
+    if let Some(burst) = burst {
+        let burst_ns = cluster.create_namespace("burst-bound").await;
+        let burst_api = |client: kube::Client| bound_crd.api(client, Some(&burst_ns));
+        let b = args.burst;
+        create_parents(
+            &burst_api(cluster.client()),
+            &bound_crd.api_version(),
+            bound_crd.kind(),
+            b,
+        )
+        .await;
+        let (time, sent) = bound(&cluster, burst_api, &burst_ns, b, c, status_writes).await;
+        println!(
+            "burst bound: {sent} writes for {b} parents from {BOUND_CONNECTIONS} connections in {:.2}s",
+            time.as_secs_f64()
+        );
+        println!(
+            "burst ratio: converge / own bound = {:.2}",
+            burst.as_secs_f64() / time.as_secs_f64()
+        );
+    }
 
     // Phase 3: full resync — a fresh process relists and syncs every converged parent.
     if !args.resync {

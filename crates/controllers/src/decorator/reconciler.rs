@@ -307,7 +307,7 @@ pub fn start(
             .collect(),
         queue: queue.clone(),
     });
-    let workers = options.workers;
+    let concurrency = options.concurrency();
     let ctx = reconcile::StartContext {
         client,
         informers,
@@ -359,7 +359,7 @@ pub fn start(
         target_handlers,
         attachments,
     });
-    Ok(reconcile::run(inner, workers))
+    Ok(reconcile::run(inner, concurrency))
 }
 
 /// The resources a DecoratorController's spec names, resolved through discovery (what
@@ -658,6 +658,8 @@ impl Inner {
             target.key,
             response.resync_after_seconds,
         );
+        // Only API writes remain: they need no worker (see `Concurrency`).
+        metacontroller_dynamic::release_worker();
 
         let object = &target.object;
         let finalized = (response.finalized && finalizer::has_finalizer(object, finalizer))
