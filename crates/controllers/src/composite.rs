@@ -648,6 +648,7 @@ impl Reconciler for Inner {
         self.mapper
             .read_lock()
             .retain(|key, _| parent.contains(key));
+        self.common.queue.retain(|key| parent.contains(key));
         let held = crate::departed::Held::new(vec![(&*self.parent_resource, parent)]);
         crate::departed::forget_departed(&self.common, &held, &|key| self.written(key));
     }

@@ -419,6 +419,51 @@ where
         }
     }
 
+    /// Drops what the queue holds for every key `keep` rejects: a queued or delayed add
+    /// (a resync, a backoff retry), its failure count, and a requeue recorded while it is
+    /// being processed (the running sync itself ends normally). Returns how many keys lost
+    /// an entry. For keys whose objects left this process (a released shard): their adds
+    /// would only be refused later, and their entries would stay until then.
+    pub fn retain(&self, keep: impl Fn(&K) -> bool) -> usize {
+        let mut state = self.lock();
+        let mut dropped = HashSet::new();
+        let mut drop_if_rejected = |key: &K| {
+            let kept = keep(key);
+            if !kept {
+                dropped.insert(key.clone());
+            }
+            kept
+        };
+        let State {
+            queued,
+            queued_at,
+            delayed,
+            delayed_index,
+            dirty,
+            failures,
+            retry_limits,
+            ..
+        } = &mut *state;
+        // Lane entries of dropped keys become stale and are skipped when popped.
+        queued.retain(|key, _| drop_if_rejected(key));
+        delayed_index.retain(|key, (slot, _)| {
+            let kept = drop_if_rejected(key);
+            if !kept {
+                delayed.remove(slot);
+            }
+            kept
+        });
+        dirty.retain(|key, _| drop_if_rejected(key));
+        failures.retain(|key, _| drop_if_rejected(key));
+        retry_limits.retain(|key, _| drop_if_rejected(key));
+        queued_at.retain(|key, _| queued.contains_key(key));
+        self.update_depth(&state);
+        if state.processing.is_empty() && state.queued.is_empty() {
+            self.shared.idle.notify_waiters();
+        }
+        dropped.len()
+    }
+
     /// How many times `key` failed since it was last forgotten.
     pub fn num_requeues(&self, key: &K) -> u32 {
         self.lock().failures.get(key).copied().unwrap_or(0)
@@ -1152,6 +1197,31 @@ mod tests {
         assert_eq!(order, vec![0, 9, 1, 2, 3, 4]);
         let (peak, _) = syncs_at_once(Concurrency::from(1), true).await;
         assert_eq!(peak, 1, "in flight equal to workers: one sync at a time");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn retain_drops_queued_delayed_and_failed_entries_of_rejected_keys() {
+        let q = WorkQueue::new("t");
+        q.add("gone-queued", Priority::Event);
+        q.add("kept", Priority::Bulk);
+        q.add_after("gone-delayed", Duration::from_secs(30), Priority::Bulk);
+        q.add_rate_limited("gone-failed");
+        q.add("gone-processing", Priority::Event);
+        assert_eq!(q.get().await, Some("gone-queued"));
+        q.done(&"gone-queued");
+        q.add("gone-queued", Priority::Event);
+        let processing = q.get().await;
+        assert_eq!(processing, Some("gone-processing"));
+        q.add("gone-processing", Priority::Event); // dirty: requeued by `done`
+        let dropped = q.retain(|key| *key == "kept");
+        assert_eq!(dropped, 4);
+        q.done(&"gone-processing");
+        assert_eq!(q.num_requeues(&"gone-failed"), 0);
+        assert_eq!(q.get().await, Some("kept"));
+        q.done(&"kept");
+        // Nothing else comes back, not even after the delays would have fired.
+        assert_nothing(&q, Duration::from_secs(120)).await;
+        assert!(q.lock().delayed.is_empty() && q.lock().queued_at.is_empty());
     }
 
     #[test]

@@ -521,6 +521,12 @@ impl Reconciler for Inner {
     }
 
     fn forget_departed(&self) {
+        self.common.queue.retain(|key| {
+            self.routing
+                .targets
+                .get(key.resource)
+                .is_some_and(|(_, informer)| informer.contains(&key.key))
+        });
         let targets = self.routing.targets.iter().map(|(r, i)| (&**r, &**i));
         let held = crate::departed::Held::new(targets.collect());
         let written = |key: &ObjectKey| {
