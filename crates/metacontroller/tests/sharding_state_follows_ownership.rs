@@ -3,7 +3,9 @@
 //! (ETag) caches, expectations — follows the parents it owns through handoffs and deletions.
 //!
 //! Three replicas of the real binary share one CompositeController whose parents have a
-//! customize hook (one related rule on Secrets), an ETag-cached sync hook and one child. The
+//! customize hook (one related rule on Secrets), an ETag-cached sync hook and one child (and,
+//! in a second test, one DecoratorController whose targets have the same hooks and one
+//! attachment). The
 //! test kills and restarts replicas several times (each restart makes the others release
 //! shards to the newcomer) and after every handoff waits until, on every replica, each
 //! per-parent structure holds exactly its owned parents
@@ -24,6 +26,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::core::DynamicObject;
 use metacontroller_api::composite::CompositeController;
+use metacontroller_api::decorator::DecoratorController;
 use metacontroller_testkit::{
     eventually_within, unique_name, ControllerProcess, CrdBuilder, TestCluster,
 };
@@ -34,9 +37,16 @@ const PARENTS: usize = 12;
 /// Kill one replica and start a new one this many times.
 const HANDOFFS: usize = 3;
 
+/// Which controller kind the replicas run.
+#[derive(Clone, Copy, PartialEq)]
+enum Kind {
+    Composite,
+    Decorator,
+}
+
 /// The hook server: `/customize` asks for the Secrets labelled `related=<label>` of the
-/// parent's namespace; `/sync` wants one ConfigMap and answers with an ETag, so every
-/// parent synced has a cached response.
+/// parent's namespace; `/sync` wants one ConfigMap child (`/decorate`: one attachment) and
+/// answers with an ETag, so every parent synced has a cached response.
 async fn start_hook(label: String) -> String {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -48,7 +58,12 @@ async fn start_hook(label: String) -> String {
                 .await
                 .unwrap_or_default();
             let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-            let name = body["parent"]["metadata"]["name"]
+            // Decorator sync requests name the target `object`.
+            let object = match body.get("object") {
+                Some(object) => object,
+                None => &body["parent"],
+            };
+            let name = object["metadata"]["name"]
                 .as_str()
                 .unwrap_or_default()
                 .to_string();
@@ -61,14 +76,17 @@ async fn start_hook(label: String) -> String {
                 let related = body["related"]["Secret.v1"]
                     .as_object()
                     .map_or(0, |m| m.len());
-                json!({
-                    "children": [{
-                        "apiVersion": "v1", "kind": "ConfigMap",
-                        "metadata": {"name": format!("{name}-c")},
-                        "data": {"parent": name},
-                    }],
-                    "status": {"ok": true, "related": related},
-                })
+                let children = json!([{
+                    "apiVersion": "v1", "kind": "ConfigMap",
+                    "metadata": {"name": format!("{name}-c")},
+                    "data": {"parent": name},
+                }]);
+                let key = if path == "/decorate" {
+                    "attachments"
+                } else {
+                    "children"
+                };
+                json!({key: children, "status": {"ok": true, "related": related}})
             };
             Response::builder()
                 .status(StatusCode::OK)
@@ -93,28 +111,42 @@ struct Setup {
 }
 
 impl Setup {
-    async fn new() -> Setup {
+    async fn new(kind: Kind) -> Setup {
         let cluster = TestCluster::start().await;
         cluster.install_metacontroller_crds().await;
         let ns = cluster.create_namespace("state").await;
         let label = unique_name("team");
         let hook = start_hook(label.clone()).await;
         let parent = cluster.install_parent_crd("state").await;
-        let _: CompositeController = cluster
-            .create_controller(
-                &unique_name("state"),
-                &label,
-                json!({
-                    "generateSelector": true,
-                    "parentResource": {"apiVersion": parent.api_version(), "resource": parent.plural()},
-                    "childResources": [{"apiVersion": "v1", "resource": "configmaps"}],
-                    "hooks": {
-                        "sync": {"webhook": {"url": format!("{hook}/sync"), "etag": {"enabled": true}}},
-                        "customize": {"webhook": {"url": format!("{hook}/customize")}},
-                    },
-                }),
-            )
-            .await;
+        let customize = json!({"webhook": {"url": format!("{hook}/customize")}});
+        let name = unique_name("state");
+        match kind {
+            Kind::Composite => {
+                let _: CompositeController = cluster
+                    .create_controller(&name, &label, json!({
+                        "generateSelector": true,
+                        "parentResource": {"apiVersion": parent.api_version(), "resource": parent.plural()},
+                        "childResources": [{"apiVersion": "v1", "resource": "configmaps"}],
+                        "hooks": {
+                            "sync": {"webhook": {"url": format!("{hook}/sync"), "etag": {"enabled": true}}},
+                            "customize": customize,
+                        },
+                    }))
+                    .await;
+            }
+            Kind::Decorator => {
+                let _: DecoratorController = cluster
+                    .create_controller(&name, &label, json!({
+                        "resources": [{"apiVersion": parent.api_version(), "resource": parent.plural()}],
+                        "attachments": [{"apiVersion": "v1", "resource": "configmaps"}],
+                        "hooks": {
+                            "sync": {"webhook": {"url": format!("{hook}/decorate"), "etag": {"enabled": true}}},
+                            "customize": customize,
+                        },
+                    }))
+                    .await;
+            }
+        }
         // One related object, so the rule selects something.
         let secret: Secret = serde_json::from_value(json!({
             "metadata": {"name": "related", "labels": {"related": label}},
@@ -319,11 +351,16 @@ async fn report(p: &ControllerProcess) -> Report {
     }
 }
 
-/// Whether one replica's state matches the parents it owns.
-fn follows_ownership(r: &Report) -> bool {
+/// Whether one replica's state matches the parents it owns (a decorator keeps no last read
+/// version per target).
+fn follows_ownership(r: &Report, kind: Kind) -> bool {
     let n = |s: &str| r.entries.get(s).copied();
     let needed = i64::from(r.owned > 0);
-    n("last_read") == Some(r.owned)
+    let last_read = match kind {
+        Kind::Composite => Some(r.owned),
+        Kind::Decorator => None,
+    };
+    n("last_read") == last_read
         && n("related_rules") == Some(r.owned)
         && n("hook_responses") == Some(r.owned)
         && n("related_informers") == Some(needed)
@@ -334,7 +371,12 @@ fn follows_ownership(r: &Report) -> bool {
 
 /// Waits until every replica's per-parent state follows the parents it owns and the owned
 /// parents add up to `parents`.
-async fn assert_state_follows_ownership(replicas: &[ControllerProcess], parents: i64, when: &str) {
+async fn assert_state_follows_ownership(
+    kind: Kind,
+    replicas: &[ControllerProcess],
+    parents: i64,
+    when: &str,
+) {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let mut reports = Vec::new();
@@ -342,7 +384,7 @@ async fn assert_state_follows_ownership(replicas: &[ControllerProcess], parents:
             reports.push(report(r).await);
         }
         let total: i64 = reports.iter().map(|r| r.owned).sum();
-        if total == parents && reports.iter().all(follows_ownership) {
+        if total == parents && reports.iter().all(|r| follows_ownership(r, kind)) {
             eprintln!("{when}: {reports:?}");
             return;
         }
@@ -357,7 +399,16 @@ async fn assert_state_follows_ownership(replicas: &[ControllerProcess], parents:
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn per_parent_state_follows_the_parents_through_handoffs_and_deletion() {
-    let setup = Setup::new().await;
+    handoffs_and_deletion(Kind::Composite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn per_target_state_of_a_decorator_follows_the_targets_through_handoffs_and_deletion() {
+    handoffs_and_deletion(Kind::Decorator).await;
+}
+
+async fn handoffs_and_deletion(kind: Kind) {
+    let setup = Setup::new(kind).await;
     let mut replicas = vec![setup.replica(), setup.replica(), setup.replica()];
     for r in &replicas {
         wait_joined(r).await;
@@ -365,20 +416,22 @@ async fn per_parent_state_follows_the_parents_through_handoffs_and_deletion() {
     setup.wait_spread(&replicas).await;
     setup.create_parents().await;
     setup.wait_converged().await;
-    assert_state_follows_ownership(&replicas, PARENTS as i64, "converged").await;
+    assert_state_follows_ownership(kind, &replicas, PARENTS as i64, "converged").await;
 
     for round in 0..HANDOFFS {
         // The oldest replica dies: the others take its shards over...
         let mut victim = replicas.remove(0);
         victim.kill9();
         setup.wait_spread(&replicas).await;
-        assert_state_follows_ownership(&replicas, PARENTS as i64, &format!("kill {round}")).await;
+        assert_state_follows_ownership(kind, &replicas, PARENTS as i64, &format!("kill {round}"))
+            .await;
         // ...and release some of them to a newcomer.
         let newcomer = setup.replica();
         wait_joined(&newcomer).await;
         replicas.push(newcomer);
         setup.wait_spread(&replicas).await;
-        assert_state_follows_ownership(&replicas, PARENTS as i64, &format!("join {round}")).await;
+        assert_state_follows_ownership(kind, &replicas, PARENTS as i64, &format!("join {round}"))
+            .await;
     }
 
     let parents = setup.parents();
@@ -388,7 +441,7 @@ async fn per_parent_state_follows_the_parents_through_handoffs_and_deletion() {
             .await
             .unwrap();
     }
-    assert_state_follows_ownership(&replicas, 0, "deleted").await;
+    assert_state_follows_ownership(kind, &replicas, 0, "deleted").await;
     // Nothing else is left either (own writes, apply hashes).
     eventually_within(
         "no per-parent entries left",
