@@ -75,7 +75,10 @@ fn dev_mode_serves_the_crds_to_kubectl() {
                 );
             }
         }
-        Err(err) => eprintln!("kubectl not installed ({err}); checked through kube-rs only"),
+        Err(err) => metacontroller_testkit::missing_tool(
+            "kubectl",
+            &format!("{err}; checked through kube-rs only"),
+        ),
     }
     drop(child);
 }

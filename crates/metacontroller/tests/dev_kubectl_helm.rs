@@ -80,7 +80,7 @@ async fn kubectl_create_expose_run_and_explain_in_dev_mode() {
             "--replicas=2",
         ],
     ) else {
-        eprintln!("kubectl not installed; skipping");
+        metacontroller_testkit::missing_tool("kubectl", "it could not be started");
         return;
     };
     assert!(ok && out.contains("deployment.apps/web created"), "{out}");

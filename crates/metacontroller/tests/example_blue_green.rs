@@ -19,7 +19,7 @@ fn installed(program: &str) -> bool {
         .status()
         .is_ok();
     if !found {
-        eprintln!("{program} not installed; skipping");
+        metacontroller_testkit::missing_tool(program, "it could not be started");
     }
     found
 }

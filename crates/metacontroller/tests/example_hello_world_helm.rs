@@ -48,7 +48,10 @@ fn helm_sdk() -> bool {
         .status()
         .is_ok_and(|s| s.success());
     if !ok {
-        eprintln!("SKIPPED: pip install helm-python-sdk==0.2.2 to run the chart example");
+        metacontroller_testkit::missing_tool(
+            "helm-python-sdk==0.2.2",
+            "python3 cannot import helm_python; pip install it",
+        );
     }
     ok
 }

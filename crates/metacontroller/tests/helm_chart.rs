@@ -684,7 +684,7 @@ async fn kubectl_apply_k_deploy_creates_the_installation() {
         .status()
         .is_ok_and(|s| s.success());
     if !kubectl_works {
-        eprintln!("SKIPPED: kubectl is not installed");
+        metacontroller_testkit::missing_tool("kubectl", "`kubectl version --client` failed");
         return;
     }
     let cluster = TestCluster::embedded().await;

@@ -17,7 +17,8 @@ use crate::ControllerProcess;
 /// small and shared, and a real cluster pulls images).
 pub const STEP_TIMEOUT: Duration = Duration::from_secs(90);
 
-/// Whether `program` can be started; prints a skip message when it cannot.
+/// Whether `program` can be started; when it cannot, the test is skipped, or fails with
+/// `CI=true` ([`crate::missing_tool`]).
 pub fn installed(program: &str) -> bool {
     let found = Command::new(program)
         .arg("--version")
@@ -26,7 +27,7 @@ pub fn installed(program: &str) -> bool {
         .status()
         .is_ok();
     if !found {
-        eprintln!("SKIPPED: {program} is not installed");
+        crate::missing_tool(program, "it could not be started");
     }
     found
 }

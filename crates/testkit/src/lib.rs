@@ -25,6 +25,7 @@ mod otlp;
 mod poll;
 mod process;
 mod proxy;
+mod tools;
 
 pub use cluster::{
     dynamic_api, real_cluster_requested, skip_on_real_cluster, TestCluster, E2E_KUBECONFIG_ENV,
@@ -36,3 +37,4 @@ pub use otlp::{OtlpReceiver, ReceivedSpan};
 pub use poll::{eventually, eventually_within, unique_name, DEFAULT_TIMEOUT, REAL_CLUSTER_TIMEOUT};
 pub use process::ControllerProcess;
 pub use proxy::{kubeconfig_server, TcpProxy};
+pub use tools::{in_ci, missing_tool};
