@@ -128,17 +128,6 @@ fn is_already_exists(e: &kube::Error) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == 409 && s.reason == "AlreadyExists")
 }
 
-/// The kube-rs resource of a discovered resource.
-pub fn kube_resource(r: &ApiResource) -> kube::discovery::ApiResource {
-    kube::discovery::ApiResource {
-        group: r.group.clone(),
-        version: r.version.clone(),
-        api_version: r.api_version.clone(),
-        kind: r.kind.clone(),
-        plural: r.name.clone(),
-    }
-}
-
 /// A cached object as JSON with apiVersion/kind filled in (list items lack them).
 pub fn to_value(obj: &DynamicObject, res: &ApiResource) -> Result<Value, serde_json::Error> {
     let mut v = serde_json::to_value(obj)?;
@@ -383,7 +372,7 @@ impl Writer {
 
     /// A dynamic API handle for `res` in `namespace` (ignored for cluster-scoped resources).
     pub fn api(&self, res: &ApiResource, namespace: &str) -> Api<DynamicObject> {
-        let kr = kube_resource(res);
+        let kr = res.to_kube();
         if res.namespaced {
             Api::namespaced_with(self.client.clone(), namespace, &kr)
         } else {

@@ -89,6 +89,17 @@ pub struct ApiResource {
 }
 
 impl ApiResource {
+    /// The same resource as kube-rs names it (for `kube::Api::*_with`).
+    pub fn to_kube(&self) -> kube::discovery::ApiResource {
+        kube::discovery::ApiResource {
+            group: self.group.clone(),
+            version: self.version.clone(),
+            api_version: self.api_version.clone(),
+            kind: self.kind.clone(),
+            plural: self.name.clone(),
+        }
+    }
+
     /// Whether the resource has subresource `name` (e.g. `status`).
     pub fn has_subresource(&self, name: &str) -> bool {
         self.subresources.contains_key(name)

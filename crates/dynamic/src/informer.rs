@@ -413,16 +413,6 @@ impl Drop for Informer {
     }
 }
 
-fn kube_resource(r: &ApiResource) -> kube::discovery::ApiResource {
-    kube::discovery::ApiResource {
-        group: r.group.clone(),
-        version: r.version.clone(),
-        api_version: r.api_version.clone(),
-        kind: r.kind.clone(),
-        plural: r.name.clone(),
-    }
-}
-
 impl Informer {
     /// Starts watching `resource`, keeping everything. Must be called inside a tokio
     /// runtime; returns at once.
@@ -453,12 +443,12 @@ impl Informer {
         let apis = match crate::scope::watched(config.scope.as_deref(), &resource) {
             Watched::All => vec![(
                 String::new(),
-                Api::all_with(client, &kube_resource(&resource)),
+                Api::all_with(client, &resource.to_kube()),
             )],
             Watched::Namespaces(namespaces) => namespaces
                 .into_iter()
                 .map(|ns| {
-                    let api = Api::namespaced_with(client.clone(), &ns, &kube_resource(&resource));
+                    let api = Api::namespaced_with(client.clone(), &ns, &resource.to_kube());
                     (ns, api)
                 })
                 .collect(),

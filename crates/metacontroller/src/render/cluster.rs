@@ -10,7 +10,7 @@ use anyhow::{bail, Context};
 use kube::api::{Api, ListParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::core::DynamicObject;
-use metacontroller_controllers::writer::{kube_resource, to_value};
+use metacontroller_controllers::writer::to_value;
 use metacontroller_dynamic::{ApiResource, ResourceMap};
 use serde_json::{json, Value};
 
@@ -147,7 +147,7 @@ impl Cluster {
 
     /// A dynamic API for `res` (in `namespace` when namespaced and given).
     pub fn api(&self, res: &ApiResource, namespace: Option<&str>) -> Api<DynamicObject> {
-        let kr = kube_resource(res);
+        let kr = res.to_kube();
         match namespace {
             Some(ns) if res.namespaced => Api::namespaced_with(self.client.clone(), ns, &kr),
             _ => Api::all_with(self.client.clone(), &kr),
