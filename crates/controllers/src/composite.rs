@@ -754,14 +754,10 @@ impl Inner {
         if !self.cares(&parent.object) {
             return Ok(());
         }
-        if !reconcile::own_writes_confirmed(
-            self.name(),
-            &self.common.writer,
-            &self.common.queue,
-            key,
-            &parent.uid,
-            |k| self.cached(k),
-        ) {
+        if !self
+            .common
+            .own_writes_confirmed(key, &parent.uid, |k| self.cached(k))
+        {
             return Ok(());
         }
         self.sync_parent(&mut parent).await

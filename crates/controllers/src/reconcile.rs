@@ -14,7 +14,7 @@
 //!   `SyncError` Warning Event on the object; `resyncPeriodSeconds` requeues every object
 //!   the controller cares about, whatever the sync's outcome (upstream's informer resync).
 //! - **Inside a sync**, the shared steps: wait while our own writes are unconfirmed
-//!   ([`own_writes_confirmed`]), put the finalizer in place first ([`sync_finalizer`]) and
+//!   ([`Common::own_writes_confirmed`]), put the finalizer in place first ([`sync_finalizer`]) and
 //!   honour the hook's `resyncAfterSeconds` ([`resync_after`]).
 //!
 //! The kind-specific part is the [`Reconciler`] trait.
@@ -158,6 +158,8 @@ where
     metrics: crate::metrics::ControllerMetrics,
     endpoints: Vec<EndpointConfig>,
     resync_period_seconds: Option<i32>,
+    /// Syncs that ended waiting for the cache to confirm our writes.
+    confirm_waits: Arc<ConfirmWaits>,
 }
 
 /// What `start` of either kind is given, besides the controller object.
@@ -212,7 +214,41 @@ where
             metrics: ctx.options.metrics.clone(),
             endpoints: spec.endpoints,
             resync_period_seconds: spec.resync_period_seconds,
+            confirm_waits: Default::default(),
         }
+    }
+
+    /// Whether the cache has caught up with our last creates/deletes for the object with
+    /// uid `owner` (`present` answers for one written object, see [`presence`]). If not, the
+    /// sync must not act on the stale cache and ends here: the watch events that confirm
+    /// our writes queue `key` again (each maps to its owner). A second later `key` is queued
+    /// here only if no sync of it has run since (the confirming event may have been handled,
+    /// and its sync run, just before the expectations caught up); a fixed requeue would cost
+    /// a whole extra sync (a hook call) per wait although the events already brought one.
+    pub(crate) fn own_writes_confirmed(
+        &self,
+        key: &K,
+        owner: &str,
+        present: impl Fn(&ObjectKey) -> Option<bool>,
+    ) -> bool
+    where
+        K: Display,
+    {
+        if self.writer.satisfied(owner, present) {
+            self.confirm_waits.end(owner);
+            return true;
+        }
+        let wait = self.confirm_waits.begin(owner);
+        tracing::debug!(controller = %self.name, object = %key, "waiting for the cache to confirm our writes");
+        let waits = Arc::downgrade(&self.confirm_waits);
+        let (queue, key, owner) = (self.queue.clone(), key.clone(), owner.to_string());
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            if waits.upgrade().is_some_and(|w| w.expire(&owner, wait)) {
+                queue.add(key, Priority::Event);
+            }
+        });
+        false
     }
 
     /// Entries per structure this controller keeps per parent (for
@@ -441,54 +477,41 @@ where
     }
 }
 
-/// Waits begun by [`own_writes_confirmed`] and not yet ended by a later sync of the same
-/// owner: `<controller>/<owner uid>` → the wait's number.
-fn open_waits() -> &'static std::sync::Mutex<std::collections::HashMap<String, u64>> {
-    static WAITS: std::sync::OnceLock<std::sync::Mutex<std::collections::HashMap<String, u64>>> =
-        std::sync::OnceLock::new();
-    WAITS.get_or_init(Default::default)
+/// The waits begun by [`Common::own_writes_confirmed`] and not yet ended by a later sync of
+/// the same owner: owner uid → the wait's number. One per controller.
+#[derive(Default)]
+pub(crate) struct ConfirmWaits {
+    open: std::sync::Mutex<std::collections::HashMap<String, u64>>,
+    next: std::sync::atomic::AtomicU64,
 }
 
-/// Whether the cache has caught up with our last creates/deletes for the object with uid
-/// `owner` (`present` answers for one written object, see [`presence`]). If not, the
-/// sync must not act on the stale cache and ends here: the watch events that confirm our
-/// writes queue `key` again (each maps to its owner). A second later `key` is queued by this
-/// function only if no sync of it has run since (the confirming event may have been handled,
-/// and its sync run, just before the expectations caught up); a fixed requeue would cost a
-/// whole extra sync (a hook call) per wait although the events already brought one.
-pub(crate) fn own_writes_confirmed<K>(
-    controller: &str,
-    writer: &Arc<Writer>,
-    queue: &WorkQueue<K>,
-    key: &K,
-    owner: &str,
-    present: impl Fn(&ObjectKey) -> Option<bool>,
-) -> bool
-where
-    K: Clone + Eq + Hash + Display + Send + 'static,
-{
-    let wait_key = format!("{controller}/{owner}");
-    let mut waits = open_waits().lock().unwrap_or_else(|p| p.into_inner());
-    if writer.satisfied(owner, present) {
-        waits.remove(&wait_key);
-        return true;
+impl ConfirmWaits {
+    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, u64>> {
+        self.open.lock().unwrap_or_else(|p| p.into_inner())
     }
-    static NEXT_WAIT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let wait = NEXT_WAIT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    waits.insert(wait_key.clone(), wait);
-    drop(waits);
-    tracing::debug!(controller, object = %key, "waiting for the cache to confirm our writes");
-    let (queue, key) = (queue.clone(), key.clone());
-    tokio::spawn(async move {
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        let mut waits = open_waits().lock().unwrap_or_else(|p| p.into_inner());
-        if waits.get(&wait_key) == Some(&wait) {
-            waits.remove(&wait_key);
-            drop(waits);
-            queue.add(key, Priority::Event);
+
+    /// Ends the wait for `owner`, if one is open.
+    fn end(&self, owner: &str) {
+        self.lock().remove(owner);
+    }
+
+    /// Opens a wait for `owner` (replacing an older one); returns its number.
+    fn begin(&self, owner: &str) -> u64 {
+        let wait = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.lock().insert(owner.to_string(), wait);
+        wait
+    }
+
+    /// Whether wait `wait` of `owner` was still open (no sync of the owner ended it); it is
+    /// closed either way.
+    fn expire(&self, owner: &str, wait: u64) -> bool {
+        let mut open = self.lock();
+        if open.get(owner) == Some(&wait) {
+            open.remove(owner);
+            return true;
         }
-    });
-    false
+        false
+    }
 }
 
 /// For expectations: whether the informer of `key`'s resource (among `watched`) holds it.

@@ -441,10 +441,7 @@ impl Informer {
         });
         let id = resource.id();
         let apis = match crate::scope::watched(config.scope.as_deref(), &resource) {
-            Watched::All => vec![(
-                String::new(),
-                Api::all_with(client, &resource.to_kube()),
-            )],
+            Watched::All => vec![(String::new(), Api::all_with(client, &resource.to_kube()))],
             Watched::Namespaces(namespaces) => namespaces
                 .into_iter()
                 .map(|ns| {

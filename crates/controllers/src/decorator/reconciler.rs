@@ -620,14 +620,10 @@ impl Inner {
             .and_then(Value::as_str)
             .unwrap_or_default()
             .to_string();
-        if !reconcile::own_writes_confirmed(
-            self.name(),
-            &self.common.writer,
-            &self.common.queue,
-            key,
-            &uid,
-            |k| self.cached(k),
-        ) {
+        if !self
+            .common
+            .own_writes_confirmed(key, &uid, |k| self.cached(k))
+        {
             return Ok(());
         }
         let namespace = object
