@@ -8,91 +8,18 @@ use serde::{Deserialize, Serialize};
 use crate::hook::{EndpointConfig, Hook};
 use crate::selector::{label_selector_schema, LabelSelector};
 use crate::update::ChildUpdateMethod;
-use crate::{default_api_version, API_VERSION, GROUP, VERSION};
 
-/// A CompositeController object.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct CompositeController {
-    /// Always `metacontroller.k8s.io/v1alpha1`.
-    #[serde(default = "default_api_version")]
-    pub api_version: String,
-    /// Always `CompositeController`.
-    #[serde(default = "CompositeController::default_kind")]
-    pub kind: String,
-    /// Standard object metadata.
-    #[serde(default)]
-    #[schemars(with = "serde_json::Map<String, serde_json::Value>")]
-    pub metadata: ObjectMeta,
-    /// What to control and how.
-    pub spec: CompositeControllerSpec,
-    /// Free-form status (upstream defines no fields). Serialized as `{}` when unset, as
-    /// upstream's Go type does (its empty status struct is never omitted), so hook
-    /// requests carry `controller.status` like upstream's.
-    #[serde(default, serialize_with = "crate::serialize_status")]
-    pub status: Option<serde_json::Value>,
-}
-
-impl CompositeController {
-    /// `kind` of this type.
-    pub const KIND: &'static str = "CompositeController";
-    /// Plural resource name.
-    pub const PLURAL: &'static str = "compositecontrollers";
-
-    fn default_kind() -> String {
-        Self::KIND.to_string()
-    }
-
-    /// A controller with the given name and spec (apiVersion and kind filled in).
-    pub fn new(name: &str, spec: CompositeControllerSpec) -> Self {
-        Self {
-            api_version: API_VERSION.to_string(),
-            kind: Self::KIND.to_string(),
-            metadata: ObjectMeta {
-                name: Some(name.to_string()),
-                ..ObjectMeta::default()
-            },
-            spec,
-            status: None,
-        }
-    }
-
-    /// Checks what the CRD schema cannot (see [`crate::validation`]).
-    pub fn validate(&self) -> Result<(), crate::validation::ValidationErrors> {
-        crate::validation::validate_composite_controller(self)
-    }
-
-    /// The finalizer Metacontroller puts on parents when a finalize hook is set.
-    pub fn finalizer_name(&self) -> String {
-        format!(
-            "metacontroller.io/compositecontroller-{}",
-            self.metadata.name.as_deref().unwrap_or_default()
-        )
-    }
-}
-
-impl k8s_openapi::Resource for CompositeController {
-    const API_VERSION: &'static str = API_VERSION;
-    const GROUP: &'static str = GROUP;
-    const KIND: &'static str = Self::KIND;
-    const VERSION: &'static str = VERSION;
-    const URL_PATH_SEGMENT: &'static str = Self::PLURAL;
-    type Scope = k8s_openapi::ClusterResourceScope;
-}
-
-impl k8s_openapi::ListableResource for CompositeController {
-    const LIST_KIND: &'static str = "CompositeControllerList";
-}
-
-impl k8s_openapi::Metadata for CompositeController {
-    type Ty = ObjectMeta;
-
-    fn metadata(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-
-    fn metadata_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
+crate::object::controller_object! {
+    /// A CompositeController object.
+    CompositeController {
+        spec: CompositeControllerSpec,
+        spec_doc: "What to control and how.",
+        kind: "CompositeController",
+        list_kind: "CompositeControllerList",
+        plural: "compositecontrollers",
+        finalizer_prefix: "metacontroller.io/compositecontroller-",
+        default_kind: "CompositeController::default_kind",
+        validate: crate::validation::validate_composite_controller,
     }
 }
 

@@ -12,6 +12,7 @@ pub mod crds;
 pub mod decorator;
 pub mod duration;
 pub mod hook;
+mod object;
 pub mod related;
 pub mod revision;
 pub mod selector;
