@@ -2,7 +2,7 @@
 //! controller ([`ControllerMetrics`] in [`crate::composite::Options`]):
 //!
 //! * the work queue and reconcile families of each controller's queue (see
-//!   [`metacontroller_dynamic::queue_metrics`]), the queue named
+//!   [`metacontroller_dynamic::QueueMetrics`]), the queue named
 //!   `CompositeController-<name>` / `DecoratorController-<name>` as upstream;
 //! * `metacontroller_child_writes_total{controller_name,controller_type,action}` — child
 //!   writes sent (`create`, `update`, `delete`, `apply`);

@@ -641,7 +641,7 @@ impl Informer {
 
 /// Objects per list request. kube-runtime's default (500) decodes a whole page before the
 /// first object is handed on, and a decoded object costs about seven times its JSON (see
-/// [`crate::compact`]): 500 listed objects held ~4 MiB at once, per informer listing.
+/// [`crate::CompactObject`]): 500 listed objects held ~4 MiB at once, per informer listing.
 pub const LIST_PAGE_SIZE: u32 = 100;
 
 /// One watch event and the scope it came from: a namespace, or `""` for a cluster-wide watch.

@@ -1,55 +1,56 @@
 //! `metacontroller-dynamic`: discovery cache, shared informers per resource, dynamic API
-//! access, label/annotation selectors and the per-controller work queue.
+//! access, label/annotation selectors and the per-controller work queue. Every public item is
+//! at the crate root; the modules below are private and named here as a map of the code.
 //!
-//! [`discover`] and [`informer`] talk to the API server (discovery fetch; shared list+watch
+//! [`discover`] and the [`Informers`] talk to the API server (discovery fetch; shared list+watch
 //! per resource). The other modules are self-contained building blocks:
 //!
-//! - [`discovery`]: [`ResourceMap`] from `APIResourceList` documents, lookups by resource or
+//! - `discovery`: [`ResourceMap`] from `APIResourceList` documents, lookups by resource or
 //!   kind, and the diff a refresh loop uses to start/stop informers;
-//! - [`registry`]: one reference-counted instance per resource (informers shared by all
+//! - `registry`: one reference-counted instance per resource (informers shared by all
 //!   controllers, stopped with the last lease);
-//! - [`store`]: an informer's object store indexed by namespace and controller owner uid;
-//! - [`compact`]: the compact form informers cache objects in (JSON + index metadata);
-//! - [`selector`]: label / annotation selectors with Kubernetes semantics and the string form;
-//! - [`gate`]: the sync gate leader election and shutdown close in front of every worker;
-//! - [`workqueue`]: the per-controller queue (de-duplicated, one worker per key, backoff,
+//! - `store`: an informer's object store indexed by namespace and controller owner uid;
+//! - `compact`: the compact form informers cache objects in (JSON + index metadata);
+//! - `selector`: label / annotation selectors with Kubernetes semantics and the string form;
+//! - `gate`: the sync gate leader election and shutdown close in front of every worker;
+//! - `workqueue`: the per-controller queue (de-duplicated, one worker per key, backoff,
 //!   delays, event keys before bulk keys);
-//! - [`expectations`] and [`overlay`]: stale-cache safety — wait for the informer to confirm
+//! - `expectations` and `overlay`: stale-cache safety — wait for the informer to confirm
 //!   our creates/deletes, and read our own writes until the informer delivers them;
-//! - [`schemas`]: the schemas the apply engine merges children with (CRD informer +
+//! - `schemas`: the schemas the apply engine merges children with (CRD informer +
 //!   lazily fetched OpenAPI v3 per group-version);
-//! - [`scope`]: `--watch-namespaces`: which namespaces (and cluster-scoped resources) an
+//! - `scope`: `--watch-namespaces`: which namespaces (and cluster-scoped resources) an
 //!   informer lists and watches;
-//! - [`watch_backoff`]: short, capped reconnect delays for watches;
-//! - [`supervise`]: background tasks whose unexpected end stops the process;
-//! - [`rate`]: token buckets for API requests and per-object Events;
-//! - [`object`]: metadata access for `serde_json::Value` and `kube::core::DynamicObject`, and
+//! - `watch_backoff`: short, capped reconnect delays for watches;
+//! - `supervise`: background tasks whose unexpected end stops the process;
+//! - `rate`: token buckets for API requests and per-object Events;
+//! - `object`: metadata access for `serde_json::Value` and `kube::core::DynamicObject`, and
 //!   the `namespace/name` key.
 
-pub mod compact;
-pub mod discover;
-pub mod discovery;
-pub mod expectations;
-pub mod gate;
-pub mod informer;
-pub mod object;
-pub mod overlay;
-pub mod queue_metrics;
-pub mod rate;
-pub mod registry;
-pub mod schemas;
-pub mod scope;
-pub mod selector;
-pub mod store;
-pub mod supervise;
-pub mod watch_backoff;
-pub mod workqueue;
+mod compact;
+mod discover;
+mod discovery;
+mod expectations;
+mod gate;
+mod informer;
+mod object;
+mod overlay;
+mod queue_metrics;
+mod rate;
+mod registry;
+mod schemas;
+mod scope;
+mod selector;
+mod store;
+mod supervise;
+mod watch_backoff;
+mod workqueue;
 
 pub use compact::CompactObject;
 pub use discover::{discover, Discovered};
 pub use discovery::{ApiResource, DiscoveryError, ResourceDiff, ResourceId, ResourceMap};
 pub use expectations::{Expectations, DEFAULT_EXPECTATION_TTL};
-pub use gate::{Lapse, LeaseDeadlines, SyncGate, SyncPermit};
+pub use gate::{shard_of, stable_hash, Lapse, LeaseDeadlines, SyncGate, SyncPermit};
 pub use informer::{
     Handler, HandlerId, Informer, InformerConfig, Informers, Keep, KeepKeys, Origin, LIST_PAGE_SIZE,
 };
@@ -64,4 +65,5 @@ pub use selector::{
 };
 pub use store::{Change, Store};
 pub use supervise::{Supervisor, TaskEnd};
+pub use watch_backoff::with_backoff;
 pub use workqueue::{release_worker, Backoff, Concurrency, Priority, QueueMetrics, WorkQueue};

@@ -73,7 +73,7 @@ fn is_gone(error: &watcher::Error) -> bool {
     }
 }
 
-/// `stream` (a kube watcher) with [`WatchBackoff`] between an error and the next attempt.
+/// `stream` (a kube watcher) with `WatchBackoff` between an error and the next attempt.
 pub fn with_backoff<S, T>(stream: S) -> impl Stream<Item = Result<T, watcher::Error>> + Send
 where
     S: Stream<Item = Result<T, watcher::Error>> + Send + Unpin,

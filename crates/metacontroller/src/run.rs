@@ -257,7 +257,7 @@ impl Shared {
             client.clone(),
             metacontroller_dynamic::InformerConfig {
                 flush_interval: Some(args.cache_flush_interval).filter(|d| !d.is_zero()),
-                // A sharded replica caches only its share (see `metacontroller_dynamic::informer`).
+                // A sharded replica caches only its share (see `metacontroller_dynamic::Keep`).
                 keep_keys: gate.shard_count().map(|_| {
                     let gate = gate.clone();
                     metacontroller_dynamic::KeepKeys::new(move |key| gate.retains_key(key))
@@ -384,7 +384,7 @@ where
         config = config.labels(selector);
     }
     let api: Api<T> = Api::all(shared.client.clone());
-    let stream = metacontroller_dynamic::watch_backoff::with_backoff(watcher(api, config).boxed());
+    let stream = metacontroller_dynamic::with_backoff(watcher(api, config).boxed());
     let mut stream = std::pin::pin!(stream);
     let mut retry = tokio::time::interval(retry_interval(args));
     retry.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

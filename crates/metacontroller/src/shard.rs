@@ -4,7 +4,7 @@
 //! # Design
 //!
 //! - **Keys → shards.** Every queue key (a parent's `namespace/name`) hashes to one of
-//!   `--shards` virtual shards ([`metacontroller_dynamic::gate::shard_of`], a stable hash).
+//!   `--shards` virtual shards ([`metacontroller_dynamic::shard_of`], a stable hash).
 //!   The key, not the uid, is hashed: the work queue's one-worker-per-key guarantee is on the
 //!   key, the gate decides without a cache read, and a child event maps to its parent's key
 //!   before the parent is even cached.
@@ -59,7 +59,7 @@
 //!     all, they drop and prune what they cached ahead. For one lease
 //!     duration after such a takeover the taken shards' keys are *expedited*: every work queue
 //!     serves them first, the follow-ups of their syncs included (see
-//!     [`metacontroller_dynamic::workqueue`]), so the dead replica's parents do not wait
+//!     [`metacontroller_dynamic::WorkQueue`]), so the dead replica's parents do not wait
 //!     behind the survivors' own backlog.
 //! - **One shard count.** A member Lease carries its replica's `--shards`
 //!   ([`SHARDS_ANNOTATION`]). Replicas with different counts map a parent to different shard
@@ -71,7 +71,7 @@
 //! - **Caches.** Every replica watches every parent and child (one watch per resource, as a
 //!   single replica), but stores only its share: the parents of its retained shards, their
 //!   children (by controller ownerReference) and orphans (see
-//!   [`metacontroller_dynamic::informer`] for the retention rules and the trade-off). Label
+//!   [`metacontroller_dynamic::Keep`] for the retention rules and the trade-off). Label
 //!   selectors cannot do this: the shard is a function of the parent's key, which no label
 //!   on a child carries unless the controller wrote it (and parents are owned by users).
 //!   Related objects of customize hooks and CRDs are kept in full.
@@ -88,7 +88,7 @@ use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, OwnerReference};
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::Client;
-use metacontroller_dynamic::gate::{shard_of, stable_hash};
+use metacontroller_dynamic::{shard_of, stable_hash};
 use metacontroller_dynamic::{Informers, Lapse, LeaseDeadlines, SyncGate};
 use prometheus::core::{Collector, Desc};
 use prometheus::proto::MetricFamily;

@@ -19,7 +19,7 @@ use kube::api::{Api, ListParams, PostParams};
 use kube::core::DynamicObject;
 use metacontroller_api::composite::CompositeController;
 use metacontroller_api::decorator::DecoratorController;
-use metacontroller_dynamic::gate::shard_of;
+use metacontroller_dynamic::shard_of;
 use metacontroller_testkit::{
     eventually_within, kubeconfig_server, unique_name, ControllerProcess, CrdBuilder, TcpProxy,
     TestCluster,

@@ -4,7 +4,7 @@
 //! with a stale cache or gate.
 //!
 //! The faults come from the test-only variable `METACONTROLLER_TEST_FAULT_TASK`
-//! (`panic:<task>` / `end:<task>`, see `metacontroller_dynamic::supervise`). Runs on both
+//! (`panic:<task>` / `end:<task>`, see `metacontroller_dynamic::Supervisor`). Runs on both
 //! servers.
 
 use std::time::Duration;

@@ -42,7 +42,7 @@ use axum::http::Request;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ListParams, PostParams};
 use kube::core::DynamicObject;
-use metacontroller_dynamic::gate::shard_of;
+use metacontroller_dynamic::shard_of;
 use metacontroller_testkit::{crd, dynamic_api, TestCluster};
 use serde_json::{json, Value};
 
