@@ -39,12 +39,7 @@ async fn setup(cluster: &TestCluster, prefix: &str, hook_url: &str) -> (CrdBuild
         .create_controller(
             &unique_name(prefix),
             &label,
-            json!({
-                "parentResource": {"apiVersion": parent.api_version(), "resource": parent.plural()},
-                "childResources": [{"apiVersion": "v1", "resource": "configmaps",
-                                    "updateStrategy": {"method": "InPlace"}}],
-                "hooks": {"sync": {"webhook": {"url": hook_url}}},
-            }),
+            parent.composite_spec(hook_url),
         )
         .await;
     (parent, label)

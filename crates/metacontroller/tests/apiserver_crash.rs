@@ -194,18 +194,10 @@ async fn converges_promptly_after_a_kube_apiserver_crash() {
     .await;
     let parent = cluster.install_parent_crd("crash").await;
     let label = unique_name("team");
+    let mut spec = parent.composite_spec(&hook.url("/sync"));
+    spec["generateSelector"] = json!(true);
     let _: CompositeController = cluster
-        .create_controller(
-            &unique_name("crash"),
-            &label,
-            json!({
-                "generateSelector": true,
-                "parentResource": {"apiVersion": parent.api_version(), "resource": parent.plural()},
-                "childResources": [{"apiVersion": "v1", "resource": "configmaps",
-                                "updateStrategy": {"method": "InPlace"}}],
-                "hooks": {"sync": {"webhook": {"url": hook.url("/sync")}}},
-            }),
-        )
+        .create_controller(&unique_name("crash"), &label, spec)
         .await;
     let parents: Api<DynamicObject> = parent.api(cluster.client(), Some(&ns));
     let children: Api<ConfigMap> = Api::namespaced(cluster.client(), &ns);

@@ -41,12 +41,7 @@ async fn binary_starts_controller_once_its_crd_appears_and_applies_server_side()
         .create_controller(
             &unique_name("run"),
             &label,
-            json!({
-                "parentResource": {"apiVersion": parent.api_version(), "resource": parent.plural()},
-                "childResources": [{"apiVersion": "v1", "resource": "configmaps",
-                                    "updateStrategy": {"method": "InPlace"}}],
-                "hooks": {"sync": {"webhook": {"url": hook.url("/sync")}}},
-            }),
+            parent.composite_spec(&hook.url("/sync")),
         )
         .await;
     let name = controller.metadata.name.clone().unwrap_or_default();

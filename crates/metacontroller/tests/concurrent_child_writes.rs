@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use kube::api::{Api, PostParams};
+use kube::api::PostParams;
 use kube::core::DynamicObject;
 use metacontroller_api::composite::CompositeController;
 use metacontroller_testkit::{
@@ -41,22 +41,11 @@ async fn peak_creates(extra: &[&str]) -> Option<usize> {
     })
     .await;
     let parent = cluster.install_parent_crd("conc").await;
-    let controller: CompositeController = serde_json::from_value(json!({
-        "apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "CompositeController",
-        "metadata": {"name": unique_name("conc")},
-        "spec": {
-            "parentResource": {"apiVersion": parent.api_version(), "resource": parent.plural()},
-            "childResources": [{"apiVersion": "v1", "resource": "configmaps",
-                                "updateStrategy": {"method": "InPlace"}}],
-            "generateSelector": true,
-            "hooks": {"sync": {"webhook": {"url": hook.url("/sync")}}},
-        }
-    }))
-    .unwrap();
-    Api::<CompositeController>::all(cluster.client())
-        .create(&PostParams::default(), &controller)
-        .await
-        .unwrap();
+    let mut spec = parent.composite_spec(&hook.url("/sync"));
+    spec["generateSelector"] = json!(true);
+    let _: CompositeController = cluster
+        .create_controller(&unique_name("conc"), "any", spec)
+        .await;
     control.inject(Fault::latency(
         Some("create"),
         Some("configmaps"),

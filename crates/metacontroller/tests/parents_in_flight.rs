@@ -9,7 +9,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use kube::api::{Api, PostParams};
+use kube::api::PostParams;
 use kube::core::DynamicObject;
 use metacontroller_api::composite::CompositeController;
 use metacontroller_testkit::{
@@ -61,22 +61,11 @@ async fn run(extra: &[&str]) -> Option<Seen> {
     })
     .await;
     let parent = cluster.install_parent_crd("flight").await;
-    let controller: CompositeController = serde_json::from_value(json!({
-        "apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "CompositeController",
-        "metadata": {"name": unique_name("flight")},
-        "spec": {
-            "parentResource": {"apiVersion": parent.api_version(), "resource": parent.plural()},
-            "childResources": [{"apiVersion": "v1", "resource": "configmaps",
-                                "updateStrategy": {"method": "InPlace"}}],
-            "generateSelector": true,
-            "hooks": {"sync": {"webhook": {"url": hook.url("/sync")}}},
-        }
-    }))
-    .unwrap();
-    Api::<CompositeController>::all(cluster.client())
-        .create(&PostParams::default(), &controller)
-        .await
-        .unwrap();
+    let mut spec = parent.composite_spec(&hook.url("/sync"));
+    spec["generateSelector"] = json!(true);
+    let _: CompositeController = cluster
+        .create_controller(&unique_name("flight"), "any", spec)
+        .await;
     let parents = parent.api(cluster.client(), Some(&ns));
     for i in 0..PARENTS {
         let p: DynamicObject = serde_json::from_value(json!({

@@ -29,6 +29,18 @@ pub fn crd(group: &str, version: &str, kind: &str, plural: &str) -> CrdBuilder {
 }
 
 impl CrdBuilder {
+    /// The spec of a CompositeController whose parents are of this kind, with ConfigMap
+    /// children (`InPlace`) and the sync hook at `sync_url`. Tests add what they need
+    /// (`generateSelector`, more hooks) to the returned object.
+    pub fn composite_spec(&self, sync_url: &str) -> Value {
+        json!({
+            "parentResource": {"apiVersion": self.api_version(), "resource": self.plural()},
+            "childResources": [{"apiVersion": "v1", "resource": "configmaps",
+                                "updateStrategy": {"method": "InPlace"}}],
+            "hooks": {"sync": {"webhook": {"url": sync_url}}},
+        })
+    }
+
     /// A dynamic API for objects of this kind (in `namespace`, or across all namespaces /
     /// cluster-scoped with `None`).
     pub fn api(
