@@ -151,7 +151,7 @@ async fn bearer_token_and_ca_via_endpoint_configs_follow_rotation_and_report_a_m
 
     let ca = Ca::new("hook CA");
     let expected = Arc::new(Mutex::new("Bearer token-one".to_owned()));
-    let server = TlsHookServer::start(server_tls(&ca.server_leaf(), None), {
+    let server = TlsHookServer::start(server_tls(&ca.server_leaf(&["127.0.0.1"]), None), {
         let expected = expected.clone();
         move |call| {
             if call.authorization.as_deref() != Some(expected.lock().unwrap().as_str()) {
@@ -290,15 +290,18 @@ async fn basic_auth_and_client_certificate_from_secrets() {
     );
     // The server requires a client certificate from `client_ca` (rustls refuses the
     // handshake otherwise) and the Basic credentials.
-    let server = TlsHookServer::start(server_tls(&server_ca.server_leaf(), Some(&client_ca)), {
-        let basic = basic.clone();
-        move |call| {
-            if call.authorization.as_deref() != Some(basic.as_str()) {
-                return (401, json!({"error": "unauthorized"}));
+    let server = TlsHookServer::start(
+        server_tls(&server_ca.server_leaf(&["127.0.0.1"]), Some(&client_ca)),
+        {
+            let basic = basic.clone();
+            move |call| {
+                if call.authorization.as_deref() != Some(basic.as_str()) {
+                    return (401, json!({"error": "unauthorized"}));
+                }
+                (200, sync_reply(&call.body))
             }
-            (200, sync_reply(&call.body))
-        }
-    })
+        },
+    )
     .await;
 
     let secrets: Api<Secret> = Api::namespaced(cluster.client(), &ns);
@@ -429,7 +432,7 @@ async fn https_hook_without_ca_bundle_is_verified_against_the_system_roots() {
     let ns = cluster.create_namespace("sysroots").await;
     let parent = cluster.install_parent_crd("sysroots").await;
     let ca = Ca::new("private hook CA");
-    let server = TlsHookServer::start(server_tls(&ca.server_leaf(), None), |call| {
+    let server = TlsHookServer::start(server_tls(&ca.server_leaf(&["127.0.0.1"]), None), |call| {
         (200, sync_reply(&call.body))
     })
     .await;

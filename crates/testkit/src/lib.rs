@@ -22,6 +22,7 @@ mod crd;
 pub mod example;
 mod hook;
 mod otlp;
+pub mod pki;
 mod poll;
 mod process;
 mod proxy;

@@ -1,5 +1,5 @@
-//! Real hook servers on 127.0.0.1 (plain HTTP and HTTPS with rustls) and a throwaway PKI
-//! generated with rcgen, shared by the integration tests.
+//! Real hook servers on 127.0.0.1 (plain HTTP and HTTPS with rustls, certificates from the
+//! test kit's throwaway PKI), shared by the integration tests.
 #![allow(dead_code)]
 
 use std::net::SocketAddr;
@@ -14,14 +14,7 @@ use axum::Router;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::service::TowerToHyperService;
 use metacontroller_api::hook::{Hook, HookVersion, Webhook};
-use rcgen::{
-    BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa,
-    KeyPair, KeyUsagePurpose,
-};
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-use rustls::server::WebPkiClientVerifier;
-use rustls::{RootCertStore, ServerConfig};
+use rustls::ServerConfig;
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 
@@ -183,94 +176,6 @@ pub fn webhook_mut(hook: &mut Hook) -> &mut Webhook {
     hook.webhook.as_mut().unwrap()
 }
 
-/// A certificate authority for tests.
-pub struct Ca {
-    issuer: CertifiedIssuer<'static, KeyPair>,
-}
-
-/// A leaf certificate and its key, PEM.
-pub struct Leaf {
-    pub cert_pem: String,
-    pub key_pem: String,
-}
-
-impl Ca {
-    pub fn new(name: &str) -> Self {
-        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
-        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params.distinguished_name.push(DnType::CommonName, name);
-        params.key_usages = vec![
-            KeyUsagePurpose::KeyCertSign,
-            KeyUsagePurpose::CrlSign,
-            KeyUsagePurpose::DigitalSignature,
-        ];
-        let issuer = CertifiedIssuer::self_signed(params, KeyPair::generate().unwrap()).unwrap();
-        Self { issuer }
-    }
-
-    pub fn pem(&self) -> String {
-        self.issuer.pem()
-    }
-
-    fn leaf(&self, names: &[&str], usage: ExtendedKeyUsagePurpose) -> Leaf {
-        let names: Vec<String> = names.iter().map(|s| s.to_string()).collect();
-        let mut params = CertificateParams::new(names).unwrap();
-        params
-            .distinguished_name
-            .push(DnType::CommonName, "test leaf");
-        params.extended_key_usages = vec![usage];
-        let key = KeyPair::generate().unwrap();
-        let cert = params.signed_by(&key, &self.issuer).unwrap();
-        Leaf {
-            cert_pem: cert.pem(),
-            key_pem: key.serialize_pem(),
-        }
-    }
-
-    pub fn server_leaf(&self, names: &[&str]) -> Leaf {
-        self.leaf(names, ExtendedKeyUsagePurpose::ServerAuth)
-    }
-
-    pub fn client_leaf(&self, name: &str) -> Leaf {
-        self.leaf(&[name], ExtendedKeyUsagePurpose::ClientAuth)
-    }
-}
-
-fn provider() -> Arc<rustls::crypto::CryptoProvider> {
-    Arc::new(rustls::crypto::ring::default_provider())
-}
-
-/// Server TLS config offering only HTTP/1.1 via ALPN.
-pub fn server_tls_http1(leaf: &Leaf) -> Arc<ServerConfig> {
-    let mut config = (*server_tls(leaf, None)).clone();
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    Arc::new(config)
-}
-
-/// Server TLS config; with `client_ca`, client certificates from that CA are required.
-pub fn server_tls(leaf: &Leaf, client_ca: Option<&Ca>) -> Arc<ServerConfig> {
-    let certs: Vec<CertificateDer<'static>> =
-        CertificateDer::pem_slice_iter(leaf.cert_pem.as_bytes())
-            .collect::<Result<_, _>>()
-            .unwrap();
-    let key = PrivateKeyDer::from_pem_slice(leaf.key_pem.as_bytes()).unwrap();
-    let builder = ServerConfig::builder_with_provider(provider())
-        .with_safe_default_protocol_versions()
-        .unwrap();
-    let builder = match client_ca {
-        None => builder.with_no_client_auth(),
-        Some(ca) => {
-            let mut roots = RootCertStore::empty();
-            for cert in CertificateDer::pem_slice_iter(ca.pem().as_bytes()) {
-                roots.add(cert.unwrap()).unwrap();
-            }
-            let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider())
-                .build()
-                .unwrap();
-            builder.with_client_cert_verifier(verifier)
-        }
-    };
-    let mut config = builder.with_single_cert(certs, key).unwrap();
-    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-    Arc::new(config)
-}
+// Not every test binary that includes this module uses them.
+#[allow(unused_imports)]
+pub use metacontroller_testkit::pki::{server_tls, server_tls_http1, Ca};

@@ -1,4 +1,4 @@
-//! HTTPS hook servers for binary-level tests: a throwaway PKI made with rcgen and a rustls
+//! HTTPS hook servers for binary-level tests: the test kit's throwaway PKI and a rustls
 //! server on 127.0.0.1 that records the `Authorization` header of each call and answers
 //! with a handler (which may refuse the call, e.g. on wrong credentials).
 #![allow(dead_code)]
@@ -11,101 +11,14 @@ use axum::extract::Request;
 use axum::response::Response;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::service::TowerToHyperService;
-use rcgen::{
-    BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa,
-    KeyPair, KeyUsagePurpose,
-};
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-use rustls::server::WebPkiClientVerifier;
-use rustls::{RootCertStore, ServerConfig};
+use rustls::ServerConfig;
 use serde_json::Value;
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 
-/// A certificate authority.
-pub struct Ca {
-    issuer: CertifiedIssuer<'static, KeyPair>,
-}
-
-/// A certificate and its private key, PEM.
-pub struct Leaf {
-    pub cert_pem: String,
-    pub key_pem: String,
-}
-
-impl Ca {
-    pub fn new(name: &str) -> Self {
-        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
-        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params.distinguished_name.push(DnType::CommonName, name);
-        params.key_usages = vec![
-            KeyUsagePurpose::KeyCertSign,
-            KeyUsagePurpose::CrlSign,
-            KeyUsagePurpose::DigitalSignature,
-        ];
-        let issuer = CertifiedIssuer::self_signed(params, KeyPair::generate().unwrap()).unwrap();
-        Self { issuer }
-    }
-
-    pub fn pem(&self) -> String {
-        self.issuer.pem()
-    }
-
-    fn leaf(&self, names: &[&str], usage: ExtendedKeyUsagePurpose) -> Leaf {
-        let names: Vec<String> = names.iter().map(|s| s.to_string()).collect();
-        let mut params = CertificateParams::new(names).unwrap();
-        params.distinguished_name.push(DnType::CommonName, "leaf");
-        params.extended_key_usages = vec![usage];
-        let key = KeyPair::generate().unwrap();
-        let cert = params.signed_by(&key, &self.issuer).unwrap();
-        Leaf {
-            cert_pem: cert.pem(),
-            key_pem: key.serialize_pem(),
-        }
-    }
-
-    /// A server certificate for `127.0.0.1` (an IP SAN).
-    pub fn server_leaf(&self) -> Leaf {
-        self.leaf(&["127.0.0.1"], ExtendedKeyUsagePurpose::ServerAuth)
-    }
-
-    pub fn client_leaf(&self, name: &str) -> Leaf {
-        self.leaf(&[name], ExtendedKeyUsagePurpose::ClientAuth)
-    }
-}
-
-fn provider() -> Arc<rustls::crypto::CryptoProvider> {
-    Arc::new(rustls::crypto::ring::default_provider())
-}
-
-/// Server TLS config; with `client_ca`, a client certificate from that CA is required.
-pub fn server_tls(leaf: &Leaf, client_ca: Option<&Ca>) -> Arc<ServerConfig> {
-    let certs: Vec<CertificateDer<'static>> =
-        CertificateDer::pem_slice_iter(leaf.cert_pem.as_bytes())
-            .collect::<Result<_, _>>()
-            .unwrap();
-    let key = PrivateKeyDer::from_pem_slice(leaf.key_pem.as_bytes()).unwrap();
-    let builder = ServerConfig::builder_with_provider(provider())
-        .with_safe_default_protocol_versions()
-        .unwrap();
-    let builder = match client_ca {
-        None => builder.with_no_client_auth(),
-        Some(ca) => {
-            let mut roots = RootCertStore::empty();
-            for cert in CertificateDer::pem_slice_iter(ca.pem().as_bytes()) {
-                roots.add(cert.unwrap()).unwrap();
-            }
-            let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider())
-                .build()
-                .unwrap();
-            builder.with_client_cert_verifier(verifier)
-        }
-    };
-    let mut config = builder.with_single_cert(certs, key).unwrap();
-    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-    Arc::new(config)
-}
+// Not every test binary that includes this module uses them.
+#[allow(unused_imports)]
+pub use metacontroller_testkit::pki::{server_tls, Ca};
 
 /// One call as the server saw it.
 #[derive(Debug, Clone)]
