@@ -2,10 +2,8 @@
 //! hook selecting Namespaces by label and the source ConfigMap by name (v2 hooks), and the
 //! copies following labels and the source. Skipped without kubectl or python3.
 
-use std::process::Command;
-
 use metacontroller_testkit::example::{
-    all_installed, example_file, free_port, start_hook, ExampleCluster,
+    all_installed, example_file, start_python_hook, ExampleCluster,
 };
 use metacontroller_testkit::unique_name;
 
@@ -18,11 +16,7 @@ fn configmap_propagation_follows_namespace_labels_and_the_source() {
         return;
     }
     let cluster = ExampleCluster::start(env!("CARGO_BIN_EXE_metacontroller"));
-    let port = free_port();
-    let mut hook = Command::new("python3");
-    hook.arg(example_file(EXAMPLE, "hooks.py"))
-        .args(["--port", &port.to_string()]);
-    let _hook = start_hook(hook, port);
+    let (_hook, port) = start_python_hook(EXAMPLE, "hooks.py");
 
     let source = cluster.namespace("cmp-source");
     source.ok(&[

@@ -3,10 +3,8 @@
 //! `METACONTROLLER_E2E_KUBECONFIG`), the example's Python hook server, and kubectl.
 //! Skipped when kubectl or python3 is not installed.
 
-use std::process::Command;
-
 use metacontroller_testkit::example::{
-    all_installed, example_file, free_port, start_hook, ExampleCluster,
+    all_installed, example_file, start_python_hook, ExampleCluster,
 };
 
 const EXAMPLE: &str = "hello-world";
@@ -17,11 +15,7 @@ fn hello_world_example_runs_as_documented() {
         return;
     }
     let cluster = ExampleCluster::start(env!("CARGO_BIN_EXE_metacontroller"));
-    let port = free_port();
-    let mut hook = Command::new("python3");
-    hook.arg(example_file(EXAMPLE, "sync.py"))
-        .args(["--port", &port.to_string()]);
-    let _hook = start_hook(hook, port);
+    let (_hook, port) = start_python_hook(EXAMPLE, "sync.py");
 
     let k = cluster.namespace("hello");
     k.install_crd(

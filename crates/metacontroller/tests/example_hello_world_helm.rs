@@ -8,7 +8,7 @@
 use std::process::{Command, Stdio};
 
 use metacontroller_testkit::example::{
-    all_installed, example_file, free_port, start_hook, ExampleCluster,
+    all_installed, example_file, start_python_hook, ExampleCluster,
 };
 use serde_json::Value;
 
@@ -125,11 +125,7 @@ fn hello_world_chart_lints_renders_and_runs_in_dev_mode() {
 
     // Dev mode: the same chart with hook.url pointing at a hook run locally.
     let cluster = ExampleCluster::start(env!("CARGO_BIN_EXE_metacontroller"));
-    let port = free_port();
-    let mut hook = Command::new("python3");
-    hook.arg(example_file(EXAMPLE, "chart/files/sync.py"))
-        .args(["--port", &port.to_string()]);
-    let _hook = start_hook(hook, port);
+    let (_hook, port) = start_python_hook(EXAMPLE, "chart/files/sync.py");
 
     let k = cluster.namespace("hello-helm");
     k.install_crd(

@@ -3,11 +3,10 @@
 //! Failed. In dev mode the pods finish through the simulated kubelet's phase annotation.
 //! Skipped without kubectl or python3.
 
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use metacontroller_testkit::example::{
-    all_installed, example_file, free_port, start_hook, ExampleCluster, Kubectl, STEP_TIMEOUT,
+    all_installed, example_file, start_python_hook, ExampleCluster, Kubectl, STEP_TIMEOUT,
 };
 
 const EXAMPLE: &str = "indexed-job";
@@ -36,11 +35,7 @@ fn indexed_job_runs_each_index_once_within_parallelism_and_completes() {
         return;
     }
     let cluster = ExampleCluster::start(env!("CARGO_BIN_EXE_metacontroller"));
-    let port = free_port();
-    let mut hook = Command::new("python3");
-    hook.arg(example_file(EXAMPLE, "sync.py"))
-        .args(["--port", &port.to_string()]);
-    let _hook = start_hook(hook, port);
+    let (_hook, port) = start_python_hook(EXAMPLE, "sync.py");
 
     let k = cluster.namespace("ijob");
     k.install_crd(

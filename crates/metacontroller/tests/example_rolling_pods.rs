@@ -5,11 +5,10 @@
 //! Skipped without kubectl or python3.
 
 use std::collections::BTreeSet;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use metacontroller_testkit::example::{
-    all_installed, example_file, free_port, start_hook, ExampleCluster, Kubectl, STEP_TIMEOUT,
+    all_installed, example_file, start_python_hook, ExampleCluster, Kubectl, STEP_TIMEOUT,
 };
 
 const EXAMPLE: &str = "rolling-pods";
@@ -60,11 +59,7 @@ fn rolling_pods_replace_one_pod_at_a_time_on_a_template_change() {
         return;
     }
     let cluster = ExampleCluster::start(env!("CARGO_BIN_EXE_metacontroller"));
-    let port = free_port();
-    let mut hook = Command::new("python3");
-    hook.arg(example_file(EXAMPLE, "sync.py"))
-        .args(["--port", &port.to_string()]);
-    let _hook = start_hook(hook, port);
+    let (_hook, port) = start_python_hook(EXAMPLE, "sync.py");
 
     let k = cluster.namespace("rolling");
     k.install_crd(

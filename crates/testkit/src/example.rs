@@ -95,6 +95,16 @@ pub fn start_hook(command: Command, port: u16) -> ControllerProcess {
     }
 }
 
+/// Starts an example's Python hook, `python3 examples/<example>/<script> --port P`, on a free
+/// port P; returns the process (stopped when dropped) and P once it listens.
+pub fn start_python_hook(example: &str, script: &str) -> (ControllerProcess, u16) {
+    let port = free_port();
+    let mut hook = Command::new("python3");
+    hook.arg(example_file(example, script))
+        .args(["--port", &port.to_string()]);
+    (start_hook(hook, port), port)
+}
+
 /// The cluster an example runs in and the controller serving it: `metacontroller dev` with
 /// its kubeconfig in a temporary directory, or `metacontroller run` against
 /// `METACONTROLLER_E2E_KUBECONFIG`.
