@@ -9,7 +9,7 @@ use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::core::DynamicObject;
 use metacontroller_api::composite::CompositeController;
 use metacontroller_testkit::{
-    crd, eventually_within, unique_name, ControllerProcess, HookReply, HookServer, TestCluster,
+    crd, eventually_within, unique_name, ControllerProcess, HookServer, TestCluster,
 };
 use serde_json::json;
 
@@ -18,18 +18,7 @@ async fn binary_starts_controller_once_its_crd_appears_and_applies_server_side()
     let cluster = TestCluster::start().await;
     cluster.install_metacontroller_crds().await;
     let ns = cluster.create_namespace("run").await;
-    let hook = HookServer::start(|_, req| {
-        let name = req["parent"]["metadata"]["name"]
-            .as_str()
-            .unwrap_or_default();
-        HookReply::json(json!({
-            "children": [{"apiVersion": "v1", "kind": "ConfigMap",
-                          "metadata": {"name": format!("{name}-cm"), "labels": {"app": "run"}},
-                          "data": {"k": "v"}}],
-            "status": {"ok": true},
-        }))
-    })
-    .await;
+    let hook = HookServer::one_configmap_child("run").await;
     let parent = crd(
         &format!("{}.example.com", unique_name("run")),
         "v1",

@@ -23,8 +23,7 @@ use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::core::DynamicObject;
 use metacontroller_api::composite::CompositeController;
 use metacontroller_testkit::{
-    crd, dynamic_api, eventually, unique_name, ControllerProcess, HookReply, HookServer,
-    TestCluster,
+    crd, dynamic_api, eventually, unique_name, ControllerProcess, HookServer, TestCluster,
 };
 use serde_json::{json, Value};
 
@@ -57,18 +56,7 @@ async fn namespaced_install_syncs_only_its_namespaces() {
     )
     .cluster_scoped();
     cluster.install_crd(&things.build()).await;
-    let hook = HookServer::start(|_, req| {
-        let name = req["parent"]["metadata"]["name"]
-            .as_str()
-            .unwrap_or_default();
-        HookReply::json(json!({
-            "children": [{"apiVersion": "v1", "kind": "ConfigMap",
-                          "metadata": {"name": format!("{name}-cm"), "labels": {"app": "nsinstall"}},
-                          "data": {"k": "v"}}],
-            "status": {"ok": true},
-        }))
-    })
-    .await;
+    let hook = HookServer::one_configmap_child("nsinstall").await;
     let label = unique_name("team");
     let sync = json!({"sync": {"webhook": {"url": hook.url("/sync")}}});
     let parent_ref = json!({"apiVersion": parent.api_version(), "resource": parent.plural()});

@@ -15,7 +15,7 @@ use kube::api::{Api, PostParams};
 use kube::core::DynamicObject;
 use metacontroller_api::composite::CompositeController;
 use metacontroller_testkit::{
-    crd, eventually, unique_name, ControllerProcess, CrdBuilder, HookCall, HookReply, HookServer,
+    crd, eventually, unique_name, ControllerProcess, CrdBuilder, HookCall, HookServer,
     OtlpReceiver, ReceivedSpan, TestCluster,
 };
 use serde_json::json;
@@ -34,18 +34,7 @@ async fn setup(prefix: &str) -> Setup {
     let cluster = TestCluster::start().await;
     cluster.install_metacontroller_crds().await;
     let ns = cluster.create_namespace(prefix).await;
-    let hook = HookServer::start(|_, req| {
-        let name = req["parent"]["metadata"]["name"]
-            .as_str()
-            .unwrap_or_default();
-        HookReply::json(json!({
-            "children": [{"apiVersion": "v1", "kind": "ConfigMap",
-                          "metadata": {"name": format!("{name}-cm"), "labels": {"app": "traced"}},
-                          "data": {"k": "v"}}],
-            "status": {"ok": true},
-        }))
-    })
-    .await;
+    let hook = HookServer::one_configmap_child("traced").await;
     let parent = crd(
         &format!("{}.example.com", unique_name(prefix)),
         "v1",

@@ -97,6 +97,24 @@ impl HookServer {
         HookServer { addr, state, task }
     }
 
+    /// A hook server answering every sync with one ConfigMap child `<parent name>-cm`
+    /// (labelled `app: <app>`, data `k: v`) and the status `{"ok": true}`.
+    pub async fn one_configmap_child(app: &str) -> Self {
+        let app = app.to_string();
+        HookServer::start(move |_, req| {
+            let name = req["parent"]["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default();
+            HookReply::json(serde_json::json!({
+                "children": [{"apiVersion": "v1", "kind": "ConfigMap",
+                              "metadata": {"name": format!("{name}-cm"), "labels": {"app": app}},
+                              "data": {"k": "v"}}],
+                "status": {"ok": true},
+            }))
+        })
+        .await
+    }
+
     /// `http://127.0.0.1:<port><path>`.
     pub fn url(&self, path: &str) -> String {
         format!("http://{}{}", self.addr, path)
