@@ -276,42 +276,16 @@ impl Setup {
     }
 }
 
-/// The identity a replica logged when it joined.
 fn identity(p: &ControllerProcess) -> String {
-    p.logs()
-        .lines()
-        .find(|l| l.contains("joined as a member"))
-        .and_then(|l| l.split("identity=").nth(1))
-        .and_then(|s| s.split_whitespace().next())
-        .map(|s| s.trim_matches('"').to_string())
-        .unwrap_or_else(|| panic!("no identity logged:\n{}", p.logs()))
+    p.member_identity()
 }
 
 async fn wait_joined(p: &ControllerProcess) {
-    eventually_within("the replica joins", Duration::from_secs(30), || async {
-        p.logs().contains("joined as a member")
-    })
-    .await;
+    p.wait_joined().await;
 }
 
 async fn scrape(p: &ControllerProcess) -> String {
-    let address = p
-        .logs()
-        .lines()
-        .find(|l| l.contains("serving metrics"))
-        .and_then(|l| l.split("address=").nth(1))
-        .and_then(|a| a.split_whitespace().next())
-        .map(str::to_owned)
-        .expect("metrics address logged");
-    reqwest::Client::new()
-        .get(format!("http://{address}/metrics"))
-        .timeout(Duration::from_secs(10))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap()
+    p.scrape_metrics().await
 }
 
 /// What one replica reports: its owned parents, the entries of each per-parent structure,

@@ -49,7 +49,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ListParams, PostParams};
 use kube::core::DynamicObject;
 use metacontroller_testkit::{
-    crd, dynamic_api, unique_name, CrdBuilder, HookReply, HookServer, TestCluster,
+    crd, dynamic_api, metrics, unique_name, CrdBuilder, HookReply, HookServer, TestCluster,
 };
 use serde_json::{json, Value};
 
@@ -164,25 +164,11 @@ fn child(parent: &str, i: usize, value: &Value) -> Value {
 
 /// Peak resident set size of a process, from /proc (Linux), in MiB.
 fn peak_rss_mib(pid: u32) -> Option<f64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
-    let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kib / 1024.0)
+    metrics::rss_kib(pid, true).map(|kib| kib as f64 / 1024.0)
 }
 
 fn rss_text(rss: Option<f64>) -> String {
     rss.map_or("unknown".into(), |m| format!("{m:.1} MiB"))
-}
-
-/// CPU seconds (user + system) a process has used so far, from /proc (Linux).
-fn cpu_seconds(pid: u32) -> Option<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // Fields after the command name (which may hold spaces) start at field 3; utime and
-    // stime are fields 14 and 15, in clock ticks (100 per second on Linux).
-    let rest = stat.rsplit_once(')')?.1;
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let ticks: f64 = fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
-    Some(ticks / 100.0)
 }
 
 /// The pid of the kube-apiserver listening on `port` on this machine, if there is one.
@@ -268,9 +254,13 @@ impl Requests {
 /// `rest_client_requests_total` of the controller serving metrics on `port`, keyed by verb
 /// (create/update/patch/delete/get) and `code <status>`.
 async fn scrape_requests(port: u16) -> Counts {
-    let text = http_get(port, "/metrics")
-        .await
-        .unwrap_or_else(|e| panic!("scraping 127.0.0.1:{port}/metrics: {e}"));
+    let text = metrics::http_get(
+        &format!("127.0.0.1:{port}"),
+        "/metrics",
+        Duration::from_secs(10),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("scraping 127.0.0.1:{port}/metrics: {e}"));
     let mut counts = Counts::new();
     for line in text.lines() {
         let Some(labels) = line.strip_prefix("rest_client_requests_total{") else {
@@ -297,24 +287,6 @@ async fn scrape_requests(port: u16) -> Counts {
             .or_default() += n;
     }
     counts
-}
-
-/// The body of a plain HTTP/1.0 GET of `path` on 127.0.0.1:`port`.
-async fn http_get(port: u16, path: &str) -> std::io::Result<String> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
-    let request = format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n");
-    stream.write_all(request.as_bytes()).await?;
-    let mut response = String::new();
-    tokio::time::timeout(
-        Duration::from_secs(10),
-        stream.read_to_string(&mut response),
-    )
-    .await
-    .map_err(|_| std::io::Error::other("no answer within 10 s"))??;
-    Ok(response
-        .split_once("\r\n\r\n")
-        .map_or(response.clone(), |(_, body)| body.to_string()))
 }
 
 /// The port of the API server a kubeconfig names (`https://host:port`).
@@ -790,7 +762,7 @@ async fn main() {
 
     // Phase 1: cold start.
     let base = requests.baseline().await;
-    let api_cpu_start = apiserver.and_then(cpu_seconds);
+    let api_cpu_start = apiserver.and_then(metrics::cpu_seconds);
     let mut ours = Counts::new();
     let started = Instant::now();
     let log = dir.join("composite_load-1.log");
@@ -805,8 +777,8 @@ async fn main() {
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     let converge = started.elapsed();
-    let api_cpu = apiserver.and_then(cpu_seconds).zip(api_cpu_start);
-    let controller_cpu = cpu_seconds(controller.pid());
+    let api_cpu = apiserver.and_then(metrics::cpu_seconds).zip(api_cpu_start);
+    let controller_cpu = metrics::cpu_seconds(controller.pid());
     let converge_counts = without(without(requests.counts().await, &base), &ours);
     // The quiet period: a converged controller writes nothing.
     let quiet_base = requests.counts().await;

@@ -21,6 +21,7 @@ mod cluster;
 mod crd;
 pub mod example;
 mod hook;
+pub mod metrics;
 mod otlp;
 pub mod pki;
 mod poll;

@@ -8,8 +8,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use metacontroller_testkit::TcpProxy;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use metacontroller_testkit::{metrics, TcpProxy};
 
 /// One running replica.
 pub struct Replica {
@@ -159,7 +158,7 @@ impl Replicas {
                 continue;
             };
             track.alive = true;
-            if let Some(kb) = rss_kib(r.child.id()) {
+            if let Some(kb) = metrics::rss_kib(r.child.id(), false) {
                 track.first.get_or_insert(kb);
                 track.last = Some(kb);
                 track.last_at = now;
@@ -177,17 +176,6 @@ impl Drop for Replicas {
     }
 }
 
-fn rss_kib(pid: u32) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status
-        .lines()
-        .find(|l| l.starts_with("VmRSS:"))?
-        .split_whitespace()
-        .nth(1)?
-        .parse()
-        .ok()
-}
-
 /// A loopback port free right now (bound and released; the replica binds it a moment later).
 fn free_port() -> Result<SocketAddr, String> {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
@@ -197,18 +185,9 @@ fn free_port() -> Result<SocketAddr, String> {
 /// `rest_client_requests_total` from `/metrics` at `addr`, summed by code; `None` when the
 /// replica does not answer within 2 s (stopped, starting, frozen).
 async fn scrape_requests(addr: SocketAddr) -> Option<Codes> {
-    let fetch = async {
-        let mut s = tokio::net::TcpStream::connect(addr).await.ok()?;
-        s.write_all(b"GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
-            .await
-            .ok()?;
-        let mut body = String::new();
-        s.read_to_string(&mut body).await.ok()?;
-        Some(body)
-    };
-    let body = tokio::time::timeout(Duration::from_secs(2), fetch)
+    let body = metrics::http_get(&addr.to_string(), "/metrics", Duration::from_secs(2))
         .await
-        .ok()??;
+        .ok()?;
     Some(parse_requests(&body))
 }
 
