@@ -12,7 +12,7 @@
 #   --workers N              the controller's --workers (default 5, as upstream); pass
 #                            --controller-arg --parents-in-flight=N for the parents in a sync
 #   --realistic-latency      the embedded API server answers writes like kube-apiserver + etcd
-#                            (about 4 ms per write alone, about 800 writes/s in total)
+#                            (about 5 ms per write alone, about 465 writes/s in total)
 #   --status observed|desired  the hook's status counts observed children (default) or
 #                            reports the desired count from the first sync
 #   --hook-delay-ms N        hook answer delay (default 1)

@@ -212,11 +212,9 @@ pub struct Writer {
 
 /// Default for the child writes of one sync in flight at once
 /// (`--max-concurrent-child-writes`). A real API server (+ etcd) answers one write in a few
-/// milliseconds but takes hundreds per second in total, so a worker sending its writes one
-/// after another is latency-bound: about 3 writes in flight already keep a server of
-/// ~800 writes/s at ~4 ms busy, so 8 per sync times the default 5 workers leaves room for
-/// syncs that have fewer writes, while bounding what one parent with many children sends at
-/// once (40 requests in flight at most with 5 workers) and how many writes are already on
+/// milliseconds but takes hundreds per second in total, so a sync sending its writes one
+/// after another is latency-bound. 8 at once bounds what one parent with many children sends
+/// (with `--parents-in-flight` syncs writing at a time) and how many writes are already on
 /// their way when a 409 Conflict stops a sync.
 pub const DEFAULT_CHILD_WRITE_CONCURRENCY: usize = 8;
 

@@ -28,8 +28,8 @@
 //!
 //! With `Config::write_latency` (off by default; benchmarks only) writes take a
 //! realistic service time and commit through a bounded number of slots, so a load
-//! harness sees a real server's shape (about 4 ms per write for one client, about
-//! 800 writes/s in total with [`WriteLatency::realistic`]).
+//! harness sees a real server's shape (about 5 ms per write for one client, about
+//! 465 writes/s in total with [`WriteLatency::realistic`]).
 //!
 //! Not emulated: protobuf request
 //! bodies other than those of `kubectl create namespace|configmap|secret|

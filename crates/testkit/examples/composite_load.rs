@@ -1,8 +1,8 @@
 //! Whole-system load figures for the CompositeController (run through `hack/load-composite.sh`).
 //!
 //! The real `metacontroller` binary runs as its own process against the embedded API server
-//! started here (optionally with realistic write latency: about 4 ms per write for one
-//! client, about 800 writes/s in total), with a local hook server that answers after 1 ms.
+//! started here (optionally with realistic write latency: about 5 ms per write for one
+//! client, about 465 writes/s in total), with a local hook server that answers after 1 ms.
 //! Phases:
 //!
 //! 1. cold start: N parents (default 1,000) exist before the controller starts; each wants C
