@@ -35,8 +35,8 @@ macro_rules! controller_object {
             pub metadata: ObjectMeta,
             #[doc = $spec_doc]
             pub spec: $spec,
-            /// Free-form status (upstream defines no fields). Serialized as `{}` when unset,
-            /// as upstream's Go type does (its empty status struct is never omitted), so hook
+            /// Free-form status (upstream defines no fields). Serialized as `{}` when unset, as
+            /// upstream's Go type does (its empty status struct is never omitted), so hook
             /// requests carry `controller.status` like upstream's.
             #[serde(default, serialize_with = "crate::serialize_status")]
             pub status: Option<serde_json::Value>,
