@@ -71,15 +71,8 @@ pub(crate) fn cached<'a>(
     watched: impl IntoIterator<Item = (&'a ApiResource, &'a Informer)>,
     key: &ObjectKey,
 ) -> Option<bool> {
-    // Keys are `<apiVersion>/<plural>` (see `writer::object_key`).
-    let (api_version, plural) = key.resource.rsplit_once('/')?;
-    let (_, informer) = watched
-        .into_iter()
-        .find(|(res, _)| res.api_version == api_version && res.name == plural)?;
-    Some(informer.contains(&NamespacedName::new(
-        key.namespace.clone(),
-        key.name.clone(),
-    )))
+    let (informer, name) = crate::reconcile::watching_informer(watched, key)?;
+    Some(informer.contains(&name))
 }
 
 /// After the last sync of a deleted parent: drops the expectations and taken names of

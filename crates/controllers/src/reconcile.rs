@@ -514,6 +514,23 @@ impl ConfirmWaits {
     }
 }
 
+/// The informer among `watched` of the resource the written object `key` names, and the
+/// object's `namespace/name`; `None` when that resource is not watched.
+pub(crate) fn watching_informer<'a>(
+    watched: impl IntoIterator<Item = (&'a ApiResource, &'a Informer)>,
+    key: &ObjectKey,
+) -> Option<(&'a Informer, NamespacedName)> {
+    // Keys are `<apiVersion>/<plural>` (see `writer::object_key`).
+    let (api_version, plural) = key.resource.rsplit_once('/')?;
+    let (_, informer) = watched
+        .into_iter()
+        .find(|(res, _)| res.api_version == api_version && res.name == plural)?;
+    Some((
+        informer,
+        NamespacedName::new(key.namespace.clone(), key.name.clone()),
+    ))
+}
+
 /// For expectations: whether the informer of `key`'s resource (among `watched`) holds it.
 /// An accepted delete (deletionTimestamp set) counts as done, so a finalizer or grace period
 /// on a written object does not hold up its owner's syncs. `None` when `key`'s resource is
@@ -522,12 +539,7 @@ pub(crate) fn presence<'a>(
     watched: impl IntoIterator<Item = (&'a ApiResource, &'a Informer)>,
     key: &ObjectKey,
 ) -> Option<bool> {
-    // Keys are `<apiVersion>/<plural>` (see `writer::object_key`).
-    let (api_version, plural) = key.resource.rsplit_once('/')?;
-    let (_, informer) = watched
-        .into_iter()
-        .find(|(res, _)| res.api_version == api_version && res.name == plural)?;
-    let name = NamespacedName::new(key.namespace.clone(), key.name.clone());
+    let (informer, name) = watching_informer(watched, key)?;
     Some(
         informer
             .get(&name)
