@@ -16,8 +16,7 @@
 ARG RUST_VERSION=1.95
 ARG TARGET=x86_64-unknown-linux-musl
 # "build" compiles in the builder stage; "prebuilt" copies target/<TARGET>/dist/metacontroller
-# (profile `dist`: whole-program optimisation for size, see Cargo.toml; linked by
-# hack/link-musl.sh, set in .cargo/config.toml, which needs rustc, nm and cc on the PATH).
+# (profile `dist`: whole-program optimisation for size, see Cargo.toml).
 ARG BINARY_SOURCE=build
 
 FROM docker.io/library/rust:${RUST_VERSION}-bookworm AS build

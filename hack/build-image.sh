@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
 # Builds the container image offline and proves it runs:
 #   1. a static binary (x86_64-unknown-linux-musl, profile `dist`: fat LTO, opt-level s) with cargo,
-#      linked by hack/link-musl.sh (lld, hot functions together) and checked that the order held
-#      and that it is not position-independent,
+#      checked to be a static position-independent executable (no interpreter, ASLR for its code),
 #   2. the image from ./Dockerfile with buildah (BINARY_SOURCE=prebuilt: no base image to
 #      pull, the builder stage is skipped), saved as an OCI layout,
 #   3. the image unpacked with umoci and the binary started from its root filesystem with
@@ -37,34 +36,12 @@ if readelf -l "$BINARY" | grep -q 'Requesting program interpreter'; then
     echo "$BINARY is dynamically linked" >&2
     exit 1
 fi
-# A plain executable, not a static PIE (.cargo/config.toml: relocation-model=static): a PIE
-# relocates its pointer tables at start and every process then holds them as private memory.
-if ! readelf -h "$BINARY" | grep -q 'Type:[[:space:]]*EXEC'; then
-    echo "$BINARY is position-independent (RUSTFLAGS replaces .cargo/config.toml's rustflags?)" >&2
+# A static PIE (Rust's default for the musl target): the kernel loads it at a random address.
+if ! readelf -h "$BINARY" | grep -q 'Type:[[:space:]]*DYN'; then
+    echo "$BINARY is not position-independent (does RUSTFLAGS set a relocation model?)" >&2
     exit 1
 fi
 ls -l "$BINARY"
-
-echo "== function order (hack/link-musl.sh, hack/text-order.txt)"
-python3 - "$BINARY" hack/text-order.txt <<'PY'
-import subprocess, sys
-binary, order = sys.argv[1:]
-listed = [l.strip() for l in open(order) if l.strip() and not l.startswith("#")]
-address = {}
-nm = subprocess.run(["nm", "--defined-only", binary], capture_output=True, text=True, check=True)
-for line in nm.stdout.splitlines():
-    parts = line.split()
-    if len(parts) == 3 and parts[1] in "tTwW":
-        address.setdefault(parts[2], int(parts[0], 16))
-placed = [address[n] for n in listed if n in address]
-in_order = sum(1 for a, b in zip(placed, placed[1:]) if a < b)
-print(f"{len(placed)} of {len(listed)} listed functions defined by exact name; "
-      f"{in_order} of {max(len(placed) - 1, 0)} neighbours in list order")
-# lld places the listed functions first, in list order; if it did not, the linker was not used.
-assert placed and in_order >= 0.9 * (len(placed) - 1), "the function order was not applied"
-if len(placed) < 0.5 * len(listed):
-    print("warning: hack/text-order.txt is stale; regenerate it with hack/profile-text-order.sh")
-PY
 
 echo "== image $IMAGE (Dockerfile, BINARY_SOURCE=prebuilt)"
 buildah bud --build-arg BINARY_SOURCE=prebuilt --build-arg TARGET="$TARGET" -t "$IMAGE" -f Dockerfile .
