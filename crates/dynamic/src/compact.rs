@@ -8,13 +8,9 @@
 //! `serde_json::Value` tree (a 32-byte node per value, a map per object) and each
 //! `managedFields` entry carries a tree of its own. A [`CompactObject`] is the object's JSON
 //! plus the metadata strings the store's indexes read (namespace, name, uid, resourceVersion,
-//! controller owner uid) in one allocation. Heap bytes per cached object, store indexes
-//! included (`cargo run -p metacontroller-dynamic --example cache_bytes`, counting allocator):
-//!
-//! | object (JSON bytes)                      | `DynamicObject` | `CompactObject` |
-//! |------------------------------------------|-----------------|-----------------|
-//! | ConfigMap child with managedFields (1,269) | 8,797 B       | 1,691 B         |
-//! | parent with spec and status (874)        | 7,972 B         | 1,226 B         |
+//! controller owner uid) in one allocation, about a fifth to a sixth of the decoded object
+//! (`cargo run -p metacontroller-dynamic --example cache_bytes` prints the heap bytes of
+//! each; figures: docs/src/benchmarks.md, "Cached object size").
 //!
 //! The price is a decode on every read (`Informer::get`, `controlled_by`, ...) and an encode
 //! on every watch event: tens of microseconds at most per object, paid per sync for the parent

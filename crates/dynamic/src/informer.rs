@@ -14,23 +14,16 @@
 //! # Memory
 //!
 //! The store keeps every object as a [`CompactObject`] (its JSON plus the metadata the
-//! indexes read), about a seventh of a decoded `DynamicObject` (see [`crate::compact`]).
+//! indexes read), about a fifth to a sixth of a decoded `DynamicObject` (see [`crate::compact`]).
 //! Reads (`get`, `list`, `controlled_by`, ...) decode the objects they return; handlers get
 //! the object the watch just decoded as the new state and a decoded copy of the cached one as
 //! the old state. A (re)list keeps the listed objects compact until the list completes, and an
 //! unchanged object (same resourceVersion) is kept as the cached copy, so a relist never holds
 //! two copies of the cache; the changes are decoded one at a time while handlers run.
 //! Lists are read [`LIST_PAGE_SIZE`] objects at a time: kube-runtime decodes a whole page
-//! before handing on its first object, and at its default of 500 a page of parents held
-//! ~4 MiB decoded. Measured (dist binary, 6,000 parents, `shard_load`): a sharded replica
-//! that has listed every parent but owns no shard yet holds 2.0-2.8 MiB anonymous memory
-//! instead of 5.0-6.1; the peak of a loaded replica is unchanged (its cache reuses the
-//! freed pages).
-//!
-//! Peak RSS of the release binary in `hack/load-composite.sh` (N parents x 3 ConfigMaps,
-//! cold start): 33.5 MiB at 1,000, 40.0 MiB at 2,000, 62.4 MiB at 5,000, 99.8 MiB at
-//! 10,000 (383.7 MiB before compact objects). glibc's malloc arenas are not a factor here
-//! (`MALLOC_ARENA_MAX=2` changed the 10,000-parent peak by less than 1%).
+//! before handing on its first object, so a smaller page keeps less decoded at once while a
+//! replica lists (figures: docs/src/benchmarks.md, "List page size"; peak RSS by number of
+//! parents: "Peak RSS by number of parents").
 //!
 //! [`Informers`] shares them per resource through a [`SharedRegistry`]: the watch starts
 //! with the first lease and stops when the last lease is dropped.
@@ -46,13 +39,10 @@
 //! receives and decodes the full watch stream (network and CPU as one replica), but only the
 //! objects it keeps cost memory, which is what grows with the number of parents.
 //!
-//! Measured (`hack/load-shards.sh`, release build, N parents x 3 ConfigMaps, 3 replicas
-//! against 1): the largest replica's peak anonymous memory is 44% of the single replica's at
-//! 6,000 parents (21.6 vs 49.2 MiB) and 36% at 20,000 (55.0 vs 151.0 MiB); peak RSS, which
-//! adds the ~15 MiB of code pages every process maps, 59% (39.6 vs 67.1 MiB) and 43% (73.2
-//! vs 169.4 MiB). What a replica pays above a third: its fixed cost (an idle process has
-//! 3.2 MiB anonymous), the transient decode of the objects it drops, and its share being up
-//! to ceil(shards / replicas) shards.
+//! What a replica pays above its share of one replica's memory: the process's fixed cost,
+//! the transient decode of the objects it drops, and its share being up to
+//! ceil(shards / replicas) shards (`hack/load-shards.sh` measures it; figures:
+//! docs/src/benchmarks.md, "Sharding").
 //!
 //! What a shared informer keeps is the union of what its users lease it for ([`Keep`]):
 //! - [`Keep::Parents`] (parent / target types): an object whose own key
@@ -641,7 +631,8 @@ impl Informer {
 
 /// Objects per list request. kube-runtime's default (500) decodes a whole page before the
 /// first object is handed on, and a decoded object costs about seven times its JSON (see
-/// [`crate::CompactObject`]): 500 listed objects held ~4 MiB at once, per informer listing.
+/// [`crate::CompactObject`]), so every informer that lists would hold five times as many
+/// decoded objects at once.
 pub const LIST_PAGE_SIZE: u32 = 100;
 
 /// One watch event and the scope it came from: a namespace, or `""` for a cluster-wide watch.

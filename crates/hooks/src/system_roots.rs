@@ -1,9 +1,9 @@
 //! Server verification against the system's CA certificates, loaded at the first handshake
-//! that needs them. Most hooks are plain HTTP inside the cluster; loading and parsing the
-//! system store (~150 certificates) at startup cost every process about 100 KiB of memory
-//! for nothing. Verification itself is rustls' webpki verifier, unchanged. The load (a read of
-//! the system's certificate files, once per process) now happens inside that first handshake,
-//! on the runtime thread that makes it.
+//! that needs them. Most hooks are plain HTTP inside the cluster, so parsing the system store
+//! (~150 certificates) at startup would cost every such process memory for nothing.
+//! Verification itself is rustls' webpki verifier. The load (a read of the system's
+//! certificate files, once per process) happens inside that first handshake, on the runtime
+//! thread that makes it.
 
 use std::sync::{Arc, OnceLock};
 
