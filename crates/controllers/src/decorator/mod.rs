@@ -8,6 +8,8 @@
 //!   annotated with this decorator's name) and the desired ones;
 //! - [`target`]: finalizer rules, hook choice (sync vs finalize, also when a target stops
 //!   matching) and the labels/annotations/status changes a hook response makes;
+//! - [`plan`]: the pure steps of a sync that `metacontroller render` shares (hook choice,
+//!   request, what the answer makes of the target and its attachments);
 //! - [`reconciler`]: the running controller ([`start`]).
 //!
 //! The runtime is shared with the CompositeController: the reconciler skeleton (workers,
@@ -22,10 +24,9 @@
 //! filtered out by that option).
 
 pub mod attachments;
+pub mod plan;
 pub mod reconciler;
 pub mod select;
 pub mod target;
 
-pub use reconciler::{
-    choose_hook, hook_request, start, DecoratorHandle, Resolved, StartError, SyncError, TargetKey,
-};
+pub use reconciler::{start, DecoratorHandle, Resolved, StartError, SyncError, TargetKey};

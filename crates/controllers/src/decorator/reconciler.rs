@@ -17,9 +17,7 @@ use std::time::Duration;
 use kube::core::DynamicObject;
 use metacontroller_api::decorator::DecoratorController;
 use metacontroller_api::hook::Hook;
-use metacontroller_api::wire::{
-    CustomizableController, DecoratorHookRequest, DecoratorHookResponse,
-};
+use metacontroller_api::wire::{CustomizableController, DecoratorHookResponse};
 use metacontroller_dynamic::{
     ApiResource, Change, HandlerId, Informer, Informers, Keep, Lease, NamespacedName, ObjectKey,
     Origin, ResourceId, ResourceMap, WorkQueue,
@@ -27,12 +25,12 @@ use metacontroller_dynamic::{
 use metacontroller_hooks::HookClient;
 use serde_json::Value;
 
-use super::attachments::{self, is_own_attachment};
+use super::attachments::is_own_attachment;
+use super::plan;
 use super::select::{api_group, is_status_only_update, TargetSelector};
-use super::target;
 use crate::children::{self, ChildError, ChildType, ParentRef};
 use crate::composite::Options;
-use crate::finalizer::{self, HookChoice};
+use crate::finalizer;
 use crate::reconcile::{self, priority, Reconciler, SyncFailure};
 use crate::related::{Enqueue, ParentId, RelatedError};
 use crate::writer::{to_value, WriteError};
@@ -335,22 +333,7 @@ pub fn start(
     let attachments = resolved
         .attachments
         .into_iter()
-        .map(|(kind, resource)| {
-            let informer = informers.lease_keeping(&resource, Keep::Children);
-            let routing = routing.clone();
-            let handler = reconcile::watch_owned(
-                &informer,
-                writer.clone(),
-                resource.clone(),
-                move |change, origin| routing.on_attachment(change, origin),
-            );
-            AttachmentType {
-                kind,
-                resource,
-                informer,
-                handler,
-            }
-        })
+        .map(|(kind, resource)| watch_attachments(informers, writer, &routing, kind, resource))
         .collect();
     let inner = Arc::new(Inner {
         common,
@@ -360,6 +343,31 @@ pub fn start(
         attachments,
     });
     Ok(reconcile::run(inner, concurrency))
+}
+
+/// Leases the informer of one attachment type; its events queue the targets that control
+/// them.
+fn watch_attachments(
+    informers: &Informers,
+    writer: &Arc<crate::writer::Writer>,
+    routing: &Arc<Routing>,
+    kind: ChildType,
+    resource: Arc<ApiResource>,
+) -> AttachmentType {
+    let informer = informers.lease_keeping(&resource, Keep::Children);
+    let routing = routing.clone();
+    let handler = reconcile::watch_owned(
+        &informer,
+        writer.clone(),
+        resource.clone(),
+        move |change, origin| routing.on_attachment(change, origin),
+    );
+    AttachmentType {
+        kind,
+        resource,
+        informer,
+        handler,
+    }
 }
 
 /// The resources a DecoratorController's spec names, resolved through discovery (what
@@ -425,48 +433,6 @@ impl Resolved {
             attachments,
         })
     }
-}
-
-/// The hook a sync of `target` calls, its name and `finalizing`: the finalize hook while
-/// the target is being deleted or no longer matches `selector` (see
-/// [`finalizer::choose_hook`]), else the sync hook.
-pub fn choose_hook<'c>(
-    controller: &'c DecoratorController,
-    selector: &TargetSelector,
-    target: &Value,
-) -> Result<(&'c Hook, &'static str, bool), SyncError> {
-    let spec = &controller.spec;
-    let matches = selector.matches(target);
-    let choice = finalizer::choose_hook(target, matches, spec.finalize_hook().is_some());
-    let hook = match choice {
-        HookChoice::Finalize => spec.finalize_hook().map(|h| (h, "finalize", true)),
-        HookChoice::Sync => spec.sync_hook().map(|h| (h, "sync", false)),
-    };
-    hook.ok_or(SyncError::NoSyncHook)
-}
-
-/// The sync or finalize hook request for `target`: its observed attachments keyed for
-/// `version`, related objects already keyed.
-pub fn hook_request(
-    controller: &DecoratorController,
-    target: &Value,
-    version: metacontroller_api::hook::HookVersion,
-    types: &[ChildType],
-    observed: &[Value],
-    related: metacontroller_api::wire::ObjectMap,
-    finalizing: bool,
-) -> DecoratorHookRequest {
-    let namespace = target
-        .pointer("/metadata/namespace")
-        .and_then(Value::as_str)
-        .filter(|ns| !ns.is_empty());
-    DecoratorHookRequest::new(
-        controller.clone(),
-        target.clone(),
-        attachments::observed_map(version, namespace, types, observed.to_vec()),
-        related,
-        finalizing,
-    )
 }
 
 /// Related-object changes queue the target (by type and key).
@@ -551,7 +517,6 @@ struct TargetState<'a> {
     key: &'a TargetKey,
     object: Value,
     uid: String,
-    namespace: Option<String>,
 }
 
 impl Inner {
@@ -626,17 +591,11 @@ impl Inner {
         {
             return Ok(());
         }
-        let namespace = object
-            .pointer("/metadata/namespace")
-            .and_then(Value::as_str)
-            .filter(|ns| !ns.is_empty())
-            .map(str::to_string);
         let target = TargetState {
             res,
             key,
             object,
             uid,
-            namespace,
         };
         self.sync_target(&target).await
     }
@@ -644,17 +603,9 @@ impl Inner {
     /// Hook, then the target update (which also drops the finalizer after
     /// `finalized: true`), then the attachments.
     async fn sync_target(&self, target: &TargetState<'_>) -> Result<(), SyncError> {
-        let finalizer = self.routing.finalizer.as_str();
-        let finalize_enabled = self.finalize_hook().is_some();
         let types: Vec<ChildType> = self.attachments.iter().map(|a| a.kind.clone()).collect();
         let observed = self.observed_attachments(&target.uid)?;
         let response = self.call_hook(target, &types, &observed).await?;
-        let (desired, refused) = attachments::prepare_desired(
-            &types,
-            target.namespace.as_deref(),
-            self.name(),
-            response.attachments,
-        );
         reconcile::resync_after(
             &self.common.queue,
             target.key,
@@ -663,28 +614,18 @@ impl Inner {
         // Only API writes remain: they need no worker (see `Concurrency`).
         metacontroller_dynamic::release_worker();
 
-        let object = &target.object;
-        let finalized = (response.finalized && finalizer::has_finalizer(object, finalizer))
-            .then_some(finalizer);
-        let update = target::apply_response(
-            object,
-            response.labels.as_ref(),
-            response.annotations.as_ref(),
-            response.status.as_ref(),
-            finalized,
-        );
-        let manage = finalizer::manages_children(object, finalizer, finalize_enabled);
-        if !self.write_target(target.res, update).await? {
+        let planned = plan::plan_sync(&self.controller, &target.object, &types, response);
+        if !self.write_target(target.res, planned.update).await? {
             return Ok(()); // the target is gone
         }
-        if manage {
-            self.manage_attachments(target, &types, &observed, &desired)
+        if planned.manages_attachments {
+            self.manage_attachments(target, &types, &observed, &planned.desired)
                 .await?;
         }
-        if refused.is_empty() {
+        if planned.refused.is_empty() {
             Ok(())
         } else {
-            Err(SyncError::Refused(refused))
+            Err(SyncError::Refused(planned.refused))
         }
     }
 
@@ -719,10 +660,10 @@ impl Inner {
     ) -> Result<DecoratorHookResponse, SyncError> {
         let object = &target.object;
         let (hook, hook_name, finalizing) =
-            choose_hook(&self.controller, &self.routing.selector, object)?;
+            plan::choose_hook(&self.controller, &self.routing.selector, object)?;
         let version = hook.effective_version();
         let related = self.common.related.related(object, version).await?;
-        let request = hook_request(
+        let request = plan::hook_request(
             &self.controller,
             object,
             version,
@@ -775,7 +716,7 @@ impl Inner {
     async fn write_target(
         &self,
         res: &ApiResource,
-        update: target::TargetUpdate,
+        update: super::target::TargetUpdate,
     ) -> Result<bool, SyncError> {
         let has_status = res.has_subresource("status");
         let mut object = update.object;

@@ -3,13 +3,15 @@
 //! rules, and (with --diff) the writes the controller's writer would plan.
 
 use anyhow::{bail, Context};
+use metacontroller_api::hook::EndpointConfig;
 use metacontroller_api::wire::{
     CompositeHookRequest, CompositeHookResponse, CustomizableController,
 };
 use metacontroller_api::CompositeController;
 use metacontroller_controllers::children::{self, ChildType, ParentRef};
 use metacontroller_controllers::claim::{self, Claim, Claimant};
-use metacontroller_controllers::composite::{self, Resolved, SyncError};
+use metacontroller_controllers::composite::plan::{self as sync_plan, HookOutcome, SyncPlan};
+use metacontroller_controllers::composite::{Resolved, SyncError};
 use metacontroller_controllers::finalizer;
 use metacontroller_dynamic::Selector;
 use metacontroller_hooks::CallContext;
@@ -32,171 +34,207 @@ pub async fn render(
 ) -> anyhow::Result<()> {
     let resolved = Resolved::new(&controller, &cluster.resources)
         .map_err(|e| cluster.explain(anyhow::Error::new(e)))?;
-    let types: Vec<ChildType> = resolved.children.iter().map(|c| c.0.clone()).collect();
-    let spec = &controller.spec;
-    let name = controller.metadata.name.clone().unwrap_or_default();
-    let generate = spec.generate_selector == Some(true);
-    let endpoints: Vec<_> = spec.all_endpoint_configs().cloned().collect();
     if resolved.revisions.is_some() {
         eprintln!(
             "note: a child type uses a rolling update: the controller calls the hook once per \
              parent revision and moves one child per sync; this shows the latest revision only"
         );
     }
-
+    let sync = Sync {
+        args,
+        cluster,
+        caller,
+        types: resolved.children.iter().map(|c| c.0.clone()).collect(),
+        endpoints: controller.spec.all_endpoint_configs().cloned().collect(),
+        generate: controller.spec.generate_selector == Some(true),
+        controller: &controller,
+        resolved: &resolved,
+    };
     let prepared = match replay {
         Some(replay) => from_replay(&controller, replay, requested)?,
-        None => {
-            let given = inputs::single_object(args.parent.as_deref().context("--parent")?)?;
-            let parent = super::prepare_parent(
-                cluster.parent(&given).await?,
-                &controller.finalizer_name(),
-                spec.finalize_hook().is_some(),
-                requested,
-            );
-            if finalizer::is_ignored(
-                resolved.parent_selector.matches(&super::labels(&parent)),
-                &parent,
-                &controller.finalizer_name(),
-            ) {
-                bail!("the controller ignores this parent: it does not match spec.parentResource.labelSelector");
-            }
-            if requested == Some(HookName::Customize) {
-                return steps::customize(
-                    caller,
-                    spec.customize_hook(),
-                    CustomizableController::Composite(Box::new(controller.clone())),
-                    &endpoints,
-                    &parent,
-                )
-                .await;
-            }
-            let (hook, hook_name, finalizing) =
-                match steps::requested_hook(spec.sync_hook(), spec.finalize_hook(), requested)? {
-                    Some(chosen) => chosen,
-                    None => {
-                        composite::choose_hook(&controller, &resolved.parent_selector, &parent)?
-                    }
-                };
-            let selector = composite::parent_child_selector(&parent, generate)?;
-            let observed = if cluster.is_live() {
-                claimed_children(cluster, &resolved, &parent, &selector).await?
-            } else {
-                inputs::all_objects(&args.children)?
-            };
-            let version = hook.effective_version();
-            let related = super::related(
-                args,
-                cluster,
-                caller,
-                CustomizableController::Composite(Box::new(controller.clone())),
-                &endpoints,
-                version,
-                &parent,
-            )
-            .await?;
-            let request = composite::hook_request(
-                &controller,
-                &parent,
-                version,
-                &types,
-                &observed,
-                related,
-                finalizing,
-            );
-            Prepared {
-                body: serde_json::to_value(&request)?,
-                object: parent,
-                observed,
-                hook_name,
-            }
-        }
+        None => match sync.prepare_live(requested).await? {
+            Some(prepared) => prepared,
+            None => return Ok(()), // the customize hook was rendered
+        },
     };
-
     let parent = &prepared.object;
-    let hook = steps::hook_named(spec.sync_hook(), spec.finalize_hook(), prepared.hook_name)?;
     let namespace = Some(meta_str(parent, "namespace")).filter(|ns| !ns.is_empty());
-    let parent_name = meta_str(parent, "name");
-    let parent_kind = resolved.parent.kind.clone();
-    let key = match namespace {
-        Some(ns) => format!("{ns}/{parent_name}"),
-        None => parent_name.to_string(),
-    };
-    let ctx = CallContext {
-        controller: &name,
-        hook_name: prepared.hook_name,
-        parent_key: &key,
-    };
-    let response: CompositeHookResponse = caller
-        .call(&ctx, hook, &endpoints, &prepared.body)
-        .await
-        .map_err(|e| {
-            let parent = composite::describe_parent(&parent_kind, namespace, parent_name);
-            match e {
-                CallError::Hook(source) => anyhow::Error::new(SyncError::Hook {
-                    hook: prepared.hook_name,
-                    parent,
-                    source,
-                }),
-                other => anyhow::anyhow!("sync hook failed for {parent}: {other}"),
-            }
-        })?;
-
-    let (mut desired, refused) = children::validate_desired(&types, namespace, response.children);
-    let selector = composite::parent_child_selector(parent, generate)?;
-    composite::label_desired(generate, meta_str(parent, "uid"), &selector, &mut desired)?;
-    let status = composite::desired_status(parent, response.status);
-
+    let response = sync.call(&prepared).await?;
+    // The controller's own steps from here: the answer checked, children labelled and
+    // matched against the selector, the status with observedGeneration.
+    let outcome = HookOutcome::from_response(response, &sync.types, namespace);
+    let selector = sync_plan::parent_child_selector(parent, sync.generate)?;
+    let planned = sync_plan::plan_sync(parent, &selector, sync.generate, outcome)?;
     if args.diff {
-        let manages = finalizer::manages_children(
-            parent,
+        sync.print_diff(&prepared, &planned).await?;
+    } else {
+        let doc = json!({
+            "children": planned.desired.values().map(|(_, c)| c).collect::<Vec<_>>(),
+            "status": planned.status,
+        });
+        steps::print_answer(
+            doc,
+            planned.resync_after_seconds,
+            prepared.hook_name,
+            planned.finalized,
+        )?;
+    }
+    if !planned.refused.is_empty() {
+        return Err(SyncError::Refused(planned.refused).into());
+    }
+    Ok(())
+}
+
+/// One rendered sync of a CompositeController: what its steps share.
+struct Sync<'a> {
+    args: &'a RenderArgs,
+    cluster: &'a Cluster,
+    caller: &'a Caller,
+    controller: &'a CompositeController,
+    resolved: &'a Resolved,
+    /// The declared child types.
+    types: Vec<ChildType>,
+    /// The hooks' shared endpoint settings.
+    endpoints: Vec<EndpointConfig>,
+    /// `spec.generateSelector`.
+    generate: bool,
+}
+
+impl Sync<'_> {
+    /// The request the controller would send for the given parent, built from the cluster
+    /// (or the given children offline). `None` when the customize hook was asked for: it
+    /// was called and printed.
+    async fn prepare_live(&self, requested: Option<HookName>) -> anyhow::Result<Option<Prepared>> {
+        let (controller, spec) = (self.controller, &self.controller.spec);
+        let given = inputs::single_object(self.args.parent.as_deref().context("--parent")?)?;
+        let parent = super::prepare_parent(
+            self.cluster.parent(&given).await?,
             &controller.finalizer_name(),
             spec.finalize_hook().is_some(),
+            requested,
         );
+        let matches = self
+            .resolved
+            .parent_selector
+            .matches(&super::labels(&parent));
+        if finalizer::is_ignored(matches, &parent, &controller.finalizer_name()) {
+            bail!("the controller ignores this parent: it does not match spec.parentResource.labelSelector");
+        }
+        let customizable = CustomizableController::Composite(Box::new(controller.clone()));
+        if requested == Some(HookName::Customize) {
+            let hook = spec.customize_hook();
+            steps::customize(self.caller, hook, customizable, &self.endpoints, &parent).await?;
+            return Ok(None);
+        }
+        let (hook, hook_name, finalizing) =
+            match steps::requested_hook(spec.sync_hook(), spec.finalize_hook(), requested)? {
+                Some(chosen) => chosen,
+                None => {
+                    sync_plan::choose_hook(controller, &self.resolved.parent_selector, &parent)?
+                }
+            };
+        let selector = sync_plan::parent_child_selector(&parent, self.generate)?;
+        let observed = if self.cluster.is_live() {
+            claimed_children(self.cluster, self.resolved, &parent, &selector).await?
+        } else {
+            inputs::all_objects(&self.args.children)?
+        };
+        let version = hook.effective_version();
+        let related = super::related(
+            self.args,
+            self.cluster,
+            self.caller,
+            customizable,
+            &self.endpoints,
+            version,
+            &parent,
+        )
+        .await?;
+        let request = sync_plan::hook_request(
+            controller,
+            &parent,
+            version,
+            &self.types,
+            &observed,
+            related,
+            finalizing,
+        );
+        Ok(Some(Prepared {
+            body: serde_json::to_value(&request)?,
+            object: parent,
+            observed,
+            hook_name,
+        }))
+    }
+
+    /// Sends the prepared request to the hook; errors read as the controller's.
+    async fn call(&self, prepared: &Prepared) -> anyhow::Result<CompositeHookResponse> {
+        let spec = &self.controller.spec;
+        let hook = steps::hook_named(spec.sync_hook(), spec.finalize_hook(), prepared.hook_name)?;
+        let parent = &prepared.object;
+        let namespace = Some(meta_str(parent, "namespace")).filter(|ns| !ns.is_empty());
+        let parent_name = meta_str(parent, "name");
+        let key = match namespace {
+            Some(ns) => format!("{ns}/{parent_name}"),
+            None => parent_name.to_string(),
+        };
+        let name = self.controller.metadata.name.clone().unwrap_or_default();
+        let ctx = CallContext {
+            controller: &name,
+            hook_name: prepared.hook_name,
+            parent_key: &key,
+        };
+        let kind = &self.resolved.parent.kind;
+        self.caller
+            .call(&ctx, hook, &self.endpoints, &prepared.body)
+            .await
+            .map_err(|e| {
+                let parent = sync_plan::describe_parent(kind, namespace, parent_name);
+                match e {
+                    CallError::Hook(source) => anyhow::Error::new(SyncError::Hook {
+                        hook: prepared.hook_name,
+                        parent,
+                        source,
+                    }),
+                    other => anyhow::anyhow!("sync hook failed for {parent}: {other}"),
+                }
+            })
+    }
+
+    /// `--diff`: the child writes, the finalizer and the status change the sync would make.
+    async fn print_diff(&self, prepared: &Prepared, planned: &SyncPlan) -> anyhow::Result<()> {
+        let parent = &prepared.object;
+        let finalizer_name = self.controller.finalizer_name();
+        let finalize_hook = self.controller.spec.finalize_hook().is_some();
+        let manages = finalizer::manages_children(parent, &finalizer_name, finalize_hook);
         let owner = ParentRef {
-            api_version: resolved.parent.api_version.clone(),
-            kind: resolved.parent.kind.clone(),
-            name: parent_name.to_string(),
+            api_version: self.resolved.parent.api_version.clone(),
+            kind: self.resolved.parent.kind.clone(),
+            name: meta_str(parent, "name").to_string(),
             uid: meta_str(parent, "uid").to_string(),
         };
         steps::print_owned_plan(
-            args,
-            cluster,
+            self.args,
+            self.cluster,
             manages,
             &owner,
-            &types,
+            &self.types,
             &prepared.observed,
-            &desired,
+            &planned.desired,
             "children: not managed (the parent is being deleted without our finalizer)",
         )
         .await?;
         if prepared.hook_name == "finalize" {
-            println!(
-                "finalizer: {}",
-                if response.finalized {
-                    "removed (finalized)"
-                } else {
-                    "kept (not finalized yet)"
-                }
-            );
+            let finalizer = if planned.finalized {
+                "removed (finalized)"
+            } else {
+                "kept (not finalized yet)"
+            };
+            println!("finalizer: {finalizer}");
         }
-        print!("{}", plan::status(parent.get("status"), &status));
-    } else {
-        let doc = json!({
-            "children": desired.values().map(|(_, c)| c).collect::<Vec<_>>(),
-            "status": status,
-        });
-        steps::print_answer(
-            doc,
-            response.resync_after_seconds,
-            prepared.hook_name,
-            response.finalized,
-        )?;
+        print!("{}", plan::status(parent.get("status"), &planned.status));
+        Ok(())
     }
-    if !refused.is_empty() {
-        return Err(SyncError::Refused(refused).into());
-    }
-    Ok(())
 }
 
 /// A replayed request: its parent and children, the hook it was sent to.

@@ -3,16 +3,18 @@
 //! --diff) the attachment writes its writer would plan and the target's change.
 
 use anyhow::{bail, Context};
+use metacontroller_api::hook::EndpointConfig;
 use metacontroller_api::wire::{
     CustomizableController, DecoratorHookRequest, DecoratorHookResponse,
 };
 use metacontroller_api::DecoratorController;
 use metacontroller_controllers::children::{ChildType, ParentRef};
-use metacontroller_controllers::decorator::attachments::{self, is_own_attachment};
-use metacontroller_controllers::decorator::{self, target, Resolved, SyncError};
+use metacontroller_controllers::decorator::attachments::is_own_attachment;
+use metacontroller_controllers::decorator::plan::{self as sync_plan, SyncPlan};
+use metacontroller_controllers::decorator::{Resolved, SyncError};
 use metacontroller_controllers::finalizer;
 use metacontroller_hooks::CallContext;
-use serde_json::json;
+use serde_json::{json, Value};
 
 use super::args::{HookName, RenderArgs};
 use super::cluster::Cluster;
@@ -31,142 +33,189 @@ pub async fn render(
 ) -> anyhow::Result<()> {
     let resolved = Resolved::new(&controller, &cluster.resources)
         .map_err(|e| cluster.explain(anyhow::Error::new(e)))?;
-    let types: Vec<ChildType> = resolved.attachments.iter().map(|a| a.0.clone()).collect();
-    let spec = &controller.spec;
-    let name = controller.metadata.name.clone().unwrap_or_default();
-    let finalizer_name = controller.finalizer_name();
-    let endpoints: Vec<_> = spec.all_endpoint_configs().cloned().collect();
-
+    let sync = Sync {
+        args,
+        cluster,
+        caller,
+        types: resolved.attachments.iter().map(|a| a.0.clone()).collect(),
+        endpoints: controller.spec.all_endpoint_configs().cloned().collect(),
+        controller: &controller,
+        resolved: &resolved,
+    };
     let prepared = match replay {
-        Some(replay) => {
-            steps::refuse_customize_replay(replay.hook.as_deref(), requested)?;
-            let request: DecoratorHookRequest = serde_json::from_value(replay.body.clone())
-                .context("the request is not a DecoratorController sync/finalize request")?;
-            Prepared {
-                observed: request.attachments.objects().cloned().collect(),
-                object: request.object,
-                hook_name: steps::replayed_hook_name(
-                    replay.hook.as_deref(),
-                    requested,
-                    request.finalizing,
-                ),
-                body: replay.body,
-            }
-        }
-        None => {
-            let given = inputs::single_object(args.parent.as_deref().context("--parent")?)?;
-            let object = super::prepare_parent(
-                cluster.parent(&given).await?,
-                &finalizer_name,
-                spec.finalize_hook().is_some(),
-                requested,
-            );
-            if finalizer::is_ignored(resolved.selector.matches(&object), &object, &finalizer_name) {
-                bail!("the controller ignores this object: it matches none of spec.resources");
-            }
-            if requested == Some(HookName::Customize) {
-                return steps::customize(
-                    caller,
-                    spec.customize_hook(),
-                    CustomizableController::Decorator(Box::new(controller.clone())),
-                    &endpoints,
-                    &object,
-                )
-                .await;
-            }
-            let (hook, hook_name, finalizing) =
-                match steps::requested_hook(spec.sync_hook(), spec.finalize_hook(), requested)? {
-                    Some(chosen) => chosen,
-                    None => decorator::choose_hook(&controller, &resolved.selector, &object)?,
-                };
-            let observed = if cluster.is_live() {
-                let namespace = Some(meta_str(&object, "namespace")).filter(|ns| !ns.is_empty());
-                let uid = meta_str(&object, "uid");
-                let mut observed = Vec::new();
-                for (_, res) in &resolved.attachments {
-                    for obj in cluster.list(res, namespace).await? {
-                        if is_own_attachment(&obj, uid, &name) {
-                            observed.push(obj);
-                        }
-                    }
-                }
-                observed
-            } else {
-                inputs::all_objects(&args.children)?
-            };
-            let version = hook.effective_version();
-            let related = super::related(
-                args,
-                cluster,
-                caller,
-                CustomizableController::Decorator(Box::new(controller.clone())),
-                &endpoints,
-                version,
-                &object,
-            )
-            .await?;
-            let request = decorator::hook_request(
-                &controller,
-                &object,
-                version,
-                &types,
-                &observed,
-                related,
-                finalizing,
-            );
-            Prepared {
-                body: serde_json::to_value(&request)?,
-                object,
-                observed,
-                hook_name,
-            }
-        }
+        Some(replay) => from_replay(replay, requested)?,
+        None => match sync.prepare_live(requested).await? {
+            Some(prepared) => prepared,
+            None => return Ok(()), // the customize hook was rendered
+        },
     };
-
-    let object = &prepared.object;
-    let hook = steps::hook_named(spec.sync_hook(), spec.finalize_hook(), prepared.hook_name)?;
-    let namespace = Some(meta_str(object, "namespace")).filter(|ns| !ns.is_empty());
-    let res = cluster.resource_of(object)?;
-    let key = format!(
-        "{}/{}/{}",
-        res.api_version,
-        res.kind,
-        match namespace {
-            Some(ns) => format!("{ns}/{}", meta_str(object, "name")),
-            None => meta_str(object, "name").to_string(),
-        }
-    );
-    let ctx = CallContext {
-        controller: &name,
-        hook_name: prepared.hook_name,
-        parent_key: &key,
+    let response = sync.call(&prepared).await?;
+    let answer = Answer {
+        labels: response.labels.clone(),
+        annotations: response.annotations.clone(),
+        resync_after_seconds: response.resync_after_seconds,
+        finalized: response.finalized,
     };
-    let response: DecoratorHookResponse = caller
-        .call(&ctx, hook, &endpoints, &prepared.body)
-        .await
-        .map_err(|e| match e {
-            CallError::Hook(source) => anyhow::Error::new(SyncError::Hook {
-                hook: prepared.hook_name,
-                source,
-            }),
-            other => anyhow::anyhow!("{} hook: {other}", prepared.hook_name),
-        })?;
-
-    let (desired, refused) =
-        attachments::prepare_desired(&types, namespace, &name, response.attachments);
-    let finalized = (response.finalized && finalizer::has_finalizer(object, &finalizer_name))
-        .then_some(finalizer_name.as_str());
-    let update = target::apply_response(
-        object,
-        response.labels.as_ref(),
-        response.annotations.as_ref(),
-        response.status.as_ref(),
-        finalized,
-    );
-
+    // The controller's own step from here: what the answer makes of the target and its
+    // attachments.
+    let planned = sync_plan::plan_sync(&controller, &prepared.object, &sync.types, response);
     if args.diff {
-        let manages =
-            finalizer::manages_children(object, &finalizer_name, spec.finalize_hook().is_some());
+        sync.print_diff(&prepared, &planned).await?;
+    } else {
+        print_answer(&prepared, &planned, &answer)?;
+    }
+    if !planned.refused.is_empty() {
+        return Err(SyncError::Refused(planned.refused).into());
+    }
+    Ok(())
+}
+
+/// The fields of the hook's answer that are printed as given.
+struct Answer {
+    labels: Option<std::collections::BTreeMap<String, Option<String>>>,
+    annotations: Option<std::collections::BTreeMap<String, Option<String>>>,
+    resync_after_seconds: f64,
+    finalized: bool,
+}
+
+/// A replayed request: its target and attachments, the hook it was sent to.
+fn from_replay(replay: Replay, requested: Option<HookName>) -> anyhow::Result<Prepared> {
+    steps::refuse_customize_replay(replay.hook.as_deref(), requested)?;
+    let request: DecoratorHookRequest = serde_json::from_value(replay.body.clone())
+        .context("the request is not a DecoratorController sync/finalize request")?;
+    Ok(Prepared {
+        observed: request.attachments.objects().cloned().collect(),
+        object: request.object,
+        hook_name: steps::replayed_hook_name(replay.hook.as_deref(), requested, request.finalizing),
+        body: replay.body,
+    })
+}
+
+/// One rendered sync of a DecoratorController: what its steps share.
+struct Sync<'a> {
+    args: &'a RenderArgs,
+    cluster: &'a Cluster,
+    caller: &'a Caller,
+    controller: &'a DecoratorController,
+    resolved: &'a Resolved,
+    /// The declared attachment types.
+    types: Vec<ChildType>,
+    /// The hooks' shared endpoint settings.
+    endpoints: Vec<EndpointConfig>,
+}
+
+impl Sync<'_> {
+    /// The request the controller would send for the given target, built from the cluster
+    /// (or the given attachments offline). `None` when the customize hook was asked for: it
+    /// was called and printed.
+    async fn prepare_live(&self, requested: Option<HookName>) -> anyhow::Result<Option<Prepared>> {
+        let (controller, spec) = (self.controller, &self.controller.spec);
+        let finalizer_name = controller.finalizer_name();
+        let given = inputs::single_object(self.args.parent.as_deref().context("--parent")?)?;
+        let object = super::prepare_parent(
+            self.cluster.parent(&given).await?,
+            &finalizer_name,
+            spec.finalize_hook().is_some(),
+            requested,
+        );
+        let matches = self.resolved.selector.matches(&object);
+        if finalizer::is_ignored(matches, &object, &finalizer_name) {
+            bail!("the controller ignores this object: it matches none of spec.resources");
+        }
+        let customizable = CustomizableController::Decorator(Box::new(controller.clone()));
+        if requested == Some(HookName::Customize) {
+            let hook = spec.customize_hook();
+            steps::customize(self.caller, hook, customizable, &self.endpoints, &object).await?;
+            return Ok(None);
+        }
+        let (hook, hook_name, finalizing) =
+            match steps::requested_hook(spec.sync_hook(), spec.finalize_hook(), requested)? {
+                Some(chosen) => chosen,
+                None => sync_plan::choose_hook(controller, &self.resolved.selector, &object)?,
+            };
+        let observed = self.observed_attachments(&object).await?;
+        let version = hook.effective_version();
+        let related = super::related(
+            self.args,
+            self.cluster,
+            self.caller,
+            customizable,
+            &self.endpoints,
+            version,
+            &object,
+        )
+        .await?;
+        let request = sync_plan::hook_request(
+            controller,
+            &object,
+            version,
+            &self.types,
+            &observed,
+            related,
+            finalizing,
+        );
+        Ok(Some(Prepared {
+            body: serde_json::to_value(&request)?,
+            object,
+            observed,
+            hook_name,
+        }))
+    }
+
+    /// The target's attachments: from the cluster (controlled by it and annotated with
+    /// this decorator's name, as the controller finds them), or the given ones offline.
+    async fn observed_attachments(&self, object: &Value) -> anyhow::Result<Vec<Value>> {
+        if !self.cluster.is_live() {
+            return inputs::all_objects(&self.args.children);
+        }
+        let name = self.controller.metadata.name.as_deref().unwrap_or_default();
+        let namespace = Some(meta_str(object, "namespace")).filter(|ns| !ns.is_empty());
+        let uid = meta_str(object, "uid");
+        let mut observed = Vec::new();
+        for (_, res) in &self.resolved.attachments {
+            for obj in self.cluster.list(res, namespace).await? {
+                if is_own_attachment(&obj, uid, name) {
+                    observed.push(obj);
+                }
+            }
+        }
+        Ok(observed)
+    }
+
+    /// Sends the prepared request to the hook; errors read as the controller's.
+    async fn call(&self, prepared: &Prepared) -> anyhow::Result<DecoratorHookResponse> {
+        let spec = &self.controller.spec;
+        let hook = steps::hook_named(spec.sync_hook(), spec.finalize_hook(), prepared.hook_name)?;
+        let object = &prepared.object;
+        let namespace = Some(meta_str(object, "namespace")).filter(|ns| !ns.is_empty());
+        let res = self.cluster.resource_of(object)?;
+        let name = meta_str(object, "name");
+        let key = match namespace {
+            Some(ns) => format!("{}/{}/{ns}/{name}", res.api_version, res.kind),
+            None => format!("{}/{}/{name}", res.api_version, res.kind),
+        };
+        let controller = self.controller.metadata.name.clone().unwrap_or_default();
+        let ctx = CallContext {
+            controller: &controller,
+            hook_name: prepared.hook_name,
+            parent_key: &key,
+        };
+        self.caller
+            .call(&ctx, hook, &self.endpoints, &prepared.body)
+            .await
+            .map_err(|e| match e {
+                CallError::Hook(source) => anyhow::Error::new(SyncError::Hook {
+                    hook: prepared.hook_name,
+                    source,
+                }),
+                other => anyhow::anyhow!("{} hook: {other}", prepared.hook_name),
+            })
+    }
+
+    /// `--diff`: the attachment writes and the target's change the sync would make.
+    async fn print_diff(&self, prepared: &Prepared, planned: &SyncPlan) -> anyhow::Result<()> {
+        let object = &prepared.object;
+        let res = self.cluster.resource_of(object)?;
         let owner = ParentRef {
             api_version: res.api_version.clone(),
             kind: res.kind.clone(),
@@ -174,47 +223,47 @@ pub async fn render(
             uid: meta_str(object, "uid").to_string(),
         };
         steps::print_owned_plan(
-            args,
-            cluster,
-            manages,
+            self.args,
+            self.cluster,
+            planned.manages_attachments,
             &owner,
-            &types,
+            &self.types,
             &prepared.observed,
-            &desired,
+            &planned.desired,
             "attachments: not managed (the object is being deleted without our finalizer)",
         )
         .await?;
+        let update = &planned.update;
         if update.is_noop() {
             println!("target: unchanged");
         } else {
             println!("target: update");
-            print!(
-                "{}",
-                plan::unified(Some(object), Some(&update.object), "observed", "decorated")
-            );
+            let diff = plan::unified(Some(object), Some(&update.object), "observed", "decorated");
+            print!("{diff}");
         }
-    } else {
-        let mut doc = json!({
-            "attachments": desired.values().map(|(_, c)| c).collect::<Vec<_>>(),
-        });
-        if let Some(labels) = &response.labels {
-            doc["labels"] = json!(labels);
-        }
-        if let Some(annotations) = &response.annotations {
-            doc["annotations"] = json!(annotations);
-        }
-        if let Some(status) = update.object.get("status") {
-            doc["status"] = status.clone();
-        }
-        steps::print_answer(
-            doc,
-            response.resync_after_seconds,
-            prepared.hook_name,
-            response.finalized,
-        )?;
+        Ok(())
     }
-    if !refused.is_empty() {
-        return Err(SyncError::Refused(refused).into());
+}
+
+/// The checked answer as YAML: attachments, the answer's labels and annotations, the
+/// target's resulting status.
+fn print_answer(prepared: &Prepared, planned: &SyncPlan, answer: &Answer) -> anyhow::Result<()> {
+    let mut doc = json!({
+        "attachments": planned.desired.values().map(|(_, c)| c).collect::<Vec<_>>(),
+    });
+    if let Some(labels) = &answer.labels {
+        doc["labels"] = json!(labels);
     }
-    Ok(())
+    if let Some(annotations) = &answer.annotations {
+        doc["annotations"] = json!(annotations);
+    }
+    if let Some(status) = planned.update.object.get("status") {
+        doc["status"] = status.clone();
+    }
+    steps::print_answer(
+        doc,
+        answer.resync_after_seconds,
+        prepared.hook_name,
+        answer.finalized,
+    )
 }
