@@ -367,61 +367,112 @@ pub fn plan_children_with<'s>(
         if matches!(method, ChildUpdateMethod::OnDelete) {
             continue;
         }
-        let recreate = matches!(
-            method,
-            ChildUpdateMethod::Recreate | ChildUpdateMethod::RollingRecreate
-        );
-        if server_side_apply {
-            let body = apply_body(want, parent)?;
-            if recreate {
-                if !crate::writer::contains_all(obs, &body) {
-                    actions.push(Action::Delete {
-                        type_index,
-                        observed: obs.clone(),
-                    });
-                }
-            } else {
-                actions.push(Action::Apply {
-                    type_index,
-                    observed: Some(obs.clone()),
-                    object: body,
-                });
-            }
-            continue;
-        }
-        let plan =
-            metacontroller_apply::plan(obs, want, schema(type_index)).map_err(apply_error(&key))?;
-        if let metacontroller_apply::Plan::Update(object) = plan {
-            if recreate {
-                actions.push(Action::Delete {
-                    type_index,
-                    observed: obs.clone(),
-                })
-            } else {
-                actions.push(Action::Update { type_index, object })
-            }
-        }
+        let existing = Existing {
+            key: &key,
+            type_index,
+            observed: obs,
+            recreate: matches!(
+                method,
+                ChildUpdateMethod::Recreate | ChildUpdateMethod::RollingRecreate
+            ),
+        };
+        let action = if server_side_apply {
+            plan_apply(&existing, want, parent)?
+        } else {
+            plan_update(&existing, want, schema(type_index))?
+        };
+        actions.extend(action);
     }
     for (key, (type_index, want)) in desired {
-        if seen.contains(key) {
-            continue;
+        if !seen.contains(key) {
+            actions.push(plan_create(
+                key,
+                *type_index,
+                want,
+                parent,
+                server_side_apply,
+            )?);
         }
-        if server_side_apply {
-            actions.push(Action::Apply {
-                type_index: *type_index,
-                observed: None,
-                object: apply_body(want, parent)?,
-            });
-            continue;
-        }
-        let mut object = metacontroller_apply::prepare_create(want).map_err(apply_error(key))?;
-        set_controller_ref(&mut object, parent);
-        actions.push(Action::Create {
-            type_index: *type_index,
-            object,
-        });
     }
     Ok(actions)
+}
+
+/// An observed child that is also desired, and how its type is updated.
+struct Existing<'a> {
+    key: &'a ChildKey,
+    type_index: usize,
+    observed: &'a Value,
+    /// `Recreate` or `RollingRecreate`: a change means delete, then create.
+    recreate: bool,
+}
+
+impl Existing<'_> {
+    fn delete(&self) -> Action {
+        Action::Delete {
+            type_index: self.type_index,
+            observed: self.observed.clone(),
+        }
+    }
+}
+
+/// Server-side apply: the apply body for an in-place update, or a deletion when a
+/// recreated child's body is not already in place.
+fn plan_apply(
+    existing: &Existing<'_>,
+    want: &Value,
+    parent: &ParentRef,
+) -> Result<Option<Action>, ChildError> {
+    let body = apply_body(want, parent)?;
+    Ok(if !existing.recreate {
+        Some(Action::Apply {
+            type_index: existing.type_index,
+            observed: Some(existing.observed.clone()),
+            object: body,
+        })
+    } else if crate::writer::contains_all(existing.observed, &body) {
+        None
+    } else {
+        Some(existing.delete())
+    })
+}
+
+/// Dynamic apply: the merged object when it differs from the observed one (a deletion for
+/// a recreated child), nothing when it is in place.
+fn plan_update(
+    existing: &Existing<'_>,
+    want: &Value,
+    schema: Option<&Schema>,
+) -> Result<Option<Action>, ChildError> {
+    let plan = metacontroller_apply::plan(existing.observed, want, schema)
+        .map_err(apply_error(existing.key))?;
+    Ok(match plan {
+        metacontroller_apply::Plan::Update(_) if existing.recreate => Some(existing.delete()),
+        metacontroller_apply::Plan::Update(object) => Some(Action::Update {
+            type_index: existing.type_index,
+            object,
+        }),
+        metacontroller_apply::Plan::Unchanged => None,
+    })
+}
+
+/// A desired child nobody observed: created (or applied) with our controller reference.
+fn plan_create(
+    key: &ChildKey,
+    type_index: usize,
+    want: &Value,
+    parent: &ParentRef,
+    server_side_apply: bool,
+) -> Result<Action, ChildError> {
+    if server_side_apply {
+        return Ok(Action::Apply {
+            type_index,
+            observed: None,
+            object: apply_body(want, parent)?,
+        });
+    }
+    let mut object = metacontroller_apply::prepare_create(want).map_err(apply_error(key))?;
+    set_controller_ref(&mut object, parent);
+    Ok(Action::Create { type_index, object })
 }
 
 #[cfg(test)]

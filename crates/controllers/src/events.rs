@@ -225,30 +225,7 @@ impl Correlator {
     /// written into the Event).
     pub fn observe(&mut self, record: &Record, now: Instant, wall: Timestamp) -> Action {
         let identity = record.object.identity();
-        let message = truncate(&record.message);
-
-        // Aggregation of similar events (same object, type, reason; other messages).
-        let agg_key: AggregateKey = (identity.clone(), record.type_, record.reason.clone());
-        let agg = self.aggregates.entry(agg_key).or_insert_with(|| Aggregate {
-            messages: BTreeSet::new(),
-            last: now,
-        });
-        if now.saturating_duration_since(agg.last) > AGGREGATE_WINDOW {
-            agg.messages.clear();
-        }
-        agg.last = now;
-        agg.messages.insert(message.clone());
-        let (message, key_message) = if agg.messages.len() < MAX_SIMILAR_MESSAGES {
-            (message.clone(), message)
-        } else {
-            // One Event for all further similar ones: key without the message.
-            agg.messages.pop_first();
-            (
-                truncate(&format!("(combined from similar events): {message}")),
-                String::new(),
-            )
-        };
-        bound(&mut self.aggregates, |a| a.last);
+        let (message, key_message) = self.aggregate(record, &identity, now);
 
         // Deduplication: the same event again bumps the count of the existing Event.
         let event_key: EventKey = (
@@ -285,36 +262,7 @@ impl Correlator {
         );
         bound(&mut self.seen, |s| s.last);
 
-        let obj = &record.object;
-        let event = Event {
-            metadata: ObjectMeta {
-                name: Some(name),
-                namespace: Some(obj.event_namespace().to_string()),
-                ..ObjectMeta::default()
-            },
-            involved_object: ObjectReference {
-                api_version: Some(obj.api_version.clone()).filter(|s| !s.is_empty()),
-                kind: Some(obj.kind.clone()).filter(|s| !s.is_empty()),
-                namespace: Some(obj.namespace.clone()).filter(|s| !s.is_empty()),
-                name: Some(obj.name.clone()).filter(|s| !s.is_empty()),
-                uid: Some(obj.uid.clone()).filter(|s| !s.is_empty()),
-                resource_version: Some(obj.resource_version.clone()).filter(|s| !s.is_empty()),
-                field_path: None,
-            },
-            reason: Some(record.reason.clone()),
-            message: Some(message.clone()),
-            type_: Some(record.type_.as_str().to_string()),
-            count: Some(count),
-            first_timestamp: Some(Time(first)),
-            last_timestamp: Some(Time(wall)),
-            source: Some(EventSource {
-                component: Some(COMPONENT.to_string()),
-                host: None,
-            }),
-            reporting_component: Some(COMPONENT.to_string()),
-            reporting_instance: Some(String::new()),
-            ..Event::default()
-        };
+        let event = event_of(record, name, &message, count, first, wall);
         if count == 1 {
             Action::Create(Box::new(event))
         } else {
@@ -328,6 +276,81 @@ impl Correlator {
                 patch,
             }
         }
+    }
+
+    /// Aggregation of similar events (same object, type, reason; other messages): the
+    /// message to write and the message part of the deduplication key. From the
+    /// [`MAX_SIMILAR_MESSAGES`]th different message on, one combined Event (keyed without
+    /// the message) stands for all further similar ones.
+    fn aggregate(
+        &mut self,
+        record: &Record,
+        identity: &ObjectIdentity,
+        now: Instant,
+    ) -> (String, String) {
+        let message = truncate(&record.message);
+        let agg_key: AggregateKey = (identity.clone(), record.type_, record.reason.clone());
+        let agg = self.aggregates.entry(agg_key).or_insert_with(|| Aggregate {
+            messages: BTreeSet::new(),
+            last: now,
+        });
+        if now.saturating_duration_since(agg.last) > AGGREGATE_WINDOW {
+            agg.messages.clear();
+        }
+        agg.last = now;
+        agg.messages.insert(message.clone());
+        let result = if agg.messages.len() < MAX_SIMILAR_MESSAGES {
+            (message.clone(), message)
+        } else {
+            agg.messages.pop_first();
+            (
+                truncate(&format!("(combined from similar events): {message}")),
+                String::new(),
+            )
+        };
+        bound(&mut self.aggregates, |a| a.last);
+        result
+    }
+}
+
+/// The Event object for `record`, named `name`, seen `count` times from `first` to `wall`.
+fn event_of(
+    record: &Record,
+    name: String,
+    message: &str,
+    count: i32,
+    first: Timestamp,
+    wall: Timestamp,
+) -> Event {
+    let obj = &record.object;
+    Event {
+        metadata: ObjectMeta {
+            name: Some(name),
+            namespace: Some(obj.event_namespace().to_string()),
+            ..ObjectMeta::default()
+        },
+        involved_object: ObjectReference {
+            api_version: Some(obj.api_version.clone()).filter(|s| !s.is_empty()),
+            kind: Some(obj.kind.clone()).filter(|s| !s.is_empty()),
+            namespace: Some(obj.namespace.clone()).filter(|s| !s.is_empty()),
+            name: Some(obj.name.clone()).filter(|s| !s.is_empty()),
+            uid: Some(obj.uid.clone()).filter(|s| !s.is_empty()),
+            resource_version: Some(obj.resource_version.clone()).filter(|s| !s.is_empty()),
+            field_path: None,
+        },
+        reason: Some(record.reason.clone()),
+        message: Some(message.to_string()),
+        type_: Some(record.type_.as_str().to_string()),
+        count: Some(count),
+        first_timestamp: Some(Time(first)),
+        last_timestamp: Some(Time(wall)),
+        source: Some(EventSource {
+            component: Some(COMPONENT.to_string()),
+            host: None,
+        }),
+        reporting_component: Some(COMPONENT.to_string()),
+        reporting_instance: Some(String::new()),
+        ..Event::default()
     }
 }
 

@@ -291,12 +291,34 @@ pub struct UpdatedCondition {
 /// Advances the rollout by at most one child (upstream `syncRollingUpdate`); `revisions[0]`
 /// is the latest. Returns the condition to report.
 pub fn sync_rolling_update(revisions: &mut [ParentRevision], r: &Rollout<'_>) -> UpdatedCondition {
-    let claimed = sync_claims(revisions, r);
-    let mut claimed: HashMap<(String, String, String), usize> = claimed;
-    let ns = r.parent_namespace;
+    let mut claimed = sync_claims(revisions, r);
+    claim_for_latest(revisions, r, &mut claimed);
+    if let Some(condition) = move_next_child(revisions, r, &claimed) {
+        return condition;
+    }
+    UpdatedCondition {
+        status: "True",
+        reason: "OnLatestRevision",
+        message: format!(
+            "latest ControllerRevision: {}",
+            revisions[0]
+                .revision
+                .metadata
+                .name
+                .as_deref()
+                .unwrap_or_default()
+        ),
+    }
+}
 
-    // Unclaimed desired children go to the latest revision; claimed ones that would not
-    // change move to it at once.
+/// Unclaimed desired children go to the latest revision; claimed ones that would not
+/// change move to it at once.
+fn claim_for_latest(
+    revisions: &mut [ParentRevision],
+    r: &Rollout<'_>,
+    claimed: &mut HashMap<(String, String, String), usize>,
+) {
+    let ns = r.parent_namespace;
     let latest_desired: Vec<(ChildKey, Value)> = revisions[0]
         .desired
         .iter()
@@ -327,8 +349,16 @@ pub fn sync_rolling_update(revisions: &mut [ParentRevision], r: &Rollout<'_>) ->
             }
         }
     }
+}
 
-    // The next child to move, in the order the hook returned them.
+/// Moves the next child not on the latest revision to it, in the order the hook returned
+/// them, once the status checks allow. `None` when every child is on the latest revision.
+fn move_next_child(
+    revisions: &mut [ParentRevision],
+    r: &Rollout<'_>,
+    claimed: &HashMap<(String, String, String), usize>,
+) -> Option<UpdatedCondition> {
+    let ns = r.parent_namespace;
     let order = revisions[0].order.clone();
     for (api_version, kind, plain_name) in order {
         let group = api_group(&api_version).to_string();
@@ -348,35 +378,23 @@ pub fn sync_rolling_update(revisions: &mut [ParentRevision], r: &Rollout<'_>) ->
             continue;
         }
         if let Err(message) = should_continue(&revisions[0], r) {
-            return UpdatedCondition {
+            return Some(UpdatedCondition {
                 status: "False",
                 reason: "RolloutWaiting",
                 message,
-            };
+            });
         }
         revisions[0].add_child(&group, &kind, &name);
         for pr in revisions.iter_mut().skip(1) {
             pr.remove_child(&group, &kind, &name);
         }
-        return UpdatedCondition {
+        return Some(UpdatedCondition {
             status: "False",
             reason: "RolloutProgressing",
             message: format!("updating {kind} {name}"),
-        };
+        });
     }
-    UpdatedCondition {
-        status: "True",
-        reason: "OnLatestRevision",
-        message: format!(
-            "latest ControllerRevision: {}",
-            revisions[0]
-                .revision
-                .metadata
-                .name
-                .as_deref()
-                .unwrap_or_default()
-        ),
-    }
+    None
 }
 
 /// Drops claims of non-rolling kinds, of children the latest revision no longer wants, and

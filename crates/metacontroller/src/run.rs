@@ -24,20 +24,7 @@ const RECORDING_FLUSH_TIMEOUT: std::time::Duration = std::time::Duration::from_s
 /// Runs the controller until SIGTERM/SIGINT, then shuts down gracefully.
 pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
     log_compat_flags(&args);
-    let leader = args
-        .leader_election
-        .then(|| {
-            crate::leader::LeaderConfig::from_args(
-                &args.leader_election_namespace,
-                &args.leader_election_id,
-                &args.leader_election_resource_lock,
-            )
-        })
-        .transpose()?;
-    let sharding = args
-        .sharding
-        .then(|| crate::shard::ShardConfig::from_args(&args))
-        .transpose()?;
+    let (leader, sharding) = coordination(&args)?;
     // One registry for the whole process; every part registers its families here.
     let registry = crate::metrics::registry()?;
     let readiness = crate::health::Readiness::default();
@@ -51,19 +38,7 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
         _ = crate::shutdown::signal() => return Ok(()),
         end = supervisor.failed() => return Err(anyhow::anyhow!(end)),
     }
-    // With leader election the gate opens only while this replica holds the Lease; the
-    // controllers below run either way, so a standby keeps its caches warm.
-    // With sharding the gate is open but admits only the keys of the shards this replica
-    // holds.
-    let gate = match &sharding {
-        Some(config) => metacontroller_dynamic::SyncGate::sharded(config.shards),
-        None => metacontroller_dynamic::SyncGate::new(leader.is_none()),
-    };
-    // Sent to hooks, so a hook (or a test) can tell which replica synced a parent.
-    let replica = sharding
-        .as_ref()
-        .map(|config| config.identity.clone())
-        .or_else(|| leader.as_ref().map(|config| config.identity.clone()));
+    let (gate, replica) = gate_and_replica(leader.as_ref(), sharding.as_ref());
     let shared = Shared::new(
         client.clone(),
         &args,
@@ -79,11 +54,13 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
     });
     let sharding = sharding
         .map(|config| {
+            let informers = shared.informers.clone();
+            let gate = gate.clone();
             crate::shard::ShardTask::spawn(
                 client.clone(),
                 config,
-                gate.clone(),
-                shared.informers.clone(),
+                gate,
+                informers,
                 &registry,
                 &supervisor,
             )
@@ -114,6 +91,49 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
         tracing::warn!(timeout = ?RECORDING_FLUSH_TIMEOUT, "--record-hooks: some recordings were not written before exit");
     }
     failure.map_or(Ok(()), Err)
+}
+
+/// The leader election and sharding settings of the flags (at most one of them is on).
+fn coordination(
+    args: &ControllerArgs,
+) -> anyhow::Result<(
+    Option<crate::leader::LeaderConfig>,
+    Option<crate::shard::ShardConfig>,
+)> {
+    let leader = args
+        .leader_election
+        .then(|| {
+            crate::leader::LeaderConfig::from_args(
+                &args.leader_election_namespace,
+                &args.leader_election_id,
+                &args.leader_election_resource_lock,
+            )
+        })
+        .transpose()?;
+    let sharding = args
+        .sharding
+        .then(|| crate::shard::ShardConfig::from_args(args))
+        .transpose()?;
+    Ok((leader, sharding))
+}
+
+/// The gate every sync passes, and the replica identity sent to hooks (so a hook, or a
+/// test, can tell which replica synced a parent). With leader election the gate opens only
+/// while this replica holds the Lease; the controllers run either way, so a standby keeps
+/// its caches warm. With sharding the gate is open but admits only the keys of the shards
+/// this replica holds.
+fn gate_and_replica(
+    leader: Option<&crate::leader::LeaderConfig>,
+    sharding: Option<&crate::shard::ShardConfig>,
+) -> (metacontroller_dynamic::SyncGate, Option<String>) {
+    let gate = match sharding {
+        Some(config) => metacontroller_dynamic::SyncGate::sharded(config.shards),
+        None => metacontroller_dynamic::SyncGate::new(leader.is_none()),
+    };
+    let replica = sharding
+        .map(|config| config.identity.clone())
+        .or_else(|| leader.map(|config| config.identity.clone()));
+    (gate, replica)
 }
 
 /// The error for a controller watch loop that returned: they run until shutdown, so even a

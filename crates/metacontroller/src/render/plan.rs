@@ -83,83 +83,97 @@ pub async fn children(
         .await?;
     let mut out = String::new();
     let mut described = std::collections::BTreeSet::new();
-    let find = |key: &ChildKey| observed.iter().find(|o| &child_key(o) == key);
     for action in &actions {
         let key = metacontroller_controllers::writer::action_key(action);
-        described.insert(key.clone());
-        let what = describe(&key);
-        match action {
-            Action::Create { object, .. }
-            | Action::Apply {
-                object,
-                observed: None,
-                ..
-            } => {
-                let _ = writeln!(out, "create {what}");
-                out.push_str(&unified(None, Some(object), "/dev/null", &what));
-            }
-            Action::Update { object, .. } => {
-                let _ = writeln!(out, "update {what}");
-                out.push_str(&unified(find(&key), Some(object), "observed", "merged"));
-            }
-            Action::Apply {
-                object,
-                observed: Some(obs),
-                ..
-            } => {
-                // What the server-side apply would leave (the writer skips a body already
-                // in place).
-                let merged = merge(obs, None, object).unwrap_or_else(|_| object.clone());
-                if needs_update(obs, &merged) {
-                    let _ = writeln!(out, "update {what}");
-                    out.push_str(&unified(Some(obs), Some(&merged), "observed", "applied"));
-                } else {
-                    let _ = writeln!(out, "unchanged {what}");
-                }
-            }
-            Action::Delete { observed: obs, .. } => {
-                if desired.contains_key(&key) {
-                    // Recreate: deleted now, created by the sync after the deletion.
-                    let _ = writeln!(
-                        out,
-                        "recreate {what} (deleted now, created again by a later sync)"
-                    );
-                    let want = desired.get(&key).map(|(_, v)| v);
-                    out.push_str(&unified(Some(obs), want, "observed", "desired"));
-                } else {
-                    let _ = writeln!(out, "delete {what}");
-                }
-            }
-        }
+        describe_action(&mut out, action, &key, observed, desired);
+        described.insert(key);
     }
     for obs in observed {
         let key = child_key(obs);
-        if described.contains(&key) {
-            continue;
-        }
-        described.insert(key.clone());
-        let what = describe(&key);
-        let type_index = types
-            .iter()
-            .position(|t| t.api_version == key.0 && t.kind == key.1);
-        let on_delete = type_index.is_some_and(|i| {
-            matches!(
-                types[i].method,
-                metacontroller_api::ChildUpdateMethod::OnDelete
-            )
-        });
-        if is_deleting(obs) {
-            let _ = writeln!(out, "unchanged {what} (being deleted)");
-        } else if on_delete && desired.contains_key(&key) {
-            let _ = writeln!(
-                out,
-                "unchanged {what} (updateStrategy OnDelete: changes apply when it is recreated)"
-            );
-        } else {
-            let _ = writeln!(out, "unchanged {what}");
+        if described.insert(key.clone()) {
+            describe_unplanned(&mut out, obs, &key, types, desired);
         }
     }
     Ok(out)
+}
+
+/// One planned write of the child `key`: its line and diff.
+fn describe_action(
+    out: &mut String,
+    action: &Action,
+    key: &ChildKey,
+    observed: &[Value],
+    desired: &Desired,
+) {
+    let what = describe(key);
+    match action {
+        Action::Create { object, .. }
+        | Action::Apply {
+            object,
+            observed: None,
+            ..
+        } => {
+            let _ = writeln!(out, "create {what}");
+            out.push_str(&unified(None, Some(object), "/dev/null", &what));
+        }
+        Action::Update { object, .. } => {
+            let _ = writeln!(out, "update {what}");
+            let current = observed.iter().find(|o| &child_key(o) == key);
+            out.push_str(&unified(current, Some(object), "observed", "merged"));
+        }
+        Action::Apply {
+            object,
+            observed: Some(obs),
+            ..
+        } => {
+            // What the server-side apply would leave (the writer skips a body already
+            // in place).
+            let merged = merge(obs, None, object).unwrap_or_else(|_| object.clone());
+            if needs_update(obs, &merged) {
+                let _ = writeln!(out, "update {what}");
+                out.push_str(&unified(Some(obs), Some(&merged), "observed", "applied"));
+            } else {
+                let _ = writeln!(out, "unchanged {what}");
+            }
+        }
+        Action::Delete { observed: obs, .. } => {
+            if let Some((_, want)) = desired.get(key) {
+                // Recreate: deleted now, created by the sync after the deletion.
+                let _ = writeln!(
+                    out,
+                    "recreate {what} (deleted now, created again by a later sync)"
+                );
+                out.push_str(&unified(Some(obs), Some(want), "observed", "desired"));
+            } else {
+                let _ = writeln!(out, "delete {what}");
+            }
+        }
+    }
+}
+
+/// An observed child the sync does not write: why it stays as it is.
+fn describe_unplanned(
+    out: &mut String,
+    obs: &Value,
+    key: &ChildKey,
+    types: &[ChildType],
+    desired: &Desired,
+) {
+    let what = describe(key);
+    let on_delete = types
+        .iter()
+        .find(|t| t.api_version == key.0 && t.kind == key.1)
+        .is_some_and(|t| matches!(t.method, metacontroller_api::ChildUpdateMethod::OnDelete));
+    if is_deleting(obs) {
+        let _ = writeln!(out, "unchanged {what} (being deleted)");
+    } else if on_delete && desired.contains_key(key) {
+        let _ = writeln!(
+            out,
+            "unchanged {what} (updateStrategy OnDelete: changes apply when it is recreated)"
+        );
+    } else {
+        let _ = writeln!(out, "unchanged {what}");
+    }
 }
 
 /// The status line and diff: `status: unchanged` or `status: update` with a diff.
