@@ -36,94 +36,147 @@ use cpu_time::ThreadCpuTime;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use metacontroller_apply::{
     last_applied, merge, merge_cow, merge_with_schema_cow, needs_update, plan, plan_update, Plan,
+    Schema,
 };
-use serde_json::json;
+use serde_json::{json, Value};
 
 mod fixture;
 use fixture::{desired, observed, pod_schema};
 
-fn bench(c: &mut Criterion<ThreadCpuTime>) {
-    let desired = desired();
-    let observed = observed(&desired);
-    let last = last_applied::get(&observed).unwrap();
-    // Sanity: the fixture is a no-op sync, and a changed desired is detected.
-    let merged = merge(&observed, last.as_ref(), &desired).unwrap();
-    assert!(!needs_update(&observed, &merged));
-    let mut changed = desired.clone();
-    changed["spec"]["replicas"] = json!(4);
-    assert!(plan_update(&observed, &changed, None).unwrap().update);
-    let schema = pod_schema();
+/// The objects every case works on.
+struct Inputs {
+    desired: Value,
+    observed: Value,
+    /// The record of `observed`, parsed.
+    last: Option<Value>,
+    /// `desired` with another replica count.
+    changed: Value,
+    schema: Schema,
+}
 
+impl Inputs {
+    /// Builds the fixture and checks it: a no-op sync, and a changed desired is detected.
+    fn new() -> Self {
+        let desired = desired();
+        let observed = observed(&desired);
+        let last = last_applied::get(&observed).unwrap();
+        // Sanity: the fixture is a no-op sync, and a changed desired is detected.
+        let merged = merge(&observed, last.as_ref(), &desired).unwrap();
+        assert!(!needs_update(&observed, &merged));
+        let mut changed = desired.clone();
+        changed["spec"]["replicas"] = json!(4);
+        assert!(plan_update(&observed, &changed, None).unwrap().update);
+        Self {
+            desired,
+            observed,
+            last,
+            changed,
+            schema: pod_schema(),
+        }
+    }
+}
+
+type Group<'a> = criterion::BenchmarkGroup<'a, ThreadCpuTime>;
+
+fn bench(c: &mut Criterion<ThreadCpuTime>) {
+    let inputs = Inputs::new();
     let mut g = c.benchmark_group("deployment");
     g.throughput(Throughput::Elements(1));
-    assert_eq!(plan(&observed, &desired, None).unwrap(), Plan::Unchanged);
+    assert_eq!(
+        plan(&inputs.observed, &inputs.desired, None).unwrap(),
+        Plan::Unchanged
+    );
     assert!(matches!(
-        plan(&observed, &changed, None).unwrap(),
+        plan(&inputs.observed, &inputs.changed, None).unwrap(),
         Plan::Update(_)
     ));
+    bench_parts(&mut g, &inputs);
+    bench_merges(&mut g, &inputs);
+    bench_plans(&mut g, &inputs);
+    g.finish();
+}
+
+/// The pieces a sync is made of: cloning observed (the baseline), encoding, comparing and
+/// parsing the record.
+fn bench_parts(g: &mut Group<'_>, inputs: &Inputs) {
+    let Inputs {
+        desired, observed, ..
+    } = inputs;
     g.bench_function("clone observed (baseline)", |b| {
-        b.iter(|| black_box(black_box(&observed).clone()))
+        b.iter(|| black_box(black_box(observed).clone()))
     });
     g.bench_function("parts: encode record", |b| {
-        b.iter(|| black_box(last_applied::encode(black_box(&desired))))
+        b.iter(|| black_box(last_applied::encode(black_box(desired))))
     });
     // A full semantic comparison (a copy: the same reference answers at once).
     let observed_copy = observed.clone();
     g.bench_function("parts: needs_update(observed, copy)", |b| {
-        b.iter(|| {
-            black_box(needs_update(
-                black_box(&observed),
-                black_box(&observed_copy),
-            ))
-        })
+        b.iter(|| black_box(needs_update(black_box(observed), black_box(&observed_copy))))
     });
     g.bench_function("parts: parse record", |b| {
-        b.iter(|| black_box(last_applied::get(black_box(&observed)).unwrap()))
+        b.iter(|| black_box(last_applied::get(black_box(observed)).unwrap()))
     });
-    // The figure: three-way merge + no-op detection, record already parsed.
+}
+
+/// The figure (three-way merge + no-op detection, record already parsed) and its
+/// variants: owned merge, a changed object, with a schema.
+fn bench_merges(g: &mut Group<'_>, inputs: &Inputs) {
+    let Inputs {
+        desired,
+        observed,
+        last,
+        changed,
+        schema,
+    } = inputs;
     g.bench_function("merge+needs_update", |b| {
         b.iter(|| {
-            let merged =
-                merge_cow(black_box(&observed), last.as_ref(), black_box(&desired)).unwrap();
-            black_box(needs_update(&observed, &merged))
+            let merged = merge_cow(black_box(observed), last.as_ref(), black_box(desired)).unwrap();
+            black_box(needs_update(observed, &merged))
         })
     });
     g.bench_function("merge+needs_update (owned merge)", |b| {
         b.iter(|| {
-            let merged = merge(black_box(&observed), last.as_ref(), black_box(&desired)).unwrap();
-            black_box(needs_update(&observed, &merged))
+            let merged = merge(black_box(observed), last.as_ref(), black_box(desired)).unwrap();
+            black_box(needs_update(observed, &merged))
         })
     });
     g.bench_function("merge+needs_update (changed replicas)", |b| {
         b.iter(|| {
-            let merged =
-                merge_cow(black_box(&observed), last.as_ref(), black_box(&changed)).unwrap();
-            black_box(needs_update(&observed, &merged))
+            let merged = merge_cow(black_box(observed), last.as_ref(), black_box(changed)).unwrap();
+            black_box(needs_update(observed, &merged))
         })
     });
     g.bench_function("merge_with_schema+needs_update", |b| {
         b.iter(|| {
             let merged = merge_with_schema_cow(
-                black_box(&observed),
+                black_box(observed),
                 last.as_ref(),
-                black_box(&desired),
-                &schema,
+                black_box(desired),
+                schema,
             )
             .unwrap();
-            black_box(needs_update(&observed, &merged))
+            black_box(needs_update(observed, &merged))
         })
     });
-    // What a sync does per child: encode/compare the record, merge, decide.
+}
+
+/// What a sync does per child: encode/compare the record, merge, decide.
+fn bench_plans(g: &mut Group<'_>, inputs: &Inputs) {
+    let Inputs {
+        desired,
+        observed,
+        changed,
+        ..
+    } = inputs;
     g.bench_function("plan (steady state, no write)", |b| {
-        b.iter(|| black_box(plan(black_box(&observed), black_box(&desired), None).unwrap()))
+        b.iter(|| black_box(plan(black_box(observed), black_box(desired), None).unwrap()))
     });
     g.bench_function("plan (changed replicas, write)", |b| {
-        b.iter(|| black_box(plan(black_box(&observed), black_box(&changed), None).unwrap()))
+        b.iter(|| black_box(plan(black_box(observed), black_box(changed), None).unwrap()))
     });
     g.bench_function("plan_update (always builds the object)", |b| {
-        b.iter(|| black_box(plan_update(black_box(&observed), black_box(&desired), None).unwrap()))
+        b.iter(|| black_box(plan_update(black_box(observed), black_box(desired), None).unwrap()))
     });
-    g.finish();
 }
 
 /// The machine running the benches is shared (load well above the core count), so wall time

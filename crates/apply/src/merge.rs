@@ -20,7 +20,9 @@ use serde_json::{Map, Value};
 
 use crate::cursor::{key_cmp, maps_iterate_sorted, str_eq, Seek};
 use crate::error::{type_name, ApplyError};
-use crate::listkey::{detect_conventional, KeyIndex, KeyPart, KeySpec, CONVENTIONAL_MERGE_KEYS};
+use crate::listkey::{
+    detect_conventional, KeyIndex, KeyPart, KeySpec, ListKey, CONVENTIONAL_MERGE_KEYS,
+};
 use crate::path::Path;
 use crate::schema::{ListDecl, Schema, SchemaRef};
 
@@ -218,90 +220,139 @@ fn merge_object_with(
     level: Level,
     sorted: bool,
 ) -> Result<Option<Map<String, Value>>, ApplyError> {
-    // Changed fields only, in key order when `sorted`; the no-change case allocates nothing.
-    let mut changes: Vec<(&str, Out)> = Vec::new();
     // In the steady state the record *is* desired (same reference): nothing was dropped from
     // desired and every last-applied value is the desired one, so skip those lookups.
     let last_is_desired = last.is_some_and(|l| std::ptr::eq(l, des));
     let last = if last_is_desired { None } else { last };
-    // A field we applied before and no longer want is removed (unless the level keeps it).
-    let removal = |key: &str, ov: Option<&Value>| {
-        (ov.is_some() && !level.keeps_observed(key)).then_some(Out::Remove)
-    };
-    if sorted {
-        let mut in_obs = Seek::new(obs);
-        let mut in_last = last.map(Seek::new);
-        for (key, dv) in des {
-            let mut lv = None;
-            if let Some(in_last) = in_last.as_mut() {
-                // Record keys below this one are not in desired.
-                lv = in_last.get_after(key, |lk| {
-                    if let Some(out) = removal(lk, in_obs.get(lk)) {
-                        changes.push((lk, out));
-                    }
-                });
-            } else if last_is_desired {
-                lv = Some(dv);
-            }
-            let ov = in_obs.get(key);
-            if ov.is_some_and(|ov| same_scalar(ov, dv)) {
-                continue;
-            }
-            // Nested objects without a schema recurse directly (what `merge_field` would do).
-            if let (Some(Value::Object(om)), Value::Object(dm), None, Level::Nested) =
-                (ov, dv, schema, level)
-            {
-                let lm = lv.and_then(Value::as_object);
-                let child_path = Path::Field(path, key);
-                if let Some(m) = merge_object(&child_path, om, lm, dm, None, Level::Nested)? {
-                    changes.push((key, Out::New(Value::Object(m))));
-                }
-                continue;
-            }
-            // Lists likewise.
-            if let (Some(Value::Array(oa)), Value::Array(da), None, Level::Nested) =
-                (ov, dv, schema, level)
-            {
-                let la = lv.and_then(Value::as_array).map(Vec::as_slice);
-                let child_path = Path::Field(path, key);
-                match merge_list(&child_path, oa, la, da, None)? {
-                    Out::Same => {}
-                    out => changes.push((key, out)),
-                }
-                continue;
-            }
-            merge_field(path, key, ov, lv, dv, schema, level, &mut changes)?;
-        }
-        if let Some(in_last) = in_last.as_mut() {
-            while let Some((lk, _)) = in_last.next_below(None) {
-                if let Some(out) = removal(lk, in_obs.get(lk)) {
-                    changes.push((lk, out));
-                }
-            }
-        }
+    let changes = if sorted {
+        merge_fields_sorted(path, obs, last, des, schema, level, last_is_desired)?
     } else {
-        if let Some(last) = last {
-            for key in last.keys() {
-                if !des.contains_key(key) {
-                    if let Some(out) = removal(key, obs.get(key)) {
-                        changes.push((key, out));
-                    }
-                }
-            }
-        }
-        for (key, dv) in des {
-            let lv = if last_is_desired {
-                Some(dv)
-            } else {
-                last.and_then(|l| l.get(key))
-            };
-            merge_field(path, key, obs.get(key), lv, dv, schema, level, &mut changes)?;
-        }
-    }
+        merge_fields_unsorted(path, obs, last, des, schema, level, last_is_desired)?
+    };
     if changes.is_empty() {
         return Ok(None);
     }
     Ok(Some(rebuild(obs, changes, sorted)))
+}
+
+/// The changed fields of an object merge, in key order, found in one lockstep walk over
+/// the three maps (maps iterate in key order). `last` is `None` when the record is desired
+/// itself (`last_is_desired`). The no-change case allocates nothing.
+fn merge_fields_sorted<'a>(
+    path: &Path<'_>,
+    obs: &Map<String, Value>,
+    last: Option<&'a Map<String, Value>>,
+    des: &'a Map<String, Value>,
+    schema: Option<SchemaRef<'_>>,
+    level: Level,
+    last_is_desired: bool,
+) -> Result<Vec<(&'a str, Out)>, ApplyError> {
+    let mut changes: Vec<(&str, Out)> = Vec::new();
+    let mut in_obs = Seek::new(obs);
+    let mut in_last = last.map(Seek::new);
+    for (key, dv) in des {
+        let mut lv = None;
+        if let Some(in_last) = in_last.as_mut() {
+            // Record keys below this one are not in desired.
+            lv = in_last.get_after(key, |lk| {
+                if let Some(out) = removal(level, lk, in_obs.get(lk)) {
+                    changes.push((lk, out));
+                }
+            });
+        } else if last_is_desired {
+            lv = Some(dv);
+        }
+        let ov = in_obs.get(key);
+        if ov.is_some_and(|ov| same_scalar(ov, dv)) {
+            continue;
+        }
+        if schema.is_none() && level == Level::Nested {
+            if let Some(out) = merge_schemaless_nested(path, key, ov, lv, dv)? {
+                if !matches!(out, Out::Same) {
+                    changes.push((key, out));
+                }
+                continue;
+            }
+        }
+        merge_field(path, key, ov, lv, dv, schema, level, &mut changes)?;
+    }
+    if let Some(in_last) = in_last.as_mut() {
+        while let Some((lk, _)) = in_last.next_below(None) {
+            if let Some(out) = removal(level, lk, in_obs.get(lk)) {
+                changes.push((lk, out));
+            }
+        }
+    }
+    Ok(changes)
+}
+
+/// The changed fields of an object merge (maps not in key order): the fields the record has
+/// and desired lacks first, then desired's fields, each by lookup. `last` is `None` when the
+/// record is desired itself (`last_is_desired`).
+fn merge_fields_unsorted<'a>(
+    path: &Path<'_>,
+    obs: &Map<String, Value>,
+    last: Option<&'a Map<String, Value>>,
+    des: &'a Map<String, Value>,
+    schema: Option<SchemaRef<'_>>,
+    level: Level,
+    last_is_desired: bool,
+) -> Result<Vec<(&'a str, Out)>, ApplyError> {
+    let mut changes: Vec<(&str, Out)> = Vec::new();
+    if let Some(last) = last {
+        for key in last.keys() {
+            if !des.contains_key(key) {
+                if let Some(out) = removal(level, key, obs.get(key)) {
+                    changes.push((key, out));
+                }
+            }
+        }
+    }
+    for (key, dv) in des {
+        let lv = if last_is_desired {
+            Some(dv)
+        } else {
+            last.and_then(|l| l.get(key))
+        };
+        merge_field(path, key, obs.get(key), lv, dv, schema, level, &mut changes)?;
+    }
+    Ok(changes)
+}
+
+/// The change for a field we applied before and no longer want: removed, unless observed
+/// lacks it or the level keeps it.
+fn removal(level: Level, key: &str, ov: Option<&Value>) -> Option<Out> {
+    (ov.is_some() && !level.keeps_observed(key)).then_some(Out::Remove)
+}
+
+/// Merges a nested object or list field where no schema applies, directly (what
+/// [`merge_field`] would do, without its per-field rules); `None` when observed and desired
+/// are not both objects or both lists.
+#[inline]
+fn merge_schemaless_nested(
+    path: &Path<'_>,
+    key: &str,
+    ov: Option<&Value>,
+    lv: Option<&Value>,
+    dv: &Value,
+) -> Result<Option<Out>, ApplyError> {
+    let child_path = Path::Field(path, key);
+    match (ov, dv) {
+        (Some(Value::Object(om)), Value::Object(dm)) => {
+            let lm = lv.and_then(Value::as_object);
+            Ok(Some(
+                match merge_object(&child_path, om, lm, dm, None, Level::Nested)? {
+                    Some(m) => Out::New(Value::Object(m)),
+                    None => Out::Same,
+                },
+            ))
+        }
+        (Some(Value::Array(oa)), Value::Array(da)) => {
+            let la = lv.and_then(Value::as_array).map(Vec::as_slice);
+            merge_list(&child_path, oa, la, da, None).map(Some)
+        }
+        _ => Ok(None),
+    }
 }
 
 /// Merges the field `key` of an object, recording a change.
@@ -853,6 +904,9 @@ fn merge_pairwise(
     })
 }
 
+/// Merges a list-map: observed items keep their order, each merged with desired's item of
+/// the same key or dropped when we applied it before and no longer want it; desired items
+/// observed lacks follow in desired order.
 fn merge_list_map(
     path: &Path<'_>,
     obs: &[Value],
@@ -862,20 +916,27 @@ fn merge_list_map(
     rules: ItemRules<'_>,
 ) -> Result<Out, ApplyError> {
     let des_keys = spec.keys_of(des, path)?;
-    let des_index = KeyIndex::new(&des_keys);
     let last_is_desired = std::ptr::eq(last, des);
     let last_keys = if last_is_desired {
         Vec::new()
     } else {
         spec.keys_of(last, path)?
     };
-    let last_index = if last_is_desired {
-        KeyIndex::new(&des_keys)
-    } else {
-        KeyIndex::new(&last_keys)
-    };
     let obs_keys = spec.keys_of(obs, path)?;
-    let obs_index = KeyIndex::new(&obs_keys);
+    let lists = KeyedLists {
+        obs,
+        last,
+        des,
+        obs_keys: &obs_keys,
+        des_keys: &des_keys,
+        obs_index: KeyIndex::new(&obs_keys),
+        last_index: if last_is_desired {
+            KeyIndex::new(&des_keys)
+        } else {
+            KeyIndex::new(&last_keys)
+        },
+        des_index: KeyIndex::new(&des_keys),
+    };
 
     // A key that repeats does not identify an item (53/TCP and 53/UDP both have `port: 53`):
     // merging by it would fold distinct entries into one. Upstream folds them (it keys a map
@@ -885,7 +946,7 @@ fn merge_list_map(
     // desired whole (nothing can be lost there). The record is not consulted: it only says
     // which keys to remove, and a rule depending on it would not be idempotent (the next
     // sync's record is desired).
-    if obs_index.has_repeats() || des_index.has_repeats() {
+    if lists.obs_index.has_repeats() || lists.des_index.has_repeats() {
         return Ok(if obs.is_empty() {
             replace_with(Some(&Value::Array(Vec::new())), &Value::Array(des.to_vec()))
         } else {
@@ -893,50 +954,17 @@ fn merge_list_map(
         });
     }
     let mut emitted = vec![false; des.len()];
-    let mut changed = false;
-    let mut items: Vec<(usize, Out)> = Vec::with_capacity(obs.len());
-    for (i, key) in obs_keys.iter().enumerate() {
-        let (first, base) = obs_index.find(key).unwrap_or((i, i));
-        if first != i {
-            changed = true;
-            continue;
-        }
-        if let Some((d_first, d_last)) = des_index.find(key) {
-            emitted[d_first] = true;
-            let lv = last_index.find(key).map(|(_, l)| &last[l]);
-            let item_path = Path::Item(path, &des_keys[d_last]);
-            let out = merge_value(&item_path, Some(&obs[base]), lv, &des[d_last], rules.schema)?;
-            let out = retain_desired_keys(out, &des[d_last], rules.retain_keys);
-            changed |= base != i || !matches!(out, Out::Same);
-            items.push((base, out));
-        } else if last_index.find(key).is_some() {
-            changed = true;
-        } else {
-            changed |= base != i;
-            items.push((base, Out::Same));
-        }
-    }
-    let mut added: Vec<Value> = Vec::new();
-    for (i, key) in des_keys.iter().enumerate() {
-        if emitted[i] {
-            continue;
-        }
-        let Some((first, d_last)) = des_index.find(key) else {
-            continue;
-        };
-        if first != i {
-            continue;
-        }
-        emitted[i] = true;
-        let item_path = Path::Item(path, key);
-        let lv = last_index.find(key).map(|(_, l)| &last[l]);
-        if let Out::New(v) = merge_value(&item_path, None, lv, &des[d_last], rules.schema)? {
-            added.push(v);
-        }
-    }
+    let (items, changed) = lists.merge_observed(path, rules, &mut emitted)?;
+    let added = lists.merge_added(path, rules, &mut emitted)?;
     if !changed && added.is_empty() {
         return Ok(Out::Same);
     }
+    Ok(Out::New(Value::Array(assemble_list_map(obs, items, added))))
+}
+
+/// The merged list-map: the observed items kept (cloned when unchanged) in observed order,
+/// then the added ones.
+fn assemble_list_map(obs: &[Value], items: Vec<(usize, Out)>, added: Vec<Value>) -> Vec<Value> {
     let mut out: Vec<Value> = Vec::with_capacity(items.len() + added.len());
     for (base, item) in items {
         match item {
@@ -946,7 +974,89 @@ fn merge_list_map(
         }
     }
     out.extend(added);
-    Ok(Out::New(Value::Array(out)))
+    out
+}
+
+/// The three lists of a list-map merge with their items' keys, indexed by key.
+struct KeyedLists<'k, 'v> {
+    obs: &'v [Value],
+    last: &'v [Value],
+    des: &'v [Value],
+    obs_keys: &'k [ListKey<'v>],
+    des_keys: &'k [ListKey<'v>],
+    obs_index: KeyIndex<'k, 'v>,
+    /// The record's keys (desired's when the record is desired itself).
+    last_index: KeyIndex<'k, 'v>,
+    des_index: KeyIndex<'k, 'v>,
+}
+
+impl KeyedLists<'_, '_> {
+    /// Walks observed in order: an item desired has is merged with desired's item of its
+    /// key (marked in `emitted`), one only the record has is dropped, any other is kept.
+    /// Returns the observed position and merge result of each item kept, and whether the
+    /// list differs from observed so far.
+    fn merge_observed(
+        &self,
+        path: &Path<'_>,
+        rules: ItemRules<'_>,
+        emitted: &mut [bool],
+    ) -> Result<(Vec<(usize, Out)>, bool), ApplyError> {
+        let mut changed = false;
+        let mut items: Vec<(usize, Out)> = Vec::with_capacity(self.obs.len());
+        for (i, key) in self.obs_keys.iter().enumerate() {
+            let (first, base) = self.obs_index.find(key).unwrap_or((i, i));
+            if first != i {
+                changed = true;
+                continue;
+            }
+            if let Some((d_first, d_last)) = self.des_index.find(key) {
+                emitted[d_first] = true;
+                let lv = self.last_index.find(key).map(|(_, l)| &self.last[l]);
+                let item_path = Path::Item(path, &self.des_keys[d_last]);
+                let dv = &self.des[d_last];
+                let out = merge_value(&item_path, Some(&self.obs[base]), lv, dv, rules.schema)?;
+                let out = retain_desired_keys(out, dv, rules.retain_keys);
+                changed |= base != i || !matches!(out, Out::Same);
+                items.push((base, out));
+            } else if self.last_index.find(key).is_some() {
+                changed = true;
+            } else {
+                changed |= base != i;
+                items.push((base, Out::Same));
+            }
+        }
+        Ok((items, changed))
+    }
+
+    /// The desired items not `emitted` by [`KeyedLists::merge_observed`] (observed lacks
+    /// their key), each merged with the record's item of its key, in desired order.
+    fn merge_added(
+        &self,
+        path: &Path<'_>,
+        rules: ItemRules<'_>,
+        emitted: &mut [bool],
+    ) -> Result<Vec<Value>, ApplyError> {
+        let mut added: Vec<Value> = Vec::new();
+        for (i, key) in self.des_keys.iter().enumerate() {
+            if emitted[i] {
+                continue;
+            }
+            let Some((first, d_last)) = self.des_index.find(key) else {
+                continue;
+            };
+            if first != i {
+                continue;
+            }
+            emitted[i] = true;
+            let item_path = Path::Item(path, key);
+            let lv = self.last_index.find(key).map(|(_, l)| &self.last[l]);
+            if let Out::New(v) = merge_value(&item_path, None, lv, &self.des[d_last], rules.schema)?
+            {
+                added.push(v);
+            }
+        }
+        Ok(added)
+    }
 }
 
 /// Set merge (`x-kubernetes-list-type: set`, or strategic `merge` without a key): observed

@@ -649,17 +649,29 @@ type Scoped = (
 struct Lists {
     buffers: std::collections::HashMap<String, Vec<Arc<CompactObject>>>,
     waiting: std::collections::HashSet<String>,
+    /// The relist request these lists answer once all are complete.
+    answers: u64,
+    /// Whether these lists were asked for (shards acquired, a use widened) rather than
+    /// forced by a watch error. Such a list tells the handlers only what changed:
+    /// replaying every unchanged object would queue every parent this replica already syncs
+    /// (one hook call each) whenever it takes over a shard. After a watch error every object
+    /// is replayed, as upstream's informers do.
+    asked_for: bool,
 }
 
 impl Lists {
-    fn new(scopes: &[String]) -> Lists {
+    fn new(scopes: &[String], answers: u64, asked_for: bool) -> Lists {
         Lists {
             buffers: Default::default(),
             waiting: scopes.iter().cloned().collect(),
+            answers,
+            asked_for,
         }
     }
 }
 
+/// The informer's driver: feeds the watch events into the cache and the handlers, replays
+/// the cache every flush interval, and restarts the watch when a relist is asked for.
 async fn run(
     apis: Vec<(String, Api<DynamicObject>)>,
     shared: Arc<Shared>,
@@ -668,48 +680,15 @@ async fn run(
 ) {
     // The watch is restarted only when a relist is asked for (a sharded replica acquired
     // shards): kube-runtime's watcher relists by itself after an error (410 Gone included).
-    // The flush interval only replays the cache. With --watch-namespaces there is one watch
-    // per namespace, merged into one stream.
+    // The flush interval only replays the cache.
     let scopes: Vec<String> = apis.iter().map(|(scope, _)| scope.clone()).collect();
-    let watch = || -> BoxStream<'static, Scoped> {
-        let streams = apis.iter().map(|(scope, api)| {
-            let scope = scope.clone();
-            crate::watch_backoff::with_backoff(
-                watcher(
-                    api.clone(),
-                    watcher::Config::default().page_size(LIST_PAGE_SIZE),
-                )
-                .boxed(),
-            )
-            .map(move |event| (scope.clone(), event))
-            .boxed()
-        });
-        futures::stream::select_all(streams).boxed()
-    };
-    let mut stream = watch();
+    let mut stream = watch_all(&apis);
     let mut requests = shared.relist_requested.subscribe();
-    // The relist request the current stream's next completed lists answer.
-    let mut answers = *requests.borrow_and_update();
-    // Whether the lists in progress were asked for (shards acquired, a use widened) rather
-    // than forced by a watch error. Such a list tells the handlers only what changed:
-    // replaying every unchanged object would queue every parent this replica already syncs
-    // (one hook call each) whenever it takes over a shard. After a watch error every object
-    // is replayed, as upstream's informers do.
-    let mut asked_for = false;
-    let mut flush = config.flush_interval.map(|period| {
-        let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        tick
-    });
-    let mut lists = Lists::new(&scopes);
+    let mut lists = Lists::new(&scopes, *requests.borrow_and_update(), false);
+    let mut flush = flush_timer(config.flush_interval);
     loop {
         let event = tokio::select! {
-            _ = async {
-                match flush.as_mut() {
-                    Some(tick) => tick.tick().await,
-                    None => std::future::pending().await,
-                }
-            } => {
+            _ = next_tick(flush.as_mut()) => {
                 if *shared.synced.borrow() {
                     resync(&shared);
                 }
@@ -717,10 +696,9 @@ async fn run(
             }
             changed = requests.changed() => {
                 if changed.is_ok() {
-                    answers = *requests.borrow_and_update();
-                    asked_for = true;
-                    stream = watch();
-                    lists = Lists::new(&scopes);
+                    let answers = *requests.borrow_and_update();
+                    stream = watch_all(&apis);
+                    lists = Lists::new(&scopes, answers, true);
                 } else {
                     // The informer is gone (the sender lives in `shared`): cannot happen
                     // while we hold `shared`.
@@ -735,44 +713,103 @@ async fn run(
             tracing::error!(resource = ?id, "watch stream ended");
             return;
         };
-        match event {
-            Ok(watcher::Event::Init) => {
-                lists.buffers.insert(scope, Vec::new());
-            }
-            Ok(watcher::Event::InitApply(obj)) => {
-                if shared.retains(&obj) {
-                    let cached = shared.store().unchanged(&obj).cloned();
-                    let buffer = lists.buffers.entry(scope).or_default();
-                    match cached {
-                        Some(cached) => buffer.push(cached),
-                        None => buffer.extend(encode(&obj, &id).map(Arc::new)),
-                    }
-                }
-            }
-            Ok(watcher::Event::InitDone) => {
-                let buffer = lists.buffers.remove(&scope).unwrap_or_default();
-                let changes = list_done(&shared, &id, &scope, buffer, asked_for);
-                lists.waiting.remove(&scope);
-                let complete = lists.waiting.is_empty();
-                if complete {
-                    asked_for = false;
-                    shared.synced.send_replace(true);
-                }
-                shared.notify_cached(changes, Origin::Relist);
-                if complete {
-                    shared.relisted.send_replace(answers);
-                }
-            }
-            Ok(watcher::Event::Apply(obj)) => applied(&shared, &id, obj),
-            Ok(watcher::Event::Delete(obj)) => {
-                let removed = NamespacedName::of(&obj).and_then(|k| shared.store_mut().remove(&k));
-                // As client-go's informers: the deleted object is the one the watch delivered.
-                if removed.is_some() {
-                    shared.notify(&Change::Deleted(Arc::new(obj)), Origin::Watch);
-                }
-            }
-            Err(e) => tracing::warn!(resource = ?id, error = %e, "watch failed; retrying"),
+        handle_event(&shared, &id, &mut lists, scope, event);
+    }
+}
+
+/// A fresh watch of every scope (with --watch-namespaces there is one watch per namespace),
+/// each listing in pages and retrying with backoff, merged into one stream.
+fn watch_all(apis: &[(String, Api<DynamicObject>)]) -> BoxStream<'static, Scoped> {
+    let streams = apis.iter().map(|(scope, api)| {
+        let scope = scope.clone();
+        crate::watch_backoff::with_backoff(
+            watcher(
+                api.clone(),
+                watcher::Config::default().page_size(LIST_PAGE_SIZE),
+            )
+            .boxed(),
+        )
+        .map(move |event| (scope.clone(), event))
+        .boxed()
+    });
+    futures::stream::select_all(streams).boxed()
+}
+
+/// The timer of the cache replays: first tick one period from now; a late tick delays the
+/// following ones rather than bursting.
+fn flush_timer(period: Option<Duration>) -> Option<tokio::time::Interval> {
+    period.map(|period| {
+        let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        tick
+    })
+}
+
+/// Waits for the next flush tick; forever without a flush interval.
+async fn next_tick(flush: Option<&mut tokio::time::Interval>) {
+    match flush {
+        Some(tick) => {
+            tick.tick().await;
         }
+        None => std::future::pending().await,
+    }
+}
+
+/// Applies one watch event of `scope` to the cache and hands the changes to the handlers.
+fn handle_event(
+    shared: &Shared,
+    id: &ResourceId,
+    lists: &mut Lists,
+    scope: String,
+    event: Result<watcher::Event<DynamicObject>, watcher::Error>,
+) {
+    match event {
+        Ok(watcher::Event::Init) => {
+            lists.buffers.insert(scope, Vec::new());
+        }
+        Ok(watcher::Event::InitApply(obj)) => listed(shared, id, lists, scope, obj),
+        Ok(watcher::Event::InitDone) => scope_listed(shared, id, lists, &scope),
+        Ok(watcher::Event::Apply(obj)) => applied(shared, id, obj),
+        Ok(watcher::Event::Delete(obj)) => {
+            let removed = NamespacedName::of(&obj).and_then(|k| shared.store_mut().remove(&k));
+            // As client-go's informers: the deleted object is the one the watch delivered.
+            if removed.is_some() {
+                shared.notify(&Change::Deleted(Arc::new(obj)), Origin::Watch);
+            }
+        }
+        Err(e) => tracing::warn!(resource = ?id, error = %e, "watch failed; retrying"),
+    }
+}
+
+/// A list of `scope` delivered `obj`: buffered (as the cached `Arc` when unchanged) until
+/// the list is complete, unless the retention filter drops it.
+fn listed(shared: &Shared, id: &ResourceId, lists: &mut Lists, scope: String, obj: DynamicObject) {
+    if !shared.retains(&obj) {
+        return;
+    }
+    let cached = shared.store().unchanged(&obj).cloned();
+    let buffer = lists.buffers.entry(scope).or_default();
+    match cached {
+        Some(cached) => buffer.push(cached),
+        None => buffer.extend(encode(&obj, id).map(Arc::new)),
+    }
+}
+
+/// The list of `scope` is complete: its objects replace the cached ones. Once every
+/// awaited list is complete the cache counts as synced and the relist request is answered
+/// (after the handlers got the changes).
+fn scope_listed(shared: &Shared, id: &ResourceId, lists: &mut Lists, scope: &str) {
+    let buffer = lists.buffers.remove(scope).unwrap_or_default();
+    let changes = list_done(shared, id, scope, buffer, lists.asked_for);
+    lists.waiting.remove(scope);
+    let complete = lists.waiting.is_empty();
+    if complete {
+        lists.asked_for = false;
+        shared.synced.send_replace(true);
+    }
+    shared.notify_cached(changes, Origin::Relist);
+    if complete {
+        shared.relisted.send_replace(lists.answers);
     }
 }
 

@@ -35,6 +35,75 @@ const RECONCILE_BUCKETS: &[f64] = &[
     25.0, 30.0, 40.0, 50.0, 60.0,
 ];
 
+/// A metric family's name and help text.
+type Family = (&'static str, &'static str);
+
+// The families' names and help texts, as client-go and controller-runtime publish them.
+const DEPTH: Family = (
+    "workqueue_depth",
+    "Current depth of workqueue by workqueue and priority",
+);
+const ADDS: Family = (
+    "workqueue_adds_total",
+    "Total number of adds handled by workqueue",
+);
+const QUEUE_DURATION: Family = (
+    "workqueue_queue_duration_seconds",
+    "How long in seconds an item stays in workqueue before being requested",
+);
+const WORK_DURATION: Family = (
+    "workqueue_work_duration_seconds",
+    "How long in seconds processing an item from workqueue takes.",
+);
+const UNFINISHED: Family = (
+    "workqueue_unfinished_work_seconds",
+    "How many seconds of work has been done that is in progress and hasn't \
+     been observed by work_duration. Large values indicate stuck threads.",
+);
+const LONGEST: Family = (
+    "workqueue_longest_running_processor_seconds",
+    "How many seconds has the longest running processor for workqueue been \
+     running.",
+);
+const RETRIES: Family = (
+    "workqueue_retries_total",
+    "Total number of retries handled by workqueue",
+);
+const RECONCILE_TOTAL: Family = (
+    "controller_runtime_reconcile_total",
+    "Total number of reconciliations per controller",
+);
+const RECONCILE_ERRORS: Family = (
+    "controller_runtime_reconcile_errors_total",
+    "Total number of reconciliation errors per controller",
+);
+const RECONCILE_PANICS: Family = (
+    "controller_runtime_reconcile_panics_total",
+    "Total number of reconciliation panics per controller",
+);
+const RECONCILE_TIME: Family = (
+    "controller_runtime_reconcile_time_seconds",
+    "Length of time per reconciliation per controller",
+);
+const MAX_CONCURRENT: Family = (
+    "controller_runtime_max_concurrent_reconciles",
+    "Maximum number of concurrent reconciles per controller",
+);
+const ACTIVE_WORKERS: Family = (
+    "controller_runtime_active_workers",
+    "Number of currently used workers per controller",
+);
+
+/// The options of a gauge or counter family.
+fn opts((name, help): Family) -> Opts {
+    Opts::new(name, help)
+}
+
+/// The options of a histogram family with `buckets`.
+fn histogram((name, help): Family, buckets: Vec<f64>) -> HistogramOpts {
+    HistogramOpts::new(name, help).buckets(buckets)
+}
+
 /// The metric families of all work queues of a process; register once per registry and
 /// hand clones to every queue ([`crate::WorkQueue::with_options`]).
 #[derive(Clone)]
@@ -63,120 +132,52 @@ impl fmt::Debug for QueueMetrics {
 impl QueueMetrics {
     /// Creates the metric families and registers them in `registry`.
     pub fn register(registry: &Registry) -> Result<QueueMetrics, prometheus::Error> {
+        let metrics = Self::new_families()?;
+        metrics.register_families(registry)?;
+        Ok(metrics)
+    }
+
+    /// The metric families, not yet registered anywhere.
+    fn new_families() -> Result<QueueMetrics, prometheus::Error> {
         let queue = ["name", "controller"];
         let ctl = ["controller"];
-        let metrics = QueueMetrics {
-            depth: IntGaugeVec::new(
-                Opts::new(
-                    "workqueue_depth",
-                    "Current depth of workqueue by workqueue and priority",
-                ),
-                &["name", "controller", "priority"],
-            )?,
-            adds: IntCounterVec::new(
-                Opts::new(
-                    "workqueue_adds_total",
-                    "Total number of adds handled by workqueue",
-                ),
-                &queue,
-            )?,
-            queue_duration: HistogramVec::new(
-                HistogramOpts::new(
-                    "workqueue_queue_duration_seconds",
-                    "How long in seconds an item stays in workqueue before being requested",
-                )
-                .buckets(queue_buckets()),
-                &queue,
-            )?,
-            work_duration: HistogramVec::new(
-                HistogramOpts::new(
-                    "workqueue_work_duration_seconds",
-                    "How long in seconds processing an item from workqueue takes.",
-                )
-                .buckets(queue_buckets()),
-                &queue,
-            )?,
-            unfinished: GaugeVec::new(
-                Opts::new(
-                    "workqueue_unfinished_work_seconds",
-                    "How many seconds of work has been done that is in progress and hasn't \
-                     been observed by work_duration. Large values indicate stuck threads.",
-                ),
-                &queue,
-            )?,
-            longest: GaugeVec::new(
-                Opts::new(
-                    "workqueue_longest_running_processor_seconds",
-                    "How many seconds has the longest running processor for workqueue been \
-                     running.",
-                ),
-                &queue,
-            )?,
-            retries: IntCounterVec::new(
-                Opts::new(
-                    "workqueue_retries_total",
-                    "Total number of retries handled by workqueue",
-                ),
-                &queue,
-            )?,
-            reconcile_total: IntCounterVec::new(
-                Opts::new(
-                    "controller_runtime_reconcile_total",
-                    "Total number of reconciliations per controller",
-                ),
-                &["controller", "result"],
-            )?,
-            reconcile_errors: IntCounterVec::new(
-                Opts::new(
-                    "controller_runtime_reconcile_errors_total",
-                    "Total number of reconciliation errors per controller",
-                ),
-                &ctl,
-            )?,
-            reconcile_panics: IntCounterVec::new(
-                Opts::new(
-                    "controller_runtime_reconcile_panics_total",
-                    "Total number of reconciliation panics per controller",
-                ),
-                &ctl,
-            )?,
+        Ok(QueueMetrics {
+            depth: IntGaugeVec::new(opts(DEPTH), &["name", "controller", "priority"])?,
+            adds: IntCounterVec::new(opts(ADDS), &queue)?,
+            queue_duration: HistogramVec::new(histogram(QUEUE_DURATION, queue_buckets()), &queue)?,
+            work_duration: HistogramVec::new(histogram(WORK_DURATION, queue_buckets()), &queue)?,
+            unfinished: GaugeVec::new(opts(UNFINISHED), &queue)?,
+            longest: GaugeVec::new(opts(LONGEST), &queue)?,
+            retries: IntCounterVec::new(opts(RETRIES), &queue)?,
+            reconcile_total: IntCounterVec::new(opts(RECONCILE_TOTAL), &["controller", "result"])?,
+            reconcile_errors: IntCounterVec::new(opts(RECONCILE_ERRORS), &ctl)?,
+            reconcile_panics: IntCounterVec::new(opts(RECONCILE_PANICS), &ctl)?,
             reconcile_time: HistogramVec::new(
-                HistogramOpts::new(
-                    "controller_runtime_reconcile_time_seconds",
-                    "Length of time per reconciliation per controller",
-                )
-                .buckets(RECONCILE_BUCKETS.to_vec()),
+                histogram(RECONCILE_TIME, RECONCILE_BUCKETS.to_vec()),
                 &ctl,
             )?,
-            max_concurrent: IntGaugeVec::new(
-                Opts::new(
-                    "controller_runtime_max_concurrent_reconciles",
-                    "Maximum number of concurrent reconciles per controller",
-                ),
-                &ctl,
-            )?,
-            active_workers: IntGaugeVec::new(
-                Opts::new(
-                    "controller_runtime_active_workers",
-                    "Number of currently used workers per controller",
-                ),
-                &ctl,
-            )?,
-        };
-        registry.register(Box::new(metrics.depth.clone()))?;
-        registry.register(Box::new(metrics.adds.clone()))?;
-        registry.register(Box::new(metrics.queue_duration.clone()))?;
-        registry.register(Box::new(metrics.work_duration.clone()))?;
-        registry.register(Box::new(metrics.unfinished.clone()))?;
-        registry.register(Box::new(metrics.longest.clone()))?;
-        registry.register(Box::new(metrics.retries.clone()))?;
-        registry.register(Box::new(metrics.reconcile_total.clone()))?;
-        registry.register(Box::new(metrics.reconcile_errors.clone()))?;
-        registry.register(Box::new(metrics.reconcile_panics.clone()))?;
-        registry.register(Box::new(metrics.reconcile_time.clone()))?;
-        registry.register(Box::new(metrics.max_concurrent.clone()))?;
-        registry.register(Box::new(metrics.active_workers.clone()))?;
-        Ok(metrics)
+            max_concurrent: IntGaugeVec::new(opts(MAX_CONCURRENT), &ctl)?,
+            active_workers: IntGaugeVec::new(opts(ACTIVE_WORKERS), &ctl)?,
+        })
+    }
+
+    /// Registers every family in `registry`, in declaration order; stops at the first
+    /// failure (e.g. a family already registered).
+    fn register_families(&self, registry: &Registry) -> Result<(), prometheus::Error> {
+        registry.register(Box::new(self.depth.clone()))?;
+        registry.register(Box::new(self.adds.clone()))?;
+        registry.register(Box::new(self.queue_duration.clone()))?;
+        registry.register(Box::new(self.work_duration.clone()))?;
+        registry.register(Box::new(self.unfinished.clone()))?;
+        registry.register(Box::new(self.longest.clone()))?;
+        registry.register(Box::new(self.retries.clone()))?;
+        registry.register(Box::new(self.reconcile_total.clone()))?;
+        registry.register(Box::new(self.reconcile_errors.clone()))?;
+        registry.register(Box::new(self.reconcile_panics.clone()))?;
+        registry.register(Box::new(self.reconcile_time.clone()))?;
+        registry.register(Box::new(self.max_concurrent.clone()))?;
+        registry.register(Box::new(self.active_workers.clone()))?;
+        Ok(())
     }
 
     /// The series of queue `name`, created at zero (as controller-runtime initialises them

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DeleteParams, PostParams};
 use metacontroller_dynamic::{
-    discover, Change, InformerConfig, Informers, Keep, KeepKeys, NamespacedName, Origin,
+    discover, Change, Informer, InformerConfig, Informers, Keep, KeepKeys, NamespacedName, Origin,
     ResourceMap,
 };
 
@@ -209,63 +209,100 @@ async fn a_retention_filter_keeps_only_the_share_relists_on_growth_and_prunes_si
     let (_server, client, map) = discovered().await;
     let configmaps = map.get("v1", "configmaps").unwrap().clone();
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
-    let mut uids = std::collections::HashMap::new();
-    for name in ["p1", "p2", "orphan"] {
-        let created = cms
-            .create(&PostParams::default(), &owned_cm(name, None))
-            .await
-            .unwrap();
-        uids.insert(name, created.metadata.uid.unwrap());
-    }
-    let of = |p: &'static str| Some((p, uids[p].as_str()));
-    for (name, owner) in [("c1", "p1"), ("c2", "p2")] {
-        cms.create(&PostParams::default(), &owned_cm(name, of(owner)))
-            .await
-            .unwrap();
-    }
-    let retained: Arc<Mutex<std::collections::HashSet<String>>> =
-        Arc::new(Mutex::new(["default/p1".to_string()].into()));
-    let keep_keys = {
-        let retained = retained.clone();
-        KeepKeys::new(move |key| retained.lock().unwrap().contains(key))
-    };
-    let informers = Informers::new(
-        client.clone(),
-        InformerConfig {
-            keep_keys: Some(keep_keys),
-            ..Default::default()
-        },
-    );
+    let uids = create_parents_and_children(&cms).await;
+    let retained: Retained = Arc::new(Mutex::new(["default/p1".to_string()].into()));
+    let informers = retaining_informers(&client, &retained);
     let informer = informers.lease_keeping(&configmaps, Keep::Children);
     tokio::time::timeout(Duration::from_secs(10), informer.wait_synced())
         .await
         .unwrap();
-    let cached = |names: &[&str]| {
-        let mut have: Vec<String> = informer
-            .list()
-            .iter()
-            .filter_map(|o| o.metadata.name.clone())
-            .filter(|n| !n.starts_with("kube-"))
-            .collect();
-        have.sort();
-        let mut want: Vec<String> = names.iter().map(|s| s.to_string()).collect();
-        want.sort();
-        have == want
-    };
     // The parent p1, its child, the orphan (p2 has no owner: an orphan too, for children).
     assert!(
-        cached(&["c1", "orphan", "p1", "p2"]),
+        caches(&informer, &["c1", "orphan", "p1", "p2"]),
         "{:?}",
         informer.list()
     );
     let seen = Seen::default();
     informer.add_handler(record(&seen));
 
-    // A watch event of another shard's child is not stored.
-    cms.create(&PostParams::default(), &owned_cm("c2b", of("p2")))
+    other_shards_watch_events_are_not_stored(&cms, &uids, &informer, &seen).await;
+    growing_the_share_relists(&informers, &retained, &informer, &seen).await;
+    shrinking_the_share_prunes_silently(&informers, &retained, &informer, &seen);
+    a_child_reowned_to_another_shard_leaves(&cms, &uids, &informer, &seen).await;
+    a_full_user_widens_the_informer(&informers, &configmaps, &informer).await;
+}
+
+/// The parent keys a sharded replica keeps.
+type Retained = Arc<Mutex<std::collections::HashSet<String>>>;
+
+/// The uids of the parents, by name.
+struct Uids(std::collections::HashMap<&'static str, String>);
+
+impl Uids {
+    /// The owner of a child of the parent `p` (see [`owned_cm`]).
+    fn of(&self, p: &'static str) -> Option<(&'static str, &str)> {
+        Some((p, self.0[p].as_str()))
+    }
+}
+
+/// Creates the parents p1 and p2, an orphan, and the children c1 (of p1) and c2 (of p2).
+async fn create_parents_and_children(cms: &Api<ConfigMap>) -> Uids {
+    let mut uids = Uids(std::collections::HashMap::new());
+    for name in ["p1", "p2", "orphan"] {
+        let created = cms
+            .create(&PostParams::default(), &owned_cm(name, None))
+            .await
+            .unwrap();
+        uids.0.insert(name, created.metadata.uid.unwrap());
+    }
+    for (name, owner) in [("c1", "p1"), ("c2", "p2")] {
+        cms.create(&PostParams::default(), &owned_cm(name, uids.of(owner)))
+            .await
+            .unwrap();
+    }
+    uids
+}
+
+/// Informers keeping only the objects of the parents in `retained`.
+fn retaining_informers(client: &kube::Client, retained: &Retained) -> Informers {
+    let keep_keys = {
+        let retained = retained.clone();
+        KeepKeys::new(move |key| retained.lock().unwrap().contains(key))
+    };
+    Informers::new(
+        client.clone(),
+        InformerConfig {
+            keep_keys: Some(keep_keys),
+            ..Default::default()
+        },
+    )
+}
+
+/// Whether the informer caches exactly the objects `names` (besides the `kube-*` ones).
+fn caches(informer: &Informer, names: &[&str]) -> bool {
+    let mut have: Vec<String> = informer
+        .list()
+        .iter()
+        .filter_map(|o| o.metadata.name.clone())
+        .filter(|n| !n.starts_with("kube-"))
+        .collect();
+    have.sort();
+    let mut want: Vec<String> = names.iter().map(|s| s.to_string()).collect();
+    want.sort();
+    have == want
+}
+
+/// A watch event of another shard's child is not stored.
+async fn other_shards_watch_events_are_not_stored(
+    cms: &Api<ConfigMap>,
+    uids: &Uids,
+    informer: &Informer,
+    seen: &Seen,
+) {
+    cms.create(&PostParams::default(), &owned_cm("c2b", uids.of("p2")))
         .await
         .unwrap();
-    cms.create(&PostParams::default(), &owned_cm("c1b", of("p1")))
+    cms.create(&PostParams::default(), &owned_cm("c1b", uids.of("p1")))
         .await
         .unwrap();
     eventually("c1b cached", || {
@@ -277,47 +314,77 @@ async fn a_retention_filter_keeps_only_the_share_relists_on_growth_and_prunes_si
     assert!(informer
         .get(&NamespacedName::new("default", "c2b"))
         .is_none());
-    assert!(!saw(&seen, "added", "c2b", Origin::Watch));
+    assert!(!saw(seen, "added", "c2b", Origin::Watch));
+}
 
-    // Growing the share: a relist started after the change brings the dropped objects.
+/// Growing the share: a relist started after the change brings the dropped objects.
+async fn growing_the_share_relists(
+    informers: &Informers,
+    retained: &Retained,
+    informer: &Informer,
+    seen: &Seen,
+) {
     retained.lock().unwrap().insert("default/p2".into());
     tokio::time::timeout(Duration::from_secs(10), informers.relist_filtered())
         .await
         .unwrap();
-    assert!(cached(&["c1", "c1b", "c2", "c2b", "orphan", "p1", "p2"]));
-    assert!(saw(&seen, "added", "c2", Origin::Relist));
+    assert!(caches(
+        informer,
+        &["c1", "c1b", "c2", "c2b", "orphan", "p1", "p2"]
+    ));
+    assert!(saw(seen, "added", "c2", Origin::Relist));
     // An asked-for relist tells only what changed: c1 was cached already, unchanged.
-    assert!(!saw(&seen, "updated", "c1", Origin::Relist));
+    assert!(!saw(seen, "updated", "c1", Origin::Relist));
+}
 
-    // Shrinking it: pruned without any delete event.
+/// Shrinking the share: pruned without any delete event.
+fn shrinking_the_share_prunes_silently(
+    informers: &Informers,
+    retained: &Retained,
+    informer: &Informer,
+    seen: &Seen,
+) {
     retained.lock().unwrap().remove("default/p1");
     assert_eq!(informers.prune_filtered(), 2);
-    assert!(cached(&["c2", "c2b", "orphan", "p1", "p2"]));
-    assert!(!saw(&seen, "deleted", "c1", Origin::Watch));
-    assert!(!saw(&seen, "deleted", "c1", Origin::Relist));
+    assert!(caches(informer, &["c2", "c2b", "orphan", "p1", "p2"]));
+    assert!(!saw(seen, "deleted", "c1", Origin::Watch));
+    assert!(!saw(seen, "deleted", "c1", Origin::Relist));
+}
 
-    // A kept child re-owned to a parent of another shard leaves the cache (as a delete).
+/// A kept child re-owned to a parent of another shard leaves the cache (as a delete).
+async fn a_child_reowned_to_another_shard_leaves(
+    cms: &Api<ConfigMap>,
+    uids: &Uids,
+    informer: &Informer,
+    seen: &Seen,
+) {
     let mut moved = cms.get("c2").await.unwrap();
-    moved.metadata.owner_references = owned_cm("x", of("p1")).metadata.owner_references;
+    moved.metadata.owner_references = owned_cm("x", uids.of("p1")).metadata.owner_references;
     cms.replace("c2", &PostParams::default(), &moved)
         .await
         .unwrap();
-    eventually("c2 forgotten", || {
-        saw(&seen, "deleted", "c2", Origin::Watch)
-    })
-    .await;
+    eventually("c2 forgotten", || saw(seen, "deleted", "c2", Origin::Watch)).await;
     assert!(informer
         .get(&NamespacedName::new("default", "c2"))
         .is_none());
+}
 
-    // A user that needs everything widens the shared informer: it relists before it reads
-    // as synced again.
-    let all = informers.lease(&configmaps);
+/// A user that needs everything widens the shared informer: it relists before it reads
+/// as synced again.
+async fn a_full_user_widens_the_informer(
+    informers: &Informers,
+    configmaps: &Arc<metacontroller_dynamic::ApiResource>,
+    informer: &Informer,
+) {
+    let all = informers.lease(configmaps);
     assert!(all.keeps(Keep::All));
     tokio::time::timeout(Duration::from_secs(10), all.wait_synced())
         .await
         .unwrap();
-    assert!(cached(&["c1", "c1b", "c2", "c2b", "orphan", "p1", "p2"]));
+    assert!(caches(
+        informer,
+        &["c1", "c1b", "c2", "c2b", "orphan", "p1", "p2"]
+    ));
     assert_eq!(
         informers.prune_filtered(),
         0,

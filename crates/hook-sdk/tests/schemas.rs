@@ -16,7 +16,7 @@ use metacontroller_hook::{
     DecoratorHookRequest, DecoratorHookResponse,
 };
 use schemars::JsonSchema;
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 const V1_KEYS: &str = "Objects grouped by type: `<Kind>.<apiVersion>` (e.g. `Pod.v1`, `Deployment.apps/v1`) → object name → object. Hook version v1 keys objects by name relative to the parent (`<namespace>/<name>` when a cluster-scoped parent has namespaced objects). Every declared type has an entry, possibly empty.";
 const V2_KEYS: &str = "Objects grouped by type: `<Kind>.<apiVersion>` (e.g. `Pod.v1`, `Deployment.apps/v1`) → key → object. Hook version v2 keys namespaced objects `<namespace>/<name>` and cluster-scoped ones `<name>`, whatever the parent's scope. Every declared type has an entry, possibly empty.";
@@ -49,97 +49,71 @@ fn schema_of<T: JsonSchema>(version: &str, name: &str, title: &str) -> Value {
     schema
 }
 
+/// Builds the schema of one message: [`schema_of`] for its wire type.
+type Generate = fn(&str, &str, &str) -> Value;
+
+/// Every message with a schema, in file order: file stem, title, and its wire type's
+/// generator.
+const MESSAGES: [(&str, &str, Generate); 10] = [
+    (
+        "composite-sync-request",
+        "CompositeController sync hook request",
+        schema_of::<CompositeHookRequest>,
+    ),
+    (
+        "composite-sync-response",
+        "CompositeController sync hook response",
+        schema_of::<CompositeHookResponse>,
+    ),
+    (
+        "composite-finalize-request",
+        "CompositeController finalize hook request",
+        schema_of::<CompositeHookRequest>,
+    ),
+    (
+        "composite-finalize-response",
+        "CompositeController finalize hook response",
+        schema_of::<CompositeHookResponse>,
+    ),
+    (
+        "decorator-sync-request",
+        "DecoratorController sync hook request",
+        schema_of::<DecoratorHookRequest>,
+    ),
+    (
+        "decorator-sync-response",
+        "DecoratorController sync hook response",
+        schema_of::<DecoratorHookResponse>,
+    ),
+    (
+        "decorator-finalize-request",
+        "DecoratorController finalize hook request",
+        schema_of::<DecoratorHookRequest>,
+    ),
+    (
+        "decorator-finalize-response",
+        "DecoratorController finalize hook response",
+        schema_of::<DecoratorHookResponse>,
+    ),
+    (
+        "customize-request",
+        "Customize hook request (CompositeController or DecoratorController)",
+        schema_of::<CustomizeHookRequest>,
+    ),
+    (
+        "customize-response",
+        "Customize hook response",
+        schema_of::<CustomizeHookResponse>,
+    ),
+];
+
 /// Every schema file: (version, file stem, schema).
 fn schemas() -> Vec<(&'static str, &'static str, Value)> {
     let mut out = Vec::new();
     for version in ["v1", "v2"] {
-        let v = version;
-        out.push((
-            v,
-            "composite-sync-request",
-            schema_of::<CompositeHookRequest>(
-                v,
-                "composite-sync-request",
-                "CompositeController sync hook request",
-            ),
-        ));
-        out.push((
-            v,
-            "composite-sync-response",
-            schema_of::<CompositeHookResponse>(
-                v,
-                "composite-sync-response",
-                "CompositeController sync hook response",
-            ),
-        ));
-        out.push((
-            v,
-            "composite-finalize-request",
-            schema_of::<CompositeHookRequest>(
-                v,
-                "composite-finalize-request",
-                "CompositeController finalize hook request",
-            ),
-        ));
-        out.push((
-            v,
-            "composite-finalize-response",
-            schema_of::<CompositeHookResponse>(
-                v,
-                "composite-finalize-response",
-                "CompositeController finalize hook response",
-            ),
-        ));
-        out.push((
-            v,
-            "decorator-sync-request",
-            schema_of::<DecoratorHookRequest>(
-                v,
-                "decorator-sync-request",
-                "DecoratorController sync hook request",
-            ),
-        ));
-        out.push((
-            v,
-            "decorator-sync-response",
-            schema_of::<DecoratorHookResponse>(
-                v,
-                "decorator-sync-response",
-                "DecoratorController sync hook response",
-            ),
-        ));
-        out.push((
-            v,
-            "decorator-finalize-request",
-            schema_of::<DecoratorHookRequest>(
-                v,
-                "decorator-finalize-request",
-                "DecoratorController finalize hook request",
-            ),
-        ));
-        out.push((
-            v,
-            "decorator-finalize-response",
-            schema_of::<DecoratorHookResponse>(
-                v,
-                "decorator-finalize-response",
-                "DecoratorController finalize hook response",
-            ),
-        ));
-        out.push((
-            v,
-            "customize-request",
-            schema_of::<CustomizeHookRequest>(
-                v,
-                "customize-request",
-                "Customize hook request (CompositeController or DecoratorController)",
-            ),
-        ));
-        out.push((
-            v,
-            "customize-response",
-            schema_of::<CustomizeHookResponse>(v, "customize-response", "Customize hook response"),
-        ));
+        for (stem, title, generate) in MESSAGES {
+            out.push((version, stem, generate(version, stem, title)));
+        }
     }
     out
 }
@@ -233,6 +207,31 @@ fn validate(root: &Value, schema: &Value, instance: &Value, at: &str) -> Vec<Str
         }
         return errors;
     };
+    validate_alternatives(root, schema, instance, at, &mut errors);
+    if let Some(error) = type_error(schema, instance, at) {
+        errors.push(error);
+        return errors;
+    }
+    if let Some(object) = instance.as_object() {
+        validate_properties(root, schema, object, at, &mut errors);
+    }
+    if let (Some(items), Some(array)) = (schema.get("items"), instance.as_array()) {
+        for (i, item) in array.iter().enumerate() {
+            errors.extend(validate(root, items, item, &format!("{at}/{i}")));
+        }
+    }
+    errors
+}
+
+/// The keywords naming what the instance must be elsewhere or among: `$ref` (validated
+/// against its target), `anyOf`/`oneOf`, `enum` and `const`.
+fn validate_alternatives(
+    root: &Value,
+    schema: &Map<String, Value>,
+    instance: &Value,
+    at: &str,
+    errors: &mut Vec<String>,
+) {
     if let Some(Value::String(reference)) = schema.get("$ref") {
         let target = reference
             .strip_prefix('#')
@@ -258,52 +257,55 @@ fn validate(root: &Value, schema: &Value, instance: &Value, at: &str) -> Vec<Str
             errors.push(format!("{at}: not {value}"));
         }
     }
-    if let Some(types) = schema.get("type") {
-        let types: Vec<&str> = match types {
-            Value::String(t) => vec![t.as_str()],
-            Value::Array(ts) => ts.iter().filter_map(Value::as_str).collect(),
-            _ => vec![],
-        };
-        let ok = types.iter().any(|t| match *t {
-            "object" => instance.is_object(),
-            "array" => instance.is_array(),
-            "string" => instance.is_string(),
-            "boolean" => instance.is_boolean(),
-            "null" => instance.is_null(),
-            "number" => instance.is_number(),
-            "integer" => instance.as_i64().is_some() || instance.as_u64().is_some(),
-            _ => false,
-        });
-        if !ok {
-            errors.push(format!("{at}: not of type {types:?}"));
-            return errors;
+}
+
+/// The error when the instance has none of the schema's `type`s (then nothing else of
+/// the schema applies to it).
+fn type_error(schema: &Map<String, Value>, instance: &Value, at: &str) -> Option<String> {
+    let types: Vec<&str> = match schema.get("type")? {
+        Value::String(t) => vec![t.as_str()],
+        Value::Array(ts) => ts.iter().filter_map(Value::as_str).collect(),
+        _ => vec![],
+    };
+    let ok = types.iter().any(|t| match *t {
+        "object" => instance.is_object(),
+        "array" => instance.is_array(),
+        "string" => instance.is_string(),
+        "boolean" => instance.is_boolean(),
+        "null" => instance.is_null(),
+        "number" => instance.is_number(),
+        "integer" => instance.as_i64().is_some() || instance.as_u64().is_some(),
+        _ => false,
+    });
+    (!ok).then(|| format!("{at}: not of type {types:?}"))
+}
+
+/// An object's `required` fields, and each field against its `properties` entry or else
+/// `additionalProperties`.
+fn validate_properties(
+    root: &Value,
+    schema: &Map<String, Value>,
+    object: &Map<String, Value>,
+    at: &str,
+    errors: &mut Vec<String>,
+) {
+    let properties = schema.get("properties").and_then(Value::as_object);
+    if let Some(Value::Array(required)) = schema.get("required") {
+        for name in required.iter().filter_map(Value::as_str) {
+            if !object.contains_key(name) {
+                errors.push(format!("{at}/{name}: required"));
+            }
         }
     }
-    if let Some(object) = instance.as_object() {
-        let properties = schema.get("properties").and_then(Value::as_object);
-        if let Some(Value::Array(required)) = schema.get("required") {
-            for name in required.iter().filter_map(Value::as_str) {
-                if !object.contains_key(name) {
-                    errors.push(format!("{at}/{name}: required"));
+    for (key, value) in object {
+        let path = format!("{at}/{key}");
+        match properties.and_then(|p| p.get(key)) {
+            Some(sub) => errors.extend(validate(root, sub, value, &path)),
+            None => {
+                if let Some(extra) = schema.get("additionalProperties") {
+                    errors.extend(validate(root, extra, value, &path));
                 }
             }
         }
-        for (key, value) in object {
-            let path = format!("{at}/{key}");
-            match properties.and_then(|p| p.get(key)) {
-                Some(sub) => errors.extend(validate(root, sub, value, &path)),
-                None => {
-                    if let Some(extra) = schema.get("additionalProperties") {
-                        errors.extend(validate(root, extra, value, &path));
-                    }
-                }
-            }
-        }
     }
-    if let (Some(items), Some(array)) = (schema.get("items"), instance.as_array()) {
-        for (i, item) in array.iter().enumerate() {
-            errors.extend(validate(root, items, item, &format!("{at}/{i}")));
-        }
-    }
-    errors
 }

@@ -91,28 +91,65 @@ async fn hook_calls(
     }
 }
 
+/// The runtime, the hook server and the call every variant makes.
+struct Fixture {
+    rt: tokio::runtime::Runtime,
+    url: String,
+    hook: Arc<Hook>,
+    request: Arc<serde_json::Value>,
+}
+
+impl Fixture {
+    /// Starts the runtime and the hook server.
+    fn start() -> Self {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let url = start_server(&rt);
+        let hook = Arc::new(Hook {
+            version: None,
+            webhook: Some(Webhook {
+                url: Some(url.clone()),
+                ..Webhook::default()
+            }),
+        });
+        Self {
+            rt,
+            url,
+            hook,
+            request: Arc::new(request()),
+        }
+    }
+
+    /// 100 calls with `client`: its keep-alive connection is open before measuring.
+    fn warm(&self, client: &HookClient) {
+        self.rt.block_on(hook_calls(
+            client.clone(),
+            self.hook.clone(),
+            self.request.clone(),
+            100,
+        ));
+    }
+}
+
+type Group<'a> = criterion::BenchmarkGroup<'a, criterion::measurement::WallTime>;
+
+/// A recorder that drops what it gets: what the call path pays for building the record,
+/// without the writer thread competing for the CPU.
+struct Discard;
+
+impl metacontroller_hooks::HookRecorder for Discard {
+    fn record(&self, exchange: metacontroller_hooks::RecordedExchange) {
+        std::hint::black_box(exchange);
+    }
+}
+
 fn bench(c: &mut Criterion) {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let url = start_server(&rt);
+    let fixture = Fixture::start();
     let client = HookClient::new(HookClientConfig::default()).unwrap();
-    let hook = Arc::new(Hook {
-        version: None,
-        webhook: Some(Webhook {
-            url: Some(url.clone()),
-            ..Webhook::default()
-        }),
-    });
-    let request = Arc::new(request());
     // Warm the keep-alive connection.
-    rt.block_on(hook_calls(
-        client.clone(),
-        hook.clone(),
-        request.clone(),
-        100,
-    ));
+    fixture.warm(&client);
 
     let mut group = c.benchmark_group("hook_calls");
     group.throughput(Throughput::Elements(1));
@@ -122,35 +159,8 @@ fn bench(c: &mut Criterion) {
         .unwrap_or(8);
     group.measurement_time(Duration::from_secs(seconds));
 
-    // Callers run as tasks on the runtime (as controller workers do), not on the bench
-    // thread, so each call does not pay an extra thread hand-off.
-    group.bench_function("sequential", |b| {
-        b.iter_custom(|iters| {
-            let (client, hook, request) = (client.clone(), hook.clone(), request.clone());
-            let started = Instant::now();
-            rt.block_on(rt.spawn(hook_calls(client, hook, request, iters)))
-                .unwrap();
-            started.elapsed()
-        })
-    });
-
-    group.bench_function("concurrent_32", |b| {
-        b.iter_custom(|iters| {
-            let started = Instant::now();
-            rt.block_on(async {
-                let mut tasks = Vec::new();
-                for worker in 0..CONCURRENCY {
-                    let share = iters / CONCURRENCY + u64::from(worker < iters % CONCURRENCY);
-                    let (client, hook, request) = (client.clone(), hook.clone(), request.clone());
-                    tasks.push(tokio::spawn(hook_calls(client, hook, request, share)));
-                }
-                for task in tasks {
-                    task.await.unwrap();
-                }
-            });
-            started.elapsed()
-        })
-    });
+    bench_sequential(&mut group, "sequential", &fixture, &client);
+    bench_concurrent(&mut group, &fixture, &client);
 
     // The same sequential calls with --record-hooks on: what recording adds per call (the
     // hot path hands buffers to the writer thread; the file write is off the path).
@@ -161,80 +171,99 @@ fn bench(c: &mut Criterion) {
         ..HookClientConfig::default()
     })
     .unwrap();
-    rt.block_on(hook_calls(
-        recording.clone(),
-        hook.clone(),
-        request.clone(),
-        100,
-    ));
-    group.bench_function("sequential_recording", |b| {
-        b.iter_custom(|iters| {
-            let (client, hook, request) = (recording.clone(), hook.clone(), request.clone());
-            let started = Instant::now();
-            rt.block_on(rt.spawn(hook_calls(client, hook, request, iters)))
-                .unwrap();
-            started.elapsed()
-        })
-    });
+    fixture.warm(&recording);
+    bench_sequential(&mut group, "sequential_recording", &fixture, &recording);
 
-    // The hot-path share alone: a recorder that drops what it gets (what the call path
-    // pays for building the record, without the writer thread competing for the CPU).
-    struct Discard;
-    impl metacontroller_hooks::HookRecorder for Discard {
-        fn record(&self, exchange: metacontroller_hooks::RecordedExchange) {
-            std::hint::black_box(exchange);
-        }
-    }
+    // The hot-path share alone (see `Discard`).
     let handoff = HookClient::new(HookClientConfig {
         recorder: Some(Arc::new(Discard)),
         ..HookClientConfig::default()
     })
     .unwrap();
-    rt.block_on(hook_calls(
-        handoff.clone(),
-        hook.clone(),
-        request.clone(),
-        100,
-    ));
-    group.bench_function("sequential_recording_handoff_only", |b| {
+    fixture.warm(&handoff);
+    let name = "sequential_recording_handoff_only";
+    bench_sequential(&mut group, name, &fixture, &handoff);
+
+    bench_raw_baseline(&mut group, &fixture);
+    group.finish();
+    let _ = std::fs::remove_dir_all(&record_dir);
+}
+
+/// Calls in sequence from one task. Callers run as tasks on the runtime (as controller
+/// workers do), not on the bench thread, so each call does not pay an extra thread hand-off.
+fn bench_sequential(group: &mut Group<'_>, name: &str, fixture: &Fixture, client: &HookClient) {
+    group.bench_function(name, |b| {
         b.iter_custom(|iters| {
-            let (client, hook, request) = (handoff.clone(), hook.clone(), request.clone());
+            let (client, hook, request) = (
+                client.clone(),
+                fixture.hook.clone(),
+                fixture.request.clone(),
+            );
             let started = Instant::now();
-            rt.block_on(rt.spawn(hook_calls(client, hook, request, iters)))
+            fixture
+                .rt
+                .block_on(fixture.rt.spawn(hook_calls(client, hook, request, iters)))
                 .unwrap();
             started.elapsed()
         })
     });
+}
 
-    // Baseline: the same POST with a bare reqwest client and serde_json, to show what the
-    // hook layer (URL, credentials, timeout, status and size checks, metrics) adds.
-    // reqwest is built without a default crypto provider; the baseline needs one.
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let raw = reqwest::Client::new();
-    let raw_body = bytes::Bytes::from(serde_json::to_vec(&*request).unwrap());
-    group.bench_function("raw_reqwest_baseline", |b| {
+/// The calls shared among [`CONCURRENCY`] concurrent tasks.
+fn bench_concurrent(group: &mut Group<'_>, fixture: &Fixture, client: &HookClient) {
+    group.bench_function("concurrent_32", |b| {
         b.iter_custom(|iters| {
-            let (raw, url, body) = (raw.clone(), url.clone(), raw_body.clone());
             let started = Instant::now();
-            rt.block_on(rt.spawn(async move {
-                for _ in 0..iters {
-                    let response = raw
-                        .post(&url)
-                        .header("content-type", "application/json")
-                        .body(body.clone())
-                        .send()
-                        .await
-                        .unwrap();
-                    let bytes = response.bytes().await.unwrap();
-                    let _: CompositeHookResponse = serde_json::from_slice(&bytes).unwrap();
+            fixture.rt.block_on(async {
+                let mut tasks = Vec::new();
+                for worker in 0..CONCURRENCY {
+                    let share = iters / CONCURRENCY + u64::from(worker < iters % CONCURRENCY);
+                    let (client, hook, request) = (
+                        client.clone(),
+                        fixture.hook.clone(),
+                        fixture.request.clone(),
+                    );
+                    tasks.push(tokio::spawn(hook_calls(client, hook, request, share)));
                 }
-            }))
-            .unwrap();
+                for task in tasks {
+                    task.await.unwrap();
+                }
+            });
             started.elapsed()
         })
     });
-    group.finish();
-    let _ = std::fs::remove_dir_all(&record_dir);
+}
+
+/// Baseline: the same POST with a bare reqwest client and serde_json, to show what the
+/// hook layer (URL, credentials, timeout, status and size checks, metrics) adds.
+fn bench_raw_baseline(group: &mut Group<'_>, fixture: &Fixture) {
+    // reqwest is built without a default crypto provider; the baseline needs one.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let raw = reqwest::Client::new();
+    let raw_body = bytes::Bytes::from(serde_json::to_vec(&*fixture.request).unwrap());
+    group.bench_function("raw_reqwest_baseline", |b| {
+        b.iter_custom(|iters| {
+            let (raw, url, body) = (raw.clone(), fixture.url.clone(), raw_body.clone());
+            let started = Instant::now();
+            fixture
+                .rt
+                .block_on(fixture.rt.spawn(async move {
+                    for _ in 0..iters {
+                        let response = raw
+                            .post(&url)
+                            .header("content-type", "application/json")
+                            .body(body.clone())
+                            .send()
+                            .await
+                            .unwrap();
+                        let bytes = response.bytes().await.unwrap();
+                        let _: CompositeHookResponse = serde_json::from_slice(&bytes).unwrap();
+                    }
+                }))
+                .unwrap();
+            started.elapsed()
+        })
+    });
 }
 
 criterion_group!(benches, bench);

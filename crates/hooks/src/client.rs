@@ -19,7 +19,7 @@ use tracing::Instrument as _;
 
 use crate::credentials::{self, AuthHeader, ResolvedSettings, Sources};
 use crate::error::HookError;
-use crate::etag::{EtagCache, EtagSettings};
+use crate::etag::{CachedResponse, EtagCache, EtagSettings};
 use crate::metrics::{CallLabels, HookMetrics, OUTCOME_CACHED, OUTCOME_SUCCESS};
 use crate::pool::{ClientPool, OverrideDns};
 use crate::record::{HookRecorder, RecordedExchange, RecordedResponse};
@@ -306,48 +306,94 @@ impl HookClient {
             .webhook
             .as_ref()
             .ok_or_else(|| HookError::config("hook has no webhook"))?;
-        let url = hook_url(webhook)?;
-        let shown_url = display_url(&url);
-        tracing::Span::current().record("url", shown_url.as_str());
-        let timeout = hook_timeout(webhook)?;
-        let settings = match credentials::select(webhook, &url, endpoint_configs) {
-            Some(selected) => credentials::resolve(&selected, &self.inner.sources).await?,
-            None => ResolvedSettings::default(),
-        };
+        let (target, settings) = self.resolve(webhook, endpoint_configs).await?;
         let client = self.inner.pool.client(&settings.tls)?;
-        let connect_url = self.route(&url);
-        let secrets = Redactor::new(settings.auth.as_ref(), &url);
+        let connect_url = self.route(&target.url);
 
-        let body = Bytes::from(
-            serde_json::to_vec(request).map_err(|err| HookError::Encode {
-                message: err.to_string(),
-            })?,
-        );
-        tracing::trace!(body = %secrets.scrub_body(&body), "hook request");
+        let body = encode_request(request)?;
+        tracing::trace!(body = %target.secrets.scrub_body(&body), "hook request");
 
         let etag_cache = EtagSettings::from_config(webhook.etag.as_ref())
             .map(|settings| self.etag_cache(ctx, settings));
         let cached = etag_cache
             .as_ref()
-            .and_then(|cache| cache.get(url.as_str(), ctx.parent_key));
+            .and_then(|cache| cache.get(target.url.as_str(), ctx.parent_key));
 
         // A recording shares the body buffer (no copy); nothing is kept when off.
         let recording = self
             .inner
             .recorder
             .as_ref()
-            .map(|recorder| (recorder, body.clone(), SystemTime::now(), Instant::now()));
+            .map(|recorder| Recording::start(recorder, body.clone()));
+        let request = self.build_request(
+            &client,
+            connect_url,
+            body,
+            settings.auth.as_ref(),
+            cached.as_ref(),
+        );
+        let fetched = self
+            .transfer(labels, request, &target, cached.is_some())
+            .await;
+        if let Some(recording) = recording {
+            self.record(ctx, recording, &target, &fetched, cached.as_ref());
+        }
+        finish(
+            fetched?,
+            target,
+            etag_cache.as_deref(),
+            ctx.parent_key,
+            cached,
+        )
+    }
+
+    /// Where a call to `webhook` goes (its URL, shown on the current span, and timeout) and
+    /// the credentials and TLS settings it uses (Secrets and ConfigMaps read).
+    async fn resolve(
+        &self,
+        webhook: &metacontroller_api::hook::Webhook,
+        endpoint_configs: &[EndpointConfig],
+    ) -> Result<(Target, ResolvedSettings), HookError> {
+        let url = hook_url(webhook)?;
+        let shown = display_url(&url);
+        tracing::Span::current().record("url", shown.as_str());
+        let timeout = hook_timeout(webhook)?;
+        let settings = match credentials::select(webhook, &url, endpoint_configs) {
+            Some(selected) => credentials::resolve(&selected, &self.inner.sources).await?,
+            None => ResolvedSettings::default(),
+        };
+        let secrets = Redactor::new(settings.auth.as_ref(), &url);
+        let target = Target {
+            url,
+            shown,
+            timeout,
+            secrets,
+        };
+        Ok((target, settings))
+    }
+
+    /// The POST of `body` to `connect_url` with the call's headers: content type, the
+    /// credentials' `Authorization`, the replica name, `If-None-Match` with the cached
+    /// ETag (when it is a valid header value) and the trace context.
+    fn build_request(
+        &self,
+        client: &reqwest::Client,
+        connect_url: Url,
+        body: Bytes,
+        auth: Option<&AuthHeader>,
+        cached: Option<&CachedResponse>,
+    ) -> reqwest::RequestBuilder {
         let mut builder = client
             .post(connect_url)
             .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
             .body(body);
-        if let Some(auth) = &settings.auth {
+        if let Some(auth) = auth {
             builder = builder.header(AUTHORIZATION, auth.header_value().clone());
         }
         if let Some(replica) = &self.inner.replica {
             builder = builder.header(REPLICA_HEADER, replica.clone());
         }
-        if let Some(entry) = &cached {
+        if let Some(entry) = cached {
             if let Ok(value) = HeaderValue::from_str(&entry.etag) {
                 builder = builder.header(IF_NONE_MATCH, value);
             }
@@ -357,15 +403,27 @@ impl HookClient {
             trace.inject(&mut headers);
             builder = builder.headers(headers);
         }
+        builder
+    }
 
+    /// Sends the request and reads the response, all within the hook's timeout. The
+    /// in-flight gauge covers the send; the response metrics (and, while tracing, the
+    /// span's status code) are set as soon as the status is known, before the body is read.
+    async fn transfer(
+        &self,
+        labels: &CallLabels<'_>,
+        request: reqwest::RequestBuilder,
+        target: &Target,
+        offered_etag: bool,
+    ) -> Result<Fetched, HookError> {
         let max_body = self.inner.max_body_bytes;
         let transfer = async {
             let sent = Instant::now();
             let in_flight = self.inner.metrics.start_request(labels);
-            let response = builder
+            let response = request
                 .send()
                 .await
-                .map_err(|err| transport_error(&shown_url, timeout, err))?;
+                .map_err(|err| transport_error(&target.shown, target.timeout, err))?;
             drop(in_flight);
             let status = response.status().as_u16();
             if self.inner.trace.is_some() {
@@ -374,80 +432,41 @@ impl HookClient {
             self.inner
                 .metrics
                 .observe_response(labels, status, sent.elapsed());
-            match status {
-                200 => {
-                    let etag = response
-                        .headers()
-                        .get(ETAG)
-                        .and_then(|v| v.to_str().ok())
-                        .map(str::to_owned);
-                    let body = read_body(response, max_body, &shown_url, timeout).await?;
-                    Ok(Fetched::Fresh { body, etag })
-                }
-                304 | 412 if cached.is_some() => {
-                    // Read the (normally empty) body so the connection can be reused.
-                    let _ =
-                        read_body(response, STATUS_BODY_PREFIX_BYTES, &shown_url, timeout).await;
-                    Ok(Fetched::NotModified { status })
-                }
-                429 => Err(HookError::TooManyRequests {
-                    url: shown_url.clone(),
-                    retry_after: retry_after(response.headers().get(RETRY_AFTER)),
-                }),
-                _ => {
-                    let prefix = read_prefix(response, STATUS_BODY_PREFIX_BYTES).await;
-                    Err(HookError::Status {
-                        url: shown_url.clone(),
-                        status,
-                        body: secrets.scrub(&prefix),
-                    })
-                }
-            }
+            read_response(response, status, max_body, target, offered_etag).await
         };
-        let fetched = match tokio::time::timeout(timeout, transfer).await {
+        match tokio::time::timeout(target.timeout, transfer).await {
             Ok(result) => result,
             Err(_) => Err(HookError::Timeout {
-                url: shown_url.clone(),
-                timeout,
+                url: target.shown.clone(),
+                timeout: target.timeout,
             }),
-        };
-        if let Some((recorder, request, started_at, started)) = recording {
-            recorder.record(RecordedExchange {
-                controller_kind: self.controller_type,
-                controller: ctx.controller.to_owned(),
-                hook: ctx.hook_name.to_owned(),
-                parent_key: ctx.parent_key.to_owned(),
-                url: shown_url.clone(),
-                started_at,
-                duration: started.elapsed(),
-                request,
-                response: recorded_response(&fetched, cached.as_ref().map(|c| &c.body))
-                    .map(|response| secrets.scrub_recorded(response)),
-                error: fetched.as_ref().err().and_then(recorded_error),
-            });
         }
-        let fetched = fetched?;
+    }
 
-        match fetched {
-            Fetched::Fresh { body, etag } => {
-                tracing::trace!(body = %secrets.scrub_body(&body), "hook response");
-                if let Some(cache) = &etag_cache {
-                    match etag {
-                        Some(tag) => cache.put(url.as_str(), ctx.parent_key, tag, body.clone()),
-                        None => cache.remove(url.as_str(), ctx.parent_key),
-                    }
-                }
-                Ok((body, shown_url, false))
-            }
-            Fetched::NotModified { .. } => {
-                let Some(entry) = cached else {
-                    unreachable!("304/412 is only accepted with a cached entry")
-                };
-                tracing::debug!("hook response not modified; using the cached body");
-                tracing::trace!(body = %secrets.scrub_body(&entry.body), "hook response (cached)");
-                Ok((entry.body, shown_url, true))
-            }
-        }
+    /// Hands the finished exchange to the recorder: the request as sent, the response
+    /// (the cached body for a 304/412) with the call's credentials scrubbed, and the error
+    /// when no usable body arrived.
+    fn record(
+        &self,
+        ctx: &CallContext<'_>,
+        recording: Recording<'_>,
+        target: &Target,
+        fetched: &Result<Fetched, HookError>,
+        cached: Option<&CachedResponse>,
+    ) {
+        recording.recorder.record(RecordedExchange {
+            controller_kind: self.controller_type,
+            controller: ctx.controller.to_owned(),
+            hook: ctx.hook_name.to_owned(),
+            parent_key: ctx.parent_key.to_owned(),
+            url: target.shown.clone(),
+            started_at: recording.started_at,
+            duration: recording.started.elapsed(),
+            request: recording.request,
+            response: recorded_response(fetched, cached.map(|c| &c.body))
+                .map(|response| target.secrets.scrub_recorded(response)),
+            error: fetched.as_ref().err().and_then(recorded_error),
+        });
     }
 
     /// The URL to connect to: the hook URL, or its host and port replaced as the host
@@ -525,6 +544,126 @@ fn decode<T: DeserializeOwned + Default>(
 enum Fetched {
     Fresh { body: Bytes, etag: Option<String> },
     NotModified { status: u16 },
+}
+
+/// Where one call goes, as resolved before anything is sent.
+struct Target {
+    /// The hook URL as configured (also the ETag cache key).
+    url: Url,
+    /// The URL as shown in errors, logs, metrics and recordings.
+    shown: String,
+    /// The hook's timeout for the whole transfer.
+    timeout: Duration,
+    /// Scrubs the call's credentials from anything shown.
+    secrets: Redactor,
+}
+
+/// An exchange being recorded: the request body (shared with the request, not copied)
+/// and when the call started.
+struct Recording<'a> {
+    recorder: &'a Arc<dyn HookRecorder>,
+    request: Bytes,
+    started_at: SystemTime,
+    started: Instant,
+}
+
+impl<'a> Recording<'a> {
+    /// Starts recording a call sending `request` now.
+    fn start(recorder: &'a Arc<dyn HookRecorder>, request: Bytes) -> Self {
+        Self {
+            recorder,
+            request,
+            started_at: SystemTime::now(),
+            started: Instant::now(),
+        }
+    }
+}
+
+/// The JSON request body.
+fn encode_request<Req: Serialize + ?Sized>(request: &Req) -> Result<Bytes, HookError> {
+    let body = serde_json::to_vec(request).map_err(|err| HookError::Encode {
+        message: err.to_string(),
+    })?;
+    Ok(Bytes::from(body))
+}
+
+/// What a response with `status` brings: a 200 body (up to `max_body`) with its ETag, a
+/// 304/412 standing for the cached body (only when one was offered with `If-None-Match`),
+/// or the error for any other status (with the scrubbed start of its body).
+async fn read_response(
+    response: reqwest::Response,
+    status: u16,
+    max_body: usize,
+    target: &Target,
+    offered_etag: bool,
+) -> Result<Fetched, HookError> {
+    match status {
+        200 => {
+            let etag = response
+                .headers()
+                .get(ETAG)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned);
+            let body = read_body(response, max_body, &target.shown, target.timeout).await?;
+            Ok(Fetched::Fresh { body, etag })
+        }
+        304 | 412 if offered_etag => {
+            // Read the (normally empty) body so the connection can be reused.
+            let _ = read_body(
+                response,
+                STATUS_BODY_PREFIX_BYTES,
+                &target.shown,
+                target.timeout,
+            )
+            .await;
+            Ok(Fetched::NotModified { status })
+        }
+        429 => Err(HookError::TooManyRequests {
+            url: target.shown.clone(),
+            retry_after: retry_after(response.headers().get(RETRY_AFTER)),
+        }),
+        _ => {
+            let prefix = read_prefix(response, STATUS_BODY_PREFIX_BYTES).await;
+            Err(HookError::Status {
+                url: target.shown.clone(),
+                status,
+                body: target.secrets.scrub(&prefix),
+            })
+        }
+    }
+}
+
+/// The result of an exchange that got a usable answer: the body, the shown URL and
+/// whether the body is the cached one. A fresh body replaces the cache entry under its
+/// ETag (a body without ETag drops the entry); a 304/412 answers with the cached body.
+fn finish(
+    fetched: Fetched,
+    target: Target,
+    etag_cache: Option<&EtagCache>,
+    parent_key: &str,
+    cached: Option<CachedResponse>,
+) -> Result<(Bytes, String, bool), HookError> {
+    let secrets = &target.secrets;
+    match fetched {
+        Fetched::Fresh { body, etag } => {
+            tracing::trace!(body = %secrets.scrub_body(&body), "hook response");
+            if let Some(cache) = etag_cache {
+                match etag {
+                    Some(tag) => cache.put(target.url.as_str(), parent_key, tag, body.clone()),
+                    None => cache.remove(target.url.as_str(), parent_key),
+                }
+            }
+            Ok((body, target.shown, false))
+        }
+        Fetched::NotModified { .. } => {
+            let Some(entry) = cached else {
+                unreachable!("304/412 is only accepted with a cached entry")
+            };
+            tracing::debug!("hook response not modified; using the cached body");
+            tracing::trace!(body = %secrets.scrub_body(&entry.body), "hook response (cached)");
+            Ok((entry.body, target.shown, true))
+        }
+    }
 }
 
 /// The status and body of an exchange for a recording: the body read, the cached body a

@@ -471,35 +471,55 @@ async fn metrics_count_calls_by_controller_hook_and_outcome() {
     assert!(call(&client, &broken).await.is_err());
 
     let families = registry.gather();
-    // The value of the sample of `family` carrying all of `want` as labels.
-    let value = |family: &str, want: &[(&str, &str)]| -> f64 {
-        families
-            .iter()
-            .find(|f| f.name() == family)
-            .unwrap_or_else(|| panic!("no family {family}"))
-            .get_metric()
-            .iter()
-            .find(|m| {
-                let labels: Vec<(&str, &str)> = m
-                    .get_label()
-                    .iter()
-                    .map(|l| (l.name(), l.value()))
-                    .collect();
-                want.iter().all(|w| labels.contains(w))
-            })
-            .map(|m| {
-                if m.get_counter().value() > 0.0 {
-                    m.get_counter().value()
-                } else if m.get_histogram().get_sample_count() > 0 {
-                    m.get_histogram().get_sample_count() as f64
-                } else {
-                    m.get_gauge().value()
-                }
-            })
-            .unwrap_or(0.0)
-    };
+    check_call_outcomes(&families);
+    check_upstream_request_metrics(&families, &url);
+
+    // A second client on the same registry is refused (duplicate registration).
+    assert!(HookClient::new(HookClientConfig {
+        registry: Some(registry),
+        ..HookClientConfig::default()
+    })
+    .is_err());
+}
+
+/// The value of the sample of `family` carrying all of `want` as labels: a counter's value,
+/// a histogram's sample count or a gauge's value (0 without such a sample).
+fn sample_value(
+    families: &[prometheus::proto::MetricFamily],
+    family: &str,
+    want: &[(&str, &str)],
+) -> f64 {
+    families
+        .iter()
+        .find(|f| f.name() == family)
+        .unwrap_or_else(|| panic!("no family {family}"))
+        .get_metric()
+        .iter()
+        .find(|m| {
+            let labels: Vec<(&str, &str)> = m
+                .get_label()
+                .iter()
+                .map(|l| (l.name(), l.value()))
+                .collect();
+            want.iter().all(|w| labels.contains(w))
+        })
+        .map(|m| {
+            if m.get_counter().value() > 0.0 {
+                m.get_counter().value()
+            } else if m.get_histogram().get_sample_count() > 0 {
+                m.get_histogram().get_sample_count() as f64
+            } else {
+                m.get_gauge().value()
+            }
+        })
+        .unwrap_or(0.0)
+}
+
+/// Our family counts one call per outcome, labelled with controller and hook.
+fn check_call_outcomes(families: &[prometheus::proto::MetricFamily]) {
     let ours = |outcome| {
-        value(
+        sample_value(
+            families,
             "metacontroller_hook_calls_total",
             &[
                 ("controller_name", "ctl"),
@@ -512,43 +532,42 @@ async fn metrics_count_calls_by_controller_hook_and_outcome() {
     assert_eq!(ours("success"), 1.0);
     assert_eq!(ours("cached"), 1.0);
     assert_eq!(ours("config_error"), 1.0);
-    // Upstream's families: one sample per status code, method "post", the URL as a label.
+}
+
+/// Upstream's families: one sample per status code, method "post", the URL as a label.
+fn check_upstream_request_metrics(families: &[prometheus::proto::MetricFamily], url: &str) {
     let upstream = |code| {
-        value(
+        sample_value(
+            families,
             "metacontroller_sync_requests_total",
             &[
                 ("code", code),
                 ("method", "post"),
                 ("controller_name", "ctl"),
                 ("controller_type", "CompositeController"),
-                ("url", url.as_str()),
+                ("url", url),
             ],
         )
     };
     assert_eq!(upstream("200"), 1.0);
     assert_eq!(upstream("304"), 1.0);
     assert_eq!(
-        value(
+        sample_value(
+            families,
             "metacontroller_sync_request_duration_histogram_seconds",
-            &[("method", "post"), ("url", url.as_str())]
+            &[("method", "post"), ("url", url)]
         ),
         2.0,
         "the call without a webhook sent nothing"
     );
     assert_eq!(
-        value(
+        sample_value(
+            families,
             "metacontroller_sync_in_flight_requests",
-            &[("url", url.as_str())]
+            &[("url", url)]
         ),
         0.0
     );
-
-    // A second client on the same registry is refused (duplicate registration).
-    assert!(HookClient::new(HookClientConfig {
-        registry: Some(registry),
-        ..HookClientConfig::default()
-    })
-    .is_err());
 }
 
 #[tokio::test]

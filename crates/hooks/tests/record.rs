@@ -11,12 +11,12 @@ use std::time::{Duration, Instant};
 use axum::body::Body;
 use axum::http::StatusCode;
 use axum::response::Response;
-use metacontroller_api::hook::{Authorization, SecretKeyReference};
+use metacontroller_api::hook::{Authorization, Hook, SecretKeyReference};
 use metacontroller_hooks::{
     CallContext, DirectoryRecorder, HookClient, HookClientConfig, MemoryObjects,
 };
 use serde_json::{json, Value};
-use support::{hook, start, webhook_mut};
+use support::{hook, start, webhook_mut, Server};
 
 const TOKEN: &str = "tok-SECRET-recorded-9";
 
@@ -48,8 +48,31 @@ fn recordings(dir: &Path, count: usize) -> Vec<(String, Value)> {
 
 #[tokio::test]
 async fn every_outcome_is_recorded_without_credentials() {
-    // Echoes the Authorization header back, in a 200 JSON body and in a 500 text body.
-    let server = start(None, |seen, _| {
+    let server = echo_server().await;
+    let dir = tempfile::tempdir().unwrap();
+    let objects = Arc::new(MemoryObjects::new());
+    objects.set("hooks", "token", [("token", TOKEN)]);
+    let client = HookClient::new(HookClientConfig {
+        secrets: Some(objects.clone()),
+        recorder: Some(Arc::new(DirectoryRecorder::new(dir.path(), None).unwrap())),
+        ..HookClientConfig::default()
+    })
+    .unwrap()
+    .for_controller_type("DecoratorController");
+
+    call_with_every_outcome(&client, &server).await;
+
+    let files = recordings(dir.path(), 3);
+    assert_eq!(files.len(), 3, "{files:?}");
+    for (name, record) in &files {
+        check_names_and_redaction(name, record);
+    }
+    check_outcomes(&files);
+}
+
+/// Echoes the Authorization header back, in a 200 JSON body and in a 500 text body.
+async fn echo_server() -> Server {
+    start(None, |seen, _| {
         let auth = seen.header("authorization").unwrap_or_default();
         let (status, body) = if seen.path == "/ok" {
             (
@@ -64,33 +87,30 @@ async fn every_outcome_is_recorded_without_credentials() {
             .body(Body::from(body))
             .unwrap()
     })
-    .await;
-    let dir = tempfile::tempdir().unwrap();
-    let objects = Arc::new(MemoryObjects::new());
-    objects.set("hooks", "token", [("token", TOKEN)]);
-    let client = HookClient::new(HookClientConfig {
-        secrets: Some(objects.clone()),
-        recorder: Some(Arc::new(DirectoryRecorder::new(dir.path(), None).unwrap())),
-        ..HookClientConfig::default()
-    })
-    .unwrap()
-    .for_controller_type("DecoratorController");
+    .await
+}
+
+/// A hook at `url` sending the token as a bearer token.
+fn with_token(url: String) -> Hook {
+    let mut h = hook(&url);
+    webhook_mut(&mut h).authorization = Some(Authorization {
+        type_: None,
+        secret_ref: SecretKeyReference {
+            name: "token".into(),
+            namespace: Some("hooks".into()),
+            key: Some("token".into()),
+        },
+    });
+    h
+}
+
+/// One call for each outcome: a 200 (the server got the token), a refused status, and a
+/// connection refused.
+async fn call_with_every_outcome(client: &HookClient, server: &Server) {
     let ctx = CallContext {
         controller: "deco",
         hook_name: "sync",
         parent_key: "ns/p",
-    };
-    let with_token = |url: String| {
-        let mut h = hook(&url);
-        webhook_mut(&mut h).authorization = Some(Authorization {
-            type_: None,
-            secret_ref: SecretKeyReference {
-                name: "token".into(),
-                namespace: Some("hooks".into()),
-                key: Some("token".into()),
-            },
-        });
-        h
     };
     let request = json!({"parent": {"metadata": {"name": "p", "namespace": "ns"}},
         "attachments": {"Secret.v1": {"s": {"apiVersion": "v1", "kind": "Secret",
@@ -119,39 +139,45 @@ async fn every_outcome_is_recorded_without_credentials() {
         .call::<_, Value>(&ctx, &hook("http://127.0.0.1:9/sync"), &[], &request)
         .await;
     assert!(unreachable.is_err());
+}
 
-    let files = recordings(dir.path(), 3);
-    assert_eq!(files.len(), 3, "{files:?}");
-    for (name, record) in &files {
-        assert!(name.ends_with("-deco-sync-ns-p.json"), "{name}");
-        assert_eq!(record["controller"]["kind"], "DecoratorController");
-        assert_eq!(record["controller"]["name"], "deco");
-        let secret = &record["request"]["attachments"]["Secret.v1"]["s"];
-        assert_eq!(secret["stringData"]["k"], "REDACTED", "{record:#}");
-        assert!(!record.to_string().contains("plain-secret"));
-    }
-    let by_url = |path: &str| {
-        files
-            .iter()
-            .map(|(_, r)| r)
-            .find(|r| r["url"].as_str().unwrap().ends_with(path))
-            .unwrap_or_else(|| panic!("no recording of {path}: {files:?}"))
-    };
-    let ok = by_url("/ok");
+/// A recording is named and labelled after the call, and its request's Secret values are
+/// redacted.
+fn check_names_and_redaction(name: &str, record: &Value) {
+    assert!(name.ends_with("-deco-sync-ns-p.json"), "{name}");
+    assert_eq!(record["controller"]["kind"], "DecoratorController");
+    assert_eq!(record["controller"]["name"], "deco");
+    let secret = &record["request"]["attachments"]["Secret.v1"]["s"];
+    assert_eq!(secret["stringData"]["k"], "REDACTED", "{record:#}");
+    assert!(!record.to_string().contains("plain-secret"));
+}
+
+/// Each outcome's response or error, with the echoed token scrubbed.
+fn check_outcomes(files: &[(String, Value)]) {
+    let ok = recording_of(files, "/ok");
     assert_eq!(ok["response"]["status"], 200);
     assert_eq!(ok["response"]["body"]["echo"], "Bearer [REDACTED]");
     assert!(ok.get("error").is_none());
-    let fail = by_url("/fail");
+    let fail = recording_of(files, "/fail");
     assert_eq!(fail["response"]["status"], 500);
     assert_eq!(fail["response"]["body"], Value::Null);
     assert_eq!(fail["response"]["bodyText"], "boom Bearer [REDACTED]");
     assert!(fail.get("error").is_none());
-    let down = by_url(":9/sync");
+    let down = recording_of(files, ":9/sync");
     assert_eq!(down["response"], Value::Null);
     assert!(
         down["error"].as_str().unwrap().contains("transport error"),
         "{down:#}"
     );
+}
+
+/// The recording of the call to the URL ending in `path`.
+fn recording_of<'a>(files: &'a [(String, Value)], path: &str) -> &'a Value {
+    files
+        .iter()
+        .map(|(_, r)| r)
+        .find(|r| r["url"].as_str().unwrap().ends_with(path))
+        .unwrap_or_else(|| panic!("no recording of {path}: {files:?}"))
 }
 
 #[derive(Clone, Default)]
