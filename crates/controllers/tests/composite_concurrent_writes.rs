@@ -10,9 +10,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{configmap, configmap_rule, observed_configmaps, parent_crd, Env};
+use common::{configmap, configmap_rule, observed_configmaps, parent_crd, value_of, Env};
 use metacontroller_controllers::composite::Options;
-use metacontroller_testkit::{eventually, Fault, HookReply, TestCluster};
+use metacontroller_testkit::{eventually, Control, Fault, HookReply, TestCluster};
 use serde_json::{json, Value};
 
 /// `n` ConfigMaps carrying `spec.value`; status counts the observed ones.
@@ -33,6 +33,23 @@ fn children(n: usize, req: &Value) -> HookReply {
     )
 }
 
+/// Starts the reconciler (2 workers, generated selector, ConfigMap children in place) with
+/// `concurrency` child writes of one sync in flight at most.
+async fn start_bounded(env: &mut Env, concurrency: usize) {
+    env.try_start(
+        json!({"generateSelector": true,
+               "childResources": [configmap_rule("InPlace")],
+               "hooks": env.sync_hook()}),
+        Options {
+            workers: 2,
+            child_write_concurrency: concurrency,
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+}
+
 /// A parent with 12 children created while every create takes 300 ms; returns the peak of
 /// creates in flight at once, after checking that the parent's first status write came
 /// after all 12 creates.
@@ -46,18 +63,7 @@ async fn peak_creates(concurrency: usize) -> Option<usize> {
     })
     .await;
     let control = env.cluster.control()?;
-    env.try_start(
-        json!({"generateSelector": true,
-               "childResources": [configmap_rule("InPlace")],
-               "hooks": env.sync_hook()}),
-        Options {
-            workers: 2,
-            child_write_concurrency: concurrency,
-            ..Default::default()
-        },
-    )
-    .await
-    .unwrap();
+    start_bounded(&mut env, concurrency).await;
     control.inject(Fault::latency(
         Some("create"),
         Some("configmaps"),
@@ -109,21 +115,13 @@ async fn a_bound_of_one_writes_one_child_at_a_time() {
     assert_eq!(peak, 1);
 }
 
-/// A 409 Conflict on one update while three others are on their way: no further update is
-/// sent by that sync, the three complete and are kept (never written again), the status is
-/// still written, and the requeued sync updates the children still behind.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn conflict_in_a_concurrent_batch_stops_the_sync_and_loses_nothing() {
-    if metacontroller_testkit::skip_on_real_cluster(
-        "conflict_in_a_concurrent_batch_stops_the_sync_and_loses_nothing",
-    ) {
-        return;
-    }
-    // After the spec change, the second sync's hook answer is held for 2 s, so the test
-    // can count what the first (conflicting) sync sent before anything else is sent.
+/// An environment whose hook holds its answer for 2 s on the second sync after the spec
+/// changes to `value: b`, so the test can count what the first (conflicting) sync sent
+/// before anything else is sent; returns the count of syncs after the change too.
+async fn env_holding_the_second_sync_after_the_change() -> (Env, Arc<AtomicUsize>) {
     let after_change = Arc::new(AtomicUsize::new(0));
     let counter = after_change.clone();
-    let mut env = Env::new(
+    let env = Env::new(
         TestCluster::embedded().await,
         parent_crd(),
         move |_, req| {
@@ -136,31 +134,12 @@ async fn conflict_in_a_concurrent_batch_stops_the_sync_and_loses_nothing() {
         },
     )
     .await;
-    let Some(control) = env
-        .cluster
-        .control_or_skip("conflict_in_a_concurrent_batch_stops_the_sync_and_loses_nothing")
-    else {
-        return;
-    };
-    env.try_start(
-        json!({"generateSelector": true,
-               "childResources": [configmap_rule("InPlace")],
-               "hooks": env.sync_hook()}),
-        Options {
-            workers: 2,
-            child_write_concurrency: 4,
-            ..Default::default()
-        },
-    )
-    .await
-    .unwrap();
-    env.create_parent("p", json!({"value": "a"})).await;
-    env.wait_status("p", "12 children observed", |s| s["children"] == 12)
-        .await;
-    env.settle().await;
+    (env, after_change)
+}
 
-    // The first update answers 409 at once; the next ones take 300 ms, so three of them
-    // are in flight when the conflict comes back.
+/// The first ConfigMap update answers 409 at once; the next ones take 300 ms, so three of
+/// them are in flight when the conflict comes back.
+fn inject_conflict_among_slow_updates(control: &Control) {
     control.reset_counts();
     control.inject(Fault::status(Some("update"), Some("configmaps"), 1, 409));
     control.inject(Fault::latency(
@@ -169,12 +148,11 @@ async fn conflict_in_a_concurrent_batch_stops_the_sync_and_loses_nothing() {
         100,
         Duration::from_millis(300),
     ));
-    env.patch_parent_spec("p", json!({"value": "b"})).await;
-    // The requeued sync has called the hook: the conflicting sync is over, writes included.
-    eventually("the sync after the conflict", || async {
-        after_change.load(Ordering::SeqCst) >= 2
-    })
-    .await;
+}
+
+/// What the conflicting sync sent: 4 updates (its bound) and no more, three of them
+/// together, and the parent's status after them.
+fn assert_the_conflicting_sync_stopped(env: &Env, control: &Control) {
     assert_eq!(
         control.requests("update", "configmaps"),
         4,
@@ -188,22 +166,20 @@ async fn conflict_in_a_concurrent_batch_stops_the_sync_and_loses_nothing() {
         1,
         "the status is written after a conflict too"
     );
+}
 
-    // Everything converges; the three updates sent next to the conflict were not redone.
+/// Everything converges; each child was changed exactly once: the three written next to the
+/// conflict were kept, not written again. (A later sync may still meet a 409 of its own
+/// when the cache lags, which is retried like any conflict, so requests are not counted
+/// exactly.)
+async fn assert_each_child_changed_once(env: &Env, control: &Control) {
     for i in 0..12 {
         env.wait_configmap(&format!("p-{i:02}"), "updated child", |c| {
-            c.data
-                .as_ref()
-                .and_then(|d| d.get("value"))
-                .map(String::as_str)
-                == Some("b")
+            value_of(c) == "b"
         })
         .await;
     }
     env.settle().await;
-    // Each child was changed exactly once: the three written next to the conflict were
-    // kept, not written again. (A later sync may still meet a 409 of its own when the
-    // cache lags, which is retried like any conflict, so requests are not counted exactly.)
     let mut changed: Vec<String> = control
         .history()
         .into_iter()
@@ -214,4 +190,38 @@ async fn conflict_in_a_concurrent_batch_stops_the_sync_and_loses_nothing() {
     changed.sort();
     let expected: Vec<String> = (0..12).map(|i| format!("p-{i:02}")).collect();
     assert_eq!(changed, expected);
+}
+
+/// A 409 Conflict on one update while three others are on their way: no further update is
+/// sent by that sync, the three complete and are kept (never written again), the status is
+/// still written, and the requeued sync updates the children still behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conflict_in_a_concurrent_batch_stops_the_sync_and_loses_nothing() {
+    if metacontroller_testkit::skip_on_real_cluster(
+        "conflict_in_a_concurrent_batch_stops_the_sync_and_loses_nothing",
+    ) {
+        return;
+    }
+    let (mut env, after_change) = env_holding_the_second_sync_after_the_change().await;
+    let Some(control) = env
+        .cluster
+        .control_or_skip("conflict_in_a_concurrent_batch_stops_the_sync_and_loses_nothing")
+    else {
+        return;
+    };
+    start_bounded(&mut env, 4).await;
+    env.create_parent("p", json!({"value": "a"})).await;
+    env.wait_status("p", "12 children observed", |s| s["children"] == 12)
+        .await;
+    env.settle().await;
+
+    inject_conflict_among_slow_updates(&control);
+    env.patch_parent_spec("p", json!({"value": "b"})).await;
+    // The requeued sync has called the hook: the conflicting sync is over, writes included.
+    eventually("the sync after the conflict", || async {
+        after_change.load(Ordering::SeqCst) >= 2
+    })
+    .await;
+    assert_the_conflicting_sync_stopped(&env, &control);
+    assert_each_child_changed_once(&env, &control).await;
 }

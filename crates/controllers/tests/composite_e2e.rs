@@ -7,8 +7,10 @@ mod common;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use common::{configmap, configmap_rule, controlled_by, observed_configmaps, parent_crd, Env};
-use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use common::{
+    configmap, configmap_rule, controlled_by, observed_configmaps, parent_crd, value_of, Env,
+};
+use kube::api::{DeleteParams, PostParams};
 use metacontroller_controllers::composite::{Options, StartError};
 use metacontroller_controllers::writer::ApplyStrategy;
 use metacontroller_testkit::{assert_no_status_only_syncs, eventually, HookReply, TestCluster};
@@ -41,11 +43,21 @@ async fn env_with(handler: fn(&str, &Value) -> HookReply) -> Env {
     Env::new(TestCluster::start().await, parent_crd(), handler).await
 }
 
+/// The spec of most tests: ConfigMap children updated in place, the sync hook.
+fn in_place(env: &Env) -> Value {
+    json!({"childResources": [configmap_rule("InPlace")], "hooks": env.sync_hook()})
+}
+
+/// [`env_with`] `handler`, the reconciler started with [`in_place`].
+async fn started_with(handler: fn(&str, &Value) -> HookReply) -> Env {
+    let mut env = env_with(handler).await;
+    env.start(in_place(&env)).await;
+    env
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sync_creates_children_with_controller_ref_and_status() {
-    let mut env = env_with(one_child).await;
-    env.start(json!({"childResources": [configmap_rule("InPlace")], "hooks": env.sync_hook()}))
-        .await;
+    let env = started_with(one_child).await;
     let uid = env.create_parent("p", selector_spec("a", "1")).await;
     env.wait_configmap("p-cm", "child created", |cm| {
         controlled_by(cm, &uid) && cm.data.as_ref().unwrap()["value"] == "1"
@@ -62,9 +74,7 @@ async fn sync_creates_children_with_controller_ref_and_status() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unwanted_children_are_deleted_and_parent_deletion_cascades() {
-    let mut env = env_with(one_child).await;
-    env.start(json!({"childResources": [configmap_rule("InPlace")], "hooks": env.sync_hook()}))
-        .await;
+    let env = started_with(one_child).await;
     let mut spec = selector_spec("a", "1");
     spec["replicas"] = json!(1);
     env.create_parent("p", spec).await;
@@ -83,52 +93,45 @@ async fn unwanted_children_are_deleted_and_parent_deletion_cascades() {
     env.wait_configmap_gone("p-cm").await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn resync_after_seconds_resyncs_without_changes() {
+/// Starts a controller whose hook always answers `reply`, with `spec` (the sync hook
+/// added), on parent `p`; once its first status is written, waits until `more` further
+/// hook calls came although nothing changes.
+async fn hook_called_again_without_changes(reply: Value, mut spec: Value, more: usize, what: &str) {
     let env_calls = Arc::new(AtomicUsize::new(0));
     let calls = env_calls.clone();
     let cluster = TestCluster::start().await;
     let mut env = Env::new(cluster, parent_crd(), move |_, _| {
         calls.fetch_add(1, Ordering::SeqCst);
-        HookReply::json(json!({"status": {}, "resyncAfterSeconds": 0.1}))
+        HookReply::json(reply.clone())
     })
     .await;
-    env.start(json!({"hooks": env.sync_hook()})).await;
+    spec["hooks"] = env.sync_hook();
+    env.start(spec).await;
     env.create_parent("p", selector_spec("a", "1")).await;
     env.wait_status("p", "first status", |s| s["observedGeneration"] == 1)
         .await;
     let before = env_calls.load(Ordering::SeqCst);
-    // Nothing changes any more; only the requested resyncs call the hook.
-    eventually("five more syncs", || {
+    eventually(what, || {
         let calls = env_calls.clone();
-        async move { calls.load(Ordering::SeqCst) >= before + 5 }
+        async move { calls.load(Ordering::SeqCst) >= before + more }
     })
     .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resync_after_seconds_resyncs_without_changes() {
+    // Nothing changes any more; only the requested resyncs call the hook.
+    let reply = json!({"status": {}, "resyncAfterSeconds": 0.1});
+    hook_called_again_without_changes(reply, json!({}), 5, "five more syncs").await;
 }
 
 /// Upstream raises a `resyncPeriodSeconds` below one second (0 here) to one second: the
 /// converged parent is still resynced periodically.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn resync_period_zero_means_one_second() {
-    let env_calls = Arc::new(AtomicUsize::new(0));
-    let calls = env_calls.clone();
-    let cluster = TestCluster::start().await;
-    let mut env = Env::new(cluster, parent_crd(), move |_, _| {
-        calls.fetch_add(1, Ordering::SeqCst);
-        HookReply::json(json!({"status": {}}))
-    })
-    .await;
-    env.start(json!({"hooks": env.sync_hook(), "resyncPeriodSeconds": 0}))
-        .await;
-    env.create_parent("p", selector_spec("a", "1")).await;
-    env.wait_status("p", "first status", |s| s["observedGeneration"] == 1)
-        .await;
-    let before = env_calls.load(Ordering::SeqCst);
-    eventually("two periodic resyncs", || {
-        let calls = env_calls.clone();
-        async move { calls.load(Ordering::SeqCst) >= before + 2 }
-    })
-    .await;
+    let spec = json!({"resyncPeriodSeconds": 0});
+    let (reply, what) = (json!({"status": {}}), "two periodic resyncs");
+    hook_called_again_without_changes(reply, spec, 2, what).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -176,9 +179,7 @@ fn echo_children(_path: &str, req: &Value) -> HookReply {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn matching_orphan_is_adopted_and_relabelled_child_is_orphaned() {
-    let mut env = env_with(echo_children).await;
-    env.start(json!({"childResources": [configmap_rule("InPlace")], "hooks": env.sync_hook()}))
-        .await;
+    let env = started_with(echo_children).await;
     let uid = env.create_parent("p", selector_spec("a", "1")).await;
     env.wait_status("p", "first sync", |s| s["observedGeneration"] == 1)
         .await;
@@ -208,14 +209,11 @@ async fn matching_orphan_is_adopted_and_relabelled_child_is_orphaned() {
     .await;
 
     // Relabel it out of the selector: released (our ownerReference removed), not deleted.
-    env.configmaps()
-        .patch(
-            "orphan",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"labels": {"app": "elsewhere"}}})),
-        )
-        .await
-        .unwrap();
+    env.patch_configmap(
+        "orphan",
+        json!({"metadata": {"labels": {"app": "elsewhere"}}}),
+    )
+    .await;
     env.wait_configmap("orphan", "child orphaned", |cm| {
         cm.metadata
             .owner_references
@@ -263,9 +261,7 @@ async fn generate_selector_labels_children_with_controller_uid() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn desired_child_outside_the_selector_is_refused() {
-    let mut env = env_with(one_child).await;
-    env.start(json!({"childResources": [configmap_rule("InPlace")], "hooks": env.sync_hook()}))
-        .await;
+    let env = started_with(one_child).await;
     let mut spec = selector_spec("a", "1");
     spec["app"] = json!("not-a");
     env.create_parent("p", spec).await;
@@ -331,8 +327,7 @@ async fn finalize_hook_runs_before_the_parent_goes_and_finalizer_follows_the_spe
             .is_some_and(|p| p["metadata"]["finalizers"] == json!([finalizer.clone()]))
     })
     .await;
-    env.start(json!({"childResources": [configmap_rule("InPlace")], "hooks": env.sync_hook()}))
-        .await;
+    env.start(in_place(&env)).await;
     eventually("finalizer removed from q", || async {
         env.parent_value("q")
             .await
@@ -343,9 +338,7 @@ async fn finalize_hook_runs_before_the_parent_goes_and_finalizer_follows_the_spe
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn parent_without_finalize_hook_gets_no_finalizer_and_children_are_collected() {
-    let mut env = env_with(one_child).await;
-    env.start(json!({"childResources": [configmap_rule("InPlace")], "hooks": env.sync_hook()}))
-        .await;
+    let env = started_with(one_child).await;
     env.create_parent("p", selector_spec("a", "1")).await;
     env.wait_configmap("p-cm", "child", |_| true).await;
     assert!(env.parent_value("p").await.unwrap()["metadata"]
@@ -376,15 +369,6 @@ async fn change_value_with(method: &str) -> (String, Env) {
     env.wait_status("p", "synced generation 2", |s| s["observedGeneration"] == 2)
         .await;
     (old_uid, env)
-}
-
-fn value_of(cm: &k8s_openapi::api::core::v1::ConfigMap) -> String {
-    cm.data
-        .clone()
-        .unwrap_or_default()
-        .get("value")
-        .cloned()
-        .unwrap_or_default()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -455,8 +439,7 @@ async fn cluster_scoped_parent_with_namespaced_children() {
         )
     })
     .await;
-    env.start(json!({"childResources": [configmap_rule("InPlace")], "hooks": env.sync_hook()}))
-        .await;
+    env.start(in_place(&env)).await;
     let mut spec = selector_spec("a", "1");
     spec["targetNamespace"] = json!(env.ns);
     let uid = env.create_parent(&env.ns.clone(), spec).await;
@@ -471,8 +454,7 @@ async fn cluster_scoped_parent_with_namespaced_children() {
 async fn cluster_scoped_parent_child_without_namespace_is_refused() {
     let cluster = TestCluster::start().await;
     let mut env = Env::new(cluster, parent_crd().cluster_scoped(), one_child).await;
-    env.start(json!({"childResources": [configmap_rule("InPlace")], "hooks": env.sync_hook()}))
-        .await;
+    env.start(in_place(&env)).await;
     let name = env.ns.clone();
     env.create_parent(&name, selector_spec("a", "1")).await;
     eventually("a few sync attempts", || async {
@@ -556,14 +538,8 @@ async fn server_side_apply_creates_updates_and_keeps_foreign_fields() {
             |m| m.manager.as_deref() == Some("mc-test") && m.operation.as_deref() == Some("Apply")
         ));
     // Someone else adds a label: it survives our next apply.
-    env.configmaps()
-        .patch(
-            "p-cm",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"labels": {"foreign": "yes"}}})),
-        )
-        .await
-        .unwrap();
+    env.patch_configmap("p-cm", json!({"metadata": {"labels": {"foreign": "yes"}}}))
+        .await;
     env.patch_parent_spec("p", json!({"value": "2"})).await;
     env.wait_configmap("p-cm", "updated by apply", |cm| {
         value_of(cm) == "2"
@@ -599,21 +575,16 @@ async fn server_side_apply_creates_updates_and_keeps_foreign_fields() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn child_held_by_a_finalizer_does_not_block_the_parent() {
-    let mut env = env_with(one_child).await;
-    env.start(json!({"childResources": [configmap_rule("InPlace")], "hooks": env.sync_hook()}))
-        .await;
+    let env = started_with(one_child).await;
     let mut spec = selector_spec("a", "1");
     spec["replicas"] = json!(1);
     env.create_parent("p", spec).await;
     env.wait_configmap("p-cm", "child", |_| true).await;
-    env.configmaps()
-        .patch(
-            "p-cm",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"finalizers": ["example.com/hold"]}})),
-        )
-        .await
-        .unwrap();
+    env.patch_configmap(
+        "p-cm",
+        json!({"metadata": {"finalizers": ["example.com/hold"]}}),
+    )
+    .await;
     // The child is no longer wanted: its deletion is accepted but the finalizer keeps it.
     env.patch_parent_spec("p", json!({"replicas": 0})).await;
     env.wait_configmap("p-cm", "child being deleted", |cm| {
@@ -624,14 +595,8 @@ async fn child_held_by_a_finalizer_does_not_block_the_parent() {
     env.patch_parent_spec("p", json!({"value": "3"})).await;
     env.wait_status("p", "generation 3 synced", |s| s["observedGeneration"] == 3)
         .await;
-    env.configmaps()
-        .patch(
-            "p-cm",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"finalizers": null}})),
-        )
-        .await
-        .unwrap();
+    env.patch_configmap("p-cm", json!({"metadata": {"finalizers": null}}))
+        .await;
     env.wait_configmap_gone("p-cm").await;
 }
 
@@ -662,14 +627,8 @@ async fn parent_leaving_the_label_selector_is_finalized_and_released() {
     // Never selected: never synced.
     env.create_parent("ignored", selector_spec("b", "1")).await;
     env.create_parent("p", selector_spec("a", "1")).await;
-    env.parents()
-        .patch(
-            "p",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"labels": {"managed": "yes"}}})),
-        )
-        .await
-        .unwrap();
+    env.patch_parent("p", json!({"metadata": {"labels": {"managed": "yes"}}}))
+        .await;
     env.wait_configmap("p-cm", "child of the selected parent", |_| true)
         .await;
     eventually("finalizer added", || async {
@@ -680,14 +639,8 @@ async fn parent_leaving_the_label_selector_is_finalized_and_released() {
     .await;
     assert_eq!(env.hook.calls("/finalize"), 0);
 
-    env.parents()
-        .patch(
-            "p",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"labels": {"managed": "no"}}})),
-        )
-        .await
-        .unwrap();
+    env.patch_parent("p", json!({"metadata": {"labels": {"managed": "no"}}}))
+        .await;
     eventually("finalizer removed after finalize", || async {
         env.parent_value("p")
             .await

@@ -9,9 +9,6 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Event;
-use kube::api::{Api, ListParams};
-use metacontroller_controllers::composite::Options;
-use metacontroller_controllers::events::EventRecorder;
 use metacontroller_testkit::{eventually, HookReply, TestCluster};
 use serde_json::{json, Value};
 
@@ -29,60 +26,47 @@ fn good(req: &Value) -> HookReply {
     }))
 }
 
+/// The SyncError Events about `parent`.
 async fn sync_errors(env: &Env, parent: &str) -> Vec<Event> {
-    Api::<Event>::namespaced(env.cluster.client(), &env.ns)
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter(|e| {
-            e.involved_object.name.as_deref() == Some(parent)
-                && e.reason.as_deref() == Some("SyncError")
-        })
-        .collect()
+    env.events_for(&env.ns, parent, "SyncError").await
 }
 
-/// Runs one fault scenario: `bad` answers every sync until the hook is fixed; the Event
-/// message must contain `expected`.
-async fn fault_then_recovery(
+/// When each failing call came, to see the backoff in the gaps between them.
+type CallTimes = Arc<Mutex<Vec<Instant>>>;
+
+/// An environment whose hook answers every call with `bad`, recording when each came.
+async fn env_recording_calls(
     bad: impl Fn(&Value) -> HookReply + Send + Sync + 'static,
-    timeout: Option<&str>,
-    expected: &str,
-    hook_failure: bool,
-) {
-    // When each failing call came, to see the backoff in the gaps between them.
-    let times = Arc::new(Mutex::new(Vec::<Instant>::new()));
+) -> (Env, CallTimes) {
+    let times = CallTimes::default();
     let record = times.clone();
-    let mut env = Env::new(TestCluster::start().await, parent_crd(), move |_, req| {
+    let env = Env::new(TestCluster::start().await, parent_crd(), move |_, req| {
         record.lock().unwrap().push(Instant::now());
         bad(req)
     })
     .await;
+    (env, times)
+}
+
+/// Starts with a real Event recorder; the sync webhook gets `timeout` when given.
+async fn start_with_timeout(env: &mut Env, timeout: Option<&str>) {
     let mut webhook = json!({"url": env.hook.url("/sync")});
     if let Some(t) = timeout {
         webhook["timeout"] = json!(t);
     }
-    let events = EventRecorder::new(env.cluster.client(), 0.0, 0).unwrap();
-    env.try_start(
-        json!({
-            "generateSelector": true,
-            "childResources": [configmap_rule("InPlace")],
-            "hooks": {"sync": {"webhook": webhook}},
-        }),
-        Options {
-            workers: 2,
-            events,
-            ..Options::default()
-        },
-    )
-    .await
-    .unwrap();
-    env.create_parent("p", json!({})).await;
+    env.start_with_events(json!({
+        "generateSelector": true,
+        "childResources": [configmap_rule("InPlace")],
+        "hooks": {"sync": {"webhook": webhook}},
+    }))
+    .await;
+}
 
-    // An Event on the parent, with the upstream reason, type and message prefix.
+/// An Event on the parent, with the upstream reason, type and message prefix (the hook
+/// failure's own prefix when `hook_failure`); no child was written.
+async fn assert_sync_error_event(env: &Env, expected: &str, hook_failure: bool) {
     eventually("SyncError event on the parent", || async {
-        sync_errors(&env, "p").await.iter().any(|e| {
+        sync_errors(env, "p").await.iter().any(|e| {
             let msg = e.message.as_deref().unwrap_or_default();
             msg.starts_with("Sync error: ") && msg.contains(expected)
         })
@@ -90,11 +74,11 @@ async fn fault_then_recovery(
     .await;
     if hook_failure {
         let prefix = format!("Sync error: sync hook failed for Parent {}/p: ", env.ns);
-        let event = sync_errors(&env, "p").await.remove(0);
+        let event = sync_errors(env, "p").await.remove(0);
         let msg = event.message.unwrap_or_default();
         assert!(msg.starts_with(&prefix), "{msg}");
     }
-    let event = sync_errors(&env, "p").await.remove(0);
+    let event = sync_errors(env, "p").await.remove(0);
     assert_eq!(event.type_.as_deref(), Some("Warning"));
     assert_eq!(
         event.source.and_then(|s| s.component).as_deref(),
@@ -102,13 +86,15 @@ async fn fault_then_recovery(
     );
     assert_eq!(event.involved_object.kind.as_deref(), Some("Parent"));
     assert!(env.configmap("p-cm").await.is_none());
+}
 
-    // Backoff (5 ms doubling): the gaps between failing calls double, however fast or
-    // slow the machine is; a hot loop keeps them constant. Each failing sync also costs its
-    // Event write, which on a busy real API server adds a few hundred milliseconds of noise
-    // to every gap, so compare at the one-second scale: wait for the first gap of at least
-    // 1 s, which must be well over the gap two before it (4x with pure doubling).
-    // (With a hook timeout every gap also holds the timeout, which hides the doubling.)
+/// Backoff (5 ms doubling): the gaps between failing calls double, however fast or slow the
+/// machine is; a hot loop keeps them constant. Each failing sync also costs its Event
+/// write, which on a busy real API server adds a few hundred milliseconds of noise to every
+/// gap, so compare at the one-second scale: wait for the first gap of at least 1 s, which
+/// must be well over the gap two before it (4x with pure doubling). (With a hook timeout
+/// every gap also holds the timeout, which hides the doubling: then only the wait.)
+async fn assert_backoff(times: &CallTimes, timeout: Option<&str>) {
     let gaps = || -> Vec<Duration> {
         let t = times.lock().unwrap();
         t.windows(2).map(|w| w[1] - w[0]).collect()
@@ -126,16 +112,21 @@ async fn fault_then_recovery(
             "no backoff: gaps between failing calls {gaps:?}"
         );
     }
-    // Repeats of the same failure are one Event with a count, not a flood.
-    let errors = sync_errors(&env, "p").await;
+}
+
+/// Repeats of the same failure are one Event with a count, not a flood.
+async fn assert_repeats_counted(env: &Env) {
+    let errors = sync_errors(env, "p").await;
     assert!(errors.len() <= 2, "{} SyncError events", errors.len());
     assert!(
         errors.iter().any(|e| e.count.unwrap_or(0) >= 2),
         "repeated failures counted: {:?}",
         errors.iter().map(|e| e.count).collect::<Vec<_>>()
     );
+}
 
-    // Fixed hook: the parent converges (on the next backoff retry).
+/// Fixed hook: the parent converges (on the next backoff retry).
+async fn assert_recovers(env: &Env) {
     env.hook.set_handler(|_, req| good(req));
     env.wait_configmap("p-cm", "child after recovery", |cm| {
         cm.data.as_ref().is_some_and(|d| d["ok"] == "yes")
@@ -143,6 +134,23 @@ async fn fault_then_recovery(
     .await;
     env.wait_status("p", "status after recovery", |s| s["healthy"] == true)
         .await;
+}
+
+/// Runs one fault scenario: `bad` answers every sync until the hook is fixed; the Event
+/// message must contain `expected`.
+async fn fault_then_recovery(
+    bad: impl Fn(&Value) -> HookReply + Send + Sync + 'static,
+    timeout: Option<&str>,
+    expected: &str,
+    hook_failure: bool,
+) {
+    let (mut env, times) = env_recording_calls(bad).await;
+    start_with_timeout(&mut env, timeout).await;
+    env.create_parent("p", json!({})).await;
+    assert_sync_error_event(&env, expected, hook_failure).await;
+    assert_backoff(&times, timeout).await;
+    assert_repeats_counted(&env).await;
+    assert_recovers(&env).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -195,38 +203,39 @@ async fn undeclared_child_type_records_event_backs_off_and_recovers() {
     .await;
 }
 
+/// The spec of the tests answered by [`good`]: generated selector, ConfigMap children in
+/// place, the sync hook.
+fn good_spec(env: &Env) -> Value {
+    json!({
+        "generateSelector": true,
+        "childResources": [configmap_rule("InPlace")],
+        "hooks": env.sync_hook(),
+    })
+}
+
+/// An environment whose hook answers [`good`] and whose API server answers the next `count`
+/// ConfigMap creates with `code`; None (`test` skipped) on a real cluster.
+async fn env_failing_creates(test: &str, count: usize, code: u16) -> Option<Env> {
+    let env = Env::new(TestCluster::start().await, parent_crd(), |_, req| good(req)).await;
+    let control = env.cluster.control_or_skip(test)?;
+    control.inject(metacontroller_testkit::Fault::status(
+        Some("create"),
+        Some("configmaps"),
+        count,
+        code,
+    ));
+    Some(env)
+}
+
 /// A failed child write (the API server answers 500 to creates) is a SyncError Event too;
 /// the parent converges once the server recovers. Needs the embedded API server's faults.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failed_child_create_records_event_and_recovers() {
-    let mut env = Env::new(TestCluster::start().await, parent_crd(), |_, req| good(req)).await;
-    let Some(control) = env
-        .cluster
-        .control_or_skip("failed_child_create_records_event_and_recovers")
-    else {
+    let test = "failed_child_create_records_event_and_recovers";
+    let Some(mut env) = env_failing_creates(test, 3, 500).await else {
         return;
     };
-    control.inject(metacontroller_testkit::Fault::status(
-        Some("create"),
-        Some("configmaps"),
-        3,
-        500,
-    ));
-    let events = EventRecorder::new(env.cluster.client(), 0.0, 0).unwrap();
-    env.try_start(
-        json!({
-            "generateSelector": true,
-            "childResources": [configmap_rule("InPlace")],
-            "hooks": env.sync_hook(),
-        }),
-        Options {
-            workers: 2,
-            events,
-            ..Options::default()
-        },
-    )
-    .await
-    .unwrap();
+    env.start_with_events(good_spec(&env)).await;
     env.create_parent("p", json!({})).await;
     // Upstream's wording: "Sync error: can't reconcile children for <Kind> <ns>/<name>: ...".
     let prefix = format!(
@@ -250,25 +259,11 @@ async fn failed_child_create_records_event_and_recovers() {
 /// (upstream writes the status after the children whatever their errors).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn child_conflict_still_writes_the_status() {
-    let mut env = Env::new(TestCluster::start().await, parent_crd(), |_, req| good(req)).await;
-    let Some(control) = env
-        .cluster
-        .control_or_skip("child_conflict_still_writes_the_status")
-    else {
+    let test = "child_conflict_still_writes_the_status";
+    let Some(mut env) = env_failing_creates(test, 1_000_000, 409).await else {
         return;
     };
-    control.inject(metacontroller_testkit::Fault::status(
-        Some("create"),
-        Some("configmaps"),
-        1_000_000,
-        409,
-    ));
-    env.start(json!({
-        "generateSelector": true,
-        "childResources": [configmap_rule("InPlace")],
-        "hooks": env.sync_hook(),
-    }))
-    .await;
+    env.start(good_spec(&env)).await;
     env.create_parent("p", json!({})).await;
     env.wait_status("p", "status despite the conflicting child create", |s| {
         s["healthy"] == true
@@ -298,21 +293,7 @@ async fn refused_children_are_skipped_and_the_rest_is_written() {
         }))
     })
     .await;
-    let events = EventRecorder::new(env.cluster.client(), 0.0, 0).unwrap();
-    env.try_start(
-        json!({
-            "generateSelector": true,
-            "childResources": [configmap_rule("InPlace")],
-            "hooks": env.sync_hook(),
-        }),
-        Options {
-            workers: 2,
-            events,
-            ..Options::default()
-        },
-    )
-    .await
-    .unwrap();
+    env.start_with_events(good_spec(&env)).await;
     env.create_parent("p", json!({})).await;
     env.wait_configmap("p-cm", "the valid child", |cm| {
         cm.data.as_ref().is_some_and(|d| d["ok"] == "yes")
@@ -340,21 +321,12 @@ async fn refused_children_are_skipped_and_the_rest_is_written() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn live_parent_without_sync_hook_is_a_sync_error() {
     let mut env = Env::new(TestCluster::start().await, parent_crd(), |_, req| good(req)).await;
-    let events = EventRecorder::new(env.cluster.client(), 0.0, 0).unwrap();
-    env.try_start(
-        json!({
-            "generateSelector": true,
-            "childResources": [configmap_rule("InPlace")],
-            "hooks": {"finalize": {"webhook": {"url": env.hook.url("/finalize")}}},
-        }),
-        Options {
-            workers: 2,
-            events,
-            ..Options::default()
-        },
-    )
-    .await
-    .unwrap();
+    env.start_with_events(json!({
+        "generateSelector": true,
+        "childResources": [configmap_rule("InPlace")],
+        "hooks": {"finalize": {"webhook": {"url": env.hook.url("/finalize")}}},
+    }))
+    .await;
     env.create_parent("p", json!({})).await;
     eventually("SyncError event: no sync hook", || async {
         sync_errors(&env, "p").await.iter().any(|e| {

@@ -7,7 +7,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{configmap, configmap_rule, observed_configmaps, parent_crd, Env};
+use common::{configmap_rule, observed_configmaps, parent_crd, value_configmaps, value_of, Env};
 use futures::future::join_all;
 use kube::api::{ListParams, Patch, PatchParams};
 use metacontroller_testkit::{eventually, eventually_within, Fault, HookReply, TestCluster};
@@ -15,17 +15,10 @@ use serde_json::{json, Value};
 
 /// Three ConfigMaps per parent carrying `spec.value`; status counts observed children.
 fn three_children(_path: &str, req: &Value) -> HookReply {
-    let parent = &req["parent"];
-    let name = parent["metadata"]["name"].as_str().unwrap_or_default();
-    let children: Vec<Value> = (0..3)
-        .map(|i| {
-            configmap(
-                &format!("{name}-{i}"),
-                json!({"app": "load"}),
-                json!({"value": parent["spec"]["value"]}),
-            )
-        })
-        .collect();
+    let name = req["parent"]["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default();
+    let children = value_configmaps(&format!("{name}-"), 3, json!({"app": "load"}), req);
     HookReply::json(
         json!({"children": children, "status": {"children": observed_configmaps(req).len()}}),
     )
@@ -167,15 +160,7 @@ async fn injected_conflicts_and_server_errors_converge_without_duplicates() {
     }
     eventually("all children updated", || async {
         let items = env.child_configmaps().await;
-        items.len() == 15
-            && items.iter().all(|c| {
-                c.data
-                    .clone()
-                    .unwrap_or_default()
-                    .get("value")
-                    .map(String::as_str)
-                    == Some("2")
-            })
+        items.len() == 15 && items.iter().all(|c| value_of(c) == "2")
     })
     .await;
     for i in 0..5 {

@@ -8,9 +8,7 @@
 mod common;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Event};
-use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
-use metacontroller_controllers::composite::Options;
-use metacontroller_controllers::events::EventRecorder;
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use metacontroller_testkit::{eventually, unique_name, HookReply, TestCluster};
 use serde_json::{json, Value};
 
@@ -104,47 +102,24 @@ fn hooks(env: &Env, version: &str) -> Value {
 
 /// Starts with a real Event recorder, generateSelector and one ConfigMap child type.
 async fn start(env: &mut Env, version: &str) {
-    let events = EventRecorder::new(env.cluster.client(), 0.0, 0).unwrap();
     let spec = json!({
         "generateSelector": true,
         "childResources": [configmap_rule("InPlace")],
         "hooks": hooks(env, version),
     });
-    env.try_start(
-        spec,
-        Options {
-            workers: 2,
-            events,
-            ..Options::default()
-        },
-    )
-    .await
-    .unwrap();
+    env.start_with_events(spec).await;
 }
 
-/// Events with `reason` about object `name` in `ns`.
-async fn events_for(env: &Env, ns: &str, name: &str, reason: &str) -> Vec<Event> {
-    Api::<Event>::namespaced(env.cluster.client(), ns)
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter(|e| {
-            e.involved_object.name.as_deref() == Some(name) && e.reason.as_deref() == Some(reason)
-        })
-        .collect()
+/// Rules selecting the ConfigMaps labelled `related: <label>`.
+fn label_rules(label: &str) -> Value {
+    json!({"relatedResources": [{"apiVersion": "v1", "resource": "configmaps",
+        "labelSelector": {"matchLabels": {"related": label}}}]})
 }
 
-/// v1 hooks, namespaced parent: a label rule only sees its own namespace, keys are names;
-/// changing a related object resyncs with the new data; the customize hook is not called
-/// again while the parent's generation is unchanged.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn v1_related_objects_from_the_parent_namespace_resync_on_change() {
-    let label = unique_name("rel");
-    let rules = json!({"relatedResources": [{"apiVersion": "v1", "resource": "configmaps",
-        "labelSelector": {"matchLabels": {"related": label}}}]});
-    let mut env = Env::new(
+/// An environment whose hook answers `/customize` with `rules` and `/sync` with
+/// [`sync_reply`].
+async fn env_with_rules(rules: Value) -> Env {
+    Env::new(
         TestCluster::start().await,
         parent_crd(),
         move |path, req| match path {
@@ -152,22 +127,17 @@ async fn v1_related_objects_from_the_parent_namespace_resync_on_change() {
             _ => sync_reply(req),
         },
     )
-    .await;
-    let other_ns = env.cluster.create_namespace("other").await;
-    let ns = env.ns.clone();
-    create_configmap(&env, &ns, "rel-a", json!({"related": label}), "1").await;
-    create_configmap(&env, &other_ns, "rel-b", json!({"related": label}), "1").await;
-    create_configmap(&env, &ns, "unrelated", json!({"related": "no"}), "1").await;
-    start(&mut env, "v1").await;
-    env.create_parent("p", json!({})).await;
+    .await
+}
 
-    wait_seen(
-        &env,
-        "p",
-        "related map sent to sync",
-        "group:ConfigMap.v1;rel-a=1",
-    )
-    .await;
+/// Events with `reason` about object `name` in `ns`.
+async fn events_for(env: &Env, ns: &str, name: &str, reason: &str) -> Vec<Event> {
+    env.events_for(ns, name, reason).await
+}
+
+/// What the first sync and customize requests carried: `rel-a` of the parent's namespace
+/// `ns` under its name, and the parent and controller kind.
+fn assert_first_requests(env: &Env, ns: &str) {
     let req = env.hook.last_request("/sync").unwrap();
     assert_eq!(
         req["related"]["ConfigMap.v1"]["rel-a"]["metadata"]["namespace"],
@@ -177,24 +147,18 @@ async fn v1_related_objects_from_the_parent_namespace_resync_on_change() {
     let customize = env.hook.last_request("/customize").unwrap();
     assert_eq!(customize["parent"]["metadata"]["name"], "p");
     assert_eq!(customize["controller"]["kind"], "CompositeController");
+}
 
-    set_value(&env, &ns, "rel-a", "2").await;
-    wait_seen(
-        &env,
-        "p",
-        "resync after related change",
-        "group:ConfigMap.v1;rel-a=2",
-    )
-    .await;
-    // A change in another namespace is not this parent's business, nor is an unrelated one.
-    assert_eq!(env.hook.calls("/customize"), 1, "customize response cached");
+/// Changes of `rel-b` in `other_ns` (another namespace) and of `unrelated` in `ns` (not
+/// selected) do not resync parent `p`: the next sync after them is the barrier's.
+async fn assert_unrelated_changes_do_not_resync(env: &Env, ns: &str, other_ns: &str) {
     // Let the parent's own follow-up syncs (its status write) finish first, so any sync
     // after the unrelated changes can only come from them.
-    let syncs = quiet_sync_calls(&env).await;
-    set_value(&env, &other_ns, "rel-b", "2").await;
-    set_value(&env, &ns, "unrelated", "2").await;
+    let syncs = quiet_sync_calls(env).await;
+    set_value(env, other_ns, "rel-b", "2").await;
+    set_value(env, ns, "unrelated", "2").await;
     // The reconciler has been handed both changes; the next sync must be the barrier's.
-    for (namespace, name) in [(&other_ns, "rel-b"), (&ns, "unrelated")] {
+    for (namespace, name) in [(other_ns, "rel-b"), (ns, "unrelated")] {
         env.wait_informer_caught_up("v1", "configmaps", Some(namespace), name)
             .await;
     }
@@ -207,14 +171,55 @@ async fn v1_related_objects_from_the_parent_namespace_resync_on_change() {
         "unrelated changes must not resync the parent: {:#?}",
         &after[syncs..]
     );
-    create_configmap(&env, &ns, "marker", json!({"related": label}), "9").await;
-    wait_seen(
-        &env,
-        "p",
-        "new related object seen",
-        "group:ConfigMap.v1;marker=9;rel-a=2",
-    )
+}
+
+/// Waits until parent `p` has a SyncError Event whose message satisfies `check`.
+async fn wait_sync_error(env: &Env, what: &str, check: impl Fn(&str) -> bool) {
+    eventually(what, || async {
+        events_for(env, &env.ns, "p", "SyncError")
+            .await
+            .iter()
+            .any(|e| check(e.message.as_deref().unwrap_or_default()))
+    })
     .await;
+}
+
+/// The customize hook answers without rules from now on.
+fn fix_customize(env: &Env) {
+    env.hook.set_handler(|path, req| match path {
+        "/customize" => HookReply::json(json!({})),
+        _ => sync_reply(req),
+    });
+}
+
+/// v1 hooks, namespaced parent: a label rule only sees its own namespace, keys are names;
+/// changing a related object resyncs with the new data; the customize hook is not called
+/// again while the parent's generation is unchanged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn v1_related_objects_from_the_parent_namespace_resync_on_change() {
+    let label = unique_name("rel");
+    let mut env = env_with_rules(label_rules(&label)).await;
+    let other_ns = env.cluster.create_namespace("other").await;
+    let ns = env.ns.clone();
+    create_configmap(&env, &ns, "rel-a", json!({"related": label}), "1").await;
+    create_configmap(&env, &other_ns, "rel-b", json!({"related": label}), "1").await;
+    create_configmap(&env, &ns, "unrelated", json!({"related": "no"}), "1").await;
+    start(&mut env, "v1").await;
+    env.create_parent("p", json!({})).await;
+
+    let expected = "group:ConfigMap.v1;rel-a=1";
+    wait_seen(&env, "p", "related map sent to sync", expected).await;
+    assert_first_requests(&env, &ns);
+
+    set_value(&env, &ns, "rel-a", "2").await;
+    let expected = "group:ConfigMap.v1;rel-a=2";
+    wait_seen(&env, "p", "resync after related change", expected).await;
+    // A change in another namespace is not this parent's business, nor is an unrelated one.
+    assert_eq!(env.hook.calls("/customize"), 1, "customize response cached");
+    assert_unrelated_changes_do_not_resync(&env, &ns, &other_ns).await;
+    create_configmap(&env, &ns, "marker", json!({"related": label}), "9").await;
+    let expected = "group:ConfigMap.v1;marker=9;rel-a=2";
+    wait_seen(&env, "p", "new related object seen", expected).await;
 
     // A new generation calls the customize hook again.
     env.patch_parent_spec("p", json!({"touch": 1})).await;
@@ -280,18 +285,7 @@ async fn v2_related_objects_use_uniform_keys_across_namespaces() {
 /// Every rule's type has an entry even when nothing matches.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn related_types_are_present_when_empty() {
-    let label = unique_name("none");
-    let rules = json!({"relatedResources": [{"apiVersion": "v1", "resource": "configmaps",
-        "labelSelector": {"matchLabels": {"related": label}}}]});
-    let mut env = Env::new(
-        TestCluster::start().await,
-        parent_crd(),
-        move |path, req| match path {
-            "/customize" => HookReply::json(rules.clone()),
-            _ => sync_reply(req),
-        },
-    )
-    .await;
+    let mut env = env_with_rules(label_rules(&unique_name("none"))).await;
     start(&mut env, "v1").await;
     env.create_parent("p", json!({})).await;
     wait_seen(&env, "p", "empty related group", "group:ConfigMap.v1").await;
@@ -314,26 +308,14 @@ async fn v1_rule_for_another_namespace_is_a_sync_error() {
     .await;
     start(&mut env, "v1").await;
     env.create_parent("p", json!({})).await;
-    let ns = env.ns.clone();
-    eventually("SyncError event", || async {
-        events_for(&env, &ns, "p", "SyncError")
-            .await
-            .iter()
-            .any(|e| {
-                e.message
-                    .as_deref()
-                    .unwrap_or_default()
-                    .contains("differs from parent object namespace")
-            })
+    wait_sync_error(&env, "SyncError event", |msg| {
+        msg.contains("differs from parent object namespace")
     })
     .await;
     assert!(env.configmap("p-out").await.is_none());
     // The rules are cached per parent generation (as upstream): a fixed customize hook is
     // asked again once the parent changes.
-    env.hook.set_handler(|path, req| match path {
-        "/customize" => HookReply::json(json!({})),
-        _ => sync_reply(req),
-    });
+    fix_customize(&env);
     env.patch_parent_spec("p", json!({"touch": 1})).await;
     wait_seen(&env, "p", "recovered", "").await;
 }
@@ -353,8 +335,7 @@ async fn cluster_scoped_parent_sees_related_objects_of_any_namespace() {
     let ns = env.ns.clone();
     create_configmap(&env, &ns, "one", json!({"related": label}), "1").await;
     create_configmap(&env, &other_ns, "two", json!({"related": label}), "2").await;
-    let rules = json!({"relatedResources": [{"apiVersion": "v1", "resource": "configmaps",
-        "labelSelector": {"matchLabels": {"related": label}}}]});
+    let rules = label_rules(&label);
     let child_ns = ns.clone();
     env.hook.set_handler(move |path, req| match path {
         "/customize" => HookReply::json(rules.clone()),
@@ -398,15 +379,8 @@ async fn customize_hook_failure_records_event_and_recovers() {
     .await;
     start(&mut env, "v1").await;
     env.create_parent("p", json!({})).await;
-    let ns = env.ns.clone();
-    eventually("SyncError event for the customize hook", || async {
-        events_for(&env, &ns, "p", "SyncError")
-            .await
-            .iter()
-            .any(|e| {
-                let msg = e.message.as_deref().unwrap_or_default();
-                msg.starts_with("Sync error: customize hook: ") && msg.contains("500")
-            })
+    wait_sync_error(&env, "SyncError event for the customize hook", |msg| {
+        msg.starts_with("Sync error: customize hook: ") && msg.contains("500")
     })
     .await;
     assert_eq!(
@@ -414,10 +388,7 @@ async fn customize_hook_failure_records_event_and_recovers() {
         0,
         "no sync without related objects"
     );
-    env.hook.set_handler(|path, req| match path {
-        "/customize" => HookReply::json(json!({})),
-        _ => sync_reply(req),
-    });
+    fix_customize(&env);
     wait_seen(&env, "p", "recovered without a parent change", "").await;
 }
 

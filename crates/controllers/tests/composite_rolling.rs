@@ -3,9 +3,12 @@
 
 mod common;
 
-use common::{configmap, configmap_rule, parent_crd, Env};
-use kube::api::{ListParams, PostParams};
-use metacontroller_testkit::{crd, dynamic_api, eventually, unique_name, HookReply, TestCluster};
+use common::{configmap_rule, parent_crd, value_configmaps, value_of, Env};
+use kube::api::{Api, ListParams, PostParams};
+use kube::core::DynamicObject;
+use metacontroller_testkit::{
+    crd, dynamic_api, eventually, unique_name, CrdBuilder, HookReply, TestCluster,
+};
 use serde_json::{json, Value};
 
 fn revisions(env: &Env) -> kube::Api<kube::core::DynamicObject> {
@@ -39,16 +42,7 @@ async fn rolling_recreate_replaces_children_and_prunes_revisions() {
     let cluster = TestCluster::start().await;
     cluster.install_metacontroller_crds().await;
     let mut env = Env::new(cluster, parent_crd(), |_, req| {
-        let parent = &req["parent"];
-        let children: Vec<Value> = (0..3)
-            .map(|i| {
-                configmap(
-                    &format!("c-{i}"),
-                    json!({"app": "r"}),
-                    json!({"value": parent["spec"]["value"]}),
-                )
-            })
-            .collect();
+        let children = value_configmaps("c-", 3, json!({"app": "r"}), req);
         HookReply::json(json!({"children": children, "status": {}}))
     })
     .await;
@@ -88,13 +82,7 @@ async fn rolling_recreate_replaces_children_and_prunes_revisions() {
     env.patch_parent_spec("p", json!({"value": "2"})).await;
     for (i, old_uid) in old.iter().enumerate() {
         env.wait_configmap(&format!("c-{i}"), "recreated with value 2", |cm| {
-            cm.data
-                .clone()
-                .unwrap_or_default()
-                .get("value")
-                .map(String::as_str)
-                == Some("2")
-                && cm.metadata.uid.as_deref() != Some(old_uid.as_str())
+            value_of(cm) == "2" && cm.metadata.uid.as_deref() != Some(old_uid.as_str())
         })
         .await;
     }
@@ -108,10 +96,8 @@ async fn rolling_recreate_replaces_children_and_prunes_revisions() {
     .await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn rolling_in_place_waits_for_status_checks() {
-    let cluster = TestCluster::start().await;
-    cluster.install_metacontroller_crds().await;
+/// Installs a `Child` CRD in a group of its own.
+async fn install_child_crd(cluster: &TestCluster) -> CrdBuilder {
     let child_crd = crd(
         &format!("{}.example.com", unique_name("c")),
         "v1",
@@ -119,20 +105,67 @@ async fn rolling_in_place_waits_for_status_checks() {
         "children",
     );
     cluster.install_crd(&child_crd.build()).await;
-    let child_api_version = child_crd.api_version();
-    let hook_api_version = child_api_version.clone();
-    let mut env = Env::new(cluster, parent_crd(), move |_, req| {
+    child_crd
+}
+
+/// The hook: three `Child` objects of `api_version` carrying `spec.value`, phase `ok`.
+fn three_child_objects(
+    api_version: String,
+) -> impl Fn(&str, &Value) -> HookReply + Send + Sync + 'static {
+    move |_, req| {
         let parent = &req["parent"];
         let children: Vec<Value> = (0..3)
             .map(|i| {
-                json!({"apiVersion": hook_api_version, "kind": "Child",
+                json!({"apiVersion": api_version, "kind": "Child",
                        "metadata": {"name": format!("c-{i}"), "labels": {"app": "r"}},
                        "spec": {"value": parent["spec"]["value"]}})
             })
             .collect();
         HookReply::json(json!({"children": children, "status": {"phase": "ok"}}))
+    }
+}
+
+/// Sets child `name`'s Ready condition to `ready` (retried until the child exists and the
+/// status write goes through).
+async fn set_ready(children: &Api<DynamicObject>, name: &str, ready: &str) {
+    eventually(&format!("{name} ready={ready}"), || async {
+        let Ok(mut c) = children.get(name).await else {
+            return false;
+        };
+        c.data["status"] = json!({"conditions": [{"type": "Ready", "status": ready}]});
+        children
+            .replace_status(name, &PostParams::default(), &c)
+            .await
+            .is_ok()
     })
     .await;
+}
+
+/// Child `name`'s `spec.value`, if it exists.
+async fn child_value(children: &Api<DynamicObject>, name: &str) -> Option<Value> {
+    children
+        .get(name)
+        .await
+        .ok()
+        .map(|c| c.data["spec"]["value"].clone())
+}
+
+/// Waits until child `name`'s `spec.value` is "2".
+async fn wait_updated(children: &Api<DynamicObject>, name: &str) {
+    eventually(&format!("{name} updated"), || async {
+        child_value(children, name).await == Some(json!("2"))
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rolling_in_place_waits_for_status_checks() {
+    let cluster = TestCluster::start().await;
+    cluster.install_metacontroller_crds().await;
+    let child_crd = install_child_crd(&cluster).await;
+    let child_api_version = child_crd.api_version();
+    let hook = three_child_objects(child_api_version.clone());
+    let mut env = Env::new(cluster, parent_crd(), hook).await;
     env.start(json!({
         "childResources": [{
             "apiVersion": child_api_version, "resource": "children",
@@ -142,68 +175,30 @@ async fn rolling_in_place_waits_for_status_checks() {
         "hooks": env.sync_hook(),
     }))
     .await;
-    let children = dynamic_api(
-        env.cluster.client(),
-        &child_crd.api_version(),
-        "Child",
-        "children",
-        Some(&env.ns),
-    );
+    let children = child_crd.api(env.cluster.client(), Some(&env.ns));
     env.create_parent(
         "p",
         json!({"value": "1", "selector": {"matchLabels": {"app": "r"}}}),
     )
     .await;
-    let set_ready = |name: String, ready: &'static str| {
-        let children = children.clone();
-        async move {
-            eventually(&format!("{name} ready={ready}"), || async {
-                let Ok(mut c) = children.get(&name).await else {
-                    return false;
-                };
-                c.data["status"] = json!({"conditions": [{"type": "Ready", "status": ready}]});
-                children
-                    .replace_status(&name, &PostParams::default(), &c)
-                    .await
-                    .is_ok()
-            })
-            .await;
-        }
-    };
-    set_ready("c-0".into(), "False").await;
-    set_ready("c-1".into(), "True").await;
-    set_ready("c-2".into(), "True").await;
-    let value_of = |name: &'static str| {
-        let children = children.clone();
-        async move {
-            children
-                .get(name)
-                .await
-                .ok()
-                .map(|c| c.data["spec"]["value"].clone())
-        }
-    };
+    set_ready(&children, "c-0", "False").await;
+    set_ready(&children, "c-1", "True").await;
+    set_ready(&children, "c-2", "True").await;
 
     env.patch_parent_spec("p", json!({"value": "2"})).await;
     // c-0 moves first, then the rollout waits for it to be Ready.
-    eventually("c-0 updated", || async {
-        value_of("c-0").await == Some(json!("2"))
-    })
-    .await;
+    wait_updated(&children, "c-0").await;
     env.wait_status("p", "rollout waiting", |s| {
         updated_condition(s)["reason"] == "RolloutWaiting"
     })
     .await;
-    assert_eq!(value_of("c-1").await, Some(json!("1")));
-    assert_eq!(value_of("c-2").await, Some(json!("1")));
+    assert_eq!(child_value(&children, "c-1").await, Some(json!("1")));
+    assert_eq!(child_value(&children, "c-2").await, Some(json!("1")));
     assert_eq!(revision_count(&env).await, 2);
 
-    set_ready("c-0".into(), "True").await;
+    set_ready(&children, "c-0", "True").await;
     for name in ["c-1", "c-2"] {
-        eventually(&format!("{name} updated"), || async {
-            value_of(name).await == Some(json!("2"))
-        })
-        .await;
+        wait_updated(&children, name).await;
     }
     env.wait_status("p", "rollout done", |s| {
         updated_condition(s)["reason"] == "OnLatestRevision" && s["phase"] == "ok"

@@ -3,6 +3,7 @@
 //! parent status gets observedGeneration, and a resync of the converged parent writes
 //! nothing.
 
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -58,13 +59,9 @@ async fn sync(calls: Arc<AtomicUsize>, Json(req): Json<Value>) -> Json<Value> {
     Json(json!({"status": {"children": observed}, "children": children}))
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sync_creates_children_sets_status_and_resync_writes_nothing() {
-    let server = embedded_apiserver::ApiServer::start(Default::default())
-        .await
-        .unwrap();
-    let client = client(&server).await;
-
+/// Installs the `parents.example.com` CRD and returns discovery once it serves the parents
+/// (CRDs take a moment to be served).
+async fn install_parent_crd(client: &kube::Client) -> ResourceMap {
     let crd: CustomResourceDefinition = serde_json::from_value(json!({
         "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
         "metadata": {"name": "parents.example.com"},
@@ -79,19 +76,21 @@ async fn sync_creates_children_sets_status_and_resync_writes_nothing() {
         .create(&PostParams::default(), &crd)
         .await
         .unwrap();
-    // CRDs take a moment to be served.
     let deadline = Instant::now() + Duration::from_secs(20);
-    let resources = loop {
-        let found = discover(&client, &ResourceMap::new()).await.unwrap();
+    loop {
+        let found = discover(client, &ResourceMap::new()).await.unwrap();
         if let Some((map, _)) = found.update {
             if map.get("example.com/v1", "parents").is_some() {
-                break map;
+                return map;
             }
         }
         assert!(Instant::now() < deadline, "parents never served");
         tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    }
+}
 
+/// Serves [`sync`] at `/sync` on a local port; returns its call counter and address.
+async fn start_hook_server() -> (Arc<AtomicUsize>, SocketAddr) {
     let calls = Arc::new(AtomicUsize::new(0));
     let app = Router::new().route(
         "/sync",
@@ -103,8 +102,12 @@ async fn sync_creates_children_sets_status_and_resync_writes_nothing() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let hook_addr = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, app).await });
+    (calls, hook_addr)
+}
 
-    let controller: CompositeController = serde_json::from_value(json!({
+/// The CompositeController: parents own ConfigMaps (InPlace), resynced every second.
+fn controller(hook_addr: SocketAddr) -> CompositeController {
+    serde_json::from_value(json!({
         "apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "CompositeController",
         "metadata": {"name": "parents"},
         "spec": {
@@ -115,16 +118,23 @@ async fn sync_creates_children_sets_status_and_resync_writes_nothing() {
           "hooks": {"sync": {"webhook": {"url": format!("http://{hook_addr}/sync")}}}
         }
     }))
-    .unwrap();
+    .unwrap()
+}
 
-    let parents: Api<DynamicObject> = Api::namespaced_with(
+/// The parents of the `default` namespace.
+fn parents_api(client: &kube::Client) -> Api<DynamicObject> {
+    Api::namespaced_with(
         client.clone(),
         "default",
         &kube::discovery::ApiResource::from_gvk_with_plural(
             &kube::api::GroupVersionKind::gvk("example.com", "v1", "Parent"),
             "parents",
         ),
-    );
+    )
+}
+
+/// Creates parent `p1` with `spec.value: one`; returns its uid.
+async fn create_parent(parents: &Api<DynamicObject>) -> String {
     let parent: DynamicObject = serde_json::from_value(json!({
         "apiVersion": "example.com/v1", "kind": "Parent",
         "metadata": {"name": "p1", "namespace": "default"},
@@ -135,24 +145,33 @@ async fn sync_creates_children_sets_status_and_resync_writes_nothing() {
         .create(&PostParams::default(), &parent)
         .await
         .unwrap();
-    let uid = created.metadata.uid.clone().unwrap();
+    created.metadata.uid.clone().unwrap()
+}
 
+/// Starts the reconciler (2 workers) for [`controller`].
+fn start_reconciler(
+    client: &kube::Client,
+    resources: &ResourceMap,
+    hook_addr: SocketAddr,
+) -> metacontroller_controllers::composite::CompositeHandle {
     let informers = Informers::new(client.clone(), InformerConfig::default());
     let hooks = HookClient::new(HookClientConfig::default()).unwrap();
-    let handle = metacontroller_controllers::composite::start(
-        controller,
+    metacontroller_controllers::composite::start(
+        controller(hook_addr),
         client.clone(),
         &informers,
-        &resources,
+        resources,
         hooks,
         metacontroller_controllers::composite::Options {
             workers: 2,
             ..Default::default()
         },
     )
-    .unwrap();
+    .unwrap()
+}
 
-    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+/// Waits for p1's status, then checks its two children: controlled by `uid`, value `one`.
+async fn assert_children_created(parents: &Api<DynamicObject>, cms: &Api<ConfigMap>, uid: &str) {
     eventually("status with observedGeneration and both children", || {
         let parents = parents.clone();
         async move {
@@ -182,31 +201,39 @@ async fn sync_creates_children_sets_status_and_resync_writes_nothing() {
         assert_eq!(owner.block_owner_deletion, Some(true));
         assert_eq!(cm.data.as_ref().unwrap()["value"], "one");
     }
+}
 
-    // Converged: resyncs (resyncPeriodSeconds: 1) call the hook but write nothing. First
-    // one more sync must start, so the one that wrote the status above (and any follow-up
-    // its write caused) has completed before the counters are reset.
-    let converged = calls.load(Ordering::SeqCst);
-    eventually("a sync after convergence", || {
+/// Waits until the hook has been called more than `after` times.
+async fn wait_calls_above(calls: &Arc<AtomicUsize>, what: &str, after: usize) {
+    eventually(what, || {
         let calls = calls.clone();
-        async move { calls.load(Ordering::SeqCst) > converged }
+        async move { calls.load(Ordering::SeqCst) > after }
     })
     .await;
+}
+
+/// Converged: resyncs (resyncPeriodSeconds: 1) call the hook but write nothing. First one
+/// more sync must start, so the one that wrote the status (and any follow-up its write
+/// caused) has completed before the counters are reset.
+async fn assert_resyncs_write_nothing(
+    server: &embedded_apiserver::ApiServerHandle,
+    calls: &Arc<AtomicUsize>,
+) {
+    let converged = calls.load(Ordering::SeqCst);
+    wait_calls_above(calls, "a sync after convergence", converged).await;
     server.control().reset_counts();
     let before = calls.load(Ordering::SeqCst);
-    eventually("two resyncs", || {
-        let calls = calls.clone();
-        async move { calls.load(Ordering::SeqCst) >= before + 2 }
-    })
-    .await;
+    wait_calls_above(calls, "two resyncs", before + 1).await;
     assert_eq!(
         server.control().writes(),
         0,
         "{:?}",
         server.control().request_counts()
     );
+}
 
-    // A spec change is carried to the children in place.
+/// A spec change is carried to the children in place.
+async fn assert_spec_change_reaches_children(parents: &Api<DynamicObject>, cms: &Api<ConfigMap>) {
     let mut p = parents.get("p1").await.unwrap();
     p.data["spec"]["value"] = json!("two");
     parents
@@ -226,6 +253,24 @@ async fn sync_creates_children_sets_status_and_resync_writes_nothing() {
         async move { parents.get("p1").await.unwrap().data["status"]["observedGeneration"] == 2 }
     })
     .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sync_creates_children_sets_status_and_resync_writes_nothing() {
+    let server = embedded_apiserver::ApiServer::start(Default::default())
+        .await
+        .unwrap();
+    let client = client(&server).await;
+    let resources = install_parent_crd(&client).await;
+    let (calls, hook_addr) = start_hook_server().await;
+    let parents = parents_api(&client);
+    let uid = create_parent(&parents).await;
+    let handle = start_reconciler(&client, &resources, hook_addr);
+
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    assert_children_created(&parents, &cms, &uid).await;
+    assert_resyncs_write_nothing(&server, &calls).await;
+    assert_spec_change_reaches_children(&parents, &cms).await;
 
     handle.stop().await;
     server.shutdown().await;

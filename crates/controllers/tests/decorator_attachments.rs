@@ -6,13 +6,47 @@ mod decorator_support;
 
 use std::time::Duration;
 
-use decorator_support::{object, sync_barrier, wait_for, wait_until, Env};
+use decorator_support::{
+    object, sync_barrier, sync_decorator, target_name, wait_for, wait_until, Env,
+};
 use metacontroller_api::DECORATOR_CONTROLLER_ANNOTATION;
-use metacontroller_testkit::{eventually, HookReply, HookServer};
+use metacontroller_controllers::decorator::DecoratorHandle;
+use metacontroller_testkit::{eventually, CrdBuilder, HookReply, HookServer};
 use serde_json::{json, Value};
 
 fn configmap(name: &str, data: Value) -> Value {
     json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": data})
+}
+
+/// The answer attaching ConfigMap `<target>-<suffix>` that carries the target's
+/// `spec.value`.
+fn value_attachment(req: &Value, suffix: &str) -> HookReply {
+    let name = target_name(req);
+    let value = req["object"]["spec"]["value"].clone();
+    HookReply::json(
+        json!({"attachments": [configmap(&format!("{name}-{suffix}"), json!({"value": value}))]}),
+    )
+}
+
+/// Target `t` of `target` with `spec.value: "1"`.
+fn valued_target(target: &CrdBuilder) -> Value {
+    let mut obj = object(target, "t", json!({}));
+    obj["spec"] = json!({"value": "1"});
+    obj
+}
+
+/// Starts decorator `dc-<suffix>` over `target`, its sync hook at `hook`'s `/<suffix>`,
+/// with the spec fields of `extra`.
+async fn start_suffixed(
+    env: &Env,
+    target: &CrdBuilder,
+    hook: &HookServer,
+    suffix: &str,
+    extra: Value,
+) -> DecoratorHandle {
+    let url = hook.url(&format!("/{suffix}"));
+    env.start_decorator(sync_decorator(&format!("dc-{suffix}"), target, &url, extra))
+        .await
 }
 
 /// Each decorator attaches `<target>-<suffix>` ConfigMaps. Each sees only its own
@@ -22,9 +56,7 @@ async fn two_decorators_on_the_same_target_type_keep_their_own_attachments() {
     let env = Env::start("dec-two").await;
     let target = env.crd("Shared").await;
     let hook = HookServer::start(|path, req| {
-        let name = req["object"]["metadata"]["name"]
-            .as_str()
-            .unwrap_or_default();
+        let name = target_name(req);
         let suffix = path.trim_start_matches('/');
         HookReply::json(
             json!({"attachments": [configmap(&format!("{name}-{suffix}"), json!({"by": suffix}))]}),
@@ -33,18 +65,11 @@ async fn two_decorators_on_the_same_target_type_keep_their_own_attachments() {
     .await;
     let mut handles = Vec::new();
     for suffix in ["a", "b"] {
-        handles.push(
-            env.start_decorator(json!({
-                "metadata": {"name": format!("dc-{suffix}")},
-                "spec": {
-                    "resources": [{"apiVersion": target.api_version(), "resource": target.plural()}],
-                    "attachments": [{"apiVersion": "v1", "resource": "configmaps"}],
-                    "resyncPeriodSeconds": 1,
-                    "hooks": {"sync": {"webhook": {"url": hook.url(&format!("/{suffix}"))}}}
-                }
-            }))
-            .await,
-        );
+        let extra = json!({
+            "attachments": [{"apiVersion": "v1", "resource": "configmaps"}],
+            "resyncPeriodSeconds": 1,
+        });
+        handles.push(start_suffixed(&env, &target, &hook, suffix, extra).await);
     }
     env.create(&env.api(&target), object(&target, "t", json!({})))
         .await;
@@ -86,9 +111,7 @@ async fn two_decorators_on_the_same_target_type_keep_their_own_attachments() {
 async fn decorates_builtin_pods_with_a_service_each() {
     let env = Env::start("dec-pods").await;
     let hook = HookServer::start(|_, req| {
-        let name = req["object"]["metadata"]["name"]
-            .as_str()
-            .unwrap_or_default();
+        let name = target_name(req);
         HookReply::json(json!({"attachments": [{
             "apiVersion": "v1", "kind": "Service",
             "metadata": {"name": name},
@@ -153,13 +176,8 @@ async fn decorates_builtin_pods_with_a_service_each() {
 async fn attachment_update_strategies() {
     let env = Env::start("dec-strategy").await;
     let target = env.crd("Strategic").await;
-    let hook = HookServer::start(|path, req| {
-        let name = req["object"]["metadata"]["name"].as_str().unwrap_or_default();
-        let value = req["object"]["spec"]["value"].clone();
-        let suffix = path.trim_start_matches('/');
-        HookReply::json(json!({"attachments": [configmap(&format!("{name}-{suffix}"), json!({"value": value}))]}))
-    })
-    .await;
+    let hook =
+        HookServer::start(|path, req| value_attachment(req, path.trim_start_matches('/'))).await;
     let mut handles = Vec::new();
     for (suffix, method) in [
         ("inplace", "InPlace"),
@@ -169,23 +187,14 @@ async fn attachment_update_strategies() {
         ("rollinginplace", "RollingInPlace"),
         ("rollingrecreate", "RollingRecreate"),
     ] {
-        handles.push(
-            env.start_decorator(json!({
-                "metadata": {"name": format!("dc-{suffix}")},
-                "spec": {
-                    "resources": [{"apiVersion": target.api_version(), "resource": target.plural()}],
-                    "attachments": [{"apiVersion": "v1", "resource": "configmaps",
-                                     "updateStrategy": {"method": method}}],
-                    "hooks": {"sync": {"webhook": {"url": hook.url(&format!("/{suffix}"))}}}
-                }
-            }))
-            .await,
-        );
+        let extra = json!({
+            "attachments": [{"apiVersion": "v1", "resource": "configmaps",
+                             "updateStrategy": {"method": method}}],
+        });
+        handles.push(start_suffixed(&env, &target, &hook, suffix, extra).await);
     }
     let targets = env.api(&target);
-    let mut obj = object(&target, "t", json!({}));
-    obj["spec"] = json!({"value": "1"});
-    env.create(&targets, obj).await;
+    env.create(&targets, valued_target(&target)).await;
     let cms = env.builtin("v1", "ConfigMap", "configmaps");
     let mut uids = Vec::new();
     for suffix in [
@@ -269,37 +278,26 @@ async fn cluster_scoped_target_gets_a_namespaced_attachment() {
 async fn attachments_with_server_side_apply() {
     let env = Env::start("dec-ssa").await;
     let target = env.crd("Applied").await;
-    let hook = HookServer::start(|_, req| {
-        let name = req["object"]["metadata"]["name"]
-            .as_str()
-            .unwrap_or_default();
-        let value = req["object"]["spec"]["value"].clone();
-        HookReply::json(
-            json!({"attachments": [configmap(&format!("{name}-ssa"), json!({"value": value}))]}),
-        )
-    })
-    .await;
+    let hook = HookServer::start(|_, req| value_attachment(req, "ssa")).await;
     let _dc = env
         .start_decorator_with(
-            json!({
-                "metadata": {"name": "ssa"},
-                "spec": {
-                    "resources": [{"apiVersion": target.api_version(), "resource": target.plural()}],
+            sync_decorator(
+                "ssa",
+                &target,
+                &hook.url("/sync"),
+                json!({
                     "attachments": [{"apiVersion": "v1", "resource": "configmaps",
                                      "updateStrategy": {"method": "InPlace"}}],
                     "resyncPeriodSeconds": 1,
-                    "hooks": {"sync": {"webhook": {"url": hook.url("/sync")}}}
-                }
-            }),
+                }),
+            ),
             decorator_support::ApplyStrategy::ServerSideApply {
                 field_manager: "metacontroller".into(),
             },
         )
         .await;
     let targets = env.api(&target);
-    let mut obj = object(&target, "t", json!({}));
-    obj["spec"] = json!({"value": "1"});
-    let created = env.create(&targets, obj).await;
+    let created = env.create(&targets, valued_target(&target)).await;
     let cms = env.builtin("v1", "ConfigMap", "configmaps");
     let cm = wait_for(&cms, "t-ssa").await;
     assert!(cm

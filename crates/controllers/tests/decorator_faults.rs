@@ -4,14 +4,12 @@
 
 mod decorator_support;
 
-use decorator_support::{events_for, object, wait_for, wait_until, Env};
+use decorator_support::{events_for, object, target_name, wait_for, wait_until, Env};
 use metacontroller_testkit::{eventually, Fault, HookReply, HookServer};
 use serde_json::json;
 
 fn good_reply(req: &serde_json::Value) -> HookReply {
-    let name = req["object"]["metadata"]["name"]
-        .as_str()
-        .unwrap_or_default();
+    let name = target_name(req);
     HookReply::json(json!({
         "labels": {"decorated": "yes"},
         "attachments": [{"apiVersion": "v1", "kind": "ConfigMap",

@@ -4,7 +4,11 @@
 
 mod decorator_support;
 
-use decorator_support::{group_key, merge_patch, object, wait_for, wait_gone, wait_until, Env};
+use decorator_support::{
+    group_key, merge_patch, object, sync_decorator, target_name, wait_for, wait_gone, wait_until,
+    Env,
+};
+use metacontroller_controllers::decorator::DecoratorHandle;
 use metacontroller_testkit::{eventually, CrdBuilder, HookReply, HookServer};
 use serde_json::{json, Value};
 
@@ -25,9 +29,7 @@ fn hook(child: &CrdBuilder) -> impl Fn(&str, &Value) -> HookReply + Send + Sync 
                 .is_some_and(|m| m.is_empty());
             return HookReply::json(json!({"attachments": [], "finalized": empty}));
         }
-        let name = req["object"]["metadata"]["name"]
-            .as_str()
-            .unwrap_or_default();
+        let name = target_name(req);
         HookReply::json(json!({"attachments": [{
             "apiVersion": child_av, "kind": child_kind,
             "metadata": {"name": format!("{name}-extra")}}]}))
@@ -60,6 +62,29 @@ fn decorator(target: &CrdBuilder, child: &CrdBuilder, hook: &HookServer) -> Valu
     })
 }
 
+/// Starts the cleanup decorator (keep its handle) and an opted-in target `name`; waits
+/// until its attachment `<name>-extra` exists and our finalizer is on it.
+async fn finalizable_target(
+    env: &Env,
+    hook: &HookServer,
+    name: &str,
+) -> (CrdBuilder, CrdBuilder, DecoratorHandle) {
+    let (target, child) = setup(env, hook).await;
+    let dc = env.start_decorator(decorator(&target, &child, hook)).await;
+    let targets = env.api(&target);
+    env.create(
+        &targets,
+        object(&target, name, json!({"annotations": {"decorate": "yes"}})),
+    )
+    .await;
+    wait_for(&env.api(&child), &format!("{name}-extra")).await;
+    wait_until(&targets, name, "our finalizer on the target", |o| {
+        finalizers(o).contains(&FINALIZER.to_string())
+    })
+    .await;
+    (target, child, dc)
+}
+
 /// Removing the opt-in annotation makes the target stop matching: the finalize hook runs
 /// (`finalizing: true`), the attachment is deleted and the finalizer goes; the target
 /// itself stays.
@@ -67,19 +92,8 @@ fn decorator(target: &CrdBuilder, child: &CrdBuilder, hook: &HookServer) -> Valu
 async fn opt_out_by_removing_the_annotation_finalizes_and_cleans_up() {
     let env = Env::start("dec-optout").await;
     let hook = HookServer::start(|_, _| HookReply::json(json!({}))).await;
-    let (target, child) = setup(&env, &hook).await;
-    let _dc = env.start_decorator(decorator(&target, &child, &hook)).await;
+    let (target, child, _dc) = finalizable_target(&env, &hook, "t1").await;
     let targets = env.api(&target);
-    env.create(
-        &targets,
-        object(&target, "t1", json!({"annotations": {"decorate": "yes"}})),
-    )
-    .await;
-    wait_for(&env.api(&child), "t1-extra").await;
-    wait_until(&targets, "t1", "our finalizer on the target", |o| {
-        finalizers(o).contains(&FINALIZER.to_string())
-    })
-    .await;
     assert_eq!(hook.calls("/finalize"), 0);
 
     merge_patch(
@@ -126,19 +140,8 @@ async fn opt_out_by_removing_the_annotation_finalizes_and_cleans_up() {
 async fn deleting_a_target_calls_the_finalize_hook_then_releases_it() {
     let env = Env::start("dec-delete").await;
     let hook = HookServer::start(|_, _| HookReply::json(json!({}))).await;
-    let (target, child) = setup(&env, &hook).await;
-    let _dc = env.start_decorator(decorator(&target, &child, &hook)).await;
+    let (target, child, _dc) = finalizable_target(&env, &hook, "t2").await;
     let targets = env.api(&target);
-    env.create(
-        &targets,
-        object(&target, "t2", json!({"annotations": {"decorate": "yes"}})),
-    )
-    .await;
-    wait_for(&env.api(&child), "t2-extra").await;
-    wait_until(&targets, "t2", "our finalizer on the target", |o| {
-        finalizers(o).contains(&FINALIZER.to_string())
-    })
-    .await;
 
     targets.delete("t2", &Default::default()).await.unwrap();
     wait_gone(&targets, "t2").await;
@@ -155,15 +158,8 @@ async fn no_finalizer_without_a_finalize_hook() {
     let env = Env::start("dec-nofin").await;
     let hook = HookServer::start(|_, _| HookReply::json(json!({"labels": {"seen": "yes"}}))).await;
     let target = env.crd("Plain").await;
-    let _dc = env
-        .start_decorator(json!({
-            "metadata": {"name": "plain"},
-            "spec": {
-                "resources": [{"apiVersion": target.api_version(), "resource": target.plural()}],
-                "hooks": {"sync": {"webhook": {"url": hook.url("/sync")}}}
-            }
-        }))
-        .await;
+    let dc = sync_decorator("plain", &target, &hook.url("/sync"), json!({}));
+    let _dc = env.start_decorator(dc).await;
     let targets = env.api(&target);
     env.create(&targets, object(&target, "t3", json!({}))).await;
     let obj = wait_until(&targets, "t3", "the label", |o| {

@@ -5,25 +5,21 @@
 
 mod decorator_support;
 
-use decorator_support::{events_for, group_key, object, wait_for, wait_until, Env};
+use decorator_support::{
+    events_for, group_key, object, sync_decorator, target_name, wait_for, wait_until, Env,
+};
 use kube::api::{Patch, PatchParams};
-use metacontroller_testkit::{eventually, HookReply, HookServer};
+use metacontroller_testkit::{eventually, CrdBuilder, HookReply, HookServer};
 use serde_json::{json, Value};
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn customize_hook_related_objects_reach_the_sync_hook() {
-    let env = Env::start("dec-customize").await;
-    let parent = env.crd("Parent").await;
-    let child = env.crd("Child").await;
-    let cms = env.builtin("v1", "ConfigMap", "configmaps");
-    env.create(
-        &cms,
-        json!({"apiVersion": "v1", "kind": "ConfigMap",
-               "metadata": {"name": "related-config-map"}, "data": {"v": "1"}}),
-    )
-    .await;
-    let (child_av, child_kind) = (child.api_version(), child.kind().to_string());
-    let hook = HookServer::start(move |path, req| {
+/// The hook: `/customize` names ConfigMap `related-config-map` of the target's namespace;
+/// `/sync` attaches a `child_kind` named `<target>-<related>` per related ConfigMap,
+/// carrying its `data.v`.
+fn customize_then_attach(
+    child_av: String,
+    child_kind: String,
+) -> impl Fn(&str, &Value) -> HookReply + Send + Sync + 'static {
+    move |path, req| {
         if path == "/customize" {
             let ns = req["parent"]["metadata"]["namespace"].clone();
             return HookReply::json(json!({"relatedResources": [{
@@ -39,9 +35,7 @@ async fn customize_hook_related_objects_reach_the_sync_hook() {
             .map(|r| {
                 let name = format!(
                     "{}-{}",
-                    req["object"]["metadata"]["name"]
-                        .as_str()
-                        .unwrap_or_default(),
+                    target_name(req),
                     r["metadata"]["name"].as_str().unwrap_or_default()
                 );
                 json!({"apiVersion": child_av, "kind": child_kind,
@@ -50,21 +44,49 @@ async fn customize_hook_related_objects_reach_the_sync_hook() {
             })
             .collect();
         HookReply::json(json!({"attachments": attachments}))
-    })
+    }
+}
+
+/// What the hooks were sent: the customize request names the decorator kind and the
+/// target; every sync request has the attachments' group.
+fn assert_requests(hook: &HookServer, child: &CrdBuilder) {
+    let customize = hook.last_request("/customize").unwrap();
+    assert_eq!(customize["controller"]["kind"], "DecoratorController");
+    assert_eq!(
+        customize["parent"]["metadata"]["name"],
+        "test-customize-webhook"
+    );
+    let key = group_key(child);
+    assert!(hook
+        .requests("/sync")
+        .iter()
+        .all(|r| r["attachments"].get(&key).is_some()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn customize_hook_related_objects_reach_the_sync_hook() {
+    let env = Env::start("dec-customize").await;
+    let parent = env.crd("Parent").await;
+    let child = env.crd("Child").await;
+    let cms = env.builtin("v1", "ConfigMap", "configmaps");
+    env.create(
+        &cms,
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+               "metadata": {"name": "related-config-map"}, "data": {"v": "1"}}),
+    )
     .await;
+    let (child_av, child_kind) = (child.api_version(), child.kind().to_string());
+    let hook = HookServer::start(customize_then_attach(child_av, child_kind)).await;
+    let extra = json!({
+        "attachments": [{"apiVersion": child.api_version(), "resource": child.plural(),
+                         "updateStrategy": {"method": "InPlace"}}],
+        "hooks": {
+            "sync": {"webhook": {"url": hook.url("/sync")}},
+            "customize": {"webhook": {"url": hook.url("/customize")}}
+        }
+    });
     let _dc = env
-        .start_decorator(json!({
-            "metadata": {"name": "dc"},
-            "spec": {
-                "resources": [{"apiVersion": parent.api_version(), "resource": parent.plural()}],
-                "attachments": [{"apiVersion": child.api_version(), "resource": child.plural(),
-                                 "updateStrategy": {"method": "InPlace"}}],
-                "hooks": {
-                    "sync": {"webhook": {"url": hook.url("/sync")}},
-                    "customize": {"webhook": {"url": hook.url("/customize")}}
-                }
-            }
-        }))
+        .start_decorator(sync_decorator("dc", &parent, &hook.url("/sync"), extra))
         .await;
     env.create(
         &env.api(&parent),
@@ -77,17 +99,7 @@ async fn customize_hook_related_objects_reach_the_sync_hook() {
     )
     .await;
     assert_eq!(attached.data["spec"]["v"], "1");
-    let customize = hook.last_request("/customize").unwrap();
-    assert_eq!(customize["controller"]["kind"], "DecoratorController");
-    assert_eq!(
-        customize["parent"]["metadata"]["name"],
-        "test-customize-webhook"
-    );
-    let key = group_key(&child);
-    assert!(hook
-        .requests("/sync")
-        .iter()
-        .all(|r| r["attachments"].get(&key).is_some()));
+    assert_requests(&hook, &child);
 
     // The related object changes: the target is synced again with the new data.
     cms.patch(
@@ -126,16 +138,15 @@ async fn customize_hook_429_is_retried_without_an_event() {
     })
     .await;
     let _dc = env
-        .start_decorator(json!({
-            "metadata": {"name": "busy"},
-            "spec": {
-                "resources": [{"apiVersion": target.api_version(), "resource": target.plural()}],
-                "hooks": {
-                    "customize": {"webhook": {"url": hook.url("/customize")}},
-                    "sync": {"webhook": {"url": hook.url("/sync")}}
-                }
-            }
-        }))
+        .start_decorator(sync_decorator(
+            "busy",
+            &target,
+            &hook.url("/sync"),
+            json!({"hooks": {
+                "customize": {"webhook": {"url": hook.url("/customize")}},
+                "sync": {"webhook": {"url": hook.url("/sync")}}
+            }}),
+        ))
         .await;
     let targets = env.api(&target);
     let created = std::time::Instant::now();

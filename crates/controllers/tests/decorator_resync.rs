@@ -7,49 +7,30 @@ mod decorator_support;
 
 use std::time::Duration;
 
-use decorator_support::{object, Env};
-use metacontroller_testkit::{eventually_within, HookReply, HookServer};
-use serde_json::json;
+use decorator_support::{object, sync_decorator, target_name, Env};
+use kube::api::Api;
+use kube::core::DynamicObject;
+use metacontroller_testkit::{eventually_within, Control, HookReply, HookServer};
+use serde_json::{json, Value};
 
 const TARGETS: usize = 100;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn noop_resync_of_100_targets_makes_zero_writes() {
-    let env = Env::start("dec-noop").await;
-    let target = env.crd("Many").await;
-    let hook = HookServer::start(|_, req| {
-        let name = req["object"]["metadata"]["name"]
-            .as_str()
-            .unwrap_or_default();
-        HookReply::json(json!({
-            "labels": {"decorated": "yes", "absent": null},
-            "annotations": {"decorated-by": "noop"},
-            "status": {"ready": true, "replicas": 1.0},
-            "attachments": [{"apiVersion": "v1", "kind": "ConfigMap",
-                             "metadata": {"name": format!("{name}-cm")},
-                             "data": {"owner": name}}]
-        }))
-    })
-    .await;
-    let _dc = env
-        .start_decorator(json!({
-            "metadata": {"name": "noop"},
-            "spec": {
-                "resources": [{"apiVersion": target.api_version(), "resource": target.plural()}],
-                "attachments": [{"apiVersion": "v1", "resource": "configmaps",
-                                 "updateStrategy": {"method": "InPlace"}}],
-                "resyncPeriodSeconds": 1,
-                "hooks": {"sync": {"webhook": {"url": hook.url("/sync")}}}
-            }
-        }))
-        .await;
-    let targets = env.api(&target);
-    let started = std::time::Instant::now();
-    for i in 0..TARGETS {
-        env.create(&targets, object(&target, &format!("t{i:03}"), json!({})))
-            .await;
-    }
-    let cms = env.builtin("v1", "ConfigMap", "configmaps");
+/// The hook: labels, annotations, a status and one ConfigMap attachment `<target>-cm`,
+/// the same on every call.
+fn noop_hook(_: &str, req: &Value) -> HookReply {
+    let name = target_name(req);
+    HookReply::json(json!({
+        "labels": {"decorated": "yes", "absent": null},
+        "annotations": {"decorated-by": "noop"},
+        "status": {"ready": true, "replicas": 1.0},
+        "attachments": [{"apiVersion": "v1", "kind": "ConfigMap",
+                         "metadata": {"name": format!("{name}-cm")},
+                         "data": {"owner": name}}]
+    }))
+}
+
+/// Waits (60 s at most) until all targets are decorated and every attachment exists.
+async fn wait_all_decorated(targets: &Api<DynamicObject>, cms: &Api<DynamicObject>) {
     eventually_within("all targets decorated", Duration::from_secs(60), || async {
         let Ok(list) = targets.list(&Default::default()).await else {
             return false;
@@ -73,18 +54,10 @@ async fn noop_resync_of_100_targets_makes_zero_writes() {
                 == TARGETS
     })
     .await;
-    let converged = started.elapsed();
-    let Some(control) = env
-        .cluster
-        .control_or_skip("noop_resync_of_100_targets_makes_zero_writes")
-    else {
-        return;
-    };
-    eprintln!(
-        "decorator: {TARGETS} targets converged in {converged:?}; {} writes so far (incl. {TARGETS} target creates), {} hook calls",
-        control.writes(),
-        hook.calls("/sync")
-    );
+}
+
+/// Two full resyncs of the converged targets make no write.
+async fn assert_resyncs_write_nothing(env: &Env, control: &Control, hook: &HookServer) {
     env.cluster
         .settle(Duration::from_millis(1500), Duration::from_secs(30))
         .await;
@@ -105,4 +78,40 @@ async fn noop_resync_of_100_targets_makes_zero_writes() {
         "writes during a converged resync: {:?}",
         control.request_counts()
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn noop_resync_of_100_targets_makes_zero_writes() {
+    let env = Env::start("dec-noop").await;
+    let target = env.crd("Many").await;
+    let hook = HookServer::start(noop_hook).await;
+    let extra = json!({
+        "attachments": [{"apiVersion": "v1", "resource": "configmaps",
+                         "updateStrategy": {"method": "InPlace"}}],
+        "resyncPeriodSeconds": 1,
+    });
+    let _dc = env
+        .start_decorator(sync_decorator("noop", &target, &hook.url("/sync"), extra))
+        .await;
+    let targets = env.api(&target);
+    let started = std::time::Instant::now();
+    for i in 0..TARGETS {
+        env.create(&targets, object(&target, &format!("t{i:03}"), json!({})))
+            .await;
+    }
+    let cms = env.builtin("v1", "ConfigMap", "configmaps");
+    wait_all_decorated(&targets, &cms).await;
+    let converged = started.elapsed();
+    let Some(control) = env
+        .cluster
+        .control_or_skip("noop_resync_of_100_targets_makes_zero_writes")
+    else {
+        return;
+    };
+    eprintln!(
+        "decorator: {TARGETS} targets converged in {converged:?}; {} writes so far (incl. {TARGETS} target creates), {} hook calls",
+        control.writes(),
+        hook.calls("/sync")
+    );
+    assert_resyncs_write_nothing(&env, &control, &hook).await;
 }

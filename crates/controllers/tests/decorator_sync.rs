@@ -7,10 +7,24 @@ mod decorator_support;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use decorator_support::{group_key, object, wait_for, wait_until, Env};
+use decorator_support::{group_key, object, sync_decorator, wait_for, wait_until, Env};
 use metacontroller_api::DECORATOR_CONTROLLER_ANNOTATION;
-use metacontroller_testkit::{eventually, HookReply, HookServer};
+use metacontroller_testkit::{eventually, CrdBuilder, HookReply, HookServer};
 use serde_json::{json, Value};
+
+/// The hook: attaches one `child` named after the target, labelled `test: <label>`.
+fn attach_named_after_target(
+    child: &CrdBuilder,
+    label: &'static str,
+) -> impl Fn(&str, &Value) -> HookReply + Send + Sync + 'static {
+    let (child_av, child_kind) = (child.api_version(), child.kind().to_string());
+    move |_, req| {
+        let name = req["object"]["metadata"]["name"].clone();
+        HookReply::json(json!({"attachments": [{
+            "apiVersion": child_av, "kind": child_kind,
+            "metadata": {"name": name, "labels": {"test": label}}}]}))
+    }
+}
 
 /// Upstream TestSyncWebhook: the hook attaches a child named after the target; it is
 /// created with the target as controller owner and this decorator's annotation, and the
@@ -20,23 +34,14 @@ async fn sync_hook_attaches_a_child_named_after_the_target() {
     let env = Env::start("dec-sync").await;
     let parent = env.crd("Parent").await;
     let child = env.crd("Child").await;
-    let (child_av, child_kind) = (child.api_version(), child.kind().to_string());
-    let hook = HookServer::start(move |_, req| {
-        let name = req["object"]["metadata"]["name"].clone();
-        HookReply::json(json!({"attachments": [{
-            "apiVersion": child_av, "kind": child_kind,
-            "metadata": {"name": name, "labels": {"test": "test"}}}]}))
-    })
-    .await;
+    let hook = HookServer::start(attach_named_after_target(&child, "test")).await;
     let _dc = env
-        .start_decorator(json!({
-            "metadata": {"name": "dc"},
-            "spec": {
-                "resources": [{"apiVersion": parent.api_version(), "resource": parent.plural()}],
-                "attachments": [{"apiVersion": child.api_version(), "resource": child.plural()}],
-                "hooks": {"sync": {"webhook": {"url": hook.url("/sync")}}}
-            }
-        }))
+        .start_decorator(sync_decorator(
+            "dc",
+            &parent,
+            &hook.url("/sync"),
+            json!({"attachments": [{"apiVersion": child.api_version(), "resource": child.plural()}]}),
+        ))
         .await;
     let target = env
         .create(
@@ -97,15 +102,8 @@ async fn resync_after_seconds_brings_the_next_sync() {
         HookReply::json(response)
     })
     .await;
-    let _dc = env
-        .start_decorator(json!({
-            "metadata": {"name": "test-resync-after"},
-            "spec": {
-                "resources": [{"apiVersion": parent.api_version(), "resource": parent.plural()}],
-                "hooks": {"sync": {"webhook": {"url": hook.url("/sync")}}}
-            }
-        }))
-        .await;
+    let dc = sync_decorator("test-resync-after", &parent, &hook.url("/sync"), json!({}));
+    let _dc = env.start_decorator(dc).await;
     env.create(
         &env.api(&parent),
         object(&parent, "test-resync-after", json!({})),
@@ -132,23 +130,17 @@ async fn v2_hook_gets_object_and_uniformly_keyed_attachments() {
     let env = Env::start("dec-v2").await;
     let parent = env.crd("DecoratorParentV2").await;
     let child = env.crd("DecoratorChildV2").await;
-    let (child_av, child_kind) = (child.api_version(), child.kind().to_string());
-    let hook = HookServer::start(move |_, req| {
-        let name = req["object"]["metadata"]["name"].clone();
-        HookReply::json(json!({"attachments": [{
-            "apiVersion": child_av, "kind": child_kind,
-            "metadata": {"name": name, "labels": {"test": "v2"}}}]}))
-    })
-    .await;
+    let hook = HookServer::start(attach_named_after_target(&child, "v2")).await;
     let _dc = env
-        .start_decorator(json!({
-            "metadata": {"name": "test-sync-webhook-v2"},
-            "spec": {
-                "resources": [{"apiVersion": parent.api_version(), "resource": parent.plural()}],
+        .start_decorator(sync_decorator(
+            "test-sync-webhook-v2",
+            &parent,
+            &hook.url("/sync"),
+            json!({
                 "attachments": [{"apiVersion": child.api_version(), "resource": child.plural()}],
                 "hooks": {"sync": {"version": "v2", "webhook": {"url": hook.url("/sync")}}}
-            }
-        }))
+            }),
+        ))
         .await;
     env.create(&env.api(&parent), object(&parent, "v2-target", json!({})))
         .await;
@@ -185,14 +177,12 @@ async fn resync_period_resyncs_unchanged_targets() {
     let parent = env.crd("PeriodParent").await;
     let hook = HookServer::start(|_, _| HookReply::json(json!({}))).await;
     let _dc = env
-        .start_decorator(json!({
-            "metadata": {"name": "period"},
-            "spec": {
-                "resources": [{"apiVersion": parent.api_version(), "resource": parent.plural()}],
-                "resyncPeriodSeconds": 1,
-                "hooks": {"sync": {"webhook": {"url": hook.url("/sync")}}}
-            }
-        }))
+        .start_decorator(sync_decorator(
+            "period",
+            &parent,
+            &hook.url("/sync"),
+            json!({"resyncPeriodSeconds": 1}),
+        ))
         .await;
     env.create(&env.api(&parent), object(&parent, "p", json!({})))
         .await;
@@ -216,14 +206,12 @@ async fn negative_resync_period_means_one_second() {
     let parent = env.crd("NegPeriodParent").await;
     let hook = HookServer::start(|_, _| HookReply::json(json!({}))).await;
     let _dc = env
-        .start_decorator(json!({
-            "metadata": {"name": "negperiod"},
-            "spec": {
-                "resources": [{"apiVersion": parent.api_version(), "resource": parent.plural()}],
-                "resyncPeriodSeconds": -5,
-                "hooks": {"sync": {"webhook": {"url": hook.url("/sync")}}}
-            }
-        }))
+        .start_decorator(sync_decorator(
+            "negperiod",
+            &parent,
+            &hook.url("/sync"),
+            json!({"resyncPeriodSeconds": -5}),
+        ))
         .await;
     env.create(&env.api(&parent), object(&parent, "p", json!({})))
         .await;

@@ -3,7 +3,7 @@
 //! the resource has the subresource, in the main object otherwise).
 
 mod decorator_support;
-use decorator_support::{merge_patch, object, sync_barrier, wait_until, Env};
+use decorator_support::{merge_patch, object, sync_barrier, sync_decorator, wait_until, Env};
 use metacontroller_testkit::{assert_no_status_only_syncs, eventually, HookReply, HookServer};
 use serde_json::{json, Value};
 
@@ -76,15 +76,8 @@ async fn status_is_written_in_the_main_object_without_a_status_subresource() {
         HookReply::json(json!({"status": {"phase": "decorated", "seenGeneration": gen}}))
     })
     .await;
-    let _dc = env
-        .start_decorator(json!({
-            "metadata": {"name": "statuser"},
-            "spec": {
-                "resources": [{"apiVersion": target.api_version(), "resource": target.plural()}],
-                "hooks": {"sync": {"webhook": {"url": hook.url("/sync")}}}
-            }
-        }))
-        .await;
+    let dc = sync_decorator("statuser", &target, &hook.url("/sync"), json!({}));
+    let _dc = env.start_decorator(dc).await;
     let targets = env.api(&target);
     env.create(&targets, object(&target, "s", json!({}))).await;
     let obj = wait_until(&targets, "s", "status in the main object", |o| {

@@ -7,26 +7,18 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::{Api, ListParams, PostParams};
-use kube::core::DynamicObject;
+use kube::api::{Api, ListParams};
 use metacontroller_api::composite::CompositeController;
 use metacontroller_testkit::{
-    unique_name, ControllerProcess, CrdBuilder, Fault, HookReply, HookServer, TestCluster,
+    configmap_child_reply, create_object, replicas, ControllerProcess, CrdBuilder, Fault,
+    HookReply, HookServer, TestCluster,
 };
 use serde_json::{json, Value};
 
 const WAIT: Duration = Duration::from_secs(60);
 
 fn sync_reply(request: &Value) -> HookReply {
-    let name = request["parent"]["metadata"]["name"]
-        .as_str()
-        .unwrap_or_default();
-    HookReply::json(json!({
-        "children": [{"apiVersion": "v1", "kind": "ConfigMap",
-                      "metadata": {"name": format!("{name}-cm"), "labels": {"app": name}},
-                      "data": {"k": "v"}}],
-        "status": {"ok": true},
-    }))
+    HookReply::json(configmap_child_reply(request))
 }
 
 /// Installs a parent CRD and a CompositeController calling `hook_url`; returns the CRD
@@ -34,53 +26,32 @@ fn sync_reply(request: &Value) -> HookReply {
 async fn setup(cluster: &TestCluster, prefix: &str, hook_url: &str) -> (CrdBuilder, String) {
     cluster.install_metacontroller_crds().await;
     let parent = cluster.install_parent_crd(prefix).await;
-    let label = unique_name("team");
-    let _: CompositeController = cluster
-        .create_controller(
-            &unique_name(prefix),
-            &label,
-            parent.composite_spec(hook_url),
-        )
+    let label = cluster
+        .create_labelled_controller::<CompositeController>(prefix, parent.composite_spec(hook_url))
         .await;
     (parent, label)
 }
 
 async fn create_parent(cluster: &TestCluster, parent: &CrdBuilder, ns: &str, name: &str) {
-    let api = parent.api(cluster.client(), Some(ns));
-    let obj: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": parent.api_version(), "kind": "Parent",
-        "metadata": {"name": name}, "spec": {"selector": {"matchLabels": {"app": name}}}
-    }))
-    .unwrap();
-    api.create(&PostParams::default(), &obj).await.unwrap();
+    create_object(
+        &parent.api(cluster.client(), Some(ns)),
+        json!({
+            "apiVersion": parent.api_version(), "kind": "Parent",
+            "metadata": {"name": name}, "spec": {"selector": {"matchLabels": {"app": name}}}
+        }),
+    )
+    .await;
 }
 
 fn run_args(cluster: &TestCluster, label: &str, extra: &[&str]) -> Vec<String> {
-    let mut args: Vec<String> = vec![
-        "run".into(),
-        "--kubeconfig".into(),
-        cluster.kubeconfig_path().display().to_string(),
-        "--discovery-interval".into(),
-        "500ms".into(),
-        "--target-label-selector".into(),
-        format!("team={label}"),
-    ];
+    let mut args = replicas::run_args(cluster.kubeconfig_path(), label);
     args.extend(extra.iter().map(|s| s.to_string()));
     args
 }
 
 /// Waits for ConfigMap `ns/name`, showing the controller's logs on timeout.
 async fn wait_child(cluster: &TestCluster, ns: &str, name: &str, process: &ControllerProcess) {
-    let cms: Api<ConfigMap> = Api::namespaced(cluster.client(), ns);
-    let deadline = Instant::now() + WAIT;
-    while cms.get_opt(name).await.unwrap().is_none() {
-        assert!(
-            Instant::now() < deadline,
-            "timed out waiting for ConfigMap {ns}/{name}; controller logs:\n{}",
-            process.logs()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    cluster.wait_for_configmap(ns, name, process, WAIT).await;
 }
 
 /// A port on 127.0.0.1 nothing listens on.
@@ -89,25 +60,38 @@ fn dead_port() -> u16 {
     listener.local_addr().unwrap().port()
 }
 
+/// A controller (named after `prefix`) calling `hook_url`, run with `HTTPS_PROXY` and
+/// `HTTP_PROXY` set to `proxy` and `NO_PROXY` to `no_proxy`, converges a parent: its
+/// ConfigMap child appears.
+async fn converges_with_proxy_env(
+    cluster: &TestCluster,
+    prefix: &str,
+    hook_url: &str,
+    (proxy, no_proxy): (&str, &str),
+) {
+    let (parent, label) = setup(cluster, prefix, hook_url).await;
+    let ns = cluster.create_namespace(prefix).await;
+    let process = ControllerProcess::start_with_env(
+        env!("CARGO_BIN_EXE_metacontroller"),
+        run_args(cluster, &label, &[]),
+        [
+            ("HTTPS_PROXY", proxy),
+            ("HTTP_PROXY", proxy),
+            ("NO_PROXY", no_proxy),
+        ],
+    );
+    create_parent(cluster, &parent, &ns, "p").await;
+    wait_child(cluster, &ns, "p-cm", &process).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn proxy_variables_with_no_proxy_for_the_api_server_still_converge() {
     let cluster = TestCluster::start().await;
     let hook = HookServer::start(|_, req| sync_reply(req)).await;
-    let (parent, label) = setup(&cluster, "noproxy", &hook.url("/sync")).await;
-    let ns = cluster.create_namespace("noproxy").await;
     // A dead proxy: any request sent to it fails.
     let proxy = format!("http://localhost:{}", dead_port());
-    let process = ControllerProcess::start_with_env(
-        env!("CARGO_BIN_EXE_metacontroller"),
-        run_args(&cluster, &label, &[]),
-        [
-            ("HTTPS_PROXY", proxy.as_str()),
-            ("HTTP_PROXY", proxy.as_str()),
-            ("NO_PROXY", "127.0.0.1,localhost"),
-        ],
-    );
-    create_parent(&cluster, &parent, &ns, "p").await;
-    wait_child(&cluster, &ns, "p-cm", &process).await;
+    let proxies = (proxy.as_str(), "127.0.0.1,localhost");
+    converges_with_proxy_env(&cluster, "noproxy", &hook.url("/sync"), proxies).await;
     assert!(hook.calls("/sync") >= 1);
 }
 
@@ -119,23 +103,11 @@ async fn hook_calls_go_through_the_proxy_while_no_proxy_exempts_the_api_server()
     // succeeds through the proxy.
     let proxy = HookServer::start(|_, req| sync_reply(req)).await;
     let hook_url = format!("http://localhost:{}/sync", dead_port());
-    let (parent, label) = setup(&cluster, "proxied", &hook_url).await;
-    let ns = cluster.create_namespace("proxied").await;
     // The proxy is named `localhost` and only 127.0.0.1 (the API server) is exempt: API
     // requests sent to the proxy would fail (it does not tunnel), so convergence also
     // shows that NO_PROXY is matched against the API server, not the proxy.
     let proxy_url = format!("http://localhost:{}", proxy.addr().port());
-    let process = ControllerProcess::start_with_env(
-        env!("CARGO_BIN_EXE_metacontroller"),
-        run_args(&cluster, &label, &[]),
-        [
-            ("HTTPS_PROXY", proxy_url.as_str()),
-            ("HTTP_PROXY", proxy_url.as_str()),
-            ("NO_PROXY", "127.0.0.1"),
-        ],
-    );
-    create_parent(&cluster, &parent, &ns, "p").await;
-    wait_child(&cluster, &ns, "p-cm", &process).await;
+    converges_with_proxy_env(&cluster, "proxied", &hook_url, (&proxy_url, "127.0.0.1")).await;
     assert!(
         proxy.calls("/sync") >= 1,
         "the hook call went through the proxy"

@@ -19,7 +19,9 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::core::DynamicObject;
 use metacontroller_api::composite::CompositeController;
-use metacontroller_testkit::{unique_name, ControllerProcess, HookReply, HookServer, TestCluster};
+use metacontroller_testkit::{
+    parent_name, ControllerProcess, CrdBuilder, HookReply, HookServer, TestCluster,
+};
 use serde_json::json;
 
 const OLD: usize = 40;
@@ -157,12 +159,7 @@ where
     }
 }
 
-fn parent_object(
-    parent: &metacontroller_testkit::CrdBuilder,
-    ns: &str,
-    name: &str,
-    v: &str,
-) -> DynamicObject {
+fn parent_object(parent: &CrdBuilder, ns: &str, name: &str, v: &str) -> DynamicObject {
     serde_json::from_value(json!({
         "apiVersion": parent.api_version(), "kind": parent.kind(),
         "metadata": {"name": name, "namespace": ns},
@@ -171,20 +168,13 @@ fn parent_object(
     .unwrap()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn converges_promptly_after_a_kube_apiserver_crash() {
-    if std::env::var_os(metacontroller_testkit::E2E_KUBECONFIG_ENV).is_none() {
-        eprintln!("skipped: real server only (set METACONTROLLER_E2E_KUBECONFIG); the embedded server cannot be killed -9");
-        return;
-    }
-    let (crash, kubeconfig) = CrashCluster::up();
-    let cluster = TestCluster::real(kubeconfig).await;
+/// A CompositeController over a fresh parent kind whose hook gives each parent one
+/// ConfigMap child `<parent>-cm` carrying its `spec.v`; returns the parent kind, the hook
+/// and the controller's label.
+async fn crash_controller(cluster: &TestCluster) -> (CrdBuilder, HookServer, String) {
     cluster.install_metacontroller_crds().await;
-    let ns = cluster.create_namespace("crash").await;
     let hook = HookServer::start(|_, req| {
-        let name = req["parent"]["metadata"]["name"]
-            .as_str()
-            .unwrap_or_default();
+        let name = parent_name(req);
         let v = req["parent"]["spec"]["v"].as_str().unwrap_or_default();
         HookReply::json(json!({
             "children": [{"apiVersion": "v1", "kind": "ConfigMap",
@@ -193,27 +183,18 @@ async fn converges_promptly_after_a_kube_apiserver_crash() {
     })
     .await;
     let parent = cluster.install_parent_crd("crash").await;
-    let label = unique_name("team");
     let mut spec = parent.composite_spec(&hook.url("/sync"));
     spec["generateSelector"] = json!(true);
-    let _: CompositeController = cluster
-        .create_controller(&unique_name("crash"), &label, spec)
+    let label = cluster
+        .create_labelled_controller::<CompositeController>("crash", spec)
         .await;
-    let parents: Api<DynamicObject> = parent.api(cluster.client(), Some(&ns));
-    let children: Api<ConfigMap> = Api::namespaced(cluster.client(), &ns);
-    let mut expected = Vec::new();
-    for i in 0..OLD {
-        let name = format!("old-{i}");
-        parents
-            .create(
-                &PostParams::default(),
-                &parent_object(&parent, &ns, &name, "a"),
-            )
-            .await
-            .unwrap();
-        expected.push((format!("{name}-cm"), "a".to_string()));
-    }
-    let mut process = ControllerProcess::start_with_env(
+    (parent, hook, label)
+}
+
+/// The binary running the controllers labelled `team=<label>` (log level from
+/// `METACONTROLLER_CRASH_RUST_LOG`).
+fn start_binary(cluster: &TestCluster, label: &str) -> ControllerProcess {
+    ControllerProcess::start_with_env(
         env!("CARGO_BIN_EXE_metacontroller"),
         [
             "run".to_string(),
@@ -228,9 +209,15 @@ async fn converges_promptly_after_a_kube_apiserver_crash() {
             std::env::var("METACONTROLLER_CRASH_RUST_LOG")
                 .unwrap_or_else(|_| "warn,metacontroller=info".to_string()),
         )],
-    );
-    wait_converged(&children, &expected, Duration::from_secs(120)).await;
+    )
+}
 
+/// Kills the kube-apiserver, restarts it after [`OUTAGE`] and waits (120 s) until it
+/// answers `/readyz`; returns the restart (`cluster.sh up`, still running) and that moment.
+async fn crash_and_restart(
+    crash: &CrashCluster,
+    cluster: &TestCluster,
+) -> (tokio::task::JoinHandle<String>, Instant) {
     crash.kill_apiserver();
     tokio::time::sleep(OUTAGE).await;
     let dir = crash.0.clone();
@@ -243,18 +230,26 @@ async fn converges_promptly_after_a_kube_apiserver_crash() {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let answered = Instant::now();
+    (restart, Instant::now())
+}
 
-    // Written concurrently, so that the figure is the controller's, not the test's own
-    // sequence of requests.
+/// Creates [`NEW`] parents (`v: a`) and sets `v: b` on the first [`CHANGED`] old ones, all
+/// at once, so that the figure is the controller's, not the test's own sequence of
+/// requests; `expected` follows.
+async fn write_after_restart(
+    parents: &Api<DynamicObject>,
+    parent: &CrdBuilder,
+    ns: &str,
+    expected: &mut Vec<(String, String)>,
+) {
     let post = PostParams::default();
     let patch_params = PatchParams::default();
     let patch = Patch::Merge(json!({"spec": {"v": "b"}}));
     let new_names: Vec<String> = (0..NEW).map(|i| format!("new-{i}")).collect();
     let changed_names: Vec<String> = (0..CHANGED).map(|i| format!("old-{i}")).collect();
     let creates = new_names.iter().map(|name| {
-        let obj = parent_object(&parent, &ns, name, "a");
-        let (parents, post) = (&parents, &post);
+        let obj = parent_object(parent, ns, name, "a");
+        let post = &post;
         async move { retry(|| parents.create(post, &obj)).await }
     });
     let patches = changed_names
@@ -272,6 +267,37 @@ async fn converges_promptly_after_a_kube_apiserver_crash() {
     for child in expected.iter_mut().take(CHANGED) {
         child.1 = "b".to_string();
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn converges_promptly_after_a_kube_apiserver_crash() {
+    if std::env::var_os(metacontroller_testkit::E2E_KUBECONFIG_ENV).is_none() {
+        eprintln!("skipped: real server only (set METACONTROLLER_E2E_KUBECONFIG); the embedded server cannot be killed -9");
+        return;
+    }
+    let (crash, kubeconfig) = CrashCluster::up();
+    let cluster = TestCluster::real(kubeconfig).await;
+    let ns = cluster.create_namespace("crash").await;
+    let (parent, _hook, label) = crash_controller(&cluster).await;
+    let parents: Api<DynamicObject> = parent.api(cluster.client(), Some(&ns));
+    let children: Api<ConfigMap> = Api::namespaced(cluster.client(), &ns);
+    let mut expected = Vec::new();
+    for i in 0..OLD {
+        let name = format!("old-{i}");
+        parents
+            .create(
+                &PostParams::default(),
+                &parent_object(&parent, &ns, &name, "a"),
+            )
+            .await
+            .unwrap();
+        expected.push((format!("{name}-cm"), "a".to_string()));
+    }
+    let mut process = start_binary(&cluster, &label);
+    wait_converged(&children, &expected, Duration::from_secs(120)).await;
+
+    let (restart, answered) = crash_and_restart(&crash, &cluster).await;
+    write_after_restart(&parents, &parent, &ns, &mut expected).await;
     let recovered = converge(&children, &expected, RECOVERY_BOUND).await;
     let log = workspace().join("target/apiserver-crash-controller.log");
     let _ = std::fs::write(&log, process.logs());

@@ -15,8 +15,8 @@ use kube::core::DynamicObject;
 use metacontroller_api::composite::CompositeController;
 use metacontroller_api::decorator::DecoratorController;
 use metacontroller_testkit::{
-    crd, dynamic_api, eventually_within, unique_name, ControllerProcess, CrdBuilder, HookReply,
-    HookServer, TestCluster,
+    dynamic_api, eventually_within, unique_crd, unique_name, ControllerProcess, CrdBuilder,
+    HookReply, HookServer, TestCluster,
 };
 use serde_json::{json, Value};
 
@@ -25,13 +25,7 @@ const WAIT: Duration = Duration::from_secs(60);
 /// The child CRD: `spec.ports` keyed by port+protocol, `spec.rules` atomic (its items would
 /// be keyed by `name` by convention), `spec.tags` a set of strings.
 fn gadget_crd() -> CrdBuilder {
-    crd(
-        &format!("{}.example.com", unique_name("gadget")),
-        "v1",
-        "Gadget",
-        "gadgets",
-    )
-    .schema(json!({"type": "object", "properties": {
+    unique_crd("gadget", "Gadget", "gadgets").schema(json!({"type": "object", "properties": {
         "spec": {"type": "object", "properties": {
             "ports": {"type": "array", "x-kubernetes-list-type": "map",
                       "x-kubernetes-list-map-keys": ["port", "protocol"],
@@ -129,13 +123,9 @@ async fn setup_controller(
     let cluster = TestCluster::start().await;
     cluster.install_metacontroller_crds().await;
     let ns = cluster.create_namespace("schema").await;
-    let parent = crd(
-        &format!("{}.example.com", unique_name("sp")),
-        "v1",
-        "SchemaParent",
-        "schemaparents",
-    );
-    cluster.install_crd(&parent.build()).await;
+    let parent = cluster
+        .install_unique_crd("sp", "SchemaParent", "schemaparents")
+        .await;
     if let Some(c) = child {
         cluster.install_crd(&c.build()).await;
     }
@@ -341,13 +331,7 @@ async fn gadget_scenario(gadget: &CrdBuilder, extra: &[&str]) -> (Setup, Api<Dyn
         extra,
     )
     .await;
-    let gadgets = dynamic_api(
-        s.cluster.client(),
-        &gadget.api_version(),
-        "Gadget",
-        gadget.plural(),
-        Some(&s.ns),
-    );
+    let gadgets = gadget.api(s.cluster.client(), Some(&s.ns));
     s.create_parent("p").await;
     s.wait_seen("p", 1).await;
     (s, gadgets)
@@ -370,20 +354,29 @@ async fn add_foreign_entries(gadgets: &Api<DynamicObject>) {
     .await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn crd_child_merges_by_its_schema() {
-    let gadget = gadget_crd();
-    let (s, gadgets) = gadget_scenario(&gadget, &[]).await;
-    // Created with both entries, and not rewritten without one afterwards.
+/// [`gadget_scenario`] with `extra` flags: the child is created with both port entries and
+/// not rewritten without one over 2 resyncs; then foreign entries are added to it and the
+/// parent changed (port `dns`, version 2).
+async fn changed_after_foreign_entries(
+    gadget: &CrdBuilder,
+    extra: &[&str],
+) -> (Setup, Api<DynamicObject>) {
+    let (s, gadgets) = gadget_scenario(gadget, extra).await;
     s.assert_no_writes_on_resync(2).await;
     let child = gadgets.get("p-gadget").await.unwrap();
     assert_eq!(
         ports_of(&child.data["spec"]["ports"]),
         vec![port(53, "TCP", "dns-tcp"), port(53, "UDP", "dns-udp")]
     );
-
     add_foreign_entries(&gadgets).await;
     s.change_parent("p", "dns", 2).await;
+    (s, gadgets)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crd_child_merges_by_its_schema() {
+    let gadget = gadget_crd();
+    let (s, gadgets) = changed_after_foreign_entries(&gadget, &[]).await;
     eventually_within("rename applied, foreign entries kept", WAIT, || async {
         gadgets.get("p-gadget").await.is_ok_and(|c| {
             let spec = &c.data["spec"];
@@ -435,17 +428,8 @@ async fn crd_child_merges_by_its_schema() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn apply_schema_off_merges_by_conventions_as_upstream() {
     let gadget = gadget_crd();
-    let (s, gadgets) = gadget_scenario(&gadget, &["--apply-schema=off"]).await;
     // Keyed by `port` alone, 53 repeats: the list is left as it is (never folded into one).
-    s.assert_no_writes_on_resync(2).await;
-    let child = gadgets.get("p-gadget").await.unwrap();
-    assert_eq!(
-        ports_of(&child.data["spec"]["ports"]),
-        vec![port(53, "TCP", "dns-tcp"), port(53, "UDP", "dns-udp")]
-    );
-
-    add_foreign_entries(&gadgets).await;
-    s.change_parent("p", "dns", 2).await;
+    let (s, gadgets) = changed_after_foreign_entries(&gadget, &["--apply-schema=off"]).await;
     // The positive signal: the rule change (keyed by `name` by convention) is applied.
     eventually_within("rule change applied", WAIT, || async {
         gadgets
@@ -546,13 +530,7 @@ async fn decorator_attachment_merges_by_its_schema() {
         true,
     )
     .await;
-    let gadgets = dynamic_api(
-        s.cluster.client(),
-        &gadget.api_version(),
-        "Gadget",
-        gadget.plural(),
-        Some(&s.ns),
-    );
+    let gadgets = gadget.api(s.cluster.client(), Some(&s.ns));
     s.create_parent("p").await;
     s.wait_seen("p", 1).await;
     // A decorator writes the target's status before its attachments.

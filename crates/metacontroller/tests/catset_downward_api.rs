@@ -7,11 +7,11 @@
 
 use std::time::Duration;
 
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, Patch, PatchParams};
 use kube::core::DynamicObject;
 use metacontroller_api::composite::CompositeController;
 use metacontroller_testkit::{
-    dynamic_api, eventually_within, unique_name, ControllerProcess, HookReply, HookServer,
+    create_object, dynamic_api, eventually_within, ControllerProcess, HookReply, HookServer,
     TestCluster,
 };
 use serde_json::{json, Value};
@@ -80,68 +80,50 @@ impl Catset {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn rolling_recreate_pod_with_downward_api_is_created_once_and_rolled_once() {
-    let cluster = TestCluster::start().await;
+/// The `catset` controller (Pod children, RollingRecreate, resync every second) running in
+/// the binary, and its parent `cat` (version 1) created in a fresh namespace.
+async fn start_catset(cluster: &TestCluster) -> (Catset, Api<DynamicObject>) {
     cluster.install_metacontroller_crds().await;
-    let ns = cluster.create_namespace("catset").await;
-    if !cluster.is_embedded() {
-        // Pod admission needs the namespace's default ServiceAccount (made by a controller).
-        let sas = dynamic_api(
-            cluster.client(),
-            "v1",
-            "ServiceAccount",
-            "serviceaccounts",
-            Some(&ns),
-        );
-        eventually_within("default ServiceAccount", WAIT, || async {
-            sas.get("default").await.is_ok()
-        })
-        .await;
-    }
+    let ns = cluster.create_pod_namespace("catset").await;
     let parent_crd = cluster.install_parent_crd("catset").await;
     let hook = HookServer::start(sync).await;
-    let label = unique_name("team");
-    let _: CompositeController = cluster
-        .create_controller(
-            &unique_name("catset"),
-            &label,
-            json!({
-                "parentResource": {"apiVersion": parent_crd.api_version(),
-                                   "resource": parent_crd.plural()},
-                "childResources": [{"apiVersion": "v1", "resource": "pods",
-                                    "updateStrategy": {"method": "RollingRecreate"}}],
-                "resyncPeriodSeconds": 1,
-                "hooks": {"sync": {"webhook": {"url": hook.url("/sync")}}},
-            }),
-        )
+    let mut spec = parent_crd.composite_spec(&hook.url("/sync"));
+    spec["childResources"] = json!([{"apiVersion": "v1", "resource": "pods",
+                                     "updateStrategy": {"method": "RollingRecreate"}}]);
+    spec["resyncPeriodSeconds"] = json!(1);
+    let label = cluster
+        .create_labelled_controller::<CompositeController>("catset", spec)
         .await;
-    let process = ControllerProcess::start(
+    let process = ControllerProcess::run(
         env!("CARGO_BIN_EXE_metacontroller"),
-        [
-            "run".to_string(),
-            "--kubeconfig".into(),
-            cluster.kubeconfig_path().display().to_string(),
-            "--discovery-interval".into(),
-            "1s".into(),
-            format!("--target-label-selector=team={label}"),
+        cluster.kubeconfig_path(),
+        &[
+            "--discovery-interval",
+            "1s",
+            &format!("--target-label-selector=team={label}"),
         ],
     );
     let parents = parent_crd.api(cluster.client(), Some(&ns));
-    let parent: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": parent_crd.api_version(), "kind": "Parent",
-        "metadata": {"name": "cat"},
-        "spec": {"version": "1", "selector": {"matchLabels": {"catset": "cat"}}}}))
-    .expect("parent object");
-    parents
-        .create(&PostParams::default(), &parent)
-        .await
-        .expect("creating the parent");
-    let s = Catset {
+    create_object(
+        &parents,
+        json!({
+            "apiVersion": parent_crd.api_version(), "kind": "Parent",
+            "metadata": {"name": "cat"},
+            "spec": {"version": "1", "selector": {"matchLabels": {"catset": "cat"}}}}),
+    )
+    .await;
+    let catset = Catset {
         hook,
         process,
         pods: dynamic_api(cluster.client(), "v1", "Pod", "pods", Some(&ns)),
     };
+    (catset, parents)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rolling_recreate_pod_with_downward_api_is_created_once_and_rolled_once() {
+    let cluster = TestCluster::start().await;
+    let (s, parents) = start_catset(&cluster).await;
 
     eventually_within("the Pod is created", WAIT, || async {
         s.pods.get("cat-0").await.is_ok()

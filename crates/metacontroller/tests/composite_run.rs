@@ -4,12 +4,12 @@
 
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{ConfigMap, Event};
-use kube::api::{Api, DeleteParams, ListParams, PostParams};
-use kube::core::DynamicObject;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, DeleteParams, PostParams};
 use metacontroller_api::composite::CompositeController;
 use metacontroller_testkit::{
-    crd, eventually_within, unique_name, ControllerProcess, HookServer, TestCluster,
+    create_object, events_about, eventually_within, unique_crd, unique_name, ControllerProcess,
+    HookServer, TestCluster,
 };
 use serde_json::json;
 
@@ -19,12 +19,7 @@ async fn binary_starts_controller_once_its_crd_appears_and_applies_server_side()
     cluster.install_metacontroller_crds().await;
     let ns = cluster.create_namespace("run").await;
     let hook = HookServer::one_configmap_child("run").await;
-    let parent = crd(
-        &format!("{}.example.com", unique_name("run")),
-        "v1",
-        "Parent",
-        "parents",
-    );
+    let parent = unique_crd("run", "Parent", "parents");
     let label = unique_name("team");
     let controller: CompositeController = cluster
         .create_controller(
@@ -38,20 +33,11 @@ async fn binary_starts_controller_once_its_crd_appears_and_applies_server_side()
     let process = spawn_run(&cluster, &label, &["--apply-strategy", "server-side-apply"]);
     // The parent resource is not served yet: the binary must be seen failing to start the
     // controller (a CreateError Event and a log line) before the CRD appears.
-    eventually_within(
+    wait_warning(
+        (&cluster, &name),
         "CreateError Event: parent resource not served",
-        Duration::from_secs(60),
-        || async {
-            controller_events(&cluster, &name)
-                .await
-                .iter()
-                .any(|(t, r, m)| {
-                    t == "Warning"
-                        && r == "CreateError"
-                        && m.starts_with("Cannot create new controller: ")
-                        && m.contains("is not served")
-                })
-        },
+        "CreateError",
+        |m| m.starts_with("Cannot create new controller: ") && m.contains("is not served"),
     )
     .await;
     assert!(
@@ -62,12 +48,14 @@ async fn binary_starts_controller_once_its_crd_appears_and_applies_server_side()
     cluster.install_crd(&parent.build()).await;
 
     let parents = parent.api(cluster.client(), Some(&ns));
-    let obj: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": parent.api_version(), "kind": "Parent",
-        "metadata": {"name": "p"}, "spec": {"selector": {"matchLabels": {"app": "run"}}}
-    }))
-    .unwrap();
-    parents.create(&PostParams::default(), &obj).await.unwrap();
+    create_object(
+        &parents,
+        json!({
+            "apiVersion": parent.api_version(), "kind": "Parent",
+            "metadata": {"name": "p"}, "spec": {"selector": {"matchLabels": {"app": "run"}}}
+        }),
+    )
+    .await;
     let cms: Api<ConfigMap> = Api::namespaced(cluster.client(), &ns);
     eventually_within(
         "child applied by the binary",
@@ -91,17 +79,27 @@ async fn binary_starts_controller_once_its_crd_appears_and_applies_server_side()
     .await;
 }
 
+/// Waits (60 s, `what` names it) for a Warning Event with `reason` on controller `name` whose
+/// message `matches`.
+async fn wait_warning(
+    (cluster, name): (&TestCluster, &str),
+    what: &str,
+    reason: &str,
+    matches: impl Fn(&str) -> bool,
+) {
+    eventually_within(what, Duration::from_secs(60), || async {
+        controller_events(cluster, name)
+            .await
+            .iter()
+            .any(|(t, r, m)| t == "Warning" && r == reason && matches(m))
+    })
+    .await;
+}
+
 /// Events recorded on the (cluster-scoped, so in `default`) controller object `name`:
 /// `(type, reason, message)` in creation order.
 async fn controller_events(cluster: &TestCluster, name: &str) -> Vec<(String, String, String)> {
-    let mut events: Vec<Event> = Api::<Event>::namespaced(cluster.client(), "default")
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter(|e| e.involved_object.name.as_deref() == Some(name))
-        .collect();
+    let mut events = events_about(cluster, "default", name).await;
     events.sort_by_key(|e| e.metadata.name.clone());
     events
         .into_iter()
@@ -157,13 +155,7 @@ fn spawn_run(cluster: &TestCluster, label: &str, extra: &[&str]) -> ControllerPr
 async fn parent_without_status_gives_a_sync_error_event_on_the_controller() {
     let cluster = TestCluster::start().await;
     cluster.install_metacontroller_crds().await;
-    let parent = crd(
-        &format!("{}.example.com", unique_name("nostatus")),
-        "v1",
-        "Parent",
-        "parents",
-    )
-    .without_status_subresource();
+    let parent = unique_crd("nostatus", "Parent", "parents").without_status_subresource();
     cluster.install_crd(&parent.build()).await;
     let label = unique_name("team");
     let name = unique_name("nostatus");
@@ -177,15 +169,11 @@ async fn parent_without_status_gives_a_sync_error_event_on_the_controller() {
         "[{name}] Sync error - ignoring, parent resource {}, Kind=Parent does not have subresource 'Status' enabled",
         parent.api_version()
     );
-    eventually_within(
+    wait_warning(
+        (&cluster, &name),
         "SyncError event on the controller",
-        Duration::from_secs(60),
-        || async {
-            controller_events(&cluster, &name)
-                .await
-                .iter()
-                .any(|(t, r, m)| t == "Warning" && r == "SyncError" && *m == expected)
-        },
+        "SyncError",
+        |m| m == expected,
     )
     .await;
     assert!(!controller_events(&cluster, &name)

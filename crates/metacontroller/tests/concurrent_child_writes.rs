@@ -5,11 +5,10 @@
 
 use std::time::Duration;
 
-use kube::api::PostParams;
-use kube::core::DynamicObject;
 use metacontroller_api::composite::CompositeController;
 use metacontroller_testkit::{
-    eventually_within, unique_name, ControllerProcess, Fault, HookReply, HookServer, TestCluster,
+    create_object, eventually_within, parent_name, unique_name, ControllerProcess, Fault,
+    HookReply, HookServer, TestCluster,
 };
 use serde_json::{json, Value};
 
@@ -25,9 +24,7 @@ async fn peak_creates(extra: &[&str]) -> Option<usize> {
     cluster.install_metacontroller_crds().await;
     let ns = cluster.create_namespace("conc").await;
     let hook = HookServer::start(|_, req| {
-        let name = req["parent"]["metadata"]["name"]
-            .as_str()
-            .unwrap_or_default();
+        let name = parent_name(req);
         let observed = req["children"]["ConfigMap.v1"]
             .as_object()
             .map_or(0, |m| m.len());
@@ -58,12 +55,14 @@ async fn peak_creates(extra: &[&str]) -> Option<usize> {
         extra,
     );
     let parents = parent.api(cluster.client(), Some(&ns));
-    let p: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": parent.api_version(), "kind": parent.kind(),
-        "metadata": {"name": "p"}, "spec": {}
-    }))
-    .unwrap();
-    parents.create(&PostParams::default(), &p).await.unwrap();
+    create_object(
+        &parents,
+        json!({
+            "apiVersion": parent.api_version(), "kind": parent.kind(),
+            "metadata": {"name": "p"}, "spec": {}
+        }),
+    )
+    .await;
     eventually_within(
         "10 children observed in the status",
         Duration::from_secs(60),

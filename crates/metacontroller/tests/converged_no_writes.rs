@@ -19,12 +19,12 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use futures::StreamExt;
-use kube::api::{Api, ListParams, PostParams, WatchEvent, WatchParams};
+use kube::api::{Api, ListParams, WatchEvent, WatchParams};
 use kube::core::DynamicObject;
 use metacontroller_api::composite::CompositeController;
 use metacontroller_testkit::{
-    crd, dynamic_api, eventually_within, unique_name, ControllerProcess, CrdBuilder, HookReply,
-    HookServer, TestCluster,
+    create_object, dynamic_api, eventually_within, parent_name, unique_crd, ControllerProcess,
+    CrdBuilder, HookReply, HookServer, TestCluster,
 };
 use serde_json::{json, Value};
 
@@ -50,13 +50,7 @@ fn kind(api_version: &str, kind: &'static str, plural: &'static str, method: &'s
 
 /// The CRD child: an atomic list and an atomic map whose items/fields have schema defaults.
 fn widget_crd() -> CrdBuilder {
-    crd(
-        &format!("{}.example.com", unique_name("widget")),
-        "v1",
-        "Widget",
-        "widgets",
-    )
-    .schema(json!({"type": "object", "properties": {
+    unique_crd("widget", "Widget", "widgets").schema(json!({"type": "object", "properties": {
         "spec": {"type": "object", "properties": {
             "rules": {"type": "array", "x-kubernetes-list-type": "atomic",
                 "items": {"type": "object", "properties": {
@@ -324,43 +318,33 @@ fn logged_writes(logs: &str, kind: &str) -> usize {
         .count()
 }
 
-async fn run_mode(cluster: &TestCluster, mode: &Mode) -> Row {
-    let ns = cluster.create_namespace("converged").await;
-    if !cluster.is_embedded() {
-        // Pod admission needs the namespace's default ServiceAccount (made by a controller).
-        let sas = dynamic_api(
-            cluster.client(),
-            "v1",
-            "ServiceAccount",
-            "serviceaccounts",
-            Some(&ns),
-        );
-        eventually_within("default ServiceAccount", WAIT, || async {
-            sas.get("default").await.is_ok()
-        })
-        .await;
-    }
-    let parent_crd = cluster.install_parent_crd("converged").await;
-    let widget = widget_crd();
-    cluster.install_crd(&widget.build()).await;
+/// Per kind, the writes sent by the binary and seen by the server (`None`: not served).
+type PerKind = BTreeMap<&'static str, Option<(usize, usize)>>;
+
+/// The corpus kinds the server serves, and a row with `n/a` (`None`) for the others.
+async fn served_kinds(cluster: &TestCluster, widget: &CrdBuilder) -> (Vec<Kind>, PerKind) {
     let mut kinds = Vec::new();
     let mut per_kind = BTreeMap::new();
-    for k in corpus(&widget) {
+    for k in corpus(widget) {
         if served(&cluster.client(), &k).await {
             kinds.push(k);
         } else {
             per_kind.insert(k.kind, None);
         }
     }
+    (kinds, per_kind)
+}
+
+/// The hook: the desired child of every kind in `kinds` for the parent, and a status
+/// counting them.
+async fn corpus_hook(kinds: &[Kind], widget: &CrdBuilder) -> HookServer {
     let wanted: Vec<(String, &'static str)> = kinds
         .iter()
         .map(|k| (k.api_version.clone(), k.kind))
         .collect();
-    let all = corpus(&widget);
-    let hook = HookServer::start(move |_, req| {
-        let parent = req["parent"]["metadata"]["name"]
-            .as_str()
-            .unwrap_or_default();
+    let all = corpus(widget);
+    HookServer::start(move |_, req| {
+        let parent = parent_name(req);
         let children: Vec<Value> = all
             .iter()
             .filter(|k| {
@@ -372,8 +356,29 @@ async fn run_mode(cluster: &TestCluster, mode: &Mode) -> Row {
             .collect();
         HookReply::json(json!({"children": children, "status": {"children": children.len()}}))
     })
-    .await;
-    let label = unique_name("team");
+    .await
+}
+
+/// One mode's controller running: the CompositeController over the served kinds, its hook
+/// and the binary with the mode's flags.
+struct Running {
+    ns: String,
+    parent_crd: CrdBuilder,
+    kinds: Vec<Kind>,
+    per_kind: PerKind,
+    hook: HookServer,
+    process: ControllerProcess,
+}
+
+/// Installs the CRDs, creates the controller (resync every second) and starts the binary
+/// in `mode`.
+async fn start_mode(cluster: &TestCluster, mode: &Mode) -> Running {
+    let ns = cluster.create_pod_namespace("converged").await;
+    let parent_crd = cluster.install_parent_crd("converged").await;
+    let widget = widget_crd();
+    cluster.install_crd(&widget.build()).await;
+    let (kinds, per_kind) = served_kinds(cluster, &widget).await;
+    let hook = corpus_hook(&kinds, &widget).await;
     let child_resources: Vec<Value> = kinds
         .iter()
         .map(|k| {
@@ -381,41 +386,47 @@ async fn run_mode(cluster: &TestCluster, mode: &Mode) -> Row {
                         "updateStrategy": {"method": k.method}})
         })
         .collect();
-    let _: CompositeController = cluster
-        .create_controller(
-            &unique_name("converged"),
-            &label,
-            json!({
-                "parentResource": {"apiVersion": parent_crd.api_version(),
-                                   "resource": parent_crd.plural()},
-                "childResources": child_resources,
-                "resyncPeriodSeconds": 1,
-                "hooks": {"sync": {"webhook": {"url": hook.url("/sync")}}},
-            }),
-        )
+    let mut spec = parent_crd.composite_spec(&hook.url("/sync"));
+    spec["childResources"] = json!(child_resources);
+    spec["resyncPeriodSeconds"] = json!(1);
+    let label = cluster
+        .create_labelled_controller::<CompositeController>("converged", spec)
         .await;
-    let mut args = vec![
-        "run".to_string(),
-        "--kubeconfig".into(),
-        cluster.kubeconfig_path().display().to_string(),
-        "--discovery-interval".into(),
-        "1s".into(),
-        "--metrics-address=127.0.0.1:0".into(),
-        format!("--target-label-selector=team={label}"),
+    let selector = format!("--target-label-selector=team={label}");
+    let mut extra = vec![
+        "--discovery-interval",
+        "1s",
+        "--metrics-address=127.0.0.1:0",
     ];
-    args.extend(mode.flags.iter().map(|s| s.to_string()));
-    let process = ControllerProcess::start(env!("CARGO_BIN_EXE_metacontroller"), args);
+    extra.push(&selector);
+    extra.extend(mode.flags);
+    let process = ControllerProcess::run(
+        env!("CARGO_BIN_EXE_metacontroller"),
+        cluster.kubeconfig_path(),
+        &extra,
+    );
+    Running {
+        ns,
+        parent_crd,
+        kinds,
+        per_kind,
+        hook,
+        process,
+    }
+}
 
-    let parents = parent_crd.api(cluster.client(), Some(&ns));
-    let parent: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": parent_crd.api_version(), "kind": "Parent",
-        "metadata": {"name": "p"}, "spec": {"selector": {"matchLabels": {"corpus": "p"}}}}))
-    .expect("parent object");
-    parents
-        .create(&PostParams::default(), &parent)
-        .await
-        .expect("creating the parent");
-    let apis: Vec<(&'static str, Api<DynamicObject>)> = kinds
+/// Creates parent `p`, waits until each of its children exists and lets the first syncs
+/// after the creates (and the servers' own status writes) pass; returns an API per kind.
+async fn converge(cluster: &TestCluster, r: &Running) -> Vec<(&'static str, Api<DynamicObject>)> {
+    create_object(
+        &r.parent_crd.api(cluster.client(), Some(&r.ns)),
+        json!({
+            "apiVersion": r.parent_crd.api_version(), "kind": "Parent",
+            "metadata": {"name": "p"}, "spec": {"selector": {"matchLabels": {"corpus": "p"}}}}),
+    )
+    .await;
+    let apis: Vec<(&'static str, Api<DynamicObject>)> = r
+        .kinds
         .iter()
         .map(|k| {
             let api = dynamic_api(
@@ -423,7 +434,7 @@ async fn run_mode(cluster: &TestCluster, mode: &Mode) -> Row {
                 &k.api_version,
                 k.kind,
                 k.plural,
-                Some(&ns),
+                Some(&r.ns),
             );
             (k.kind, api)
         })
@@ -441,15 +452,19 @@ async fn run_mode(cluster: &TestCluster, mode: &Mode) -> Row {
         true
     })
     .await;
-    // Let the first syncs after the creates (and the servers' own status writes) pass.
-    let calls = hook.calls("/sync");
+    let calls = r.hook.calls("/sync");
     eventually_within("the hook is called on resync", WAIT, || async {
-        hook.calls("/sync") >= calls + 3
+        r.hook.calls("/sync") >= calls + 3
     })
     .await;
+    apis
+}
 
+/// The writes during `RESYNCS` resyncs of the converged children: logged and seen per kind,
+/// and the binary's non-GET requests.
+async fn resync_writes(r: Running, apis: &[(&'static str, Api<DynamicObject>)]) -> Row {
     let mut snapshots = Vec::new();
-    for (kind, api) in &apis {
+    for (kind, api) in apis {
         let snap = snapshot(api, "p").await;
         assert!(
             snap.ours.values().all(|e| !e.is_empty()),
@@ -457,16 +472,17 @@ async fn run_mode(cluster: &TestCluster, mode: &Mode) -> Row {
         );
         snapshots.push(snap);
     }
-    let before = non_get_requests(&scrape(&process).await);
-    let logged_before = process.logs().len();
-    let calls = hook.calls("/sync");
+    let before = non_get_requests(&scrape(&r.process).await);
+    let logged_before = r.process.logs().len();
+    let calls = r.hook.calls("/sync");
     eventually_within("resyncs call the hook", WAIT, || async {
-        hook.calls("/sync") >= calls + RESYNCS
+        r.hook.calls("/sync") >= calls + RESYNCS
     })
     .await;
-    let binary_writes = non_get_requests(&scrape(&process).await) - before;
-    let logs = process.logs();
+    let binary_writes = non_get_requests(&scrape(&r.process).await) - before;
+    let logs = r.process.logs();
     let window = logs.get(logged_before..).unwrap_or_default();
+    let mut per_kind = r.per_kind;
     for ((kind, api), snap) in apis.iter().zip(snapshots) {
         let seen = writes_seen_since(api, "p", snap).await;
         per_kind.insert(*kind, Some((logged_writes(window, kind), seen)));
@@ -476,6 +492,12 @@ async fn run_mode(cluster: &TestCluster, mode: &Mode) -> Row {
         binary_writes,
         logs,
     }
+}
+
+async fn run_mode(cluster: &TestCluster, mode: &Mode) -> Row {
+    let running = start_mode(cluster, mode).await;
+    let apis = converge(cluster, &running).await;
+    resync_writes(running, &apis).await
 }
 
 fn print_table(server: &str, rows: &[(&str, Row)]) {

@@ -20,31 +20,13 @@ use helm::{helm_chart, helm_sdk_available};
 
 /// Starts `metacontroller dev` (simulation on, as by default) and waits until it is ready.
 async fn start_dev(kubeconfig: &Path) -> (ControllerProcess, kube::Client) {
-    let args = [
-        "dev",
-        "--port",
-        "0",
-        "--metrics-address",
-        "0",
-        "--health-probe-bind-address",
-        "0",
-        "--pod-ready-after",
-        "200ms",
-        "--dev-kubeconfig",
-        kubeconfig.to_str().expect("UTF-8 path"),
-    ];
-    let process = ControllerProcess::start(env!("CARGO_BIN_EXE_metacontroller"), args);
-    eventually_within("dev mode ready", Duration::from_secs(60), || async {
-        process.logs().contains("press Ctrl-C")
-    })
-    .await;
-    let config = kube::Config::from_custom_kubeconfig(
-        kube::config::Kubeconfig::read_from(kubeconfig).expect("dev kubeconfig"),
-        &Default::default(),
+    ControllerProcess::start_dev(
+        env!("CARGO_BIN_EXE_metacontroller"),
+        kubeconfig,
+        &["--pod-ready-after", "200ms"],
+        &[],
     )
     .await
-    .expect("kube config");
-    (process, kube::Client::try_from(config).expect("client"))
 }
 
 fn kubectl(kubeconfig: &Path, args: &[&str]) -> Option<(bool, String)> {
@@ -104,17 +86,8 @@ async fn kubectl_create_expose_run_and_explain_in_dev_mode() {
     assert!(ok && out.contains("resyncPeriodSeconds"), "{out}");
 }
 
-/// `helm install`, `helm upgrade` (changed values) and `helm uninstall` of the project's own
-/// chart against dev mode: the chart's CRDs meet the identical ones dev mode installed, the
-/// simulated StatefulSet controller and kubelet run its pods, and uninstall leaves nothing.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn helm_installs_upgrades_and_uninstalls_a_chart_in_dev_mode() {
-    if !helm_sdk_available() {
-        return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let kubeconfig = dir.path().join("kubeconfig");
-    let (_dev, client) = start_dev(&kubeconfig).await;
+/// Dev mode installed the Metacontroller CRDs itself (field manager `metacontroller-dev`).
+async fn assert_dev_mode_installed_the_crds(client: &kube::Client) {
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     let crd = crds
         .get("compositecontrollers.metacontroller.k8s.io")
@@ -128,6 +101,31 @@ async fn helm_installs_upgrades_and_uninstalls_a_chart_in_dev_mode() {
         .filter_map(|m| m.manager)
         .collect();
     assert_eq!(managers, ["metacontroller-dev"]);
+}
+
+/// Whether StatefulSet `name` has `want` ready replicas.
+async fn ready_replicas(statefulsets: &Api<StatefulSet>, name: &str, want: i32) -> bool {
+    statefulsets
+        .get(name)
+        .await
+        .ok()
+        .and_then(|s| s.status)
+        .and_then(|s| s.ready_replicas)
+        == Some(want)
+}
+
+/// `helm install`, `helm upgrade` (changed values) and `helm uninstall` of the project's own
+/// chart against dev mode: the chart's CRDs meet the identical ones dev mode installed, the
+/// simulated StatefulSet controller and kubelet run its pods, and uninstall leaves nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn helm_installs_upgrades_and_uninstalls_a_chart_in_dev_mode() {
+    if !helm_sdk_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    let (_dev, client) = start_dev(&kubeconfig).await;
+    assert_dev_mode_installed_the_crds(&client).await;
     let ns = unique_name("helm-dev");
     let release = unique_name("mc");
     let full = format!("{release}-metacontroller");
@@ -143,25 +141,12 @@ async fn helm_installs_upgrades_and_uninstalls_a_chart_in_dev_mode() {
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
     let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
     let release_secrets = ListParams::default().labels(&format!("owner=helm,name={release}"));
-    let ready_replicas = |want: i32| {
-        let statefulsets = statefulsets.clone();
-        let full = full.clone();
-        async move {
-            statefulsets
-                .get(&full)
-                .await
-                .ok()
-                .and_then(|s| s.status)
-                .and_then(|s| s.ready_replicas)
-                == Some(want)
-        }
-    };
 
     helm_chart(&[&["install"], &target[..]].concat())
         .await
         .expect_ok("helm install");
     eventually_within("1 ready replica", Duration::from_secs(60), || {
-        ready_replicas(1)
+        ready_replicas(&statefulsets, &full, 1)
     })
     .await;
 
@@ -176,7 +161,7 @@ async fn helm_installs_upgrades_and_uninstalls_a_chart_in_dev_mode() {
     .await
     .expect_ok("helm upgrade");
     eventually_within("2 ready replicas", Duration::from_secs(60), || {
-        ready_replicas(2)
+        ready_replicas(&statefulsets, &full, 2)
     })
     .await;
     assert_eq!(

@@ -68,7 +68,5 @@ fn run_to_completion_pods_end_and_others_keep_running() {
         ),
         "True"
     );
-    if cluster.is_real() {
-        k.ok(&["delete", "namespace", k.ns(), "--wait=false"]);
-    }
+    cluster.clean_up(&[&k]);
 }

@@ -13,93 +13,52 @@ use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::core::DynamicObject;
 use metacontroller_api::composite::CompositeController;
 use metacontroller_testkit::{
-    crd, dynamic_api, eventually_within, unique_name, ControllerProcess, HookReply, HookServer,
+    create_object, dynamic_api, eventually_within, parent_name, unique_crd, unique_name,
+    ControllerProcess, CrdBuilder, HookReply, HookServer,
 };
 use serde_json::{json, Value};
 
-/// Starts `metacontroller dev` and waits until it is ready; returns a client for it.
+/// Starts `metacontroller dev` (discovery every 500 ms, `extra` flags) and waits until it is
+/// ready; returns a client for it.
 async fn start_dev(kubeconfig: &Path, extra: &[&str]) -> (ControllerProcess, kube::Client) {
-    let mut args: Vec<String> = [
-        "dev",
-        "--port",
-        "0",
-        "--metrics-address",
-        "0",
-        "--health-probe-bind-address",
-        "0",
-        "--discovery-interval",
-        "500ms",
-        "--dev-kubeconfig",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    args.push(kubeconfig.display().to_string());
-    args.extend(extra.iter().map(|s| s.to_string()));
-    let process = ControllerProcess::start_with_env(
+    let flags = [&["--discovery-interval", "500ms"], extra].concat();
+    ControllerProcess::start_dev(
         env!("CARGO_BIN_EXE_metacontroller"),
-        &args,
-        [("RUST_LOG", "info")],
-    );
-    eventually_within("dev mode ready", Duration::from_secs(60), || async {
-        process.logs().contains("press Ctrl-C")
-    })
-    .await;
-    let config = kube::Config::from_custom_kubeconfig(
-        kube::config::Kubeconfig::read_from(kubeconfig).expect("dev kubeconfig"),
-        &Default::default(),
+        kubeconfig,
+        &flags,
+        &[("RUST_LOG", "info")],
     )
     .await
-    .expect("kube config");
-    (process, kube::Client::try_from(config).expect("client"))
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn dev_mode_composite_with_deployment_child_converges_on_ready_replicas() {
-    let dir = tempfile::tempdir().unwrap();
-    let kubeconfig = dir.path().join("kubeconfig");
-    let (dev, client) =
-        start_dev(&kubeconfig, &["--nodes", "2", "--pod-ready-after", "200ms"]).await;
-    let logs = dev.logs();
-    assert!(
-        logs.contains("simulating 2 node(s)") && logs.contains("--simulate=false"),
-        "dev mode does not say what it simulates: {logs}"
-    );
+/// The hook: a Deployment and a Service per parent; status from the Deployment's status.
+fn app_sync(_: &str, req: &Value) -> HookReply {
+    let name = parent_name(req).to_string();
+    let replicas = req["parent"]["spec"]["replicas"].as_i64().unwrap_or(1);
+    let ready = req["children"]["Deployment.apps/v1"][&name]["status"]["readyReplicas"]
+        .as_i64()
+        .unwrap_or(0);
+    let endpoints = req["children"]["Service.v1"][&name]["spec"]["clusterIP"].is_string();
+    HookReply::json(json!({
+        "children": [
+            {"apiVersion": "apps/v1", "kind": "Deployment",
+             "metadata": {"name": name, "labels": {"app": name}},
+             "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": name}},
+                      "template": {"metadata": {"labels": {"app": name}},
+                                   "spec": {"containers": [{"name": "web", "image": "nginx:1.27",
+                                                            "ports": [{"containerPort": 80}]}]}}}},
+            {"apiVersion": "v1", "kind": "Service",
+             "metadata": {"name": name, "labels": {"app": name}},
+             "spec": {"selector": {"app": name}, "ports": [{"port": 80}]}},
+        ],
+        "status": {"readyReplicas": ready, "ready": ready == replicas, "serviceCreated": endpoints},
+    }))
+}
 
-    // The hook: a Deployment and a Service per parent; status from the Deployment's status.
-    let hook = HookServer::start(|_, req| {
-        let name = req["parent"]["metadata"]["name"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string();
-        let replicas = req["parent"]["spec"]["replicas"].as_i64().unwrap_or(1);
-        let ready = req["children"]["Deployment.apps/v1"][&name]["status"]["readyReplicas"]
-            .as_i64()
-            .unwrap_or(0);
-        let endpoints = req["children"]["Service.v1"][&name]["spec"]["clusterIP"].is_string();
-        HookReply::json(json!({
-            "children": [
-                {"apiVersion": "apps/v1", "kind": "Deployment",
-                 "metadata": {"name": name, "labels": {"app": name}},
-                 "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": name}},
-                          "template": {"metadata": {"labels": {"app": name}},
-                                       "spec": {"containers": [{"name": "web", "image": "nginx:1.27",
-                                                                "ports": [{"containerPort": 80}]}]}}}},
-                {"apiVersion": "v1", "kind": "Service",
-                 "metadata": {"name": name, "labels": {"app": name}},
-                 "spec": {"selector": {"app": name}, "ports": [{"port": 80}]}},
-            ],
-            "status": {"readyReplicas": ready, "ready": ready == replicas, "serviceCreated": endpoints},
-        }))
-    })
-    .await;
-    let parent = crd(
-        &format!("{}.example.com", unique_name("devapp")),
-        "v1",
-        "App",
-        "apps",
-    );
-    let pcrd = parent.build();
+/// Installs the `App` CRD and a CompositeController with Deployment and Service children
+/// calling `hook`, through dev mode's API server; returns the App kind.
+async fn install_app_controller(client: &kube::Client, hook: &HookServer) -> CrdBuilder {
+    let parent = unique_crd("devapp", "App", "apps");
     let crds: Api<DynamicObject> = dynamic_api(
         client.clone(),
         "apiextensions.k8s.io/v1",
@@ -107,12 +66,7 @@ async fn dev_mode_composite_with_deployment_child_converges_on_ready_replicas() 
         "customresourcedefinitions",
         None,
     );
-    crds.create(
-        &PostParams::default(),
-        &serde_json::from_value(pcrd).unwrap(),
-    )
-    .await
-    .unwrap();
+    create_object(&crds, parent.build()).await;
     let controller: CompositeController = serde_json::from_value(json!({
         "apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "CompositeController",
         "metadata": {"name": unique_name("devapp")},
@@ -130,6 +84,43 @@ async fn dev_mode_composite_with_deployment_child_converges_on_ready_replicas() 
         .create(&PostParams::default(), &controller)
         .await
         .unwrap();
+    parent
+}
+
+/// Whether App `shop` reports `ready` replicas ready, all of those wanted.
+async fn app_ready(parents: &Api<DynamicObject>, ready: i64) -> bool {
+    parents.get("shop").await.is_ok_and(|p| {
+        p.data["status"]["readyReplicas"] == ready && p.data["status"]["ready"] == true
+    })
+}
+
+/// Whether the Service `shop` has one EndpointSlice listing three ready endpoints.
+async fn three_ready_endpoints(slices: &Api<DynamicObject>) -> bool {
+    slices
+        .list(&ListParams::default().labels("kubernetes.io/service-name=shop"))
+        .await
+        .is_ok_and(|l| {
+            l.items.len() == 1
+                && l.items[0].data["endpoints"].as_array().is_some_and(|e| {
+                    e.len() == 3 && e.iter().all(|e| e["conditions"]["ready"] == true)
+                })
+        })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dev_mode_composite_with_deployment_child_converges_on_ready_replicas() {
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    let (dev, client) =
+        start_dev(&kubeconfig, &["--nodes", "2", "--pod-ready-after", "200ms"]).await;
+    let logs = dev.logs();
+    assert!(
+        logs.contains("simulating 2 node(s)") && logs.contains("--simulate=false"),
+        "dev mode does not say what it simulates: {logs}"
+    );
+
+    let hook = HookServer::start(app_sync).await;
+    let parent = install_app_controller(&client, &hook).await;
 
     let parents = parent.api(client.clone(), Some("default"));
     let app: DynamicObject = serde_json::from_value(json!({
@@ -147,11 +138,7 @@ async fn dev_mode_composite_with_deployment_child_converges_on_ready_replicas() 
     eventually_within(
         "parent status computed from the Deployment's readyReplicas",
         Duration::from_secs(90),
-        || async {
-            parents.get("shop").await.is_ok_and(|p| {
-                p.data["status"]["readyReplicas"] == 3 && p.data["status"]["ready"] == true
-            })
-        },
+        || app_ready(&parents, 3),
     )
     .await;
 
@@ -166,17 +153,7 @@ async fn dev_mode_composite_with_deployment_child_converges_on_ready_replicas() 
     eventually_within(
         "endpoints of the Service child",
         Duration::from_secs(30),
-        || async {
-            slices
-                .list(&ListParams::default().labels("kubernetes.io/service-name=shop"))
-                .await
-                .is_ok_and(|l| {
-                    l.items.len() == 1
-                        && l.items[0].data["endpoints"].as_array().is_some_and(|e| {
-                            e.len() == 3 && e.iter().all(|e| e["conditions"]["ready"] == true)
-                        })
-                })
-        },
+        || three_ready_endpoints(&slices),
     )
     .await;
 
@@ -190,10 +167,8 @@ async fn dev_mode_composite_with_deployment_child_converges_on_ready_replicas() 
         )
         .await
         .unwrap();
-    eventually_within("parent scaled down", Duration::from_secs(60), || async {
-        parents.get("shop").await.is_ok_and(|p| {
-            p.data["status"]["readyReplicas"] == 1 && p.data["status"]["ready"] == true
-        })
+    eventually_within("parent scaled down", Duration::from_secs(60), || {
+        app_ready(&parents, 1)
     })
     .await;
     let deployments = dynamic_api(

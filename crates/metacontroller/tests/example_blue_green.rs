@@ -5,80 +5,26 @@
 //! Skipped when kubectl is not installed. In dev mode the simulated Deployment
 //! controller and kubelet make the pods Ready, as a cluster would.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use metacontroller_testkit::ControllerProcess;
+use metacontroller_testkit::example::{
+    all_installed, example_file, wait_for, ExampleCluster, Kubectl,
+};
 
-fn installed(program: &str) -> bool {
-    let found = Command::new(program)
-        .arg("--help")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok();
-    if !found {
-        metacontroller_testkit::missing_tool(program, "it could not be started");
-    }
-    found
+const EXAMPLE: &str = "blue-green";
+const BGD: &str = "bluegreendeployment/web";
+
+/// How long the parent may take to be accepted after its CRD, and each child to be
+/// garbage collected.
+const STEP: Duration = Duration::from_secs(60);
+
+/// Polls `kubectl get object -o jsonpath=path` until it prints `want` (90 s).
+fn until(k: &Kubectl, object: &str, path: &str, want: &str) {
+    k.until_jsonpath(&[object], path, want);
 }
 
-fn example(file: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../examples/blue-green")
-        .join(file)
-}
-
-struct Kubectl {
-    kubeconfig: PathBuf,
-    namespace: String,
-}
-
-impl Kubectl {
-    fn run(&self, args: &[&str]) -> (bool, String) {
-        let out = Command::new("kubectl")
-            .arg("--kubeconfig")
-            .arg(&self.kubeconfig)
-            .args(["-n", &self.namespace])
-            .args(args)
-            .env_remove("KUBECONFIG")
-            .output()
-            .expect("running kubectl");
-        let text = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        (out.status.success(), text)
-    }
-
-    fn ok(&self, args: &[&str]) -> String {
-        let (ok, text) = self.run(args);
-        assert!(ok, "kubectl {args:?}: {text}");
-        text
-    }
-
-    fn jsonpath(&self, object: &str, path: &str) -> String {
-        self.run(&["get", object, "-o", &format!("jsonpath={path}")])
-            .1
-    }
-
-    /// Polls `kubectl get object -o jsonpath=path` until it prints `want` (90 s).
-    fn until(&self, object: &str, path: &str, want: &str) {
-        let deadline = Instant::now() + Duration::from_secs(90);
-        loop {
-            let got = self.jsonpath(object, path);
-            if got == want {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "timed out waiting for {object} {path} == {want:?}; last: {got:?}"
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
+fn jsonpath(k: &Kubectl, object: &str, path: &str) -> String {
+    k.jsonpath(&[object], path)
 }
 
 /// Serves the example's hook on 127.0.0.1:<port> on its own runtime thread.
@@ -105,146 +51,106 @@ fn start_hook() -> u16 {
     port
 }
 
-#[test]
-fn blue_green_example_runs_as_documented() {
-    if !installed("kubectl") {
-        return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let real = std::env::var("METACONTROLLER_E2E_KUBECONFIG")
-        .ok()
-        .filter(|p| !p.trim().is_empty());
-    let kubeconfig = match &real {
-        Some(path) => PathBuf::from(path),
-        None => dir.path().join("kubeconfig"),
-    };
-
-    let port = start_hook();
-    let mut controller = Command::new(env!("CARGO_BIN_EXE_metacontroller"));
-    match &real {
-        Some(_) => controller.arg("run").arg("--kubeconfig").arg(&kubeconfig),
-        None => controller
-            .args(["dev", "--port", "0", "--dev-kubeconfig"])
-            .arg(&kubeconfig),
-    };
-    controller.env_remove("KUBECONFIG");
-    let mut controller = ControllerProcess::spawn(controller);
-    if real.is_none() {
-        controller.wait_for_line("dev mode ready", Duration::from_secs(60), |l| {
-            l.contains("press Ctrl-C")
-        });
-    }
-
-    let namespace = format!("blue-green-{}", std::process::id());
-    let k = Kubectl {
-        kubeconfig,
-        namespace: namespace.clone(),
-    };
-    k.ok(&["create", "namespace", &namespace]);
-    let path = |f: &str| example(f).to_string_lossy().into_owned();
-    k.ok(&["apply", "-f", &path("crd.yaml")]);
-    k.ok(&[
-        "wait",
-        "--for",
-        "condition=established",
-        "--timeout=60s",
-        "crd/bluegreendeployments.example.com",
-    ]);
-    let controller_yaml = std::fs::read_to_string(example("controller.yaml"))
-        .unwrap()
-        .replace("127.0.0.1:8080", &format!("127.0.0.1:{port}"));
-    let controller_file = dir.path().join("controller.yaml");
-    std::fs::write(&controller_file, controller_yaml).unwrap();
-    k.ok(&["apply", "-f", controller_file.to_str().unwrap()]);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !k.run(&["apply", "-f", &path("web.yaml")]).0 {
-        assert!(
-            Instant::now() < deadline,
-            "the BlueGreenDeployment was never created"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-
-    // Blue rolls out and serves; green exists, scaled to 0.
-    k.until(
-        "bluegreendeployment/web",
-        "{.status.blue.readyReplicas}",
-        "2",
+/// Installs the example's CRD and controller (hook on `port`) in `k`'s namespace and
+/// applies `web.yaml`, retried until the new kind is served for creates.
+fn deploy(cluster: &ExampleCluster, k: &Kubectl, port: u16) {
+    k.install_crd(
+        &example_file(EXAMPLE, "crd.yaml"),
+        "bluegreendeployments.example.com",
     );
-    k.until("bluegreendeployment/web", "{.status.activeColor}", "blue");
-    k.until("bluegreendeployment/web", "{.status.phase}", "Stable");
-    k.until("service/web", "{.spec.selector.color}", "blue");
-    k.until("deployment/web-blue", "{.status.readyReplicas}", "2");
-    k.until("deployment/web-green", "{.spec.replicas}", "0");
+    let controller = cluster.rewrite(
+        EXAMPLE,
+        "controller.yaml",
+        &[("127.0.0.1:8080", &format!("127.0.0.1:{port}"))],
+    );
+    k.ok(&["apply", "-f", &controller.to_string_lossy()]);
+    let web = example_file(EXAMPLE, "web.yaml");
+    wait_for("the BlueGreenDeployment to be created", STEP, || {
+        k.run(&["apply", "-f", &web.to_string_lossy()])
+            .0
+            .then_some(())
+    });
+}
+
+/// Blue rolls out and serves; green exists, scaled to 0. Returns blue's template hash.
+fn blue_serves(k: &Kubectl) -> String {
+    until(k, BGD, "{.status.blue.readyReplicas}", "2");
+    until(k, BGD, "{.status.activeColor}", "blue");
+    until(k, BGD, "{.status.phase}", "Stable");
+    until(k, "service/web", "{.spec.selector.color}", "blue");
+    until(k, "deployment/web-blue", "{.status.readyReplicas}", "2");
+    until(k, "deployment/web-green", "{.spec.replicas}", "0");
     assert_eq!(
-        k.jsonpath("deployment/web-blue", "{.metadata.ownerReferences[0].kind}"),
+        jsonpath(
+            k,
+            "deployment/web-blue",
+            "{.metadata.ownerReferences[0].kind}"
+        ),
         "BlueGreenDeployment"
     );
-    let blue_hash = k.jsonpath("bluegreendeployment/web", "{.status.blue.templateHash}");
+    let blue_hash = jsonpath(k, BGD, "{.status.blue.templateHash}");
     assert!(!blue_hash.is_empty());
+    blue_hash
+}
 
-    // A new template: green comes up, the Service switches, blue is scaled down.
-    k.ok(&[
-        "patch",
+/// A new template: green comes up, the Service switches, blue is scaled down but keeps
+/// its old template.
+fn green_takes_over(k: &Kubectl, blue_hash: &str) {
+    k.merge_patch(
         "bluegreendeployment",
         "web",
-        "--type",
-        "merge",
-        "-p",
         r#"{"spec":{"template":{"spec":{"containers":[{"name":"web","image":"nginx:1.28","ports":[{"containerPort":80}]}]}}}}"#,
-    ]);
-    k.until(
+    );
+    until(
+        k,
         "deployment/web-green",
         "{.spec.template.spec.containers[0].image}",
         "nginx:1.28",
     );
-    k.until("service/web", "{.spec.selector.color}", "green");
+    until(k, "service/web", "{.spec.selector.color}", "green");
     // Traffic switched only once green was fully ready.
     assert_eq!(
-        k.jsonpath("deployment/web-green", "{.status.readyReplicas}"),
+        jsonpath(k, "deployment/web-green", "{.status.readyReplicas}"),
         "2"
     );
-    k.until("deployment/web-blue", "{.spec.replicas}", "0");
+    until(k, "deployment/web-blue", "{.spec.replicas}", "0");
     // Its pods are gone (Kubernetes omits a zero `status.replicas`).
-    k.until("deployment/web-blue", "{.status.replicas}", "");
-    assert_eq!(k.jsonpath("deployment/web-blue", "{.spec.replicas}"), "0");
+    until(k, "deployment/web-blue", "{.status.replicas}", "");
+    assert_eq!(jsonpath(k, "deployment/web-blue", "{.spec.replicas}"), "0");
     // Blue keeps its old template, ready for a rollback.
     assert_eq!(
-        k.jsonpath(
+        jsonpath(
+            k,
             "deployment/web-blue",
             "{.spec.template.spec.containers[0].image}"
         ),
         "nginx:1.27"
     );
-    k.until("bluegreendeployment/web", "{.status.activeColor}", "green");
-    k.until("bluegreendeployment/web", "{.status.phase}", "Stable");
-    k.until(
-        "bluegreendeployment/web",
-        "{.status.green.readyReplicas}",
-        "2",
-    );
-    k.until("bluegreendeployment/web", "{.status.blue.replicas}", "0");
-    assert_ne!(
-        k.jsonpath("bluegreendeployment/web", "{.status.green.templateHash}"),
-        blue_hash
-    );
+    until(k, BGD, "{.status.activeColor}", "green");
+    until(k, BGD, "{.status.phase}", "Stable");
+    until(k, BGD, "{.status.green.readyReplicas}", "2");
+    until(k, BGD, "{.status.blue.replicas}", "0");
+    assert_ne!(jsonpath(k, BGD, "{.status.green.templateHash}"), blue_hash);
+}
+
+#[test]
+fn blue_green_example_runs_as_documented() {
+    if !all_installed(&["kubectl"]) {
+        return;
+    }
+    let port = start_hook();
+    let cluster = ExampleCluster::start(env!("CARGO_BIN_EXE_metacontroller"));
+    let k = cluster.namespace("blue-green");
+    deploy(&cluster, &k, port);
+    let blue_hash = blue_serves(&k);
+    green_takes_over(&k, &blue_hash);
 
     k.ok(&["delete", "bluegreendeployment", "web", "--wait=true"]);
     for object in ["deployment/web-blue", "deployment/web-green", "service/web"] {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
+        wait_for(&format!("{object} to be garbage collected"), STEP, || {
             let (ok, out) = k.run(&["get", object, "-o", "name"]);
-            if !ok && out.contains("NotFound") {
-                break;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{object} was not garbage collected: {out}"
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
+            (!ok && out.contains("NotFound")).then_some(())
+        });
     }
-    if real.is_some() {
-        k.ok(&["delete", "namespace", &namespace, "--wait=false"]);
-    }
+    cluster.clean_up(&[&k]);
 }

@@ -3,31 +3,20 @@
 //! `METACONTROLLER_E2E_KUBECONFIG`), the example's Python hook server, and kubectl.
 //! Skipped when kubectl or python3 is not installed.
 
-use metacontroller_testkit::example::{
-    all_installed, example_file, start_python_hook, ExampleCluster,
-};
+use metacontroller_testkit::example::{example_file, ExampleCluster};
 
 const EXAMPLE: &str = "hello-world";
 
 #[test]
 fn hello_world_example_runs_as_documented() {
-    if !all_installed(&["kubectl", "python3"]) {
-        return;
-    }
-    let cluster = ExampleCluster::start(env!("CARGO_BIN_EXE_metacontroller"));
-    let (_hook, port) = start_python_hook(EXAMPLE, "sync.py");
-
-    let k = cluster.namespace("hello");
-    k.install_crd(
-        &example_file(EXAMPLE, "crd.yaml"),
-        "helloworlds.example.com",
-    );
-    let port = port.to_string();
-    k.apply(&cluster.rewrite(
+    let Some((cluster, _hook, k)) = ExampleCluster::start_python_example(
+        env!("CARGO_BIN_EXE_metacontroller"),
         EXAMPLE,
-        "controller.yaml",
-        &[("127.0.0.1:8080", &format!("127.0.0.1:{port}"))],
-    ));
+        "hello",
+        "helloworlds.example.com",
+    ) else {
+        return;
+    };
     k.apply(&example_file(EXAMPLE, "hello.yaml"));
 
     k.until_jsonpath(&["configmap", "hello"], "{.data.greeting}", "Hello, World!");
@@ -41,15 +30,7 @@ fn hello_world_example_runs_as_documented() {
         "HelloWorld"
     );
 
-    k.ok(&[
-        "patch",
-        "helloworld",
-        "hello",
-        "--type",
-        "merge",
-        "-p",
-        r#"{"spec":{"who":"Kubernetes"}}"#,
-    ]);
+    k.merge_patch("helloworld", "hello", r#"{"spec":{"who":"Kubernetes"}}"#);
     k.until_jsonpath(
         &["configmap", "hello"],
         "{.data.greeting}",
@@ -58,7 +39,5 @@ fn hello_world_example_runs_as_documented() {
 
     k.ok(&["delete", "helloworld", "hello", "--wait=true"]);
     k.until_gone(&["configmap", "hello"]);
-    if cluster.is_real() {
-        k.ok(&["delete", "namespace", k.ns(), "--wait=false"]);
-    }
+    cluster.clean_up(&[&k]);
 }

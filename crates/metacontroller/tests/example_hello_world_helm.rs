@@ -155,7 +155,5 @@ fn hello_world_chart_lints_renders_and_runs_in_dev_mode() {
     k.ok(&["delete", "helloworld", "hello", "--wait=true"]);
     k.until_gone(&["configmap", "hello"]);
     k.ok(&["delete", "compositecontroller", "hello-hello-controller"]);
-    if cluster.is_real() {
-        k.ok(&["delete", "namespace", k.ns(), "--wait=false"]);
-    }
+    cluster.clean_up(&[&k]);
 }

@@ -5,9 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use metacontroller_testkit::example::{
-    all_installed, example_file, start_python_hook, ExampleCluster, Kubectl, STEP_TIMEOUT,
-};
+use metacontroller_testkit::example::{example_file, ExampleCluster, Kubectl, STEP_TIMEOUT};
 
 const EXAMPLE: &str = "indexed-job";
 
@@ -29,28 +27,13 @@ fn pods(k: &Kubectl, app: &str) -> Vec<(String, String)> {
         .collect()
 }
 
-#[test]
-fn indexed_job_runs_each_index_once_within_parallelism_and_completes() {
-    if !all_installed(&["kubectl", "python3"]) {
-        return;
-    }
-    let cluster = ExampleCluster::start(env!("CARGO_BIN_EXE_metacontroller"));
-    let (_hook, port) = start_python_hook(EXAMPLE, "sync.py");
-
-    let k = cluster.namespace("ijob");
-    k.install_crd(
-        &example_file(EXAMPLE, "crd.yaml"),
-        "indexedjobs.example.com",
-    );
-    let url = format!("127.0.0.1:{port}");
-    k.apply(&cluster.rewrite(EXAMPLE, "controller.yaml", &[("127.0.0.1:8080", &url)]));
-    k.apply(&example_file(EXAMPLE, "job.yaml"));
-
-    // Never more than parallelism (2) pods unfinished; all three indexes run.
+/// Watches job `print-index` until its three pods finished: never more than parallelism (2)
+/// unfinished at once, and all three indexes run.
+fn watch_parallelism(k: &Kubectl) {
     let deadline = Instant::now() + STEP_TIMEOUT;
     let mut max_seen = 0;
     loop {
-        let now = pods(&k, "print-index");
+        let now = pods(k, "print-index");
         let running = now
             .iter()
             .filter(|(_, phase)| phase != "Succeeded" && phase != "Failed")
@@ -67,6 +50,10 @@ fn indexed_job_runs_each_index_once_within_parallelism_and_completes() {
         std::thread::sleep(Duration::from_millis(50));
     }
     assert_eq!(max_seen, 3);
+}
+
+/// Job `print-index` is Complete with every index succeeded once, each pod numbered.
+fn completed_every_index(k: &Kubectl) {
     k.ok(&[
         "wait",
         "--for",
@@ -91,8 +78,10 @@ fn indexed_job_runs_each_index_once_within_parallelism_and_completes() {
             format!("Never {i} {i}")
         );
     }
+}
 
-    // A job whose pods fail stops with condition Failed and is not Complete.
+/// A job (`fails`) whose pods fail stops with condition Failed and is not Complete.
+fn failing_job_fails(cluster: &ExampleCluster, k: &Kubectl) {
     let failing = cluster.rewrite(
         EXAMPLE,
         "job.yaml",
@@ -119,6 +108,22 @@ fn indexed_job_runs_each_index_once_within_parallelism_and_completes() {
         ),
         ""
     );
+}
+
+#[test]
+fn indexed_job_runs_each_index_once_within_parallelism_and_completes() {
+    let Some((cluster, _hook, k)) = ExampleCluster::start_python_example(
+        env!("CARGO_BIN_EXE_metacontroller"),
+        EXAMPLE,
+        "ijob",
+        "indexedjobs.example.com",
+    ) else {
+        return;
+    };
+    k.apply(&example_file(EXAMPLE, "job.yaml"));
+    watch_parallelism(&k);
+    completed_every_index(&k);
+    failing_job_fails(&cluster, &k);
 
     k.ok(&[
         "delete",
@@ -132,7 +137,5 @@ fn indexed_job_runs_each_index_once_within_parallelism_and_completes() {
         &["get", "pods", "-o", "name"],
         |ok, out| ok && out.trim().is_empty(),
     );
-    if cluster.is_real() {
-        k.ok(&["delete", "namespace", k.ns(), "--wait=false"]);
-    }
+    cluster.clean_up(&[&k]);
 }

@@ -40,6 +40,31 @@ fn until_services(k: &Kubectl, expected: &[&str]) {
     );
 }
 
+/// Opting out (removing the annotation): the finalize hook removes the Services and the
+/// label, then the finalizer goes, and the StatefulSet itself is untouched (two ready pods).
+fn opt_out_cleans_up(k: &Kubectl) {
+    k.ok(&[
+        "annotate",
+        "statefulset",
+        "web",
+        "service-per-pod.example.com/port-",
+    ]);
+    until_services(k, &[]);
+    k.until_jsonpath(&["statefulset", "web"], DECORATED, "");
+    k.until(
+        "the decorator's finalizer to be removed",
+        &[
+            "get",
+            "statefulset",
+            "web",
+            "-o",
+            "jsonpath={.metadata.finalizers}",
+        ],
+        |ok, out| ok && !out.contains(FINALIZER),
+    );
+    k.until_jsonpath(&["statefulset", "web"], "{.status.readyReplicas}", "2");
+}
+
 #[test]
 fn service_per_pod_follows_scale_and_cleans_up_on_opt_out_and_delete() {
     if !all_installed(&["kubectl", "node"]) {
@@ -53,8 +78,7 @@ fn service_per_pod_follows_scale_and_cleans_up_on_opt_out_and_delete() {
     let _hook = start_hook(hook, port);
 
     let k = cluster.namespace("spp");
-    let url = format!("127.0.0.1:{port}");
-    k.apply(&cluster.rewrite(EXAMPLE, "controller.yaml", &[("127.0.0.1:8080", &url)]));
+    cluster.apply_controller(&k, EXAMPLE, port);
     k.apply(&example_file(EXAMPLE, "statefulset.yaml"));
 
     // The StatefulSet's pods run (simulated kubelet in dev mode) and each gets its Service.
@@ -91,28 +115,7 @@ fn service_per_pod_follows_scale_and_cleans_up_on_opt_out_and_delete() {
     k.ok(&["scale", "statefulset", "web", "--replicas=2"]);
     until_services(&k, &["web-0", "web-1"]);
 
-    // Opt out: the finalize hook removes the Services and the label, then the finalizer goes.
-    k.ok(&[
-        "annotate",
-        "statefulset",
-        "web",
-        "service-per-pod.example.com/port-",
-    ]);
-    until_services(&k, &[]);
-    k.until_jsonpath(&["statefulset", "web"], DECORATED, "");
-    k.until(
-        "the decorator's finalizer to be removed",
-        &[
-            "get",
-            "statefulset",
-            "web",
-            "-o",
-            "jsonpath={.metadata.finalizers}",
-        ],
-        |ok, out| ok && !out.contains(FINALIZER),
-    );
-    // The StatefulSet itself is untouched: still two ready pods.
-    k.until_jsonpath(&["statefulset", "web"], "{.status.readyReplicas}", "2");
+    opt_out_cleans_up(&k);
 
     // Opt in again, then delete: the finalize hook runs before the StatefulSet goes.
     k.ok(&[
@@ -125,7 +128,5 @@ fn service_per_pod_follows_scale_and_cleans_up_on_opt_out_and_delete() {
     k.ok(&["delete", "statefulset", "web", "--wait=true"]);
     k.until_gone(&["statefulset", "web"]);
     assert_eq!(services(&k), Vec::<String>::new());
-    if cluster.is_real() {
-        k.ok(&["delete", "namespace", k.ns(), "--wait=false"]);
-    }
+    cluster.clean_up(&[&k]);
 }

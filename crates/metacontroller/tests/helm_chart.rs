@@ -13,6 +13,7 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, ListParams};
+use kube::core::DynamicObject;
 use metacontroller_testkit::{dynamic_api, eventually, unique_name, TestCluster};
 use serde_json::{json, Value};
 
@@ -24,6 +25,19 @@ fn find<'a>(objects: &'a [Value], kind: &str, name: &str) -> &'a Value {
         .iter()
         .find(|o| o["kind"] == kind && o["metadata"]["name"] == name)
         .unwrap_or_else(|| panic!("the render has no {kind} {name}"))
+}
+
+/// `hack/helm_chart.py args` (a `render`), which must succeed (`what` names it when it does
+/// not); the objects it rendered.
+async fn render(args: &[&str], what: &str) -> Vec<Value> {
+    let out = helm_chart(args).await.expect_ok(what);
+    serde_json::from_str(&out).expect("JSON objects")
+}
+
+/// The container args of the rendered StatefulSet `metacontroller`.
+fn default_sts_args(objects: &[Value]) -> &Value {
+    &find(objects, "StatefulSet", "metacontroller")["spec"]["template"]["spec"]["containers"][0]
+        ["args"]
 }
 
 #[tokio::test]
@@ -52,8 +66,7 @@ async fn default_render_is_secure_and_single_replica() {
     if !helm_sdk_available() {
         return;
     }
-    let out = helm_chart(&["render"]).await.expect_ok("helm template");
-    let objects: Vec<Value> = serde_json::from_str(&out).expect("JSON objects");
+    let objects = render(&["render"], "helm template").await;
     let sts = find(&objects, "StatefulSet", "metacontroller");
     assert_eq!(sts["metadata"]["namespace"], "metacontroller");
     assert_eq!(sts["spec"]["replicas"], 1);
@@ -129,14 +142,15 @@ async fn upstream_style_values_file_sets_every_key() {
     if !helm_sdk_available() {
         return;
     }
-    let out = helm_chart(&[
-        "render",
-        "--values",
-        "charts/metacontroller/ci/upstream-all-keys-values.yaml",
-    ])
-    .await
-    .expect_ok("rendering upstream-all-keys-values.yaml");
-    let objects: Vec<Value> = serde_json::from_str(&out).expect("JSON objects");
+    let objects = render(
+        &[
+            "render",
+            "--values",
+            "charts/metacontroller/ci/upstream-all-keys-values.yaml",
+        ],
+        "rendering upstream-all-keys-values.yaml",
+    )
+    .await;
     let ns = "platform-controllers"; // namespaceOverride
     let full = "metacontroller-prod"; // fullnameOverride
 
@@ -146,8 +160,36 @@ async fn upstream_style_values_file_sets_every_key() {
         sa["metadata"]["annotations"],
         json!({"iam.example.com/role": "metacontroller"})
     );
+    check_upstream_statefulset(find(&objects, "StatefulSet", full), ns);
 
-    let sts = find(&objects, "StatefulSet", full);
+    let role = find(&objects, "ClusterRole", full);
+    assert_eq!(
+        role["aggregationRule"]["clusterRoleSelectors"][0]["matchLabels"],
+        json!({"rbac.example.com/aggregate-to-metacontroller": "true"})
+    );
+    assert_eq!(role["rules"], json!([]));
+    let binding = find(&objects, "ClusterRoleBinding", full);
+    assert_eq!(
+        binding["subjects"],
+        json!([{"kind": "ServiceAccount", "name": "metacontroller-sa", "namespace": ns}])
+    );
+
+    let pdb = find(&objects, "PodDisruptionBudget", full);
+    assert_eq!(pdb["apiVersion"], "policy/v1");
+    // Kubernetes allows one of the two; minAvailable wins as in upstream's chart.
+    assert_eq!(pdb["spec"]["minAvailable"], 1);
+    assert!(pdb["spec"].get("maxUnavailable").is_none());
+
+    let svc = find(&objects, "Service", full);
+    assert_eq!(
+        svc["spec"]["ports"],
+        json!([{"name": "metrics", "port": 9999, "protocol": "TCP", "targetPort": 9999}])
+    );
+}
+
+/// The StatefulSet rendered from upstream-all-keys-values.yaml in namespace `ns`: each pod
+/// and container key of the values file reached it.
+fn check_upstream_statefulset(sts: &Value, ns: &str) {
     assert_eq!(sts["metadata"]["namespace"], ns);
     assert_eq!(sts["metadata"]["labels"]["app.kubernetes.io/name"], "mc"); // nameOverride
     assert_eq!(sts["spec"]["replicas"], 2);
@@ -199,30 +241,6 @@ async fn upstream_style_values_file_sets_every_key() {
     assert_eq!(c["securityContext"]["runAsUser"], 65532);
     assert_eq!(c["livenessProbe"]["httpGet"]["port"], 8082); // probes.port
     assert_eq!(c["readinessProbe"]["httpGet"]["port"], 8082);
-
-    let role = find(&objects, "ClusterRole", full);
-    assert_eq!(
-        role["aggregationRule"]["clusterRoleSelectors"][0]["matchLabels"],
-        json!({"rbac.example.com/aggregate-to-metacontroller": "true"})
-    );
-    assert_eq!(role["rules"], json!([]));
-    let binding = find(&objects, "ClusterRoleBinding", full);
-    assert_eq!(
-        binding["subjects"],
-        json!([{"kind": "ServiceAccount", "name": "metacontroller-sa", "namespace": ns}])
-    );
-
-    let pdb = find(&objects, "PodDisruptionBudget", full);
-    assert_eq!(pdb["apiVersion"], "policy/v1");
-    // Kubernetes allows one of the two; minAvailable wins as in upstream's chart.
-    assert_eq!(pdb["spec"]["minAvailable"], 1);
-    assert!(pdb["spec"].get("maxUnavailable").is_none());
-
-    let svc = find(&objects, "Service", full);
-    assert_eq!(
-        svc["spec"]["ports"],
-        json!([{"name": "metrics", "port": 9999, "protocol": "TCP", "targetPort": 9999}])
-    );
 }
 
 #[tokio::test]
@@ -230,18 +248,18 @@ async fn an_explicit_leader_election_flag_is_left_alone() {
     if !helm_sdk_available() {
         return;
     }
-    let out = helm_chart(&[
-        "render",
-        "--set-json",
-        r#"{"replicas": 3, "commandArgs": ["--leader-election=false"]}"#,
-    ])
-    .await
-    .expect_ok("rendering with --leader-election=false");
-    let objects: Vec<Value> = serde_json::from_str(&out).expect("JSON objects");
-    let sts = find(&objects, "StatefulSet", "metacontroller");
+    let objects = render(
+        &[
+            "render",
+            "--set-json",
+            r#"{"replicas": 3, "commandArgs": ["--leader-election=false"]}"#,
+        ],
+        "rendering with --leader-election=false",
+    )
+    .await;
     assert_eq!(
-        sts["spec"]["template"]["spec"]["containers"][0]["args"],
-        json!(["--leader-election=false"])
+        default_sts_args(&objects),
+        &json!(["--leader-election=false"])
     );
 }
 
@@ -250,19 +268,20 @@ async fn sharding_makes_every_replica_active() {
     if !helm_sdk_available() {
         return;
     }
-    let out = helm_chart(&[
-        "render",
-        "--set-json",
-        r#"{"replicas": 3, "commandArgs": [], "sharding": {"enabled": true, "shards": 32}}"#,
-    ])
-    .await
-    .expect_ok("rendering with sharding on");
-    let objects: Vec<Value> = serde_json::from_str(&out).expect("JSON objects");
+    let objects = render(
+        &[
+            "render",
+            "--set-json",
+            r#"{"replicas": 3, "commandArgs": [], "sharding": {"enabled": true, "shards": 32}}"#,
+        ],
+        "rendering with sharding on",
+    )
+    .await;
     let sts = find(&objects, "StatefulSet", "metacontroller");
     assert_eq!(sts["spec"]["replicas"], json!(3));
     assert_eq!(
-        sts["spec"]["template"]["spec"]["containers"][0]["args"],
-        json!(["--sharding", "--shards=32"])
+        default_sts_args(&objects),
+        &json!(["--sharding", "--shards=32"])
     );
     // The Leases (membership and shards) are in the release namespace, with the verbs the
     // coordinator uses.
@@ -282,12 +301,12 @@ async fn sharding_makes_every_replica_active() {
     .await;
     assert!(!bad.ok, "shards: 0 accepted");
     // Without a count the chart passes the binary's default (tests/cli.rs).
-    let out = helm_chart(&["render", "--set-json", r#"{"sharding": {"enabled": true}}"#])
-        .await
-        .expect_ok("rendering with sharding on, default shards");
-    let objects: Vec<Value> = serde_json::from_str(&out).expect("JSON objects");
-    let args = &find(&objects, "StatefulSet", "metacontroller")["spec"]["template"]["spec"]
-        ["containers"][0]["args"];
+    let objects = render(
+        &["render", "--set-json", r#"{"sharding": {"enabled": true}}"#],
+        "rendering with sharding on, default shards",
+    )
+    .await;
+    let args = default_sts_args(&objects);
     assert!(
         args.as_array()
             .is_some_and(|a| a.contains(&json!("--shards=60"))),
@@ -302,16 +321,16 @@ async fn watch_namespaces_renders_roles_and_a_minimal_cluster_role() {
     if !helm_sdk_available() {
         return;
     }
-    let out = helm_chart(&[
-        "render",
-        "--set-json",
-        r#"{"watchNamespaces": ["team-a", "team-b"]}"#,
-    ])
-    .await
-    .expect_ok("rendering with watchNamespaces");
-    let objects: Vec<Value> = serde_json::from_str(&out).expect("JSON objects");
-    let args = &find(&objects, "StatefulSet", "metacontroller")["spec"]["template"]["spec"]
-        ["containers"][0]["args"];
+    let objects = render(
+        &[
+            "render",
+            "--set-json",
+            r#"{"watchNamespaces": ["team-a", "team-b"]}"#,
+        ],
+        "rendering with watchNamespaces",
+    )
+    .await;
+    let args = default_sts_args(&objects);
     assert!(
         args.as_array()
             .is_some_and(|a| a.contains(&json!("--watch-namespaces=team-a,team-b"))),
@@ -423,68 +442,119 @@ where
     matches!(api.get_opt(name).await, Ok(None))
 }
 
-/// `helm install`, `helm upgrade` with changed values, and `helm uninstall` of the chart,
-/// with Helm's own client (server-side apply, release Secrets) against the API server.
-#[tokio::test]
-async fn helm_installs_upgrades_and_uninstalls_the_chart() {
-    if !helm_sdk_available() {
-        return;
-    }
-    let cluster = TestCluster::start().await;
-    let kubeconfig = cluster.kubeconfig_path().to_str().expect("UTF-8 path");
-    let client = cluster.client();
-    let ns = unique_name("helm");
-    let release = unique_name("mc");
-    let full = format!("{release}-metacontroller");
-    let target = [
-        "--kubeconfig",
-        kubeconfig,
-        "--release",
-        &release,
-        "--namespace",
-        &ns,
-    ];
-    let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
-    let release_secrets = ListParams::default().labels(&format!("owner=helm,name={release}"));
+/// The Metacontroller CRDs the chart ships in `crds/`.
+const METACONTROLLER_CRDS: [&str; 3] = [
+    "compositecontrollers",
+    "decoratorcontrollers",
+    "controllerrevisions",
+];
 
-    // A typo is refused before anything is created.
-    let typo = helm_chart(
-        &[
-            &["install"],
-            &target[..],
-            &["--set-json", r#"{"replcas": 2}"#],
+/// One Helm release of the chart in a namespace of its own, driven by `hack/helm_chart.py`.
+struct Release {
+    cluster: TestCluster,
+    client: kube::Client,
+    ns: String,
+    release: String,
+    /// The objects' name, `<release>-metacontroller`.
+    full: String,
+}
+
+impl Release {
+    /// A release with unique names in a fresh [`TestCluster`] (nothing installed yet).
+    async fn new() -> Self {
+        let cluster = TestCluster::start().await;
+        let client = cluster.client();
+        let release = unique_name("mc");
+        Release {
+            cluster,
+            client,
+            ns: unique_name("helm"),
+            full: format!("{release}-metacontroller"),
+            release,
+        }
+    }
+
+    /// `helm <action>` of this release with `extra` arguments.
+    async fn helm(&self, action: &str, extra: &[&str]) -> helm::Run {
+        let kubeconfig = self.cluster.kubeconfig_path().to_str().expect("UTF-8 path");
+        let target = [
+            action,
+            "--kubeconfig",
+            kubeconfig,
+            "--release",
+            &self.release,
+            "--namespace",
+            &self.ns,
+        ];
+        helm_chart(&[&target[..], extra].concat()).await
+    }
+
+    fn secrets(&self) -> Api<Secret> {
+        Api::namespaced(self.client.clone(), &self.ns)
+    }
+
+    /// Selects the release's Secrets (one per revision).
+    fn release_secrets(&self) -> ListParams {
+        ListParams::default().labels(&format!("owner=helm,name={}", self.release))
+    }
+
+    fn statefulsets(&self) -> Api<StatefulSet> {
+        Api::namespaced(self.client.clone(), &self.ns)
+    }
+
+    fn service_monitors(&self) -> Api<DynamicObject> {
+        dynamic_api(
+            self.client.clone(),
+            "monitoring.coreos.com/v1",
+            "ServiceMonitor",
+            "servicemonitors",
+            Some(&self.ns),
+        )
+    }
+
+    /// The names of the release's ClusterRoles.
+    fn cluster_role_names(&self) -> [String; 4] {
+        let full = &self.full;
+        [
+            full.clone(),
+            format!("{full}-runtime"),
+            format!("{full}-aggregate-view"),
+            format!("{full}-aggregate-edit"),
         ]
-        .concat(),
-    )
-    .await;
+    }
+}
+
+/// `helm install`: a typo in the values is refused first; then revision 1 with its release
+/// Secret, the CRDs, a server-side applied single-replica StatefulSet and the RBAC objects.
+async fn install_and_check(r: &Release) {
+    // A typo is refused before anything is created.
+    let typo = r
+        .helm("install", &["--set-json", r#"{"replcas": 2}"#])
+        .await;
     assert!(
         !typo.ok && typo.stderr.contains("'replcas' not allowed"),
         "{}",
         typo.stderr
     );
-
-    helm_chart(&[&["install"], &target[..]].concat())
-        .await
-        .expect_ok("helm install");
-    let secret = secrets
-        .get(&format!("sh.helm.release.v1.{release}.v1"))
+    r.helm("install", &[]).await.expect_ok("helm install");
+    let secret = r
+        .secrets()
+        .get(&format!("sh.helm.release.v1.{}.v1", r.release))
         .await
         .expect("the release Secret of revision 1");
     assert_eq!(secret.type_.as_deref(), Some("helm.sh/release.v1"));
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    for crd in [
-        "compositecontrollers",
-        "decoratorcontrollers",
-        "controllerrevisions",
-    ] {
+    let crds: Api<CustomResourceDefinition> = Api::all(r.client.clone());
+    for crd in METACONTROLLER_CRDS {
         crds.get(&format!("{crd}.metacontroller.k8s.io"))
             .await
             .unwrap_or_else(|e| panic!("CRD {crd} from the chart's crds/: {e}"));
     }
-    let statefulsets: Api<StatefulSet> = Api::namespaced(client.clone(), &ns);
-    let sts = statefulsets.get(&full).await.expect("the StatefulSet");
-    let spec = &sts.spec;
-    assert_eq!(spec.replicas, Some(1));
+    let sts = r
+        .statefulsets()
+        .get(&r.full)
+        .await
+        .expect("the StatefulSet");
+    assert_eq!(sts.spec.replicas, Some(1));
     // Helm 4 writes with server-side apply.
     let managers = sts.metadata.managed_fields.clone().unwrap_or_default();
     assert!(
@@ -493,49 +563,46 @@ async fn helm_installs_upgrades_and_uninstalls_the_chart() {
             .any(|m| m.operation.as_deref() == Some("Apply")),
         "not server-side applied: {managers:?}"
     );
-    Api::<ServiceAccount>::namespaced(client.clone(), &ns)
-        .get(&full)
+    Api::<ServiceAccount>::namespaced(r.client.clone(), &r.ns)
+        .get(&r.full)
         .await
         .expect("the ServiceAccount");
-    Api::<Role>::namespaced(client.clone(), &ns)
-        .get(&format!("{full}-leader-election"))
+    Api::<Role>::namespaced(r.client.clone(), &r.ns)
+        .get(&format!("{}-leader-election", r.full))
         .await
         .expect("the leader election Role");
-    let cluster_roles: Api<ClusterRole> = Api::all(client.clone());
-    let cluster_role_names = [
-        full.clone(),
-        format!("{full}-runtime"),
-        format!("{full}-aggregate-view"),
-        format!("{full}-aggregate-edit"),
-    ];
-    for name in &cluster_role_names {
+    let cluster_roles: Api<ClusterRole> = Api::all(r.client.clone());
+    for name in &r.cluster_role_names() {
         cluster_roles
             .get(name)
             .await
             .unwrap_or_else(|e| panic!("ClusterRole {name}: {e}"));
     }
+}
 
-    // Upgrade: two replicas with a PodDisruptionBudget and the metrics Service.
-    helm_chart(
+/// `helm upgrade` to two replicas with a PodDisruptionBudget and the metrics Service:
+/// revision 2, leader election on, both new objects there.
+async fn upgrade_and_check(r: &Release) {
+    r.helm(
+        "upgrade",
         &[
-            &["upgrade"],
-            &target[..],
-            &[
-                "--values",
-                "charts/metacontroller/ci/leader-election-values.yaml",
-                "--set-json",
-                r#"{"service": {"enabled": true}}"#,
-            ],
-        ]
-        .concat(),
+            "--values",
+            "charts/metacontroller/ci/leader-election-values.yaml",
+            "--set-json",
+            r#"{"service": {"enabled": true}}"#,
+        ],
     )
     .await
     .expect_ok("helm upgrade");
-    secrets
-        .get(&format!("sh.helm.release.v1.{release}.v2"))
+    r.secrets()
+        .get(&format!("sh.helm.release.v1.{}.v2", r.release))
         .await
         .expect("the release Secret of revision 2");
-    let sts = statefulsets.get(&full).await.expect("the StatefulSet");
+    let sts = r
+        .statefulsets()
+        .get(&r.full)
+        .await
+        .expect("the StatefulSet");
     let spec = sts.spec;
     assert_eq!(spec.replicas, Some(2));
     let args = spec.template.spec.expect("pod spec").containers[0]
@@ -543,43 +610,40 @@ async fn helm_installs_upgrades_and_uninstalls_the_chart() {
         .clone()
         .unwrap_or_default();
     assert!(args.contains(&"--leader-election".to_string()), "{args:?}");
-    let pdb = Api::<PodDisruptionBudget>::namespaced(client.clone(), &ns)
-        .get(&full)
+    let pdb = Api::<PodDisruptionBudget>::namespaced(r.client.clone(), &r.ns)
+        .get(&r.full)
         .await
         .expect("the PodDisruptionBudget");
     assert_eq!(
         serde_json::to_value(pdb.spec.and_then(|s| s.min_available)).unwrap(),
         json!(1)
     );
-    let svc = Api::<Service>::namespaced(client.clone(), &ns)
-        .get(&full)
+    let svc = Api::<Service>::namespaced(r.client.clone(), &r.ns)
+        .get(&r.full)
         .await
         .expect("the metrics Service");
     assert_eq!(
         svc.spec.and_then(|s| s.ports).unwrap_or_default()[0].port,
         9999
     );
+}
 
-    // A ServiceMonitor needs the Prometheus Operator's CRD: without it Helm names the cause
-    // (this goes through /openapi/v2), with it the upgrade works.
+/// A ServiceMonitor needs the Prometheus Operator's CRD: without it Helm names the cause
+/// (this goes through /openapi/v2); with it (installed here on the embedded server) the
+/// upgrade creates the monitor. Returns whether it did.
+async fn upgrade_with_a_service_monitor(r: &Release) -> bool {
+    let monitor_values = [
+        "--values",
+        "charts/metacontroller/ci/service-monitor-values.yaml",
+    ];
+    let crds: Api<CustomResourceDefinition> = Api::all(r.client.clone());
     let crd_absent = crds
         .get_opt("servicemonitors.monitoring.coreos.com")
         .await
         .expect("reading CRDs")
         .is_none();
     if crd_absent {
-        let refused = helm_chart(
-            &[
-                &["upgrade"],
-                &target[..],
-                &[
-                    "--values",
-                    "charts/metacontroller/ci/service-monitor-values.yaml",
-                ],
-            ]
-            .concat(),
-        )
-        .await;
+        let refused = r.helm("upgrade", &monitor_values).await;
         assert!(!refused.ok, "installed a ServiceMonitor without its CRD");
         assert!(
             refused.stderr.contains(
@@ -588,42 +652,74 @@ async fn helm_installs_upgrades_and_uninstalls_the_chart() {
             "{}",
             refused.stderr
         );
-        if cluster.is_embedded() {
-            cluster.install_crd(&service_monitor_crd()).await;
+        if r.cluster.is_embedded() {
+            r.cluster.install_crd(&service_monitor_crd()).await;
         }
     }
-    let mut monitor_created = false;
-    if cluster.is_embedded() || !crd_absent {
-        helm_chart(
-            &[
-                &["upgrade"],
-                &target[..],
-                &[
-                    "--values",
-                    "charts/metacontroller/ci/service-monitor-values.yaml",
-                ],
-            ]
-            .concat(),
-        )
+    // A real cluster without the CRD keeps it that way: nothing to upgrade to.
+    if crd_absent && !r.cluster.is_embedded() {
+        return false;
+    }
+    r.helm("upgrade", &monitor_values)
         .await
         .expect_ok("helm upgrade with a ServiceMonitor");
-        monitor_created = true;
-        let monitors = dynamic_api(
-            client.clone(),
-            "monitoring.coreos.com/v1",
-            "ServiceMonitor",
-            "servicemonitors",
-            Some(&ns),
-        );
-        let monitor = monitors.get(&full).await.expect("the ServiceMonitor");
-        assert_eq!(monitor.data["spec"]["endpoints"][0]["port"], "metrics");
-        assert_eq!(monitor.data["spec"]["endpoints"][0]["interval"], "30s");
+    let monitor = r
+        .service_monitors()
+        .get(&r.full)
+        .await
+        .expect("the ServiceMonitor");
+    assert_eq!(monitor.data["spec"]["endpoints"][0]["port"], "metrics");
+    assert_eq!(monitor.data["spec"]["endpoints"][0]["interval"], "30s");
+    true
+}
+
+/// Whether every namespaced and cluster-scoped object of the release is gone (the
+/// ServiceMonitor too when `monitor_created`).
+async fn release_objects_gone(r: &Release, monitor_created: bool) -> bool {
+    let (client, ns, full) = (&r.client, &r.ns, &r.full);
+    let lease_role = format!("{full}-leader-election");
+    let bindings: Api<ClusterRoleBinding> = Api::all(client.clone());
+    let cluster_roles: Api<ClusterRole> = Api::all(client.clone());
+    let mut all_gone = gone(&r.statefulsets(), full).await
+        && gone(
+            &Api::<PodDisruptionBudget>::namespaced(client.clone(), ns),
+            full,
+        )
+        .await
+        && gone(&Api::<Service>::namespaced(client.clone(), ns), full).await
+        && gone(&Api::<ServiceAccount>::namespaced(client.clone(), ns), full).await
+        && gone(&Api::<Role>::namespaced(client.clone(), ns), &lease_role).await
+        && gone(
+            &Api::<RoleBinding>::namespaced(client.clone(), ns),
+            &lease_role,
+        )
+        .await
+        && gone(&bindings, full).await
+        && gone(&bindings, &format!("{full}-runtime")).await;
+    for name in &r.cluster_role_names() {
+        all_gone = all_gone && gone(&cluster_roles, name).await;
     }
+    if monitor_created {
+        all_gone = all_gone && gone(&r.service_monitors(), full).await;
+    }
+    all_gone
+}
+
+/// `helm install`, `helm upgrade` with changed values, and `helm uninstall` of the chart,
+/// with Helm's own client (server-side apply, release Secrets) against the API server.
+#[tokio::test]
+async fn helm_installs_upgrades_and_uninstalls_the_chart() {
+    if !helm_sdk_available() {
+        return;
+    }
+    let r = Release::new().await;
+    install_and_check(&r).await;
+    upgrade_and_check(&r).await;
+    let monitor_created = upgrade_with_a_service_monitor(&r).await;
 
     // Uninstall leaves nothing of the release behind (CRDs stay, as Helm documents).
-    helm_chart(&[&["uninstall"], &target[..]].concat())
-        .await
-        .expect_ok("helm uninstall");
+    r.helm("uninstall", &[]).await.expect_ok("helm uninstall");
+    let (secrets, release_secrets) = (r.secrets(), r.release_secrets());
     eventually("the release Secrets to be purged", || async {
         secrets
             .list(&release_secrets)
@@ -631,39 +727,11 @@ async fn helm_installs_upgrades_and_uninstalls_the_chart() {
             .is_ok_and(|l| l.items.is_empty())
     })
     .await;
-    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), &ns);
-    let services: Api<Service> = Api::namespaced(client.clone(), &ns);
-    let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), &ns);
-    let roles: Api<Role> = Api::namespaced(client.clone(), &ns);
-    let role_bindings: Api<RoleBinding> = Api::namespaced(client.clone(), &ns);
-    let bindings: Api<ClusterRoleBinding> = Api::all(client.clone());
-    let lease_role = format!("{full}-leader-election");
-    let runtime_binding = format!("{full}-runtime");
-    eventually("every object of the release to be deleted", || async {
-        let mut all_gone = gone(&statefulsets, &full).await
-            && gone(&pdbs, &full).await
-            && gone(&services, &full).await
-            && gone(&accounts, &full).await
-            && gone(&roles, &lease_role).await
-            && gone(&role_bindings, &lease_role).await
-            && gone(&bindings, &full).await
-            && gone(&bindings, &runtime_binding).await;
-        for name in &cluster_role_names {
-            all_gone = all_gone && gone(&cluster_roles, name).await;
-        }
-        if monitor_created {
-            let monitors = dynamic_api(
-                client.clone(),
-                "monitoring.coreos.com/v1",
-                "ServiceMonitor",
-                "servicemonitors",
-                Some(&ns),
-            );
-            all_gone = all_gone && gone(&monitors, &full).await;
-        }
-        all_gone
+    eventually("every object of the release to be deleted", || {
+        release_objects_gone(&r, monitor_created)
     })
     .await;
+    let crds: Api<CustomResourceDefinition> = Api::all(r.client.clone());
     assert!(
         crds.get_opt("compositecontrollers.metacontroller.k8s.io")
             .await
@@ -729,11 +797,7 @@ async fn kubectl_apply_k_deploy_creates_the_installation() {
             .unwrap_or_else(|e| panic!("ClusterRoleBinding {name}: {e}"));
     }
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    for crd in [
-        "compositecontrollers",
-        "decoratorcontrollers",
-        "controllerrevisions",
-    ] {
+    for crd in METACONTROLLER_CRDS {
         crds.get(&format!("{crd}.metacontroller.k8s.io"))
             .await
             .unwrap_or_else(|e| panic!("CRD {crd}: {e}"));

@@ -16,32 +16,19 @@ use k8s_openapi::ByteString;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::core::DynamicObject;
 use metacontroller_api::composite::CompositeController;
+use metacontroller_testkit::replicas::run_args;
 use metacontroller_testkit::{
-    eventually_within, unique_name, ControllerProcess, CrdBuilder, HookReply, HookServer,
-    TestCluster,
+    configmap_child_reply, create_object, eventually_within, parent_name, ControllerProcess,
+    CrdBuilder, HookReply, HookServer, TestCluster,
 };
 use serde_json::{json, Value};
 use support::{server_tls, Ca, TlsHookServer};
 
 const WAIT: Duration = Duration::from_secs(60);
 
-/// The sync answer: one ConfigMap child `<parent>-cm` and a status.
-fn sync_reply(request: &Value) -> Value {
-    let name = request["parent"]["metadata"]["name"]
-        .as_str()
-        .unwrap_or_default();
-    json!({
-        "children": [{"apiVersion": "v1", "kind": "ConfigMap",
-                      "metadata": {"name": format!("{name}-cm"), "labels": {"app": name}},
-                      "data": {"k": "v"}}],
-        "status": {"ok": true},
-    })
-}
-
 /// Creates a CompositeController over `parent` with ConfigMap children and `spec` merged
 /// into its spec; returns the label that selects it.
 async fn create_controller(cluster: &TestCluster, parent: &CrdBuilder, spec: Value) -> String {
-    let label = unique_name("team");
     let mut full = json!({
         "parentResource": {"apiVersion": parent.api_version(), "resource": parent.plural()},
         "childResources": [{"apiVersion": "v1", "resource": "configmaps",
@@ -50,10 +37,9 @@ async fn create_controller(cluster: &TestCluster, parent: &CrdBuilder, spec: Val
     for (key, value) in spec.as_object().unwrap() {
         full[key] = value.clone();
     }
-    let _: CompositeController = cluster
-        .create_controller(&unique_name("creds"), &label, json!(full))
-        .await;
-    label
+    cluster
+        .create_labelled_controller::<CompositeController>("creds", full)
+        .await
 }
 
 fn start_binary(cluster: &TestCluster, label: &str, extra: &[&str]) -> ControllerProcess {
@@ -66,15 +52,7 @@ fn start_binary_with_env(
     extra: &[&str],
     env: &[(&str, String)],
 ) -> ControllerProcess {
-    let mut args = vec![
-        "run".to_owned(),
-        "--kubeconfig".to_owned(),
-        cluster.kubeconfig_path().display().to_string(),
-        "--discovery-interval".to_owned(),
-        "500ms".to_owned(),
-        "--target-label-selector".to_owned(),
-        format!("team={label}"),
-    ];
+    let mut args = run_args(cluster.kubeconfig_path(), label);
     args.extend(extra.iter().map(|s| s.to_string()));
     ControllerProcess::start_with_env(
         env!("CARGO_BIN_EXE_metacontroller"),
@@ -84,14 +62,27 @@ fn start_binary_with_env(
 }
 
 async fn create_parent(cluster: &TestCluster, parent: &CrdBuilder, ns: &str, name: &str) {
-    let api = parent.api(cluster.client(), Some(ns));
-    let obj: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": parent.api_version(), "kind": "Parent",
-        "metadata": {"name": name},
-        "spec": {"n": 1, "selector": {"matchLabels": {"app": name}}}
-    }))
-    .unwrap();
-    api.create(&PostParams::default(), &obj).await.unwrap();
+    create_object(
+        &parent.api(cluster.client(), Some(ns)),
+        json!({
+            "apiVersion": parent.api_version(), "kind": "Parent",
+            "metadata": {"name": name},
+            "spec": {"n": 1, "selector": {"matchLabels": {"app": name}}}
+        }),
+    )
+    .await;
+}
+
+/// Sets parent `name`'s `spec.n` to `n` (a change that causes a sync).
+async fn set_n(parents: &Api<DynamicObject>, name: &str, n: u32) {
+    parents
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"n": n}})),
+        )
+        .await
+        .unwrap();
 }
 
 fn secret(name: &str, data: &[(&str, &[u8])]) -> Secret {
@@ -110,20 +101,7 @@ fn secret(name: &str, data: &[(&str, &[u8])]) -> Secret {
 }
 
 async fn wait_child(cluster: &TestCluster, ns: &str, name: &str, process: &ControllerProcess) {
-    let cms: Api<ConfigMap> = Api::namespaced(cluster.client(), ns);
-    let what = format!("child ConfigMap {ns}/{name}");
-    let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
-        if cms.get_opt(name).await.unwrap().is_some() {
-            return;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for {what}; controller logs:\n{}",
-            process.logs()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    cluster.wait_for_configmap(ns, name, process, WAIT).await;
 }
 
 /// The message of a SyncError Event on parent `parent` that `matches`, if one was recorded.
@@ -142,45 +120,60 @@ async fn sync_error(
     })
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn bearer_token_and_ca_via_endpoint_configs_follow_rotation_and_report_a_missing_secret() {
-    let cluster = TestCluster::start().await;
-    cluster.install_metacontroller_crds().await;
-    let ns = cluster.create_namespace("bearer").await;
-    let parent = cluster.install_parent_crd("bearer").await;
+/// Waits for a SyncError Event on `parent` whose message contains `needle` (`what` names
+/// it) and returns the message.
+async fn wait_sync_error(events: &Api<Event>, parent: &str, what: &str, needle: &str) -> String {
+    let matches = |m: &str| m.contains(needle);
+    eventually_within(what, WAIT, || async {
+        sync_error(events, parent, matches).await.is_some()
+    })
+    .await;
+    sync_error(events, parent, matches).await.unwrap()
+}
 
-    let ca = Ca::new("hook CA");
-    let expected = Arc::new(Mutex::new("Bearer token-one".to_owned()));
-    let server = TlsHookServer::start(server_tls(&ca.server_leaf(&["127.0.0.1"]), None), {
-        let expected = expected.clone();
+/// An HTTPS hook server (certificate from `ca`) answering [`configmap_child_reply`] to calls whose
+/// `Authorization` header is the current `expected` value, 401 to others.
+async fn bearer_server(ca: &Ca, expected: Arc<Mutex<String>>) -> TlsHookServer {
+    TlsHookServer::start(
+        server_tls(&ca.server_leaf(&["127.0.0.1"]), None),
         move |call| {
             if call.authorization.as_deref() != Some(expected.lock().unwrap().as_str()) {
                 return (401, json!({"error": "unauthorized"}));
             }
-            (200, sync_reply(&call.body))
-        }
-    })
-    .await;
+            (200, configmap_child_reply(&call.body))
+        },
+    )
+    .await
+}
 
-    let cms: Api<ConfigMap> = Api::namespaced(cluster.client(), &ns);
+/// A controller whose hook credentials come from `endpointConfigs`: the CA from ConfigMap
+/// `hook-ca` (created here from `ca`), the Bearer token from Secret `hook-token` (created
+/// here holding `token-one`); an entry for the same host on another port names a wrong
+/// Secret. Returns the controller's label.
+async fn endpoint_configs_controller(
+    cluster: &TestCluster,
+    parent: &CrdBuilder,
+    ns: &str,
+    ca: &Ca,
+    server: &TlsHookServer,
+) -> String {
+    let cms: Api<ConfigMap> = Api::namespaced(cluster.client(), ns);
     let ca_cm: ConfigMap = serde_json::from_value(json!({
         "metadata": {"name": "hook-ca"}, "data": {"ca.crt": ca.pem()}
     }))
     .unwrap();
     cms.create(&PostParams::default(), &ca_cm).await.unwrap();
-    let secrets: Api<Secret> = Api::namespaced(cluster.client(), &ns);
-    secrets
+    Api::<Secret>::namespaced(cluster.client(), ns)
         .create(
             &PostParams::default(),
             &secret("hook-token", &[("token", b"token-one")]),
         )
         .await
         .unwrap();
-
     let port = server.addr.port();
-    let label = create_controller(
-        &cluster,
-        &parent,
+    create_controller(
+        cluster,
+        parent,
         json!({
             "hooks": {"sync": {"webhook": {"url": server.url("/sync")}}},
             "endpointConfigs": [
@@ -193,8 +186,20 @@ async fn bearer_token_and_ca_via_endpoint_configs_follow_rotation_and_report_a_m
             ],
         }),
     )
-    .await;
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bearer_token_and_ca_via_endpoint_configs_follow_rotation_and_report_a_missing_secret() {
+    let (cluster, ns, parent) = TestCluster::start_with_parent("bearer").await;
+
+    let ca = Ca::new("hook CA");
+    let expected = Arc::new(Mutex::new("Bearer token-one".to_owned()));
+    let server = bearer_server(&ca, expected.clone()).await;
+    let label = endpoint_configs_controller(&cluster, &parent, &ns, &ca, &server).await;
     let process = start_binary(&cluster, &label, &[]);
+    let cms: Api<ConfigMap> = Api::namespaced(cluster.client(), &ns);
+    let secrets: Api<Secret> = Api::namespaced(cluster.client(), &ns);
 
     create_parent(&cluster, &parent, &ns, "p1").await;
     wait_child(&cluster, &ns, "p1-cm", &process).await;
@@ -225,22 +230,15 @@ async fn bearer_token_and_ca_via_endpoint_configs_follow_rotation_and_report_a_m
         .await
         .unwrap();
     let parents = parent.api(cluster.client(), Some(&ns));
-    parents
-        .patch(
-            "p1",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"n": 2}})),
-        )
-        .await
-        .unwrap();
+    set_n(&parents, "p1", 2).await;
     let events: Api<Event> = Api::namespaced(cluster.client(), &ns);
-    let needle = format!("Secret {ns}/hook-token not found");
-    let naming_the_secret = |m: &str| m.contains(&needle);
-    eventually_within("SyncError Event naming the Secret", WAIT, || async {
-        sync_error(&events, "p1", naming_the_secret).await.is_some()
-    })
+    let message = wait_sync_error(
+        &events,
+        "p1",
+        "SyncError Event naming the Secret",
+        &format!("Secret {ns}/hook-token not found"),
+    )
     .await;
-    let message = sync_error(&events, "p1", naming_the_secret).await.unwrap();
     assert!(
         message.contains(&format!("sync hook failed for Parent {ns}/p1: ")),
         "{message}"
@@ -256,30 +254,20 @@ async fn bearer_token_and_ca_via_endpoint_configs_follow_rotation_and_report_a_m
         )
         .await
         .unwrap();
-    parents
-        .patch(
-            "p1",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"n": 3}})),
-        )
-        .await
-        .unwrap();
-    let needle = format!("Secret {ns}/hook-token has no key \"token\"");
-    eventually_within("SyncError Event naming the missing key", WAIT, || async {
-        sync_error(&events, "p1", |m| m.contains(&needle))
-            .await
-            .is_some()
-    })
+    set_n(&parents, "p1", 3).await;
+    wait_sync_error(
+        &events,
+        "p1",
+        "SyncError Event naming the missing key",
+        &format!("Secret {ns}/hook-token has no key \"token\""),
+    )
     .await;
     assert!(cms.get_opt("p1-cm").await.unwrap().is_some());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn basic_auth_and_client_certificate_from_secrets() {
-    let cluster = TestCluster::start().await;
-    cluster.install_metacontroller_crds().await;
-    let ns = cluster.create_namespace("mtls").await;
-    let parent = cluster.install_parent_crd("mtls").await;
+    let (cluster, ns, parent) = TestCluster::start_with_parent("mtls").await;
 
     let server_ca = Ca::new("server CA");
     let client_ca = Ca::new("client CA");
@@ -298,7 +286,7 @@ async fn basic_auth_and_client_certificate_from_secrets() {
                 if call.authorization.as_deref() != Some(basic.as_str()) {
                     return (401, json!({"error": "unauthorized"}));
                 }
-                (200, sync_reply(&call.body))
+                (200, configmap_child_reply(&call.body))
             }
         },
     )
@@ -348,10 +336,7 @@ async fn basic_auth_and_client_certificate_from_secrets() {
 async fn secret_data_never_reaches_trace_logs() {
     const RELATED_VALUE: &str = "related-SECRET-9f3b1";
     const CHILD_VALUE: &str = "child-SECRET-51c7e";
-    let cluster = TestCluster::start().await;
-    cluster.install_metacontroller_crds().await;
-    let ns = cluster.create_namespace("redact").await;
-    let parent = cluster.install_parent_crd("redact").await;
+    let (cluster, ns, parent) = TestCluster::start_with_parent("redact").await;
     let secrets: Api<Secret> = Api::namespaced(cluster.client(), &ns);
     secrets
         .create(
@@ -369,9 +354,7 @@ async fn secret_data_never_reaches_trace_logs() {
                 return HookReply::json(json!({"relatedResources": [
                     {"apiVersion": "v1", "resource": "secrets", "names": ["related"]}]}));
             }
-            let name = req["parent"]["metadata"]["name"]
-                .as_str()
-                .unwrap_or_default();
+            let name = parent_name(req);
             HookReply::json(json!({
                 "children": [{"apiVersion": "v1", "kind": "Secret",
                               "metadata": {"name": format!("{name}-secret"),
@@ -382,11 +365,9 @@ async fn secret_data_never_reaches_trace_logs() {
         }
     })
     .await;
-    let label = unique_name("team");
-    let _: CompositeController = cluster
-        .create_controller(
-            &unique_name("redact"),
-            &label,
+    let label = cluster
+        .create_labelled_controller::<CompositeController>(
+            "redact",
             json!({
                 "parentResource": {"apiVersion": parent.api_version(), "resource": parent.plural()},
                 "childResources": [{"apiVersion": "v1", "resource": "secrets",
@@ -427,13 +408,10 @@ async fn secret_data_never_reaches_trace_logs() {
 /// `SSL_CERT_FILE`, the system store rustls-native-certs reads, the same hook is called.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn https_hook_without_ca_bundle_is_verified_against_the_system_roots() {
-    let cluster = TestCluster::start().await;
-    cluster.install_metacontroller_crds().await;
-    let ns = cluster.create_namespace("sysroots").await;
-    let parent = cluster.install_parent_crd("sysroots").await;
+    let (cluster, ns, parent) = TestCluster::start_with_parent("sysroots").await;
     let ca = Ca::new("private hook CA");
     let server = TlsHookServer::start(server_tls(&ca.server_leaf(&["127.0.0.1"]), None), |call| {
-        (200, sync_reply(&call.body))
+        (200, configmap_child_reply(&call.body))
     })
     .await;
     let label = create_controller(

@@ -21,9 +21,12 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DeleteParams, PostParams};
 use kube::core::DynamicObject;
+use metacontroller_api::composite::CompositeController;
+use metacontroller_api::decorator::DecoratorController;
+use metacontroller_testkit::replicas::run_args;
 use metacontroller_testkit::{
-    crd, eventually_within, unique_name, ControllerProcess, CrdBuilder, HookReply, HookServer,
-    TestCluster,
+    crd, create_object, eventually_within, unique_name, ControllerKind, ControllerProcess,
+    CrdBuilder, HookReply, HookServer, TestCluster,
 };
 use serde_json::{json, Value};
 
@@ -214,15 +217,7 @@ async fn setup(version: &'static str, kind: &str, prefix: &'static str) -> Setup
 fn start_binary(s: &Setup) -> ControllerProcess {
     ControllerProcess::start(
         env!("CARGO_BIN_EXE_metacontroller"),
-        [
-            "run",
-            "--kubeconfig",
-            s.cluster.kubeconfig_path().to_str().expect("utf-8 path"),
-            "--discovery-interval",
-            "500ms",
-            "--target-label-selector",
-            &format!("team={}", s.label),
-        ],
+        run_args(s.cluster.kubeconfig_path(), &s.label),
     )
 }
 
@@ -242,57 +237,115 @@ fn has_child(req: &Value, field: &str, key: &str) -> bool {
     req[field]["ConfigMap.v1"].get(key).is_some()
 }
 
-async fn composite(version: &'static str) {
-    let s = setup(version, "GoldenParent", "composite").await;
-    let hooks = json!({
+/// The customize, sync and finalize hooks of a controller speaking hook `version`, each on
+/// its own path of the hook server.
+fn golden_hooks(s: &Setup, version: &str) -> Value {
+    json!({
         "customize": {"version": version, "webhook": {"url": s.hook.url("/customize")}},
         "sync": {"version": version, "webhook": {"url": s.hook.url("/sync")}},
         "finalize": {"version": version, "webhook": {"url": s.hook.url("/finalize")}},
-    });
-    let cc = json!({
-        "apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "CompositeController",
-        "metadata": {"name": s.controller, "labels": {"team": s.label}},
-        "spec": {
+    })
+}
+
+/// The key of child `name` in a request of hook `version` (v2 keys by `namespace/name`).
+fn child_key(s: &Setup, version: &str, name: &str) -> String {
+    match version {
+        "v1" => name.to_string(),
+        _ => format!("{}/{name}", s.ns),
+    }
+}
+
+/// Compares the first sync request that `pick` accepts with golden `sync_file`, and the
+/// first customize request with golden `customize_file`.
+async fn sync_and_customize_match_golden(
+    s: &Setup,
+    version: &str,
+    (sync_file, customize_file): (&str, &str),
+    pick: impl Fn(&Value) -> bool,
+) {
+    let sync = first_request(s, "/sync", pick).await;
+    assert_golden(&s.names, version, sync_file, &sync);
+    let customize = first_request(s, "/customize", |_| true).await;
+    assert_golden(&s.names, version, customize_file, &customize);
+}
+
+/// Deletes object `golden` through `api`, compares the first finalize request whose `field`
+/// holds child `key` with golden `file`, and waits until the finalized object (`what`) is gone.
+async fn finalize_matches_golden(
+    s: &Setup,
+    version: &str,
+    api: &Api<DynamicObject>,
+    (field, key): (&str, &str),
+    file: &str,
+    what: &str,
+) {
+    api.delete("golden", &DeleteParams::default())
+        .await
+        .unwrap();
+    let finalize = first_request(s, "/finalize", |r| {
+        r["finalizing"] == true && has_child(r, field, key)
+    })
+    .await;
+    assert_golden(&s.names, version, file, &finalize);
+    // `finalized: true` lets the object go.
+    eventually_within(what, WAIT, || async {
+        api.get_opt("golden").await.unwrap().is_none()
+    })
+    .await;
+}
+
+/// Creates this run's controller (`K`, named and labelled as `s` says) with `spec` and the
+/// golden hooks of `version`, and starts the binary for it.
+async fn start_controller<K: ControllerKind>(
+    s: &Setup,
+    version: &str,
+    mut spec: Value,
+) -> ControllerProcess {
+    spec["hooks"] = golden_hooks(s, version);
+    let _: K = s
+        .cluster
+        .create_controller(&s.controller, &s.label, spec)
+        .await;
+    start_binary(s)
+}
+
+async fn composite(version: &'static str) {
+    let s = setup(version, "GoldenParent", "composite").await;
+    let _binary = start_controller::<CompositeController>(
+        &s,
+        version,
+        json!({
             "parentResource": {"apiVersion": s.parent.api_version(), "resource": s.parent.plural()},
             "childResources": [{"apiVersion": "v1", "resource": "configmaps",
                                 "updateStrategy": {"method": "InPlace"}}],
-            "hooks": hooks,
-        }
-    });
-    Api::<metacontroller_api::composite::CompositeController>::all(s.cluster.client())
-        .create(&PostParams::default(), &serde_json::from_value(cc).unwrap())
-        .await
-        .unwrap();
-    let _binary = start_binary(&s);
-    let parents = s.parent.api(s.cluster.client(), Some(&s.ns));
-    let parent: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": s.parent.api_version(), "kind": s.parent.kind(),
-        "metadata": {"name": "golden"},
-        "spec": {"selector": {"matchLabels": {"app": "golden"}}}
-    }))
-    .unwrap();
-    parents
-        .create(&PostParams::default(), &parent)
-        .await
-        .unwrap();
-
-    let child_key = match version {
-        "v1" => "golden-child".to_string(),
-        _ => format!("{}/golden-child", s.ns),
-    };
-    // The sync that sees the child the first response created and the status it set.
-    let sync = first_request(&s, "/sync", |r| {
-        has_child(r, "children", &child_key) && r["parent"]["status"]["observedGeneration"] == 1
-    })
+        }),
+    )
     .await;
-    assert_golden(&s.names, version, "composite-sync-request.json", &sync);
-    let customize = first_request(&s, "/customize", |_| true).await;
-    assert_golden(
-        &s.names,
+    let parents = s.parent.api(s.cluster.client(), Some(&s.ns));
+    create_object(
+        &parents,
+        json!({
+            "apiVersion": s.parent.api_version(), "kind": s.parent.kind(),
+            "metadata": {"name": "golden"},
+            "spec": {"selector": {"matchLabels": {"app": "golden"}}}
+        }),
+    )
+    .await;
+
+    let child_key = child_key(&s, version, "golden-child");
+    // The sync that sees the child the first response created and the status it set.
+    sync_and_customize_match_golden(
+        &s,
         version,
-        "customize-request-composite.json",
-        &customize,
-    );
+        (
+            "composite-sync-request.json",
+            "customize-request-composite.json",
+        ),
+        |r| {
+            has_child(r, "children", &child_key) && r["parent"]["status"]["observedGeneration"] == 1
+        },
+    )
+    .await;
     // The response took effect: the child as desired, the status as answered.
     let child = Api::<ConfigMap>::namespaced(s.cluster.client(), &s.ns)
         .get("golden-child")
@@ -306,80 +359,55 @@ async fn composite(version: &'static str) {
             .map(String::as_str),
         Some("42")
     );
-
-    parents
-        .delete("golden", &DeleteParams::default())
-        .await
-        .unwrap();
-    let finalize = first_request(&s, "/finalize", |r| {
-        r["finalizing"] == true && has_child(r, "children", &child_key)
-    })
-    .await;
-    assert_golden(
-        &s.names,
+    finalize_matches_golden(
+        &s,
         version,
+        &parents,
+        ("children", &child_key),
         "composite-finalize-request.json",
-        &finalize,
-    );
-    // `finalized: true` lets the parent go.
-    eventually_within("parent finalized and gone", WAIT, || async {
-        parents.get_opt("golden").await.unwrap().is_none()
-    })
+        "parent finalized and gone",
+    )
     .await;
 }
 
 async fn decorator(version: &'static str) {
     let s = setup(version, "GoldenTarget", "decorator").await;
-    let hooks = json!({
-        "customize": {"version": version, "webhook": {"url": s.hook.url("/customize")}},
-        "sync": {"version": version, "webhook": {"url": s.hook.url("/sync")}},
-        "finalize": {"version": version, "webhook": {"url": s.hook.url("/finalize")}},
-    });
-    let dc = json!({
-        "apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "DecoratorController",
-        "metadata": {"name": s.controller, "labels": {"team": s.label}},
-        "spec": {
+    let _binary = start_controller::<DecoratorController>(
+        &s,
+        version,
+        json!({
             "resources": [{"apiVersion": s.parent.api_version(), "resource": s.parent.plural()}],
             "attachments": [{"apiVersion": "v1", "resource": "configmaps"}],
-            "hooks": hooks,
-        }
-    });
-    Api::<metacontroller_api::decorator::DecoratorController>::all(s.cluster.client())
-        .create(&PostParams::default(), &serde_json::from_value(dc).unwrap())
-        .await
-        .unwrap();
-    let _binary = start_binary(&s);
-    let targets = s.parent.api(s.cluster.client(), Some(&s.ns));
-    let target: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": s.parent.api_version(), "kind": s.parent.kind(),
-        "metadata": {"name": "golden", "labels": {"removed": "soon"}},
-        "spec": {"size": 1}
-    }))
-    .unwrap();
-    targets
-        .create(&PostParams::default(), &target)
-        .await
-        .unwrap();
-
-    let key = match version {
-        "v1" => "golden-attachment".to_string(),
-        _ => format!("{}/golden-attachment", s.ns),
-    };
-    let sync = first_request(&s, "/sync", |r| {
-        has_child(r, "attachments", &key)
-            && r["object"]["status"]["phase"] == "decorated"
-            && r["object"]["metadata"]["labels"]["decorated"] == "yes"
-            && r["object"]["metadata"]["annotations"]["golden/note"] == "hello"
-    })
+        }),
+    )
     .await;
-    assert_golden(&s.names, version, "decorator-sync-request.json", &sync);
-    let customize = first_request(&s, "/customize", |_| true).await;
-    assert_golden(
-        &s.names,
+    let targets = s.parent.api(s.cluster.client(), Some(&s.ns));
+    create_object(
+        &targets,
+        json!({
+            "apiVersion": s.parent.api_version(), "kind": s.parent.kind(),
+            "metadata": {"name": "golden", "labels": {"removed": "soon"}},
+            "spec": {"size": 1}
+        }),
+    )
+    .await;
+
+    let key = child_key(&s, version, "golden-attachment");
+    sync_and_customize_match_golden(
+        &s,
         version,
-        "customize-request-decorator.json",
-        &customize,
-    );
+        (
+            "decorator-sync-request.json",
+            "customize-request-decorator.json",
+        ),
+        |r| {
+            has_child(r, "attachments", &key)
+                && r["object"]["status"]["phase"] == "decorated"
+                && r["object"]["metadata"]["labels"]["decorated"] == "yes"
+                && r["object"]["metadata"]["annotations"]["golden/note"] == "hello"
+        },
+    )
+    .await;
     // Labels: set and removed (null); annotations set; the attachment exists.
     let current = targets.get("golden").await.unwrap();
     let labels = current.metadata.labels.unwrap_or_default();
@@ -398,24 +426,14 @@ async fn decorator(version: &'static str) {
         .get("golden-attachment")
         .await
         .unwrap();
-
-    targets
-        .delete("golden", &DeleteParams::default())
-        .await
-        .unwrap();
-    let finalize = first_request(&s, "/finalize", |r| {
-        r["finalizing"] == true && has_child(r, "attachments", &key)
-    })
-    .await;
-    assert_golden(
-        &s.names,
+    finalize_matches_golden(
+        &s,
         version,
+        &targets,
+        ("attachments", &key),
         "decorator-finalize-request.json",
-        &finalize,
-    );
-    eventually_within("target finalized and gone", WAIT, || async {
-        targets.get_opt("golden").await.unwrap().is_none()
-    })
+        "target finalized and gone",
+    )
     .await;
 }
 

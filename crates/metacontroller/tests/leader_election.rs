@@ -10,12 +10,15 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::{Api, PostParams};
-use kube::core::DynamicObject;
+use kube::api::Api;
 use metacontroller_api::composite::CompositeController;
+use metacontroller_testkit::replicas::{
+    assert_no_concurrent_syncs, configmap_child, run_args, start_recording_hook, ProxiedKubeconfig,
+    ReplicaCall, ReplicaCalls,
+};
 use metacontroller_testkit::{
-    eventually_within, kubeconfig_server, unique_name, ControllerProcess, CrdBuilder, HookReply,
-    HookServer, TcpProxy, TestCluster,
+    create_object, eventually_within, parent_name, unique_name, ControllerProcess, CrdBuilder,
+    HookReply, HookServer, TestCluster,
 };
 use serde_json::json;
 
@@ -38,13 +41,8 @@ impl Setup {
         cluster.install_metacontroller_crds().await;
         let ns = cluster.create_namespace("leader").await;
         let hook = HookServer::start(|_, req| {
-            let name = req["parent"]["metadata"]["name"]
-                .as_str()
-                .unwrap_or_default();
             HookReply::json(json!({
-                "children": [{"apiVersion": "v1", "kind": "ConfigMap",
-                              "metadata": {"name": format!("{name}-cm")},
-                              "data": {"k": "v"}}],
+                "children": configmap_child(parent_name(req)),
                 "status": {"ok": true},
             }))
         })
@@ -92,17 +90,14 @@ impl Setup {
 
     /// [`Setup::replica`] talking to the API server through `kubeconfig` (a proxy).
     fn replica_at(&self, kubeconfig: &std::path::Path) -> ControllerProcess {
+        let mut args = run_args(kubeconfig, &self.label);
+        args.extend([
+            "--leader-election".to_string(),
+            format!("--leader-election-id={}", self.lease_name),
+        ]);
         ControllerProcess::start_with_env(
             env!("CARGO_BIN_EXE_metacontroller"),
-            [
-                "run".to_string(),
-                "--kubeconfig".to_string(),
-                kubeconfig.display().to_string(),
-                "--discovery-interval=500ms".to_string(),
-                format!("--target-label-selector=team={}", self.label),
-                "--leader-election".to_string(),
-                format!("--leader-election-id={}", self.lease_name),
-            ],
+            args,
             [
                 ("POD_NAMESPACE", self.ns.clone()),
                 (
@@ -147,14 +142,40 @@ impl Setup {
         }
     }
 
+    /// [`Setup::new`] with two replicas, the leader having synced parent `first` while the
+    /// other stands by: `(setup, leader, standby)`.
+    async fn leader_synced_first() -> (Setup, ControllerProcess, ControllerProcess) {
+        let setup = Setup::new().await;
+        let (leader, standby) = setup.leader_and_standby().await;
+        setup
+            .create_and_converge("first", Duration::from_secs(30))
+            .await;
+        (setup, leader, standby)
+    }
+
+    /// Two replicas, once one leads and the other stands by: `(leader, standby)`.
+    async fn leader_and_standby(&self) -> (ControllerProcess, ControllerProcess) {
+        let a = self.replica();
+        let b = self.replica();
+        let leader = self.leader_of(&[&a, &b]).await;
+        let (leader, standby) = if leader == 0 { (a, b) } else { (b, a) };
+        wait_standing_by(&standby).await;
+        (leader, standby)
+    }
+
     async fn create_parent(&self, name: &str) {
-        let parents = self.parent.api(self.cluster.client(), Some(&self.ns));
-        let obj: DynamicObject = serde_json::from_value(json!({
-            "apiVersion": self.parent.api_version(), "kind": "Parent",
-            "metadata": {"name": name}, "spec": {}
-        }))
-        .unwrap();
-        parents.create(&PostParams::default(), &obj).await.unwrap();
+        create_parent(
+            &self.parent.api(self.cluster.client(), Some(&self.ns)),
+            &self.parent,
+            name,
+        )
+        .await;
+    }
+
+    /// Creates parent `name` and waits up to `within` for its child.
+    async fn create_and_converge(&self, name: &str, within: Duration) {
+        self.create_parent(name).await;
+        self.converged(name, within).await;
     }
 
     async fn converged(&self, name: &str, within: Duration) {
@@ -165,6 +186,18 @@ impl Setup {
         })
         .await;
     }
+}
+
+/// Creates parent `name` (empty spec) of kind `parent` through `api`.
+async fn create_parent(api: &Api<kube::core::DynamicObject>, parent: &CrdBuilder, name: &str) {
+    create_object(
+        api,
+        json!({
+            "apiVersion": parent.api_version(), "kind": "Parent",
+            "metadata": {"name": name}, "spec": {}
+        }),
+    )
+    .await;
 }
 
 fn hook_requests(p: &ControllerProcess) -> usize {
@@ -182,15 +215,7 @@ async fn wait_standing_by(p: &ControllerProcess) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn only_the_lease_holder_syncs_and_a_standby_takes_over_after_kill9() {
-    let setup = Setup::new().await;
-    let a = setup.replica();
-    let b = setup.replica();
-    let leader = setup.leader_of(&[&a, &b]).await;
-    let (mut leader, standby) = if leader == 0 { (a, b) } else { (b, a) };
-    wait_standing_by(&standby).await;
-
-    setup.create_parent("first").await;
-    setup.converged("first", Duration::from_secs(30)).await;
+    let (setup, mut leader, standby) = Setup::leader_synced_first().await;
     // The leader synced (positive signal); the standby, with the same controller running
     // and the same parent in its cache, sent no hook request.
     assert!(hook_requests(&leader) > 0, "leader did not call the hook");
@@ -231,14 +256,7 @@ async fn only_the_lease_holder_syncs_and_a_standby_takes_over_after_kill9() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_exits_zero_releases_the_lease_and_the_standby_leads_at_once() {
-    let setup = Setup::new().await;
-    let a = setup.replica();
-    let b = setup.replica();
-    let leader = setup.leader_of(&[&a, &b]).await;
-    let (mut leader, standby) = if leader == 0 { (a, b) } else { (b, a) };
-    wait_standing_by(&standby).await;
-    setup.create_parent("first").await;
-    setup.converged("first", Duration::from_secs(30)).await;
+    let (setup, mut leader, standby) = Setup::leader_synced_first().await;
     let old_holder = setup.holder().await.unwrap();
 
     leader.terminate();
@@ -268,8 +286,9 @@ async fn sigterm_exits_zero_releases_the_lease_and_the_standby_leads_at_once() {
         "standby leads {:?} after the leader exited",
         exited.elapsed()
     );
-    setup.create_parent("second").await;
-    setup.converged("second", Duration::from_secs(10)).await;
+    setup
+        .create_and_converge("second", Duration::from_secs(10))
+        .await;
     assert!(hook_requests(&standby) > 0);
 }
 
@@ -295,14 +314,8 @@ async fn sigterm_lets_the_running_sync_finish_then_exits_zero() {
     cluster.install_metacontroller_crds().await;
     let ns = cluster.create_namespace("drain").await;
     let hook = HookServer::start(|_, req| {
-        let name = req["parent"]["metadata"]["name"]
-            .as_str()
-            .unwrap_or_default();
-        HookReply::json(json!({
-            "children": [{"apiVersion": "v1", "kind": "ConfigMap",
-                          "metadata": {"name": format!("{name}-cm")}, "data": {"k": "v"}}],
-        }))
-        .delayed(Duration::from_secs(3))
+        HookReply::json(json!({"children": configmap_child(parent_name(req))}))
+            .delayed(Duration::from_secs(3))
     })
     .await;
     let parent = cluster.install_parent_crd("drain").await;
@@ -328,13 +341,7 @@ async fn sigterm_lets_the_running_sync_finish_then_exits_zero() {
             format!("--target-label-selector=team={label}"),
         ],
     );
-    let parents = parent.api(cluster.client(), Some(&ns));
-    let obj: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": parent.api_version(), "kind": "Parent",
-        "metadata": {"name": "slow"}, "spec": {}
-    }))
-    .unwrap();
-    parents.create(&PostParams::default(), &obj).await.unwrap();
+    create_parent(&parent.api(cluster.client(), Some(&ns)), &parent, "slow").await;
     eventually_within("the sync is in flight", Duration::from_secs(30), || async {
         hook.calls("/sync") > 0
     })
@@ -365,8 +372,9 @@ async fn leader_that_cannot_renew_stops_syncing_and_recovers() {
     };
     let process = setup.replica();
     setup.leader_of(&[&process]).await;
-    setup.create_parent("first").await;
-    setup.converged("first", Duration::from_secs(30)).await;
+    setup
+        .create_and_converge("first", Duration::from_secs(30))
+        .await;
 
     // About 12 s of failed renewals (one attempt every 2 s): past the 10 s renew deadline.
     control.inject(metacontroller_testkit::Fault::status(
@@ -389,82 +397,40 @@ async fn leader_that_cannot_renew_stops_syncing_and_recovers() {
         || async { process.logs().matches("acquired the lease").count() >= 2 },
     )
     .await;
-    setup.create_parent("second").await;
-    setup.converged("second", Duration::from_secs(10)).await;
-}
-
-/// One hook call: the calling replica (`X-Metacontroller-Replica`), the parent, and when the
-/// hook received and answered it.
-type Calls = std::sync::Arc<std::sync::Mutex<Vec<(String, String, Instant, Instant)>>>;
-
-/// A sync hook answering one ConfigMap per parent after 50 ms, recording every call.
-async fn recording_hook() -> (String, Calls) {
-    use axum::body::Body;
-    use axum::http::Request;
-    let calls = Calls::default();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let app = axum::Router::new().fallback({
-        let calls = calls.clone();
-        move |request: Request<Body>| {
-            let calls = calls.clone();
-            async move {
-                let start = Instant::now();
-                let replica = request
-                    .headers()
-                    .get("x-metacontroller-replica")
-                    .and_then(|v| v.to_str().ok())
-                    .unwrap_or("")
-                    .to_string();
-                let bytes = axum::body::to_bytes(request.into_body(), 16 << 20)
-                    .await
-                    .unwrap_or_default();
-                let body: serde_json::Value = serde_json::from_slice(&bytes).unwrap_or_default();
-                let name = body["parent"]["metadata"]["name"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_string();
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                let reply = json!({
-                    "children": [{"apiVersion": "v1", "kind": "ConfigMap",
-                                  "metadata": {"name": format!("{name}-cm")},
-                                  "data": {"k": "v"}}],
-                    "status": {"ok": true},
-                });
-                calls
-                    .lock()
-                    .unwrap()
-                    .push((replica, name, start, Instant::now()));
-                axum::Json(reply)
-            }
-        }
-    });
-    tokio::spawn(async move {
-        let _ = axum::serve(listener, app).await;
-    });
-    (format!("http://{addr}/sync"), calls)
+    setup
+        .create_and_converge("second", Duration::from_secs(10))
+        .await;
 }
 
 /// The default `--leader-election-lease-duration`.
 const LEADER_LEASE: Duration = Duration::from_secs(15);
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_leader_whose_api_link_stalls_stops_syncing_before_its_lease_can_be_taken() {
+/// A leader whose API link goes through a proxy and a standby, both calling a recording hook.
+struct ProxiedLeader {
+    setup: Setup,
+    proxied: ProxiedKubeconfig,
+    leader: ControllerProcess,
+    standby: ControllerProcess,
+    calls: ReplicaCalls,
+    leader_id: String,
+}
+
+/// A leader reaching the API server through a proxy and a standby reaching it directly,
+/// both syncing through a recording hook (one ConfigMap per parent after 50 ms, resync every
+/// second); five parents converged, and the leader's calls carry its identity.
+async fn proxied_leader_and_standby() -> ProxiedLeader {
     let cluster = TestCluster::start().await;
     cluster.install_metacontroller_crds().await;
     let ns = cluster.create_namespace("leader").await;
-    let (url, calls) = recording_hook().await;
+    let (url, calls) = start_recording_hook(
+        Duration::from_millis(50),
+        |name, _| json!({"children": configmap_child(name), "status": {"ok": true}}),
+    )
+    .await;
     let setup = Setup::with_hook(cluster, ns, url, None, json!({"resyncPeriodSeconds": 1})).await;
-    let proxy = TcpProxy::start(kubeconfig_server(setup.cluster.kubeconfig_path()).unwrap())
-        .await
-        .unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let proxied = dir.path().join("kubeconfig");
-    proxy
-        .write_kubeconfig(setup.cluster.kubeconfig_path(), &proxied)
-        .unwrap();
+    let proxied = ProxiedKubeconfig::start(setup.cluster.kubeconfig_path()).await;
     // The leader reaches the API server through the proxy; the standby directly.
-    let leader = setup.replica_at(&proxied);
+    let leader = setup.replica_at(proxied.path());
     setup.leader_of(&[&leader]).await;
     let standby = setup.replica();
     wait_standing_by(&standby).await;
@@ -485,9 +451,56 @@ async fn a_leader_whose_api_link_stalls_stops_syncing_before_its_lease_can_be_ta
         .map(|s| s.trim_matches('"').to_string())
         .expect("the leader logs its identity");
     assert!(
-        calls.lock().unwrap().iter().any(|c| c.0 == leader_id),
+        calls.calls().iter().any(|c| c.replica == leader_id),
         "the leader's hook calls carry its identity"
     );
+    ProxiedLeader {
+        setup,
+        proxied,
+        leader,
+        standby,
+        calls,
+        leader_id,
+    }
+}
+
+/// The leader's calls started before its lease could be taken (`stalled + LEADER_LEASE`),
+/// and no two calls for one parent overlapped.
+fn assert_stalled_leader_stopped(
+    calls: &[ReplicaCall],
+    leader_id: &str,
+    stalled: Instant,
+    taken: Duration,
+) {
+    let from_leader: Vec<&ReplicaCall> = calls.iter().filter(|c| c.replica == leader_id).collect();
+    let last = from_leader
+        .iter()
+        .filter(|c| c.start >= stalled)
+        .map(|c| c.start - stalled)
+        .max();
+    eprintln!(
+        "leader stall: the standby took over {taken:?} after it; the stalled leader's last hook \
+         call started {last:?} after it (lease takeable after {LEADER_LEASE:?})"
+    );
+    assert!(
+        from_leader.iter().all(|c| c.start < stalled + LEADER_LEASE),
+        "the stalled leader called the hook after its lease could be taken ({last:?})"
+    );
+    // Never two replicas on one parent at once.
+    assert_no_concurrent_syncs(calls);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_whose_api_link_stalls_stops_syncing_before_its_lease_can_be_taken() {
+    let ProxiedLeader {
+        setup,
+        proxied,
+        leader,
+        standby,
+        calls,
+        leader_id,
+    } = proxied_leader_and_standby().await;
+    let proxy = &proxied.proxy;
 
     proxy.stall();
     let stalled = Instant::now();
@@ -502,8 +515,9 @@ async fn a_leader_whose_api_link_stalls_stops_syncing_before_its_lease_can_be_ta
     tokio::time::sleep_until((stalled + 2 * LEADER_LEASE).into()).await;
     proxy.heal();
     let healed = Instant::now();
-    setup.create_parent("after").await;
-    setup.converged("after", Duration::from_secs(30)).await;
+    setup
+        .create_and_converge("after", Duration::from_secs(30))
+        .await;
     // It stood by, or (syncs hung on the stalled link past its renew deadline) exited so
     // that two replicas never write at once; either way it does not sync again.
     eventually_within(
@@ -516,35 +530,6 @@ async fn a_leader_whose_api_link_stalls_stops_syncing_before_its_lease_can_be_ta
     )
     .await;
 
-    let calls = calls.lock().unwrap().clone();
-    let from_leader: Vec<&(String, String, Instant, Instant)> =
-        calls.iter().filter(|c| c.0 == leader_id).collect();
-    let last = from_leader
-        .iter()
-        .filter(|c| c.2 >= stalled)
-        .map(|c| c.2 - stalled)
-        .max();
-    eprintln!(
-        "leader stall: the standby took over {taken:?} after it; the stalled leader's last hook \
-         call started {last:?} after it (lease takeable after {LEADER_LEASE:?})"
-    );
-    assert!(
-        from_leader.iter().all(|c| c.2 < stalled + LEADER_LEASE),
-        "the stalled leader called the hook after its lease could be taken ({last:?})"
-    );
-    // Never two replicas on one parent at once.
-    let mut sorted = calls.clone();
-    sorted.sort_by_key(|c| (c.1.clone(), c.2));
-    for pair in sorted.windows(2) {
-        if pair[0].1 == pair[1].1 {
-            assert!(
-                pair[1].2 >= pair[0].3,
-                "{} synced by {} and {} at once",
-                pair[0].1,
-                pair[0].0,
-                pair[1].0
-            );
-        }
-    }
+    assert_stalled_leader_stopped(&calls.calls(), &leader_id, stalled, taken);
     eprintln!("healed {:?} ago", healed.elapsed());
 }

@@ -7,12 +7,12 @@
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Event};
-use kube::api::{Api, DeleteParams, ListParams, PostParams};
-use kube::core::DynamicObject;
+use kube::api::{Api, DeleteParams, PostParams};
 use metacontroller_api::composite::CompositeController;
 use metacontroller_api::decorator::DecoratorController;
 use metacontroller_testkit::{
-    eventually_within, unique_name, ControllerProcess, HookReply, HookServer, TestCluster,
+    create_object, events_about, eventually_within, unique_name, ControllerProcess, CrdBuilder,
+    HookReply, HookServer, TestCluster,
 };
 use serde_json::json;
 
@@ -20,15 +20,11 @@ const WAIT: Duration = Duration::from_secs(60);
 
 /// Warning Events on the parent `name` in `ns` whose message names `needle`.
 async fn warnings_naming(cluster: &TestCluster, ns: &str, name: &str, needle: &str) -> Vec<Event> {
-    Api::<Event>::namespaced(cluster.client(), ns)
-        .list(&ListParams::default())
+    events_about(cluster, ns, name)
         .await
-        .unwrap()
-        .items
         .into_iter()
         .filter(|e| {
-            e.involved_object.name.as_deref() == Some(name)
-                && e.type_.as_deref() == Some("Warning")
+            e.type_.as_deref() == Some("Warning")
                 && e.reason.as_deref() == Some("SyncError")
                 && e.message.as_deref().is_some_and(|m| m.contains(needle))
         })
@@ -49,17 +45,20 @@ enum Kind {
     Decorator,
 }
 
-async fn foreign_object_is_left_alone(kind: Kind, apply_strategy: &str) {
-    let cluster = TestCluster::start().await;
-    cluster.install_metacontroller_crds().await;
-    let ns = cluster.create_namespace("taken").await;
-    let cms: Api<ConfigMap> = Api::namespaced(cluster.client(), &ns);
-    let foreign: ConfigMap = serde_json::from_value(json!({
-        "metadata": {"name": "p-cm"}, "data": {"owner": "someone-else"}}))
-    .unwrap();
-    let foreign = cms.create(&PostParams::default(), &foreign).await.unwrap();
+impl Kind {
+    /// The hook path of this kind's controller.
+    fn sync_path(self) -> &'static str {
+        match self {
+            Kind::Composite => "/composite",
+            Kind::Decorator => "/decorator",
+        }
+    }
+}
 
-    let hook = HookServer::start(|path, req| {
+/// A hook wanting one ConfigMap `<parent>-cm` (a child on `/composite`, an attachment
+/// otherwise) and the status `{"ok": true}`.
+async fn cm_hook() -> HookServer {
+    HookServer::start(|path, req| {
         let (parent, field) = match path {
             "/composite" => (&req["parent"], "children"),
             _ => (&req["object"], "attachments"),
@@ -72,49 +71,55 @@ async fn foreign_object_is_left_alone(kind: Kind, apply_strategy: &str) {
             "status": {"ok": true},
         }))
     })
-    .await;
-    let parent = cluster.install_parent_crd("taken").await;
-    let label = unique_name("team");
-    let metadata = json!({"name": unique_name("taken"), "labels": {"team": label}});
+    .await
+}
+
+/// Creates a controller of `kind` labelled `team=<label>` for `parent` that wants one
+/// ConfigMap per parent from `hook` and resyncs every second.
+async fn create_cm_controller(
+    cluster: &TestCluster,
+    kind: Kind,
+    parent: &CrdBuilder,
+    label: &str,
+    hook: &HookServer,
+) {
+    let name = unique_name("taken");
+    let resource = json!({"apiVersion": parent.api_version(), "resource": parent.plural()});
+    let sync = json!({"sync": {"webhook": {"url": hook.url(kind.sync_path())}}});
     if kind == Kind::Composite {
-        let controller: CompositeController = serde_json::from_value(json!({
-            "apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "CompositeController",
-            "metadata": metadata,
-            "spec": {
-                "parentResource": {"apiVersion": parent.api_version(), "resource": parent.plural()},
-                "childResources": [{"apiVersion": "v1", "resource": "configmaps",
-                                    "updateStrategy": {"method": "InPlace"}}],
-                "resyncPeriodSeconds": 1,
-                "hooks": {"sync": {"webhook": {"url": hook.url("/composite")}}},
-            }
-        }))
-        .unwrap();
-        Api::<CompositeController>::all(cluster.client())
-            .create(&PostParams::default(), &controller)
-            .await
-            .unwrap();
+        let _: CompositeController = cluster
+            .create_controller(
+                &name,
+                label,
+                json!({
+                    "parentResource": resource,
+                    "childResources": [{"apiVersion": "v1", "resource": "configmaps",
+                                        "updateStrategy": {"method": "InPlace"}}],
+                    "resyncPeriodSeconds": 1,
+                    "hooks": sync,
+                }),
+            )
+            .await;
     } else {
-        let controller: DecoratorController = serde_json::from_value(json!({
-            "apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "DecoratorController",
-            "metadata": metadata,
-            "spec": {
-                "resources": [{"apiVersion": parent.api_version(), "resource": parent.plural()}],
-                "attachments": [{"apiVersion": "v1", "resource": "configmaps"}],
-                "resyncPeriodSeconds": 1,
-                "hooks": {"sync": {"webhook": {"url": hook.url("/decorator")}}},
-            }
-        }))
-        .unwrap();
-        Api::<DecoratorController>::all(cluster.client())
-            .create(&PostParams::default(), &controller)
-            .await
-            .unwrap();
+        let _: DecoratorController = cluster
+            .create_controller(
+                &name,
+                label,
+                json!({
+                    "resources": [resource],
+                    "attachments": [{"apiVersion": "v1", "resource": "configmaps"}],
+                    "resyncPeriodSeconds": 1,
+                    "hooks": sync,
+                }),
+            )
+            .await;
     }
-    let sync_path = match kind {
-        Kind::Composite => "/composite",
-        Kind::Decorator => "/decorator",
-    };
-    let binary = ControllerProcess::start(
+}
+
+/// The binary with `--apply-strategy <apply_strategy>` for the controllers labelled
+/// `team=<label>`.
+fn start_binary(cluster: &TestCluster, apply_strategy: &str, label: &str) -> ControllerProcess {
+    ControllerProcess::start(
         env!("CARGO_BIN_EXE_metacontroller"),
         [
             "run",
@@ -125,33 +130,30 @@ async fn foreign_object_is_left_alone(kind: Kind, apply_strategy: &str) {
             "--target-label-selector",
             &format!("team={label}"),
         ],
-    );
-    let parents = parent.api(cluster.client(), Some(&ns));
-    let obj: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": parent.api_version(), "kind": "Parent",
-        "metadata": {"name": "p"}, "spec": {"selector": {"matchLabels": {"app": "taken"}}}
-    }))
-    .unwrap();
-    parents.create(&PostParams::default(), &obj).await.unwrap();
-
-    let named = format!("ConfigMap {ns}/p-cm");
-    eventually_within(
-        "a SyncError Warning naming the taken name",
-        WAIT,
-        || async { !warnings_naming(&cluster, &ns, "p", &named).await.is_empty() },
     )
-    .await;
+}
+
+/// After the SyncError, the binary keeps syncing (three more hook calls) but sends no
+/// write to the taken name again, and `foreign` is unchanged and not adopted.
+async fn assert_left_alone(
+    cluster: &TestCluster,
+    hook: &HookServer,
+    kind: Kind,
+    binary: &ControllerProcess,
+    cms: &Api<ConfigMap>,
+    foreign: &ConfigMap,
+) {
     // Positive signal first: the controller keeps syncing the parent (resync every second,
     // backoff on the error) ...
-    let writes_before = configmap_writes(&cluster);
-    let calls_before = hook.calls(sync_path);
+    let writes_before = configmap_writes(cluster);
+    let calls_before = hook.calls(kind.sync_path());
     eventually_within("three more syncs", WAIT, || async {
-        hook.calls(sync_path) >= calls_before + 3
+        hook.calls(kind.sync_path()) >= calls_before + 3
     })
     .await;
     // ... then the negative: no create / apply was sent again, the object is untouched.
     assert_eq!(
-        configmap_writes(&cluster),
+        configmap_writes(cluster),
         writes_before,
         "the binary wrote to the taken name again\n{}",
         binary.logs()
@@ -163,8 +165,10 @@ async fn foreign_object_is_left_alone(kind: Kind, apply_strategy: &str) {
     );
     assert!(now.metadata.owner_references.is_none(), "adopted: {now:?}");
     assert_eq!(now.data, foreign.data);
+}
 
-    // Once the name is free, the child is created.
+/// Deletes the foreign `p-cm` and waits until the parent's own child takes the name.
+async fn wait_child_takes_freed_name(cms: &Api<ConfigMap>) {
     cms.delete("p-cm", &DeleteParams::default()).await.unwrap();
     eventually_within(
         "the child created after the name was freed",
@@ -186,6 +190,39 @@ async fn foreign_object_is_left_alone(kind: Kind, apply_strategy: &str) {
         },
     )
     .await;
+}
+
+async fn foreign_object_is_left_alone(kind: Kind, apply_strategy: &str) {
+    let cluster = TestCluster::start().await;
+    cluster.install_metacontroller_crds().await;
+    let ns = cluster.create_namespace("taken").await;
+    let cms: Api<ConfigMap> = Api::namespaced(cluster.client(), &ns);
+    let foreign: ConfigMap = serde_json::from_value(json!({
+        "metadata": {"name": "p-cm"}, "data": {"owner": "someone-else"}}))
+    .unwrap();
+    let foreign = cms.create(&PostParams::default(), &foreign).await.unwrap();
+
+    let hook = cm_hook().await;
+    let parent = cluster.install_parent_crd("taken").await;
+    let label = unique_name("team");
+    create_cm_controller(&cluster, kind, &parent, &label, &hook).await;
+    let binary = start_binary(&cluster, apply_strategy, &label);
+    let p = json!({
+        "apiVersion": parent.api_version(), "kind": "Parent",
+        "metadata": {"name": "p"}, "spec": {"selector": {"matchLabels": {"app": "taken"}}}
+    });
+    create_object(&parent.api(cluster.client(), Some(&ns)), p).await;
+
+    let named = format!("ConfigMap {ns}/p-cm");
+    eventually_within(
+        "a SyncError Warning naming the taken name",
+        WAIT,
+        || async { !warnings_naming(&cluster, &ns, "p", &named).await.is_empty() },
+    )
+    .await;
+    assert_left_alone(&cluster, &hook, kind, &binary, &cms, &foreign).await;
+    // Once the name is free, the child is created.
+    wait_child_takes_freed_name(&cms).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

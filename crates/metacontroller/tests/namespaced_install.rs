@@ -18,12 +18,13 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
-use k8s_openapi::api::core::v1::{ConfigMap, Event, ServiceAccount};
-use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use k8s_openapi::api::core::v1::{ConfigMap, ServiceAccount};
+use kube::api::{Api, DeleteParams, PostParams};
 use kube::core::DynamicObject;
 use metacontroller_api::composite::CompositeController;
 use metacontroller_testkit::{
-    crd, dynamic_api, eventually, unique_name, ControllerProcess, HookServer, TestCluster,
+    create_object, dynamic_api, events_about, eventually, unique_crd, unique_name,
+    ControllerProcess, CrdBuilder, HookServer, TestCluster,
 };
 use serde_json::{json, Value};
 
@@ -36,25 +37,38 @@ const CLUSTER_WIDE_READS: &[&str] = &[
     "customresourcedefinitions",
 ];
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn namespaced_install_syncs_only_its_namespaces() {
-    let cluster = TestCluster::start().await;
-    if !cluster.is_embedded() && !helm::helm_sdk_available() {
-        return;
+/// The namespaces of the test: where the binary runs, the two it watches, one it does not.
+struct Namespaces {
+    install: String,
+    team_a: String,
+    team_b: String,
+    team_c: String,
+}
+
+impl Namespaces {
+    /// Creates the four namespaces.
+    async fn create(cluster: &TestCluster) -> Self {
+        Namespaces {
+            install: cluster.create_namespace("mc-install").await,
+            team_a: cluster.create_namespace("team-a").await,
+            team_b: cluster.create_namespace("team-b").await,
+            team_c: cluster.create_namespace("team-c").await,
+        }
     }
-    cluster.install_metacontroller_crds().await;
-    let install = cluster.create_namespace("mc-install").await;
-    let team_a = cluster.create_namespace("team-a").await;
-    let team_b = cluster.create_namespace("team-b").await;
-    let team_c = cluster.create_namespace("team-c").await;
+
+    /// `team-a,team-b`.
+    fn watched(&self) -> String {
+        format!("{},{}", self.team_a, self.team_b)
+    }
+}
+
+/// Installs the parent kind and two CompositeControllers labelled `team=<label>`: one with
+/// ConfigMap children (hook: one ConfigMap per parent), one whose child type is a
+/// cluster-scoped kind. Returns the parent kind, the hook, the label and the refused
+/// controller's name.
+async fn install_controllers(cluster: &TestCluster) -> (CrdBuilder, HookServer, String, String) {
     let parent = cluster.install_parent_crd("nsinstall").await;
-    let things = crd(
-        &format!("{}.example.com", unique_name("nsthing")),
-        "v1",
-        "Thing",
-        "things",
-    )
-    .cluster_scoped();
+    let things = unique_crd("nsthing", "Thing", "things").cluster_scoped();
     cluster.install_crd(&things.build()).await;
     let hook = HookServer::one_configmap_child("nsinstall").await;
     let label = unique_name("team");
@@ -77,13 +91,19 @@ async fn namespaced_install_syncs_only_its_namespaces() {
                    "childResources": [{"apiVersion": things.api_version(), "resource": "things"}]}),
         )
         .await;
+    (parent, hook, label, refused)
+}
 
-    let credentials = Credentials::for_install(&cluster, &install, &[&team_a, &team_b]).await;
-    if let Some(control) = cluster.control() {
-        control.reset_counts();
-    }
+/// The binary for the controllers labelled `team=<label>`, installed in `ns.install` and
+/// scoped to team-a and team-b, with `credentials`.
+fn start_namespaced(
+    cluster: &TestCluster,
+    ns: &Namespaces,
+    credentials: &Credentials,
+    label: &str,
+) -> ControllerProcess {
     let selector = format!("team={label}");
-    let watched = format!("{team_a},{team_b}");
+    let watched = ns.watched();
     let kubeconfig = credentials.kubeconfig.to_string_lossy().into_owned();
     let mut args = vec![
         "run",
@@ -94,7 +114,7 @@ async fn namespaced_install_syncs_only_its_namespaces() {
         "--target-label-selector",
         selector.as_str(),
     ];
-    let mut env = vec![("POD_NAMESPACE", install.as_str())];
+    let mut env = vec![("POD_NAMESPACE", ns.install.as_str())];
     // Both ways of naming the namespaces: the operator SDKs' environment variable on the
     // embedded server, the flag (as the chart renders it) on a real one.
     if cluster.is_embedded() {
@@ -102,25 +122,28 @@ async fn namespaced_install_syncs_only_its_namespaces() {
     } else {
         args.extend(["--watch-namespaces", watched.as_str()]);
     }
-    let process =
-        ControllerProcess::start_with_env(env!("CARGO_BIN_EXE_metacontroller"), args, env);
+    ControllerProcess::start_with_env(env!("CARGO_BIN_EXE_metacontroller"), args, env)
+}
 
-    for ns in [&team_a, &team_b, &team_c] {
-        let obj: DynamicObject = serde_json::from_value(json!({
+/// Creates parent `p` in team-a, team-b and team-c; waits until the first two converged,
+/// then checks team-c's was never synced and the hook saw only team-a and team-b.
+async fn assert_only_watched_parents_sync(
+    cluster: &TestCluster,
+    ns: &Namespaces,
+    parent: &CrdBuilder,
+    hook: &HookServer,
+) {
+    for namespace in [&ns.team_a, &ns.team_b, &ns.team_c] {
+        let p = json!({
             "apiVersion": parent.api_version(), "kind": "Parent", "metadata": {"name": "p"},
             "spec": {"selector": {"matchLabels": {"app": "nsinstall"}}},
-        }))
-        .unwrap();
-        parent
-            .api(cluster.client(), Some(ns))
-            .create(&PostParams::default(), &obj)
-            .await
-            .unwrap();
+        });
+        create_object(&parent.api(cluster.client(), Some(namespace)), p).await;
     }
-    for ns in [&team_a, &team_b] {
-        let parents = parent.api(cluster.client(), Some(ns));
-        let cms: Api<ConfigMap> = Api::namespaced(cluster.client(), ns);
-        eventually(&format!("parent in {ns} converged"), || async {
+    for namespace in [&ns.team_a, &ns.team_b] {
+        let parents = parent.api(cluster.client(), Some(namespace));
+        let cms: Api<ConfigMap> = Api::namespaced(cluster.client(), namespace);
+        eventually(&format!("parent in {namespace} converged"), || async {
             let status = parents
                 .get("p")
                 .await
@@ -130,9 +153,12 @@ async fn namespaced_install_syncs_only_its_namespaces() {
         .await;
     }
     // team-c is outside the scope: never seen, so never synced.
-    let cms_c: Api<ConfigMap> = Api::namespaced(cluster.client(), &team_c);
+    let cms_c: Api<ConfigMap> = Api::namespaced(cluster.client(), &ns.team_c);
     assert!(cms_c.get_opt("p-cm").await.unwrap().is_none());
-    let parent_c = parent.api(cluster.client(), Some(&team_c)).get("p").await;
+    let parent_c = parent
+        .api(cluster.client(), Some(&ns.team_c))
+        .get("p")
+        .await;
     assert!(parent_c.unwrap().data.get("status").is_none());
     let synced: BTreeSet<String> = hook
         .requests("/sync")
@@ -143,32 +169,47 @@ async fn namespaced_install_syncs_only_its_namespaces() {
                 .map(String::from)
         })
         .collect();
-    assert_eq!(synced, BTreeSet::from([team_a.clone(), team_b.clone()]));
+    assert_eq!(
+        synced,
+        BTreeSet::from([ns.team_a.clone(), ns.team_b.clone()])
+    );
+}
 
-    if let Some(control) = cluster.control() {
-        // Embedded-only: what the binary listed and watched, per namespace.
-        let outside: Vec<_> = control
-            .request_counts_by_namespace()
-            .into_keys()
-            .filter(|(verb, resource, ns)| {
-                matches!(verb.as_str(), "list" | "watch")
-                    && if ns.is_empty() {
-                        !CLUSTER_WIDE_READS.contains(&resource.as_str())
-                    } else {
-                        *ns != team_a && *ns != team_b
-                    }
-            })
-            .collect();
-        assert!(
-            outside.is_empty(),
-            "listed/watched outside the scope: {outside:?}"
-        );
-    }
+/// Embedded-only: the binary listed and watched nothing namespaced outside team-a and
+/// team-b, and nothing cluster-wide but [`CLUSTER_WIDE_READS`].
+fn assert_no_reads_outside(cluster: &TestCluster, ns: &Namespaces) {
+    let Some(control) = cluster.control() else {
+        return;
+    };
+    let outside: Vec<_> = control
+        .request_counts_by_namespace()
+        .into_keys()
+        .filter(|(verb, resource, namespace)| {
+            matches!(verb.as_str(), "list" | "watch")
+                && if namespace.is_empty() {
+                    !CLUSTER_WIDE_READS.contains(&resource.as_str())
+                } else {
+                    *namespace != ns.team_a && *namespace != ns.team_b
+                }
+        })
+        .collect();
+    assert!(
+        outside.is_empty(),
+        "listed/watched outside the scope: {outside:?}"
+    );
+}
 
+/// The refused controller gets a CreateError Event (in `default`) naming its cluster-scoped
+/// child type, the binary logs it, and (on a real cluster) no request was refused.
+async fn assert_cluster_scoped_child_refused(
+    cluster: &TestCluster,
+    process: &ControllerProcess,
+    refused: &str,
+) {
     eventually(
         "CreateError Event for the cluster-scoped child type",
         || async {
-            controller_events(&cluster, "default", &refused)
+            controller_events(cluster, "default", refused)
                 .await
                 .iter()
                 .any(|(reason, message)| {
@@ -190,6 +231,28 @@ async fn namespaced_install_syncs_only_its_namespaces() {
             "a request was refused (403):\n{logs}"
         );
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn namespaced_install_syncs_only_its_namespaces() {
+    let cluster = TestCluster::start().await;
+    if !cluster.is_embedded() && !helm::helm_sdk_available() {
+        return;
+    }
+    cluster.install_metacontroller_crds().await;
+    let ns = Namespaces::create(&cluster).await;
+    let (parent, hook, label, refused) = install_controllers(&cluster).await;
+
+    let credentials =
+        Credentials::for_install(&cluster, &ns.install, &[&ns.team_a, &ns.team_b]).await;
+    if let Some(control) = cluster.control() {
+        control.reset_counts();
+    }
+    let process = start_namespaced(&cluster, &ns, &credentials, &label);
+
+    assert_only_watched_parents_sync(&cluster, &ns, &parent, &hook).await;
+    assert_no_reads_outside(&cluster, &ns);
+    assert_cluster_scoped_child_refused(&cluster, &process, &refused).await;
     drop(process);
     credentials.delete_cluster_objects(&cluster).await;
 }
@@ -200,13 +263,9 @@ async fn controller_events(
     namespace: &str,
     name: &str,
 ) -> Vec<(String, String)> {
-    Api::<Event>::namespaced(cluster.client(), namespace)
-        .list(&ListParams::default())
+    events_about(cluster, namespace, name)
         .await
-        .unwrap()
-        .items
         .into_iter()
-        .filter(|e| e.involved_object.name.as_deref() == Some(name))
         .map(|e| (e.reason.unwrap_or_default(), e.message.unwrap_or_default()))
         .collect()
 }

@@ -6,12 +6,12 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::core::DynamicObject;
 use metacontroller_api::composite::CompositeController;
 use metacontroller_testkit::{
-    crd, eventually_within, unique_name, ControllerProcess, CrdBuilder, Fault, HookReply,
-    HookServer, TestCluster,
+    create_object, eventually_within, parent_name, unique_name, ControllerProcess, CrdBuilder,
+    Fault, HookReply, HookServer, TestCluster,
 };
 use serde_json::json;
 
@@ -21,10 +21,28 @@ use serde_json::json;
 /// families, client-go's work queue, controller-runtime's reconcile metrics), then ours.
 /// `rest_client_requests_total{code,method,host}` joins this list with the API client
 /// stack that registers it.
-const GOLDEN_FAMILIES: &[(&str, &[&str])] = &[
-    ("rest_client_requests_total", &["code", "method", "host"]),
+fn golden_families() -> Vec<(String, &'static [&'static str])> {
+    let mut families = vec![(
+        "rest_client_requests_total".to_string(),
+        &["code", "method", "host"][..],
+    )];
+    for hook in ["sync", "customize", "finalize"] {
+        for (suffix, labels) in HOOK_FAMILIES {
+            families.push((format!("metacontroller_{hook}_{suffix}"), *labels));
+        }
+    }
+    families.extend(
+        OTHER_FAMILIES
+            .iter()
+            .map(|(family, labels)| (family.to_string(), *labels)),
+    );
+    families
+}
+
+/// The families upstream has per hook (`metacontroller_<hook>_<suffix>`).
+const HOOK_FAMILIES: &[(&str, &[&str])] = &[
     (
-        "metacontroller_sync_requests_total",
+        "requests_total",
         &[
             "code",
             "method",
@@ -34,49 +52,17 @@ const GOLDEN_FAMILIES: &[(&str, &[&str])] = &[
         ],
     ),
     (
-        "metacontroller_sync_request_duration_histogram_seconds",
+        "request_duration_histogram_seconds",
         &["method", "controller_name", "controller_type", "url"],
     ),
     (
-        "metacontroller_sync_in_flight_requests",
+        "in_flight_requests",
         &["controller_name", "controller_type", "url"],
     ),
-    (
-        "metacontroller_customize_requests_total",
-        &[
-            "code",
-            "method",
-            "controller_name",
-            "controller_type",
-            "url",
-        ],
-    ),
-    (
-        "metacontroller_customize_request_duration_histogram_seconds",
-        &["method", "controller_name", "controller_type", "url"],
-    ),
-    (
-        "metacontroller_customize_in_flight_requests",
-        &["controller_name", "controller_type", "url"],
-    ),
-    (
-        "metacontroller_finalize_requests_total",
-        &[
-            "code",
-            "method",
-            "controller_name",
-            "controller_type",
-            "url",
-        ],
-    ),
-    (
-        "metacontroller_finalize_request_duration_histogram_seconds",
-        &["method", "controller_name", "controller_type", "url"],
-    ),
-    (
-        "metacontroller_finalize_in_flight_requests",
-        &["controller_name", "controller_type", "url"],
-    ),
+];
+
+/// The work queue, reconcile, child write, informer and process families.
+const OTHER_FAMILIES: &[(&str, &[&str])] = &[
     ("workqueue_adds_total", &["name", "controller"]),
     ("workqueue_depth", &["name", "controller", "priority"]),
     ("workqueue_queue_duration_seconds", &["name", "controller"]),
@@ -265,99 +251,139 @@ async fn create_controller(
     let _: CompositeController = cluster.create_controller(name, label, spec).await;
 }
 
-fn parent_crd(prefix: &str) -> CrdBuilder {
-    crd(
-        &format!("{}.example.com", unique_name(prefix)),
-        "v1",
-        "Parent",
-        "parents",
-    )
+/// A controller with sync, customize and finalize hooks, run by the binary with metrics on,
+/// and its parent kind: what the scrape test watches.
+struct Scraped {
+    cluster: TestCluster,
+    ns: String,
+    hook: HookServer,
+    parent: CrdBuilder,
+    /// The controller's name.
+    name: String,
+    _process: ControllerProcess,
+    /// The address of the binary's metrics server.
+    metrics: String,
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn scrape_shows_upstream_families_and_hook_counters_move_with_syncs() {
-    let cluster = TestCluster::start().await;
-    cluster.install_metacontroller_crds().await;
-    let ns = cluster.create_namespace("metrics").await;
-    let hook = HookServer::start(|path, req| match path {
-        "/customize" => HookReply::json(json!({"relatedResources": []})),
-        "/finalize" => HookReply::json(json!({"children": [], "finalized": true})),
-        _ => {
-            let name = req["parent"]["metadata"]["name"]
-                .as_str()
-                .unwrap_or_default();
-            HookReply::json(json!({
+impl Scraped {
+    /// The cluster, the hook (a ConfigMap child carrying `spec.gen`), the controller and the
+    /// binary, once it serves metrics.
+    async fn start() -> Self {
+        let cluster = TestCluster::start().await;
+        cluster.install_metacontroller_crds().await;
+        let ns = cluster.create_namespace("metrics").await;
+        let hook = HookServer::start(|path, req| match path {
+            "/customize" => HookReply::json(json!({"relatedResources": []})),
+            "/finalize" => HookReply::json(json!({"children": [], "finalized": true})),
+            _ => HookReply::json(json!({
                 "children": [{"apiVersion": "v1", "kind": "ConfigMap",
-                              "metadata": {"name": format!("{name}-cm")},
+                              "metadata": {"name": format!("{}-cm", parent_name(req))},
                               "data": {"gen": req["parent"]["spec"]["gen"].to_string()}}],
                 "status": {"ok": true},
-            }))
+            })),
+        })
+        .await;
+        let parent = cluster.install_parent_crd("metrics").await;
+        let label = unique_name("team");
+        let name = unique_name("metrics");
+        create_controller(
+            &cluster,
+            &label,
+            &name,
+            json!({
+                "generateSelector": true,
+                "parentResource": {"apiVersion": parent.api_version(), "resource": parent.plural()},
+                "childResources": [{"apiVersion": "v1", "resource": "configmaps",
+                                    "updateStrategy": {"method": "InPlace"}}],
+                "hooks": {
+                    "sync": {"webhook": {"url": hook.url("/sync")}},
+                    "customize": {"webhook": {"url": hook.url("/customize")}},
+                    "finalize": {"webhook": {"url": hook.url("/finalize")}},
+                },
+            }),
+        )
+        .await;
+        let process = ControllerProcess::start(
+            env!("CARGO_BIN_EXE_metacontroller"),
+            args(&cluster, &label, "127.0.0.1:0"),
+        );
+        let metrics = logged_address(&process, "metrics").await;
+        Scraped {
+            cluster,
+            ns,
+            hook,
+            parent,
+            name,
+            _process: process,
+            metrics,
         }
-    })
-    .await;
-    let parent = parent_crd("metrics");
-    cluster.install_crd(&parent.build()).await;
-    let label = unique_name("team");
-    let name = unique_name("metrics");
-    create_controller(
-        &cluster,
-        &label,
-        &name,
-        json!({
-            "generateSelector": true,
-            "parentResource": {"apiVersion": parent.api_version(), "resource": parent.plural()},
-            "childResources": [{"apiVersion": "v1", "resource": "configmaps",
-                                "updateStrategy": {"method": "InPlace"}}],
-            "hooks": {
-                "sync": {"webhook": {"url": hook.url("/sync")}},
-                "customize": {"webhook": {"url": hook.url("/customize")}},
-                "finalize": {"webhook": {"url": hook.url("/finalize")}},
-            },
-        }),
-    )
-    .await;
-    let process = ControllerProcess::start(
-        env!("CARGO_BIN_EXE_metacontroller"),
-        args(&cluster, &label, "127.0.0.1:0"),
-    );
-    let metrics = logged_address(&process, "metrics").await;
+    }
 
-    let parents = parent.api(cluster.client(), Some(&ns));
-    let obj: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": parent.api_version(), "kind": "Parent",
-        "metadata": {"name": "p"}, "spec": {"gen": 1}
-    }))
-    .unwrap();
-    parents.create(&PostParams::default(), &obj).await.unwrap();
-    let cms: Api<ConfigMap> = Api::namespaced(cluster.client(), &ns);
-    eventually_within("child created", Duration::from_secs(60), || async {
-        cms.get_opt("p-cm").await.unwrap().is_some()
-    })
-    .await;
+    /// The parents in the test's namespace.
+    fn parents(&self) -> Api<DynamicObject> {
+        self.parent.api(self.cluster.client(), Some(&self.ns))
+    }
 
-    let sync_url = hook.url("/sync");
-    let ours = [
-        ("controller_name", name.as_str()),
-        ("controller_type", "CompositeController"),
-    ];
-    let sync_ok = |samples: &[Sample]| {
+    /// Waits (60 s) until ConfigMap `p-cm` exists and `check` holds for it.
+    async fn wait_child(&self, what: &str, check: impl Fn(&ConfigMap) -> bool) {
+        let cms: Api<ConfigMap> = Api::namespaced(self.cluster.client(), &self.ns);
+        eventually_within(what, Duration::from_secs(60), || async {
+            cms.get_opt("p-cm")
+                .await
+                .unwrap()
+                .is_some_and(|cm| check(&cm))
+        })
+        .await;
+    }
+
+    /// Waits (30 s) until a scrape passes `check`.
+    async fn wait_scrape(&self, what: &str, check: impl Fn(&[Sample]) -> bool) {
+        eventually_within(what, Duration::from_secs(30), || async {
+            check(&scrape(&self.metrics).await)
+        })
+        .await;
+    }
+
+    /// This controller's `controller_name` and `controller_type` labels.
+    fn ours(&self) -> [(&str, &str); 2] {
+        [
+            ("controller_name", self.name.as_str()),
+            ("controller_type", "CompositeController"),
+        ]
+    }
+
+    /// Successful sync hook requests counted.
+    fn sync_ok(&self, samples: &[Sample]) -> f64 {
+        let [name, kind] = self.ours();
+        let url = self.hook.url("/sync");
         sum(
             samples,
             "metacontroller_sync_requests_total",
             &[
-                ours[0],
-                ours[1],
+                name,
+                kind,
                 ("code", "200"),
                 ("method", "post"),
-                ("url", &sync_url),
+                ("url", &url),
             ],
         )
-    };
-    // Counters move when the controller's calls return, which may trail what the API
-    // server shows by a moment: poll the scrape.
-    let queue = format!("CompositeController-{name}");
-    let first_sync_counted = |samples: &[Sample]| {
-        sync_ok(samples) >= 1.0
+    }
+
+    /// Child writes with `action` counted.
+    fn child_writes(&self, samples: &[Sample], action: &str) -> f64 {
+        let [name, kind] = self.ours();
+        sum(
+            samples,
+            "metacontroller_child_writes_total",
+            &[name, kind, ("action", action)],
+        )
+    }
+
+    /// The first sync shows in the hook, work queue, reconcile, child write and informer
+    /// families.
+    fn first_sync_counted(&self, samples: &[Sample]) -> bool {
+        let queue = format!("CompositeController-{}", self.name);
+        self.sync_ok(samples) >= 1.0
             && sum(
                 samples,
                 "workqueue_adds_total",
@@ -368,97 +394,36 @@ async fn scrape_shows_upstream_families_and_hook_counters_move_with_syncs() {
                 "controller_runtime_reconcile_total",
                 &[("controller", &queue), ("result", "success")],
             ) >= 1.0
-            && sum(
-                samples,
-                "metacontroller_child_writes_total",
-                &[ours[0], ours[1], ("action", "create")],
-            ) >= 1.0
+            && self.child_writes(samples, "create") >= 1.0
             && sum(
                 samples,
                 "metacontroller_informer_cached_objects",
                 &[("api_version", "v1"), ("resource", "configmaps")],
             ) >= 1.0
-    };
-    eventually_within("metrics of the first sync", Duration::from_secs(30), || {
-        let metrics = metrics.clone();
-        async move { first_sync_counted(&scrape(&metrics).await) }
-    })
-    .await;
-    // The check held once; it holds from then on (counters only grow).
-    let first = scrape(&metrics).await;
-    assert!(first_sync_counted(&first));
-    let before = sync_ok(&first);
+    }
 
-    // A spec change syncs again: the counter moves.
-    parents
-        .patch(
-            "p",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"gen": 2}})),
-        )
-        .await
-        .unwrap();
-    eventually_within("child updated", Duration::from_secs(60), || async {
-        cms.get_opt("p-cm")
-            .await
-            .unwrap()
-            .and_then(|cm| cm.data)
-            .is_some_and(|d| d.get("gen").map(String::as_str) == Some("2"))
-    })
-    .await;
-    eventually_within(
-        "metrics of the second sync",
-        Duration::from_secs(30),
-        || {
-            let metrics = metrics.clone();
-            async move {
-                let second = scrape(&metrics).await;
-                sync_ok(&second) > before
-                    && sum(
-                        &second,
-                        "metacontroller_child_writes_total",
-                        &[ours[0], ours[1], ("action", "update")],
-                    ) >= 1.0
-            }
-        },
-    )
-    .await;
-
-    // Deleting the parent runs the finalize hook.
-    parents.delete("p", &DeleteParams::default()).await.unwrap();
-    eventually_within(
-        "parent finalized and gone",
-        Duration::from_secs(60),
-        || async { parents.get_opt("p").await.unwrap().is_none() },
-    )
-    .await;
-
-    let hook_counted = |samples: &[Sample], hook_name: &str| {
+    /// A successful call of hook `hook_name` is counted.
+    fn hook_counted(&self, samples: &[Sample], hook_name: &str) -> bool {
+        let [name, kind] = self.ours();
+        let url = self.hook.url(&format!("/{hook_name}"));
         sum(
             samples,
             &format!("metacontroller_{hook_name}_requests_total"),
-            &[
-                ours[0],
-                ours[1],
-                ("code", "200"),
-                ("url", &hook.url(&format!("/{hook_name}"))),
-            ],
+            &[name, kind, ("code", "200"), ("url", &url)],
         ) >= 1.0
-    };
-    eventually_within("finalize counted", Duration::from_secs(30), || {
-        let metrics = metrics.clone();
-        async move { hook_counted(&scrape(&metrics).await, "finalize") }
-    })
-    .await;
-    let last = scrape(&metrics).await;
+    }
+}
+
+/// Every golden family is in `samples`, with exactly its label names.
+fn assert_golden_families(samples: &[Sample]) {
     let mut labels_of: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
-    for s in &last {
+    for s in samples {
         let entry = labels_of.entry(s.family.as_str()).or_default();
         entry.extend(s.labels.keys().map(String::as_str).filter(|k| *k != "le"));
     }
     let mut problems = Vec::new();
-    for (family, labels) in GOLDEN_FAMILIES {
-        match labels_of.get(family) {
+    for (family, labels) in golden_families() {
+        match labels_of.get(family.as_str()) {
             None => problems.push(format!("{family}: missing")),
             Some(found) => {
                 let want: BTreeSet<&str> = labels.iter().copied().collect();
@@ -469,15 +434,77 @@ async fn scrape_shows_upstream_families_and_hook_counters_move_with_syncs() {
         }
     }
     assert!(problems.is_empty(), "{}", problems.join("\n"));
-    assert!(hook_counted(&last, "customize"), "customize counted");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scrape_shows_upstream_families_and_hook_counters_move_with_syncs() {
+    let scraped = Scraped::start().await;
+    let parents = scraped.parents();
+    let parent = json!({
+        "apiVersion": scraped.parent.api_version(), "kind": "Parent",
+        "metadata": {"name": "p"}, "spec": {"gen": 1}
+    });
+    create_object(&parents, parent).await;
+    scraped.wait_child("child created", |_| true).await;
+
+    // Counters move when the controller's calls return, which may trail what the API
+    // server shows by a moment: poll the scrape.
+    scraped
+        .wait_scrape("metrics of the first sync", |s| {
+            scraped.first_sync_counted(s)
+        })
+        .await;
+    // The check held once; it holds from then on (counters only grow).
+    let first = scrape(&scraped.metrics).await;
+    assert!(scraped.first_sync_counted(&first));
+    let before = scraped.sync_ok(&first);
+
+    // A spec change syncs again: the counter moves.
+    parents
+        .patch(
+            "p",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"gen": 2}})),
+        )
+        .await
+        .unwrap();
+    scraped
+        .wait_child("child updated", |cm| {
+            cm.data
+                .as_ref()
+                .is_some_and(|d| d.get("gen").map(String::as_str) == Some("2"))
+        })
+        .await;
+    scraped
+        .wait_scrape("metrics of the second sync", |second| {
+            scraped.sync_ok(second) > before && scraped.child_writes(second, "update") >= 1.0
+        })
+        .await;
+
+    // Deleting the parent runs the finalize hook.
+    parents.delete("p", &DeleteParams::default()).await.unwrap();
+    eventually_within(
+        "parent finalized and gone",
+        Duration::from_secs(60),
+        || async { parents.get_opt("p").await.unwrap().is_none() },
+    )
+    .await;
+    scraped
+        .wait_scrape("finalize counted", |s| scraped.hook_counted(s, "finalize"))
+        .await;
+    let last = scrape(&scraped.metrics).await;
+    assert_golden_families(&last);
+    assert!(
+        scraped.hook_counted(&last, "customize"),
+        "customize counted"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn readyz_fails_until_caches_sync_and_healthz_is_ok() {
     let cluster = TestCluster::start().await;
     cluster.install_metacontroller_crds().await;
-    let parent = parent_crd("ready");
-    cluster.install_crd(&parent.build()).await;
+    let parent = cluster.install_parent_crd("ready").await;
     let hook = HookServer::start(|_, _| HookReply::json(json!({"children": []}))).await;
     let label = unique_name("team");
     create_controller(

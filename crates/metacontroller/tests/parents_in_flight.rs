@@ -9,11 +9,10 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use kube::api::PostParams;
-use kube::core::DynamicObject;
 use metacontroller_api::composite::CompositeController;
 use metacontroller_testkit::{
-    eventually_within, unique_name, ControllerProcess, Fault, HookReply, HookServer, TestCluster,
+    create_object, eventually_within, parent_name, unique_name, ControllerProcess, Fault,
+    HookReply, HookServer, TestCluster,
 };
 use serde_json::json;
 
@@ -45,9 +44,7 @@ async fn run(extra: &[&str]) -> Option<Seen> {
         let arrivals = arrivals.clone();
         move |_, req| {
             arrivals.lock().unwrap().push(Instant::now());
-            let name = req["parent"]["metadata"]["name"]
-                .as_str()
-                .unwrap_or_default();
+            let name = parent_name(req);
             let observed = req["children"]["ConfigMap.v1"]
                 .as_object()
                 .map_or(0, |m| m.len());
@@ -68,12 +65,11 @@ async fn run(extra: &[&str]) -> Option<Seen> {
         .await;
     let parents = parent.api(cluster.client(), Some(&ns));
     for i in 0..PARENTS {
-        let p: DynamicObject = serde_json::from_value(json!({
+        let p = json!({
             "apiVersion": parent.api_version(), "kind": parent.kind(),
             "metadata": {"name": format!("p{i}")}, "spec": {}
-        }))
-        .unwrap();
-        parents.create(&PostParams::default(), &p).await.unwrap();
+        });
+        create_object(&parents, p).await;
     }
     control.inject(Fault::latency(
         Some("create"),

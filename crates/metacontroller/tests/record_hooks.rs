@@ -14,7 +14,7 @@ use kube::core::DynamicObject;
 use metacontroller_api::composite::CompositeController;
 use metacontroller_testkit::example::{free_port, installed, start_hook};
 use metacontroller_testkit::{
-    crd, dynamic_api, eventually_within, unique_name, ControllerProcess, CrdBuilder, HookReply,
+    crd, create_object, eventually_within, unique_name, ControllerProcess, CrdBuilder, HookReply,
     HookServer, TestCluster,
 };
 use serde_json::{json, Value};
@@ -173,71 +173,107 @@ fn assert_recordings_match(recordings: &[(String, Value)], received: &[Value], h
     assert!(matched > 0, "no {hook} recording");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn run_records_sync_finalize_and_customize_exchanges_with_secrets_redacted() {
-    if !installed("python3") {
-        return;
+/// The Python hook server of [`PYTHON_HOOK`], logging what it receives into a directory.
+struct PythonHook {
+    _process: ControllerProcess,
+    port: u16,
+    /// Where it logs each request body it received.
+    log: PathBuf,
+}
+
+impl PythonHook {
+    /// Starts it with its script and log directory under `work`.
+    fn start(work: &Path) -> Self {
+        let log = work.join("received");
+        std::fs::create_dir_all(&log).unwrap();
+        let script = work.join("hook.py");
+        std::fs::write(&script, PYTHON_HOOK).unwrap();
+        let port = free_port();
+        let mut python = Command::new("python3");
+        python.arg(&script).arg(port.to_string()).arg(&log);
+        PythonHook {
+            _process: start_hook(python, port),
+            port,
+            log,
+        }
     }
-    let (cluster, ns, parent) = cluster_with_parent("record").await;
 
-    let work = tempfile::tempdir().unwrap();
-    let hook_log = work.path().join("received");
-    let recordings = work.path().join("recordings").join("nested");
-    std::fs::create_dir_all(&hook_log).unwrap();
-    let script = work.path().join("hook.py");
-    std::fs::write(&script, PYTHON_HOOK).unwrap();
-    let port = free_port();
-    let mut python = Command::new("python3");
-    python.arg(&script).arg(port.to_string()).arg(&hook_log);
-    let _hook = start_hook(python, port);
+    /// `http://127.0.0.1:<port>/<hook>`.
+    fn url(&self, hook: &str) -> String {
+        format!("http://127.0.0.1:{}/{hook}", self.port)
+    }
+}
 
-    let label = unique_name("team");
-    let name = unique_name("record");
-    let controller: CompositeController = cluster
+/// The request bodies for `hook` among `received` (the Python hook's log files).
+fn requests_for(received: &[(String, Value)], hook: &str) -> Vec<Value> {
+    received
+        .iter()
+        .filter(|(n, _)| n.ends_with(&format!("-{hook}.json")))
+        .map(|(_, v)| v.clone())
+        .collect()
+}
+
+/// Creates a CompositeController named `name` (label `team=<label>`) whose parents want a
+/// Secret child (InPlace), with sync, finalize and customize hooks on `hook`.
+async fn create_recorded_controller(
+    cluster: &TestCluster,
+    parent: &CrdBuilder,
+    hook: &PythonHook,
+    name: &str,
+    label: &str,
+) -> CompositeController {
+    cluster
         .create_controller(
-            &name,
-            &label,
+            name,
+            label,
             json!({
                 "parentResource": {"apiVersion": parent.api_version(), "resource": parent.plural()},
                 "generateSelector": true,
                 "childResources": [{"apiVersion": "v1", "resource": "secrets",
                                     "updateStrategy": {"method": "InPlace"}}],
                 "hooks": {
-                    "sync": {"webhook": {"url": format!("http://127.0.0.1:{port}/sync")}},
-                    "finalize": {"webhook": {"url": format!("http://127.0.0.1:{port}/finalize")}},
-                    "customize": {"webhook": {"url": format!("http://127.0.0.1:{port}/customize")}},
+                    "sync": {"webhook": {"url": hook.url("sync")}},
+                    "finalize": {"webhook": {"url": hook.url("finalize")}},
+                    "customize": {"webhook": {"url": hook.url("customize")}},
                 },
             }),
         )
-        .await;
-    let selector = format!("team={label}");
-    let process = run_recording(
-        &cluster,
-        &selector,
-        &recordings,
-        &["--discovery-interval", "500ms"],
-    );
+        .await
+}
 
-    let parents = parent.api(cluster.client(), Some(&ns));
-    let obj: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": parent.api_version(), "kind": "Parent", "metadata": {"name": "p"},
-    }))
-    .unwrap();
-    parents.create(&PostParams::default(), &obj).await.unwrap();
-
+/// Creates parent `p`, waits for a recorded sync that saw its Secret child and checks the
+/// child got the real data; then deletes `p` and waits for a recorded finalize and for `p`
+/// to be gone.
+async fn sync_and_finalize_p(
+    cluster: &TestCluster,
+    ns: &str,
+    parent: &CrdBuilder,
+    recordings: &Path,
+) {
+    let parents = parent.api(cluster.client(), Some(ns));
+    let p =
+        json!({"apiVersion": parent.api_version(), "kind": "Parent", "metadata": {"name": "p"}});
+    create_object(&parents, p).await;
+    let recorded = |hook: &str, check: fn(&Value) -> bool| {
+        json_files(recordings)
+            .iter()
+            .any(|(_, r)| r["hook"] == hook && check(r))
+    };
     // The second sync sees the Secret child (with its data) as observed.
-    let secrets: Api<Secret> = Api::namespaced(cluster.client(), &ns);
     eventually_within(
         "a recorded sync whose request holds the observed Secret",
         Duration::from_secs(60),
         || async {
-            json_files(&recordings).iter().any(|(_, r)| {
-                r["hook"] == "sync" && r["request"]["children"]["Secret.v1"]["p-secret"].is_object()
+            recorded("sync", |r| {
+                r["request"]["children"]["Secret.v1"]["p-secret"].is_object()
             })
         },
     )
     .await;
-    let secret = secrets.get("p-secret").await.unwrap();
+    let secret = Api::<Secret>::namespaced(cluster.client(), ns)
+        .get("p-secret")
+        .await
+        .unwrap();
     assert_eq!(
         secret.data.unwrap()["password"].0,
         b"hunter2",
@@ -246,29 +282,25 @@ async fn run_records_sync_finalize_and_customize_exchanges_with_secrets_redacted
 
     parents.delete("p", &DeleteParams::default()).await.unwrap();
     eventually_within("a recorded finalize", Duration::from_secs(60), || async {
-        json_files(&recordings)
-            .iter()
-            .any(|(_, r)| r["hook"] == "finalize")
+        recorded("finalize", |_| true)
     })
     .await;
     eventually_within("parent gone", Duration::from_secs(60), || async {
         parents.get_opt("p").await.unwrap().is_none()
     })
     .await;
+}
 
-    let received: Vec<(String, Value)> = json_files(&hook_log);
-    let records = json_files(&recordings);
-    let requests = |hook: &str| -> Vec<Value> {
-        received
-            .iter()
-            .filter(|(n, _)| n.ends_with(&format!("-{hook}.json")))
-            .map(|(_, v)| v.clone())
-            .collect()
-    };
-    // The hook got the real data; the recordings hold none of it.
-    let received_text = serde_json::to_string(&requests("sync")).unwrap();
-    assert!(received_text.contains(SECRET_B64), "{received_text}");
-    for (file, record) in &records {
+/// Every recording file holds no Secret data nor credentials, and names the controller,
+/// the hook, its URL and the parent `<ns>/p`, with a successful response.
+fn assert_recording_files(
+    recordings: &Path,
+    records: &[(String, Value)],
+    hook: &PythonHook,
+    name: &str,
+    ns: &str,
+) {
+    for (file, record) in records {
         let text = std::fs::read_to_string(recordings.join(file)).unwrap();
         assert!(
             !text.contains(SECRET_B64),
@@ -279,7 +311,7 @@ async fn run_records_sync_finalize_and_customize_exchanges_with_secrets_redacted
             "{text}"
         );
         assert_eq!(record["controller"]["kind"], "CompositeController");
-        assert_eq!(record["controller"]["name"], name.as_str());
+        assert_eq!(record["controller"]["name"], name);
         assert_eq!(record["response"]["status"], 200, "{file}");
         assert!(
             record["startedAt"].as_str().unwrap().ends_with('Z'),
@@ -287,16 +319,18 @@ async fn run_records_sync_finalize_and_customize_exchanges_with_secrets_redacted
         );
         assert!(record["durationMs"].is_u64(), "{file}");
         assert!(record.get("error").is_none(), "{file}");
-        let hook = record["hook"].as_str().unwrap();
-        assert_eq!(record["url"], format!("http://127.0.0.1:{port}/{hook}"));
+        let kind = record["hook"].as_str().unwrap();
+        assert_eq!(record["url"], hook.url(kind));
         assert!(
-            file.contains(&format!("-{}-{hook}-{ns}-p.json", sanitized(&name))),
+            file.contains(&format!("-{}-{kind}-{ns}-p.json", sanitized(name))),
             "{file}"
         );
     }
-    assert_recordings_match(&records, &requests("sync"), "sync");
-    assert_recordings_match(&records, &requests("finalize"), "finalize");
-    assert_recordings_match(&records, &requests("customize"), "customize");
+}
+
+/// The recordings show the observed and the desired Secret redacted, and the finalize
+/// response.
+fn assert_redacted(records: &[(String, Value)]) {
     let observed = records
         .iter()
         .find_map(|(_, r)| {
@@ -315,21 +349,20 @@ async fn run_records_sync_finalize_and_customize_exchanges_with_secrets_redacted
         .find(|(_, r)| r["hook"] == "finalize")
         .unwrap();
     assert_eq!(finalize.1["response"]["body"]["finalized"], true);
-    // Every exchange the hook received was recorded (the writer may lag the hook).
-    eventually_within(
-        "one recording per received request",
-        Duration::from_secs(10),
-        || async { json_files(&recordings).len() >= json_files(&hook_log).len() },
-    )
-    .await;
-    // A recorded exchange replays through `render --request` against the same hook.
-    let (file, _) = records
-        .iter()
-        .find(|(_, r)| r["hook"] == "sync")
-        .expect("a recorded sync");
-    let controller_file = work.path().join("controller.json");
-    std::fs::write(&controller_file, serde_json::to_vec(&controller).unwrap()).unwrap();
-    let crd_file = work.path().join("crd.json");
+}
+
+/// `render --request <recording>` with `controller` and `parent`'s CRD against the sync
+/// hook answers the Secret child.
+fn assert_replays(
+    work: &Path,
+    controller: &CompositeController,
+    parent: &CrdBuilder,
+    recording: &Path,
+    hook: &PythonHook,
+) {
+    let controller_file = work.join("controller.json");
+    std::fs::write(&controller_file, serde_json::to_vec(controller).unwrap()).unwrap();
+    let crd_file = work.join("crd.json");
     std::fs::write(&crd_file, serde_json::to_vec(&parent.build()).unwrap()).unwrap();
     let replay = Command::new(env!("CARGO_BIN_EXE_metacontroller"))
         .arg("render")
@@ -338,15 +371,16 @@ async fn run_records_sync_finalize_and_customize_exchanges_with_secrets_redacted
         .arg("--crd")
         .arg(&crd_file)
         .arg("--request")
-        .arg(recordings.join(file))
+        .arg(recording)
         .arg("--hook-url")
-        .arg(format!("http://127.0.0.1:{port}/sync"))
+        .arg(hook.url("sync"))
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&replay.stdout);
     assert!(
         replay.status.success(),
-        "render --request {file}: {}\n{stdout}",
+        "render --request {}: {}\n{stdout}",
+        recording.display(),
         String::from_utf8_lossy(&replay.stderr)
     );
     let rendered: Value = serde_yaml::from_str(&stdout).unwrap();
@@ -354,6 +388,58 @@ async fn run_records_sync_finalize_and_customize_exchanges_with_secrets_redacted
     assert_eq!(
         rendered["children"][0]["metadata"]["name"], "p-secret",
         "{stdout}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_records_sync_finalize_and_customize_exchanges_with_secrets_redacted() {
+    if !installed("python3") {
+        return;
+    }
+    let (cluster, ns, parent) = cluster_with_parent("record").await;
+    let work = tempfile::tempdir().unwrap();
+    let recordings = work.path().join("recordings").join("nested");
+    let hook = PythonHook::start(work.path());
+    let label = unique_name("team");
+    let name = unique_name("record");
+    let controller = create_recorded_controller(&cluster, &parent, &hook, &name, &label).await;
+    let selector = format!("team={label}");
+    let process = run_recording(
+        &cluster,
+        &selector,
+        &recordings,
+        &["--discovery-interval", "500ms"],
+    );
+    sync_and_finalize_p(&cluster, &ns, &parent, &recordings).await;
+
+    let received = json_files(&hook.log);
+    let records = json_files(&recordings);
+    // The hook got the real data; the recordings hold none of it.
+    let received_text = serde_json::to_string(&requests_for(&received, "sync")).unwrap();
+    assert!(received_text.contains(SECRET_B64), "{received_text}");
+    assert_recording_files(&recordings, &records, &hook, &name, &ns);
+    for kind in ["sync", "finalize", "customize"] {
+        assert_recordings_match(&records, &requests_for(&received, kind), kind);
+    }
+    assert_redacted(&records);
+    // Every exchange the hook received was recorded (the writer may lag the hook).
+    eventually_within(
+        "one recording per received request",
+        Duration::from_secs(10),
+        || async { json_files(&recordings).len() >= json_files(&hook.log).len() },
+    )
+    .await;
+    // A recorded exchange replays through `render --request` against the same hook.
+    let (file, _) = records
+        .iter()
+        .find(|(_, r)| r["hook"] == "sync")
+        .expect("a recorded sync");
+    assert_replays(
+        work.path(),
+        &controller,
+        &parent,
+        &recordings.join(file),
+        &hook,
     );
     assert!(
         process.logs().contains("recording hook exchanges"),
@@ -372,6 +458,77 @@ fn sanitized(name: &str) -> String {
             }
         })
         .collect()
+}
+
+/// `metacontroller dev --record-hooks <recordings> --record-hooks-max-files 3` with its
+/// kubeconfig written to `kubeconfig`, once ready.
+fn start_dev_recording(kubeconfig: &Path, recordings: &Path) -> ControllerProcess {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_metacontroller"));
+    command
+        .args(["dev", "--port", "0", "--simulate=false", "--dev-kubeconfig"])
+        .arg(kubeconfig)
+        .args(["--metrics-address", "0", "--health-probe-bind-address", "0"])
+        .arg("--record-hooks")
+        .arg(recordings)
+        .args(["--record-hooks-max-files", "3"])
+        .env_remove("KUBECONFIG");
+    let mut process = ControllerProcess::spawn(command);
+    process.wait_for_line("dev mode ready", Duration::from_secs(60), |l| {
+        l.contains("press Ctrl-C")
+    });
+    assert!(
+        process.logs().contains("recording hook exchanges to"),
+        "{}",
+        process.logs()
+    );
+    process
+}
+
+/// Installs a `Parent` CRD and a CompositeController `dev-record` (resync every second,
+/// sync hook at `sync_url`) through `client`, then creates parent `default/p` (`spec.n: 7`)
+/// once the CRD is served.
+async fn create_resyncing_parent(client: kube::Client, sync_url: &str) {
+    let parent = crd("dev-record.example.com", "v1", "Parent", "parents");
+    let crd_object: CustomResourceDefinition = serde_json::from_value(parent.build()).unwrap();
+    Api::<CustomResourceDefinition>::all(client.clone())
+        .create(&PostParams::default(), &crd_object)
+        .await
+        .unwrap();
+    let controller: CompositeController = serde_json::from_value(json!({
+        "apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "CompositeController",
+        "metadata": {"name": "dev-record"},
+        "spec": {
+            "parentResource": {"apiVersion": parent.api_version(), "resource": "parents"},
+            "generateSelector": true,
+            "resyncPeriodSeconds": 1,
+            "hooks": {"sync": {"webhook": {"url": sync_url}}},
+        }
+    }))
+    .unwrap();
+    Api::<CompositeController>::all(client.clone())
+        .create(&PostParams::default(), &controller)
+        .await
+        .unwrap();
+    let parents = parent.api(client, Some("default"));
+    let obj: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": parent.api_version(), "kind": "Parent",
+        "metadata": {"name": "p"}, "spec": {"n": 7},
+    }))
+    .unwrap();
+    eventually_within(
+        "parent created (CRD served)",
+        Duration::from_secs(30),
+        || async { parents.create(&PostParams::default(), &obj).await.is_ok() },
+    )
+    .await;
+}
+
+/// The sequence number of a recording file (`<time>-<seq>-…`; 0 when it has none).
+fn seq(name: &str) -> u64 {
+    name.split('-')
+        .nth(1)
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
 }
 
 /// `metacontroller dev --record-hooks DIR --record-hooks-max-files 3`: recordings appear,
@@ -393,71 +550,9 @@ async fn dev_records_hooks_and_keeps_at_most_max_files() {
     // A stale recording from an earlier run counts towards the bound and goes first.
     let stale = recordings.join("0000000000001-000001-old-sync-_-x.json");
     std::fs::write(&stale, "{}").unwrap();
-    let mut command = Command::new(env!("CARGO_BIN_EXE_metacontroller"));
-    command
-        .args(["dev", "--port", "0", "--simulate=false", "--dev-kubeconfig"])
-        .arg(&kubeconfig)
-        .args(["--metrics-address", "0", "--health-probe-bind-address", "0"])
-        .arg("--record-hooks")
-        .arg(&recordings)
-        .args(["--record-hooks-max-files", "3"])
-        .env_remove("KUBECONFIG");
-    let mut process = ControllerProcess::spawn(command);
-    process.wait_for_line("dev mode ready", Duration::from_secs(60), |l| {
-        l.contains("press Ctrl-C")
-    });
-    assert!(
-        process.logs().contains("recording hook exchanges to"),
-        "{}",
-        process.logs()
-    );
-
-    let config = kube::Config::from_custom_kubeconfig(
-        kube::config::Kubeconfig::read_from(&kubeconfig).unwrap(),
-        &Default::default(),
-    )
-    .await
-    .unwrap();
-    let client = kube::Client::try_from(config).unwrap();
-    let parent = crd("dev-record.example.com", "v1", "Parent", "parents");
-    let crd_object: CustomResourceDefinition = serde_json::from_value(parent.build()).unwrap();
-    Api::<CustomResourceDefinition>::all(client.clone())
-        .create(&PostParams::default(), &crd_object)
-        .await
-        .unwrap();
-    let controller: CompositeController = serde_json::from_value(json!({
-        "apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "CompositeController",
-        "metadata": {"name": "dev-record"},
-        "spec": {
-            "parentResource": {"apiVersion": parent.api_version(), "resource": "parents"},
-            "generateSelector": true,
-            "resyncPeriodSeconds": 1,
-            "hooks": {"sync": {"webhook": {"url": hook.url("/sync")}}},
-        }
-    }))
-    .unwrap();
-    Api::<CompositeController>::all(client.clone())
-        .create(&PostParams::default(), &controller)
-        .await
-        .unwrap();
-    let parents = dynamic_api(
-        client.clone(),
-        &parent.api_version(),
-        "Parent",
-        "parents",
-        Some("default"),
-    );
-    let obj: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": parent.api_version(), "kind": "Parent",
-        "metadata": {"name": "p"}, "spec": {"n": 7},
-    }))
-    .unwrap();
-    eventually_within(
-        "parent created (CRD served)",
-        Duration::from_secs(30),
-        || async { parents.create(&PostParams::default(), &obj).await.is_ok() },
-    )
-    .await;
+    let process = start_dev_recording(&kubeconfig, &recordings);
+    let client = TestCluster::real(kubeconfig.clone()).await.client();
+    create_resyncing_parent(client, &hook.url("/sync")).await;
 
     // resyncPeriodSeconds keeps syncs coming: many more than 3 calls.
     eventually_within("six sync calls", Duration::from_secs(60), || async {
@@ -466,12 +561,6 @@ async fn dev_records_hooks_and_keeps_at_most_max_files() {
     .await;
     // The hook counts a call when the request arrives; its recording is written after the
     // response, off the sync path: wait for the sixth recording itself.
-    let seq = |name: &str| -> u64 {
-        name.split('-')
-            .nth(1)
-            .and_then(|n| n.parse().ok())
-            .unwrap_or(0)
-    };
     eventually_within(
         "six recordings, the directory bounded to the 3 newest",
         Duration::from_secs(20),
@@ -528,12 +617,11 @@ async fn sigterm_keeps_the_recordings_of_the_last_syncs() {
     let parents = parent.api(cluster.client(), Some(&ns));
     let blob = "x".repeat(256 << 10);
     for i in 0..8 {
-        let obj: DynamicObject = serde_json::from_value(json!({
+        let p = json!({
             "apiVersion": parent.api_version(), "kind": "Parent",
             "metadata": {"name": format!("p{i}")}, "spec": {"blob": blob},
-        }))
-        .unwrap();
-        parents.create(&PostParams::default(), &obj).await.unwrap();
+        });
+        create_object(&parents, p).await;
     }
 
     let work = tempfile::tempdir().unwrap();

@@ -7,11 +7,12 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
+use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::core::DynamicObject;
 use metacontroller_testkit::example::{example_file, free_port, installed, start_hook};
 use metacontroller_testkit::{
-    crd, dynamic_api, eventually_within, unique_name, ControllerProcess, TestCluster,
+    crd, create_object, dynamic_api, eventually_within, unique_name, ControllerProcess, TestCluster,
 };
 use serde_json::{json, Value};
 
@@ -49,6 +50,25 @@ fn hello(file: &str) -> String {
     path(&example_file("hello-world", file)).to_string()
 }
 
+/// `metacontroller render` of the hello-world example's controller, CRD and parent, with
+/// `extra` flags: (exit code, stdout, stderr).
+fn render_hello(extra: &[&str]) -> (i32, String, String) {
+    let (controller, crd, parent) = (
+        hello("controller.yaml"),
+        hello("crd.yaml"),
+        hello("hello.yaml"),
+    );
+    let common = [
+        "--controller",
+        controller.as_str(),
+        "--crd",
+        &crd,
+        "--parent",
+        &parent,
+    ];
+    render(&[&common[..], extra].concat())
+}
+
 #[test]
 fn hello_world_offline_with_the_python_hook_server_and_a_jq_command() {
     if !installed("python3") || !installed("jq") {
@@ -61,17 +81,9 @@ fn hello_world_offline_with_the_python_hook_server_and_a_jq_command() {
         .args(["--port", &port.to_string()]);
     let _server = start_hook(server, port);
     let url = format!("http://127.0.0.1:{port}/sync");
-    let common = [
-        "--controller",
-        &hello("controller.yaml"),
-        "--crd",
-        &hello("crd.yaml"),
-        "--parent",
-        &hello("hello.yaml"),
-    ];
-    let (code, out_url, err) = render(&[&common[..], &["--hook-url", &url]].concat());
+    let (code, out_url, err) = render_hello(&["--hook-url", &url]);
     assert_eq!(code, 0, "{err}");
-    let (code, out_cmd, err) = render(&[&common[..], &["--hook-command", HELLO_JQ]].concat());
+    let (code, out_cmd, err) = render_hello(&["--hook-command", HELLO_JQ]);
     assert_eq!(code, 0, "{err}");
     for out in [&out_url, &out_cmd] {
         let doc: Value = serde_yaml::from_str(out).expect("YAML output");
@@ -90,27 +102,31 @@ fn hello_world_offline_with_the_python_hook_server_and_a_jq_command() {
     }
 }
 
+/// A controller object of `kind` named `name` with `spec`.
+fn controller_object(kind: &str, name: &str, spec: Value) -> Value {
+    json!({
+        "apiVersion": "metacontroller.k8s.io/v1alpha1",
+        "kind": kind,
+        "metadata": {"name": name},
+        "spec": spec,
+    })
+}
+
 /// A two-type controller whose hooks are v1 or v2, offline.
 fn controller(dir: &Path, version: &str) -> PathBuf {
+    let never = json!({"version": version, "webhook": {"url": "http://127.0.0.1:1/never"}});
+    let spec = json!({
+        "parentResource": {"apiVersion": "example.com/v1", "resource": "helloworlds"},
+        "childResources": [
+            {"apiVersion": "v1", "resource": "configmaps"},
+            {"apiVersion": "v1", "resource": "secrets"},
+        ],
+        "hooks": {"sync": never, "finalize": never},
+    });
     write(
         dir,
         &format!("controller-{version}.json"),
-        &json!({
-            "apiVersion": "metacontroller.k8s.io/v1alpha1",
-            "kind": "CompositeController",
-            "metadata": {"name": "render-test"},
-            "spec": {
-                "parentResource": {"apiVersion": "example.com/v1", "resource": "helloworlds"},
-                "childResources": [
-                    {"apiVersion": "v1", "resource": "configmaps"},
-                    {"apiVersion": "v1", "resource": "secrets"},
-                ],
-                "hooks": {
-                    "sync": {"version": version, "webhook": {"url": "http://127.0.0.1:1/never"}},
-                    "finalize": {"version": version, "webhook": {"url": "http://127.0.0.1:1/never"}},
-                },
-            },
-        }),
+        &controller_object("CompositeController", "render-test", spec),
     )
 }
 
@@ -203,57 +219,66 @@ fn requests_are_the_controllers_v1_and_v2() {
             &capture(&captured),
         ]);
         assert_eq!(code, 0, "{err}");
-        let request: Value =
-            serde_json::from_str(&std::fs::read_to_string(&captured).unwrap()).unwrap();
-        // The golden request's shape: its fields, and its map keys with its names
-        // replaced by ours.
-        let expected = golden(version, "composite-finalize-request.json");
-        assert_eq!(keys(&request), keys(&expected));
-        let subs = [
-            ("${NS}", "team-a"),
-            ("golden-child", "c1"),
-            ("golden-related", "settings"),
-        ];
-        assert_eq!(
-            keys(&request["children"]["ConfigMap.v1"]),
-            golden_keys(&expected["children"], "ConfigMap.v1", &subs),
-            "{version}"
-        );
-        assert_eq!(
-            keys(&request["related"]["ConfigMap.v1"]),
-            golden_keys(&expected["related"], "ConfigMap.v1", &subs),
-            "{version}"
-        );
-        assert_eq!(request["finalizing"], true);
-        assert_eq!(request["controller"]["metadata"]["name"], "render-test");
-        assert_eq!(
-            request["children"],
-            json!({
-                "ConfigMap.v1": {key: {"apiVersion": "v1", "kind": "ConfigMap",
-                    "metadata": {"name": "c1", "namespace": "team-a", "labels": {"app": "p"}},
-                    "data": {"k": "v"}}},
-                "Secret.v1": {},
-            }),
-            "{version}"
-        );
-        let related_key = if version == "v1" {
-            "settings"
-        } else {
-            "team-a/settings"
-        };
-        assert!(
-            request["related"]["ConfigMap.v1"][related_key].is_object(),
-            "{version}: {}",
-            request["related"]
-        );
-        let meta = &request["parent"]["metadata"];
-        assert_eq!(meta["uid"], "uid-p");
-        assert_eq!(
-            meta["finalizers"],
-            json!(["metacontroller.io/compositecontroller-render-test"])
-        );
-        assert!(meta["deletionTimestamp"].is_string(), "{meta}");
+        assert_finalize_request(&read_json(&captured), version, key);
     }
+}
+
+/// The finalize request render built for `version` has the golden request's shape, the
+/// child keyed `key`, the related ConfigMap, and the parent as the controller sends it.
+fn assert_finalize_request(request: &Value, version: &str, key: &str) {
+    // The golden request's shape: its fields, and its map keys with its names
+    // replaced by ours.
+    let expected = golden(version, "composite-finalize-request.json");
+    assert_eq!(keys(request), keys(&expected));
+    let subs = [
+        ("${NS}", "team-a"),
+        ("golden-child", "c1"),
+        ("golden-related", "settings"),
+    ];
+    assert_eq!(
+        keys(&request["children"]["ConfigMap.v1"]),
+        golden_keys(&expected["children"], "ConfigMap.v1", &subs),
+        "{version}"
+    );
+    assert_eq!(
+        keys(&request["related"]["ConfigMap.v1"]),
+        golden_keys(&expected["related"], "ConfigMap.v1", &subs),
+        "{version}"
+    );
+    assert_eq!(request["finalizing"], true);
+    assert_eq!(request["controller"]["metadata"]["name"], "render-test");
+    assert_eq!(
+        request["children"],
+        json!({
+            "ConfigMap.v1": {key: {"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "c1", "namespace": "team-a", "labels": {"app": "p"}},
+                "data": {"k": "v"}}},
+            "Secret.v1": {},
+        }),
+        "{version}"
+    );
+    let related_key = if version == "v1" {
+        "settings"
+    } else {
+        "team-a/settings"
+    };
+    assert!(
+        request["related"]["ConfigMap.v1"][related_key].is_object(),
+        "{version}: {}",
+        request["related"]
+    );
+    let meta = &request["parent"]["metadata"];
+    assert_eq!(meta["uid"], "uid-p");
+    assert_eq!(
+        meta["finalizers"],
+        json!(["metacontroller.io/compositecontroller-render-test"])
+    );
+    assert!(meta["deletionTimestamp"].is_string(), "{meta}");
+}
+
+/// The JSON in `file`.
+fn read_json(file: &Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(file).unwrap()).unwrap()
 }
 
 #[test]
@@ -262,43 +287,33 @@ fn refused_responses_exit_1_with_the_controllers_message() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let common = [
-        "--controller",
-        &hello("controller.yaml"),
-        "--crd",
-        &hello("crd.yaml"),
-        "--parent",
-        &hello("hello.yaml"),
+    let refused = [
+        // An undeclared child type.
+        (
+            r#"python3 -c 'import json; print(json.dumps({"children": [{"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"}}]}))'"#,
+            &["invalid sync hook response: children[0]: Secret.v1 is not a declared child resource"][..],
+        ),
+        // Another namespace than the parent's.
+        (
+            r#"python3 -c 'import json; print(json.dumps({"children": [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "namespace": "other"}}]}))'"#,
+            &["namespace \"other\" is not allowed: children must be in the parent's namespace"],
+        ),
+        // A hook command that fails: its stderr is reported.
+        (
+            "echo 'boom from the hook' >&2; exit 3",
+            &[
+                "sync hook failed for HelloWorld default/hello",
+                "boom from the hook",
+            ],
+        ),
     ];
-    // An undeclared child type.
-    let secret = r#"python3 -c 'import json; print(json.dumps({"children": [{"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"}}]}))'"#;
-    let (code, _, err) = render(&[&common[..], &["--hook-command", secret]].concat());
-    assert_eq!(code, 1, "{err}");
-    assert!(
-        err.contains(
-            "invalid sync hook response: children[0]: Secret.v1 is not a declared child resource"
-        ),
-        "{err}"
-    );
-    // Another namespace than the parent's.
-    let elsewhere = r#"python3 -c 'import json; print(json.dumps({"children": [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "namespace": "other"}}]}))'"#;
-    let (code, _, err) = render(&[&common[..], &["--hook-command", elsewhere]].concat());
-    assert_eq!(code, 1, "{err}");
-    assert!(
-        err.contains(
-            "namespace \"other\" is not allowed: children must be in the parent's namespace"
-        ),
-        "{err}"
-    );
-    // A hook command that fails: its stderr is reported.
-    let failing = "echo 'boom from the hook' >&2; exit 3";
-    let (code, _, err) = render(&[&common[..], &["--hook-command", failing]].concat());
-    assert_eq!(code, 1, "{err}");
-    assert!(
-        err.contains("sync hook failed for HelloWorld default/hello"),
-        "{err}"
-    );
-    assert!(err.contains("boom from the hook"), "{err}");
+    for (hook, messages) in refused {
+        let (code, _, err) = render_hello(&["--hook-command", hook]);
+        assert_eq!(code, 1, "{err}");
+        for message in messages {
+            assert!(err.contains(message), "{err}");
+        }
+    }
     // Usage errors exit 2.
     let (code, _, err) = render(&["--controller", &hello("controller.yaml")]);
     assert_eq!(code, 2, "{err}");
@@ -333,7 +348,7 @@ fn recorded_requests_are_replayed() {
         .concat(),
     );
     assert_eq!(code, 0, "{err}");
-    let body: Value = serde_json::from_str(&std::fs::read_to_string(&captured).unwrap()).unwrap();
+    let body = read_json(&captured);
     let recorded = write(
         dir.path(),
         "recorded.json",
@@ -356,8 +371,7 @@ fn recorded_requests_are_replayed() {
             .concat(),
         );
         assert_eq!(code, 0, "{err}");
-        let sent: Value =
-            serde_json::from_str(&std::fs::read_to_string(&replayed).unwrap()).unwrap();
+        let sent = read_json(&replayed);
         assert_eq!(sent, body, "the request is replayed as recorded");
         let doc: Value = serde_yaml::from_str(&out).unwrap();
         assert_eq!(doc["children"][0]["data"]["greeting"], "Hello, World!");
@@ -416,34 +430,155 @@ class Handler(BaseHTTPRequestHandler):
 HTTPServer(("127.0.0.1", int(sys.argv[1])), Handler).serve_forever()
 "#;
 
-/// `render --diff --kubeconfig` against objects a controller made, then changed: one child
-/// to create, one to update, one to delete, one untouched. Then `metacontroller run` syncs
-/// and the cluster changes exactly as rendered.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn diff_agrees_with_what_the_controller_then_does() {
-    if !installed("python3") {
-        return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let script = dir.path().join("items_hook.py");
-    std::fs::write(&script, ITEMS_HOOK).unwrap();
-    let port = free_port();
-    let mut server = Command::new("python3");
-    server.arg(&script).arg(port.to_string());
-    let _hook = start_hook(server, port);
+/// What the --diff test works on: the items hook, a cluster with the controller object
+/// (also written to a file) and parent `p` with its file, and a related ConfigMap.
+struct ItemsScenario {
+    _hook: ControllerProcess,
+    port: u16,
+    cluster: TestCluster,
+    ns: String,
+    /// The controller object's name (and its `team` label).
+    name: String,
+    controllers: Api<DynamicObject>,
+    controller_file: PathBuf,
+    parents: Api<DynamicObject>,
+    parent_file: PathBuf,
+    cms: Api<ConfigMap>,
+}
 
-    let cluster = TestCluster::start().await;
-    cluster.install_metacontroller_crds().await;
-    let group = format!("{}.example.com", unique_name("render"));
-    let parent_crd = crd(&group, "v1", "Items", "items");
-    cluster.install_crd(&parent_crd.build()).await;
-    let ns = cluster.create_namespace("render").await;
-    let name = unique_name("render-ctl");
-    let controller = json!({
-        "apiVersion": "metacontroller.k8s.io/v1alpha1",
-        "kind": "CompositeController",
-        "metadata": {"name": name, "labels": {"team": name}},
-        "spec": {
+impl ItemsScenario {
+    /// Starts the items hook (python3), a cluster with the controller object and parent
+    /// `p` (items a, b, c), and the ConfigMap `settings` its customize hook relates.
+    async fn start(dir: &Path) -> Self {
+        let script = dir.join("items_hook.py");
+        std::fs::write(&script, ITEMS_HOOK).unwrap();
+        let port = free_port();
+        let mut server = Command::new("python3");
+        server.arg(&script).arg(port.to_string());
+        let hook = start_hook(server, port);
+
+        let cluster = TestCluster::start().await;
+        cluster.install_metacontroller_crds().await;
+        let group = format!("{}.example.com", unique_name("render"));
+        cluster
+            .install_crd(&crd(&group, "v1", "Items", "items").build())
+            .await;
+        let ns = cluster.create_namespace("render").await;
+        let name = unique_name("render-ctl");
+        let (controllers, controller_file) =
+            create_items_controller(&cluster, dir, &name, &group, port).await;
+        let parents = dynamic_api(
+            cluster.client(),
+            &format!("{group}/v1"),
+            "Items",
+            "items",
+            Some(&ns),
+        );
+        let parent = json!({
+            "apiVersion": format!("{group}/v1"), "kind": "Items",
+            "metadata": {"name": "p", "namespace": ns},
+            "spec": {"items": {"a": "1", "b": "1", "c": "1"}},
+        });
+        let parent_file = write(dir, "parent.json", &parent);
+        create_object(&parents, parent).await;
+        let cms: Api<ConfigMap> = Api::namespaced(cluster.client(), &ns);
+        let settings: ConfigMap = serde_json::from_value(json!({
+            "metadata": {"name": "settings", "labels": {"render-related": "yes"}}}))
+        .unwrap();
+        cms.create(&PostParams::default(), &settings).await.unwrap();
+        ItemsScenario {
+            _hook: hook,
+            port,
+            cluster,
+            ns,
+            name,
+            controllers,
+            controller_file,
+            parents,
+            parent_file,
+            cms,
+        }
+    }
+
+    /// `metacontroller run` for this scenario's controller.
+    fn run(&self) -> ControllerProcess {
+        let selector = format!("team={}", self.name);
+        let run_args = [
+            "--discovery-interval",
+            "500ms",
+            "--target-label-selector",
+            &selector,
+        ];
+        ControllerProcess::run(BIN, self.cluster.kubeconfig_path(), &run_args)
+    }
+
+    /// Runs the controller until it converged on children a, b, c (status count 3), stops
+    /// it, and changes the parent: b changes, c goes, d comes.
+    async fn converge_then_change_the_parent(&self) {
+        let mut process = self.run();
+        let (cms, parents) = (&self.cms, &self.parents);
+        eventually_within("children a, b, c and status count 3", WAIT, || async move {
+            for n in ["a", "b", "c"] {
+                if configmap_value(cms, n).await.as_deref() != Some("1") {
+                    return false;
+                }
+            }
+            parents
+                .get("p")
+                .await
+                .is_ok_and(|p| p.data.pointer("/status/count") == Some(&json!(3)))
+        })
+        .await;
+        process.terminate();
+        assert!(
+            process.wait_exit(Duration::from_secs(30)).is_some(),
+            "the controller did not stop:\n{}",
+            process.logs()
+        );
+        self.parents
+            .patch(
+                "p",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"items": {"b": "2", "c": null, "d": "1"}}})),
+            )
+            .await
+            .unwrap();
+    }
+
+    /// `metacontroller render` of parent `p` against the cluster, with `extra` flags; must
+    /// exit 0. Returns its output.
+    fn render(&self, extra: &[&str]) -> String {
+        let url = format!("http://127.0.0.1:{}/sync", self.port);
+        let args = [
+            "--controller",
+            path(&self.controller_file),
+            "--parent",
+            path(&self.parent_file),
+            "--kubeconfig",
+            path(self.cluster.kubeconfig_path()),
+            "--hook-url",
+            &url,
+        ];
+        let (code, out, err) = render(&[&args[..], extra].concat());
+        assert_eq!(code, 0, "{err}\n{out}");
+        out
+    }
+}
+
+/// Creates the --diff test's CompositeController `name` (parents `items` of `group`, InPlace
+/// ConfigMap children, the items hook on `port`) and writes it to a file. Returns the
+/// controllers' API and the file.
+async fn create_items_controller(
+    cluster: &TestCluster,
+    dir: &Path,
+    name: &str,
+    group: &str,
+    port: u16,
+) -> (Api<DynamicObject>, PathBuf) {
+    let mut controller = controller_object(
+        "CompositeController",
+        name,
+        json!({
             "generateSelector": true,
             "parentResource": {"apiVersion": format!("{group}/v1"), "resource": "items"},
             "childResources": [{"apiVersion": "v1", "resource": "configmaps",
@@ -452,9 +587,10 @@ async fn diff_agrees_with_what_the_controller_then_does() {
                 "sync": {"webhook": {"url": format!("http://127.0.0.1:{port}/sync")}},
                 "customize": {"webhook": {"url": format!("http://127.0.0.1:{port}/customize")}},
             },
-        },
-    });
-    let controller_file = write(dir.path(), "controller.json", &controller);
+        }),
+    );
+    controller["metadata"]["labels"] = json!({"team": name});
+    let controller_file = write(dir, "controller.json", &controller);
     let controllers = dynamic_api(
         cluster.client(),
         "metacontroller.k8s.io/v1alpha1",
@@ -462,98 +598,18 @@ async fn diff_agrees_with_what_the_controller_then_does() {
         "compositecontrollers",
         None,
     );
-    let obj: DynamicObject = serde_json::from_value(controller.clone()).unwrap();
-    controllers
-        .create(&PostParams::default(), &obj)
-        .await
-        .unwrap();
-    let parents = dynamic_api(
-        cluster.client(),
-        &format!("{group}/v1"),
-        "Items",
-        "items",
-        Some(&ns),
-    );
-    let parent = json!({
-        "apiVersion": format!("{group}/v1"), "kind": "Items",
-        "metadata": {"name": "p", "namespace": ns},
-        "spec": {"items": {"a": "1", "b": "1", "c": "1"}},
-    });
-    let parent_file = write(dir.path(), "parent.json", &parent);
-    parents
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(parent).unwrap(),
-        )
-        .await
-        .unwrap();
-    let cms: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(cluster.client(), &ns);
-    let settings: k8s_openapi::api::core::v1::ConfigMap = serde_json::from_value(json!({
-        "metadata": {"name": "settings", "labels": {"render-related": "yes"}}}))
-    .unwrap();
-    cms.create(&PostParams::default(), &settings).await.unwrap();
+    create_object(&controllers, controller).await;
+    (controllers, controller_file)
+}
 
-    // The controller converges on a, b, c; then it stops and the parent changes.
-    let selector = format!("team={name}");
-    let run_args = [
-        "--discovery-interval",
-        "500ms",
-        "--target-label-selector",
-        &selector,
-    ];
-    let mut process = ControllerProcess::run(BIN, cluster.kubeconfig_path(), &run_args);
-    eventually_within("children a, b, c and status count 3", WAIT, || {
-        let (cms, parents) = (cms.clone(), parents.clone());
-        async move {
-            let names = [("a", "1"), ("b", "1"), ("c", "1")];
-            for (n, v) in names {
-                match cms.get_opt(n).await {
-                    Ok(Some(cm))
-                        if cm
-                            .data
-                            .as_ref()
-                            .and_then(|d| d.get("v"))
-                            .map(String::as_str)
-                            == Some(v) => {}
-                    _ => return false,
-                }
-            }
-            parents
-                .get("p")
-                .await
-                .is_ok_and(|p| p.data.pointer("/status/count") == Some(&json!(3)))
-        }
-    })
-    .await;
-    process.terminate();
-    assert!(
-        process.wait_exit(Duration::from_secs(30)).is_some(),
-        "the controller did not stop:\n{}",
-        process.logs()
-    );
-    let a_before = cms.get("a").await.unwrap().metadata.resource_version;
-    parents
-        .patch(
-            "p",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"items": {"b": "2", "c": null, "d": "1"}}})),
-        )
-        .await
-        .unwrap();
+/// `data.v` of ConfigMap `name` (`None` when it or the key is missing).
+async fn configmap_value(cms: &Api<ConfigMap>, name: &str) -> Option<String> {
+    let cm = cms.get_opt(name).await.ok().flatten()?;
+    cm.data?.get("v").cloned()
+}
 
-    let url = format!("http://127.0.0.1:{port}/sync");
-    let (code, out, err) = render(&[
-        "--controller",
-        path(&controller_file),
-        "--parent",
-        path(&parent_file),
-        "--kubeconfig",
-        path(cluster.kubeconfig_path()),
-        "--hook-url",
-        &url,
-        "--diff",
-    ]);
-    assert_eq!(code, 0, "{err}\n{out}");
+/// The --diff plan: a unchanged, b updated, c deleted, d created, the status updated.
+fn assert_diff_plan(out: &str, ns: &str) {
     for line in [
         format!("unchanged ConfigMap.v1 {ns}/a"),
         format!("update ConfigMap.v1 {ns}/b"),
@@ -568,20 +624,12 @@ async fn diff_agrees_with_what_the_controller_then_does() {
         out.contains("-observedGeneration: 1\n+observedGeneration: 2"),
         "{out}"
     );
-    // Without --diff: the desired state, with the related objects the customize hook
-    // selects read from the cluster as the controller reads them.
-    let (code, out, err) = render(&[
-        "--controller",
-        path(&controller_file),
-        "--parent",
-        path(&parent_file),
-        "--kubeconfig",
-        path(cluster.kubeconfig_path()),
-        "--hook-url",
-        &url,
-    ]);
-    assert_eq!(code, 0, "{err}\n{out}");
-    let doc: Value = serde_yaml::from_str(&out).unwrap();
+}
+
+/// The desired state rendered without --diff: children a, b, d, and the related ConfigMap
+/// the customize hook selects in the status.
+fn assert_desired_state(out: &str) {
+    let doc: Value = serde_yaml::from_str(out).unwrap();
     assert_eq!(doc["status"]["related"], json!(["settings"]), "{out}");
     let names: Vec<&str> = doc["children"]
         .as_array()
@@ -590,29 +638,45 @@ async fn diff_agrees_with_what_the_controller_then_does() {
         .map(|c| c["metadata"]["name"].as_str().unwrap())
         .collect();
     assert_eq!(names, ["a", "b", "d"]);
+}
+
+/// `render --diff --kubeconfig` against objects a controller made, then changed: one child
+/// to create, one to update, one to delete, one untouched. Then `metacontroller run` syncs
+/// and the cluster changes exactly as rendered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn diff_agrees_with_what_the_controller_then_does() {
+    if !installed("python3") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = ItemsScenario::start(dir.path()).await;
+    // The controller converges on a, b, c; then it stops and the parent changes.
+    scenario.converge_then_change_the_parent().await;
+    let cms = &scenario.cms;
+    let a_before = cms.get("a").await.unwrap().metadata.resource_version;
+
+    assert_diff_plan(&scenario.render(&["--diff"]), &scenario.ns);
+    // Without --diff: the desired state, with the related objects the customize hook
+    // selects read from the cluster as the controller reads them.
+    assert_desired_state(&scenario.render(&[]));
     // Nothing was written by render.
     assert!(cms.get_opt("d").await.unwrap().is_none());
     assert!(cms.get_opt("c").await.unwrap().is_some());
 
     // The controller does exactly that.
-    let _process = ControllerProcess::run(BIN, cluster.kubeconfig_path(), &run_args);
+    let _process = scenario.run();
+    let parents = &scenario.parents;
     eventually_within(
         "d created, b updated, c deleted, status written",
         WAIT,
-        || {
-            let (cms, parents) = (cms.clone(), parents.clone());
-            async move {
-                let value = |cm: Option<k8s_openapi::api::core::v1::ConfigMap>| {
-                    cm.and_then(|c| c.data?.get("v").cloned())
-                };
-                value(cms.get_opt("d").await.ok().flatten()).as_deref() == Some("1")
-                    && value(cms.get_opt("b").await.ok().flatten()).as_deref() == Some("2")
-                    && cms.get_opt("c").await.is_ok_and(|c| c.is_none())
-                    && parents.get("p").await.is_ok_and(|p| {
-                        p.data.pointer("/status/observedGeneration") == Some(&json!(2))
-                            && p.data.pointer("/status/related") == Some(&json!(["settings"]))
-                    })
-            }
+        || async move {
+            configmap_value(cms, "d").await.as_deref() == Some("1")
+                && configmap_value(cms, "b").await.as_deref() == Some("2")
+                && cms.get_opt("c").await.is_ok_and(|c| c.is_none())
+                && parents.get("p").await.is_ok_and(|p| {
+                    p.data.pointer("/status/observedGeneration") == Some(&json!(2))
+                        && p.data.pointer("/status/related") == Some(&json!(["settings"]))
+                })
         },
     )
     .await;
@@ -622,7 +686,53 @@ async fn diff_agrees_with_what_the_controller_then_does() {
         "a was rendered unchanged but was written"
     );
     // A real cluster keeps what tests leave: remove the controller object.
-    let _ = controllers.delete(&name, &Default::default()).await;
+    let _ = scenario
+        .controllers
+        .delete(&scenario.name, &Default::default())
+        .await;
+}
+
+/// The offline decorator test's DecoratorController (Services labelled `decorate: yes`,
+/// ConfigMap attachments, a v2 sync hook), written to a file.
+fn decorator(dir: &Path) -> PathBuf {
+    let spec = json!({
+        "resources": [{"apiVersion": "v1", "resource": "services",
+                       "labelSelector": {"matchLabels": {"decorate": "yes"}}}],
+        "attachments": [{"apiVersion": "v1", "resource": "configmaps"}],
+        "hooks": {"sync": {"version": "v2",
+                            "webhook": {"url": "http://127.0.0.1:1/never"}}},
+    });
+    write(
+        dir,
+        "decorator.json",
+        &controller_object("DecoratorController", "dec", spec),
+    )
+}
+
+/// `render --controller <controller> <input…> --hook-command <hook>`.
+fn render_with(controller: &Path, input: &[&str], hook: &str) -> (i32, String, String) {
+    render(
+        &[
+            &["--controller", path(controller)],
+            input,
+            &["--hook-command", hook],
+        ]
+        .concat(),
+    )
+}
+
+/// The request a decorator's sync gets: the golden shape, the target as `object` (with what
+/// a server adds), no attachments yet, not finalizing.
+fn assert_decorator_request(request: &Value) {
+    assert_eq!(
+        keys(request),
+        keys(&golden("v2", "decorator-sync-request.json"))
+    );
+    assert_eq!(request["object"]["metadata"]["name"], "web");
+    // Created in the in-process API server first: it has what a server adds.
+    assert!(request["object"]["metadata"]["uid"].is_string());
+    assert_eq!(request["attachments"], json!({"ConfigMap.v1": {}}));
+    assert_eq!(request["finalizing"], false);
 }
 
 /// A DecoratorController offline: the request carries the target as `object` and its
@@ -634,22 +744,7 @@ fn decorator_offline() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let controller = write(
-        dir.path(),
-        "decorator.json",
-        &json!({
-            "apiVersion": "metacontroller.k8s.io/v1alpha1",
-            "kind": "DecoratorController",
-            "metadata": {"name": "dec"},
-            "spec": {
-                "resources": [{"apiVersion": "v1", "resource": "services",
-                               "labelSelector": {"matchLabels": {"decorate": "yes"}}}],
-                "attachments": [{"apiVersion": "v1", "resource": "configmaps"}],
-                "hooks": {"sync": {"version": "v2",
-                                    "webhook": {"url": "http://127.0.0.1:1/never"}}},
-            },
-        }),
-    );
+    let controller = decorator(dir.path());
     let target = write(
         dir.path(),
         "svc.json",
@@ -662,26 +757,9 @@ fn decorator_offline() {
         r#"tee {} >/dev/null; python3 -c 'import json; print(json.dumps({{"labels": {{"decorated": "true"}}, "attachments": [{{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {{"name": "web-info"}}, "data": {{"port": "80"}}}}]}}))'"#,
         captured.display()
     );
-    let (code, out, err) = render(&[
-        "--controller",
-        path(&controller),
-        "--parent",
-        path(&target),
-        "--hook-command",
-        &hook,
-    ]);
+    let (code, out, err) = render_with(&controller, &["--parent", path(&target)], &hook);
     assert_eq!(code, 0, "{err}");
-    let request: Value =
-        serde_json::from_str(&std::fs::read_to_string(&captured).unwrap()).unwrap();
-    assert_eq!(
-        keys(&request),
-        keys(&golden("v2", "decorator-sync-request.json"))
-    );
-    assert_eq!(request["object"]["metadata"]["name"], "web");
-    // Created in the in-process API server first: it has what a server adds.
-    assert!(request["object"]["metadata"]["uid"].is_string());
-    assert_eq!(request["attachments"], json!({"ConfigMap.v1": {}}));
-    assert_eq!(request["finalizing"], false);
+    assert_decorator_request(&read_json(&captured));
     let doc: Value = serde_yaml::from_str(&out).unwrap();
     let attachment = &doc["attachments"][0];
     assert_eq!(attachment["metadata"]["namespace"], "shop", "{out}");
@@ -695,26 +773,11 @@ fn decorator_offline() {
     // is refused, as for a CompositeController.
     let replay = dir.path().join("replay.json");
     std::fs::copy(&captured, &replay).unwrap();
-    let (code, replayed, err) = render(&[
-        "--controller",
-        path(&controller),
-        "--request",
-        path(&replay),
-        "--hook-command",
-        &hook,
-    ]);
+    let (code, replayed, err) = render_with(&controller, &["--request", path(&replay)], &hook);
     assert_eq!(code, 0, "{err}");
     assert_eq!(replayed, out, "a replay answers as the original render");
-    let (code, _, err) = render(&[
-        "--controller",
-        path(&controller),
-        "--request",
-        path(&replay),
-        "--hook",
-        "customize",
-        "--hook-command",
-        "cat",
-    ]);
+    let customize = ["--request", path(&replay), "--hook", "customize"];
+    let (code, _, err) = render_with(&controller, &customize, "cat");
     assert_eq!(code, 1, "{err}");
     assert!(
         err.contains("replaying a customize request is not supported"),
@@ -728,14 +791,7 @@ fn decorator_offline() {
         &json!({"apiVersion": "v1", "kind": "Service",
                 "metadata": {"name": "plain", "namespace": "shop"}}),
     );
-    let (code, _, err) = render(&[
-        "--controller",
-        path(&controller),
-        "--parent",
-        path(&other),
-        "--hook-command",
-        "cat",
-    ]);
+    let (code, _, err) = render_with(&controller, &["--parent", path(&other)], "cat");
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("ignores this object"), "{err}");
 }
@@ -749,24 +805,20 @@ fn diff_follows_update_strategies() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
+    let spec = json!({
+        "parentResource": {"apiVersion": "example.com/v1", "resource": "helloworlds"},
+        "childResources": [
+            {"apiVersion": "v1", "resource": "configmaps",
+             "updateStrategy": {"method": "Recreate"}},
+            {"apiVersion": "v1", "resource": "secrets",
+             "updateStrategy": {"method": "OnDelete"}},
+        ],
+        "hooks": {"sync": {"webhook": {"url": "http://127.0.0.1:1/never"}}},
+    });
     let controller = write(
         dir.path(),
         "controller.json",
-        &json!({
-            "apiVersion": "metacontroller.k8s.io/v1alpha1",
-            "kind": "CompositeController",
-            "metadata": {"name": "strategies"},
-            "spec": {
-                "parentResource": {"apiVersion": "example.com/v1", "resource": "helloworlds"},
-                "childResources": [
-                    {"apiVersion": "v1", "resource": "configmaps",
-                     "updateStrategy": {"method": "Recreate"}},
-                    {"apiVersion": "v1", "resource": "secrets",
-                     "updateStrategy": {"method": "OnDelete"}},
-                ],
-                "hooks": {"sync": {"webhook": {"url": "http://127.0.0.1:1/never"}}},
-            },
-        }),
+        &controller_object("CompositeController", "strategies", spec),
     );
     let observed = |kind: &str, field: &str| {
         json!({"apiVersion": "v1", "kind": kind,

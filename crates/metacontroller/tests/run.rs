@@ -5,20 +5,17 @@
 //! (which must have the Metacontroller CRDs installed; the test creates and deletes one
 //! CompositeController with a unique name there).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DeleteParams, PostParams};
 use metacontroller_api::composite::CompositeController;
-use metacontroller_testkit::ControllerProcess;
+use metacontroller_testkit::{ControllerProcess, TestCluster};
 
-async fn client_for(path: &PathBuf) -> kube::Client {
-    let kubeconfig = kube::config::Kubeconfig::read_from(path).unwrap();
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
-        .await
-        .unwrap();
-    kube::Client::try_from(config).unwrap()
+/// A client for the cluster of kubeconfig file `path`.
+async fn client_for(path: &Path) -> kube::Client {
+    TestCluster::real(path.to_path_buf()).await.client()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

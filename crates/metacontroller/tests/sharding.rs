@@ -11,18 +11,20 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use axum::body::Body;
-use axum::http::Request;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::{Api, ListParams, PostParams};
+use kube::api::{Api, ListParams};
 use kube::core::DynamicObject;
 use metacontroller_api::composite::CompositeController;
 use metacontroller_api::decorator::DecoratorController;
 use metacontroller_dynamic::shard_of;
+use metacontroller_testkit::metrics::sample;
+use metacontroller_testkit::replicas::{
+    assert_no_concurrent_syncs, run_args, sharding_args, start_recording_hook, ProxiedKubeconfig,
+    ReplicaCall, ReplicaCalls, ShardLeases,
+};
 use metacontroller_testkit::{
-    eventually_within, kubeconfig_server, unique_name, ControllerProcess, CrdBuilder, TcpProxy,
-    TestCluster,
+    create_object, eventually_within, unique_name, ControllerProcess, CrdBuilder, TestCluster,
 };
 use serde_json::{json, Value};
 
@@ -34,96 +36,44 @@ static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 /// `--shard-lease-duration` of the test replicas.
 const LEASE: Duration = Duration::from_secs(4);
 
-/// One hook call as the hook server saw it.
-#[derive(Debug, Clone)]
-struct Call {
-    replica: String,
-    parent: String,
-    start: Instant,
-    end: Instant,
-}
+/// One hook call: the replica, the parent, when the hook received and answered it.
+type Call = ReplicaCall;
 
-#[derive(Clone, Default)]
-struct HookLog(Arc<Mutex<Vec<Call>>>);
-
-impl HookLog {
-    fn calls(&self) -> Vec<Call> {
-        self.0.lock().unwrap().clone()
+/// The sync hook's answer for parent `name`: two ConfigMaps (children of a
+/// CompositeController, attachments of a DecoratorController) and `status.ok`.
+fn two_configmaps(name: &str, decorator: bool) -> Value {
+    let children: Vec<Value> = ["a", "b"]
+        .iter()
+        .map(|s| {
+            json!({
+                "apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": format!("{name}-{s}")},
+                "data": {"parent": name},
+            })
+        })
+        .collect();
+    if decorator {
+        json!({"attachments": children, "status": {"ok": true}})
+    } else {
+        json!({"children": children, "status": {"ok": true}})
     }
 }
 
-/// A sync hook answering after `delay` with two ConfigMaps per parent (children of a
-/// CompositeController, attachments of a DecoratorController), recording each call.
-async fn start_hook(delay: Duration) -> (String, HookLog) {
-    let log = HookLog::default();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let app = axum::Router::new().fallback({
-        let log = log.clone();
-        move |request: Request<Body>| {
-            let log = log.clone();
-            async move {
-                let start = Instant::now();
-                let replica = request
-                    .headers()
-                    .get("x-metacontroller-replica")
-                    .and_then(|v| v.to_str().ok())
-                    .unwrap_or("")
-                    .to_string();
-                let bytes = axum::body::to_bytes(request.into_body(), 64 << 20)
-                    .await
-                    .unwrap_or_default();
-                let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-                // A decorator's request names its target `object`.
-                let decorator = body.get("object").is_some();
-                let parent = if decorator {
-                    &body["object"]
-                } else {
-                    &body["parent"]
-                };
-                let name = parent["metadata"]["name"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_string();
-                tokio::time::sleep(delay).await;
-                let children: Vec<Value> = ["a", "b"]
-                    .iter()
-                    .map(|s| {
-                        json!({
-                            "apiVersion": "v1", "kind": "ConfigMap",
-                            "metadata": {"name": format!("{name}-{s}")},
-                            "data": {"parent": name},
-                        })
-                    })
-                    .collect();
-                let reply = if decorator {
-                    json!({"attachments": children, "status": {"ok": true}})
-                } else {
-                    json!({"children": children, "status": {"ok": true}})
-                };
-                log.0.lock().unwrap().push(Call {
-                    replica,
-                    parent: name,
-                    start,
-                    end: Instant::now(),
-                });
-                axum::Json(reply)
-            }
-        }
-    });
-    tokio::spawn(async move {
-        let _ = axum::serve(listener, app).await;
-    });
-    (format!("http://{addr}/sync"), log)
+/// A parent object `name` of kind `parent`, with an empty spec.
+fn parent_object(parent: &CrdBuilder, name: &str) -> Value {
+    json!({
+        "apiVersion": parent.api_version(), "kind": "Parent",
+        "metadata": {"name": name}, "spec": {}
+    })
 }
 
 struct Setup {
     cluster: TestCluster,
     ns: String,
     label: String,
-    group: String,
     parent: CrdBuilder,
-    hook: HookLog,
+    hook: ReplicaCalls,
+    shards: ShardLeases,
 }
 
 impl Setup {
@@ -147,27 +97,33 @@ impl Setup {
         Setup::with_spec(delay, decorator, json!({})).await
     }
 
+    /// A cluster with a parent kind, a recording hook answering after `delay`, and one
+    /// controller of the kind asked (a CompositeController with `extra` in its spec, or a
+    /// DecoratorController) selected by a fresh label.
     async fn with_spec(delay: Duration, decorator: bool, extra: Value) -> Setup {
         let cluster = TestCluster::start().await;
         cluster.install_metacontroller_crds().await;
         let ns = cluster.create_namespace("shard").await;
-        let (url, hook) = start_hook(delay).await;
+        let (url, hook) = start_recording_hook(delay, two_configmaps).await;
         let parent = cluster.install_parent_crd("shard").await;
         let label = unique_name("team");
+        let resource = json!({"apiVersion": parent.api_version(), "resource": parent.plural()});
+        let configmaps = json!([{"apiVersion": "v1", "resource": "configmaps"}]);
+        let hooks = json!({"sync": {"webhook": {"url": url}}});
         if decorator {
             let _: DecoratorController = cluster
-                .create_controller(&unique_name("shard"), &label, json!({
-                "resources": [{"apiVersion": parent.api_version(), "resource": parent.plural()}],
-                "attachments": [{"apiVersion": "v1", "resource": "configmaps"}],
-                "hooks": {"sync": {"webhook": {"url": url}}},
-            }))
+                .create_controller(
+                    &unique_name("shard"),
+                    &label,
+                    json!({"resources": [resource], "attachments": configmaps, "hooks": hooks}),
+                )
                 .await;
         } else {
             let mut spec = json!({
                 "generateSelector": true,
-                "parentResource": {"apiVersion": parent.api_version(), "resource": parent.plural()},
-                "childResources": [{"apiVersion": "v1", "resource": "configmaps"}],
-                "hooks": {"sync": {"webhook": {"url": url}}},
+                "parentResource": resource,
+                "childResources": configmaps,
+                "hooks": hooks,
             });
             if let (Some(spec), Some(extra)) = (spec.as_object_mut(), extra.as_object()) {
                 spec.extend(extra.clone());
@@ -176,13 +132,14 @@ impl Setup {
                 .create_controller(&unique_name("shard"), &label, spec)
                 .await;
         }
+        let shards = ShardLeases::new_group(cluster.client(), &ns, SHARDS);
         Setup {
             cluster,
             ns,
             label,
-            group: unique_name("mc"),
             parent,
             hook,
+            shards,
         }
     }
 
@@ -210,24 +167,16 @@ impl Setup {
         shards: u32,
         lease: Duration,
     ) -> ControllerProcess {
+        let mut args = run_args(kubeconfig, &self.label);
+        args.extend(sharding_args(self.shards.group(), shards, lease));
+        args.extend([
+            "--workers=2".to_string(),
+            "--metrics-address=127.0.0.1:0".to_string(),
+            "--health-probe-bind-address=0".to_string(),
+        ]);
         ControllerProcess::start_with_env(
             env!("CARGO_BIN_EXE_metacontroller"),
-            [
-                "run".to_string(),
-                "--kubeconfig".to_string(),
-                kubeconfig.display().to_string(),
-                "--discovery-interval=500ms".to_string(),
-                format!("--target-label-selector=team={}", self.label),
-                "--sharding".to_string(),
-                format!("--shards={shards}"),
-                format!("--leader-election-id={}", self.group),
-                format!("--shard-lease-duration={}ms", lease.as_millis()),
-                format!("--shard-renew-deadline={}ms", (lease * 3 / 4).as_millis()),
-                "--shard-retry-period=1s".to_string(),
-                "--workers=2".to_string(),
-                "--metrics-address=127.0.0.1:0".to_string(),
-                "--health-probe-bind-address=0".to_string(),
-            ],
+            args,
             [
                 ("POD_NAMESPACE", self.ns.clone()),
                 (
@@ -240,13 +189,22 @@ impl Setup {
 
     /// Three replicas that joined and split the shards, with their identities.
     async fn three_replicas(&self) -> (Vec<ControllerProcess>, BTreeSet<String>) {
-        let replicas = vec![self.replica(), self.replica(), self.replica()];
+        self.joined(vec![self.replica(), self.replica(), self.replica()])
+            .await
+    }
+
+    /// Waits until `replicas` joined and split the shards; returns them with their
+    /// identities.
+    async fn joined(
+        &self,
+        replicas: Vec<ControllerProcess>,
+    ) -> (Vec<ControllerProcess>, BTreeSet<String>) {
         for r in &replicas {
-            wait_joined(r).await;
+            r.wait_joined().await;
         }
         let refs: Vec<&ControllerProcess> = replicas.iter().collect();
         self.wait_spread(&refs, Duration::from_secs(30)).await;
-        let ids = replicas.iter().map(identity).collect();
+        let ids = identities(&refs);
         (replicas, ids)
     }
 
@@ -256,62 +214,25 @@ impl Setup {
 
     /// Holder of each shard Lease (shard number → identity), free ones left out.
     async fn shard_holders(&self) -> BTreeMap<u32, String> {
-        let prefix = format!("{}-shard-", self.group);
-        let list = self.leases().list(&ListParams::default()).await.unwrap();
-        list.items
-            .into_iter()
-            .filter_map(|l| {
-                let shard = l
-                    .metadata
-                    .name
-                    .as_deref()?
-                    .strip_prefix(&prefix)?
-                    .parse()
-                    .ok()?;
-                let holder = l.spec?.holder_identity.filter(|h| !h.is_empty())?;
-                Some((shard, holder))
-            })
-            .collect()
+        self.shards.holders().await
     }
 
     /// Waits until every shard is held, the holders are exactly `replicas`, and the holders
     /// did not change for three rounds (`--shard-retry-period=1s`): the handoffs are done.
     /// Then no replica may hold more than its bounded share.
     async fn wait_spread(&self, replicas: &[&ControllerProcess], within: Duration) {
-        let ids: BTreeSet<String> = replicas.iter().map(|p| identity(p)).collect();
-        let deadline = Instant::now() + within;
-        let mut stable: Option<(BTreeMap<u32, String>, Instant)> = None;
-        loop {
-            let last = self.shard_holders().await;
-            let holders: BTreeSet<String> = last.values().cloned().collect();
-            if last.len() == SHARDS as usize && holders == ids {
-                match &stable {
-                    Some((seen, since)) if *seen == last => {
-                        if since.elapsed() >= Duration::from_secs(3) {
-                            // Bounded loads: nobody holds more than ceil(shards / replicas).
-                            let cap = (SHARDS as usize).div_ceil(ids.len());
-                            let mut held: BTreeMap<&str, usize> = BTreeMap::new();
-                            for holder in last.values() {
-                                *held.entry(holder).or_default() += 1;
-                            }
-                            assert!(
-                                held.values().all(|&n| n <= cap),
-                                "a replica holds more than {cap} of {SHARDS} shards: {held:?}"
-                            );
-                            return;
-                        }
-                    }
-                    _ => stable = Some((last.clone(), Instant::now())),
-                }
-            } else {
-                stable = None;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "shards not spread over {ids:?} within {within:?}: {last:?}"
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
+        let ids = identities(replicas);
+        let last = self.shards.wait_spread(&ids, within).await;
+        // Bounded loads: nobody holds more than ceil(shards / replicas).
+        let cap = (SHARDS as usize).div_ceil(ids.len());
+        let mut held: BTreeMap<&str, usize> = BTreeMap::new();
+        for holder in last.values() {
+            *held.entry(holder).or_default() += 1;
         }
+        assert!(
+            held.values().all(|&n| n <= cap),
+            "a replica holds more than {cap} of {SHARDS} shards: {held:?}"
+        );
     }
 
     /// The parents among `parents` whose shard is in `shards`.
@@ -330,23 +251,15 @@ impl Setup {
         victim: &mut ControllerProcess,
         parents: &[String],
     ) -> (String, BTreeSet<u32>, Instant) {
-        for n in parents {
-            self.create_parent(n).await;
-        }
+        self.create_parents(parents).await;
         eventually_within(
             "a first share converges",
             Duration::from_secs(60),
             || async { self.converged().await.len() >= 10 },
         )
         .await;
-        let id = identity(victim);
-        let held = self
-            .shard_holders()
-            .await
-            .into_iter()
-            .filter(|(_, h)| *h == id)
-            .map(|(s, _)| s)
-            .collect();
+        let id = victim.member_identity();
+        let held = held_by(&self.shard_holders().await, &id);
         victim.kill9();
         (id, held, Instant::now())
     }
@@ -362,14 +275,20 @@ impl Setup {
         within: Duration,
     ) -> Vec<String> {
         let more = names(prefix, n);
-        for name in &more {
-            self.create_parent(name).await;
-        }
+        self.create_parents(&more).await;
         let all: Vec<String> = earlier.iter().chain(&more).cloned().collect();
         self.wait_converged(&all, within).await;
-        self.assert_children_exact(&all).await;
-        self.assert_created_once(&all);
+        self.assert_children_exactly_once(&all).await;
         all
+    }
+
+    /// Creates `n` parents named `prefix-<i>` and waits up to `within` until they converged.
+    /// Returns their names.
+    async fn converge_new_parents(&self, prefix: &str, n: usize, within: Duration) -> Vec<String> {
+        let parents = names(prefix, n);
+        self.create_parents(&parents).await;
+        self.wait_converged(&parents, within).await;
+        parents
     }
 
     fn parents(&self) -> Api<DynamicObject> {
@@ -377,15 +296,14 @@ impl Setup {
     }
 
     async fn create_parent(&self, name: &str) {
-        let obj: DynamicObject = serde_json::from_value(json!({
-            "apiVersion": self.parent.api_version(), "kind": "Parent",
-            "metadata": {"name": name}, "spec": {}
-        }))
-        .unwrap();
-        self.parents()
-            .create(&PostParams::default(), &obj)
-            .await
-            .unwrap();
+        create_object(&self.parents(), parent_object(&self.parent, name)).await;
+    }
+
+    /// Creates a parent (empty spec) for each of `names`.
+    async fn create_parents(&self, names: &[String]) {
+        for n in names {
+            self.create_parent(n).await;
+        }
     }
 
     /// Names of the parents with `status.ok` and both children.
@@ -421,22 +339,28 @@ impl Setup {
             }
             let missing: Vec<_> = want.difference(&done).take(10).collect();
             if Instant::now() >= deadline {
-                // Who was still calling the hook, to tell a stalled replica from a slow one.
-                let mut recent: BTreeMap<String, usize> = BTreeMap::new();
-                for c in self.hook.calls() {
-                    if c.end.elapsed() < Duration::from_secs(5) {
-                        *recent.entry(c.replica).or_default() += 1;
-                    }
-                }
                 panic!(
                     "{} of {} parents not converged within {within:?}, e.g. {missing:?}; \
-                     hook calls in the last 5 s per replica: {recent:?}",
+                     hook calls in the last 5 s per replica: {:?}",
                     want.len() - want.intersection(&done).count(),
-                    want.len()
+                    want.len(),
+                    self.recent_calls_per_replica()
                 );
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
+    }
+
+    /// Hook calls answered in the last 5 s per replica: tells a stalled replica from a slow
+    /// one.
+    fn recent_calls_per_replica(&self) -> BTreeMap<String, usize> {
+        let mut recent: BTreeMap<String, usize> = BTreeMap::new();
+        for c in self.hook.calls() {
+            if c.end.elapsed() < Duration::from_secs(5) {
+                *recent.entry(c.replica).or_default() += 1;
+            }
+        }
+        recent
     }
 
     /// Waits until the hook got no call for two seconds: the syncs that follow a
@@ -457,6 +381,31 @@ impl Setup {
                 since = Instant::now();
             }
         }
+    }
+
+    /// Waits (at most 10 s) until replica `identity` called the hook: it resyncs its
+    /// parents.
+    async fn wait_synced_by(&self, identity: &str) {
+        eventually_within(
+            "the victim resyncs its parents",
+            Duration::from_secs(10),
+            || async { self.hook.calls().iter().any(|c| c.replica == identity) },
+        )
+        .await;
+    }
+
+    /// The hook calls so far, after checking that each came from one of `ids` and none
+    /// overlapped another call for its parent.
+    fn calls_one_syncer_at_a_time(&self, ids: &BTreeSet<String>) -> Vec<Call> {
+        let calls = self.hook.calls();
+        assert_one_syncer_at_a_time(&calls, ids);
+        calls
+    }
+
+    /// [`Setup::assert_children_exact`] and [`Setup::assert_created_once`].
+    async fn assert_children_exactly_once(&self, names: &[String]) {
+        self.assert_children_exact(names).await;
+        self.assert_created_once(names);
     }
 
     /// Exactly two children per parent, each controlled by its parent: none lost, none twice.
@@ -524,44 +473,11 @@ impl Setup {
     /// every child in exactly one (by its controller owner), orphans in all. Waits until the
     /// caches settled (a released shard is pruned after its syncs drained).
     async fn assert_caches_split(&self, replicas: &[&ControllerProcess], parents: usize) {
-        let cms: Api<ConfigMap> = Api::all(self.cluster.client());
-        let all = cms
-            .list_metadata(&ListParams::default())
-            .await
-            .unwrap()
-            .items;
-        let orphans = all
-            .iter()
-            .filter(|c| {
-                !c.metadata
-                    .owner_references
-                    .iter()
-                    .flatten()
-                    .any(|o| o.controller == Some(true))
-            })
-            .count();
-        let owned = all.len() - orphans;
-        let n = replicas.len();
-        let want_cms = owned + n * orphans;
-        let parent_labels = format!(
-            "api_version=\"{}\",resource=\"{}\"",
-            self.parent.api_version(),
-            self.parent.plural()
-        );
+        let (owned, orphans) = self.owned_and_orphan_configmaps().await;
+        let want_cms = owned + replicas.len() * orphans;
         let deadline = Instant::now() + Duration::from_secs(15);
         loop {
-            let mut per_replica = Vec::new();
-            for r in replicas {
-                let p = labeled_gauge(r, "metacontroller_informer_cached_objects", &parent_labels)
-                    .await;
-                let c = labeled_gauge(
-                    r,
-                    "metacontroller_informer_cached_objects",
-                    "api_version=\"v1\",resource=\"configmaps\"",
-                )
-                .await;
-                per_replica.push((p, c));
-            }
+            let per_replica = self.cached_per_replica(replicas).await;
             let total_parents: i64 = per_replica.iter().map(|(p, _)| p).sum();
             let total_cms: i64 = per_replica.iter().map(|(_, c)| c).sum();
             let each_partial = per_replica
@@ -583,36 +499,75 @@ impl Setup {
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
     }
+
+    /// How many ConfigMaps of the cluster have a controller owner, and how many not.
+    async fn owned_and_orphan_configmaps(&self) -> (usize, usize) {
+        let cms: Api<ConfigMap> = Api::all(self.cluster.client());
+        let all = cms
+            .list_metadata(&ListParams::default())
+            .await
+            .unwrap()
+            .items;
+        let orphans = all
+            .iter()
+            .filter(|c| {
+                !c.metadata
+                    .owner_references
+                    .iter()
+                    .flatten()
+                    .any(|o| o.controller == Some(true))
+            })
+            .count();
+        (all.len() - orphans, orphans)
+    }
+
+    /// Per replica: the parents and the ConfigMaps its informers cache.
+    async fn cached_per_replica(&self, replicas: &[&ControllerProcess]) -> Vec<(i64, i64)> {
+        let parent_labels = format!(
+            "api_version=\"{}\",resource=\"{}\"",
+            self.parent.api_version(),
+            self.parent.plural()
+        );
+        let cached = "metacontroller_informer_cached_objects";
+        let mut per_replica = Vec::new();
+        for r in replicas {
+            let p = labeled_gauge(r, cached, &parent_labels).await;
+            let c = labeled_gauge(r, cached, "api_version=\"v1\",resource=\"configmaps\"").await;
+            per_replica.push((p, c));
+        }
+        per_replica
+    }
 }
 
-/// The identity a replica logged when it joined.
-fn identity(p: &ControllerProcess) -> String {
-    p.member_identity()
+/// The shards `identity` holds among `holders` (shard → holder).
+fn held_by(holders: &BTreeMap<u32, String>, identity: &str) -> BTreeSet<u32> {
+    holders
+        .iter()
+        .filter(|(_, h)| *h == identity)
+        .map(|(s, _)| *s)
+        .collect()
 }
 
-async fn wait_joined(p: &ControllerProcess) {
-    p.wait_joined().await;
+/// The identities the replicas logged when they joined.
+fn identities(replicas: &[&ControllerProcess]) -> BTreeSet<String> {
+    replicas.iter().map(|p| p.member_identity()).collect()
 }
 
 /// No two calls for one parent overlap in time (whichever replicas made them), and every
 /// call came from a known replica.
 fn assert_one_syncer_at_a_time(calls: &[Call], replicas: &BTreeSet<String>) {
-    let mut by_parent: HashMap<&str, Vec<&Call>> = HashMap::new();
     for c in calls {
         assert!(replicas.contains(&c.replica), "call from {:?}", c.replica);
-        by_parent.entry(&c.parent).or_default().push(c);
     }
-    for (parent, mut calls) in by_parent {
-        calls.sort_by_key(|c| c.start);
-        for pair in calls.windows(2) {
-            assert!(
-                pair[1].start >= pair[0].end,
-                "{parent} synced concurrently by {} and {}",
-                pair[0].replica,
-                pair[1].replica
-            );
-        }
-    }
+    assert_no_concurrent_syncs(calls);
+}
+
+/// Some call of replica `victim` started after `since`.
+fn assert_synced_again(calls: &[Call], victim: &str, since: Instant, what: &str) {
+    assert!(
+        calls.iter().any(|c| c.replica == victim && c.start > since),
+        "the {what} replica never synced again"
+    );
 }
 
 /// The holders of the shard Leases sampled every 50 ms from the test's own client, to
@@ -634,25 +589,13 @@ impl HolderLog {
     /// Samples until the returned task is aborted.
     fn record(setup: &Setup) -> (HolderLog, tokio::task::JoinHandle<()>) {
         let log = HolderLog::default();
-        let (leases, group) = (setup.leases(), setup.group.clone());
+        let shards = setup.shards.clone();
         let task = tokio::spawn({
             let log = log.clone();
             async move {
-                let prefix = format!("{group}-shard-");
                 loop {
                     let sent = Instant::now();
-                    if let Ok(list) = leases.list(&ListParams::default()).await {
-                        let holders = list
-                            .items
-                            .into_iter()
-                            .filter_map(|l| {
-                                let shard = l.metadata.name.as_deref()?.strip_prefix(&prefix)?;
-                                let spec = l.spec?;
-                                let holder = spec.holder_identity.filter(|h| !h.is_empty())?;
-                                let transitions = spec.lease_transitions.unwrap_or(0);
-                                Some((shard.parse().ok()?, (holder, transitions)))
-                            })
-                            .collect();
+                    if let Ok(holders) = shards.read().await {
                         let received = Instant::now();
                         log.0.lock().unwrap().push(Sample {
                             sent,
@@ -687,6 +630,15 @@ impl HolderLog {
             })
             .collect()
     }
+
+    /// No call was made while another replica held the parent's shard throughout.
+    fn assert_every_call_owned(&self, setup: &Setup, calls: &[Call]) {
+        let unowned = self.calls_without_ownership(setup, calls);
+        assert!(
+            unowned.is_empty(),
+            "hook calls without ownership: {unowned:?}"
+        );
+    }
 }
 
 /// With a stable membership of three: every parent synced, each by exactly one replica,
@@ -710,24 +662,13 @@ fn names(prefix: &str, n: usize) -> Vec<String> {
 
 /// The gauge `name{labels}` of a replica, scraped from its /metrics (0 when absent).
 async fn labeled_gauge(p: &ControllerProcess, name: &str, labels: &str) -> i64 {
-    let body = scrape(p).await;
-    body.lines()
-        .find_map(|l| l.strip_prefix(&format!("{name}{{{labels}}} ")))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(0)
-}
-
-async fn scrape(p: &ControllerProcess) -> String {
-    p.scrape_metrics().await
+    p.metric(name, labels).await.map_or(0, |v| v as i64)
 }
 
 /// The gauge `name` of a replica, scraped from its /metrics.
 async fn gauge(p: &ControllerProcess, name: &str) -> i64 {
-    let body = scrape(p).await;
-    body.lines()
-        .find_map(|l| l.strip_prefix(&format!("{name} ")))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no {name}:\n{body}"))
+    let body = p.scrape_metrics().await;
+    sample(&body, name, "").unwrap_or_else(|| panic!("no {name}:\n{body}")) as i64
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -744,12 +685,8 @@ async fn three_replicas_split_the_parents_and_each_parent_has_one_syncer() {
     }
     assert_eq!(owned, i64::from(SHARDS), "shards owned over all replicas");
 
-    let parents = names("p", 60);
-    for n in &parents {
-        setup.create_parent(n).await;
-    }
-    setup
-        .wait_converged(&parents, Duration::from_secs(60))
+    let parents = setup
+        .converge_new_parents("p", 60, Duration::from_secs(60))
         .await;
     setup.assert_children_exact(&parents).await;
     // Each replica reports the parents it owns; together, every parent once.
@@ -766,8 +703,7 @@ async fn three_replicas_split_the_parents_and_each_parent_has_one_syncer() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 
-    let calls = setup.hook.calls();
-    assert_one_syncer_at_a_time(&calls, &ids);
+    let calls = setup.calls_one_syncer_at_a_time(&ids);
     assert_stable_split(&calls, parents.len());
     setup.assert_created_once(&parents);
     setup.assert_caches_split(&refs, parents.len()).await;
@@ -791,10 +727,8 @@ async fn a_killed_replicas_parents_move_to_the_others_within_the_lease_duration(
         .wait_converged(&parents, LEASE + Duration::from_secs(10))
         .await;
     let took = killed.elapsed();
-    setup.assert_children_exact(&parents).await;
-    setup.assert_created_once(&parents);
-    let calls = setup.hook.calls();
-    assert_one_syncer_at_a_time(&calls, &ids);
+    setup.assert_children_exactly_once(&parents).await;
+    let calls = setup.calls_one_syncer_at_a_time(&ids);
     assert!(
         calls
             .iter()
@@ -844,10 +778,8 @@ async fn a_killed_replicas_parents_go_ahead_of_the_survivors_own_backlog() {
     setup
         .wait_converged(&parents, Duration::from_secs(120))
         .await;
-    setup.assert_children_exact(&parents).await;
-    setup.assert_created_once(&parents);
-    let calls = setup.hook.calls();
-    assert_one_syncer_at_a_time(&calls, &ids);
+    setup.assert_children_exactly_once(&parents).await;
+    let calls = setup.calls_one_syncer_at_a_time(&ids);
 
     // Per survivor: from its first call for a moved parent until it has called the hook for
     // each moved parent it took, it serves only moved parents (the expedited lane), apart from
@@ -905,27 +837,17 @@ async fn a_frozen_replica_that_renews_in_time_keeps_its_shards() {
     let setup = Setup::new(Duration::from_millis(20)).await;
     // A longer lease than the other tests: the frozen replica resumes well before it ends.
     let lease = Duration::from_secs(8);
-    let replicas: Vec<ControllerProcess> =
-        (0..3).map(|_| setup.replica_with(SHARDS, lease)).collect();
-    for r in &replicas {
-        wait_joined(r).await;
-    }
-    let ids: BTreeSet<String> = replicas.iter().map(identity).collect();
+    let (replicas, ids) = setup
+        .joined((0..3).map(|_| setup.replica_with(SHARDS, lease)).collect())
+        .await;
     let refs: Vec<&ControllerProcess> = replicas.iter().collect();
-    setup.wait_spread(&refs, Duration::from_secs(30)).await;
-    let first = names("f", 30);
-    for n in &first {
-        setup.create_parent(n).await;
-    }
-    setup.wait_converged(&first, Duration::from_secs(30)).await;
+    let first = setup
+        .converge_new_parents("f", 30, Duration::from_secs(30))
+        .await;
 
     let holders = setup.shard_holders().await;
-    let victim = identity(&replicas[0]);
-    let held: BTreeSet<u32> = holders
-        .iter()
-        .filter(|(_, h)| **h == victim)
-        .map(|(s, _)| *s)
-        .collect();
+    let victim = replicas[0].member_identity();
+    let held = held_by(&holders, &victim);
     assert!(!held.is_empty());
     let others = &replicas[1..];
     replicas[0].freeze();
@@ -962,8 +884,7 @@ async fn a_frozen_replica_that_renews_in_time_keeps_its_shards() {
     let all = setup
         .add_parents_and_converge(&first, "s", 30, Duration::from_secs(30))
         .await;
-    let calls = setup.hook.calls();
-    assert_one_syncer_at_a_time(&calls, &ids);
+    let calls = setup.calls_one_syncer_at_a_time(&ids);
     let victims = setup.parents_in(&all, &held);
     assert!(
         calls
@@ -986,7 +907,7 @@ async fn a_replica_with_another_shard_count_waits_until_the_old_replicas_are_gon
     let setup = Setup::new(Duration::from_millis(20)).await;
     // A rolling update that changes --shards: the old replica runs, a new one starts.
     let old = setup.replica();
-    wait_joined(&old).await;
+    old.wait_joined().await;
     eventually_within(
         "the old replica holds every shard",
         Duration::from_secs(30),
@@ -994,7 +915,7 @@ async fn a_replica_with_another_shard_count_waits_until_the_old_replicas_are_gon
     )
     .await;
     let new = setup.replica_with_shards(SHARDS / 2);
-    wait_joined(&new).await;
+    new.wait_joined().await;
     for p in [&old, &new] {
         eventually_within(
             "the mismatch is logged",
@@ -1003,12 +924,10 @@ async fn a_replica_with_another_shard_count_waits_until_the_old_replicas_are_gon
         )
         .await;
     }
-    let ids: BTreeSet<String> = [identity(&old), identity(&new)].into();
-    let first = names("a", 20);
-    for n in &first {
-        setup.create_parent(n).await;
-    }
-    setup.wait_converged(&first, Duration::from_secs(60)).await;
+    let ids = identities(&[&old, &new]);
+    let first = setup
+        .converge_new_parents("a", 20, Duration::from_secs(60))
+        .await;
     // Three rounds later the new replica still holds nothing; the old one kept everything.
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(gauge(&new, "metacontroller_shards_owned").await, 0);
@@ -1016,7 +935,7 @@ async fn a_replica_with_another_shard_count_waits_until_the_old_replicas_are_gon
         gauge(&old, "metacontroller_shards_owned").await,
         i64::from(SHARDS)
     );
-    let new_id = identity(&new);
+    let new_id = new.member_identity();
     assert!(
         setup.hook.calls().iter().all(|c| c.replica != new_id),
         "the new replica synced while the old one ran"
@@ -1033,7 +952,7 @@ async fn a_replica_with_another_shard_count_waits_until_the_old_replicas_are_gon
     setup
         .add_parents_and_converge(&first, "b", 20, Duration::from_secs(60))
         .await;
-    assert_one_syncer_at_a_time(&setup.hook.calls(), &ids);
+    setup.calls_one_syncer_at_a_time(&ids);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1041,23 +960,18 @@ async fn scaling_one_to_three_to_two_under_load_keeps_one_syncer_per_parent() {
     let _serial = SERIAL.lock().await;
     let setup = Setup::new(Duration::from_millis(20)).await;
     let first = setup.replica();
-    wait_joined(&first).await;
+    first.wait_joined().await;
     setup.wait_spread(&[&first], Duration::from_secs(30)).await;
 
     // Steady load: a new parent every 50 ms during the whole scale sequence.
     let parents = names("s", 200);
     let load = {
         let api = setup.parents();
-        let api_version = setup.parent.api_version();
+        let parent = setup.parent.clone();
         let parents = parents.clone();
         tokio::spawn(async move {
             for n in parents {
-                let obj: DynamicObject = serde_json::from_value(json!({
-                    "apiVersion": api_version, "kind": "Parent",
-                    "metadata": {"name": n}, "spec": {}
-                }))
-                .unwrap();
-                api.create(&PostParams::default(), &obj).await.unwrap();
+                create_object(&api, parent_object(&parent, &n)).await;
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
         })
@@ -1065,15 +979,12 @@ async fn scaling_one_to_three_to_two_under_load_keeps_one_syncer_per_parent() {
     tokio::time::sleep(Duration::from_secs(2)).await;
     let mut second = setup.replica();
     let third = setup.replica();
-    wait_joined(&second).await;
-    wait_joined(&third).await;
+    second.wait_joined().await;
+    third.wait_joined().await;
     setup
         .wait_spread(&[&first, &second, &third], Duration::from_secs(30))
         .await;
-    let ids: BTreeSet<String> = [&first, &second, &third]
-        .into_iter()
-        .map(identity)
-        .collect();
+    let ids = identities(&[&first, &second, &third]);
     // Scale down as a Deployment does: SIGTERM, graceful exit.
     second.terminate();
     let status = second
@@ -1088,13 +999,11 @@ async fn scaling_one_to_three_to_two_under_load_keeps_one_syncer_per_parent() {
     setup
         .wait_converged(&parents, Duration::from_secs(60))
         .await;
-    setup.assert_children_exact(&parents).await;
-    setup.assert_created_once(&parents);
+    setup.assert_children_exactly_once(&parents).await;
     setup
         .assert_caches_split(&[&first, &third], parents.len())
         .await;
-    let calls = setup.hook.calls();
-    assert_one_syncer_at_a_time(&calls, &ids);
+    let calls = setup.calls_one_syncer_at_a_time(&ids);
     let used: BTreeSet<&str> = calls.iter().map(|c| c.replica.as_str()).collect();
     assert_eq!(used.len(), 3, "replicas that synced: {used:?}");
     // The departed replica left no member Lease behind.
@@ -1102,7 +1011,7 @@ async fn scaling_one_to_three_to_two_under_load_keeps_one_syncer_per_parent() {
         .leases()
         .list(&ListParams::default().labels(&format!(
             "metacontroller.k8s.io/shard-group={},metacontroller.k8s.io/shard-role=member",
-            setup.group
+            setup.shards.group()
         )))
         .await
         .unwrap();
@@ -1116,18 +1025,12 @@ async fn three_replicas_split_decorator_targets_and_attach_once() {
     let (replicas, ids) = setup.three_replicas().await;
     let refs: Vec<&ControllerProcess> = replicas.iter().collect();
 
-    let targets = names("d", 60);
-    for n in &targets {
-        setup.create_parent(n).await;
-    }
-    setup
-        .wait_converged(&targets, Duration::from_secs(60))
+    let targets = setup
+        .converge_new_parents("d", 60, Duration::from_secs(60))
         .await;
-    setup.assert_children_exact(&targets).await;
-    setup.assert_created_once(&targets);
+    setup.assert_children_exactly_once(&targets).await;
 
-    let calls = setup.hook.calls();
-    assert_one_syncer_at_a_time(&calls, &ids);
+    let calls = setup.calls_one_syncer_at_a_time(&ids);
     assert_stable_split(&calls, targets.len());
     setup.assert_caches_split(&refs, targets.len()).await;
 }
@@ -1137,12 +1040,8 @@ async fn after_a_kill_only_the_parents_of_shards_that_moved_are_synced_again() {
     let _serial = SERIAL.lock().await;
     let setup = Setup::new(Duration::from_millis(20)).await;
     let (mut replicas, ids) = setup.three_replicas().await;
-    let parents = names("q", 60);
-    for n in &parents {
-        setup.create_parent(n).await;
-    }
-    setup
-        .wait_converged(&parents, Duration::from_secs(60))
+    let parents = setup
+        .converge_new_parents("q", 60, Duration::from_secs(60))
         .await;
     setup.wait_hook_quiet(Duration::from_secs(30)).await;
     let before = setup.shard_holders().await;
@@ -1174,8 +1073,7 @@ async fn after_a_kill_only_the_parents_of_shards_that_moved_are_synced_again() {
     .await;
     setup.wait_hook_quiet(Duration::from_secs(30)).await;
 
-    let calls = setup.hook.calls();
-    assert_one_syncer_at_a_time(&calls, &ids);
+    let calls = setup.calls_one_syncer_at_a_time(&ids);
     let since: Vec<&Call> = calls[calls_before..].iter().collect();
     // The new owners' caches relisted; a relist they asked for reports only what changed,
     // and only the acquired shards' parents are replayed: everything else stays quiet.
@@ -1194,8 +1092,7 @@ async fn after_a_kill_only_the_parents_of_shards_that_moved_are_synced_again() {
         since.len(),
         moved_parents.len()
     );
-    setup.assert_children_exact(&parents).await;
-    setup.assert_created_once(&parents);
+    setup.assert_children_exactly_once(&parents).await;
     eprintln!(
         "{} shards moved ({} parents) in {:?}; {} hook calls since the kill",
         moved.len(),
@@ -1211,49 +1108,51 @@ const STALL: Duration = Duration::from_secs(24);
 /// `--shard-lease-duration` in the stalled-link test.
 const STALL_LEASE: Duration = Duration::from_secs(8);
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_replica_whose_api_link_stalls_stops_syncing_before_its_lease_can_be_taken() {
-    let _serial = SERIAL.lock().await;
-    let setup = Setup::resyncing(Duration::from_millis(50)).await;
-    let upstream = kubeconfig_server(setup.cluster.kubeconfig_path()).unwrap();
-    let proxy = TcpProxy::start(upstream).await.unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let proxied = dir.path().join("kubeconfig");
-    proxy
-        .write_kubeconfig(setup.cluster.kubeconfig_path(), &proxied)
-        .unwrap();
-    // Replica 0 reaches the API server through the proxy; its hooks stay reachable.
-    // A longer lease than the other tests: the proxied replica's requests take one more hop
-    // through this (busy) test process, and a 3 s renew deadline is tight on a loaded machine.
-    let lease = STALL_LEASE;
-    let replicas = vec![
-        setup.replica_at(&proxied, SHARDS, lease),
-        setup.replica_with(SHARDS, lease),
-        setup.replica_with(SHARDS, lease),
-    ];
-    for r in &replicas {
-        wait_joined(r).await;
-    }
-    let ids: BTreeSet<String> = replicas.iter().map(identity).collect();
-    let refs: Vec<&ControllerProcess> = replicas.iter().collect();
-    setup.wait_spread(&refs, Duration::from_secs(30)).await;
-    let (holders, sampler) = HolderLog::record(&setup);
-    let parents = names("st", 30);
-    for n in &parents {
-        setup.create_parent(n).await;
-    }
+/// Three replicas of `setup` with `lease`, replica 0 reaching the API server through
+/// `proxied` (its hooks stay reachable); they joined and split the shards. Returns them with
+/// their identities.
+async fn replicas_one_proxied(
+    setup: &Setup,
+    proxied: &ProxiedKubeconfig,
+    lease: Duration,
+) -> (Vec<ControllerProcess>, BTreeSet<String>) {
     setup
-        .wait_converged(&parents, Duration::from_secs(60))
-        .await;
-    let victim = identity(&replicas[0]);
-    eventually_within(
-        "the proxied replica resyncs its parents",
-        Duration::from_secs(10),
-        || async { setup.hook.calls().iter().any(|c| c.replica == victim) },
-    )
-    .await;
+        .joined(vec![
+            setup.replica_at(proxied.path(), SHARDS, lease),
+            setup.replica_with(SHARDS, lease),
+            setup.replica_with(SHARDS, lease),
+        ])
+        .await
+}
 
-    proxy.stall();
+/// Creates 30 parents `prefix-<i>`, waits until they converged and `victim` resynced some
+/// of them (`resyncPeriodSeconds: 1`). Returns the names.
+async fn converge_with_resyncs(setup: &Setup, prefix: &str, victim: &str) -> Vec<String> {
+    let parents = setup
+        .converge_new_parents(prefix, 30, Duration::from_secs(60))
+        .await;
+    setup.wait_synced_by(victim).await;
+    parents
+}
+
+/// When the stalled link was stalled and healed, how long the others took to hold every
+/// shard, and from when the stalled replica's lease could be taken.
+struct StallTimes {
+    stalled: Instant,
+    takeable: Instant,
+    taken: Duration,
+    healed: Instant,
+}
+
+/// Stalls the proxied link of `refs[0]` for [`STALL`], waits until the others hold every
+/// shard meanwhile, heals it and waits until all three split the shards again.
+async fn stall_and_heal(
+    setup: &Setup,
+    proxied: &ProxiedKubeconfig,
+    refs: &[&ControllerProcess],
+    lease: Duration,
+) -> StallTimes {
+    proxied.proxy.stall();
     let stalled = Instant::now();
     // Its last renewal was sent before the stall: no other replica can take a shard of it
     // before `stalled + lease`.
@@ -1265,19 +1164,33 @@ async fn a_replica_whose_api_link_stalls_stops_syncing_before_its_lease_can_be_t
     // The fault lasts STALL whatever happens meanwhile (this waits out the fault, it does
     // not wait for a result).
     tokio::time::sleep_until((stalled + STALL).into()).await;
-    proxy.heal();
+    proxied.proxy.heal();
     let healed = Instant::now();
-    setup.wait_spread(&refs, Duration::from_secs(60)).await;
-    let more = names("after", 10);
-    for n in &more {
-        setup.create_parent(n).await;
+    setup.wait_spread(refs, Duration::from_secs(60)).await;
+    StallTimes {
+        stalled,
+        takeable,
+        taken,
+        healed,
     }
+}
+
+/// Creates 10 parents `after-<i>` and waits until they and `parents` converged (printing the
+/// stalled replica's log when they do not within 60 s), with their children exactly once.
+/// Returns all the names.
+async fn converge_after_heal(
+    setup: &Setup,
+    parents: &[String],
+    stalled: &ControllerProcess,
+) -> Vec<String> {
+    let more = names("after", 10);
+    setup.create_parents(&more).await;
     let all: Vec<String> = parents.iter().chain(&more).cloned().collect();
     let want: BTreeSet<String> = all.iter().cloned().collect();
     let deadline = Instant::now() + Duration::from_secs(60);
     while !want.is_subset(&setup.converged().await) {
         if Instant::now() >= deadline {
-            let logs = replicas[0].logs();
+            let logs = stalled.logs();
             let tail: Vec<&str> = logs.lines().rev().take(80).collect();
             eprintln!("stalled replica's log (newest first):\n{}", tail.join("\n"));
             break;
@@ -1285,12 +1198,23 @@ async fn a_replica_whose_api_link_stalls_stops_syncing_before_its_lease_can_be_t
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     setup.wait_converged(&all, Duration::from_secs(1)).await;
-    setup.assert_children_exact(&all).await;
-    setup.assert_created_once(&all);
-    sampler.abort();
+    setup.assert_children_exactly_once(&all).await;
+    all
+}
 
-    let calls = setup.hook.calls();
-    assert_one_syncer_at_a_time(&calls, &ids);
+/// The stalled replica `victim` made no hook call once its lease could be taken.
+fn assert_stalled_replica_stopped(
+    calls: &[Call],
+    victim: &str,
+    times: &StallTimes,
+    lease: Duration,
+) {
+    let StallTimes {
+        stalled,
+        takeable,
+        taken,
+        healed,
+    } = *times;
     let during: Vec<&Call> = calls
         .iter()
         .filter(|c| c.replica == victim && c.start >= stalled && c.start < healed)
@@ -1315,17 +1239,30 @@ async fn a_replica_whose_api_link_stalls_stops_syncing_before_its_lease_can_be_t
         late.len(),
         last
     );
-    let unowned = holders.calls_without_ownership(&setup, &calls);
-    assert!(
-        unowned.is_empty(),
-        "hook calls without ownership: {unowned:?}"
-    );
-    assert!(
-        calls
-            .iter()
-            .any(|c| c.replica == victim && c.start > healed),
-        "the healed replica never synced again"
-    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_whose_api_link_stalls_stops_syncing_before_its_lease_can_be_taken() {
+    let _serial = SERIAL.lock().await;
+    let setup = Setup::resyncing(Duration::from_millis(50)).await;
+    let proxied = ProxiedKubeconfig::start(setup.cluster.kubeconfig_path()).await;
+    // A longer lease than the other tests: the proxied replica's requests take one more hop
+    // through this (busy) test process, and a 3 s renew deadline is tight on a loaded machine.
+    let lease = STALL_LEASE;
+    let (replicas, ids) = replicas_one_proxied(&setup, &proxied, lease).await;
+    let refs: Vec<&ControllerProcess> = replicas.iter().collect();
+    let (holders, sampler) = HolderLog::record(&setup);
+    let victim = replicas[0].member_identity();
+    let parents = converge_with_resyncs(&setup, "st", &victim).await;
+
+    let times = stall_and_heal(&setup, &proxied, &refs, lease).await;
+    let all = converge_after_heal(&setup, &parents, &replicas[0]).await;
+    sampler.abort();
+
+    let calls = setup.calls_one_syncer_at_a_time(&ids);
+    assert_stalled_replica_stopped(&calls, &victim, &times, lease);
+    holders.assert_every_call_owned(&setup, &calls);
+    assert_synced_again(&calls, &victim, times.healed, "healed");
     assert_eq!(all.len(), parents.len() + 10);
 }
 
@@ -1336,20 +1273,8 @@ async fn a_replica_paused_beyond_its_lease_does_not_sync_with_stale_ownership() 
     let (replicas, ids) = setup.three_replicas().await;
     let refs: Vec<&ControllerProcess> = replicas.iter().collect();
     let (holders, sampler) = HolderLog::record(&setup);
-    let parents = names("sp", 30);
-    for n in &parents {
-        setup.create_parent(n).await;
-    }
-    setup
-        .wait_converged(&parents, Duration::from_secs(60))
-        .await;
-    let victim = identity(&replicas[0]);
-    eventually_within(
-        "the victim resyncs its parents",
-        Duration::from_secs(10),
-        || async { setup.hook.calls().iter().any(|c| c.replica == victim) },
-    )
-    .await;
+    let victim = replicas[0].member_identity();
+    let parents = converge_with_resyncs(&setup, "sp", &victim).await;
 
     replicas[0].freeze();
     let frozen = Instant::now();
@@ -1381,19 +1306,9 @@ async fn a_replica_paused_beyond_its_lease_does_not_sync_with_stale_ownership() 
         .await;
     sampler.abort();
 
-    let calls = setup.hook.calls();
-    assert_one_syncer_at_a_time(&calls, &ids);
-    let unowned = holders.calls_without_ownership(&setup, &calls);
-    assert!(
-        unowned.is_empty(),
-        "hook calls without ownership: {unowned:?}"
-    );
-    assert!(
-        calls
-            .iter()
-            .any(|c| c.replica == victim && c.start > thawed),
-        "the resumed replica never synced again"
-    );
+    let calls = setup.calls_one_syncer_at_a_time(&ids);
+    holders.assert_every_call_owned(&setup, &calls);
+    assert_synced_again(&calls, &victim, thawed, "resumed");
     eprintln!(
         "paused {:?}; after resuming it synced {} times, none without holding the shard",
         thawed - frozen,

@@ -21,14 +21,15 @@ use std::time::{Duration, Instant};
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use axum::response::Response;
-use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::core::DynamicObject;
 use metacontroller_api::composite::CompositeController;
 use metacontroller_api::decorator::DecoratorController;
+use metacontroller_testkit::metrics::sample;
+use metacontroller_testkit::replicas::{run_args, sharding_args, ShardLeases};
 use metacontroller_testkit::{
-    eventually_within, unique_name, ControllerProcess, CrdBuilder, TestCluster,
+    create_object, eventually_within, unique_name, ControllerProcess, CrdBuilder, TestCluster,
 };
 use serde_json::{json, Value};
 
@@ -106,8 +107,8 @@ struct Setup {
     cluster: TestCluster,
     ns: String,
     label: String,
-    group: String,
     parent: CrdBuilder,
+    shards: ShardLeases,
 }
 
 impl Setup {
@@ -157,35 +158,32 @@ impl Setup {
             .create(&PostParams::default(), &secret)
             .await
             .unwrap();
+        let shards = ShardLeases::new_group(cluster.client(), &ns, SHARDS);
         Setup {
             cluster,
             ns,
             label,
-            group: unique_name("mc"),
             parent,
+            shards,
         }
     }
 
     /// A replica of the group: `--sharding` with short lease timings and metrics on a
     /// random port.
     fn replica(&self) -> ControllerProcess {
+        let mut args = run_args(self.cluster.kubeconfig_path(), &self.label);
+        args.extend(sharding_args(
+            self.shards.group(),
+            SHARDS,
+            Duration::from_secs(4),
+        ));
+        args.extend([
+            "--metrics-address=127.0.0.1:0".to_string(),
+            "--health-probe-bind-address=0".to_string(),
+        ]);
         ControllerProcess::start_with_env(
             env!("CARGO_BIN_EXE_metacontroller"),
-            [
-                "run".to_string(),
-                "--kubeconfig".to_string(),
-                self.cluster.kubeconfig_path().display().to_string(),
-                "--discovery-interval=500ms".to_string(),
-                format!("--target-label-selector=team={}", self.label),
-                "--sharding".to_string(),
-                format!("--shards={SHARDS}"),
-                format!("--leader-election-id={}", self.group),
-                "--shard-lease-duration=4s".to_string(),
-                "--shard-renew-deadline=3s".to_string(),
-                "--shard-retry-period=1s".to_string(),
-                "--metrics-address=127.0.0.1:0".to_string(),
-                "--health-probe-bind-address=0".to_string(),
-            ],
+            args,
             [
                 ("POD_NAMESPACE", self.ns.clone()),
                 ("RUST_LOG", "warn,metacontroller=info".to_string()),
@@ -199,15 +197,11 @@ impl Setup {
 
     async fn create_parents(&self) {
         for i in 0..PARENTS {
-            let obj: DynamicObject = serde_json::from_value(json!({
+            let parent = json!({
                 "apiVersion": self.parent.api_version(), "kind": "Parent",
                 "metadata": {"name": format!("p-{i}")}, "spec": {},
-            }))
-            .unwrap();
-            self.parents()
-                .create(&PostParams::default(), &obj)
-                .await
-                .unwrap();
+            });
+            create_object(&self.parents(), parent).await;
         }
     }
 
@@ -237,55 +231,9 @@ impl Setup {
     /// Waits until every shard Lease is held by one of `replicas` and the holders did not
     /// change for three rounds: the handoff is over.
     async fn wait_spread(&self, replicas: &[ControllerProcess]) {
-        let ids: BTreeSet<String> = replicas.iter().map(identity).collect();
-        let leases: Api<Lease> = Api::namespaced(self.cluster.client(), &self.ns);
-        let prefix = format!("{}-shard-", self.group);
-        let deadline = Instant::now() + Duration::from_secs(60);
-        let mut stable: Option<(BTreeMap<String, String>, Instant)> = None;
-        loop {
-            let holders: BTreeMap<String, String> = leases
-                .list(&ListParams::default())
-                .await
-                .unwrap()
-                .items
-                .into_iter()
-                .filter(|l| {
-                    l.metadata
-                        .name
-                        .as_deref()
-                        .is_some_and(|n| n.starts_with(&prefix))
-                })
-                .filter_map(|l| Some((l.metadata.name?, l.spec?.holder_identity?)))
-                .collect();
-            let spread = holders.len() == SHARDS as usize
-                && holders.values().cloned().collect::<BTreeSet<_>>() == ids;
-            match &stable {
-                Some((seen, since)) if spread && *seen == holders => {
-                    if since.elapsed() >= Duration::from_secs(3) {
-                        return;
-                    }
-                }
-                _ => stable = spread.then(|| (holders.clone(), Instant::now())),
-            }
-            assert!(
-                Instant::now() < deadline,
-                "shards not spread over {ids:?}: {holders:?}"
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        let ids: BTreeSet<String> = replicas.iter().map(|p| p.member_identity()).collect();
+        self.shards.wait_spread(&ids, Duration::from_secs(60)).await;
     }
-}
-
-fn identity(p: &ControllerProcess) -> String {
-    p.member_identity()
-}
-
-async fn wait_joined(p: &ControllerProcess) {
-    p.wait_joined().await;
-}
-
-async fn scrape(p: &ControllerProcess) -> String {
-    p.scrape_metrics().await
 }
 
 /// What one replica reports: its owned parents, the entries of each per-parent structure,
@@ -298,13 +246,10 @@ struct Report {
 }
 
 async fn report(p: &ControllerProcess) -> Report {
-    let body = scrape(p).await;
+    let body = p.scrape_metrics().await;
     let value = |line: &str| line.rsplit(' ').next().and_then(|v| v.parse().ok());
-    let owned = body
-        .lines()
-        .find_map(|l| l.strip_prefix("metacontroller_shard_parents_owned "))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no parents_owned gauge:\n{body}"));
+    let owned = sample(&body, "metacontroller_shard_parents_owned", "")
+        .unwrap_or_else(|| panic!("no parents_owned gauge:\n{body}")) as i64;
     let entries = body
         .lines()
         .filter(|l| l.starts_with("metacontroller_parent_state_entries{"))
@@ -323,6 +268,15 @@ async fn report(p: &ControllerProcess) -> Report {
         entries,
         secrets_informer,
     }
+}
+
+/// The report of each replica, in order.
+async fn reports(replicas: &[ControllerProcess]) -> Vec<Report> {
+    let mut reports = Vec::new();
+    for r in replicas {
+        reports.push(report(r).await);
+    }
+    reports
 }
 
 /// Whether one replica's state matches the parents it owns (a decorator keeps no last read
@@ -353,10 +307,7 @@ async fn assert_state_follows_ownership(
 ) {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let mut reports = Vec::new();
-        for r in replicas {
-            reports.push(report(r).await);
-        }
+        let reports = reports(replicas).await;
         let total: i64 = reports.iter().map(|r| r.owned).sum();
         if total == parents && reports.iter().all(|r| follows_ownership(r, kind)) {
             eprintln!("{when}: {reports:?}");
@@ -385,7 +336,7 @@ async fn handoffs_and_deletion(kind: Kind) {
     let setup = Setup::new(kind).await;
     let mut replicas = vec![setup.replica(), setup.replica(), setup.replica()];
     for r in &replicas {
-        wait_joined(r).await;
+        r.wait_joined().await;
     }
     setup.wait_spread(&replicas).await;
     setup.create_parents().await;
@@ -401,7 +352,7 @@ async fn handoffs_and_deletion(kind: Kind) {
             .await;
         // ...and release some of them to a newcomer.
         let newcomer = setup.replica();
-        wait_joined(&newcomer).await;
+        newcomer.wait_joined().await;
         replicas.push(newcomer);
         setup.wait_spread(&replicas).await;
         assert_state_follows_ownership(kind, &replicas, PARENTS as i64, &format!("join {round}"))
@@ -420,10 +371,7 @@ async fn handoffs_and_deletion(kind: Kind) {
     // the children of deleted parents in its own time, and their entries go with them.
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let mut reports = Vec::new();
-        for r in &replicas {
-            reports.push(report(r).await);
-        }
+        let reports = reports(&replicas).await;
         if reports.iter().all(|r| r.entries.values().all(|n| *n == 0)) {
             break;
         }

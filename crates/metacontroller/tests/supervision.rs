@@ -10,12 +10,12 @@
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::{Api, PostParams};
-use kube::core::DynamicObject;
+use kube::api::Api;
 use metacontroller_api::composite::CompositeController;
+use metacontroller_testkit::replicas::{configmap_child, run_args};
 use metacontroller_testkit::{
-    eventually_within, unique_name, ControllerProcess, CrdBuilder, HookReply, HookServer,
-    TestCluster,
+    create_object, eventually_within, parent_name, unique_name, ControllerProcess, CrdBuilder,
+    HookReply, HookServer, TestCluster,
 };
 use serde_json::json;
 
@@ -37,14 +37,7 @@ impl Setup {
         cluster.install_metacontroller_crds().await;
         let ns = cluster.create_namespace("supervise").await;
         let hook = HookServer::start(|_, req| {
-            let name = req["parent"]["metadata"]["name"]
-                .as_str()
-                .unwrap_or_default();
-            HookReply::json(json!({
-                "children": [{"apiVersion": "v1", "kind": "ConfigMap",
-                              "metadata": {"name": format!("{name}-cm")},
-                              "data": {"k": "v"}}],
-            }))
+            HookReply::json(json!({"children": configmap_child(parent_name(req))}))
         })
         .await;
         let parent = cluster.install_parent_crd("supervise").await;
@@ -74,26 +67,19 @@ impl Setup {
     }
 
     async fn create_parent(&self, name: &str) {
-        let api: Api<DynamicObject> = self.parent.api(self.cluster.client(), Some(&self.ns));
-        let obj: DynamicObject = serde_json::from_value(json!({
+        let api = self.parent.api(self.cluster.client(), Some(&self.ns));
+        let parent = json!({
             "apiVersion": self.parent.api_version(), "kind": self.parent.kind(),
             "metadata": {"name": name, "namespace": self.ns},
             "spec": {},
-        }))
-        .unwrap();
-        api.create(&PostParams::default(), &obj).await.unwrap();
+        });
+        create_object(&api, parent).await;
     }
 
     /// The binary with `fault` injected and `extra` flags.
     fn start(&self, fault: &str, extra: &[&str]) -> ControllerProcess {
-        let mut args = vec![
-            "run".to_string(),
-            "--kubeconfig".to_string(),
-            self.cluster.kubeconfig_path().display().to_string(),
-            "--discovery-interval=500ms".to_string(),
-            format!("--target-label-selector=team={}", self.label),
-            "--health-probe-bind-address=0".to_string(),
-        ];
+        let mut args = run_args(self.cluster.kubeconfig_path(), &self.label);
+        args.push("--health-probe-bind-address=0".to_string());
         args.extend(extra.iter().map(|s| s.to_string()));
         ControllerProcess::start_with_env(
             env!("CARGO_BIN_EXE_metacontroller"),

@@ -11,11 +11,10 @@
 use std::process::Command;
 
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::{Api, PostParams};
-use kube::core::DynamicObject;
+use kube::api::Api;
 use metacontroller_api::composite::CompositeController;
 use metacontroller_testkit::{
-    crd, eventually, unique_name, ControllerProcess, CrdBuilder, HookCall, HookServer,
+    create_object, eventually, unique_name, ControllerProcess, CrdBuilder, HookCall, HookServer,
     OtlpReceiver, ReceivedSpan, TestCluster,
 };
 use serde_json::json;
@@ -35,13 +34,7 @@ async fn setup(prefix: &str) -> Setup {
     cluster.install_metacontroller_crds().await;
     let ns = cluster.create_namespace(prefix).await;
     let hook = HookServer::one_configmap_child("traced").await;
-    let parent = crd(
-        &format!("{}.example.com", unique_name(prefix)),
-        "v1",
-        "Parent",
-        "parents",
-    );
-    cluster.install_crd(&parent.build()).await;
+    let parent = cluster.install_parent_crd(prefix).await;
     let label = unique_name("team");
     let _: CompositeController = cluster
         .create_controller(
@@ -89,13 +82,12 @@ impl Setup {
     /// Creates parent `name` and waits for its child and its status.
     async fn sync_parent(&self, name: &str) {
         let parents = self.parent.api(self.cluster.client(), Some(&self.ns));
-        let obj: DynamicObject = serde_json::from_value(json!({
+        let parent = json!({
             "apiVersion": self.parent.api_version(), "kind": "Parent",
             "metadata": {"name": name},
             "spec": {"selector": {"matchLabels": {"app": "traced"}}}
-        }))
-        .unwrap();
-        parents.create(&PostParams::default(), &obj).await.unwrap();
+        });
+        create_object(&parents, parent).await;
         let cms: Api<ConfigMap> = Api::namespaced(self.cluster.client(), &self.ns);
         let child = format!("{name}-cm");
         eventually("the child ConfigMap", || async {
@@ -147,6 +139,104 @@ fn creating_sync(
         })
 }
 
+/// Asserts that `span` has each `(key, value)` attribute (`context` in the message).
+fn assert_attrs(span: &ReceivedSpan, attrs: &[(&str, &str)], context: &str) {
+    for (key, value) in attrs {
+        assert_eq!(span.attr(key), Some(*value), "{key}\n{context}");
+    }
+}
+
+/// One trace per sync: the sync span is the root, no other sync shares its trace, and it
+/// names the controller type, the outcome and the trigger.
+fn assert_sync_is_the_root(sync: &ReceivedSpan, trace: &[ReceivedSpan], context: &str) {
+    assert_eq!(sync.parent_span_id, "", "{context}");
+    assert_eq!(
+        trace.iter().filter(|s| s.name == "sync").count(),
+        1,
+        "{context}"
+    );
+    assert_attrs(
+        sync,
+        &[
+            ("controller_type", "CompositeController"),
+            ("outcome", "success"),
+        ],
+        context,
+    );
+    assert!(sync.attr("trigger").is_some(), "{context}");
+    assert_eq!(sync.service_name, "metacontroller", "{context}");
+}
+
+/// The hook call, the child create and the status write, each a child of the sync, with
+/// their attributes. Returns the hook call's span.
+fn assert_children_of_sync(
+    sync: &ReceivedSpan,
+    trace: &[ReceivedSpan],
+    context: &str,
+) -> ReceivedSpan {
+    let child_of_sync = |name: &str| -> ReceivedSpan {
+        trace
+            .iter()
+            .find(|s| s.name == name && s.parent_span_id == sync.span_id)
+            .unwrap_or_else(|| panic!("no {name} span below the sync\n{context}"))
+            .clone()
+    };
+    let hook_call = child_of_sync("hook_call");
+    assert_attrs(
+        &hook_call,
+        &[
+            ("hook", "sync"),
+            ("outcome", "success"),
+            ("http.response.status_code", "200"),
+        ],
+        context,
+    );
+    let write = trace
+        .iter()
+        .find(|s| s.name == "write" && s.attr("verb") == Some("create"))
+        .unwrap();
+    assert_eq!(write.parent_span_id, sync.span_id, "{context}");
+    assert_attrs(
+        write,
+        &[
+            ("name", "p-cm"),
+            ("outcome", "success"),
+            ("http.response.status_code", "201"),
+        ],
+        context,
+    );
+    let status = child_of_sync("status_write");
+    assert_attrs(
+        &status,
+        &[
+            ("verb", "update_status"),
+            ("http.response.status_code", "200"),
+        ],
+        context,
+    );
+    hook_call
+}
+
+/// Every call the hook got carries a traceparent, one of them naming the sync's trace and
+/// its `hook_call` span.
+fn assert_hook_joined(
+    calls: &[HookCall],
+    sync: &ReceivedSpan,
+    hook_call: &ReceivedSpan,
+    context: &str,
+) {
+    let headers: Vec<(String, String)> = calls.iter().filter_map(traceparent).collect();
+    assert_eq!(
+        headers.len(),
+        calls.len(),
+        "every hook call carries a traceparent"
+    );
+    assert!(
+        headers.contains(&(sync.trace_id.clone(), hook_call.span_id.clone())),
+        "no call with the sync's traceparent: {headers:?}\n{context}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_traced_sync_is_one_trace_and_the_hook_joins_it() {
     let setup = setup("trace").await;
@@ -167,75 +257,15 @@ async fn a_traced_sync_is_one_trace_and_the_hook_joins_it() {
     let logs = process.logs();
     let context = format!("sync: {sync:#?}\ntrace: {trace:#?}\nlogs:\n{logs}");
 
-    // One trace per sync: the sync span is the root, and no other sync shares its trace.
-    assert_eq!(sync.parent_span_id, "", "{context}");
-    assert_eq!(
-        trace.iter().filter(|s| s.name == "sync").count(),
-        1,
-        "{context}"
-    );
-    assert_eq!(
-        sync.attr("controller_type"),
-        Some("CompositeController"),
-        "{context}"
-    );
-    assert_eq!(sync.attr("outcome"), Some("success"), "{context}");
-    assert!(sync.attr("trigger").is_some(), "{context}");
-    assert_eq!(sync.service_name, "metacontroller", "{context}");
+    assert_sync_is_the_root(&sync, &trace, &context);
     let (decoded, bad) = receiver.requests();
     assert!(
         decoded > 0 && bad == 0,
         "{decoded} exports, {bad} undecodable"
     );
-
-    // The hook call, the child create and the status write, each a child of the sync.
-    let child_of_sync = |name: &str| -> ReceivedSpan {
-        trace
-            .iter()
-            .find(|s| s.name == name && s.parent_span_id == sync.span_id)
-            .unwrap_or_else(|| panic!("no {name} span below the sync\n{context}"))
-            .clone()
-    };
-    let hook_call = child_of_sync("hook_call");
-    assert_eq!(hook_call.attr("hook"), Some("sync"), "{context}");
-    assert_eq!(hook_call.attr("outcome"), Some("success"), "{context}");
-    assert_eq!(
-        hook_call.attr("http.response.status_code"),
-        Some("200"),
-        "{context}"
-    );
-    let write = trace
-        .iter()
-        .find(|s| s.name == "write" && s.attr("verb") == Some("create"))
-        .unwrap();
-    assert_eq!(write.parent_span_id, sync.span_id, "{context}");
-    assert_eq!(write.attr("name"), Some("p-cm"), "{context}");
-    assert_eq!(write.attr("outcome"), Some("success"), "{context}");
-    assert_eq!(
-        write.attr("http.response.status_code"),
-        Some("201"),
-        "{context}"
-    );
-    let status = child_of_sync("status_write");
-    assert_eq!(status.attr("verb"), Some("update_status"), "{context}");
-    assert_eq!(
-        status.attr("http.response.status_code"),
-        Some("200"),
-        "{context}"
-    );
-
+    let hook_call = assert_children_of_sync(&sync, &trace, &context);
     // The hook server was called inside that trace, by that hook_call span.
-    let calls = setup.hook.all_calls();
-    let headers: Vec<(String, String)> = calls.iter().filter_map(traceparent).collect();
-    assert_eq!(
-        headers.len(),
-        calls.len(),
-        "every hook call carries a traceparent"
-    );
-    assert!(
-        headers.contains(&(sync.trace_id.clone(), hook_call.span_id.clone())),
-        "no call with the sync's traceparent: {headers:?}\n{context}"
-    );
+    assert_hook_joined(&setup.hook.all_calls(), &sync, &hook_call, &context);
 
     // Logs inside the sync carry its trace id.
     let trace_field = format!("\"trace_id\":\"{}\"", sync.trace_id);

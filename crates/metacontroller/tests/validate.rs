@@ -1,13 +1,19 @@
 //! `metacontroller validate -f FILE...` as a user runs it: exit codes and field paths.
 
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
-fn validate(files: &[&std::path::Path]) -> (i32, String) {
+fn validate(files: &[&Path]) -> (i32, String) {
     let mut command = Command::new(env!("CARGO_BIN_EXE_metacontroller"));
     command.arg("validate");
     for file in files {
         command.arg("-f").arg(file);
     }
+    exit_code_and_output(&mut command)
+}
+
+/// Runs `command`: its exit code and its stdout followed by its stderr.
+fn exit_code_and_output(command: &mut Command) -> (i32, String) {
     let output = command.output().expect("run the metacontroller binary");
     let text = format!(
         "{}{}",
@@ -86,21 +92,106 @@ fn no_controller_in_files_is_an_error() {
     assert_eq!(code, 1, "{text}");
 }
 
+/// A CompositeController `name` (parents `parent_ref`, `children`) and a DecoratorController
+/// `decorator` (targets `target_ref`, Service attachments), as YAML.
+fn controllers_yaml(
+    name: &str,
+    parent_ref: &str,
+    children: &[&str],
+    decorator: &str,
+    target_ref: &str,
+) -> String {
+    let children: String = children.iter().map(|c| format!("  - {c}\n")).collect();
+    format!(
+        r#"apiVersion: metacontroller.k8s.io/v1alpha1
+kind: CompositeController
+metadata: {{name: {name}}}
+spec:
+  parentResource: {parent_ref}
+  childResources:
+{children}  hooks:
+    sync: {{webhook: {{url: "http://hook/sync"}}}}
+---
+apiVersion: metacontroller.k8s.io/v1alpha1
+kind: DecoratorController
+metadata: {{name: {decorator}}}
+spec:
+  resources:
+  - {target_ref}
+  attachments:
+  - {{apiVersion: v1, resource: services}}
+  hooks:
+    sync: {{webhook: {{url: "http://hook/sync"}}}}
+"#
+    )
+}
+
+/// `metacontroller validate -f file` against the cluster of `kubeconfig`, found through
+/// `--kubeconfig` (`how` "flag") or, with `--live`, through `KUBECONFIG` as `run` finds it.
+async fn validate_against(kubeconfig: PathBuf, file: PathBuf, how: &'static str) -> (i32, String) {
+    tokio::task::spawn_blocking(move || {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_metacontroller"));
+        command.arg("validate").arg("-f").arg(&file);
+        match how {
+            "flag" => {
+                command.arg("--kubeconfig").arg(&kubeconfig);
+            }
+            // `--live` finds the cluster as `run` does without --kubeconfig.
+            _ => {
+                command.arg("--live").env("KUBECONFIG", &kubeconfig);
+            }
+        }
+        exit_code_and_output(&mut command)
+    })
+    .await
+    .unwrap()
+}
+
+/// What validate reports about the bad manifest: the unserved parent version (naming the
+/// served one), the singular, the kind and the unknown child resource, and the decorator's
+/// singular; nothing about the good entries.
+fn assert_bad_names_reported(text: &str, group: &str, api_version: &str) {
+    let line = |needle: &str| {
+        text.lines()
+            .find(|l| l.contains(needle))
+            .unwrap_or_else(|| panic!("no line with {needle:?} in:\n{text}"))
+            .to_string()
+    };
+    let parent_line = line("spec.parentResource.apiVersion");
+    assert!(
+        parent_line.contains(&format!("apiVersion {group}/v9 is not served"))
+            && parent_line.contains(api_version),
+        "{parent_line}"
+    );
+    assert!(!text.contains("spec.childResources[0]"), "{text}");
+    let singular = line("spec.childResources[1].resource");
+    assert!(
+        singular.contains("error") && singular.contains("\"configmaps\""),
+        "{singular}"
+    );
+    let kind = line("spec.childResources[2].resource");
+    assert!(kind.contains("\"deployments\""), "{kind}");
+    let unknown = line("spec.childResources[3].resource");
+    assert!(
+        unknown.contains("\"gizmos\" is not served in v1"),
+        "{unknown}"
+    );
+    let deco = line("DecoratorController/deco-bad: error: spec.resources[0].resource");
+    assert!(deco.contains("\"widgets\""), "{deco}");
+    assert!(!text.contains("spec.attachments[0]"), "{text}");
+}
+
 /// `validate --kubeconfig`: every resource a controller names must be served by the
 /// cluster under its plural name; a kind or singular name points at the plural.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubeconfig_checks_that_named_resources_are_served() {
-    use metacontroller_testkit::{crd, unique_name, TestCluster};
+    use metacontroller_testkit::{unique_crd, TestCluster};
 
     let cluster = TestCluster::start().await;
-    let parent = crd(
-        &format!("{}.example.com", unique_name("validate")),
-        "v1",
-        "Widget",
-        "widgets",
-    );
+    let parent = unique_crd("validate", "Widget", "widgets");
     cluster.install_crd(&parent.build()).await;
-    let group = parent.api_version().split('/').next().unwrap().to_string();
+    let api = parent.api_version();
+    let group = api.split('/').next().unwrap().to_string();
     let dir = tempfile::tempdir().expect("temp dir");
     let write = |name: &str, text: String| {
         let path = dir.path().join(name);
@@ -109,123 +200,42 @@ async fn kubeconfig_checks_that_named_resources_are_served() {
     };
     let good = write(
         "good.yaml",
-        format!(
-            r#"apiVersion: metacontroller.k8s.io/v1alpha1
-kind: CompositeController
-metadata: {{name: widgets}}
-spec:
-  parentResource: {{apiVersion: {api}, resource: widgets}}
-  childResources:
-  - {{apiVersion: v1, resource: configmaps}}
-  - {{apiVersion: apps/v1, resource: deployments}}
-  hooks:
-    sync: {{webhook: {{url: "http://hook/sync"}}}}
----
-apiVersion: metacontroller.k8s.io/v1alpha1
-kind: DecoratorController
-metadata: {{name: deco}}
-spec:
-  resources:
-  - {{apiVersion: {api}, resource: widgets}}
-  attachments:
-  - {{apiVersion: v1, resource: services}}
-  hooks:
-    sync: {{webhook: {{url: "http://hook/sync"}}}}
-"#,
-            api = parent.api_version()
+        controllers_yaml(
+            "widgets",
+            &format!("{{apiVersion: {api}, resource: widgets}}"),
+            &[
+                "{apiVersion: v1, resource: configmaps}",
+                "{apiVersion: apps/v1, resource: deployments}",
+            ],
+            "deco",
+            &format!("{{apiVersion: {api}, resource: widgets}}"),
         ),
     );
     let bad = write(
         "bad.yaml",
-        format!(
-            r#"apiVersion: metacontroller.k8s.io/v1alpha1
-kind: CompositeController
-metadata: {{name: bad}}
-spec:
-  parentResource: {{apiVersion: {group}/v9, resource: widgets}}
-  childResources:
-  - {{apiVersion: v1, resource: configmaps}}
-  - {{apiVersion: v1, resource: configmap}}
-  - {{apiVersion: apps/v1, resource: Deployment}}
-  - {{apiVersion: v1, resource: gizmos}}
-  hooks:
-    sync: {{webhook: {{url: "http://hook/sync"}}}}
----
-apiVersion: metacontroller.k8s.io/v1alpha1
-kind: DecoratorController
-metadata: {{name: deco-bad}}
-spec:
-  resources:
-  - {{apiVersion: {api}, resource: widget}}
-  attachments:
-  - {{apiVersion: v1, resource: services}}
-  hooks:
-    sync: {{webhook: {{url: "http://hook/sync"}}}}
-"#,
-            api = parent.api_version()
+        controllers_yaml(
+            "bad",
+            &format!("{{apiVersion: {group}/v9, resource: widgets}}"),
+            &[
+                "{apiVersion: v1, resource: configmaps}",
+                "{apiVersion: v1, resource: configmap}",
+                "{apiVersion: apps/v1, resource: Deployment}",
+                "{apiVersion: v1, resource: gizmos}",
+            ],
+            "deco-bad",
+            &format!("{{apiVersion: {api}, resource: widget}}"),
         ),
     );
     let kubeconfig = cluster.kubeconfig_path().to_path_buf();
-    let run = move |file: std::path::PathBuf, how: &'static str| {
-        let kubeconfig = kubeconfig.clone();
-        tokio::task::spawn_blocking(move || {
-            let mut command = Command::new(env!("CARGO_BIN_EXE_metacontroller"));
-            command.arg("validate").arg("-f").arg(&file);
-            match how {
-                "flag" => {
-                    command.arg("--kubeconfig").arg(&kubeconfig);
-                }
-                // `--live` finds the cluster as `run` does without --kubeconfig.
-                _ => {
-                    command.arg("--live").env("KUBECONFIG", &kubeconfig);
-                }
-            }
-            let output = command.output().expect("run the metacontroller binary");
-            let text = format!(
-                "{}{}",
-                String::from_utf8_lossy(&output.stdout),
-                String::from_utf8_lossy(&output.stderr)
-            );
-            (output.status.code().unwrap_or(-1), text)
-        })
-    };
-
     for how in ["flag", "live"] {
-        let (code, text) = run(good.clone(), how).await.unwrap();
+        let (code, text) = validate_against(kubeconfig.clone(), good.clone(), how).await;
         assert_eq!(code, 0, "{how}: {text}");
         assert!(text.contains("CompositeController/widgets: ok"), "{text}");
         assert!(text.contains("DecoratorController/deco: ok"), "{text}");
 
-        let (code, text) = run(bad.clone(), how).await.unwrap();
+        let (code, text) = validate_against(kubeconfig.clone(), bad.clone(), how).await;
         assert_eq!(code, 1, "{how}: {text}");
-        let line = |needle: &str| {
-            text.lines()
-                .find(|l| l.contains(needle))
-                .unwrap_or_else(|| panic!("no line with {needle:?} in:\n{text}"))
-                .to_string()
-        };
-        let parent_line = line("spec.parentResource.apiVersion");
-        assert!(
-            parent_line.contains(&format!("apiVersion {group}/v9 is not served"))
-                && parent_line.contains(&parent.api_version()),
-            "{parent_line}"
-        );
-        assert!(!text.contains("spec.childResources[0]"), "{text}");
-        let singular = line("spec.childResources[1].resource");
-        assert!(
-            singular.contains("error") && singular.contains("\"configmaps\""),
-            "{singular}"
-        );
-        let kind = line("spec.childResources[2].resource");
-        assert!(kind.contains("\"deployments\""), "{kind}");
-        let unknown = line("spec.childResources[3].resource");
-        assert!(
-            unknown.contains("\"gizmos\" is not served in v1"),
-            "{unknown}"
-        );
-        let deco = line("DecoratorController/deco-bad: error: spec.resources[0].resource");
-        assert!(deco.contains("\"widgets\""), "{deco}");
-        assert!(!text.contains("spec.attachments[0]"), "{text}");
+        assert_bad_names_reported(&text, &group, &api);
     }
 
     // Offline (no cluster flag) the same file passes: the names are only known to a cluster.

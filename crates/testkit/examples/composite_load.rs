@@ -624,9 +624,9 @@ fn kubeconfig(cluster: &TestCluster) -> kube::config::Kubeconfig {
     kube::config::Kubeconfig::read_from(cluster.kubeconfig_path()).expect("reading kubeconfig")
 }
 
-#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
-async fn main() {
-    let mut args = match parse_args() {
+/// The arguments, or exit 2 with the reason (a bad flag, a missing binary).
+fn args_or_exit() -> Args {
+    let args = match parse_args() {
         Ok(a) => a,
         Err(e) => {
             eprintln!("composite_load: {e}");
@@ -640,8 +640,31 @@ async fn main() {
         );
         std::process::exit(2);
     }
-    let n = args.parents;
-    let c = args.children;
+    args
+}
+
+/// What the phases share: the cluster and how its requests are counted, the CRDs, the
+/// cold-start namespace and the hook.
+struct Setup {
+    cluster: TestCluster,
+    requests: Requests,
+    /// Where the controller serves `/metrics` (on a real server only).
+    metrics_port: Option<u16>,
+    /// The pid of a local kube-apiserver, for its CPU seconds.
+    apiserver: Option<u32>,
+    latency: Option<WriteLatency>,
+    controller_name: String,
+    parents_crd: CrdBuilder,
+    bound_crd: CrdBuilder,
+    ns: String,
+    hook: Arc<HookServer>,
+    /// Hook calls for the cold-start namespace's parents (resyncs, during a burst).
+    main_calls: Arc<AtomicU64>,
+}
+
+/// The cluster (the real one of `--kubeconfig`, else an embedded server with the chosen
+/// write latency) and where its request counts come from.
+async fn start_cluster(args: &Args) -> (TestCluster, Requests, Option<WriteLatency>, String) {
     let latency = args.realistic_latency.then(WriteLatency::realistic);
     let cluster = match &args.kubeconfig {
         Some(path) => TestCluster::real(path.clone()).await,
@@ -663,6 +686,12 @@ async fn main() {
             events_at_start: std::sync::Mutex::new(0),
         })),
     };
+    (cluster, requests, latency, controller_name)
+}
+
+/// Setup: the cluster, the CRDs, the namespace and the hook server.
+async fn setup(args: &Args) -> Setup {
+    let (cluster, requests, latency, controller_name) = start_cluster(args).await;
     let metrics_port = match &requests {
         Requests::Metrics(m) => Some(m.port),
         Requests::Embedded(_) => None,
@@ -678,8 +707,7 @@ async fn main() {
     let bound_crd = crd("load.example.com", "v1", "BoundParent", "boundparents");
     cluster.install_crd(&bound_crd.build()).await;
     let ns = cluster.create_namespace("load").await;
-    let (delay, observed) = (args.hook_delay, args.status_observed);
-    // Hook calls for the cold-start namespace's parents (resyncs, during a burst).
+    let (delay, observed, c) = (args.hook_delay, args.status_observed, args.children);
     let main_calls = Arc::new(AtomicU64::new(0));
     let hook = Arc::new(
         HookServer::start({
@@ -693,18 +721,40 @@ async fn main() {
         })
         .await,
     );
+    Setup {
+        cluster,
+        requests,
+        metrics_port,
+        apiserver,
+        latency,
+        controller_name,
+        parents_crd,
+        bound_crd,
+        ns,
+        hook,
+        main_calls,
+    }
+}
+
+/// The `config:` line.
+fn print_config(args: &Args, s: &Setup) {
+    let (n, c) = (args.parents, args.children);
     println!(
         "config: {} server, {n} parents x {c} ConfigMaps, {} workers, hook delay {:?}, \
          status from {} children, realistic latency {}, controller args {:?}",
-        if cluster.is_embedded() {
+        if s.cluster.is_embedded() {
             "embedded"
         } else {
             "real"
         },
         args.workers,
         args.hook_delay,
-        if observed { "observed" } else { "desired" },
-        match &latency {
+        if args.status_observed {
+            "observed"
+        } else {
+            "desired"
+        },
+        match &s.latency {
             Some(l) => format!(
                 "on ({:?} per write alone, {:.0} writes/s max)",
                 l.single_client(),
@@ -714,25 +764,27 @@ async fn main() {
         },
         args.controller_args
     );
+}
 
-    // The CompositeController and N parents exist before the controller process starts. The
-    // controller process serves only this run's CompositeController (a shared real server may
-    // hold others).
+/// The CompositeController and N parents exist before the controller process starts. The
+/// controller process serves only this run's CompositeController (a shared real server may
+/// hold others): its label selector is added to `args.controller_args`.
+async fn create_controller_and_parents(args: &mut Args, s: &Setup) {
     let run = unique_name("run");
     args.controller_args
         .push(format!("--target-label-selector=load-run={run}"));
-    let cc: Value = json!({
+    let parents_crd = &s.parents_crd;
+    let mut cc: Value = json!({
         "apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "CompositeController",
-        "metadata": {"name": controller_name, "labels": {"load-run": run}},
+        "metadata": {"name": s.controller_name, "labels": {"load-run": run}},
         "spec": {
             "parentResource": {"apiVersion": parents_crd.api_version(), "resource": parents_crd.plural()},
             "childResources": [{"apiVersion": "v1", "resource": "configmaps",
                                 "updateStrategy": {"method": "InPlace"}}],
             "generateSelector": true,
-            "hooks": {"sync": {"webhook": {"url": hook.url("/sync")}}}
+            "hooks": {"sync": {"webhook": {"url": s.hook.url("/sync")}}}
         }
     });
-    let mut cc = cc;
     if args.ignore_status_changes {
         cc["spec"]["parentResource"]["ignoreStatusChanges"] = json!(true);
     }
@@ -740,7 +792,7 @@ async fn main() {
         cc["spec"]["resyncPeriodSeconds"] = json!(args.resync_secs);
     }
     dynamic_api(
-        cluster.client(),
+        s.cluster.client(),
         "metacontroller.k8s.io/v1alpha1",
         "CompositeController",
         "compositecontrollers",
@@ -752,91 +804,151 @@ async fn main() {
     )
     .await
     .expect("creating the CompositeController");
-    let parents = parents_crd.api(cluster.client(), Some(&ns));
+    let n = args.parents;
+    let parents = parents_crd.api(s.cluster.client(), Some(&s.ns));
     let created = Instant::now();
     create_parents(&parents, &parents_crd.api_version(), parents_crd.kind(), n).await;
     println!("setup: {n} parents created in {:?}", created.elapsed());
+}
 
-    let configmaps: Api<ConfigMap> = Api::namespaced(cluster.client(), &ns);
-    let dir = std::env::temp_dir();
+/// How long the cold start and the resync may take at the most.
+const DEADLINE: Duration = Duration::from_secs(1800);
 
-    // Phase 1: cold start.
-    let base = requests.baseline().await;
-    let api_cpu_start = apiserver.and_then(metrics::cpu_seconds);
+/// What phase 1 measured.
+struct ColdStart {
+    converge: Duration,
+    /// Requests of converge + quiet period.
+    counts: Counts,
+    quiet_counts: Counts,
+    quiet_writes: u64,
+    hook_calls: usize,
+    rss: Option<f64>,
+    controller_cpu: Option<f64>,
+    api_cpu: Option<(f64, f64)>,
+    /// The burst's convergence time, with `--burst`.
+    burst: Option<Duration>,
+}
+
+/// Phase 1, cold start: the controller starts on N waiting parents; then the quiet period
+/// (a converged controller writes nothing) and, with `--burst`, the burst.
+async fn cold_start(args: &Args, s: &Setup) -> ColdStart {
+    let (n, c) = (args.parents, args.children);
+    let parents = s.parents_crd.api(s.cluster.client(), Some(&s.ns));
+    let configmaps: Api<ConfigMap> = Api::namespaced(s.cluster.client(), &s.ns);
+    let base = s.requests.baseline().await;
+    let api_cpu_start = s.apiserver.and_then(metrics::cpu_seconds);
     let mut ours = Counts::new();
     let started = Instant::now();
-    let log = dir.join("composite_load-1.log");
-    let controller = Controller::spawn(&args, &cluster, &log, metrics_port);
-    let deadline = Duration::from_secs(1800);
-    let plural = parents_crd.plural();
+    let log = std::env::temp_dir().join("composite_load-1.log");
+    let controller = Controller::spawn(args, &s.cluster, &log, s.metrics_port);
+    let plural = s.parents_crd.plural();
     while !converged(&parents, &configmaps, n, c, plural, &mut ours).await {
         assert!(
-            started.elapsed() < deadline,
-            "not converged within {deadline:?}"
+            started.elapsed() < DEADLINE,
+            "not converged within {DEADLINE:?}"
         );
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     let converge = started.elapsed();
-    let api_cpu = apiserver.and_then(metrics::cpu_seconds).zip(api_cpu_start);
+    let api_cpu = s
+        .apiserver
+        .and_then(metrics::cpu_seconds)
+        .zip(api_cpu_start);
     let controller_cpu = metrics::cpu_seconds(controller.pid());
-    let converge_counts = without(without(requests.counts().await, &base), &ours);
+    let converge_counts = without(without(s.requests.counts().await, &base), &ours);
     // The quiet period: a converged controller writes nothing.
-    let quiet_base = requests.counts().await;
+    let quiet_base = s.requests.counts().await;
     tokio::time::sleep(args.quiet).await;
-    let quiet_counts = without(requests.counts().await, &quiet_base);
+    let quiet_counts = without(s.requests.counts().await, &quiet_base);
     let quiet_writes = writes(&quiet_counts);
     let rss = peak_rss_mib(controller.pid());
     let mut counts = converge_counts;
     add(&mut counts, &quiet_counts);
-    let hook_calls = hook.calls("/sync");
-    hook.clear_calls();
+    let hook_calls = s.hook.calls("/sync");
+    s.hook.clear_calls();
     let burst = if args.burst > 0 {
-        Some(run_burst(&cluster, &args, &parents_crd, &main_calls).await)
+        Some(run_burst(&s.cluster, args, &s.parents_crd, &s.main_calls).await)
     } else {
         None
     };
     controller.stop().await;
+    ColdStart {
+        converge,
+        counts,
+        quiet_counts,
+        quiet_writes,
+        hook_calls,
+        rss,
+        controller_cpu,
+        api_cpu,
+        burst,
+    }
+}
+
+/// The cold start's lines; returns the controller's writes.
+fn report_cold_start(args: &Args, cold: &ColdStart) -> u64 {
+    let (n, c) = (args.parents, args.children);
     println!(
         "cold start: {n} parents x {c} ConfigMaps converged in {:.2}s",
-        converge.as_secs_f64()
+        cold.converge.as_secs_f64()
     );
     println!(
         "quiet period: {} writes in {:?} after convergence (must be 0; Event writes apart: {})",
-        quiet_writes,
+        cold.quiet_writes,
         args.quiet,
-        events_written(&quiet_counts)
+        events_written(&cold.quiet_counts)
     );
-    print_requests("cold start (converge + quiet period)", &counts, n);
-    let controller_writes = writes(&counts);
+    print_requests("cold start (converge + quiet period)", &cold.counts, n);
+    let controller_writes = writes(&cold.counts);
+    let hook_calls = cold.hook_calls;
     println!(
         "cold start: {} writes ({:.2} per parent), {hook_calls} hook calls ({:.2} per parent), controller peak RSS {}",
         controller_writes,
         controller_writes as f64 / n as f64,
         hook_calls as f64 / n as f64,
-        rss_text(rss)
+        rss_text(cold.rss)
     );
     println!(
         "cold start: CPU seconds until converged: controller {}, API server {}",
-        controller_cpu.map_or("unknown".into(), |s| format!("{s:.1}")),
-        api_cpu.map_or(
+        cold.controller_cpu
+            .map_or("unknown".into(), |s| format!("{s:.1}")),
+        cold.api_cpu.map_or(
             "unknown (not a local kube-apiserver)".into(),
             |(end, start)| { format!("{:.1}", end - start) }
         )
     );
+    controller_writes
+}
 
-    // Phase 2: the bound, on fresh objects in a fresh namespace.
-    let bound_ns = cluster.create_namespace("bound").await;
+/// Creates `n` BoundParents in a fresh namespace named after `prefix` and sends the bound
+/// for them; returns its time and writes.
+async fn bound_in_fresh_namespace(
+    args: &Args,
+    s: &Setup,
+    prefix: &str,
+    n: usize,
+) -> (Duration, u64) {
+    let bound_ns = s.cluster.create_namespace(prefix).await;
+    let bound_crd = &s.bound_crd;
     let bound_api = |client: kube::Client| bound_crd.api(client, Some(&bound_ns));
     create_parents(
-        &bound_api(cluster.client()),
+        &bound_api(s.cluster.client()),
         &bound_crd.api_version(),
         bound_crd.kind(),
         n,
     )
     .await;
-    let status_writes = if observed { 2 } else { 1 };
-    let (bound_time, bound_writes) =
-        bound(&cluster, bound_api, &bound_ns, n, c, status_writes).await;
+    let status_writes = if args.status_observed { 2 } else { 1 };
+    let c = args.children;
+    bound(&s.cluster, bound_api, &bound_ns, n, c, status_writes).await
+}
+
+/// Phase 2: the bound, on fresh objects in a fresh namespace, against the cold start's
+/// `converge` time (and the burst's, against its own bound).
+async fn run_bound(args: &Args, s: &Setup, cold: &ColdStart, controller_writes: u64) {
+    let c = args.children;
+    let status_writes = if args.status_observed { 2 } else { 1 };
+    let (bound_time, bound_writes) = bound_in_fresh_namespace(args, s, "bound", args.parents).await;
     println!(
         "bound: {bound_writes} writes ({c} creates + {status_writes} status updates per parent) \
          from {BOUND_CONNECTIONS} connections in {:.2}s ({:.0} writes/s)",
@@ -845,20 +957,11 @@ async fn main() {
     );
     println!(
         "ratio: converge / bound = {:.2} (controller writes {controller_writes}, bound writes {bound_writes})",
-        converge.as_secs_f64() / bound_time.as_secs_f64()
+        cold.converge.as_secs_f64() / bound_time.as_secs_f64()
     );
-    if let Some(burst) = burst {
-        let burst_ns = cluster.create_namespace("burst-bound").await;
-        let burst_api = |client: kube::Client| bound_crd.api(client, Some(&burst_ns));
+    if let Some(burst) = cold.burst {
         let b = args.burst;
-        create_parents(
-            &burst_api(cluster.client()),
-            &bound_crd.api_version(),
-            bound_crd.kind(),
-            b,
-        )
-        .await;
-        let (time, sent) = bound(&cluster, burst_api, &burst_ns, b, c, status_writes).await;
+        let (time, sent) = bound_in_fresh_namespace(args, s, "burst-bound", b).await;
         println!(
             "burst bound: {sent} writes for {b} parents from {BOUND_CONNECTIONS} connections in {:.2}s",
             time.as_secs_f64()
@@ -868,21 +971,15 @@ async fn main() {
             burst.as_secs_f64() / time.as_secs_f64()
         );
     }
+}
 
-    // Phase 3: full resync — a fresh process relists and syncs every converged parent.
-    if !args.resync {
-        return;
-    }
-    let base = requests.baseline().await;
-    hook.clear_calls();
-    let started = Instant::now();
-    let log = dir.join("composite_load-2.log");
-    let controller = Controller::spawn(&args, &cluster, &log, metrics_port);
+/// Waits until the hook has synced every one of the `n` parents at least once.
+async fn wait_all_synced(hook: &HookServer, n: usize, started: Instant) {
     loop {
         tokio::time::sleep(Duration::from_millis(20)).await;
         assert!(
-            started.elapsed() < deadline,
-            "resync not done within {deadline:?}"
+            started.elapsed() < DEADLINE,
+            "resync not done within {DEADLINE:?}"
         );
         if hook.calls("/sync") < n {
             continue;
@@ -893,19 +990,31 @@ async fn main() {
             .filter_map(|r| r["parent"]["metadata"]["name"].as_str().map(String::from))
             .collect();
         if synced.len() == n {
-            break;
+            return;
         }
     }
+}
+
+/// Phase 3: full resync — a fresh process relists and syncs every converged parent.
+/// Returns its writes.
+async fn full_resync(args: &Args, s: &Setup) -> u64 {
+    let n = args.parents;
+    let base = s.requests.baseline().await;
+    s.hook.clear_calls();
+    let started = Instant::now();
+    let log = std::env::temp_dir().join("composite_load-2.log");
+    let controller = Controller::spawn(args, &s.cluster, &log, s.metrics_port);
+    wait_all_synced(&s.hook, n, started).await;
     let resync = started.elapsed();
-    requests
+    s.requests
         .settle(Duration::from_secs(2), Duration::from_secs(30))
         .await;
     let rss = peak_rss_mib(controller.pid());
-    let counts = without(requests.counts().await, &base);
+    let counts = without(s.requests.counts().await, &base);
     println!(
         "full resync: {n} parents synced in {:.2}s, {} hook calls",
         resync.as_secs_f64(),
-        hook.calls("/sync")
+        s.hook.calls("/sync")
     );
     print_requests("full resync", &counts, n);
     println!(
@@ -915,7 +1024,23 @@ async fn main() {
         rss_text(rss)
     );
     controller.stop().await;
-    if writes(&counts) != 0 || quiet_writes != 0 {
+    writes(&counts)
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let mut args = args_or_exit();
+    let s = setup(&args).await;
+    print_config(&args, &s);
+    create_controller_and_parents(&mut args, &s).await;
+    let cold = cold_start(&args, &s).await;
+    let controller_writes = report_cold_start(&args, &cold);
+    run_bound(&args, &s, &cold, controller_writes).await;
+    if !args.resync {
+        return;
+    }
+    let resync_writes = full_resync(&args, &s).await;
+    if resync_writes != 0 || cold.quiet_writes != 0 {
         std::process::exit(1);
     }
 }

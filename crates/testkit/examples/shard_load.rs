@@ -43,7 +43,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ListParams, PostParams};
 use kube::core::DynamicObject;
 use metacontroller_dynamic::shard_of;
-use metacontroller_testkit::{crd, dynamic_api, TestCluster};
+use metacontroller_testkit::{crd, dynamic_api, Control, CrdBuilder, TestCluster};
 use serde_json::{json, Value};
 
 struct Args {
@@ -290,16 +290,9 @@ async fn idle_rss(args: &Args) -> Option<(f64, f64)> {
     Some((rss?, anon))
 }
 
-/// One run with `replicas` processes.
-async fn run(args: &Args, replicas: usize) -> Outcome {
-    let n = args.parents;
-    let cluster = TestCluster::embedded().await;
-    let control = cluster.control().expect("embedded");
-    cluster.install_metacontroller_crds().await;
-    let parents_crd = crd("load.example.com", "v1", "LoadParent", "loadparents");
-    cluster.install_crd(&parents_crd.build()).await;
-    let ns = cluster.create_namespace("load").await;
-    let (url, calls) = start_hook(args.hook_delay).await;
+/// Creates the CompositeController of the run: parents of `parents_crd` own ConfigMaps,
+/// synced by the hook at `url`.
+async fn create_controller(cluster: &TestCluster, parents_crd: &CrdBuilder, url: &str) {
     let cc: Value = json!({
         "apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "CompositeController",
         "metadata": {"name": "load"},
@@ -324,7 +317,10 @@ async fn run(args: &Args, replicas: usize) -> Outcome {
     )
     .await
     .expect("creating the CompositeController");
-    let parents = parents_crd.api(cluster.client(), Some(&ns));
+}
+
+/// Creates `n` parents named `p<i>` through `parents` (32 at a time).
+async fn create_parents(parents: &Api<DynamicObject>, n: usize) {
     let mut tasks = tokio::task::JoinSet::new();
     let chunk = n.div_ceil(32).max(1);
     for start in (0..n).step_by(chunk) {
@@ -344,55 +340,152 @@ async fn run(args: &Args, replicas: usize) -> Outcome {
         });
     }
     while tasks.join_next().await.is_some() {}
+}
 
-    let started = Instant::now();
-    let sharded = replicas > 1;
-    let scale = args.scale.filter(|_| sharded);
-    let initial = if scale.is_some() { 1 } else { replicas };
-    let mut children: Vec<tokio::process::Child> = (0..initial)
-        .map(|i| spawn(args, &cluster, &ns, sharded, i))
-        .collect();
-    let mut joined_at: Option<Instant> = None;
-    let mut left_at: Option<Instant> = None;
-    let (anon_peaks, sampler) =
-        sample_peak_anon(children.iter().map(|c| c.id().unwrap_or(0)).collect());
-    let configmaps: Api<ConfigMap> = Api::namespaced(cluster.client(), &ns);
-    let deadline = Duration::from_secs(1800);
-    let mut killed_at: Option<Instant> = None;
-    // When each parent was first seen converged (the kill report times the dead replica's).
-    let mut done_at: HashMap<String, Instant> = HashMap::new();
-    let kill_pending = |killed_at: Option<Instant>| {
-        args.kill_after.is_some() && replicas > 1 && killed_at.is_none()
-    };
-    let converge = loop {
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        if let Some((join, leave)) = scale {
-            if joined_at.is_none() && started.elapsed() >= join {
-                children
-                    .extend((initial..replicas).map(|i| spawn(args, &cluster, &ns, sharded, i)));
-                joined_at = Some(Instant::now());
+/// A run's cluster with its load in place: N parents of one CompositeController and the
+/// hook's log of calls.
+struct Load {
+    cluster: TestCluster,
+    control: Control,
+    ns: String,
+    calls: Calls,
+    parents: Api<DynamicObject>,
+}
+
+/// Setup: a fresh embedded API server, the CRDs, the hook, the CompositeController and
+/// `args.parents` parents.
+async fn create_load(args: &Args) -> Load {
+    let cluster = TestCluster::embedded().await;
+    let control = cluster.control().expect("embedded");
+    cluster.install_metacontroller_crds().await;
+    let parents_crd = crd("load.example.com", "v1", "LoadParent", "loadparents");
+    cluster.install_crd(&parents_crd.build()).await;
+    let ns = cluster.create_namespace("load").await;
+    let (url, calls) = start_hook(args.hook_delay).await;
+    create_controller(&cluster, &parents_crd, &url).await;
+    let parents = parents_crd.api(cluster.client(), Some(&ns));
+    create_parents(&parents, args.parents).await;
+    Load {
+        cluster,
+        control,
+        ns,
+        calls,
+        parents,
+    }
+}
+
+/// The replica processes of a run and what was done to them.
+struct Group {
+    children: Vec<tokio::process::Child>,
+    replicas: usize,
+    sharded: bool,
+    /// `--scale` of a multi-replica run.
+    scale: Option<(Duration, Duration)>,
+    /// How many replicas start at once (1 when scaling).
+    initial: usize,
+    joined_at: Option<Instant>,
+    left_at: Option<Instant>,
+    killed_at: Option<Instant>,
+}
+
+impl Group {
+    /// Starts the first replicas (all of them, or one with `--scale`).
+    fn start(args: &Args, load: &Load, replicas: usize) -> Group {
+        let sharded = replicas > 1;
+        let scale = args.scale.filter(|_| sharded);
+        let initial = if scale.is_some() { 1 } else { replicas };
+        let children = (0..initial)
+            .map(|i| spawn(args, &load.cluster, &load.ns, sharded, i))
+            .collect();
+        Group {
+            children,
+            replicas,
+            sharded,
+            scale,
+            initial,
+            joined_at: None,
+            left_at: None,
+            killed_at: None,
+        }
+    }
+
+    /// The pids of the running replicas.
+    fn pids(&self) -> Vec<u32> {
+        self.children.iter().map(|c| c.id().unwrap_or(0)).collect()
+    }
+
+    /// Whether the run's SIGKILL (`--kill-after-s`, multi-replica runs) is still to come.
+    fn kill_pending(&self, args: &Args) -> bool {
+        args.kill_after.is_some() && self.replicas > 1 && self.killed_at.is_none()
+    }
+
+    /// Whether the run's scale-down (`--scale`) is still to come.
+    fn scale_pending(&self) -> bool {
+        self.scale.is_some() && self.left_at.is_none()
+    }
+
+    /// What is due `started.elapsed()` into the run: with `--scale`, start the others at
+    /// the join time and SIGTERM the second at the leave time; with `--kill-after-s`,
+    /// SIGKILL the first.
+    fn act(&mut self, args: &Args, load: &Load, started: Instant) {
+        if let Some((join, leave)) = self.scale {
+            if self.joined_at.is_none() && started.elapsed() >= join {
+                let (sharded, replicas) = (self.sharded, self.replicas);
+                self.children.extend(
+                    (self.initial..replicas)
+                        .map(|i| spawn(args, &load.cluster, &load.ns, sharded, i)),
+                );
+                self.joined_at = Some(Instant::now());
             }
-            if joined_at.is_some() && left_at.is_none() && started.elapsed() >= leave {
+            if self.joined_at.is_some() && self.left_at.is_none() && started.elapsed() >= leave {
                 // Scale down as a Deployment does: SIGTERM, then the process hands over.
-                if let Some(pid) = children.get(1).and_then(tokio::process::Child::id) {
+                if let Some(pid) = self.children.get(1).and_then(tokio::process::Child::id) {
                     let _ = std::process::Command::new("kill")
                         .args(["-TERM", &pid.to_string()])
                         .status();
                 }
-                left_at = Some(Instant::now());
+                self.left_at = Some(Instant::now());
             }
         }
-        if let (Some(after), true) = (args.kill_after, kill_pending(killed_at)) {
+        if let (Some(after), true) = (args.kill_after, self.kill_pending(args)) {
             if started.elapsed() >= after {
-                let _ = children[0].start_kill();
-                killed_at = Some(Instant::now());
+                let _ = self.children[0].start_kill();
+                self.killed_at = Some(Instant::now());
             }
         }
+    }
+
+    /// Stops every replica.
+    async fn stop(&mut self) {
+        for c in &mut self.children {
+            let _ = c.start_kill();
+            let _ = c.wait().await;
+        }
+    }
+}
+
+/// Polls every 500 ms, doing what is due to the group, until every parent has its status
+/// (none of them is still to be killed or scaled down) and all 3N ConfigMaps exist;
+/// `done_at` gets when each parent was first seen converged. Returns the time it took.
+async fn wait_converged(
+    args: &Args,
+    load: &Load,
+    group: &mut Group,
+    started: Instant,
+    done_at: &mut HashMap<String, Instant>,
+) -> Duration {
+    let n = args.parents;
+    let configmaps: Api<ConfigMap> = Api::namespaced(load.cluster.client(), &load.ns);
+    let deadline = Duration::from_secs(1800);
+    loop {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        group.act(args, load, started);
         assert!(
             started.elapsed() < deadline,
             "not converged within {deadline:?}"
         );
-        let list = parents
+        let list = load
+            .parents
             .list(&ListParams::default())
             .await
             .expect("listing parents");
@@ -408,17 +501,32 @@ async fn run(args: &Args, replicas: usize) -> Outcome {
                 done_at.entry(name.clone()).or_insert(now);
             }
         }
-        let scale_pending = scale.is_some() && left_at.is_none();
-        if done == n && !kill_pending(killed_at) && !scale_pending {
+        if done == n && !group.kill_pending(args) && !group.scale_pending() {
             let cms = configmaps
                 .list_metadata(&ListParams::default())
                 .await
                 .expect("listing configmaps");
             if cms.items.len() == 3 * n {
-                break started.elapsed();
+                return started.elapsed();
             }
         }
-    };
+    }
+}
+
+/// The writes after convergence.
+struct Quiet {
+    /// ConfigMap create requests of the whole run.
+    configmap_creates: u64,
+    /// Writes in the quiet period, Events and Leases apart.
+    writes: u64,
+    /// The quiet period's writes but Lease renewals, by verb and resource.
+    by: Vec<((String, String), u64)>,
+    lease_writes: u64,
+}
+
+/// After convergence: the takeover's time after a kill, the run's ConfigMap creates, then
+/// a quiet period in which nothing changes and only Lease renewals may be written.
+async fn quiet_period(control: &Control, killed_at: Option<Instant>) -> Quiet {
     if let Some(killed) = killed_at {
         // A kill after convergence changes no status: give the takeover its time (lease
         // 15 s + rounds + relist) so its hook calls are counted.
@@ -430,31 +538,37 @@ async fn run(args: &Args, replicas: usize) -> Outcome {
         .get(&("create".to_string(), "configmaps".to_string()))
         .copied()
         .unwrap_or(0);
-    // Quiet period: nothing changes; only Lease renewals may be written.
     // A fixed pause, not `settle`: Lease renewals never let the write counter stand still.
     tokio::time::sleep(Duration::from_secs(3)).await;
     control.reset_counts();
     tokio::time::sleep(Duration::from_secs(10)).await;
     let counts = control.request_counts();
-    let quiet = writes(&counts, |r| r != "events" && r != "leases");
-    let quiet_by: Vec<_> = counts
+    let by = counts
         .iter()
         .filter(|((v, r), _)| {
             matches!(v.as_str(), "create" | "update" | "patch" | "delete") && r != "leases"
         })
+        .map(|(k, n)| (k.clone(), *n))
         .collect();
-    let lease_writes = writes(&counts, |r| r == "leases");
-    let peaks: Vec<f64> = children
-        .iter()
-        .filter_map(|c| peak_rss_mib(c.id().unwrap_or(0)))
-        .collect();
-    sampler.abort();
-    let anon = anon_peaks.lock().unwrap_or_else(|p| p.into_inner()).clone();
-    let rss: Vec<String> = peaks.iter().map(|m| format!("{m:.1} MiB")).collect();
-    let anon_text: Vec<String> = anon.iter().map(|m| format!("{m:.1} MiB")).collect();
+    Quiet {
+        configmap_creates,
+        writes: writes(&counts, |r| r != "events" && r != "leases"),
+        by,
+        lease_writes: writes(&counts, |r| r == "leases"),
+    }
+}
 
-    // Taken out of the mutex: the hook server is done, and no guard may live across awaits.
-    let calls = std::mem::take(&mut *calls.lock().unwrap_or_else(|p| p.into_inner()));
+/// What the hook's log of calls tells.
+struct CallFigures<'a> {
+    /// Calls of one parent that overlapped in time.
+    overlaps: usize,
+    /// Parents synced by more than one replica.
+    multi: usize,
+    per_replica: BTreeMap<&'a str, usize>,
+}
+
+/// Reads the hook's log of calls.
+fn call_figures(calls: &[Call]) -> CallFigures<'_> {
     let mut by_parent: HashMap<&str, Vec<&Call>> = HashMap::new();
     for c in calls.iter() {
         by_parent.entry(&c.parent).or_default().push(c);
@@ -473,10 +587,29 @@ async fn run(args: &Args, replicas: usize) -> Outcome {
     for c in calls.iter() {
         *per_replica.entry(&c.replica).or_default() += 1;
     }
+    CallFigures {
+        overlaps,
+        multi,
+        per_replica,
+    }
+}
+
+/// The run's first lines: convergence, hook calls, handoffs and overlaps, the quiet period.
+fn report_run(
+    args: &Args,
+    group: &Group,
+    converge: Duration,
+    calls: &[Call],
+    figures: &CallFigures<'_>,
+    quiet: &Quiet,
+) {
+    let n = args.parents;
+    let (multi, overlaps) = (figures.multi, figures.overlaps);
     println!(
-        "{replicas} replica(s){}: {n} parents x 3 ConfigMaps converged in {:.2}s \
+        "{} replica(s){}: {n} parents x 3 ConfigMaps converged in {:.2}s \
          (hook delay {:?}, {} workers each)",
-        if sharded { " --sharding" } else { "" },
+        group.replicas,
+        if group.sharded { " --sharding" } else { "" },
         converge.as_secs_f64(),
         args.hook_delay,
         args.workers
@@ -485,51 +618,84 @@ async fn run(args: &Args, replicas: usize) -> Outcome {
         "    hook calls {} ({:.2} per parent), per replica {:?}",
         calls.len(),
         calls.len() as f64 / n as f64,
-        per_replica.values().collect::<Vec<_>>()
+        figures.per_replica.values().collect::<Vec<_>>()
     );
     println!(
         "    parents synced by more than one replica (handoffs) {multi}, overlapping calls of one parent {overlaps}"
     );
+    let (quiet_writes, lease_writes, quiet_by) = (quiet.writes, quiet.lease_writes, &quiet.by);
     println!(
-        "    quiet 10 s after convergence: {quiet} writes (must be 0), {lease_writes} Lease writes; other writes {quiet_by:?}"
+        "    quiet 10 s after convergence: {quiet_writes} writes (must be 0), {lease_writes} Lease writes; other writes {quiet_by:?}"
     );
-    if let Some(killed) = killed_at {
+}
+
+/// The scaled run's line (1 -> N -> N-1).
+fn report_scale(group: &Group, started: Instant, multi: usize, quiet: &Quiet, n: usize) {
+    let (Some(joined), Some(left)) = (group.joined_at, group.left_at) else {
+        return;
+    };
+    let (replicas, configmap_creates) = (group.replicas, quiet.configmap_creates);
+    println!(
+        "    scaled 1 -> {replicas} at {:.1}s, SIGTERM to one at {:.1}s: {multi} parents synced by \
+         more than one replica over the run, ConfigMap create requests {configmap_creates} \
+         (3 per parent: {})",
+        joined.duration_since(started).as_secs_f64(),
+        left.duration_since(started).as_secs_f64(),
+        3 * n
+    );
+}
+
+/// One run with `replicas` processes.
+async fn run(args: &Args, replicas: usize) -> Outcome {
+    let n = args.parents;
+    let load = create_load(args).await;
+    let started = Instant::now();
+    let mut group = Group::start(args, &load, replicas);
+    let (anon_peaks, sampler) = sample_peak_anon(group.pids());
+    // When each parent was first seen converged (the kill report times the dead replica's).
+    let mut done_at: HashMap<String, Instant> = HashMap::new();
+    let converge = wait_converged(args, &load, &mut group, started, &mut done_at).await;
+    let quiet = quiet_period(&load.control, group.killed_at).await;
+    let peaks: Vec<f64> = group
+        .children
+        .iter()
+        .filter_map(|c| peak_rss_mib(c.id().unwrap_or(0)))
+        .collect();
+    sampler.abort();
+    let anon = anon_peaks.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    let rss: Vec<String> = peaks.iter().map(|m| format!("{m:.1} MiB")).collect();
+    let anon_text: Vec<String> = anon.iter().map(|m| format!("{m:.1} MiB")).collect();
+
+    // Taken out of the mutex: the hook server is done, and no guard may live across awaits.
+    let calls = std::mem::take(&mut *load.calls.lock().unwrap_or_else(|p| p.into_inner()));
+    let figures = call_figures(&calls);
+    report_run(args, &group, converge, &calls, &figures, &quiet);
+    if let Some(killed) = group.killed_at {
         report_kill(&KillRun {
             calls: &calls,
             killed,
             started,
             converge,
-            configmap_creates,
+            configmap_creates: quiet.configmap_creates,
             parents: n,
-            ns: &ns,
+            ns: &load.ns,
             shards: args.shards,
             done_at: &done_at,
         });
     }
-    if let (Some(joined), Some(left)) = (joined_at, left_at) {
-        println!(
-            "    scaled 1 -> {replicas} at {:.1}s, SIGTERM to one at {:.1}s: {multi} parents synced by \
-             more than one replica over the run, ConfigMap create requests {configmap_creates} \
-             (3 per parent: {})",
-            joined.duration_since(started).as_secs_f64(),
-            left.duration_since(started).as_secs_f64(),
-            3 * n
-        );
-    }
+    report_scale(&group, started, figures.multi, &quiet, n);
     println!("    peak RSS per replica: {}", rss.join(", "));
     println!(
         "    peak anonymous memory per replica: {}",
         anon_text.join(", ")
     );
-    for c in &mut children {
-        let _ = c.start_kill();
-        let _ = c.wait().await;
-    }
+    group.stop().await;
+    let changed = group.killed_at.is_some() || group.scale.is_some();
     Outcome {
-        ok: quiet == 0
-            && overlaps == 0
-            && ((killed_at.is_none() && scale.is_none()) || configmap_creates == 3 * n as u64),
-        killed: killed_at.is_some() || scale.is_some(),
+        ok: quiet.writes == 0
+            && figures.overlaps == 0
+            && (!changed || quiet.configmap_creates == 3 * n as u64),
+        killed: changed,
         rss: peaks,
         anon,
         converge,

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use embedded_apiserver::{ApiServer, ApiServerHandle, Control};
-use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, PostParams};
 use kube::core::DynamicObject;
@@ -35,6 +35,26 @@ pub fn skip_on_real_cluster(test: &str) -> bool {
     real
 }
 
+/// A controller object kind (CompositeController or DecoratorController): cluster-scoped,
+/// typed and (de)serializable.
+pub trait ControllerKind:
+    kube::Resource<DynamicType = (), Scope = kube::core::ClusterResourceScope>
+    + Clone
+    + std::fmt::Debug
+    + k8s_openapi::serde::Serialize
+    + k8s_openapi::serde::de::DeserializeOwned
+{
+}
+
+impl<K> ControllerKind for K where
+    K: kube::Resource<DynamicType = (), Scope = kube::core::ClusterResourceScope>
+        + Clone
+        + std::fmt::Debug
+        + k8s_openapi::serde::Serialize
+        + k8s_openapi::serde::de::DeserializeOwned
+{
+}
+
 /// A Kubernetes API for one test. Dropping it stops the embedded server (a real cluster is
 /// left alone; tests use unique names so leftovers do not collide).
 pub struct TestCluster {
@@ -51,6 +71,17 @@ impl TestCluster {
             Ok(path) if !path.trim().is_empty() => Self::real(PathBuf::from(path)).await,
             _ => Self::embedded().await,
         }
+    }
+
+    /// [`TestCluster::start`] ready for a controller test: the Metacontroller CRDs installed,
+    /// a namespace `<prefix>-<unique>` and a parent kind of its own
+    /// ([`TestCluster::install_parent_crd`]). Returns the cluster, the namespace and the kind.
+    pub async fn start_with_parent(prefix: &str) -> (Self, String, crate::CrdBuilder) {
+        let cluster = Self::start().await;
+        cluster.install_metacontroller_crds().await;
+        let ns = cluster.create_namespace(prefix).await;
+        let parent = cluster.install_parent_crd(prefix).await;
+        (cluster, ns, parent)
     }
 
     /// Always the embedded API server (for tests that need its counters or faults).
@@ -225,28 +256,56 @@ impl TestCluster {
     /// Installs a namespaced `Parent` kind (`parents`, version `v1`, status subresource) in a
     /// group of its own (`<prefix>-<unique>.example.com`) and returns it.
     pub async fn install_parent_crd(&self, prefix: &str) -> crate::CrdBuilder {
-        let parent = crate::crd(
-            &format!("{}.example.com", unique_name(prefix)),
-            "v1",
-            "Parent",
-            "parents",
-        );
-        self.install_crd(&parent.build()).await;
-        parent
+        self.install_unique_crd(prefix, "Parent", "parents").await
+    }
+
+    /// Installs a namespaced `kind` (`plural`, version `v1`, status subresource) in a group
+    /// of its own (`<prefix>-<unique>.example.com`, [`crate::unique_crd`]) and returns it.
+    pub async fn install_unique_crd(
+        &self,
+        prefix: &str,
+        kind: &str,
+        plural: &str,
+    ) -> crate::CrdBuilder {
+        let crd = crate::unique_crd(prefix, kind, plural);
+        self.install_crd(&crd.build()).await;
+        crd
+    }
+
+    /// Creates a namespace `prefix-<unique>` in which pods can be created, and returns its
+    /// name: on a real cluster pod admission needs the namespace's default ServiceAccount,
+    /// which a controller makes some time after the namespace, so this waits for it
+    /// ([`REAL_CLUSTER_TIMEOUT`](crate::REAL_CLUSTER_TIMEOUT)).
+    pub async fn create_pod_namespace(&self, prefix: &str) -> String {
+        let ns = self.create_namespace(prefix).await;
+        if !self.is_embedded() {
+            let accounts = dynamic_api(
+                self.client(),
+                "v1",
+                "ServiceAccount",
+                "serviceaccounts",
+                Some(&ns),
+            );
+            crate::eventually_within(
+                "default ServiceAccount",
+                crate::REAL_CLUSTER_TIMEOUT,
+                || async { accounts.get("default").await.is_ok() },
+            )
+            .await;
+        }
+        ns
     }
 
     /// Creates a controller object (`K`: CompositeController or DecoratorController) named
     /// `name` with `spec`, labelled `team=<label>`: only a process started with
     /// `--target-label-selector=team=<label>` runs it, so tests sharing a real cluster never
     /// run each other's controllers.
-    pub async fn create_controller<K>(&self, name: &str, label: &str, spec: Value) -> K
-    where
-        K: kube::Resource<DynamicType = (), Scope = kube::core::ClusterResourceScope>
-            + Clone
-            + std::fmt::Debug
-            + k8s_openapi::serde::Serialize
-            + k8s_openapi::serde::de::DeserializeOwned,
-    {
+    pub async fn create_controller<K: ControllerKind>(
+        &self,
+        name: &str,
+        label: &str,
+        spec: Value,
+    ) -> K {
         let controller: K = serde_json::from_value(json!({
             "apiVersion": K::api_version(&()), "kind": K::kind(&()),
             "metadata": {"name": name, "labels": {"team": label}},
@@ -257,6 +316,46 @@ impl TestCluster {
             .create(&PostParams::default(), &controller)
             .await
             .unwrap_or_else(|e| panic!("creating controller {name}: {e}"))
+    }
+
+    /// [`TestCluster::create_controller`] named `<prefix>-<unique>` with a fresh label; returns
+    /// the label (a process started with `--target-label-selector=team=<label>` runs it).
+    pub async fn create_labelled_controller<K: ControllerKind>(
+        &self,
+        prefix: &str,
+        spec: Value,
+    ) -> String {
+        let label = unique_name("team");
+        let _: K = self
+            .create_controller(&unique_name(prefix), &label, spec)
+            .await;
+        label
+    }
+
+    /// Waits up to `timeout` for ConfigMap `namespace/name` (a child the controller `process`
+    /// creates); on timeout the panic shows the controller's logs.
+    pub async fn wait_for_configmap(
+        &self,
+        namespace: &str,
+        name: &str,
+        process: &crate::ControllerProcess,
+        timeout: Duration,
+    ) {
+        let api: Api<ConfigMap> = Api::namespaced(self.client(), namespace);
+        let deadline = tokio::time::Instant::now() + timeout;
+        while api
+            .get_opt(name)
+            .await
+            .unwrap_or_else(|e| panic!("reading ConfigMap {namespace}/{name}: {e}"))
+            .is_none()
+        {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "timed out waiting for ConfigMap {namespace}/{name}; controller logs:\n{}",
+                process.logs()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
 
     /// Waits until in-flight writes have settled — the write counter has not moved for
@@ -303,6 +402,23 @@ async fn client_from_yaml(yaml: &str) -> kube::Client {
         .await
         .expect("kubeconfig");
     kube::Client::try_from(config).expect("client")
+}
+
+/// Creates `object` (JSON with apiVersion, kind and metadata) through `api` and returns it as
+/// the server stored it.
+///
+/// # Panics
+/// When the JSON is not an object or the server refuses it (this is test code).
+pub async fn create_object(api: &Api<DynamicObject>, object: Value) -> DynamicObject {
+    let name = object["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let object: DynamicObject =
+        serde_json::from_value(object).unwrap_or_else(|e| panic!("object {name}: {e}"));
+    api.create(&PostParams::default(), &object)
+        .await
+        .unwrap_or_else(|e| panic!("creating {name}: {e}"))
 }
 
 /// An `Api<DynamicObject>` for `plural` of `kind` at `api_version` (`v1` or `group/version`),

@@ -28,6 +28,18 @@ pub fn crd(group: &str, version: &str, kind: &str, plural: &str) -> CrdBuilder {
     }
 }
 
+/// Starts a namespaced CRD `plural` of `kind` served at version `v1` of a group of its own,
+/// `<prefix>-<unique>.example.com` ([`crate::unique_name`]), so that tests sharing a real
+/// cluster never install the same kind.
+pub fn unique_crd(prefix: &str, kind: &str, plural: &str) -> CrdBuilder {
+    crd(
+        &format!("{}.example.com", crate::unique_name(prefix)),
+        "v1",
+        kind,
+        plural,
+    )
+}
+
 impl CrdBuilder {
     /// The spec of a CompositeController whose parents are of this kind, with ConfigMap
     /// children (`InPlace`) and the sync hook at `sync_url`. Tests add what they need

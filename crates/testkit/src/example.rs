@@ -159,6 +159,29 @@ impl ExampleCluster {
         }
     }
 
+    /// The README steps a Python example starts with: `binary` serving the cluster
+    /// ([`ExampleCluster::start`]), the hook `examples/<example>/sync.py`, a namespace
+    /// `<prefix>-<unique>`, the example's `crd.yaml` (CRD `crd_name`) and its
+    /// controller.yaml calling the hook. Returns the cluster, the hook (stopped when dropped)
+    /// and kubectl bound to the namespace; `None` (the test is skipped) when kubectl or
+    /// python3 is missing ([`all_installed`]).
+    pub fn start_python_example(
+        binary: &str,
+        example: &str,
+        prefix: &str,
+        crd_name: &str,
+    ) -> Option<(Self, ControllerProcess, Kubectl)> {
+        if !all_installed(&["kubectl", "python3"]) {
+            return None;
+        }
+        let cluster = Self::start(binary);
+        let (hook, port) = start_python_hook(example, "sync.py");
+        let k = cluster.namespace(prefix);
+        k.install_crd(&example_file(example, "crd.yaml"), crd_name);
+        cluster.apply_controller(&k, example, port);
+        Some((cluster, hook, k))
+    }
+
     /// Whether this is a real cluster (no simulation, shared with other runs).
     pub fn is_real(&self) -> bool {
         self.real
@@ -169,6 +192,24 @@ impl ExampleCluster {
         let name = crate::unique_name(prefix);
         self.kubectl.ok(&["create", "namespace", &name]);
         self.kubectl.in_namespace(&name)
+    }
+
+    /// Applies `examples/<example>/controller.yaml` in `k`'s namespace with its hook address
+    /// moved from 127.0.0.1:8080 (the README's) to 127.0.0.1:`port`.
+    pub fn apply_controller(&self, k: &Kubectl, example: &str, port: u16) {
+        let url = format!("127.0.0.1:{port}");
+        k.apply(&self.rewrite(example, "controller.yaml", &[("127.0.0.1:8080", &url)]));
+    }
+
+    /// On a real cluster, deletes the namespaces of `kubectls` (without waiting); the
+    /// embedded server goes away with the process anyway.
+    pub fn clean_up(&self, kubectls: &[&Kubectl]) {
+        if self.real {
+            for k in kubectls {
+                self.kubectl
+                    .ok(&["delete", "namespace", k.ns(), "--wait=false"]);
+            }
+        }
     }
 
     /// Writes `examples/<example>/<file>` into the scratch directory with each `(from, to)`
@@ -253,6 +294,11 @@ impl Kubectl {
             &["apply", "-f", &path],
             |ok, _| ok,
         )
+    }
+
+    /// `kubectl patch <kind> <name> --type merge -p <patch>`, which must succeed.
+    pub fn merge_patch(&self, kind: &str, name: &str, patch: &str) -> String {
+        self.ok(&["patch", kind, name, "--type", "merge", "-p", patch])
     }
 
     /// `kubectl get <what> -o jsonpath=<path>` ("" when the object does not exist).

@@ -102,9 +102,7 @@ impl HookServer {
     pub async fn one_configmap_child(app: &str) -> Self {
         let app = app.to_string();
         HookServer::start(move |_, req| {
-            let name = req["parent"]["metadata"]["name"]
-                .as_str()
-                .unwrap_or_default();
+            let name = parent_name(req);
             HookReply::json(serde_json::json!({
                 "children": [{"apiVersion": "v1", "kind": "ConfigMap",
                               "metadata": {"name": format!("{name}-cm"), "labels": {"app": app}},
@@ -207,6 +205,25 @@ async fn serve(state: Arc<State>, request: Request<Body>) -> Response {
         .status(StatusCode::from_u16(reply.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR))
         .header("content-type", "application/json")
         .body(Body::from(reply.body))
+        .unwrap_or_default()
+}
+
+/// A sync answer to a composite hook `request`: one ConfigMap child `<parent name>-cm`
+/// (labelled `app: <parent name>`, data `k: v`) and the status `{"ok": true}`.
+pub fn configmap_child_reply(request: &Value) -> Value {
+    let name = parent_name(request);
+    serde_json::json!({
+        "children": [{"apiVersion": "v1", "kind": "ConfigMap",
+                      "metadata": {"name": format!("{name}-cm"), "labels": {"app": name}},
+                      "data": {"k": "v"}}],
+        "status": {"ok": true},
+    })
+}
+
+/// The parent's name in a composite hook request (`parent.metadata.name`; "" when absent).
+pub fn parent_name(request: &Value) -> &str {
+    request["parent"]["metadata"]["name"]
+        .as_str()
         .unwrap_or_default()
 }
 

@@ -13,12 +13,15 @@
 //!   killed on drop).
 //! - [`OtlpReceiver`]: an OTLP/HTTP trace receiver (what a traced controller exports).
 //! - [`TcpProxy`]: a TCP fault proxy (stall, heal, cut) between a process and the API server.
+//! - [`replicas`]: several replicas of the binary (their `run` flags, a hook recording which
+//!   replica synced what and when, shard Leases, a stallable kubeconfig).
 //!
 //! Every test must be able to run in parallel with the others against the same real cluster,
 //! so names come from [`unique_name`] and each test creates its own namespace.
 
 mod cluster;
 mod crd;
+mod events;
 pub mod example;
 mod hook;
 pub mod metrics;
@@ -27,14 +30,20 @@ pub mod pki;
 mod poll;
 mod process;
 mod proxy;
+pub mod replicas;
 mod tools;
 
 pub use cluster::{
-    dynamic_api, real_cluster_requested, skip_on_real_cluster, TestCluster, E2E_KUBECONFIG_ENV,
+    create_object, dynamic_api, real_cluster_requested, skip_on_real_cluster, ControllerKind,
+    TestCluster, E2E_KUBECONFIG_ENV,
 };
-pub use crd::{crd, CrdBuilder};
+pub use crd::{crd, unique_crd, CrdBuilder};
 pub use embedded_apiserver::{Control, Fault, FaultAction};
-pub use hook::{assert_no_status_only_syncs, HookCall, HookReply, HookServer};
+pub use events::events_about;
+pub use hook::{
+    assert_no_status_only_syncs, configmap_child_reply, parent_name, HookCall, HookReply,
+    HookServer,
+};
 pub use otlp::{OtlpReceiver, ReceivedSpan};
 pub use poll::{eventually, eventually_within, unique_name, DEFAULT_TIMEOUT, REAL_CLUSTER_TIMEOUT};
 pub use process::ControllerProcess;

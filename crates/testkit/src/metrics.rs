@@ -92,6 +92,15 @@ impl ControllerProcess {
             .unwrap_or_else(|e| panic!("scraping {address}/metrics: {e}"))
     }
 
+    /// The value of the sample `name{labels}` (`name` alone with empty `labels`) in its
+    /// `/metrics`, `None` when it shows no such sample.
+    ///
+    /// # Panics
+    /// As [`ControllerProcess::scrape_metrics`].
+    pub async fn metric(&self, name: &str, labels: &str) -> Option<f64> {
+        sample(&self.scrape_metrics().await, name, labels)
+    }
+
     /// The member identity it logged when it joined a sharded group.
     ///
     /// # Panics

@@ -40,6 +40,33 @@ impl ControllerProcess {
         Self::spawn(command)
     }
 
+    /// `binary dev` with its API server, metrics and probes on ephemeral ports, its kubeconfig
+    /// written to `kubeconfig`, `extra` flags and `env`; waits (60 s) until it says it is
+    /// ready and returns it with a client for its API server.
+    pub async fn start_dev(
+        binary: impl AsRef<Path>,
+        kubeconfig: &Path,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> (Self, kube::Client) {
+        let mut command = Command::new(binary.as_ref());
+        command
+            .args(["dev", "--port", "0", "--metrics-address", "0"])
+            .args(["--health-probe-bind-address", "0", "--dev-kubeconfig"])
+            .arg(kubeconfig)
+            .args(extra)
+            .envs(env.iter().copied());
+        let process = Self::spawn(command);
+        crate::eventually_within("dev mode ready", Duration::from_secs(60), || async {
+            process.logs().contains("press Ctrl-C")
+        })
+        .await;
+        let client = crate::TestCluster::real(kubeconfig.to_path_buf())
+            .await
+            .client();
+        (process, client)
+    }
+
     /// Like [`ControllerProcess::start`], with extra environment variables.
     pub fn start_with_env<I, S, E, K, V>(binary: impl AsRef<Path>, args: I, env: E) -> Self
     where

@@ -9,15 +9,16 @@ mod cache;
 
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::core::v1::{ConfigMap, Event};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::core::DynamicObject;
 use metacontroller_api::composite::CompositeController;
 use metacontroller_controllers::composite::{self, CompositeHandle, Options, StartError};
+use metacontroller_controllers::events::EventRecorder;
 use metacontroller_dynamic::{discover, InformerConfig, Informers, ResourceMap};
 use metacontroller_hooks::{HookClient, HookClientConfig};
 use metacontroller_testkit::{
-    crd, eventually, unique_name, CrdBuilder, HookReply, HookServer, TestCluster,
+    crd, events_about, eventually, unique_name, CrdBuilder, HookReply, HookServer, TestCluster,
 };
 use serde_json::{json, Value};
 
@@ -98,6 +99,24 @@ impl Env {
         Ok(())
     }
 
+    /// Starts with 2 workers and a real Event recorder (no rate limit, no burst cap).
+    pub async fn start_with_events(&mut self, spec: Value) {
+        let events = EventRecorder::new(self.cluster.client(), 0.0, 0).unwrap();
+        let options = Options {
+            workers: 2,
+            events,
+            ..Options::default()
+        };
+        self.try_start(spec, options).await.unwrap()
+    }
+
+    /// The Events in `ns` about the object `name` with `reason`.
+    pub async fn events_for(&self, ns: &str, name: &str, reason: &str) -> Vec<Event> {
+        let mut events = events_about(&self.cluster, ns, name).await;
+        events.retain(|e| e.reason.as_deref() == Some(reason));
+        events
+    }
+
     /// Starts with default options (2 workers, dynamic apply).
     pub async fn start(&mut self, spec: Value) {
         self.try_start(
@@ -156,16 +175,25 @@ impl Env {
         self.create_parent(&name, spec).await
     }
 
-    /// Merge-patches the parent's spec.
-    pub async fn patch_parent_spec(&self, name: &str, spec: Value) {
+    /// Merge-patches parent `name` with `patch`.
+    pub async fn patch_parent(&self, name: &str, patch: Value) {
         self.parents()
-            .patch(
-                name,
-                &PatchParams::default(),
-                &Patch::Merge(json!({"spec": spec})),
-            )
+            .patch(name, &PatchParams::default(), &Patch::Merge(patch))
             .await
             .unwrap();
+    }
+
+    /// Merge-patches ConfigMap `name` of the test's namespace with `patch`.
+    pub async fn patch_configmap(&self, name: &str, patch: Value) {
+        self.configmaps()
+            .patch(name, &PatchParams::default(), &Patch::Merge(patch))
+            .await
+            .unwrap();
+    }
+
+    /// Merge-patches the parent's spec.
+    pub async fn patch_parent_spec(&self, name: &str, spec: Value) {
+        self.patch_parent(name, json!({"spec": spec})).await;
     }
 
     pub async fn parent_value(&self, name: &str) -> Option<Value> {
@@ -273,14 +301,8 @@ impl Env {
     /// completed, writes included, when this returns.
     pub async fn sync_barrier(&self, name: &str) {
         let token = unique_name("barrier");
-        self.parents()
-            .patch(
-                name,
-                &PatchParams::default(),
-                &Patch::Merge(json!({"metadata": {"annotations": {"test/barrier": token}}})),
-            )
-            .await
-            .unwrap();
+        let patch = json!({"metadata": {"annotations": {"test/barrier": token}}});
+        self.patch_parent(name, patch).await;
         eventually("a sync that saw the barrier annotation", || async {
             self.hook.all_calls().iter().any(|c| {
                 c.body["parent"]["metadata"]["annotations"]["test/barrier"] == token.as_str()
@@ -320,6 +342,31 @@ pub fn controlled_by(cm: &ConfigMap, uid: &str) -> bool {
         .iter()
         .flatten()
         .any(|r| r.uid == uid && r.controller == Some(true) && r.block_owner_deletion == Some(true))
+}
+
+/// A ConfigMap's `data.value` ("" without one).
+pub fn value_of(cm: &ConfigMap) -> String {
+    cm.data
+        .clone()
+        .unwrap_or_default()
+        .get("value")
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// `n` ConfigMap children `<prefix><i>` labelled `labels`, each carrying the parent's
+/// `spec.value` of hook request `req`.
+pub fn value_configmaps(prefix: &str, n: usize, labels: Value, req: &Value) -> Vec<Value> {
+    let value = &req["parent"]["spec"]["value"];
+    (0..n)
+        .map(|i| {
+            configmap(
+                &format!("{prefix}{i}"),
+                labels.clone(),
+                json!({"value": value}),
+            )
+        })
+        .collect()
 }
 
 /// A ConfigMap child rule with `method`.

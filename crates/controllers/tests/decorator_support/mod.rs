@@ -249,6 +249,27 @@ pub fn object(crd: &CrdBuilder, name: &str, meta: Value) -> Value {
     obj
 }
 
+/// A DecoratorController `name` over the objects of `target` with its sync hook at
+/// `sync_url`; the fields of `extra` are added to (or replace those of) its spec:
+/// attachments, resyncPeriodSeconds, other hooks.
+pub fn sync_decorator(name: &str, target: &CrdBuilder, sync_url: &str, extra: Value) -> Value {
+    let mut spec = json!({
+        "resources": [{"apiVersion": target.api_version(), "resource": target.plural()}],
+        "hooks": {"sync": {"webhook": {"url": sync_url}}},
+    });
+    if let (Some(s), Some(extra)) = (spec.as_object_mut(), extra.as_object()) {
+        s.extend(extra.clone());
+    }
+    json!({"metadata": {"name": name}, "spec": spec})
+}
+
+/// The name of the target a hook request is about ("" when it has none).
+pub fn target_name(req: &Value) -> &str {
+    req["object"]["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+}
+
 /// The `<Kind>.<apiVersion>` map key of a CRD's objects.
 pub fn group_key(crd: &CrdBuilder) -> String {
     format!("{}.{}", crd.kind(), crd.api_version())

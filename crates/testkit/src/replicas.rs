@@ -1,0 +1,270 @@
+//! Several replicas of the binary on one API server (leader election, sharding): their
+//! common `run` flags, a hook that records which replica synced which parent and when, the
+//! check that no parent was synced by two replicas at once, the shard Leases of a sharded
+//! group, and a kubeconfig whose API link a test can stall.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::body::Body;
+use axum::http::Request;
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::api::{Api, ListParams};
+use serde_json::Value;
+
+use crate::{kubeconfig_server, TcpProxy};
+
+/// `metacontroller run` against `kubeconfig` for the controllers labelled `team=<label>`,
+/// with discovery every 500 ms: the arguments every replica starts with (more flags follow).
+pub fn run_args(kubeconfig: &Path, label: &str) -> Vec<String> {
+    vec![
+        "run".to_string(),
+        "--kubeconfig".to_string(),
+        kubeconfig.display().to_string(),
+        "--discovery-interval=500ms".to_string(),
+        format!("--target-label-selector=team={label}"),
+    ]
+}
+
+/// One hook call as the recording hook saw it.
+#[derive(Debug, Clone)]
+pub struct ReplicaCall {
+    /// The caller's identity (`X-Metacontroller-Replica`; empty when it sent none).
+    pub replica: String,
+    /// The parent's name (a decorator's target `object`).
+    pub parent: String,
+    /// When the hook received the call.
+    pub start: Instant,
+    /// When the hook answered it.
+    pub end: Instant,
+}
+
+/// The calls a recording hook answered (see [`start_recording_hook`]).
+#[derive(Clone, Default)]
+pub struct ReplicaCalls(Arc<Mutex<Vec<ReplicaCall>>>);
+
+impl ReplicaCalls {
+    /// Every call answered so far, in the order of the answers.
+    pub fn calls(&self) -> Vec<ReplicaCall> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+}
+
+/// Starts a sync hook on 127.0.0.1 that answers each call after `delay` with
+/// `reply(parent name, is a decorator's request)` and records it. Returns the hook's URL
+/// (`http://<addr>/sync`) and the record.
+pub async fn start_recording_hook(
+    delay: Duration,
+    reply: impl Fn(&str, bool) -> Value + Send + Sync + 'static,
+) -> (String, ReplicaCalls) {
+    let log = ReplicaCalls::default();
+    let reply = Arc::new(reply);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("binding the recording hook");
+    let addr = listener.local_addr().expect("recording hook address");
+    let app = axum::Router::new().fallback({
+        let log = log.clone();
+        move |request: Request<Body>| {
+            let (log, reply) = (log.clone(), reply.clone());
+            async move {
+                let start = Instant::now();
+                let replica = request
+                    .headers()
+                    .get("x-metacontroller-replica")
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or("")
+                    .to_string();
+                let bytes = axum::body::to_bytes(request.into_body(), 64 << 20)
+                    .await
+                    .unwrap_or_default();
+                let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+                // A decorator's request names its target `object`.
+                let decorator = body.get("object").is_some();
+                let parent = if decorator {
+                    &body["object"]
+                } else {
+                    &body["parent"]
+                };
+                let name = parent["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string();
+                tokio::time::sleep(delay).await;
+                let answer = reply(&name, decorator);
+                log.0
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push(ReplicaCall {
+                        replica,
+                        parent: name,
+                        start,
+                        end: Instant::now(),
+                    });
+                axum::Json(answer)
+            }
+        }
+    });
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    (format!("http://{addr}/sync"), log)
+}
+
+/// Panics when two calls for one parent overlap in time, whichever replicas made them.
+pub fn assert_no_concurrent_syncs(calls: &[ReplicaCall]) {
+    let mut by_parent: HashMap<&str, Vec<&ReplicaCall>> = HashMap::new();
+    for c in calls {
+        by_parent.entry(&c.parent).or_default().push(c);
+    }
+    for (parent, mut calls) in by_parent {
+        calls.sort_by_key(|c| c.start);
+        for pair in calls.windows(2) {
+            assert!(
+                pair[1].start >= pair[0].end,
+                "{parent} synced concurrently by {} and {}",
+                pair[0].replica,
+                pair[1].replica
+            );
+        }
+    }
+}
+
+/// The shard Leases of a sharded group (`<group>-shard-<n>`, in one namespace).
+#[derive(Clone)]
+pub struct ShardLeases {
+    leases: Api<Lease>,
+    group: String,
+    prefix: String,
+    shards: u32,
+}
+
+impl ShardLeases {
+    /// The `shards` Leases of a new group in `namespace`, named `mc-<unique>` (its
+    /// `--leader-election-id`).
+    pub fn new_group(client: kube::Client, namespace: &str, shards: u32) -> Self {
+        let group = crate::unique_name("mc");
+        ShardLeases {
+            leases: Api::namespaced(client, namespace),
+            prefix: format!("{group}-shard-"),
+            group,
+            shards,
+        }
+    }
+
+    /// The group's name (`--leader-election-id`).
+    pub fn group(&self) -> &str {
+        &self.group
+    }
+
+    /// Every held shard Lease: shard number → (holder, `leaseTransitions`).
+    pub async fn read(&self) -> kube::Result<BTreeMap<u32, (String, i32)>> {
+        let list = self.leases.list(&ListParams::default()).await?;
+        Ok(list
+            .items
+            .into_iter()
+            .filter_map(|l| {
+                let shard = l.metadata.name.as_deref()?.strip_prefix(&self.prefix)?;
+                let spec = l.spec?;
+                let holder = spec.holder_identity.filter(|h| !h.is_empty())?;
+                let transitions = spec.lease_transitions.unwrap_or(0);
+                Some((shard.parse().ok()?, (holder, transitions)))
+            })
+            .collect())
+    }
+
+    /// Holder of each shard (shard number → identity), free ones left out.
+    pub async fn holders(&self) -> BTreeMap<u32, String> {
+        let held = self.read().await.expect("listing the shard Leases");
+        held.into_iter().map(|(s, (h, _))| (s, h)).collect()
+    }
+
+    /// Waits until every shard is held, the holders are exactly `ids`, and the holders did
+    /// not change for three seconds (three rounds of `--shard-retry-period=1s`): the
+    /// handoffs are done. Returns the holders.
+    pub async fn wait_spread(
+        &self,
+        ids: &BTreeSet<String>,
+        within: Duration,
+    ) -> BTreeMap<u32, String> {
+        let deadline = Instant::now() + within;
+        let mut stable: Option<(BTreeMap<u32, String>, Instant)> = None;
+        loop {
+            let last = self.holders().await;
+            let holders: BTreeSet<String> = last.values().cloned().collect();
+            if last.len() == self.shards as usize && holders == *ids {
+                match &stable {
+                    Some((seen, since)) if *seen == last => {
+                        if since.elapsed() >= Duration::from_secs(3) {
+                            return last;
+                        }
+                    }
+                    _ => stable = Some((last.clone(), Instant::now())),
+                }
+            } else {
+                stable = None;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "shards not spread over {ids:?} within {within:?}: {last:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+/// A kubeconfig that reaches the API server through a [`TcpProxy`], so a test can stall
+/// one process's API link while the others keep theirs.
+pub struct ProxiedKubeconfig {
+    /// The proxy between the process and the API server.
+    pub proxy: TcpProxy,
+    path: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl ProxiedKubeconfig {
+    /// A copy of `kubeconfig` whose server is a new proxy to the server it names.
+    pub async fn start(kubeconfig: &Path) -> Self {
+        let upstream = kubeconfig_server(kubeconfig).expect("the kubeconfig's server");
+        let proxy = TcpProxy::start(upstream).await.expect("starting the proxy");
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let path = dir.path().join("kubeconfig");
+        proxy
+            .write_kubeconfig(kubeconfig, &path)
+            .expect("writing the proxied kubeconfig");
+        ProxiedKubeconfig {
+            proxy,
+            path,
+            _dir: dir,
+        }
+    }
+
+    /// The proxied kubeconfig file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+/// The `children` of a sync hook's answer for parent `name`: one ConfigMap `<name>-cm` with
+/// data `k: v`.
+pub fn configmap_child(name: &str) -> Value {
+    serde_json::json!([{"apiVersion": "v1", "kind": "ConfigMap",
+                        "metadata": {"name": format!("{name}-cm")},
+                        "data": {"k": "v"}}])
+}
+
+/// The flags that make a replica a member of sharded group `group` (`--leader-election-id`)
+/// with `shards` shards, Leases of `lease` whose renew deadline is three quarters of it, and
+/// a retry period of one second.
+pub fn sharding_args(group: &str, shards: u32, lease: Duration) -> Vec<String> {
+    vec![
+        "--sharding".to_string(),
+        format!("--shards={shards}"),
+        format!("--leader-election-id={group}"),
+        format!("--shard-lease-duration={}ms", lease.as_millis()),
+        format!("--shard-renew-deadline={}ms", (lease * 3 / 4).as_millis()),
+        "--shard-retry-period=1s".to_string(),
+    ]
+}
