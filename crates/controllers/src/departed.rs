@@ -76,16 +76,24 @@ pub(crate) fn cached<'a>(
 }
 
 /// After the last sync of a deleted parent: drops the expectations and taken names of
-/// owners no longer cached. The `Deleted` event dropped the parent's own (by uid), but a
-/// sync that was running then may have recorded new ones afterwards, and the parent's uid
-/// is not known any more; usually nothing is held and nothing is scanned.
-pub(crate) fn forget_deleted_owners<K>(common: &Common<K>, held: &Held<'_>)
-where
+/// owners no longer cached, and the own-writes entries and apply hashes of objects no
+/// longer cached. The `Deleted` events dropped most of it, but a sync that was running
+/// then may have recorded more afterwards: a write whose response came after the written
+/// object's `Deleted` event (the parent or a child deleted meanwhile) would otherwise wait
+/// forever for an event. The parent's uid is not known any more; usually nothing is held
+/// and nothing is scanned.
+pub(crate) fn forget_deleted_owners<K>(
+    common: &Common<K>,
+    held: &Held<'_>,
+    cached: &dyn Fn(&ObjectKey) -> Option<bool>,
+) where
     K: Clone + Eq + std::hash::Hash + Send + 'static,
 {
-    if common.writer.holds_owner_state() {
+    if common.writer.holds_owner_state() || common.writer.holds_writes() {
         let uids = held.uids();
-        common.writer.retain_live_owners(&|uid| uids.contains(uid));
+        common
+            .writer
+            .retain_owners(&|uid| uids.contains(uid), cached);
     }
 }
 

@@ -628,6 +628,22 @@ pub(crate) fn watch_owners(
     }))
 }
 
+/// Leases the informer of a resource a controller writes (retained as children) and
+/// watches it with [`watch_owned`].
+pub(crate) fn lease_owned(
+    informers: &Informers,
+    writer: &Arc<Writer>,
+    res: &Arc<ApiResource>,
+    route: impl Fn(&Change<DynamicObject>, Origin) + Send + Sync + 'static,
+) -> (
+    metacontroller_dynamic::Lease<metacontroller_dynamic::ResourceId, Informer>,
+    HandlerId,
+) {
+    let informer = informers.lease_keeping(res, metacontroller_dynamic::Keep::Children);
+    let handler = watch_owned(&informer, writer.clone(), res.clone(), route);
+    (informer, handler)
+}
+
 /// Watches the informer of objects a controller writes (children, attachments, revisions):
 /// changes feed the own-writes overlay, then `route` queues keys — also for the objects
 /// whose name a foreign object has just freed (a foreign object's own events map to no

@@ -159,8 +159,7 @@ fn watch_revisions(
     writer: &Arc<crate::writer::Writer>,
     resource: Arc<ApiResource>,
 ) -> Revisions {
-    let informer = informers.lease_keeping(&resource, Keep::Children);
-    let handler = reconcile::watch_owned(&informer, writer.clone(), resource.clone(), |_, _| {});
+    let (informer, handler) = reconcile::lease_owned(informers, writer, &resource, |_, _| {});
     Revisions {
         resource,
         informer,
@@ -176,14 +175,9 @@ fn watch_child(
     mapper: &Arc<Mapper>,
     (kind, status_checks, resource): (ChildType, Option<ChildUpdateStatusChecks>, Arc<ApiResource>),
 ) -> Child {
-    let informer = informers.lease_keeping(&resource, Keep::Children);
     let mapper = mapper.clone();
-    let handler = reconcile::watch_owned(
-        &informer,
-        writer.clone(),
-        resource.clone(),
-        move |change, origin| mapper.on_child(change, origin),
-    );
+    let route = move |change: &_, origin| mapper.on_child(change, origin);
+    let (informer, handler) = reconcile::lease_owned(informers, writer, &resource, route);
     Child {
         kind,
         status_checks,
@@ -297,7 +291,7 @@ impl Inner {
             self.forget_parent(key);
             self.mapper.read_lock().remove(key);
             let held = crate::departed::Held::new(vec![(&*self.parent_resource, &*self.parent)]);
-            crate::departed::forget_deleted_owners(&self.common, &held);
+            crate::departed::forget_deleted_owners(&self.common, &held, &|key| self.written(key));
             return Ok(());
         };
         let cached = to_value(&cached, &self.parent_resource)?;

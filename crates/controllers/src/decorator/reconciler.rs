@@ -354,14 +354,9 @@ fn watch_attachments(
     kind: ChildType,
     resource: Arc<ApiResource>,
 ) -> AttachmentType {
-    let informer = informers.lease_keeping(&resource, Keep::Children);
     let routing = routing.clone();
-    let handler = reconcile::watch_owned(
-        &informer,
-        writer.clone(),
-        resource.clone(),
-        move |change, origin| routing.on_attachment(change, origin),
-    );
+    let route = move |change: &_, origin| routing.on_attachment(change, origin);
+    let (informer, handler) = reconcile::lease_owned(informers, writer, &resource, route);
     AttachmentType {
         kind,
         resource,
@@ -495,15 +490,7 @@ impl Reconciler for Inner {
         });
         let targets = self.routing.targets.iter().map(|(r, i)| (&**r, &**i));
         let held = crate::departed::Held::new(targets.collect());
-        let written = |key: &ObjectKey| {
-            let attachments = self
-                .attachments
-                .iter()
-                .map(|a| (&*a.resource, &*a.informer));
-            let targets = self.routing.targets.iter().map(|(r, i)| (&**r, &**i));
-            crate::departed::cached(attachments.chain(targets), key)
-        };
-        crate::departed::forget_departed(&self.common, &held, &written);
+        crate::departed::forget_departed(&self.common, &held, &|key| self.written(key));
     }
 
     fn state_entries(&self) -> Vec<(&'static str, usize)> {
@@ -522,6 +509,17 @@ struct TargetState<'a> {
 impl Inner {
     fn finalize_hook(&self) -> Option<&Hook> {
         self.controller.spec.finalize_hook()
+    }
+
+    /// Whether the caches hold the written object `key` (target or attachment), for
+    /// [`crate::departed`].
+    fn written(&self, key: &ObjectKey) -> Option<bool> {
+        let attachments = self
+            .attachments
+            .iter()
+            .map(|a| (&*a.resource, &*a.informer));
+        let targets = self.routing.targets.iter().map(|(r, i)| (&**r, &**i));
+        crate::departed::cached(attachments.chain(targets), key)
     }
 
     /// For expectations: whether the cache holds the attachment `key` (see
@@ -554,7 +552,7 @@ impl Inner {
                 .forget_parent(&self.common.name, &key.key.to_string());
             let targets = self.routing.targets.iter().map(|(r, i)| (&**r, &**i));
             let held = crate::departed::Held::new(targets.collect());
-            crate::departed::forget_deleted_owners(&self.common, &held);
+            crate::departed::forget_deleted_owners(&self.common, &held, &|key| self.written(key));
             self.common.related.forget(&ParentId {
                 api_version: res.api_version.clone(),
                 kind: res.kind.clone(),

@@ -358,6 +358,11 @@ impl Writer {
         !self.expectations.is_empty() || !self.taken_lock().is_empty()
     }
 
+    /// Whether any own-writes entry or apply hash is held.
+    pub fn holds_writes(&self) -> bool {
+        !self.overlay.is_empty() || !self.applied_lock().is_empty()
+    }
+
     /// Entries per structure that grows with the parents (metrics): parents with
     /// unconfirmed writes, names taken, apply hashes, own-writes entries.
     pub fn state_entries(&self) -> [(&'static str, usize); 4] {
