@@ -3,7 +3,6 @@
 //! rules, and (with --diff) the writes the controller's writer would plan.
 
 use anyhow::{bail, Context};
-use metacontroller_api::hook::EndpointConfig;
 use metacontroller_api::wire::{
     CompositeHookRequest, CompositeHookResponse, CustomizableController,
 };
@@ -21,7 +20,7 @@ use super::args::{HookName, RenderArgs};
 use super::cluster::Cluster;
 use super::hook::{CallError, Caller};
 use super::inputs::{self, Replay};
-use super::{meta_str, plan, steps, Prepared};
+use super::{meta_str, plan, steps, Env, Prepared};
 
 /// Renders one sync of `controller`.
 pub async fn render(
@@ -41,11 +40,13 @@ pub async fn render(
         );
     }
     let sync = Sync {
-        args,
-        cluster,
-        caller,
+        env: Env {
+            args,
+            cluster,
+            caller,
+            endpoints: controller.spec.all_endpoint_configs().cloned().collect(),
+        },
         types: resolved.children.iter().map(|c| c.0.clone()).collect(),
-        endpoints: controller.spec.all_endpoint_configs().cloned().collect(),
         generate: controller.spec.generate_selector == Some(true),
         controller: &controller,
         resolved: &resolved,
@@ -87,15 +88,11 @@ pub async fn render(
 
 /// One rendered sync of a CompositeController: what its steps share.
 struct Sync<'a> {
-    args: &'a RenderArgs,
-    cluster: &'a Cluster,
-    caller: &'a Caller,
+    env: Env<'a>,
     controller: &'a CompositeController,
     resolved: &'a Resolved,
     /// The declared child types.
     types: Vec<ChildType>,
-    /// The hooks' shared endpoint settings.
-    endpoints: Vec<EndpointConfig>,
     /// `spec.generateSelector`.
     generate: bool,
 }
@@ -106,9 +103,9 @@ impl Sync<'_> {
     /// was called and printed.
     async fn prepare_live(&self, requested: Option<HookName>) -> anyhow::Result<Option<Prepared>> {
         let (controller, spec) = (self.controller, &self.controller.spec);
-        let given = inputs::single_object(self.args.parent.as_deref().context("--parent")?)?;
+        let given = inputs::single_object(self.env.args.parent.as_deref().context("--parent")?)?;
         let parent = super::prepare_parent(
-            self.cluster.parent(&given).await?,
+            self.env.cluster.parent(&given).await?,
             &controller.finalizer_name(),
             spec.finalize_hook().is_some(),
             requested,
@@ -123,7 +120,7 @@ impl Sync<'_> {
         let customizable = CustomizableController::Composite(Box::new(controller.clone()));
         if requested == Some(HookName::Customize) {
             let hook = spec.customize_hook();
-            steps::customize(self.caller, hook, customizable, &self.endpoints, &parent).await?;
+            self.env.customize(hook, customizable, &parent).await?;
             return Ok(None);
         }
         let (hook, hook_name, finalizing) =
@@ -134,37 +131,23 @@ impl Sync<'_> {
                 }
             };
         let selector = sync_plan::parent_child_selector(&parent, self.generate)?;
-        let observed = if self.cluster.is_live() {
-            claimed_children(self.cluster, self.resolved, &parent, &selector).await?
+        let observed = if self.env.cluster.is_live() {
+            claimed_children(self.env.cluster, self.resolved, &parent, &selector).await?
         } else {
-            inputs::all_objects(&self.args.children)?
+            inputs::all_objects(&self.env.args.children)?
         };
         let version = hook.effective_version();
-        let related = super::related(
-            self.args,
-            self.cluster,
-            self.caller,
-            customizable,
-            &self.endpoints,
-            version,
-            &parent,
-        )
-        .await?;
-        let request = sync_plan::hook_request(
-            controller,
-            &parent,
-            version,
-            &self.types,
-            &observed,
-            related,
-            finalizing,
-        );
-        Ok(Some(Prepared {
-            body: serde_json::to_value(&request)?,
-            object: parent,
-            observed,
-            hook_name,
-        }))
+        let build = |parent: &Value, observed: &[Value], related| {
+            let types = &self.types;
+            sync_plan::hook_request(
+                controller, parent, version, types, observed, related, finalizing,
+            )
+        };
+        let hook = (version, hook_name);
+        let prepared = self
+            .env
+            .prepare(customizable, parent, observed, hook, build);
+        Ok(Some(prepared.await?))
     }
 
     /// Sends the prepared request to the hook; errors read as the controller's.
@@ -185,8 +168,9 @@ impl Sync<'_> {
             parent_key: &key,
         };
         let kind = &self.resolved.parent.kind;
-        self.caller
-            .call(&ctx, hook, &self.endpoints, &prepared.body)
+        self.env
+            .caller
+            .call(&ctx, hook, &self.env.endpoints, &prepared.body)
             .await
             .map_err(|e| {
                 let parent = sync_plan::describe_parent(kind, namespace, parent_name);
@@ -214,8 +198,8 @@ impl Sync<'_> {
             uid: meta_str(parent, "uid").to_string(),
         };
         steps::print_owned_plan(
-            self.args,
-            self.cluster,
+            self.env.args,
+            self.env.cluster,
             manages,
             &owner,
             &self.types,

@@ -3,7 +3,6 @@
 //! --diff) the attachment writes its writer would plan and the target's change.
 
 use anyhow::{bail, Context};
-use metacontroller_api::hook::EndpointConfig;
 use metacontroller_api::wire::{
     CustomizableController, DecoratorHookRequest, DecoratorHookResponse,
 };
@@ -20,7 +19,7 @@ use super::args::{HookName, RenderArgs};
 use super::cluster::Cluster;
 use super::hook::{CallError, Caller};
 use super::inputs::{self, Replay};
-use super::{meta_str, plan, steps, Prepared};
+use super::{meta_str, plan, steps, Env, Prepared};
 
 /// Renders one sync of `controller`.
 pub async fn render(
@@ -34,11 +33,13 @@ pub async fn render(
     let resolved = Resolved::new(&controller, &cluster.resources)
         .map_err(|e| cluster.explain(anyhow::Error::new(e)))?;
     let sync = Sync {
-        args,
-        cluster,
-        caller,
+        env: Env {
+            args,
+            cluster,
+            caller,
+            endpoints: controller.spec.all_endpoint_configs().cloned().collect(),
+        },
         types: resolved.attachments.iter().map(|a| a.0.clone()).collect(),
-        endpoints: controller.spec.all_endpoint_configs().cloned().collect(),
         controller: &controller,
         resolved: &resolved,
     };
@@ -93,15 +94,11 @@ fn from_replay(replay: Replay, requested: Option<HookName>) -> anyhow::Result<Pr
 
 /// One rendered sync of a DecoratorController: what its steps share.
 struct Sync<'a> {
-    args: &'a RenderArgs,
-    cluster: &'a Cluster,
-    caller: &'a Caller,
+    env: Env<'a>,
     controller: &'a DecoratorController,
     resolved: &'a Resolved,
     /// The declared attachment types.
     types: Vec<ChildType>,
-    /// The hooks' shared endpoint settings.
-    endpoints: Vec<EndpointConfig>,
 }
 
 impl Sync<'_> {
@@ -111,9 +108,9 @@ impl Sync<'_> {
     async fn prepare_live(&self, requested: Option<HookName>) -> anyhow::Result<Option<Prepared>> {
         let (controller, spec) = (self.controller, &self.controller.spec);
         let finalizer_name = controller.finalizer_name();
-        let given = inputs::single_object(self.args.parent.as_deref().context("--parent")?)?;
+        let given = inputs::single_object(self.env.args.parent.as_deref().context("--parent")?)?;
         let object = super::prepare_parent(
-            self.cluster.parent(&given).await?,
+            self.env.cluster.parent(&given).await?,
             &finalizer_name,
             spec.finalize_hook().is_some(),
             requested,
@@ -125,7 +122,7 @@ impl Sync<'_> {
         let customizable = CustomizableController::Decorator(Box::new(controller.clone()));
         if requested == Some(HookName::Customize) {
             let hook = spec.customize_hook();
-            steps::customize(self.caller, hook, customizable, &self.endpoints, &object).await?;
+            self.env.customize(hook, customizable, &object).await?;
             return Ok(None);
         }
         let (hook, hook_name, finalizing) =
@@ -135,45 +132,31 @@ impl Sync<'_> {
             };
         let observed = self.observed_attachments(&object).await?;
         let version = hook.effective_version();
-        let related = super::related(
-            self.args,
-            self.cluster,
-            self.caller,
-            customizable,
-            &self.endpoints,
-            version,
-            &object,
-        )
-        .await?;
-        let request = sync_plan::hook_request(
-            controller,
-            &object,
-            version,
-            &self.types,
-            &observed,
-            related,
-            finalizing,
-        );
-        Ok(Some(Prepared {
-            body: serde_json::to_value(&request)?,
-            object,
-            observed,
-            hook_name,
-        }))
+        let build = |target: &Value, observed: &[Value], related| {
+            let types = &self.types;
+            sync_plan::hook_request(
+                controller, target, version, types, observed, related, finalizing,
+            )
+        };
+        let hook = (version, hook_name);
+        let prepared = self
+            .env
+            .prepare(customizable, object, observed, hook, build);
+        Ok(Some(prepared.await?))
     }
 
     /// The target's attachments: from the cluster (controlled by it and annotated with
     /// this decorator's name, as the controller finds them), or the given ones offline.
     async fn observed_attachments(&self, object: &Value) -> anyhow::Result<Vec<Value>> {
-        if !self.cluster.is_live() {
-            return inputs::all_objects(&self.args.children);
+        if !self.env.cluster.is_live() {
+            return inputs::all_objects(&self.env.args.children);
         }
         let name = self.controller.metadata.name.as_deref().unwrap_or_default();
         let namespace = Some(meta_str(object, "namespace")).filter(|ns| !ns.is_empty());
         let uid = meta_str(object, "uid");
         let mut observed = Vec::new();
         for (_, res) in &self.resolved.attachments {
-            for obj in self.cluster.list(res, namespace).await? {
+            for obj in self.env.cluster.list(res, namespace).await? {
                 if is_own_attachment(&obj, uid, name) {
                     observed.push(obj);
                 }
@@ -188,7 +171,7 @@ impl Sync<'_> {
         let hook = steps::hook_named(spec.sync_hook(), spec.finalize_hook(), prepared.hook_name)?;
         let object = &prepared.object;
         let namespace = Some(meta_str(object, "namespace")).filter(|ns| !ns.is_empty());
-        let res = self.cluster.resource_of(object)?;
+        let res = self.env.cluster.resource_of(object)?;
         let name = meta_str(object, "name");
         let key = match namespace {
             Some(ns) => format!("{}/{}/{ns}/{name}", res.api_version, res.kind),
@@ -200,8 +183,9 @@ impl Sync<'_> {
             hook_name: prepared.hook_name,
             parent_key: &key,
         };
-        self.caller
-            .call(&ctx, hook, &self.endpoints, &prepared.body)
+        self.env
+            .caller
+            .call(&ctx, hook, &self.env.endpoints, &prepared.body)
             .await
             .map_err(|e| match e {
                 CallError::Hook(source) => anyhow::Error::new(SyncError::Hook {
@@ -215,7 +199,7 @@ impl Sync<'_> {
     /// `--diff`: the attachment writes and the target's change the sync would make.
     async fn print_diff(&self, prepared: &Prepared, planned: &SyncPlan) -> anyhow::Result<()> {
         let object = &prepared.object;
-        let res = self.cluster.resource_of(object)?;
+        let res = self.env.cluster.resource_of(object)?;
         let owner = ParentRef {
             api_version: res.api_version.clone(),
             kind: res.kind.clone(),
@@ -223,8 +207,8 @@ impl Sync<'_> {
             uid: meta_str(object, "uid").to_string(),
         };
         steps::print_owned_plan(
-            self.args,
-            self.cluster,
+            self.env.args,
+            self.env.cluster,
             planned.manages_attachments,
             &owner,
             &self.types,

@@ -48,6 +48,58 @@ struct Prepared {
     hook_name: &'static str,
 }
 
+/// What both kinds of rendered sync use to reach the cluster and the hooks.
+struct Env<'a> {
+    args: &'a RenderArgs,
+    cluster: &'a Cluster,
+    caller: &'a Caller,
+    /// The controller's shared hook endpoint settings.
+    endpoints: Vec<EndpointConfig>,
+}
+
+impl Env<'_> {
+    /// `--hook customize`: calls the controller's customize hook for `object` and prints
+    /// its answer.
+    async fn customize(
+        &self,
+        hook: Option<&metacontroller_api::hook::Hook>,
+        controller: CustomizableController,
+        object: &Value,
+    ) -> anyhow::Result<()> {
+        steps::customize(self.caller, hook, controller, &self.endpoints, object).await
+    }
+
+    /// The request for `object` and its `observed` children: the related objects for the
+    /// hook's `version` (from the customize hook, or `--related`), then the body `build`
+    /// makes of them, exactly as the controller sends it.
+    async fn prepare<R: serde::Serialize>(
+        &self,
+        controller: CustomizableController,
+        object: Value,
+        observed: Vec<Value>,
+        (version, hook_name): (HookVersion, &'static str),
+        build: impl FnOnce(&Value, &[Value], ObjectMap) -> R,
+    ) -> anyhow::Result<Prepared> {
+        let related = related(
+            self.args,
+            self.cluster,
+            self.caller,
+            controller,
+            &self.endpoints,
+            version,
+            &object,
+        )
+        .await?;
+        let request = build(&object, &observed, related);
+        Ok(Prepared {
+            body: serde_json::to_value(&request)?,
+            object,
+            observed,
+            hook_name,
+        })
+    }
+}
+
 /// Runs `metacontroller render`.
 pub async fn run(args: &RenderArgs) -> anyhow::Result<()> {
     let controller = inputs::controller(&args.controller)?;
