@@ -89,12 +89,14 @@ pub(crate) fn forget_deleted_owners<K>(
 ) where
     K: Clone + Eq + std::hash::Hash + Send + 'static,
 {
-    if common.writer.holds_owner_state() || common.writer.holds_writes() {
-        let uids = held.uids();
-        common
-            .writer
-            .retain_owners(&|uid| uids.contains(uid), cached);
+    if !common.writer.holds_owner_state() && !common.writer.holds_writes() {
+        return;
     }
+    // Listing every cached parent's uid costs as much as the cache is large: only when an
+    // entry asks (an owner's state, or a write of an object no longer cached).
+    let uids = std::cell::OnceCell::new();
+    let live = |uid: &str| uids.get_or_init(|| held.uids()).contains(uid);
+    common.writer.retain_owners(&live, cached);
 }
 
 /// Drops the entries of every parent `held` no longer caches from the structures every

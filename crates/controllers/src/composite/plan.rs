@@ -5,6 +5,7 @@
 use metacontroller_api::composite::CompositeController;
 use metacontroller_api::hook::Hook;
 use metacontroller_api::wire::{CompositeHookRequest, CompositeHookResponse};
+use metacontroller_dynamic::ObjectMetaAccess;
 use metacontroller_dynamic::{Selector, CONTROLLER_UID_LABEL};
 use serde_json::{json, Value};
 
@@ -72,10 +73,7 @@ pub fn plan_sync(
     outcome: HookOutcome,
 ) -> Result<SyncPlan, SyncError> {
     let mut desired = outcome.desired;
-    let uid = parent
-        .pointer("/metadata/uid")
-        .and_then(Value::as_str)
-        .unwrap_or_default();
+    let uid = parent.uid().unwrap_or_default();
     label_desired(generate_selector, uid, selector, &mut desired)?;
     Ok(SyncPlan {
         desired,
@@ -109,10 +107,7 @@ pub fn hook_request(
     related: metacontroller_api::wire::ObjectMap,
     finalizing: bool,
 ) -> CompositeHookRequest {
-    let parent_namespace = parent
-        .pointer("/metadata/namespace")
-        .and_then(Value::as_str)
-        .filter(|ns| !ns.is_empty());
+    let parent_namespace = parent.namespace();
     CompositeHookRequest {
         controller: controller.clone(),
         parent: parent.clone(),

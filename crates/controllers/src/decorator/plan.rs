@@ -5,6 +5,7 @@
 use metacontroller_api::decorator::DecoratorController;
 use metacontroller_api::hook::Hook;
 use metacontroller_api::wire::{DecoratorHookRequest, DecoratorHookResponse};
+use metacontroller_dynamic::ObjectMetaAccess;
 use serde_json::Value;
 
 use super::attachments;
@@ -44,10 +45,7 @@ pub fn hook_request(
     related: metacontroller_api::wire::ObjectMap,
     finalizing: bool,
 ) -> DecoratorHookRequest {
-    let namespace = target
-        .pointer("/metadata/namespace")
-        .and_then(Value::as_str)
-        .filter(|ns| !ns.is_empty());
+    let namespace = target.namespace();
     DecoratorHookRequest::new(
         controller.clone(),
         target.clone(),
@@ -82,10 +80,7 @@ pub fn plan_sync(
 ) -> SyncPlan {
     let name = controller.metadata.name.as_deref().unwrap_or_default();
     let finalizer_name = controller.finalizer_name();
-    let namespace = target
-        .pointer("/metadata/namespace")
-        .and_then(Value::as_str)
-        .filter(|ns| !ns.is_empty());
+    let namespace = target.namespace();
     let (desired, refused) =
         attachments::prepare_desired(types, namespace, name, response.attachments);
     let finalized = (response.finalized && finalizer::has_finalizer(target, &finalizer_name))
