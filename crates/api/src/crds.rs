@@ -322,6 +322,7 @@ mod tests {
         "additionalProperties",
         "x-kubernetes-preserve-unknown-fields",
         "x-kubernetes-map-type",
+        "x-kubernetes-validations",
     ];
 
     /// The rules of Kubernetes structural schemas our generator must meet (the API

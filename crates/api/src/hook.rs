@@ -7,6 +7,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::duration::{parse_go_duration, DurationParseError};
+pub use crate::inprocess::{CodeConfigMapReference, JsonnetHook, WasmHook};
 
 /// Default hook timeout when `webhook.timeout` is unset (upstream: 10s).
 pub const DEFAULT_WEBHOOK_TIMEOUT: &str = "10s";
@@ -27,9 +28,14 @@ pub const DEFAULT_BASIC_AUTH_USERNAME_KEY: &str = "username";
 /// Default key of the password in a `basicAuth` Secret.
 pub const DEFAULT_BASIC_AUTH_PASSWORD_KEY: &str = "password";
 
-/// One hook (`sync`, `finalize` or `customize`).
+/// One hook (`sync`, `finalize` or `customize`): a webhook, or code run inside the
+/// controller (`jsonnet`, `wasm`; an extension beyond upstream). Exactly one is set.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {"rule": "(has(self.webhook) ? 1 : 0) + (has(self.jsonnet) ? 1 : 0) + (has(self.wasm) ? 1 : 0) <= 1",
+     "message": "exactly one of webhook, jsonnet or wasm may be set"}
+]))]
 pub struct Hook {
     /// Wire protocol version of requests and responses; `v1` when unset.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -38,12 +44,62 @@ pub struct Hook {
     /// How to call the hook over HTTP(S).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub webhook: Option<Webhook>,
+    /// Jsonnet code from a ConfigMap, evaluated inside the controller.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jsonnet: Option<JsonnetHook>,
+    /// A WebAssembly (WASI) module run inside the controller.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wasm: Option<WasmHook>,
+}
+
+/// What runs a hook: the one of `webhook`, `jsonnet` and `wasm` that is set.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum HookRuntime<'a> {
+    /// An HTTP(S) call.
+    Webhook(&'a Webhook),
+    /// Jsonnet evaluated in-process.
+    Jsonnet(&'a JsonnetHook),
+    /// A WebAssembly module run in-process.
+    Wasm(&'a WasmHook),
+}
+
+impl HookRuntime<'_> {
+    /// The runtime's name as metrics and logs show it.
+    pub fn name(&self) -> &'static str {
+        match self {
+            HookRuntime::Webhook(_) => "webhook",
+            HookRuntime::Jsonnet(_) => "jsonnet",
+            HookRuntime::Wasm(_) => "wasm",
+        }
+    }
 }
 
 impl Hook {
     /// The effective protocol version (`v1` by default).
     pub fn effective_version(&self) -> HookVersion {
         self.version.unwrap_or_default()
+    }
+
+    /// What runs this hook: `webhook`, else `jsonnet`, else `wasm` (validation refuses
+    /// more than one); `None` when none is set.
+    pub fn runtime(&self) -> Option<HookRuntime<'_>> {
+        if let Some(webhook) = &self.webhook {
+            return Some(HookRuntime::Webhook(webhook));
+        }
+        if let Some(jsonnet) = &self.jsonnet {
+            return Some(HookRuntime::Jsonnet(jsonnet));
+        }
+        self.wasm.as_ref().map(HookRuntime::Wasm)
+    }
+
+    /// How responses are decoded: a webhook's `responseUnMarshallMode` when set, else
+    /// loose for v1 and strict for v2 (in-process hooks always follow the version).
+    pub fn effective_unmarshall_mode(&self) -> ResponseUnmarshallMode {
+        let version = self.effective_version();
+        match &self.webhook {
+            Some(webhook) => webhook.effective_unmarshall_mode(version),
+            None => ResponseUnmarshallMode::default_for(version),
+        }
     }
 }
 

@@ -12,6 +12,7 @@ pub mod crds;
 pub mod decorator;
 pub mod duration;
 pub mod hook;
+pub mod inprocess;
 mod object;
 pub mod related;
 pub mod revision;
@@ -23,9 +24,9 @@ pub mod wire;
 pub use composite::*;
 pub use decorator::*;
 pub use hook::{
-    Authorization, BasicAuth, CaBundle, ClientTls, ConfigMapKeyReference, EndpointConfig, Hook,
-    HookVersion, ResponseUnmarshallMode, SecretKeyReference, ServiceReference, Webhook,
-    WebhookEtagConfig,
+    Authorization, BasicAuth, CaBundle, ClientTls, CodeConfigMapReference, ConfigMapKeyReference,
+    EndpointConfig, Hook, HookRuntime, HookVersion, JsonnetHook, ResponseUnmarshallMode,
+    SecretKeyReference, ServiceReference, WasmHook, Webhook, WebhookEtagConfig,
 };
 pub use related::RelatedResourceRule;
 pub use revision::{ControllerRevision, ControllerRevisionChildren};

@@ -12,7 +12,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement;
 use crate::composite::CompositeController;
 use crate::decorator::DecoratorController;
 use crate::duration::parse_go_duration;
-use crate::hook::{Authorization, BasicAuth, CaBundle, ClientTls, EndpointConfig, Hook, Webhook};
+use crate::hook::{
+    Authorization, BasicAuth, CaBundle, ClientTls, EndpointConfig, Hook, HookRuntime, Webhook,
+};
 use crate::related::RelatedResourceRule;
 use crate::selector::{AnnotationSelector, LabelSelector};
 use crate::update::ChildUpdateMethod;
@@ -58,10 +60,10 @@ impl ValidationErrors {
 }
 
 #[derive(Default)]
-struct Collector(Vec<ValidationError>);
+pub(crate) struct Collector(Vec<ValidationError>);
 
 impl Collector {
-    fn push(&mut self, path: impl Into<String>, message: impl Into<String>) {
+    pub(crate) fn push(&mut self, path: impl Into<String>, message: impl Into<String>) {
         self.0.push(ValidationError {
             path: path.into(),
             message: message.into(),
@@ -76,7 +78,7 @@ impl Collector {
         }
     }
 
-    fn require(&mut self, path: String, value: &str) {
+    pub(crate) fn require(&mut self, path: String, value: &str) {
         if value.trim().is_empty() {
             self.push(path, "must not be empty");
         }
@@ -257,9 +259,46 @@ fn update_method(
 }
 
 fn validate_hook_into(c: &mut Collector, path: &str, hook: &Hook) {
-    match &hook.webhook {
-        Some(webhook) => validate_webhook(c, &format!("{path}.webhook"), webhook),
-        None => c.push(format!("{path}.webhook"), "a hook needs a webhook"),
+    let set: Vec<&str> = [
+        ("webhook", hook.webhook.is_some()),
+        ("jsonnet", hook.jsonnet.is_some()),
+        ("wasm", hook.wasm.is_some()),
+    ]
+    .into_iter()
+    .filter_map(|(name, present)| present.then_some(name))
+    .collect();
+    if set.len() > 1 {
+        c.push(
+            path,
+            format!(
+                "exactly one of webhook, jsonnet or wasm may be set, found {}",
+                set.join(" and ")
+            ),
+        );
+    }
+    match hook.runtime() {
+        Some(HookRuntime::Webhook(webhook)) => {
+            validate_webhook(c, &format!("{path}.webhook"), webhook)
+        }
+        Some(HookRuntime::Jsonnet(jsonnet)) => {
+            crate::inprocess::validate_jsonnet(c, &format!("{path}.jsonnet"), jsonnet)
+        }
+        Some(HookRuntime::Wasm(wasm)) => {
+            crate::inprocess::validate_wasm(c, &format!("{path}.wasm"), wasm)
+        }
+        None => c.push(
+            format!("{path}.webhook"),
+            "a hook needs a webhook (or jsonnet or wasm)",
+        ),
+    }
+}
+
+/// A Go duration that must be positive (hook timeouts).
+pub(crate) fn positive_duration(c: &mut Collector, path: String, text: &str) {
+    match parse_go_duration(text) {
+        Ok(d) if d.is_zero() => c.push(path, "must be a positive duration"),
+        Ok(_) => {}
+        Err(e) => c.push(path, e.to_string()),
     }
 }
 
@@ -300,13 +339,7 @@ fn validate_webhook(c: &mut Collector, path: &str, webhook: &Webhook) {
         (None, None) => c.push(path, "either url or service (with path) must be set"),
     }
     if let Some(timeout) = &webhook.timeout {
-        match parse_go_duration(timeout) {
-            Ok(d) if d.is_zero() => {
-                c.push(format!("{path}.timeout"), "must be a positive duration")
-            }
-            Ok(_) => {}
-            Err(e) => c.push(format!("{path}.timeout"), e.to_string()),
-        }
+        positive_duration(c, format!("{path}.timeout"), timeout);
     }
     if let Some(etag) = &webhook.etag {
         for (field, value) in [

@@ -239,3 +239,91 @@ fn related_rules_select_by_labels_or_by_names_not_both() {
         .to_string()
         .contains("labelSelector cannot be combined with namespace/names"));
 }
+
+fn in_process(
+    value: serde_json::Value,
+) -> Result<(), metacontroller_api::validation::ValidationErrors> {
+    let hook: Hook = serde_json::from_value(value).unwrap();
+    validate_hook("spec.hooks.sync", &hook)
+}
+
+#[test]
+fn a_hook_has_exactly_one_runtime() {
+    let both = json!({
+        "webhook": {"url": "http://h/sync"},
+        "wasm": {"configMapRef": {"namespace": "hooks", "name": "m"}, "key": "m.wasm"}
+    });
+    assert_error_at(
+        in_process(both),
+        "spec.hooks.sync",
+        "found webhook and wasm",
+    );
+    let ok = json!({"jsonnet": {"configMapRef": {"namespace": "hooks", "name": "c"}, "key": "sync.jsonnet"}});
+    assert!(in_process(ok).is_ok());
+}
+
+#[test]
+fn jsonnet_hooks_name_their_config_map_and_key() {
+    let no_key =
+        json!({"jsonnet": {"configMapRef": {"namespace": "hooks", "name": "c"}, "key": ""}});
+    assert_error_at(
+        in_process(no_key),
+        "spec.hooks.sync.jsonnet.key",
+        "must not be empty",
+    );
+    let no_ns = json!({"jsonnet": {"configMapRef": {"namespace": "", "name": "c"}, "key": "k"}});
+    assert_error_at(
+        in_process(no_ns),
+        "spec.hooks.sync.jsonnet.configMapRef.namespace",
+        "must not be empty",
+    );
+    let bad_timeout = json!({"jsonnet": {"configMapRef": {"namespace": "h", "name": "c"}, "key": "k", "timeout": "soon"}});
+    assert_error_at(
+        in_process(bad_timeout),
+        "spec.hooks.sync.jsonnet.timeout",
+        "",
+    );
+}
+
+#[test]
+fn wasm_hooks_take_a_config_map_key_or_a_pinned_url() {
+    let cm = json!({"namespace": "hooks", "name": "m"});
+    let both = json!({"wasm": {"configMapRef": cm, "key": "m.wasm", "url": "https://h/m.wasm", "sha256": "00".repeat(32)}});
+    assert_error_at(in_process(both), "spec.hooks.sync.wasm", "found both");
+    let neither = json!({"wasm": {"timeout": "1s"}});
+    assert_error_at(in_process(neither), "spec.hooks.sync.wasm", "must be set");
+    let no_key = json!({"wasm": {"configMapRef": cm}});
+    assert_error_at(
+        in_process(no_key),
+        "spec.hooks.sync.wasm.key",
+        "must not be empty",
+    );
+    let unpinned = json!({"wasm": {"url": "https://h/m.wasm"}});
+    assert_error_at(
+        in_process(unpinned),
+        "spec.hooks.sync.wasm.sha256",
+        "required with url",
+    );
+    let bad_digest = json!({"wasm": {"url": "https://h/m.wasm", "sha256": "abc"}});
+    assert_error_at(
+        in_process(bad_digest),
+        "spec.hooks.sync.wasm.sha256",
+        "64 hexadecimal",
+    );
+    let bad_url = json!({"wasm": {"url": "file:///m.wasm", "sha256": "00".repeat(32)}});
+    assert_error_at(in_process(bad_url), "spec.hooks.sync.wasm.url", "http");
+    for (limit, message) in [
+        ("64MB", "unknown unit"),
+        ("512Ki", "at least 1Mi"),
+        ("8Gi", "at most 4Gi"),
+    ] {
+        let hook = json!({"wasm": {"configMapRef": cm, "key": "m.wasm", "memoryLimit": limit}});
+        assert_error_at(
+            in_process(hook),
+            "spec.hooks.sync.wasm.memoryLimit",
+            message,
+        );
+    }
+    let ok = json!({"wasm": {"configMapRef": cm, "key": "m.wasm", "memoryLimit": "128Mi", "timeout": "3s"}});
+    assert!(in_process(ok).is_ok());
+}
