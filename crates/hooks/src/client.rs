@@ -8,7 +8,9 @@ use std::time::{Duration, Instant, SystemTime};
 
 use base64::Engine as _;
 use bytes::{Bytes, BytesMut};
-use metacontroller_api::hook::{EndpointConfig, Hook, ResponseUnmarshallMode};
+use metacontroller_api::hook::{
+    CodeConfigMapReference, EndpointConfig, Hook, HookRuntime, ResponseUnmarshallMode,
+};
 use metacontroller_api::wire::{decode_response, DecodeError};
 use prometheus::Registry;
 use reqwest::header::{HeaderValue, AUTHORIZATION, CONTENT_TYPE, ETAG, IF_NONE_MATCH, RETRY_AFTER};
@@ -20,10 +22,11 @@ use tracing::Instrument as _;
 use crate::credentials::{self, AuthHeader, ResolvedSettings, Sources};
 use crate::error::HookError;
 use crate::etag::{CachedResponse, EtagCache, EtagSettings};
+use crate::inprocess::InProcess;
 use crate::metrics::{CallLabels, HookMetrics, OUTCOME_CACHED, OUTCOME_SUCCESS};
 use crate::pool::{ClientPool, OverrideDns};
 use crate::record::{HookRecorder, RecordedExchange, RecordedResponse};
-use crate::sources::{ConfigMapSource, SecretSource};
+use crate::sources::{CodeChange, CodeSource, ConfigMapSource, SecretSource};
 use crate::target::{display_url, hook_timeout, hook_url, HostResolver};
 use crate::trace::TracePropagator;
 
@@ -51,6 +54,9 @@ pub struct HookClientConfig {
     pub recorder: Option<Arc<dyn HookRecorder>>,
     /// Adds trace context headers to every request (tracing on); `None` adds none.
     pub trace: Option<Arc<dyn TracePropagator>>,
+    /// Where the code of in-process hooks (`jsonnet`, `wasm` from a ConfigMap) is read;
+    /// `None` makes such hooks fail.
+    pub code: Option<Arc<dyn CodeSource>>,
 }
 
 /// The request header naming the calling replica when sharding or leader election is on.
@@ -67,6 +73,7 @@ impl Default for HookClientConfig {
             replica: None,
             recorder: None,
             trace: None,
+            code: None,
         }
     }
 }
@@ -101,6 +108,8 @@ struct Inner {
     replica: Option<HeaderValue>,
     recorder: Option<Arc<dyn HookRecorder>>,
     trace: Option<Arc<dyn TracePropagator>>,
+    inprocess: InProcess,
+    code: Option<Arc<dyn CodeSource>>,
 }
 
 impl HookClient {
@@ -128,6 +137,8 @@ impl HookClient {
                     .and_then(|r| HeaderValue::from_str(r).ok()),
                 recorder: config.recorder,
                 trace: config.trace,
+                inprocess: InProcess::new(config.code.clone()),
+                code: config.code,
             }),
             controller_type: "",
         })
@@ -170,11 +181,7 @@ impl HookClient {
         Req: Serialize + ?Sized,
         Resp: DeserializeOwned + Default,
     {
-        let mode = hook
-            .webhook
-            .as_ref()
-            .map(|w| w.effective_unmarshall_mode(hook.effective_version()))
-            .unwrap_or_else(|| ResponseUnmarshallMode::default_for(hook.effective_version()));
+        let mode = hook.effective_unmarshall_mode();
         self.call_with_mode(ctx, hook, endpoint_configs, request, mode)
             .await
     }
@@ -202,22 +209,35 @@ impl HookClient {
             http.response.status_code = tracing::field::Empty,
             otel.status_code = tracing::field::Empty,
         );
-        let shown_url = hook
-            .webhook
-            .as_ref()
-            .and_then(|w| hook_url(w).ok())
-            .map(|u| display_url(&u))
-            .unwrap_or_default();
+        let runtime = hook.runtime();
+        let shown_url = match &runtime {
+            Some(HookRuntime::Webhook(w)) => hook_url(w)
+                .ok()
+                .map(|u| display_url(&u))
+                .unwrap_or_default(),
+            Some(other) => crate::inprocess::display(other),
+            None => String::new(),
+        };
         let labels = CallLabels {
             controller_name: ctx.controller,
             controller_type: self.controller_type,
             hook: ctx.hook_name,
             url: &shown_url,
+            runtime: runtime.as_ref().map_or("webhook", HookRuntime::name),
         };
         let result = async {
-            let (body, url, cached) = self
-                .exchange(ctx, &labels, hook, endpoint_configs, request)
-                .await?;
+            let (body, url, cached) = match &runtime {
+                Some(HookRuntime::Webhook(_)) | None => {
+                    self.exchange(ctx, &labels, hook, endpoint_configs, request)
+                        .await?
+                }
+                Some(in_process) => (
+                    self.run_in_process(ctx, &labels, in_process, request)
+                        .await?,
+                    shown_url.clone(),
+                    false,
+                ),
+            };
             let decoded = decode(&body, mode).map_err(|error| HookError::Decode { url, error })?;
             Ok::<_, HookError>((decoded, cached))
         }
@@ -239,6 +259,70 @@ impl HookClient {
                 Err(err)
             }
         }
+    }
+
+    /// Runs an in-process hook on the encoded request, with the metrics, span field and
+    /// recording of a webhook call (a success counts as status 200, a failure as 500, as
+    /// jsonnetd answered).
+    async fn run_in_process<Req: Serialize + ?Sized>(
+        &self,
+        ctx: &CallContext<'_>,
+        labels: &CallLabels<'_>,
+        runtime: &HookRuntime<'_>,
+        request: &Req,
+    ) -> Result<Bytes, HookError> {
+        tracing::Span::current().record("url", labels.url);
+        let body = encode_request(request)?;
+        let recording = self
+            .inner
+            .recorder
+            .as_ref()
+            .map(|recorder| Recording::start(recorder, body.clone()));
+        let sent = Instant::now();
+        let in_flight = self.inner.metrics.start_request(labels);
+        let result = self
+            .inner
+            .inprocess
+            .call(runtime, labels.url, body, self.inner.max_body_bytes)
+            .await;
+        drop(in_flight);
+        let status = if result.is_ok() { 200 } else { 500 };
+        self.inner
+            .metrics
+            .observe_response(labels, status, sent.elapsed());
+        if let Some(recording) = recording {
+            recording.recorder.record(RecordedExchange {
+                controller_kind: self.controller_type,
+                controller: ctx.controller.to_owned(),
+                hook: ctx.hook_name.to_owned(),
+                parent_key: ctx.parent_key.to_owned(),
+                url: labels.url.to_owned(),
+                started_at: recording.started_at,
+                duration: recording.started.elapsed(),
+                request: recording.request,
+                response: result.as_ref().ok().map(|body| RecordedResponse {
+                    status: 200,
+                    body: body.clone(),
+                }),
+                error: result.as_ref().err().map(ToString::to_string),
+            });
+        }
+        result
+    }
+
+    /// Changes of the ConfigMaps that hold in-process hook code (`None` without a code
+    /// source): a controller resyncs its parents when its code changes.
+    pub fn code_changes(&self) -> Option<tokio::sync::broadcast::Receiver<CodeChange>> {
+        self.inner.code.as_ref().map(|code| code.changes())
+    }
+
+    /// Starts watching the ConfigMap holding `hook`'s code (if it has one), so a change is
+    /// noticed before the next call.
+    pub fn watch_code(&self, hook: &Hook) {
+        let (Some(code), Some(reference)) = (&self.inner.code, code_config_map(hook)) else {
+            return;
+        };
+        code.watch(&reference.namespace, &reference.name);
     }
 
     /// Drops the ETag entries of one parent of a controller (e.g. after it was deleted).
@@ -510,6 +594,15 @@ impl HookClient {
                 cache
             }
         }
+    }
+}
+
+/// The ConfigMap holding an in-process hook's code, if it has one.
+pub fn code_config_map(hook: &Hook) -> Option<&CodeConfigMapReference> {
+    match hook.runtime()? {
+        HookRuntime::Jsonnet(jsonnet) => Some(&jsonnet.config_map_ref),
+        HookRuntime::Wasm(wasm) => wasm.config_map_ref.as_ref(),
+        HookRuntime::Webhook(_) => None,
     }
 }
 

@@ -63,6 +63,25 @@ pub enum HookError {
         /// The limit in bytes.
         limit: usize,
     },
+    /// The code of an in-process hook could not be had: a missing ConfigMap or key, bad
+    /// base64 or gzip, a SHA-256 mismatch, a download that failed, code that does not
+    /// compile or link.
+    #[error("hook {hook}: can't load its code: {message}")]
+    Code {
+        /// The hook as shown in messages (`jsonnet:<namespace>/<name>#<key>`, ...).
+        hook: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// An in-process hook ran and failed: a Jsonnet error (with file:line), a WebAssembly
+    /// trap, a non-zero exit (with the tail of stderr), or its memory limit.
+    #[error("hook {hook}: {message}")]
+    Failed {
+        /// The hook as shown in messages.
+        hook: String,
+        /// What happened.
+        message: String,
+    },
     /// The response body is not valid for the response type (or, in strict mode, has
     /// unknown or duplicate fields).
     #[error("hook {url}: can't decode response: {error}")]
@@ -86,6 +105,8 @@ impl HookError {
             HookError::TooManyRequests { .. } => "too_many_requests",
             HookError::Oversize { .. } => "oversize",
             HookError::Decode { .. } => "decode_error",
+            HookError::Code { .. } => "code_error",
+            HookError::Failed { .. } => "hook_error",
         }
     }
 

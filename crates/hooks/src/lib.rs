@@ -92,6 +92,7 @@ pub mod client;
 pub mod credentials;
 pub mod error;
 mod etag;
+pub mod inprocess;
 pub mod metrics;
 mod pool;
 pub mod record;
@@ -100,14 +101,19 @@ pub mod sources;
 mod system_roots;
 pub mod target;
 pub mod trace;
+pub mod wasm;
 
 pub use client::{
-    CallContext, HookClient, HookClientConfig, DEFAULT_MAX_BODY_BYTES, REPLICA_HEADER,
+    code_config_map, CallContext, HookClient, HookClientConfig, DEFAULT_MAX_BODY_BYTES,
+    REPLICA_HEADER,
 };
 pub use error::HookError;
 pub use metacontroller_api::wire::DecodeError;
 pub use pool::plain_client;
 pub use record::{DirectoryRecorder, HookRecorder, RecordedExchange, RecordedResponse};
-pub use sources::{ConfigMapSource, MemoryObjects, ObjectData, SecretSource, SourceError};
+pub use sources::{
+    CodeChange, CodeObject, CodeSource, ConfigMapSource, MemoryCode, MemoryObjects, ObjectData,
+    SecretSource, SourceError,
+};
 pub use target::{HostResolver, StaticHostResolver};
 pub use trace::TracePropagator;

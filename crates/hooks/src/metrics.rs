@@ -11,8 +11,8 @@
 //!   — time to the response headers (Prometheus default buckets);
 //! * `metacontroller_<hook>_in_flight_requests{controller_name,controller_type,url}`.
 //!
-//! Beyond upstream, [`CALLS_TOTAL`] counts every call by outcome (success, cached or an
-//! error kind), so timeouts and decode errors are visible too. The `url` label never holds
+//! Beyond upstream, [`CALLS_TOTAL`] counts every call by runtime (`webhook`, `jsonnet`,
+//! `wasm`) and outcome (success, cached or an error kind), so timeouts and decode errors are visible too. The `url` label never holds
 //! userinfo (it is the URL as shown in messages); nothing from Secrets becomes a label.
 
 use std::time::Duration;
@@ -50,6 +50,8 @@ pub(crate) struct CallLabels<'a> {
     pub controller_type: &'a str,
     pub hook: &'a str,
     pub url: &'a str,
+    /// What ran the hook: `webhook`, `jsonnet` or `wasm`.
+    pub runtime: &'a str,
 }
 
 #[derive(Clone)]
@@ -70,7 +72,13 @@ impl HookMetrics {
                 CALLS_TOTAL,
                 "Hook calls by controller, hook and outcome (success, cached or an error kind).",
             ),
-            &["controller_name", "controller_type", "hook", "outcome"],
+            &[
+                "controller_name",
+                "controller_type",
+                "hook",
+                "runtime",
+                "outcome",
+            ],
         )
         .map_err(metric_error)?;
         let mut hooks = Vec::new();
@@ -146,6 +154,7 @@ impl HookMetrics {
                 labels.controller_name,
                 labels.controller_type,
                 labels.hook,
+                labels.runtime,
                 outcome,
             ])
             .inc();

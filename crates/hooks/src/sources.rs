@@ -3,9 +3,10 @@
 //! so a rotated certificate or token takes effect on the next call without a restart.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::RwLock;
+use std::sync::{Arc, RwLock};
 
 use async_trait::async_trait;
+use tokio::sync::broadcast;
 
 /// The `data` of a Secret or ConfigMap (ConfigMap `data` and `binaryData` merged), as bytes.
 pub type ObjectData = BTreeMap<String, Vec<u8>>;
@@ -27,6 +28,118 @@ pub trait SecretSource: Send + Sync {
 pub trait ConfigMapSource: Send + Sync {
     /// The data of ConfigMap `namespace/name`, `Ok(None)` when it does not exist.
     async fn get(&self, namespace: &str, name: &str) -> Result<Option<ObjectData>, SourceError>;
+}
+
+/// A ConfigMap holding in-process hook code, as read from the cluster.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CodeObject {
+    /// `data`: text keys (Jsonnet files; base64 of a module).
+    pub data: BTreeMap<String, String>,
+    /// `binaryData`: byte keys (WebAssembly modules, gzip).
+    pub binary_data: BTreeMap<String, Vec<u8>>,
+}
+
+/// A ConfigMap holding hook code changed (or appeared, or went away).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct CodeChange {
+    /// Its namespace.
+    pub namespace: String,
+    /// Its name.
+    pub name: String,
+}
+
+/// Reads the ConfigMaps that hold in-process hook code and tells when they change. The
+/// runtime serves them from a watch per referenced ConfigMap, so a call costs no request and
+/// a new version of the code reaches every parent of its controllers within seconds.
+#[async_trait]
+pub trait CodeSource: Send + Sync {
+    /// ConfigMap `namespace/name`, `Ok(None)` when it does not exist.
+    async fn get(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<Arc<CodeObject>>, SourceError>;
+    /// Starts watching `namespace/name` ahead of the first call (so changes are seen
+    /// before any call asks); the default does nothing.
+    fn watch(&self, _namespace: &str, _name: &str) {}
+    /// Changes of the ConfigMaps read or watched so far.
+    fn changes(&self) -> broadcast::Receiver<CodeChange>;
+}
+
+/// An in-memory [`CodeSource`] (tests, `render`): ConfigMaps set here are served as they
+/// are, and each [`MemoryCode::set`] or [`MemoryCode::remove`] announces a change.
+pub struct MemoryCode {
+    objects: RwLock<HashMap<(String, String), Arc<CodeObject>>>,
+    changes: broadcast::Sender<CodeChange>,
+}
+
+impl Default for MemoryCode {
+    fn default() -> Self {
+        Self {
+            objects: RwLock::default(),
+            changes: broadcast::channel(64).0,
+        }
+    }
+}
+
+impl std::fmt::Debug for MemoryCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let objects = self.objects.read().unwrap_or_else(|e| e.into_inner());
+        f.debug_struct("MemoryCode")
+            .field("objects", &objects.len())
+            .finish()
+    }
+}
+
+impl MemoryCode {
+    /// An empty store.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Creates or replaces ConfigMap `namespace/name`.
+    pub fn set(&self, namespace: &str, name: &str, object: CodeObject) {
+        let key = (namespace.to_owned(), name.to_owned());
+        let mut objects = self.objects.write().unwrap_or_else(|e| e.into_inner());
+        objects.insert(key, Arc::new(object));
+        drop(objects);
+        self.announce(namespace, name);
+    }
+
+    /// Deletes ConfigMap `namespace/name`.
+    pub fn remove(&self, namespace: &str, name: &str) {
+        let key = (namespace.to_owned(), name.to_owned());
+        let mut objects = self.objects.write().unwrap_or_else(|e| e.into_inner());
+        objects.remove(&key);
+        drop(objects);
+        self.announce(namespace, name);
+    }
+
+    fn announce(&self, namespace: &str, name: &str) {
+        // No receiver is fine: nobody is interested yet.
+        let _ = self.changes.send(CodeChange {
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+        });
+    }
+}
+
+#[async_trait]
+impl CodeSource for MemoryCode {
+    async fn get(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<Arc<CodeObject>>, SourceError> {
+        let objects = self.objects.read().unwrap_or_else(|e| e.into_inner());
+        Ok(objects
+            .get(&(namespace.to_owned(), name.to_owned()))
+            .cloned())
+    }
+
+    fn changes(&self) -> broadcast::Receiver<CodeChange> {
+        self.changes.subscribe()
+    }
 }
 
 /// An in-memory object store implementing both traits; objects can be changed while the

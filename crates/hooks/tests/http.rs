@@ -525,6 +525,7 @@ fn check_call_outcomes(families: &[prometheus::proto::MetricFamily]) {
                 ("controller_name", "ctl"),
                 ("controller_type", "CompositeController"),
                 ("hook", "sync"),
+                ("runtime", "webhook"),
                 ("outcome", outcome),
             ],
         )

@@ -87,7 +87,13 @@ const OTHER_FAMILIES: &[(&str, &[&str])] = &[
     ("controller_runtime_active_workers", &["controller"]),
     (
         "metacontroller_hook_calls_total",
-        &["controller_name", "controller_type", "hook", "outcome"],
+        &[
+            "controller_name",
+            "controller_type",
+            "hook",
+            "runtime",
+            "outcome",
+        ],
     ),
     (
         "metacontroller_child_writes_total",

@@ -1,0 +1,193 @@
+//! Jsonnet hooks, evaluated as upstream's jsonnetd does: the entry file is a function of one
+//! top-level argument, `request` (the hook request object), and its result is the response.
+//! The full standard library is available; `import`, `importstr` and `importbin` resolve only
+//! to keys of the hook's own ConfigMap, so the code reads no file, network or environment.
+//!
+//! jrsonnet's values are bound to the thread that made them, so each call builds its own
+//! evaluation state on a blocking thread. Evaluation cannot be interrupted from outside: the
+//! caller stops waiting at the hook's timeout, and [`JsonnetRuntime`] bounds how many
+//! evaluations may still run past their deadline (see the module's users).
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use jrsonnet_evaluator::error::ErrorKind;
+use jrsonnet_evaluator::manifest::JsonFormat;
+use jrsonnet_evaluator::tla::TlaArg;
+use jrsonnet_evaluator::trace::{CompactFormat, PathResolver, TraceFormat};
+use jrsonnet_evaluator::{AsPathLike, IStr, ImportResolver, SourcePath, SourceVirtual, State, Val};
+use jrsonnet_gcmodule::Acyclic;
+
+/// How many lines of an evaluation error (message and stack frames) a hook error keeps:
+/// an infinite recursion would otherwise bring its 200 identical frames along.
+const MAX_ERROR_LINES: usize = 12;
+
+/// The files a Jsonnet hook can see: its ConfigMap's keys.
+pub(crate) type JsonnetFiles = BTreeMap<String, Vec<u8>>;
+
+/// Resolves imports to keys of the hook's ConfigMap, and nothing else.
+#[derive(Acyclic)]
+struct ConfigMapImports(Arc<JsonnetFiles>);
+
+impl ImportResolver for ConfigMapImports {
+    fn resolve_from(
+        &self,
+        _from: &SourcePath,
+        path: &dyn AsPathLike,
+    ) -> jrsonnet_evaluator::Result<SourcePath> {
+        let wanted = path.as_path();
+        let key = wanted.as_ref().to_string_lossy();
+        let key = key.strip_prefix("./").unwrap_or(&key);
+        if self.0.contains_key(key) {
+            return Ok(SourcePath::new(SourceVirtual(key.into())));
+        }
+        Err(runtime_error(format!(
+            "import {key:?}: the hook's ConfigMap has no such key (imports resolve only to its keys)"
+        )))
+    }
+
+    fn load_file_contents(&self, resolved: &SourcePath) -> jrsonnet_evaluator::Result<Vec<u8>> {
+        let key = resolved
+            .downcast_ref::<SourceVirtual>()
+            .map(|v| v.0.to_string())
+            .unwrap_or_default();
+        self.0
+            .get(&key)
+            .cloned()
+            .ok_or_else(|| runtime_error(format!("import {key:?}: no such key")))
+    }
+}
+
+fn runtime_error(message: String) -> jrsonnet_evaluator::Error {
+    ErrorKind::RuntimeError(message.into()).into()
+}
+
+/// Evaluates `entry` of `files` as a function of `request` and returns the response JSON.
+/// Runs on the calling thread; errors are the evaluator's message with file:line frames.
+pub(crate) fn evaluate(
+    files: Arc<JsonnetFiles>,
+    entry: &str,
+    request: &[u8],
+) -> Result<Vec<u8>, String> {
+    let request: Val =
+        serde_json::from_slice(request).map_err(|e| format!("can't read the request: {e}"))?;
+    let mut builder = State::builder();
+    builder.import_resolver(ConfigMapImports(files));
+    builder.context_initializer(jrsonnet_stdlib::ContextInitializer::new(
+        PathResolver::FileName,
+    ));
+    let state = builder.build();
+    let _entered = state.enter();
+    let result = (|| {
+        let function = state.import(entry)?;
+        let mut arguments = HashMap::new();
+        arguments.insert(IStr::from("request"), TlaArg::Val(request));
+        let response = jrsonnet_evaluator::apply_tla(&arguments, function)?;
+        response.manifest(JsonFormat::minify())
+    })();
+    result
+        .map(String::into_bytes)
+        .map_err(|error| format_error(&error))
+}
+
+/// The evaluator's error as one message: its text and the first stack frames (file:line),
+/// with file names as the ConfigMap's keys.
+fn format_error(error: &jrsonnet_evaluator::Error) -> String {
+    let format = CompactFormat {
+        resolver: PathResolver::FileName,
+        max_trace: MAX_ERROR_LINES,
+        padding: 2,
+    };
+    let text = format
+        .format(error)
+        .unwrap_or_else(|_| error.to_string())
+        .replace("virtual:", "");
+    let lines: Vec<&str> = text.lines().collect();
+    if lines.len() <= MAX_ERROR_LINES {
+        return lines.join("\n");
+    }
+    let more = lines.len() - MAX_ERROR_LINES;
+    format!(
+        "{}\n  ... {more} more frames",
+        lines[..MAX_ERROR_LINES].join("\n")
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn files(entries: &[(&str, &str)]) -> Arc<JsonnetFiles> {
+        Arc::new(
+            entries
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.as_bytes().to_vec()))
+                .collect(),
+        )
+    }
+
+    #[test]
+    fn evaluates_the_entry_as_a_function_of_the_request_with_imports() {
+        let files = files(&[
+            (
+                "sync.jsonnet",
+                "local lib = import 'lib.libsonnet';\nfunction(request) { children: [lib.cm(request.parent.metadata.name)], status: {n: std.length(std.range(1, 3))} }",
+            ),
+            ("lib.libsonnet", "{ cm(n):: {apiVersion: 'v1', kind: 'ConfigMap', metadata: {name: n}} }"),
+        ]);
+        let out = evaluate(
+            files,
+            "sync.jsonnet",
+            br#"{"parent":{"metadata":{"name":"p"}}}"#,
+        )
+        .unwrap();
+        let value: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(value["children"][0]["metadata"]["name"], "p");
+        assert_eq!(value["status"]["n"], 3);
+    }
+
+    #[test]
+    fn errors_name_file_and_line() {
+        let files = files(&[("sync.jsonnet", "function(request) {\n  a: error 'boom',\n}")]);
+        let err = evaluate(files, "sync.jsonnet", b"{}").unwrap_err();
+        assert!(err.contains("boom"), "{err}");
+        assert!(err.contains("sync.jsonnet:2"), "{err}");
+    }
+
+    #[test]
+    fn imports_outside_the_config_map_are_refused() {
+        for code in [
+            "function(request) import '/etc/passwd'",
+            "function(request) importstr '../secret'",
+            "function(request) importbin 'missing.bin'",
+        ] {
+            let files = files(&[("sync.jsonnet", code)]);
+            let err = evaluate(files, "sync.jsonnet", b"{}").unwrap_err();
+            assert!(err.contains("no such key"), "{code}: {err}");
+        }
+    }
+
+    #[test]
+    fn infinite_recursion_is_a_bounded_error() {
+        let files = files(&[(
+            "sync.jsonnet",
+            "local f(x) = f(x + 1) + 1;\nfunction(request) f(0)",
+        )]);
+        let err = evaluate(files, "sync.jsonnet", b"{}").unwrap_err();
+        assert!(err.contains("stack overflow"), "{err}");
+        assert!(err.lines().count() <= MAX_ERROR_LINES + 1, "{err}");
+    }
+
+    #[test]
+    fn syntax_errors_and_non_functions_are_errors() {
+        let files = files(&[
+            ("a.jsonnet", "function(request) {a: }"),
+            ("b.jsonnet", "{a: 1}"),
+        ]);
+        let err = evaluate(files.clone(), "a.jsonnet", b"{}").unwrap_err();
+        assert!(err.contains("a.jsonnet:1"), "{err}");
+        // Like jsonnetd, a plain value (not a function) is the response as it is.
+        let out = evaluate(files, "b.jsonnet", b"{}").unwrap();
+        assert_eq!(out, br#"{"a":1}"#);
+    }
+}
