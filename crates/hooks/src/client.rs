@@ -13,7 +13,10 @@ use metacontroller_api::hook::{
 };
 use metacontroller_api::wire::{decode_response, DecodeError};
 use prometheus::Registry;
-use reqwest::header::{HeaderValue, AUTHORIZATION, CONTENT_TYPE, ETAG, IF_NONE_MATCH, RETRY_AFTER};
+use reqwest::header::{
+    HeaderValue, AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE, ETAG, IF_NONE_MATCH, RETRY_AFTER,
+    TRANSFER_ENCODING,
+};
 use reqwest::Url;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -802,14 +805,20 @@ async fn read_body(
     {
         return Err(oversize());
     }
+    let close_delimited = is_close_delimited(&response);
     let mut first: Option<Bytes> = None;
     let mut rest: Option<BytesMut> = None;
     let mut total = 0usize;
-    while let Some(chunk) = response
-        .chunk()
-        .await
-        .map_err(|err| transport_error(url, timeout, err))?
-    {
+    loop {
+        let chunk = match response.chunk().await {
+            Ok(Some(chunk)) => chunk,
+            Ok(None) => break,
+            // The connection's end is this body's end, and Go's client takes a TCP close
+            // without TLS close_notify as that end (Python's ssl-wrapped http.server sends
+            // none). A cut-short answer still fails: the JSON must decode completely.
+            Err(err) if close_delimited && ended_without_close_notify(&err) => break,
+            Err(err) => return Err(transport_error(url, timeout, err)),
+        };
         total += chunk.len();
         if total > limit {
             return Err(oversize());
@@ -831,6 +840,32 @@ async fn read_body(
         (Some(head), None) => head,
         (None, None) => Bytes::new(),
     })
+}
+
+/// Whether the body of `response` ends where the connection ends: HTTP/1 without
+/// Content-Length and Transfer-Encoding. Bodies with a length stay strict.
+fn is_close_delimited(response: &reqwest::Response) -> bool {
+    let headers = response.headers();
+    response.version() < reqwest::Version::HTTP_2
+        && !headers.contains_key(CONTENT_LENGTH)
+        && !headers.contains_key(TRANSFER_ENCODING)
+}
+
+/// Whether reading failed because the peer closed the connection without a TLS
+/// close_notify (rustls reports that as an unexpected end of file). Only for close-delimited
+/// bodies: hyper reports a body cut short of its length or last chunk the same way.
+fn ended_without_close_notify(err: &reqwest::Error) -> bool {
+    let mut source = err.source();
+    while let Some(cause) = source {
+        if cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::UnexpectedEof)
+        {
+            return true;
+        }
+        source = cause.source();
+    }
+    false
 }
 
 /// Up to `limit` bytes of the body; transport errors just end the prefix.
