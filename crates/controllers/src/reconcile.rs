@@ -34,7 +34,7 @@ use metacontroller_dynamic::{
     ApiResource, Change, HandlerId, Informer, Informers, NamespacedName, ObjectKey, Origin,
     Priority, ResourceMap, WorkQueue,
 };
-use metacontroller_hooks::{CallContext, HookClient, HookError};
+use metacontroller_hooks::{CallContext, CodeChange, HookClient, HookError};
 use serde_json::Value;
 
 use crate::children::{ChildError, ChildType, ParentRef};
@@ -87,6 +87,9 @@ pub(crate) struct ControllerSpec {
     pub(crate) endpoints: Vec<EndpointConfig>,
     /// `spec.resyncPeriodSeconds`.
     pub(crate) resync_period_seconds: Option<i32>,
+    /// Every hook of the controller (sync, finalize, customize), for the ConfigMaps that
+    /// hold in-process hook code.
+    pub(crate) hooks: Vec<Hook>,
 }
 
 impl ControllerSpec {
@@ -101,25 +104,41 @@ impl ControllerSpec {
 
 impl From<CustomizableController> for ControllerSpec {
     fn from(controller: CustomizableController) -> Self {
-        let (name, customize_hook, endpoints, resync_period_seconds) = match &controller {
+        let (name, customize_hook, endpoints, resync_period_seconds, hooks) = match &controller {
             CustomizableController::Composite(c) => {
                 let s = &c.spec;
                 let endpoints = s.all_endpoint_configs().cloned().collect();
+                let hooks = s.hooks.as_ref().map(|h| {
+                    [&h.sync, &h.finalize, &h.customize]
+                        .into_iter()
+                        .flatten()
+                        .cloned()
+                        .collect()
+                });
                 (
                     &c.metadata.name,
                     s.customize_hook(),
                     endpoints,
                     s.resync_period_seconds,
+                    hooks,
                 )
             }
             CustomizableController::Decorator(c) => {
                 let s = &c.spec;
                 let endpoints = s.all_endpoint_configs().cloned().collect();
+                let hooks = s.hooks.as_ref().map(|h| {
+                    [&h.sync, &h.finalize, &h.customize]
+                        .into_iter()
+                        .flatten()
+                        .cloned()
+                        .collect()
+                });
                 (
                     &c.metadata.name,
                     s.customize_hook(),
                     endpoints,
                     s.resync_period_seconds,
+                    hooks,
                 )
             }
         };
@@ -128,6 +147,7 @@ impl From<CustomizableController> for ControllerSpec {
             customize_hook: customize_hook.cloned(),
             endpoints,
             resync_period_seconds,
+            hooks: hooks.unwrap_or_default(),
             controller,
         }
     }
@@ -160,6 +180,8 @@ where
     resync_period_seconds: Option<i32>,
     /// Syncs that ended waiting for the cache to confirm our writes.
     confirm_waits: Arc<ConfirmWaits>,
+    /// The ConfigMaps holding this controller's in-process hook code.
+    code: Vec<CodeChange>,
 }
 
 /// What `start` of either kind is given, besides the controller object.
@@ -187,6 +209,7 @@ where
             .options
             .metrics
             .child_writes(controller_type, &spec.name);
+        let code = code_config_maps(&spec.hooks, &ctx.hooks);
         let related = RelatedManager::new(RelatedConfig {
             controller: spec.controller,
             name: spec.name.clone(),
@@ -215,6 +238,7 @@ where
             endpoints: spec.endpoints,
             resync_period_seconds: spec.resync_period_seconds,
             confirm_waits: Default::default(),
+            code,
         }
     }
 
@@ -348,6 +372,8 @@ pub(crate) trait Reconciler: Send + Sync + 'static {
     /// Whether the controller cares about `object`: it is selected, or it still carries
     /// the controller's finalizer (so it must be finalized).
     fn cares(&self, object: &Value) -> bool;
+    /// The key of every cached object the controller might sync (before [`Self::cares`]).
+    fn cached_keys(&self) -> Vec<Self::Key>;
     /// One sync of `key`.
     fn sync(&self, key: &Self::Key) -> impl Future<Output = Result<(), Self::Error>> + Send;
     /// Drops what is kept for parents no longer cached (see [`crate::departed`]).
@@ -390,6 +416,7 @@ pub(crate) fn run<R: Reconciler>(
                 std::future::pending::<()>().await
             }
         };
+        let code_changes = resync_on_code_changes(reconciler.clone());
         let workers = run_queue.run(concurrency, move |key: R::Key| {
             let reconciler = reconciler.clone();
             async move { sync_and_record(&*reconciler, &key).await }
@@ -397,9 +424,60 @@ pub(crate) fn run<R: Reconciler>(
         tokio::select! {
             _ = workers => {}
             _ = sweeper => {}
+            _ = code_changes => {}
         }
     });
     ControllerHandle::new(queue, task)
+}
+
+/// The ConfigMaps holding the code of `hooks` (in-process hooks), each watched from now on
+/// so a change is seen before the next call.
+fn code_config_maps(hooks: &[Hook], client: &HookClient) -> Vec<CodeChange> {
+    let mut maps: Vec<CodeChange> = Vec::new();
+    for hook in hooks {
+        client.watch_code(hook);
+        if let Some(reference) = metacontroller_hooks::code_config_map(hook) {
+            let map = CodeChange {
+                namespace: reference.namespace.clone(),
+                name: reference.name.clone(),
+            };
+            if !maps.contains(&map) {
+                maps.push(map);
+            }
+        }
+    }
+    maps
+}
+
+/// Queues every object the controller cares about whenever a ConfigMap holding its hook
+/// code changes (a missed notification counts as a change), so the new code reaches every
+/// parent within seconds. Never ends for a controller without such ConfigMaps.
+async fn resync_on_code_changes<R: Reconciler>(reconciler: Arc<R>) {
+    use tokio::sync::broadcast::error::RecvError;
+    let common = reconciler.common();
+    let changes = match common.hooks.code_changes() {
+        Some(changes) if !common.code.is_empty() => changes,
+        _ => return std::future::pending().await,
+    };
+    let mut changes = changes;
+    loop {
+        let changed = match changes.recv().await {
+            Ok(change) => common.code.contains(&change),
+            Err(RecvError::Lagged(_)) => true,
+            Err(RecvError::Closed) => return std::future::pending().await,
+        };
+        if changed {
+            let keys: Vec<R::Key> = reconciler
+                .cached_keys()
+                .into_iter()
+                .filter(|key| reconciler.object(key).is_some_and(|o| reconciler.cares(&o)))
+                .collect();
+            tracing::info!(controller = %common.name, objects = keys.len(), "hook code changed; resyncing");
+            for key in keys {
+                common.queue.add(key, Priority::Event);
+            }
+        }
+    }
 }
 
 /// One sync of `key` with the rules every kind shares around it (see the module doc).

@@ -6,6 +6,7 @@
 
 mod cli;
 mod client;
+mod code_source;
 mod dev;
 mod health;
 mod leader;

@@ -290,9 +290,15 @@ impl Shared {
         readiness.set_informers(informers.clone());
         // Hook credentials are read from the API on each call that uses them.
         let sources = std::sync::Arc::new(crate::sources::ApiSources::new(client.clone()));
+        // In-process hook code is watched (one watch per referenced ConfigMap).
+        let code = std::sync::Arc::new(crate::code_source::WatchedConfigMaps::new(
+            client.clone(),
+            Some(supervisor.clone()),
+        ));
         let hooks = metacontroller_hooks::HookClient::new(metacontroller_hooks::HookClientConfig {
             secrets: Some(sources.clone()),
             config_maps: Some(sources),
+            code: Some(code),
             registry: Some(registry.clone()),
             replica,
             recorder: hook_recorder(args)?,

@@ -216,6 +216,14 @@ impl Reconciler for Inner {
         !finalizer::is_ignored(matches, parent, self.finalizer())
     }
 
+    fn cached_keys(&self) -> Vec<NamespacedName> {
+        self.parent
+            .list()
+            .iter()
+            .filter_map(|parent| NamespacedName::of(parent.as_ref()))
+            .collect()
+    }
+
     async fn sync(&self, key: &NamespacedName) -> Result<(), SyncError> {
         self.sync_key(key).await
     }

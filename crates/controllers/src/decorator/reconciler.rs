@@ -477,6 +477,16 @@ impl Reconciler for Inner {
         !finalizer::is_ignored(matches, target, &self.routing.finalizer)
     }
 
+    fn cached_keys(&self) -> Vec<TargetKey> {
+        let mut keys = Vec::new();
+        for (resource, (_, informer)) in self.routing.targets.iter().enumerate() {
+            keys.extend(informer.list().iter().filter_map(|target| {
+                NamespacedName::of(target.as_ref()).map(|key| TargetKey { resource, key })
+            }));
+        }
+        keys
+    }
+
     async fn sync(&self, key: &TargetKey) -> Result<(), SyncError> {
         self.sync_key(key).await
     }

@@ -9,7 +9,7 @@ use crate::cli::{ApplySchema, ApplyStrategy};
 /// `metacontroller render`: one sync of one parent, offline or against a live cluster,
 /// without writing anything.
 #[derive(Debug, Clone, Args)]
-#[command(group(ArgGroup::new("hook_target").required(true).args(["hook_url", "hook_command"])))]
+#[command(group(ArgGroup::new("hook_target").args(["hook_url", "hook_command", "jsonnet", "wasm"])))]
 pub struct RenderArgs {
     /// The CompositeController or DecoratorController manifest (YAML or JSON; other
     /// documents in the file, such as CRDs, are used to resolve resources offline).
@@ -46,6 +46,16 @@ pub struct RenderArgs {
     /// non-zero exit is a failed call (its stderr is reported).
     #[arg(long, value_name = "CMD")]
     pub hook_command: Option<String>,
+
+    /// Evaluate this Jsonnet file as the hook (a function of `request`, as a `jsonnet:`
+    /// hook); the other files of its directory are importable by name.
+    #[arg(long, value_name = "FILE")]
+    pub jsonnet: Option<PathBuf>,
+
+    /// Run this WebAssembly module as the hook (WASI: request on stdin, response on
+    /// stdout, as a `wasm:` hook, with the controller's memoryLimit and timeout).
+    #[arg(long, value_name = "FILE")]
+    pub wasm: Option<PathBuf>,
 
     /// Call the finalize hook as for a parent being deleted (`finalizing: true`).
     #[arg(long, conflicts_with = "hook")]

@@ -3,9 +3,16 @@
 
 use std::process::Stdio;
 
-use metacontroller_api::hook::{EndpointConfig, Hook, ResponseUnmarshallMode, Webhook};
+use std::sync::Arc;
+
+use metacontroller_api::hook::{
+    CodeConfigMapReference, EndpointConfig, Hook, JsonnetHook, ResponseUnmarshallMode, WasmHook,
+    Webhook,
+};
 use metacontroller_api::wire::decode_response;
-use metacontroller_hooks::{CallContext, HookClient, HookClientConfig, HookError};
+use metacontroller_hooks::{
+    CallContext, CodeObject, CodeSource, HookClient, HookClientConfig, HookError, MemoryCode,
+};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tokio::io::AsyncWriteExt;
@@ -17,7 +24,16 @@ pub enum Target {
     Url(String),
     /// `--hook-command`.
     Command(String),
+    /// `--jsonnet`: a Jsonnet file (its directory's files importable).
+    Jsonnet(std::path::PathBuf),
+    /// `--wasm`: a WebAssembly module.
+    Wasm(std::path::PathBuf),
+    /// `--live` without a target: the controller's own hooks, as configured.
+    Configured,
 }
+
+/// The ConfigMap a `--jsonnet` or `--wasm` file is served as.
+const LOCAL_CODE: (&str, &str) = ("render", "local-files");
 
 /// Why a call failed: the hook client's error (worded as the controller words it), or a
 /// command that could not run or exited non-zero.
@@ -48,8 +64,10 @@ impl Caller {
     /// controller reads them; offline, hooks that need them fail with the client's own
     /// configuration error.
     pub fn new(target: Target, cluster: Option<kube::Client>) -> anyhow::Result<Caller> {
+        let code = code_source(&target, cluster.clone())?;
         let sources = cluster.map(|c| std::sync::Arc::new(crate::sources::ApiSources::new(c)));
         let client = HookClient::new(HookClientConfig {
+            code,
             secrets: sources
                 .clone()
                 .map(|s| s as std::sync::Arc<dyn metacontroller_hooks::SecretSource>),
@@ -91,6 +109,24 @@ impl Caller {
     {
         let webhook = hook.webhook.clone().unwrap_or_default();
         match &self.target {
+            Target::Configured => Ok(self
+                .client
+                .call(ctx, hook, endpoint_configs, request)
+                .await?),
+            Target::Jsonnet(file) => {
+                let hook = local_jsonnet(hook, file);
+                Ok(self
+                    .client
+                    .call(ctx, &hook, endpoint_configs, request)
+                    .await?)
+            }
+            Target::Wasm(file) => {
+                let hook = local_wasm(hook, file);
+                Ok(self
+                    .client
+                    .call(ctx, &hook, endpoint_configs, request)
+                    .await?)
+            }
             Target::Url(url) => {
                 let hook = Hook {
                     version: hook.version,
@@ -100,6 +136,7 @@ impl Caller {
                         path: None,
                         ..webhook
                     }),
+                    ..Hook::default()
                 };
                 Ok(self
                     .client
@@ -114,6 +151,104 @@ impl Caller {
                 run_command(command, request, mode, timeout).await
             }
         }
+    }
+}
+
+/// Where in-process hook code comes from: the `--jsonnet`/`--wasm` file (and, for Jsonnet,
+/// the other files of its directory) as one in-memory ConfigMap; else, live, the cluster's
+/// ConfigMaps as the controller reads them.
+fn code_source(
+    target: &Target,
+    cluster: Option<kube::Client>,
+) -> anyhow::Result<Option<Arc<dyn CodeSource>>> {
+    use anyhow::Context as _;
+    let object = match target {
+        Target::Jsonnet(file) => {
+            let mut object = CodeObject::default();
+            let dir = file.parent().filter(|d| !d.as_os_str().is_empty());
+            for entry in std::fs::read_dir(dir.unwrap_or(std::path::Path::new(".")))
+                .with_context(|| format!("reading the directory of {}", file.display()))?
+                .flatten()
+            {
+                let path = entry.path();
+                if let (true, Some(name)) = (path.is_file(), path.file_name()) {
+                    if let Ok(text) = std::fs::read_to_string(&path) {
+                        object
+                            .data
+                            .insert(name.to_string_lossy().into_owned(), text);
+                    }
+                }
+            }
+            object
+        }
+        Target::Wasm(file) => {
+            let bytes =
+                std::fs::read(file).with_context(|| format!("reading {}", file.display()))?;
+            let mut object = CodeObject::default();
+            object.binary_data.insert(file_key(file), bytes);
+            object
+        }
+        _ => {
+            return Ok(cluster.map(|client| {
+                Arc::new(crate::code_source::WatchedConfigMaps::new(client, None))
+                    as Arc<dyn CodeSource>
+            }))
+        }
+    };
+    let memory = MemoryCode::new();
+    memory.set(LOCAL_CODE.0, LOCAL_CODE.1, object);
+    Ok(Some(Arc::new(memory)))
+}
+
+fn file_key(file: &std::path::Path) -> String {
+    file.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+fn local_config_map() -> CodeConfigMapReference {
+    CodeConfigMapReference {
+        namespace: LOCAL_CODE.0.into(),
+        name: LOCAL_CODE.1.into(),
+    }
+}
+
+/// `hook` as a `jsonnet:` hook of `file` (the configured timeout kept).
+fn local_jsonnet(hook: &Hook, file: &std::path::Path) -> Hook {
+    let timeout = hook
+        .jsonnet
+        .as_ref()
+        .and_then(|j| j.timeout.clone())
+        .or_else(|| hook.webhook.as_ref().and_then(|w| w.timeout.clone()));
+    Hook {
+        version: hook.version,
+        jsonnet: Some(JsonnetHook {
+            config_map_ref: local_config_map(),
+            key: file_key(file),
+            timeout,
+        }),
+        ..Hook::default()
+    }
+}
+
+/// `hook` as a `wasm:` hook of `file` (the configured timeout and memory limit kept).
+fn local_wasm(hook: &Hook, file: &std::path::Path) -> Hook {
+    let configured = hook.wasm.clone().unwrap_or_default();
+    let timeout = configured
+        .timeout
+        .clone()
+        .or_else(|| hook.webhook.as_ref().and_then(|w| w.timeout.clone()));
+    Hook {
+        version: hook.version,
+        wasm: Some(WasmHook {
+            config_map_ref: Some(local_config_map()),
+            key: Some(file_key(file)),
+            url: None,
+            sha256: None,
+            timeout,
+            memory_limit: configured.memory_limit,
+        }),
+        ..Hook::default()
     }
 }
 

@@ -103,10 +103,18 @@ impl Env<'_> {
 /// Runs `metacontroller render`.
 pub async fn run(args: &RenderArgs) -> anyhow::Result<()> {
     let controller = inputs::controller(&args.controller)?;
-    let target = match (&args.hook_url, &args.hook_command) {
-        (Some(url), _) => Target::Url(url.clone()),
-        (None, Some(command)) => Target::Command(command.clone()),
-        (None, None) => bail!("--hook-url or --hook-command is required"),
+    let target = if let Some(url) = &args.hook_url {
+        Target::Url(url.clone())
+    } else if let Some(command) = &args.hook_command {
+        Target::Command(command.clone())
+    } else if let Some(file) = &args.jsonnet {
+        Target::Jsonnet(file.clone())
+    } else if let Some(file) = &args.wasm {
+        Target::Wasm(file.clone())
+    } else if args.is_live() {
+        Target::Configured
+    } else {
+        bail!("--hook-url, --hook-command, --jsonnet or --wasm is required (or --live, to call the controller's own hooks)")
     };
     let replay = args.request.as_deref().map(inputs::replay).transpose()?;
     if let Some(kind) = replay.as_ref().and_then(|r| r.controller_kind.as_deref()) {
