@@ -100,6 +100,7 @@ pub mod sources;
 mod system_roots;
 pub mod target;
 pub mod trace;
+pub mod wasm;
 
 pub use client::{
     CallContext, HookClient, HookClientConfig, DEFAULT_MAX_BODY_BYTES, REPLICA_HEADER,
