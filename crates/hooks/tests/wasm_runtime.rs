@@ -334,6 +334,43 @@ async fn wasi_gives_no_files_no_environment_and_no_sleeping() {
     assert_eq!(clock, 0, "clock_time_get works");
 }
 
+/// A module of many large functions, each compiled on its first call: in wasmi's default
+/// costs, compiling is paid in fuel, and running out of fuel in the middle of compiling a
+/// callee ended the call instead of pausing it (a Go `wasip1` hello world hit this).
+fn many_large_functions() -> String {
+    let body: String = (0..500)
+        .map(|n| format!("(drop (i32.const {n}))"))
+        .collect();
+    let functions: String = (0..200).map(|n| format!("(func $f{n} {body})\n")).collect();
+    let calls: String = (0..200).map(|n| format!("(call $f{n})")).collect();
+    format!(
+        r#"(module
+             (import "wasi_snapshot_preview1" "fd_write" (func $fd_write (param i32 i32 i32 i32) (result i32)))
+             (memory (export "memory") 1)
+             (data (i32.const 16) "done")
+             {functions}
+             (func (export "_start")
+               {calls}
+               (i32.store (i32.const 0) (i32.const 16))
+               (i32.store (i32.const 4) (i32.const 4))
+               (drop (call $fd_write (i32.const 1) (i32.const 0) (i32.const 1) (i32.const 8)))))"#
+    )
+}
+
+#[tokio::test]
+async fn compiling_functions_on_first_use_does_not_break_fuel_slices() {
+    let runtime = WasmRuntime::new();
+    let wasm = wat::parse_str(many_large_functions()).unwrap();
+    assert!(
+        wasm.len() > 300_000,
+        "{} bytes: too small to span fuel slices",
+        wasm.len()
+    );
+    let module = runtime.compile(&wasm).unwrap();
+    let output = runtime.run(&module, Vec::new(), limits()).await.unwrap();
+    assert_eq!(output.stdout, b"done");
+}
+
 #[test]
 fn calls_run_side_by_side() {
     with_runtime(async {

@@ -1,7 +1,7 @@
 //! Turning bytes into a [`Compiled`] module: validation, the import check, the `_start` check
 //! and the linker the calls instantiate it with.
 
-use wasmi::{CompilationMode, Config, Engine, ExternType, Linker, Module};
+use wasmi::{CompilationMode, Config, CustomFuelCosts, Engine, ExternType, Linker, Module};
 
 use super::error::WasmError;
 use super::state::HostState;
@@ -19,6 +19,9 @@ pub(super) struct Compiled {
     pub(super) linker: Linker<HostState>,
 }
 
+/// wasmi's default for bulk memory and table operations, kept.
+const BYTES_COPIED_PER_FUEL: u32 = 64;
+
 /// The engine settings of every hook module.
 pub(super) fn config() -> Config {
     let mut config = Config::default();
@@ -31,6 +34,15 @@ pub(super) fn config() -> Config {
     // Validate everything now (a bad module fails here, not in the middle of a call);
     // function bodies are translated on first use and kept with the module.
     config.compilation_mode(CompilationMode::LazyTranslation);
+    // Translating a function on first use costs no fuel. By default it does, and when a
+    // slice runs out in the middle of translating a callee, wasmi 2.0 ends the call with a
+    // non-resumable "out of fuel" error instead of pausing it (a Go hello world hit this).
+    // Translation is bounded by the function's size and the deadline is checked right after.
+    config.fuel_cost(CustomFuelCosts {
+        bytes_copied_per_fuel: BYTES_COPIED_PER_FUEL,
+        fuel_per_bytes_translated: 0,
+        fuel_per_bytes_validated: 0,
+    });
     config
 }
 
