@@ -75,8 +75,16 @@ pub(super) fn clock_time_get(
     with_memory(&mut caller, |mem| guest::write_u64(mem, out, nanos))
 }
 
-/// `random_get`: bytes from the operating system's generator.
+/// The most `random_get` fills in one call. Host functions run outside fuel metering, so each
+/// is kept short: filling all of a 64 MiB memory would take a tenth of a second, past the
+/// deadline. Programs ask for a few bytes (a hash seed, a key); 1 MiB is far above that.
+const MAX_RANDOM_BYTES: u32 = 1024 * 1024;
+
+/// `random_get`: bytes from the operating system's generator (`EINVAL` above 1 MiB).
 pub(super) fn random_get(mut caller: Caller<'_, HostState>, buf: i32, len: i32) -> Errno {
+    if len as u32 > MAX_RANDOM_BYTES {
+        return EINVAL;
+    }
     with_memory(&mut caller, |mem| {
         let dest = guest::bytes_mut(mem, buf, len as u32)?;
         SystemRandom::new().fill(dest).map_err(|_| EIO)
