@@ -32,6 +32,7 @@ mod process;
 mod proxy;
 pub mod replicas;
 mod tools;
+pub mod wasm;
 
 pub use cluster::{
     create_object, dynamic_api, real_cluster_requested, skip_on_real_cluster, ControllerKind,

@@ -296,7 +296,14 @@ fn wasm_error(shown: &str, error: WasmError) -> HookError {
             limit,
         },
         e @ (WasmError::Invalid(_) | WasmError::Import { .. } | WasmError::NoStart) => {
-            code_error(shown, e.to_string())
+            // One line: the validator's messages may span several.
+            code_error(
+                shown,
+                e.to_string()
+                    .split_whitespace()
+                    .collect::<Vec<_>>()
+                    .join(" "),
+            )
         }
         e => failed(shown, e.to_string()),
     }
