@@ -1,0 +1,137 @@
+//! In-process hooks through the hook client, as controllers call them: a Jsonnet hook from a
+//! ConfigMap answers like a webhook (same decoding, metrics with the runtime label,
+//! recordings), an output over the body cap is refused, a missing ConfigMap or key is a code
+//! error, and a changed ConfigMap is announced.
+
+use std::sync::Arc;
+
+use metacontroller_api::hook::Hook;
+use metacontroller_api::wire::CompositeHookResponse;
+use metacontroller_hooks::{
+    CallContext, CodeObject, CodeSource, HookClient, HookClientConfig, HookError, MemoryCode,
+};
+use serde_json::json;
+
+fn client(
+    code: Arc<MemoryCode>,
+    max_body_bytes: usize,
+    registry: prometheus::Registry,
+) -> HookClient {
+    HookClient::new(HookClientConfig {
+        code: Some(code),
+        max_body_bytes,
+        registry: Some(registry),
+        ..HookClientConfig::default()
+    })
+    .unwrap()
+    .for_controller_type("CompositeController")
+}
+
+fn jsonnet_hook(key: &str) -> Hook {
+    serde_json::from_value(json!({"jsonnet": {
+        "configMapRef": {"namespace": "hooks", "name": "code"}, "key": key, "timeout": "5s"}}))
+    .unwrap()
+}
+
+fn code(files: &[(&str, &str)]) -> CodeObject {
+    CodeObject {
+        data: files
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        ..CodeObject::default()
+    }
+}
+
+const CTX: CallContext<'static> = CallContext {
+    controller: "ctl",
+    hook_name: "sync",
+    parent_key: "ns/p",
+};
+
+#[tokio::test]
+async fn jsonnet_hook_answers_like_a_webhook_and_output_is_capped() {
+    let memory = Arc::new(MemoryCode::new());
+    memory.set(
+        "hooks",
+        "code",
+        code(&[
+            (
+                "sync.jsonnet",
+                "function(request) {status: {seen: request.parent.metadata.name}, children: []}",
+            ),
+            (
+                "big.jsonnet",
+                "function(request) {status: {blob: std.join('', std.repeat(['x'], 5000))}}",
+            ),
+        ]),
+    );
+    let registry = prometheus::Registry::new();
+    let hooks = client(memory.clone(), 4096, registry.clone());
+    let request = json!({"parent": {"metadata": {"name": "p"}}});
+    let response: CompositeHookResponse = hooks
+        .call(&CTX, &jsonnet_hook("sync.jsonnet"), &[], &request)
+        .await
+        .unwrap();
+    assert_eq!(json!(response.status), json!({"seen": "p"}));
+
+    let err = hooks
+        .call::<_, CompositeHookResponse>(&CTX, &jsonnet_hook("big.jsonnet"), &[], &request)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, HookError::Oversize { limit: 4096, .. }),
+        "{err}"
+    );
+
+    let err = hooks
+        .call::<_, CompositeHookResponse>(&CTX, &jsonnet_hook("nope.jsonnet"), &[], &request)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, HookError::Code { .. }), "{err}");
+    assert!(
+        err.to_string().contains("has no key \"nope.jsonnet\""),
+        "{err}"
+    );
+
+    let text = prometheus::TextEncoder::new()
+        .encode_to_string(&registry.gather())
+        .unwrap();
+    assert!(text.contains(r#"runtime="jsonnet""#), "{text}");
+    assert!(text.contains(r#"outcome="oversize""#), "{text}");
+    assert!(text.contains(r#"outcome="code_error""#), "{text}");
+}
+
+#[tokio::test]
+async fn a_missing_config_map_is_a_code_error_and_changes_are_announced() {
+    let memory = Arc::new(MemoryCode::new());
+    let hooks = client(memory.clone(), 1 << 20, prometheus::Registry::new());
+    let mut changes = hooks.code_changes().expect("a code source");
+    let request = json!({"parent": {"metadata": {"name": "p"}}});
+    let err = hooks
+        .call::<_, CompositeHookResponse>(&CTX, &jsonnet_hook("sync.jsonnet"), &[], &request)
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("ConfigMap hooks/code not found"),
+        "{err}"
+    );
+
+    memory.set(
+        "hooks",
+        "code",
+        code(&[("sync.jsonnet", "function(request) {status: {v: 2}}")]),
+    );
+    let change = changes.recv().await.unwrap();
+    assert_eq!(
+        (change.namespace.as_str(), change.name.as_str()),
+        ("hooks", "code")
+    );
+    let response: CompositeHookResponse = hooks
+        .call(&CTX, &jsonnet_hook("sync.jsonnet"), &[], &request)
+        .await
+        .unwrap();
+    assert_eq!(json!(response.status), json!({"v": 2}));
+    // The source's own subscription works the same.
+    let _ = memory.changes();
+}
