@@ -69,6 +69,7 @@
 //!   (or each item of a list so declared) that the merge changes keeps only the fields desired
 //!   sets, as kubectl's `$retainKeys` directive does; an unchanged one keeps everything.
 
+mod bytes_form;
 mod compare;
 mod cursor;
 mod error;
@@ -77,15 +78,20 @@ mod listkey;
 mod merge;
 mod path;
 mod quantity;
+mod quantity_form;
 mod schema;
 pub mod ssa;
 mod update;
 
+pub use bytes_form::base64_server_form;
 pub use compare::{needs_update, IGNORED_METADATA_FIELDS};
 pub use error::ApplyError;
 pub use listkey::CONVENTIONAL_MERGE_KEYS;
 pub use merge::{
     merge, merge_cow, merge_with_schema, merge_with_schema_cow, SYSTEM_METADATA_FIELDS,
+};
+pub use quantity_form::{
+    server_form as quantity_server_form, server_form_of as quantity_server_form_of, QuantityError,
 };
 pub use schema::Schema;
 pub use update::{
