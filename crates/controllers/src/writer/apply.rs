@@ -90,10 +90,8 @@ impl Writer {
 }
 
 /// True if every field `body` sets is already in `observed` (list-maps merged by key, as the
-/// apply engine does): applying it would change nothing.
+/// apply engine does, values in the form the server stores them): applying it would change
+/// nothing. See [`metacontroller_apply::ssa::is_in_place`].
 pub(crate) fn contains_all(observed: &Value, body: &Value) -> bool {
-    match metacontroller_apply::merge(observed, None, body) {
-        Ok(merged) => !metacontroller_apply::needs_update(observed, &merged),
-        Err(_) => false,
-    }
+    metacontroller_apply::ssa::is_in_place(observed, body)
 }
