@@ -10,7 +10,7 @@ use std::time::Duration;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::Api;
 use metacontroller_dynamic::shard_of;
-use metacontroller_dynamic::{Informers, Lapse, LeaseDeadlines, SyncGate};
+use metacontroller_dynamic::{Informers, Lapse, LeaseDeadlines, Supervisor, SyncGate};
 use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 
@@ -381,7 +381,8 @@ impl Coordinator {
             "sharding: members stopped renewing; caching the shards this replica would take over ahead of their lease expiry"
         );
         let relist = self.informers.relist_filtered();
-        tokio::spawn(async move {
+        let supervisor = self.informers.supervisor();
+        Supervisor::spawn_once_with(supervisor, "shard-cache-ahead", async move {
             relist.await;
             listed.store(true, Ordering::Release);
         });
@@ -409,7 +410,8 @@ impl Coordinator {
         let informers = self.informers.clone();
         let acquiring = self.acquiring.clone();
         let metrics = self.metrics.clone();
-        tokio::spawn(async move {
+        let supervisor = self.informers.supervisor();
+        Supervisor::spawn_once_with(supervisor, "shard-admit", async move {
             let started = Instant::now();
             tokio::pin!(relist);
             while tokio::time::timeout(Duration::from_secs(30), &mut relist)
