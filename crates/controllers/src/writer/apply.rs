@@ -36,7 +36,7 @@ impl Writer {
         if observed.is_none() {
             // A forced apply is an upsert: it would take over an object of the same name
             // that we do not control. Read first and leave such an object alone.
-            if let Some(taken) = self.known_taken(&owner, &key, &what) {
+            if let Known::Taken(taken) = self.known_taken(&owner, &key, &what) {
                 return Err(taken);
             }
             if let Some(taken) = self.check_taken(res, &owner, &key, &body, &what).await? {
