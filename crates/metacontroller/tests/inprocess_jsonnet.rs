@@ -3,31 +3,40 @@
 //! METACONTROLLER_E2E_KUBECONFIG, on a real one. (Upstream's service-per-pod on Jsonnet hooks:
 //! `example_upstream_service_per_pod_jsonnet.rs`.)
 
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::Api;
+use metacontroller_api::composite::CompositeController;
+use metacontroller_testkit::{
+    create_object, events_about, eventually_within, unique_name, ControllerProcess, CrdBuilder,
+    TestCluster,
+};
 use serde_json::json;
 
-/// Infinitely recursive Jsonnet, a syntax error and a missing key each fail their own
-/// parents with a SyncError naming the problem (file:line for the code), while a good hook
-/// beside them keeps syncing. Both servers.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn bad_jsonnet_is_a_hook_error_with_an_event_and_nothing_else_stops() {
-    use metacontroller_api::composite::CompositeController;
-    use metacontroller_testkit::{create_object, events_about, eventually_within, TestCluster};
-    use std::time::Duration;
+const WAIT: Duration = Duration::from_secs(60);
 
-    let (cluster, ns, parent) = TestCluster::start_with_parent("jsonnet-bad").await;
-    cluster.install_metacontroller_crds().await;
+/// Each case's parent is synced by the entry file named here.
+const CASES: [(&str, &str); 4] = [
+    ("good", "good.jsonnet"),
+    ("recursive", "recursive.jsonnet"),
+    ("broken", "broken.jsonnet"),
+    ("missing", "missing.jsonnet"),
+];
+
+/// The ConfigMap `code` with a good hook, an infinitely recursive one and a syntax error.
+async fn create_code(api: &Api<ConfigMap>) {
     let files = [
         ("good.jsonnet", "function(request) {children: [{apiVersion: 'v1', kind: 'ConfigMap', metadata: {name: request.parent.metadata.name}, data: {ok: 'yes'}}]}"),
         ("recursive.jsonnet", "local f(x) = f(x + 1) + 1;\nfunction(request) f(0)"),
         ("broken.jsonnet", "function(request) {\n  children: [,\n}"),
     ];
-    let api: kube::Api<k8s_openapi::api::core::v1::ConfigMap> =
-        kube::Api::namespaced(cluster.client(), &ns);
-    let data: std::collections::BTreeMap<String, String> = files
+    let data: BTreeMap<String, String> = files
         .iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
-    let code = k8s_openapi::api::core::v1::ConfigMap {
+    let code = ConfigMap {
         metadata: kube::core::ObjectMeta {
             name: Some("code".into()),
             ..Default::default()
@@ -36,29 +45,54 @@ async fn bad_jsonnet_is_a_hook_error_with_an_event_and_nothing_else_stops() {
         ..Default::default()
     };
     api.create(&Default::default(), &code).await.unwrap();
-    let label = metacontroller_testkit::unique_name("team");
-    let cases = [
-        ("good", "good.jsonnet"),
-        ("recursive", "recursive.jsonnet"),
-        ("broken", "broken.jsonnet"),
-        ("missing", "missing.jsonnet"),
-    ];
-    for (case, key) in cases {
+}
+
+/// One CompositeController per case (parents labelled `case=<case>`), all labelled `label`.
+async fn create_controllers(cluster: &TestCluster, parent: &CrdBuilder, ns: &str, label: &str) {
+    for (case, key) in CASES {
         let mut spec = parent.composite_spec("http://unused.invalid/");
         spec["generateSelector"] = json!(true);
         spec["parentResource"]["labelSelector"] = json!({"matchLabels": {"case": case}});
         spec["hooks"] = json!({"sync": {"jsonnet": {
             "configMapRef": {"namespace": ns, "name": "code"}, "key": key}}});
         let _: CompositeController = cluster
-            .create_controller(&metacontroller_testkit::unique_name(case), &label, spec)
+            .create_controller(&unique_name(case), label, spec)
             .await;
     }
-    let _controller = metacontroller_testkit::ControllerProcess::run(
+}
+
+async fn until_sync_error(cluster: &TestCluster, ns: &str, name: &str, needle: &str) {
+    eventually_within(
+        &format!("a SyncError on {name} saying {needle:?}"),
+        WAIT,
+        || async {
+            events_about(cluster, ns, name).await.iter().any(|e| {
+                e.reason.as_deref() == Some("SyncError")
+                    && e.message.as_deref().is_some_and(|m| m.contains(needle))
+            })
+        },
+    )
+    .await;
+}
+
+/// Infinitely recursive Jsonnet, a syntax error and a missing key each fail their own
+/// parents with a SyncError naming the problem (file:line for the code), while a good hook
+/// beside them keeps syncing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_jsonnet_is_a_hook_error_with_an_event_and_nothing_else_stops() {
+    let (cluster, ns, parent) = TestCluster::start_with_parent("jsonnet-bad").await;
+    cluster.install_metacontroller_crds().await;
+    let config_maps: Api<ConfigMap> = Api::namespaced(cluster.client(), &ns);
+    create_code(&config_maps).await;
+    let label = unique_name("team");
+    create_controllers(&cluster, &parent, &ns, &label).await;
+    let selector = format!("team={label}");
+    let _controller = ControllerProcess::run(
         env!("CARGO_BIN_EXE_metacontroller"),
         cluster.kubeconfig_path(),
         &[
             "--target-label-selector",
-            &format!("team={label}"),
+            &selector,
             "--metrics-address",
             "0",
             "--health-probe-bind-address",
@@ -66,37 +100,17 @@ async fn bad_jsonnet_is_a_hook_error_with_an_event_and_nothing_else_stops() {
         ],
     );
     let parents = parent.api(cluster.client(), Some(&ns));
-    for (case, _) in cases {
-        create_object(
-            &parents,
-            json!({"apiVersion": parent.api_version(), "kind": parent.kind(),
-            "metadata": {"name": case, "namespace": ns, "labels": {"case": case}}}),
-        )
-        .await;
+    for (case, _) in CASES {
+        let object = json!({"apiVersion": parent.api_version(), "kind": parent.kind(),
+            "metadata": {"name": case, "namespace": ns, "labels": {"case": case}}});
+        create_object(&parents, object).await;
     }
-    let expected = [
-        ("recursive", "stack overflow"),
-        ("recursive", "recursive.jsonnet:1"),
-        ("broken", "broken.jsonnet:2"),
-        ("missing", "has no key \"missing.jsonnet\""),
-    ];
-    for (name, needle) in expected {
-        eventually_within(
-            &format!("a SyncError on {name} saying {needle:?}"),
-            Duration::from_secs(60),
-            || async {
-                events_about(&cluster, &ns, name).await.iter().any(|e| {
-                    e.reason.as_deref() == Some("SyncError")
-                        && e.message.as_deref().is_some_and(|m| m.contains(needle))
-                })
-            },
-        )
-        .await;
-    }
-    eventually_within(
-        "the good parent's child",
-        Duration::from_secs(60),
-        || async { api.get_opt("good").await.ok().flatten().is_some() },
-    )
+    until_sync_error(&cluster, &ns, "recursive", "stack overflow").await;
+    until_sync_error(&cluster, &ns, "recursive", "recursive.jsonnet:1").await;
+    until_sync_error(&cluster, &ns, "broken", "broken.jsonnet:2").await;
+    until_sync_error(&cluster, &ns, "missing", "has no key \"missing.jsonnet\"").await;
+    eventually_within("the good parent's child", WAIT, || async {
+        config_maps.get_opt("good").await.ok().flatten().is_some()
+    })
     .await;
 }
