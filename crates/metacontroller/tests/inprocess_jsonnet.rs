@@ -10,7 +10,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
 use metacontroller_api::composite::CompositeController;
 use metacontroller_testkit::{
-    create_object, events_about, eventually_within, unique_name, ControllerProcess, CrdBuilder,
+    create_object, eventually_within, unique_name, until_sync_error, ControllerProcess, CrdBuilder,
     TestCluster,
 };
 use serde_json::json;
@@ -61,20 +61,6 @@ async fn create_controllers(cluster: &TestCluster, parent: &CrdBuilder, ns: &str
     }
 }
 
-async fn until_sync_error(cluster: &TestCluster, ns: &str, name: &str, needle: &str) {
-    eventually_within(
-        &format!("a SyncError on {name} saying {needle:?}"),
-        WAIT,
-        || async {
-            events_about(cluster, ns, name).await.iter().any(|e| {
-                e.reason.as_deref() == Some("SyncError")
-                    && e.message.as_deref().is_some_and(|m| m.contains(needle))
-            })
-        },
-    )
-    .await;
-}
-
 /// Infinitely recursive Jsonnet, a syntax error and a missing key each fail their own
 /// parents with a SyncError naming the problem (file:line for the code), while a good hook
 /// beside them keeps syncing.
@@ -105,10 +91,17 @@ async fn bad_jsonnet_is_a_hook_error_with_an_event_and_nothing_else_stops() {
             "metadata": {"name": case, "namespace": ns, "labels": {"case": case}}});
         create_object(&parents, object).await;
     }
-    until_sync_error(&cluster, &ns, "recursive", "stack overflow").await;
-    until_sync_error(&cluster, &ns, "recursive", "recursive.jsonnet:1").await;
-    until_sync_error(&cluster, &ns, "broken", "broken.jsonnet:2").await;
-    until_sync_error(&cluster, &ns, "missing", "has no key \"missing.jsonnet\"").await;
+    until_sync_error(&cluster, &ns, "recursive", "stack overflow", WAIT).await;
+    until_sync_error(&cluster, &ns, "recursive", "recursive.jsonnet:1", WAIT).await;
+    until_sync_error(&cluster, &ns, "broken", "broken.jsonnet:2", WAIT).await;
+    until_sync_error(
+        &cluster,
+        &ns,
+        "missing",
+        "has no key \"missing.jsonnet\"",
+        WAIT,
+    )
+    .await;
     eventually_within("the good parent's child", WAIT, || async {
         config_maps.get_opt("good").await.ok().flatten().is_some()
     })

@@ -16,7 +16,8 @@ use metacontroller_api::composite::CompositeController;
 use metacontroller_testkit::metrics::rss_kib;
 use metacontroller_testkit::wasm::{hello_world_module, patched, wat};
 use metacontroller_testkit::{
-    create_object, events_about, eventually_within, ControllerProcess, CrdBuilder, TestCluster,
+    create_object, events_about, eventually_within, until_sync_error, ControllerProcess,
+    CrdBuilder, TestCluster,
 };
 use serde_json::{json, Value};
 
@@ -129,21 +130,6 @@ async fn until_greetings(cluster: &TestCluster, ns: &str, names: &[&str], prefix
                 }
             }
             true
-        },
-    )
-    .await;
-}
-
-/// Waits for a SyncError Event on parent `name` whose message contains `needle`.
-async fn until_sync_error(cluster: &TestCluster, ns: &str, name: &str, needle: &str) {
-    eventually_within(
-        &format!("a SyncError on {name} saying {needle:?}"),
-        WAIT,
-        || async {
-            events_about(cluster, ns, name).await.iter().any(|e| {
-                e.reason.as_deref() == Some("SyncError")
-                    && e.message.as_deref().is_some_and(|m| m.contains(needle))
-            })
         },
     )
     .await;
@@ -263,7 +249,7 @@ async fn hostile_modules_fail_only_their_own_parents() {
     }
     until_greetings(&cluster, &ns, &good, "Hello").await;
     for (case, needle) in HOSTILE {
-        until_sync_error(&cluster, &ns, case, needle).await;
+        until_sync_error(&cluster, &ns, case, needle, WAIT).await;
     }
     // And it still serves: a new good parent converges after all of that.
     create_parent(&cluster, &parent, &ns, "five", "hello").await;
@@ -283,7 +269,7 @@ async fn memory_hungry_module_is_refused_at_its_limit_and_rss_stays_below_limit_
     let controller = run(&cluster, &label);
     // One parent: the limit is per call (concurrent calls each have their own).
     create_parent(&cluster, &parent, &ns, "a", "greedy").await;
-    until_sync_error(&cluster, &ns, "a", "memory limit of 67108864 bytes").await;
+    until_sync_error(&cluster, &ns, "a", "memory limit of 67108864 bytes", WAIT).await;
     // Retried with backoff: a few more refusals, none of them raising the peak.
     eventually_within("three refusals", WAIT, || async {
         let refusals: i32 = events_about(&cluster, &ns, "a")

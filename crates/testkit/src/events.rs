@@ -19,3 +19,25 @@ pub async fn events_about(cluster: &TestCluster, namespace: &str, name: &str) ->
         .filter(|e| e.involved_object.name.as_deref() == Some(name))
         .collect()
 }
+
+/// Waits (at most `within`) for a `SyncError` Event on the object `namespace/name` whose
+/// message contains `needle`.
+pub async fn until_sync_error(
+    cluster: &TestCluster,
+    namespace: &str,
+    name: &str,
+    needle: &str,
+    within: std::time::Duration,
+) {
+    let what = format!("a SyncError on {name} saying {needle:?}");
+    crate::eventually_within(&what, within, || async {
+        events_about(cluster, namespace, name)
+            .await
+            .iter()
+            .any(|e| {
+                e.reason.as_deref() == Some("SyncError")
+                    && e.message.as_deref().is_some_and(|m| m.contains(needle))
+            })
+    })
+    .await;
+}
