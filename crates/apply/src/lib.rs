@@ -31,8 +31,10 @@
 //!   [`merge_cow`] / [`merge_with_schema_cow`] (borrow observed when nothing changes: the
 //!   cheap steady state), [`needs_update`], [`Schema`]
 //!   (`from_crd`, `from_openapi_v3`, `from_openapi_v3_schema`, `detect`), [`last_applied`]
-//!   (`ANNOTATION`, `get`, `set`, `encode`), [`ssa::apply_patch_body`] for
-//!   `--apply-strategy=server-side-apply`.
+//!   (`ANNOTATION`, `get`, `set`, `encode`), [`ssa::apply_patch_body`] and
+//!   [`ssa::is_in_place`] for `--apply-strategy=server-side-apply`.
+//! - The forms kube-apiserver stores values in: [`quantity_server_form`] (`0.5` → `500m`),
+//!   [`base64_server_form`] (`[]byte` fields re-encoded).
 //! - Errors: [`ApplyError`], every variant with a field path ([`ApplyError::path`]).
 //!
 //! # Rules
@@ -65,11 +67,19 @@
 //!   replaces an un-keyed list whenever it differs at all, so a default the API server fills
 //!   inside it (`volumeClaimTemplates[].spec.volumeMode`, NetworkPolicy port `protocol`)
 //!   makes it write on every sync.
+//! - Values the API server stores in another form are in place in that form: a scalar whose
+//!   observed value is the stored form of the desired one, applied before unchanged (the
+//!   record), is kept (a quantity `0.5` read back as `500m`, in any map or list, with or
+//!   without schema); Secret `stringData` already folded into `data`, and base64 of Secret
+//!   `data`, ConfigMap `binaryData` and `caBundle` fields, compare in the stored form.
+//!   Upstream wrote such objects on every sync.
 //! - `x-kubernetes-patch-strategy: retainKeys` (schema-aware mode): an object so declared
 //!   (or each item of a list so declared) that the merge changes keeps only the fields desired
 //!   sets, as kubectl's `$retainKeys` directive does; an unchanged one keeps everything.
 
+mod bytes_form;
 mod compare;
+mod conversions;
 mod cursor;
 mod error;
 pub mod last_applied;
@@ -77,15 +87,20 @@ mod listkey;
 mod merge;
 mod path;
 mod quantity;
+mod quantity_form;
 mod schema;
 pub mod ssa;
 mod update;
 
+pub use bytes_form::base64_server_form;
 pub use compare::{needs_update, IGNORED_METADATA_FIELDS};
 pub use error::ApplyError;
 pub use listkey::CONVENTIONAL_MERGE_KEYS;
 pub use merge::{
     merge, merge_cow, merge_with_schema, merge_with_schema_cow, SYSTEM_METADATA_FIELDS,
+};
+pub use quantity_form::{
+    server_form as quantity_server_form, server_form_of as quantity_server_form_of, QuantityError,
 };
 pub use schema::Schema;
 pub use update::{

@@ -130,10 +130,13 @@ pub(crate) fn merge_opt(
     desired: &Value,
     schema: Option<SchemaRef<'_>>,
 ) -> Result<Option<Value>, ApplyError> {
-    let Value::Object(des) = desired else {
+    // Fields the server converts whatever their value (Secret `stringData`, base64 bytes)
+    // are merged in the form it stores them.
+    let desired = crate::conversions::as_stored(observed, desired);
+    let Value::Object(des) = &*desired else {
         return Err(ApplyError::invalid(
             ".",
-            format!("desired must be an object, found {}", type_name(desired)),
+            format!("desired must be an object, found {}", type_name(&desired)),
         ));
     };
     let empty = Map::new();
@@ -498,9 +501,29 @@ fn merge_value(
                 desired: type_name(des),
             }),
         },
-        // Absent, null or scalar in observed: desired is taken as is.
-        _ => Ok(replace_with(obs, des)),
+        // Absent, null or scalar in observed: desired is taken as is, unless observed is
+        // what the server stored for the same value applied before.
+        _ => Ok(match obs {
+            Some(o) if stored_as(o, last, des) => Out::Same,
+            _ => replace_with(obs, des),
+        }),
     }
+}
+
+/// True when observed `o` is the form the API server stored for desired `des`, which we
+/// applied before as well (`last` is the same value): a quantity written `0.5` reads back
+/// as `500m`, in any field, list or map, with or without a schema. The record is what makes
+/// the field a quantity: the server changed exactly what we wrote into its stored form (a
+/// string field keeps what it is given), and our intent did not change since; a desired
+/// value that changed is written.
+fn stored_as(o: &Value, last: Option<&Value>, des: &Value) -> bool {
+    let (Value::String(stored), Some(last)) = (o, last) else {
+        return false;
+    };
+    matches!(des, Value::String(_) | Value::Number(_))
+        && !eq_without_nulls(o, des)
+        && crate::compare::json_eq(last, des)
+        && crate::quantity_form::server_form_of(des).is_some_and(|s| s == *stored)
 }
 
 /// `x-kubernetes-patch-strategy: retainKeys`: when the merge changes an object, fields that

@@ -84,6 +84,18 @@ pub fn apply_patch_body(
     Ok(Value::Object(body))
 }
 
+/// True when applying `body` (an apply body, see [`apply_patch_body`]) to `observed` would
+/// change nothing: every field it sets is in place, list-maps merged by key, in the form the
+/// server stores it. `body` counts as applied before (it is what the server made `observed`
+/// from when nothing else changed), so a quantity the server rewrote (`0.5` stored as
+/// `500m`) or a converted field (Secret `stringData`) is in place.
+pub fn is_in_place(observed: &Value, body: &Value) -> bool {
+    match crate::merge(observed, Some(body), body) {
+        Ok(merged) => !crate::needs_update(observed, &merged),
+        Err(_) => false,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

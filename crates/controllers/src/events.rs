@@ -383,10 +383,23 @@ impl EventRecorder {
     /// Starts the writer task (must be called inside tokio). `qps`/`burst` are
     /// `--events-qps`/`--events-burst`; `qps == 0` means unlimited.
     pub fn new(client: kube::Client, qps: f64, burst: u32) -> Result<EventRecorder, RateError> {
+        EventRecorder::supervised(client, qps, burst, None)
+    }
+
+    /// [`EventRecorder::new`] with the writer task under `supervisor`: a panic there would
+    /// silently drop every later Event, so it stops the process instead.
+    pub fn supervised(
+        client: kube::Client,
+        qps: f64,
+        burst: u32,
+        supervisor: Option<&metacontroller_dynamic::Supervisor>,
+    ) -> Result<EventRecorder, RateError> {
         let correlator = Correlator::new(qps, burst)?;
         let (tx, rx) = mpsc::channel(QUEUE_CAPACITY);
         let pending = Arc::new(tokio::sync::watch::channel(0).0);
-        let task = tokio::spawn(write_loop(client, correlator, rx, pending.clone()));
+        let writer = write_loop(client, correlator, rx, pending.clone());
+        let task =
+            metacontroller_dynamic::Supervisor::spawn_once_with(supervisor, "event-writer", writer);
         Ok(EventRecorder {
             tx: Some(tx),
             pending,

@@ -32,7 +32,7 @@ use metacontroller_api::wire::CustomizableController;
 use metacontroller_api::ChildUpdateMethod;
 use metacontroller_dynamic::{
     ApiResource, Change, HandlerId, Informer, Informers, NamespacedName, ObjectKey, Origin,
-    Priority, ResourceMap, WorkQueue,
+    Priority, ResourceMap, Supervisor, WorkQueue,
 };
 use metacontroller_hooks::{CallContext, CodeChange, HookClient, HookError};
 use serde_json::Value;
@@ -403,7 +403,16 @@ pub(crate) fn run<R: Reconciler>(
         .metrics
         .track_states(common.controller_type, &common.name, states);
     let mut pruned = common.informers.pruned();
-    let task = tokio::spawn(async move {
+    let task_name = format!(
+        "controller/{}/{}",
+        common.controller_type,
+        reconciler.name()
+    );
+    let supervisor = common.informers.supervisor().cloned();
+    let stopped = queue.clone();
+    // Supervised: a panic outside a sync (a sync's own is caught and retried) would stop
+    // this controller's work for good while the process looks healthy; it stops the process.
+    let task = Supervisor::spawn_with(supervisor.as_ref(), task_name, async move {
         for informer in reconciler.informers() {
             informer.wait_synced().await;
         }
@@ -425,6 +434,10 @@ pub(crate) fn run<R: Reconciler>(
             _ = workers => {}
             _ = sweeper => {}
             _ = code_changes => {}
+        }
+        if stopped.is_shutting_down() {
+            // Stopped by its handle, which aborts this task next: not a failure.
+            std::future::pending::<()>().await;
         }
     });
     ControllerHandle::new(queue, task)

@@ -429,15 +429,18 @@ impl SyncGate {
         self.inner.open_tx.send_replace(true);
     }
 
-    /// Waits until the gate is open and counts one running sync until the permit drops.
+    /// Waits until the gate is open and the Lease bound to it (leader election, see
+    /// [`SyncGate::set_lease`]) is current, and counts one running sync until the permit
+    /// drops.
     pub async fn enter(&self) -> SyncPermit {
         let mut rx = self.inner.open_tx.subscribe();
+        let mut lease = self.inner.lease_tx.subscribe();
         loop {
             {
                 // Checked under the same lock `close` takes, so no sync starts after a
                 // close returned.
                 let mut state = self.lock();
-                if state.open {
+                if state.open && lease_current(state.lease, Instant::now()) {
                     state.in_flight += 1;
                     return SyncPermit {
                         gate: self.clone(),
@@ -445,8 +448,13 @@ impl SyncGate {
                     };
                 }
             }
-            // The sender lives in `inner`, which we hold: `changed` cannot fail.
-            if rx.changed().await.is_err() {
+            // The senders live in `inner`, which we hold: `changed` cannot fail. Past the
+            // renew deadline only a renewal (or closing and opening) lets syncs start again.
+            let changed = tokio::select! {
+                changed = rx.changed() => changed,
+                changed = lease.changed() => changed,
+            };
+            if changed.is_err() {
                 std::future::pending::<()>().await;
             }
         }
@@ -669,6 +677,29 @@ mod tests {
         let sync = tokio::time::sleep(Duration::from_secs(5));
         assert_eq!(permit.run(sync).await, Some(()));
         renewer.await.unwrap();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_unsharded_gate_bound_to_a_lease_admits_nothing_past_its_renew_deadline() {
+        // Leader election: the gate is open while leading, the Lease bounds it in time.
+        let gate = SyncGate::new(true);
+        gate.set_lease(deadlines(3, 4));
+        drop(gate.enter().await);
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let waiting = {
+            let gate = gate.clone();
+            tokio::spawn(async move { gate.enter().await })
+        };
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert!(
+            !waiting.is_finished(),
+            "a sync started past the renew deadline"
+        );
+        gate.set_lease(deadlines(3, 4));
+        let permit = waiting.await.unwrap();
+        // ... and a running one is abandoned at the fence.
+        let long = tokio::time::sleep(Duration::from_secs(10));
+        assert_eq!(permit.run(long).await, None, "a sync outlived the fence");
     }
 
     #[tokio::test(start_paused = true)]

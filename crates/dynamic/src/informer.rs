@@ -900,6 +900,12 @@ impl std::fmt::Debug for Informers {
 }
 
 impl Informers {
+    /// The supervisor of the process's background tasks, if any (see
+    /// [`InformerConfig::supervisor`]): the controllers run their own tasks under it.
+    pub fn supervisor(&self) -> Option<&crate::Supervisor> {
+        self.config.supervisor.as_ref()
+    }
+
     /// A factory using `client`.
     pub fn new(client: kube::Client, config: InformerConfig) -> Self {
         Informers {

@@ -1,5 +1,6 @@
-//! Supervision of a process's long-lived background tasks (informer drivers, the leader
-//! elector, the shard coordinator, the metrics and probe servers).
+//! Supervision of a process's background tasks (informer drivers, the leader elector, the
+//! shard coordinator, the metrics and probe servers, each controller's workers, the Event
+//! writer, shard acquisitions and releases).
 //!
 //! Such a task is meant to run until the process stops it. If one ends on its own or panics,
 //! the process is no longer what it claims to be: a dead informer leaves a stale cache, a
@@ -8,7 +9,8 @@
 //! closes its gate and exits non-zero, so that Kubernetes restarts it.
 //!
 //! Ends after [`Supervisor::stopping`] (shutdown) are expected and not reported, nor are
-//! aborts (an informer stopped with its last user is dropped, never completes).
+//! aborts (an informer stopped with its last user is dropped, never completes). Tasks meant
+//! to end ([`Supervisor::spawn_once`]) report only a panic.
 //!
 //! Test-only fault hook: `METACONTROLLER_TEST_FAULT_TASK=panic:<task>` makes the task named
 //! `<task>` (or every task under `<task>/`) panic when it starts, `end:<task>` makes it return
@@ -95,6 +97,61 @@ impl Supervisor {
             };
             supervisor.ended(TaskEnd { task: name, reason });
         })
+    }
+
+    /// Spawns a task that is meant to end (an acquisition, a release, a writer that ends
+    /// with its channel) under `name`: only a panic is reported, unless the process is
+    /// stopping. The test-only fault hook applies as to [`Supervisor::spawn`].
+    pub fn spawn_once<F>(&self, name: impl Into<String>, task: F) -> tokio::task::JoinHandle<()>
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        let name = name.into();
+        let fault = injected_fault(&name);
+        let supervisor = self.clone();
+        tokio::spawn(async move {
+            let run = async move {
+                match fault {
+                    Some(Fault::Panic) => panic!("{FAULT_TASK_ENV}: injected panic"),
+                    Some(Fault::End) => {}
+                    None => task.await,
+                }
+            };
+            if let Err(panic) = std::panic::AssertUnwindSafe(run).catch_unwind().await {
+                let reason = format!("panicked: {}", panic_message(&*panic));
+                supervisor.ended(TaskEnd { task: name, reason });
+            }
+        })
+    }
+
+    /// [`Supervisor::spawn`] with `supervisor`, or a plain task without one (tests, tools).
+    pub fn spawn_with<F>(
+        supervisor: Option<&Supervisor>,
+        name: impl Into<String>,
+        task: F,
+    ) -> tokio::task::JoinHandle<()>
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        match supervisor {
+            Some(s) => s.spawn(name, task),
+            None => tokio::spawn(task),
+        }
+    }
+
+    /// [`Supervisor::spawn_once`] with `supervisor`, or a plain task without one.
+    pub fn spawn_once_with<F>(
+        supervisor: Option<&Supervisor>,
+        name: impl Into<String>,
+        task: F,
+    ) -> tokio::task::JoinHandle<()>
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        match supervisor {
+            Some(s) => s.spawn_once(name, task),
+            None => tokio::spawn(task),
+        }
     }
 
     /// From now on, tasks ending are expected (shutdown).
@@ -196,6 +253,25 @@ mod tests {
             tokio::time::timeout(Duration::from_millis(50), quiet.failed())
                 .await
                 .is_err()
+        );
+    }
+
+    #[tokio::test]
+    async fn a_task_meant_to_end_is_reported_only_when_it_panics() {
+        let supervisor = Supervisor::default();
+        supervisor.spawn_once("admit", async {}).await.unwrap();
+        assert!(
+            tokio::time::timeout(Duration::from_millis(50), supervisor.failed())
+                .await
+                .is_err()
+        );
+        drop(supervisor.spawn_once("admit", async { panic!("boom") }));
+        let end = tokio::time::timeout(Duration::from_secs(5), supervisor.failed())
+            .await
+            .unwrap();
+        assert_eq!(
+            (end.task.as_str(), end.reason.as_str()),
+            ("admit", "panicked: boom")
         );
     }
 

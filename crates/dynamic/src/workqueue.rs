@@ -87,6 +87,27 @@ impl Lane {
     }
 }
 
+/// How many lane entries beyond twice the queued keys are tolerated before the lanes are
+/// rebuilt (see [`drop_stale_entries`]).
+const STALE_SLACK: usize = 64;
+
+/// Removes the stale lane entries (of keys promoted to a higher lane or dropped by
+/// `retain`) once they outnumber the live ones by [`STALE_SLACK`]. Popping skips stale
+/// entries, but the lower lanes are popped only when the higher ones are empty: under
+/// steady event load the bulk lane would otherwise grow by a stale entry per promotion,
+/// without bound. Rebuilding when stale entries exceed the live ones keeps the lanes at most
+/// twice the queued keys (plus the slack) at amortized constant cost per add.
+fn drop_stale_entries<K: Eq + Hash>(state: &mut State<K>) {
+    let entries: usize = state.lanes.iter().map(VecDeque::len).sum();
+    if entries <= 2 * state.queued.len() + STALE_SLACK {
+        return;
+    }
+    let State { lanes, queued, .. } = state;
+    for lane in lanes.iter_mut() {
+        lane.retain(|(key, seq)| queued.get(key).is_some_and(|&(_, live)| live == *seq));
+    }
+}
+
 /// Whether a key goes to the expedited lane (installed with the gate).
 type Expedite<K> = Box<dyn Fn(&K) -> bool + Send + Sync>;
 
@@ -334,6 +355,10 @@ where
                 let seq = state.seq;
                 state.queued.insert(key.clone(), (lane, seq));
                 state.lanes[lane as usize].push_back((key, seq));
+                if existing.is_some() {
+                    // Promoted: its entry in the lower lane is stale now.
+                    drop_stale_entries(state);
+                }
                 if existing.is_none() {
                     if let Some(m) = &self.shared.metrics {
                         m.adds.inc();
@@ -457,6 +482,7 @@ where
         failures.retain(|key, _| drop_if_rejected(key));
         retry_limits.retain(|key, _| drop_if_rejected(key));
         queued_at.retain(|key, _| queued.contains_key(key));
+        drop_stale_entries(&mut state);
         self.update_depth(&state);
         if state.processing.is_empty() && state.queued.is_empty() {
             self.shared.idle.notify_waiters();
@@ -783,6 +809,43 @@ mod tests {
             timeout(within, q.get()).await.is_err(),
             "unexpected key available"
         );
+    }
+
+    /// Lane entries held, live or stale.
+    fn lane_entries<K: Clone + Eq + Hash + Send + 'static>(q: &WorkQueue<K>) -> usize {
+        q.lock().lanes.iter().map(VecDeque::len).sum()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn promotions_and_drops_under_steady_event_load_leave_no_stale_entries() {
+        let q: WorkQueue<u32> = WorkQueue::new("t");
+        for _ in 0..200 {
+            // A resync queues every key as bulk work, events promote them and the workers
+            // serve the event lane: the bulk lane is never reached.
+            for k in 0..10 {
+                q.add(k, Priority::Bulk);
+            }
+            for k in 0..10 {
+                q.add(k, Priority::Event);
+            }
+            for _ in 0..10 {
+                let k = q.get().await.unwrap();
+                q.done(&k);
+            }
+            // Keys of a released shard are dropped while queued.
+            for k in 100..110 {
+                q.add(k, Priority::Bulk);
+            }
+            q.retain(|k| *k < 100);
+        }
+        assert!(q.is_empty());
+        let held = lane_entries(&q);
+        assert!(held <= STALE_SLACK, "{held} lane entries for no queued key");
+        // What is live is still served, in lane order.
+        q.add(1, Priority::Bulk);
+        q.add(2, Priority::Event);
+        assert_eq!(q.get().await, Some(2));
+        assert_eq!(q.get().await, Some(1));
     }
 
     #[tokio::test(start_paused = true)]

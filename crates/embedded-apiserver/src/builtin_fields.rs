@@ -22,13 +22,18 @@ pub(crate) enum Segment {
 /// in document order. Empty for custom resources and unknown types.
 pub(crate) fn unknown_fields(group: &str, resource: &str, obj: &Value) -> Vec<Vec<Segment>> {
     use k8s_openapi::api::{
-        apps, batch, coordination, core, discovery, events, networking, policy, rbac,
+        apps, autoscaling, batch, coordination, core, discovery, events, networking, policy, rbac,
     };
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1 as apiextensions;
     match (group, resource) {
         ("", "namespaces") => ignored::<core::v1::Namespace>(obj),
         ("", "configmaps") => ignored::<core::v1::ConfigMap>(obj),
         ("", "secrets") => ignored::<core::v1::Secret>(obj),
+        ("", "limitranges") => ignored::<core::v1::LimitRange>(obj),
+        ("", "resourcequotas") => ignored::<core::v1::ResourceQuota>(obj),
+        ("autoscaling", "horizontalpodautoscalers") => {
+            ignored::<autoscaling::v2::HorizontalPodAutoscaler>(obj)
+        }
         ("", "services") => ignored::<core::v1::Service>(obj),
         ("", "pods") => ignored::<core::v1::Pod>(obj),
         ("", "persistentvolumeclaims") => ignored::<core::v1::PersistentVolumeClaim>(obj),

@@ -14,6 +14,9 @@ pub enum FaultAction {
     Status(u16),
     /// Serve normally after this delay.
     Latency(Duration),
+    /// Serve normally (a write is applied at once), then hold the response this long: a
+    /// reply slowed on its way back to the client.
+    SlowResponse(Duration),
 }
 
 /// A fault for the next `count` requests that match `verb` and `resource`.
@@ -52,6 +55,23 @@ impl Fault {
             resource: resource.map(String::from),
             count,
             action: FaultAction::Latency(delay),
+        }
+    }
+}
+
+impl Fault {
+    /// A fault that serves at once and answers after `delay`.
+    pub fn slow_response(
+        verb: Option<&str>,
+        resource: Option<&str>,
+        count: usize,
+        delay: Duration,
+    ) -> Self {
+        Fault {
+            verb: verb.map(String::from),
+            resource: resource.map(String::from),
+            count,
+            action: FaultAction::SlowResponse(delay),
         }
     }
 }

@@ -54,6 +54,9 @@ pub fn prepare_for_storage(ctx: &mut PrepareCtx<'_>, obj: &mut Value) -> Result<
     if ctx.old.is_none() {
         reset_status_on_create(info, obj);
     }
+    if !info.is_custom() {
+        typed_values(ctx, obj)?;
+    }
     match (info.group.as_str(), info.resource.as_str()) {
         ("", "secrets") => prepare_secret(obj)?,
         ("", "namespaces") => prepare_namespace(obj, ctx.old),
@@ -66,6 +69,20 @@ pub fn prepare_for_storage(ctx: &mut PrepareCtx<'_>, obj: &mut Value) -> Result<
         builtin_defaults(ctx, obj)?;
     }
     Ok(())
+}
+
+/// Quantities and `[]byte` fields in their stored form, as decoding into the Go struct leaves
+/// them (see [`crate::typed_values`]); a value the decoder refuses is a 400 BadRequest.
+fn typed_values(ctx: &PrepareCtx<'_>, obj: &mut Value) -> Result<(), ApiError> {
+    let info = ctx.info;
+    let api_version = info.api_version(ctx.version);
+    crate::typed_values::normalize(&api_version, &info.kind, obj).map_err(|msg| {
+        ApiError::bad_request(format!(
+            "{kind} in version {version:?} cannot be handled as a {kind}: {msg}",
+            kind = info.kind,
+            version = ctx.version,
+        ))
+    })
 }
 
 fn field_errors(info: &ResourceInfo, obj: &Value, errs: &[FieldError]) -> ApiError {

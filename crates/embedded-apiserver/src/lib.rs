@@ -16,10 +16,12 @@
 //! background/foreground/orphan garbage collection. Errors are `Status`
 //! objects with the real reasons and messages.
 //!
-//! Built-in kinds: namespaces, configmaps, secrets, services, pods, nodes,
-//! endpointslices, serviceaccounts, events (core and events.k8s.io), leases, deployments,
-//! replicasets, statefulsets, daemonsets, jobs, cronjobs, poddisruptionbudgets, RBAC
-//! (4 kinds) and customresourcedefinitions.
+//! Built-in kinds: namespaces, configmaps, secrets, limitranges, resourcequotas, services,
+//! pods, nodes, endpointslices, serviceaccounts, events (core and events.k8s.io), leases,
+//! deployments, replicasets, statefulsets, daemonsets, jobs, cronjobs,
+//! horizontalpodautoscalers (autoscaling/v2 only), poddisruptionbudgets, RBAC (4 kinds) and
+//! customresourcedefinitions. Their quantities and `[]byte` fields are stored in the form
+//! kube-apiserver stores them (`0.5` → `500m`, base64 re-encoded).
 //!
 //! With `Config::simulation` (on in `metacontroller dev`, off by default) it also
 //! simulates nodes, the scheduler, kubelets and the workload controllers
@@ -74,6 +76,7 @@ mod store;
 pub mod strategic_merge;
 mod table;
 mod time;
+mod typed_values;
 mod validation;
 mod watch;
 

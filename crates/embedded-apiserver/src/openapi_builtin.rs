@@ -199,10 +199,31 @@ fn kind_properties(group: &str, kind: &str) -> Option<Value> {
                 "paths": atomic(any_object())}))}))),
             "tls": atomic(object(json!({"hosts": atomic(string())}))),
         }))}),
+        ("autoscaling", "HorizontalPodAutoscaler") => {
+            let rules = || object(json!({"policies": atomic(any_object())}));
+            json!({"spec": object(json!({
+                "metrics": atomic(any_object()),
+                "behavior": object(json!({"scaleUp": rules(), "scaleDown": rules()})),
+            })),
+            "status": object(json!({"conditions": conditions(),
+                                    "currentMetrics": atomic(any_object())}))})
+        }
         ("networking.k8s.io", "NetworkPolicy") => {
             json!({"spec": object(json!({"podSelector": atomic_map()}))})
         }
         ("", "PersistentVolumeClaim") => json!({"spec": object(json!({}))}),
+        // `LocalObjectReference` and RBAC `Subject`/`RoleRef` are atomic structs.
+        ("", "ServiceAccount") => {
+            json!({"imagePullSecrets": {"type": "array", "items": atomic_map()}})
+        }
+        ("rbac.authorization.k8s.io", "RoleBinding" | "ClusterRoleBinding") => json!({
+            "roleRef": atomic_map(),
+            "subjects": {"type": "array", "items": atomic_map()},
+        }),
+        ("policy", "PodDisruptionBudget") => {
+            json!({"spec": object(json!({"selector": atomic_map()})),
+            "status": object(json!({"conditions": conditions()}))})
+        }
         ("batch", "CronJob") => json!({"spec": object(json!({
             "jobTemplate": object(json!({"metadata": reference(META),
                                          "spec": object(template())})),
@@ -255,7 +276,8 @@ pub(crate) fn add_components(
         });
         // Every kind with a typed schema is served with its descriptions (`kubectl explain`),
         // the table's list semantics laid over it.
-        let described = (version == "v1")
+        // The described kinds are those of the versions served (HPA: autoscaling/v2 only).
+        let described = (version == "v1" || (group, version) == ("autoscaling", "v2"))
             .then(|| crate::openapi_described::described(group, kind))
             .flatten();
         if let Some(d) = described {

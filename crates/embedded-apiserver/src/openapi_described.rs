@@ -30,13 +30,18 @@ fn generate<T: JsonSchema>() -> Described {
 
 fn described_uncached(group: &str, kind: &str) -> Option<Described> {
     use k8s_openapi::api::{
-        apps, batch, coordination, core, discovery, events, networking, policy, rbac,
+        apps, autoscaling, batch, coordination, core, discovery, events, networking, policy, rbac,
     };
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1 as apiextensions;
     Some(match (group, kind) {
         ("", "Namespace") => generate::<core::v1::Namespace>(),
         ("", "ConfigMap") => generate::<core::v1::ConfigMap>(),
         ("", "Secret") => generate::<core::v1::Secret>(),
+        ("", "LimitRange") => generate::<core::v1::LimitRange>(),
+        ("", "ResourceQuota") => generate::<core::v1::ResourceQuota>(),
+        ("autoscaling", "HorizontalPodAutoscaler") => {
+            generate::<autoscaling::v2::HorizontalPodAutoscaler>()
+        }
         ("", "Service") => generate::<core::v1::Service>(),
         ("", "Pod") => generate::<core::v1::Pod>(),
         ("", "PodTemplate") => generate::<core::v1::PodTemplate>(),

@@ -629,7 +629,7 @@ pub fn update(
     if sub == Subresource::Main {
         hooks::allocate(info, Some(&old), &mut new, &mut st.ip_alloc)?;
     }
-    if new == *old {
+    if new == *old || differs_only_in_managed_times(&new, &old) {
         // A no-op update is not written: no new resourceVersion, no watch event.
         return Ok(WriteResult {
             object: old,
@@ -656,6 +656,41 @@ pub fn update(
         warnings,
         created: false,
     })
+}
+
+/// kube-apiserver's `IgnoreManagedFieldsTimestampsTransformer`: the field manager records a
+/// new time whenever the request differs from the object, but cannot know that decoding,
+/// defaulting and normalization undo the difference (a quantity `0.5` applied over `500m`).
+/// When the result differs from the stored object only in `managedFields` timestamps, the
+/// stored object is kept.
+fn differs_only_in_managed_times(new: &Value, old: &Value) -> bool {
+    fn without_times(obj: &Value) -> Option<Vec<Value>> {
+        let entries = obj.pointer("/metadata/managedFields")?.as_array()?;
+        Some(
+            entries
+                .iter()
+                .map(|e| {
+                    let mut e = e.clone();
+                    if let Some(m) = e.as_object_mut() {
+                        m.remove("time");
+                    }
+                    e
+                })
+                .collect(),
+        )
+    }
+    // Cheap first: most real changes change the field sets too.
+    if without_times(new) != without_times(old) {
+        return false;
+    }
+    let rest = |obj: &Value| {
+        let mut obj = obj.clone();
+        if let Some(meta) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
+            meta.remove("managedFields");
+        }
+        obj
+    };
+    rest(new) == rest(old)
 }
 
 /// Kinds whose strategy lets a PUT create a missing object (leases, events).

@@ -5,6 +5,8 @@
 
 mod generic;
 
+pub(crate) use generic::{message_for, shapes};
+
 use crate::errors::{ApiError, ApiResult};
 use serde_json::{json, Map, Value};
 

@@ -144,6 +144,24 @@ fn builtin(
     }
 }
 
+/// HorizontalPodAutoscaler, served (and stored) as autoscaling/v2 only: kube-apiserver also
+/// serves autoscaling/v1, whose conversion is not emulated.
+fn autoscaling_v2() -> ResourceInfo {
+    let mut hpa = builtin(
+        "autoscaling",
+        "horizontalpodautoscalers",
+        "HorizontalPodAutoscaler",
+        true,
+        &["hpa"],
+        &["all"],
+        true,
+        false,
+    );
+    hpa.versions = vec!["v2".into()];
+    hpa.storage_version = "v2".into();
+    hpa
+}
+
 /// The built-in resources, in discovery order.
 pub fn builtins() -> Vec<ResourceInfo> {
     let all = &["all"][..];
@@ -169,6 +187,26 @@ pub fn builtins() -> Vec<ResourceInfo> {
             false,
         ),
         builtin("", "secrets", "Secret", true, &[], &[], false, false),
+        builtin(
+            "",
+            "limitranges",
+            "LimitRange",
+            true,
+            &["limits"],
+            &[],
+            false,
+            false,
+        ),
+        builtin(
+            "",
+            "resourcequotas",
+            "ResourceQuota",
+            true,
+            &["quota"],
+            &[],
+            true,
+            false,
+        ),
         builtin("", "services", "Service", true, &["svc"], all, true, false),
         builtin("", "pods", "Pod", true, &["po"], all, true, false),
         builtin(
@@ -293,6 +331,7 @@ pub fn builtins() -> Vec<ResourceInfo> {
             true,
         ),
         builtin("batch", "jobs", "Job", true, &[], all, true, true),
+        autoscaling_v2(),
         builtin(
             "batch",
             "cronjobs",

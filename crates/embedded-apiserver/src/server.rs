@@ -394,9 +394,11 @@ async fn handle_inner(sh: Arc<Shared>, req: Request) -> ApiResult<Response> {
     let is_write = crate::control::WRITE_VERBS.contains(&verb);
     // Held until the response is built, for the in-flight gauges of `Control`.
     let _in_flight = is_write.then(|| sh.control.enter_write(verb, &counted));
+    let mut answer_after = None;
     match sh.control.take_fault(verb, &counted) {
         Some(FaultAction::Status(code)) => return Err(ApiError::injected(code)),
         Some(FaultAction::Latency(d)) => tokio::time::sleep(d).await,
+        Some(FaultAction::SlowResponse(d)) => answer_after = Some(d),
         None => {}
     }
     // Realistic latency: the write is applied once its commit is over.
@@ -412,7 +414,7 @@ async fn handle_inner(sh: Arc<Shared>, req: Request) -> ApiResult<Response> {
     let body = axum::body::to_bytes(body, 64 * 1024 * 1024)
         .await
         .map_err(|e| ApiError::bad_request(format!("failed to read request body: {e}")))?;
-    match verb {
+    let served = match verb {
         "get" => get(&sh, &rreq),
         "list" => list(&sh, &rreq),
         "watch" => watch::serve(sh.clone(), rreq),
@@ -438,7 +440,11 @@ async fn handle_inner(sh: Arc<Shared>, req: Request) -> ApiResult<Response> {
         _ => Err(ApiError::method_not_allowed(
             "the server does not allow this method on the requested resource",
         )),
+    };
+    if let Some(delay) = answer_after {
+        tokio::time::sleep(delay).await;
     }
+    served
 }
 
 fn aggregated_response(v: Value, version: &str) -> Response {

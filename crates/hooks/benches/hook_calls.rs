@@ -113,6 +113,7 @@ impl Fixture {
                 url: Some(url.clone()),
                 ..Webhook::default()
             }),
+            ..Hook::default()
         });
         Self {
             rt,

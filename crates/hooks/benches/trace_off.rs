@@ -174,6 +174,7 @@ fn bench(c: &mut Criterion) {
             url: Some(start_server(&rt)),
             ..Webhook::default()
         }),
+        ..Hook::default()
     });
     let off = HookClient::new(HookClientConfig::default()).unwrap();
     let traced = HookClient::new(HookClientConfig {

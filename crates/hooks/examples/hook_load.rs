@@ -84,6 +84,7 @@ fn main() {
             url: Some(url.clone()),
             ..Webhook::default()
         }),
+        ..Hook::default()
     });
     let request = Arc::new(json!({
         "controller": {"metadata": {"name": "bench"}},

@@ -87,6 +87,9 @@
 //! * **Recording** (`HookClientConfig::recorder`): every exchange sent is handed to a
 //!   [`HookRecorder`]; [`DirectoryRecorder`] writes one redacted JSON file per exchange
 //!   off the sync path ([`record`]). Off by default; then nothing is kept.
+//! * **WebAssembly** ([`wasm`]): a hook compiled to a WASI preview 1 command runs inside the
+//!   controller (request on stdin, response on stdout) in a sandbox with no files, network
+//!   or environment, a fresh instance per call, stopped at its timeout and memory limit.
 
 pub mod client;
 pub mod credentials;

@@ -102,6 +102,7 @@ async fn service_target_builds_cluster_url_and_uses_resolver() {
             path: Some("/my/sync".into()),
             ..Webhook::default()
         }),
+        ..Hook::default()
     };
     call(&client, &hook).await.unwrap();
     let seen = server.last();

@@ -135,3 +135,46 @@ async fn a_missing_config_map_is_a_code_error_and_changes_are_announced() {
     // The source's own subscription works the same.
     let _ = memory.changes();
 }
+
+/// `--record-hooks` records in-process calls as it records webhook calls: the request, the
+/// response, and the hook shown as `jsonnet:<namespace>/<name>#<key>`.
+#[tokio::test]
+async fn in_process_calls_are_recorded_like_webhook_calls() {
+    let memory = Arc::new(MemoryCode::new());
+    memory.set(
+        "hooks",
+        "code",
+        code(&[("sync.jsonnet", "function(request) {status: {ok: true}}")]),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let hooks = HookClient::new(HookClientConfig {
+        code: Some(memory),
+        recorder: Some(Arc::new(
+            metacontroller_hooks::DirectoryRecorder::new(dir.path(), None).unwrap(),
+        )),
+        ..HookClientConfig::default()
+    })
+    .unwrap();
+    let request = json!({"parent": {"metadata": {"name": "p"}}});
+    let _: CompositeHookResponse = hooks
+        .call(&CTX, &jsonnet_hook("sync.jsonnet"), &[], &request)
+        .await
+        .unwrap();
+    assert!(
+        hooks
+            .flush_recordings(std::time::Duration::from_secs(10))
+            .await
+    );
+    let files: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.path().extension().is_some_and(|x| x == "json"))
+        .collect();
+    assert_eq!(files.len(), 1);
+    let text = std::fs::read_to_string(files[0].path()).unwrap();
+    assert!(text.contains("jsonnet:hooks/code#sync.jsonnet"), "{text}");
+    assert!(
+        text.contains(r#""ok":true"#) || text.contains(r#""ok": true"#),
+        "{text}"
+    );
+}

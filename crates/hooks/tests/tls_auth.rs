@@ -154,6 +154,7 @@ async fn https_service_target_verifies_the_service_host_name() {
             path: Some("/sync".into()),
             ..Webhook::default()
         }),
+        ..Hook::default()
     };
     webhook_mut(&mut hook).ca_bundle = Some(inline_ca(&ca));
     assert_eq!(s.call(&hook, &[]).await.unwrap(), json!({"ok": true}));

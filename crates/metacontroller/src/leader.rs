@@ -5,10 +5,15 @@
 //! closed otherwise. The controllers, informers and queues run in every replica (a standby
 //! keeps warm caches and every key queued), only the gate decides who syncs.
 //!
-//! Safety rule: no two replicas write at the same time. A leader that cannot renew for
-//! `renew_deadline` closes the gate and waits for its running syncs; another replica can take
-//! the Lease only `lease_duration` after it last saw it renewed, which is later. If the syncs
-//! do not end before that moment, the process exits rather than write alongside a new leader.
+//! Safety rule: no two replicas write at the same time. Another replica can take the Lease
+//! only `lease_duration` after it saw it renewed, which is after the leader *sent* that
+//! renewal; the leader's own deadlines therefore count from the send, never from the answer
+//! (which may come back late). Bound to the gate ([`SyncGate::set_lease`], as a shard
+//! Lease is): from `renew_deadline` after the last renewal sent no sync starts, and at the
+//! fence, a margin before `lease_duration`, running syncs are abandoned (dropped before
+//! their next request). A leader that cannot renew closes the gate and waits for its syncs;
+//! if they do not end by the fence, the process exits rather than write alongside a new
+//! leader.
 
 use std::hash::{BuildHasher, Hasher};
 use std::time::Duration;
@@ -17,7 +22,7 @@ use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::api::{Api, PostParams};
 use kube::Client;
-use metacontroller_dynamic::SyncGate;
+use metacontroller_dynamic::{LeaseDeadlines, SyncGate};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
@@ -140,10 +145,12 @@ impl Elector {
         loop {
             // Candidate.
             let mut last_wait: Option<String> = None;
+            let mut renewed;
             loop {
                 if *stop.borrow() {
                     return;
                 }
+                renewed = Instant::now();
                 match self.try_acquire_or_renew().await {
                     Attempt::Held => break,
                     Attempt::HeldByOther(holder) => {
@@ -161,9 +168,9 @@ impl Elector {
                 }
             }
             tracing::info!(identity = %config.identity, lease = %format!("{}/{}", config.namespace, config.name), "leader election: acquired the lease; this replica syncs");
+            self.gate.set_lease(self.deadlines(renewed));
             self.gate.open();
             // Leader: renew every retry period until the renew deadline passes without success.
-            let mut renewed = Instant::now();
             loop {
                 if sleep_or_stop(config.retry_period, &mut stop).await {
                     self.release().await;
@@ -173,9 +180,12 @@ impl Elector {
                     .renew_deadline
                     .saturating_sub(renewed.elapsed())
                     .max(Duration::from_millis(100));
+                let sent = Instant::now();
                 match tokio::time::timeout(left, self.try_acquire_or_renew()).await {
                     Ok(Attempt::Held) => {
-                        renewed = Instant::now();
+                        renewed = sent;
+                        self.gate.set_lease(self.deadlines(sent));
+                        tracing::debug!("leader election: renewed the lease");
                         continue;
                     }
                     Ok(Attempt::HeldByOther(holder)) => {
@@ -196,13 +206,18 @@ impl Elector {
         }
     }
 
+    /// The gate's deadlines after a renewal sent at `sent`.
+    fn deadlines(&self, sent: Instant) -> LeaseDeadlines {
+        lease_deadlines(sent, self.config.lease_duration, self.config.renew_deadline)
+    }
+
     /// Leadership lost: stop syncing before anyone else may start.
     async fn lost(&mut self, renewed: Instant) {
-        // Others may take the Lease `lease_duration` after our last renewal; keep a margin.
-        let expiry = renewed + self.config.lease_duration;
-        let budget = expiry
-            .saturating_duration_since(Instant::now())
-            .saturating_sub(Duration::from_millis(500));
+        // Others may take the Lease `lease_duration` after our last renewal was sent; syncs
+        // still running at the fence (a margin before) are abandoned there, so they are gone
+        // moments after it.
+        let budget =
+            (self.deadlines(renewed).fence + FENCE_GRACE).saturating_duration_since(Instant::now());
         tracing::error!(
             ?budget,
             "leader election: lost the lease; stopping syncs (caches stay warm)"
@@ -334,6 +349,31 @@ impl Elector {
 
 fn seconds(d: Duration) -> i32 {
     i32::try_from(d.as_secs()).unwrap_or(i32::MAX)
+}
+
+/// How long after the fence a leader that lost its Lease waits for the syncs abandoned
+/// there to be dropped before it exits: well inside the margin between the fence and the
+/// Lease's expiry.
+const FENCE_GRACE: Duration = Duration::from_millis(200);
+
+/// The deadlines of ownership resting on a Lease renewal sent at `sent` (leader election
+/// and shard membership alike): no sync starts after the renew deadline, and running ones
+/// are abandoned at the fence, a margin before the Lease can expire in any other replica's
+/// eyes (the duration written in the Lease, whole seconds). Both count from the *send*:
+/// the server, and so every other replica, saw the renewal later, so no other replica can
+/// count the Lease as expired before `sent + lease duration`.
+pub(crate) fn lease_deadlines(
+    sent: Instant,
+    lease_duration: Duration,
+    renew_deadline: Duration,
+) -> LeaseDeadlines {
+    let written = Duration::from_secs(seconds(lease_duration).unsigned_abs().into());
+    let margin = (written.saturating_sub(renew_deadline) / 2).min(Duration::from_secs(1));
+    let fence = sent + written.saturating_sub(margin);
+    LeaseDeadlines {
+        renew_by: (sent + renew_deadline).min(fence),
+        fence,
+    }
 }
 
 /// A standby's wait between attempts: spread over [period/2, period] so candidates do not

@@ -68,7 +68,7 @@ fn main() -> ExitCode {
             Command::Dev(args) => Box::pin(dev::dev(args)).await,
             Command::Merge(args) => merge_cmd::run(&args),
             Command::Validate(args) => validate_cmd::run(&args).await,
-            Command::Render(args) => render::run(&args).await,
+            Command::Render(args) => Box::pin(render::run(&args)).await,
         }
     });
     // The runtime is still up: the last spans are sent before the process exits.

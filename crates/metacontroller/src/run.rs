@@ -309,8 +309,13 @@ impl Shared {
         let metrics = metacontroller_controllers::metrics::ControllerMetrics::register(registry)?;
         // Events about controller objects (cluster-scoped) go to `default`, the only
         // namespace the API server accepts for them; a namespaced install gets a Role there.
-        let events = EventRecorder::new(client.clone(), args.events_qps, args.events_burst)
-            .context("--events-qps/--events-burst")?;
+        let events = EventRecorder::supervised(
+            client.clone(),
+            args.events_qps,
+            args.events_burst,
+            Some(supervisor),
+        )
+        .context("--events-qps/--events-burst")?;
         let openapi = namespaced.as_ref().is_none_or(|n| n.openapi);
         let schemas = (args.apply_schema == crate::cli::ApplySchema::Auto && openapi).then(|| {
             let refresh = Some(args.discovery_interval)

@@ -1,9 +1,14 @@
-//! A converged child is never written again (issue 33): for a corpus of kinds whose desired
-//! objects leave fields to the API server's defaulting inside atomic maps, atomic lists and
-//! un-keyed lists (env `fieldRef` without `apiVersion`, a downwardAPI volume, ports without
-//! `protocol`, StatefulSet `volumeClaimTemplates`, CRD defaults inside atomic values), the real
-//! binary creates the children through a CompositeController and then, over 5 resyncs, sends
-//! no write: neither its own `/metrics` (`rest_client_requests_total` other than GET) nor the
+//! A converged child is never written again (issues 33 and 43): for a corpus of kinds whose
+//! desired objects leave fields to the API server's defaulting inside atomic maps, atomic lists
+//! and un-keyed lists (env `fieldRef` without `apiVersion`, a downwardAPI volume, ports without
+//! `protocol`, StatefulSet `volumeClaimTemplates`, CRD defaults inside atomic values, RBAC
+//! subjects without `apiGroup`, HPA behavior rules, LimitRange defaults), or write fields in
+//! a form the server changes (quantities not in canonical form in maps, in lists without merge
+//! keys and as single values: LimitRange limits, ResourceQuota `hard`, HPA v2 metric targets,
+//! container resources, `emptyDir.sizeLimit`; Secret `stringData`, which the server folds into
+//! `data`; base64 with line breaks or unused trailing bits in Secret `data` and ConfigMap
+//! `binaryData`), the real binary creates the children through a CompositeController and then,
+//! over 5 resyncs, sends no write: neither its own `/metrics` (`rest_client_requests_total` other than GET) nor the
 //! API server see one. The server's view is the watch events on the children since a list taken
 //! before the resyncs, counting creations, deletions and modifications of the binary's own
 //! `managedFields` entries (a real server's controllers update the children's status and
@@ -85,6 +90,29 @@ fn corpus(widget: &CrdBuilder) -> Vec<Kind> {
             "InPlace",
         ),
         kind("v1", "ConfigMap", "configmaps", "InPlace"),
+        kind("v1", "Secret", "secrets", "InPlace"),
+        kind("v1", "ServiceAccount", "serviceaccounts", "InPlace"),
+        kind("v1", "LimitRange", "limitranges", "InPlace"),
+        kind("v1", "ResourceQuota", "resourcequotas", "InPlace"),
+        kind(
+            "autoscaling/v2",
+            "HorizontalPodAutoscaler",
+            "horizontalpodautoscalers",
+            "InPlace",
+        ),
+        kind(
+            "policy/v1",
+            "PodDisruptionBudget",
+            "poddisruptionbudgets",
+            "InPlace",
+        ),
+        kind("rbac.authorization.k8s.io/v1", "Role", "roles", "InPlace"),
+        kind(
+            "rbac.authorization.k8s.io/v1",
+            "RoleBinding",
+            "rolebindings",
+            "InPlace",
+        ),
         Kind {
             api_version: widget.api_version(),
             kind: "Widget",
@@ -96,21 +124,83 @@ fn corpus(widget: &CrdBuilder) -> Vec<Kind> {
 
 /// A pod spec with server-defaulted fields inside atomic values: an env `fieldRef` (atomic
 /// map) and a downwardAPI volume (atomic list of `fieldRef`s) without `apiVersion`, a
-/// container port without `protocol`.
+/// container port without `protocol`; quantities the server rewrites (`0.5` → `500m`, a
+/// number, `0.5Gi` → `512Mi`, an `emptyDir.sizeLimit` of `1.5Gi` → `1536Mi`).
 fn pod_spec(restart: &str) -> Value {
     json!({
         "restartPolicy": restart,
         "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.9",
             "ports": [{"containerPort": 8080}],
+            "resources": {"limits": {"cpu": "0.5", "memory": "0.5Gi"},
+                          "requests": {"cpu": 0.25, "memory": "0.25Gi"}},
             "env": [{"name": "NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}],
-            "volumeMounts": [{"name": "podinfo", "mountPath": "/etc/podinfo"}]}],
+            "volumeMounts": [{"name": "podinfo", "mountPath": "/etc/podinfo"},
+                             {"name": "scratch", "mountPath": "/scratch"}]}],
         "volumes": [{"name": "podinfo", "downwardAPI": {"items": [
-            {"path": "labels", "fieldRef": {"fieldPath": "metadata.labels"}}]}}]
+            {"path": "labels", "fieldRef": {"fieldPath": "metadata.labels"}}]}},
+            {"name": "scratch", "emptyDir": {"sizeLimit": "1.5Gi"}}]
     })
 }
 
 fn template(labels: &Value, restart: &str) -> Value {
     json!({"metadata": {"labels": labels}, "spec": pod_spec(restart)})
+}
+
+/// Policy kinds whose quantities the server rewrites: non-canonical quantities (strings and
+/// numbers) inside LimitRange's un-keyed `limits` list (whose `Container` item the server
+/// completes with `defaultRequest`), in ResourceQuota's `hard` map and in HPA v2 metric
+/// targets (the HPA's `behavior` and `minReplicas` are left to the server's defaults). The
+/// limits admit the corpus' own pods and claims on a real server (LimitRanger, quota).
+fn policy_spec(kind: &str, parent: &str) -> Value {
+    match kind {
+        "LimitRange" => json!({"limits": [
+            {"type": "Container", "default": {"cpu": "0.5", "memory": "0.5Gi"},
+             "defaultRequest": {"cpu": 0.25}, "max": {"cpu": 2, "memory": "1.5Gi"}},
+            {"type": "PersistentVolumeClaim", "max": {"storage": "0.5Ti"}}]}),
+        "ResourceQuota" => json!({"hard": {"requests.storage": "0.5Ti",
+            "persistentvolumeclaims": "10000m", "services": 20, "count/configmaps": "1e2"}}),
+        "HorizontalPodAutoscaler" => json!({
+            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment",
+                               "name": format!("{parent}-deployment")},
+            "maxReplicas": 3,
+            "metrics": [
+                {"type": "Resource", "resource": {"name": "cpu",
+                    "target": {"type": "AverageValue", "averageValue": "0.5"}}},
+                {"type": "Resource", "resource": {"name": "memory",
+                    "target": {"type": "Utilization", "averageUtilization": 80}}},
+                {"type": "Pods", "pods": {"metric": {"name": "qps"},
+                    "target": {"type": "AverageValue", "averageValue": "1.5k"}}},
+                {"type": "External", "external": {"metric": {"name": "queue"},
+                    "target": {"type": "Value", "value": "2048Mi"}}}],
+            "behavior": {"scaleDown": {"policies": [
+                {"type": "Pods", "value": 1, "periodSeconds": 60}]}}}),
+        "PodDisruptionBudget" => json!({"minAvailable": "50%",
+            "selector": {"matchLabels": {"app": format!("{parent}-deployment")}}}),
+        _ => Value::Null,
+    }
+}
+
+/// Kinds without `spec`: a Secret with `stringData` (folded into `data` by the server) and
+/// base64 `data` the server re-encodes (a line break, unused trailing bits); a ConfigMap with
+/// such `binaryData`; a ServiceAccount; a Role; a RoleBinding whose User and Group subjects
+/// leave `apiGroup` to the server.
+fn top_level(kind: &str, parent: &str) -> Value {
+    match kind {
+        "ConfigMap" => json!({"data": {"a": "1"},
+            "binaryData": {"wrapped": "AAEC\nAw==", "odd": "QR=="}}),
+        "Secret" => json!({"stringData": {"greeting": "hello"},
+            "data": {"wrapped": "QUJD\nREVG", "odd": "QR=="}}),
+        "ServiceAccount" => json!({"automountServiceAccountToken": false,
+            "imagePullSecrets": [{"name": "registry"}]}),
+        "Role" => json!({"rules": [{"apiGroups": [""], "resources": ["configmaps"],
+            "resourceNames": [format!("{parent}-configmap")], "verbs": ["get", "watch"]}]}),
+        "RoleBinding" => json!({
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                        "name": format!("{parent}-role")},
+            "subjects": [{"kind": "ServiceAccount", "name": format!("{parent}-serviceaccount")},
+                         {"kind": "User", "name": "alice"}, {"kind": "Group", "name": "devs"}]}),
+        _ => json!({}),
+    }
 }
 
 /// The desired child of `kind` for parent `parent`.
@@ -125,7 +215,7 @@ fn desired(k: &Kind, parent: &str) -> Value {
             "selector": {"matchLabels": app}, "template": template(&app, "Always"),
             "volumeClaimTemplates": [{"metadata": {"name": "data"},
                 "spec": {"accessModes": ["ReadWriteOnce"],
-                         "resources": {"requests": {"storage": "1Gi"}}}}]}),
+                         "resources": {"requests": {"storage": "0.5Gi"}}}}]}),
         "DaemonSet" => json!({"selector": {"matchLabels": app},
                               "template": template(&app, "Always")}),
         "Job" => json!({"suspend": true, "template": template(&app, "Never")}),
@@ -137,15 +227,17 @@ fn desired(k: &Kind, parent: &str) -> Value {
         "NetworkPolicy" => json!({"podSelector": {"matchLabels": app},
             "ingress": [{"ports": [{"port": 80}, {"port": 443}]}]}),
         "PersistentVolumeClaim" => json!({"accessModes": ["ReadWriteOnce"],
-            "resources": {"requests": {"storage": "1Gi"}}}),
+            "resources": {"requests": {"storage": "0.5Gi"}}}),
         "Widget" => json!({"rules": [{"name": "a"}, {"name": "b", "weight": 2}],
                            "selector": {"key": "k"}}),
-        _ => Value::Null,
+        other => policy_spec(other, parent),
     };
     let mut obj = json!({"apiVersion": k.api_version, "kind": k.kind,
         "metadata": {"name": name, "labels": {"corpus": parent}}});
-    if k.kind == "ConfigMap" {
-        obj["data"] = json!({"a": "1"});
+    if spec.is_null() {
+        if let (Some(o), Value::Object(fields)) = (obj.as_object_mut(), top_level(k.kind, parent)) {
+            o.extend(fields);
+        }
     } else {
         obj["spec"] = spec;
     }

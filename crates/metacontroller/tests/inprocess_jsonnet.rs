@@ -1,160 +1,42 @@
-//! Jsonnet hooks run by the controller itself (no hook server): upstream's service-per-pod
-//! example with its own jsonnet files unchanged, a code change reaching every parent, and
-//! bad Jsonnet as a hook error with an Event while other parents keep syncing. Runs on the
-//! embedded server (dev mode) and, with METACONTROLLER_E2E_KUBECONFIG, on a real one.
+//! Jsonnet hooks run by the controller itself: bad Jsonnet is a hook error with an Event
+//! while other parents keep syncing. Runs on the embedded server and, with
+//! METACONTROLLER_E2E_KUBECONFIG, on a real one. (Upstream's service-per-pod on Jsonnet hooks:
+//! `example_upstream_service_per_pod_jsonnet.rs`.)
 
-use std::path::{Path, PathBuf};
+use std::collections::BTreeMap;
+use std::time::Duration;
 
-use metacontroller_testkit::example::{all_installed, ExampleCluster, Kubectl};
-use serde::Deserialize;
-use serde_json::{json, Value};
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::Api;
+use metacontroller_api::composite::CompositeController;
+use metacontroller_testkit::{
+    create_object, events_about, eventually_within, unique_name, ControllerProcess, CrdBuilder,
+    TestCluster,
+};
+use serde_json::json;
 
-const HOOKS_CONFIG_MAP: &str = "service-per-pod-hooks";
+const WAIT: Duration = Duration::from_secs(60);
 
-fn upstream(file: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/upstream-service-per-pod")
-        .join(file)
-}
+/// Each case's parent is synced by the entry file named here.
+const CASES: [(&str, &str); 4] = [
+    ("good", "good.jsonnet"),
+    ("recursive", "recursive.jsonnet"),
+    ("broken", "broken.jsonnet"),
+    ("missing", "missing.jsonnet"),
+];
 
-/// Upstream's DecoratorControllers with each `webhook: {url: http://service-per-pod.metacontroller/<path>}`
-/// (jsonnetd serving `<path>.jsonnet`) replaced by the same file as a `jsonnet:` hook, and
-/// the controllers renamed with `suffix`; the jsonnetd Deployment and Service are dropped.
-fn rewritten_controllers(namespace: &str, suffix: &str) -> Vec<Value> {
-    let text = std::fs::read_to_string(upstream("service-per-pod.yaml")).unwrap();
-    let mut controllers = Vec::new();
-    for doc in serde_yaml::Deserializer::from_str(&text) {
-        let mut doc = Value::deserialize(doc).unwrap();
-        if doc["kind"] != "DecoratorController" {
-            continue;
-        }
-        let name = doc["metadata"]["name"].as_str().unwrap().to_string();
-        doc["metadata"]["name"] = json!(format!("{name}-{suffix}"));
-        let hooks = doc["spec"]["hooks"].as_object_mut().unwrap();
-        for hook in hooks.values_mut() {
-            let url = hook["webhook"]["url"].as_str().unwrap().to_string();
-            let path = url.rsplit('/').next().unwrap();
-            *hook = json!({"jsonnet": {
-                "configMapRef": {"namespace": namespace, "name": HOOKS_CONFIG_MAP},
-                "key": format!("{path}.jsonnet"),
-            }});
-        }
-        controllers.push(doc);
-    }
-    assert_eq!(controllers.len(), 2, "upstream's two DecoratorControllers");
-    controllers
-}
-
-fn write_json(dir: &Path, name: &str, value: &Value) -> PathBuf {
-    let path = dir.join(name);
-    std::fs::write(&path, serde_json::to_vec_pretty(value).unwrap()).unwrap();
-    path
-}
-
-/// The hook ConfigMap as upstream's kustomization generates it: one key per jsonnet file.
-fn create_hook_config_map(k: &Kubectl) {
-    let mut args = vec![
-        "create".to_string(),
-        "configmap".to_string(),
-        HOOKS_CONFIG_MAP.to_string(),
-    ];
-    for file in [
-        "finalize-service-per-pod.jsonnet",
-        "sync-pod-name-label.jsonnet",
-        "sync-service-per-pod.jsonnet",
-    ] {
-        args.push(format!("--from-file={}", upstream(file).display()));
-    }
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    k.ok(&args);
-}
-
-fn service_names(k: &Kubectl) -> String {
-    let mut names = k.names(&["services", "-l", "app=service-per-pod"]);
-    names.sort();
-    names.join(" ")
-}
-
-#[test]
-fn upstream_service_per_pod_runs_on_jsonnet_hooks_without_jsonnetd() {
-    if !all_installed(&["kubectl"]) {
-        return;
-    }
-    let cluster = ExampleCluster::start(env!("CARGO_BIN_EXE_metacontroller"));
-    let k = cluster.namespace("spp-jsonnet");
-    create_hook_config_map(&k);
-    let suffix = k.ns().to_string();
-    let controllers = json!({"apiVersion": "v1", "kind": "List", "items": rewritten_controllers(k.ns(), &suffix)});
-    cluster.kubectl.apply(&write_json(
-        cluster.dir.path(),
-        "controllers.json",
-        &controllers,
-    ));
-    k.apply(&upstream("my-statefulset.yaml"));
-
-    // sync-service-per-pod.jsonnet: a Service per replica, selecting the pod-name label,
-    // with both ports of the annotation.
-    k.until(
-        "Services nginx-0..2",
-        &["get", "services", "-l", "app=service-per-pod", "-o", "name"],
-        |ok, _| ok && service_names(&k) == "nginx-0 nginx-1 nginx-2",
-    );
-    assert_eq!(
-        k.jsonpath(
-            &["service", "nginx-1"],
-            "{.spec.selector.pod-name} {.spec.ports[*].port} {.spec.ports[*].targetPort} {.spec.ports[*].name}"
-        ),
-        "nginx-1 80 8080 80 8080 port-80 port-8080"
-    );
-    // sync-pod-name-label.jsonnet: each pod labelled with its own name.
-    k.until_jsonpath(
-        &["pod", "nginx-2"],
-        "{.metadata.labels.pod-name}",
-        "nginx-2",
-    );
-
-    // Scaling changes the Services; deleting runs finalize-service-per-pod.jsonnet.
-    k.ok(&["scale", "statefulset", "nginx", "--replicas=1"]);
-    k.until(
-        "Service nginx-0 only",
-        &["get", "services", "-l", "app=service-per-pod", "-o", "name"],
-        |ok, _| ok && service_names(&k) == "nginx-0",
-    );
-    k.ok(&["delete", "statefulset", "nginx", "--wait=true"]);
-    k.until_gone(&["statefulset", "nginx"]);
-    assert_eq!(service_names(&k), "");
-    for doc in controllers["items"].as_array().unwrap() {
-        let name = doc["metadata"]["name"].as_str().unwrap();
-        cluster
-            .kubectl
-            .ok(&["delete", "decoratorcontroller", name, "--wait=false"]);
-    }
-    cluster.clean_up(&[&k]);
-}
-
-/// Infinitely recursive Jsonnet, a syntax error and a missing key each fail their own
-/// parents with a SyncError naming the problem (file:line for the code), while a good hook
-/// beside them keeps syncing. Both servers.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn bad_jsonnet_is_a_hook_error_with_an_event_and_nothing_else_stops() {
-    use metacontroller_api::composite::CompositeController;
-    use metacontroller_testkit::{create_object, events_about, eventually_within, TestCluster};
-    use std::time::Duration;
-
-    let (cluster, ns, parent) = TestCluster::start_with_parent("jsonnet-bad").await;
-    cluster.install_metacontroller_crds().await;
+/// The ConfigMap `code` with a good hook, an infinitely recursive one and a syntax error.
+async fn create_code(api: &Api<ConfigMap>) {
     let files = [
         ("good.jsonnet", "function(request) {children: [{apiVersion: 'v1', kind: 'ConfigMap', metadata: {name: request.parent.metadata.name}, data: {ok: 'yes'}}]}"),
         ("recursive.jsonnet", "local f(x) = f(x + 1) + 1;\nfunction(request) f(0)"),
         ("broken.jsonnet", "function(request) {\n  children: [,\n}"),
     ];
-    let api: kube::Api<k8s_openapi::api::core::v1::ConfigMap> =
-        kube::Api::namespaced(cluster.client(), &ns);
-    let data: std::collections::BTreeMap<String, String> = files
+    let data: BTreeMap<String, String> = files
         .iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
-    let code = k8s_openapi::api::core::v1::ConfigMap {
+    let code = ConfigMap {
         metadata: kube::core::ObjectMeta {
             name: Some("code".into()),
             ..Default::default()
@@ -163,29 +45,54 @@ async fn bad_jsonnet_is_a_hook_error_with_an_event_and_nothing_else_stops() {
         ..Default::default()
     };
     api.create(&Default::default(), &code).await.unwrap();
-    let label = metacontroller_testkit::unique_name("team");
-    let cases = [
-        ("good", "good.jsonnet"),
-        ("recursive", "recursive.jsonnet"),
-        ("broken", "broken.jsonnet"),
-        ("missing", "missing.jsonnet"),
-    ];
-    for (case, key) in cases {
+}
+
+/// One CompositeController per case (parents labelled `case=<case>`), all labelled `label`.
+async fn create_controllers(cluster: &TestCluster, parent: &CrdBuilder, ns: &str, label: &str) {
+    for (case, key) in CASES {
         let mut spec = parent.composite_spec("http://unused.invalid/");
         spec["generateSelector"] = json!(true);
         spec["parentResource"]["labelSelector"] = json!({"matchLabels": {"case": case}});
         spec["hooks"] = json!({"sync": {"jsonnet": {
             "configMapRef": {"namespace": ns, "name": "code"}, "key": key}}});
         let _: CompositeController = cluster
-            .create_controller(&metacontroller_testkit::unique_name(case), &label, spec)
+            .create_controller(&unique_name(case), label, spec)
             .await;
     }
-    let _controller = metacontroller_testkit::ControllerProcess::run(
+}
+
+async fn until_sync_error(cluster: &TestCluster, ns: &str, name: &str, needle: &str) {
+    eventually_within(
+        &format!("a SyncError on {name} saying {needle:?}"),
+        WAIT,
+        || async {
+            events_about(cluster, ns, name).await.iter().any(|e| {
+                e.reason.as_deref() == Some("SyncError")
+                    && e.message.as_deref().is_some_and(|m| m.contains(needle))
+            })
+        },
+    )
+    .await;
+}
+
+/// Infinitely recursive Jsonnet, a syntax error and a missing key each fail their own
+/// parents with a SyncError naming the problem (file:line for the code), while a good hook
+/// beside them keeps syncing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_jsonnet_is_a_hook_error_with_an_event_and_nothing_else_stops() {
+    let (cluster, ns, parent) = TestCluster::start_with_parent("jsonnet-bad").await;
+    cluster.install_metacontroller_crds().await;
+    let config_maps: Api<ConfigMap> = Api::namespaced(cluster.client(), &ns);
+    create_code(&config_maps).await;
+    let label = unique_name("team");
+    create_controllers(&cluster, &parent, &ns, &label).await;
+    let selector = format!("team={label}");
+    let _controller = ControllerProcess::run(
         env!("CARGO_BIN_EXE_metacontroller"),
         cluster.kubeconfig_path(),
         &[
             "--target-label-selector",
-            &format!("team={label}"),
+            &selector,
             "--metrics-address",
             "0",
             "--health-probe-bind-address",
@@ -193,37 +100,17 @@ async fn bad_jsonnet_is_a_hook_error_with_an_event_and_nothing_else_stops() {
         ],
     );
     let parents = parent.api(cluster.client(), Some(&ns));
-    for (case, _) in cases {
-        create_object(
-            &parents,
-            json!({"apiVersion": parent.api_version(), "kind": parent.kind(),
-            "metadata": {"name": case, "namespace": ns, "labels": {"case": case}}}),
-        )
-        .await;
+    for (case, _) in CASES {
+        let object = json!({"apiVersion": parent.api_version(), "kind": parent.kind(),
+            "metadata": {"name": case, "namespace": ns, "labels": {"case": case}}});
+        create_object(&parents, object).await;
     }
-    let expected = [
-        ("recursive", "stack overflow"),
-        ("recursive", "recursive.jsonnet:1"),
-        ("broken", "broken.jsonnet:2"),
-        ("missing", "has no key \"missing.jsonnet\""),
-    ];
-    for (name, needle) in expected {
-        eventually_within(
-            &format!("a SyncError on {name} saying {needle:?}"),
-            Duration::from_secs(60),
-            || async {
-                events_about(&cluster, &ns, name).await.iter().any(|e| {
-                    e.reason.as_deref() == Some("SyncError")
-                        && e.message.as_deref().is_some_and(|m| m.contains(needle))
-                })
-            },
-        )
-        .await;
-    }
-    eventually_within(
-        "the good parent's child",
-        Duration::from_secs(60),
-        || async { api.get_opt("good").await.ok().flatten().is_some() },
-    )
+    until_sync_error(&cluster, &ns, "recursive", "stack overflow").await;
+    until_sync_error(&cluster, &ns, "recursive", "recursive.jsonnet:1").await;
+    until_sync_error(&cluster, &ns, "broken", "broken.jsonnet:2").await;
+    until_sync_error(&cluster, &ns, "missing", "has no key \"missing.jsonnet\"").await;
+    eventually_within("the good parent's child", WAIT, || async {
+        config_maps.get_opt("good").await.ok().flatten().is_some()
+    })
     .await;
 }

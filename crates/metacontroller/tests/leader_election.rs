@@ -18,7 +18,7 @@ use metacontroller_testkit::replicas::{
 };
 use metacontroller_testkit::{
     create_object, eventually_within, parent_name, unique_name, ControllerProcess, CrdBuilder,
-    HookReply, HookServer, TestCluster,
+    Fault, HookReply, HookServer, TestCluster,
 };
 use serde_json::json;
 
@@ -102,7 +102,7 @@ impl Setup {
                 ("POD_NAMESPACE", self.ns.clone()),
                 (
                     "RUST_LOG",
-                    "warn,metacontroller=info,metacontroller_controllers=info,metacontroller_hooks=trace"
+                    "warn,metacontroller=info,metacontroller::leader=debug,metacontroller_controllers=info,metacontroller_hooks=trace"
                         .to_string(),
                 ),
             ],
@@ -532,4 +532,117 @@ async fn a_leader_whose_api_link_stalls_stops_syncing_before_its_lease_can_be_ta
 
     assert_stalled_leader_stopped(&calls.calls(), &leader_id, stalled, taken);
     eprintln!("healed {:?} ago", healed.elapsed());
+}
+
+/// When the Lease's `renewTime` was first seen to differ from `before` (polled every
+/// 20 ms, at most `within`): no earlier than the server wrote the renewal.
+async fn renewal_seen(setup: &Setup, before: Option<String>, within: Duration) -> Instant {
+    let renew_time = || async {
+        let lease = setup.leases().get(&setup.lease_name).await.ok()?;
+        let time = lease.spec?.renew_time?;
+        Some(format!("{:?}", time.0))
+    };
+    let deadline = Instant::now() + within;
+    loop {
+        let now = renew_time().await;
+        if now.is_some() && now != before {
+            return Instant::now();
+        }
+        assert!(Instant::now() < deadline, "no renewal within {within:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A renewal whose answer comes back 7 s late, then renewals that fail (and once the leader
+/// gave up, a stalled link): the leader must count its deadlines from when it sent the
+/// renewal (the standby counts from when it saw it), so it stops syncing before the standby
+/// may take over and before the standby's first hook call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_whose_renewal_answer_is_late_stops_before_the_standby_starts() {
+    let ProxiedLeader {
+        setup,
+        leader,
+        standby,
+        calls,
+        leader_id,
+        proxied,
+    } = proxied_leader_and_standby().await;
+    let Some(control) = setup.cluster.control() else {
+        eprintln!("skipped: needs the embedded API server (a slowed answer)");
+        return;
+    };
+    let before = setup
+        .leases()
+        .get(&setup.lease_name)
+        .await
+        .ok()
+        .and_then(|l| l.spec?.renew_time)
+        .map(|t| format!("{:?}", t.0));
+    // The standby only reads the Lease while it stands by: the next updates are the
+    // leader's. The first is served at once and answered 7 s later, the others fail.
+    let update = (Some("update"), Some("leases"));
+    let late = Duration::from_secs(7);
+    control.inject(Fault::slow_response(update.0, update.1, 1, late));
+    control.inject(Fault::status(update.0, update.1, 1000, 500));
+    let written = renewal_seen(&setup, before, Duration::from_secs(10)).await;
+    eventually_within(
+        "the leader gives up",
+        LEADER_LEASE + Duration::from_secs(10),
+        || async { leader.logs().contains("lost the lease") },
+    )
+    .await;
+    // It still holds the Lease on the server and would take it back as soon as its
+    // renewals work again: from now on only the standby's go through.
+    proxied.proxy.stall();
+    control.clear_faults();
+    eventually_within(
+        "the standby takes over",
+        LEADER_LEASE + Duration::from_secs(20),
+        || async { standby.logs().contains("acquired the lease") },
+    )
+    .await;
+    eventually_within("the old leader stops", Duration::from_secs(30), || async {
+        let logs = leader.logs();
+        logs.contains("standing by") || logs.contains("exiting so two replicas never write")
+    })
+    .await;
+    eventually_within("the standby syncs", Duration::from_secs(10), || async {
+        calls.calls().iter().any(|c| c.replica != leader_id)
+    })
+    .await;
+    assert_stopped_before_takeover(&calls.calls(), &leader_id, written);
+}
+
+/// No hook call of the old leader `leader_id` started once its lease could be taken (the
+/// lease duration after `written`, when its last renewal was seen on the server) or the
+/// standby had started; never two calls for one parent at once.
+fn assert_stopped_before_takeover(calls: &[ReplicaCall], leader_id: &str, written: Instant) {
+    let standby_first = calls
+        .iter()
+        .filter(|c| c.replica != leader_id)
+        .map(|c| c.start)
+        .min();
+    let after = |at: Instant| at.saturating_duration_since(written);
+    let leader_last = calls
+        .iter()
+        .filter(|c| c.replica == leader_id)
+        .map(|c| after(c.start))
+        .max();
+    eprintln!(
+        "late renewal answer: the leader's last hook call started {leader_last:?} after the \
+         renewal was on the server, the standby's first {:?} after it",
+        standby_first.map(after)
+    );
+    let late: Vec<Duration> = calls
+        .iter()
+        .filter(|c| c.replica == leader_id && c.start >= written)
+        .filter(|c| after(c.start) >= LEADER_LEASE || standby_first.is_some_and(|f| c.start >= f))
+        .map(|c| after(c.start))
+        .collect();
+    assert!(
+        late.is_empty(),
+        "the old leader called the hook {late:?} after its last renewal was on the server, \
+         once the standby could take over (after {LEADER_LEASE:?}) or had started"
+    );
+    assert_no_concurrent_syncs(calls);
 }

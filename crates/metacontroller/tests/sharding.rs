@@ -1319,3 +1319,86 @@ async fn a_replica_paused_beyond_its_lease_does_not_sync_with_stale_ownership() 
     );
     assert_eq!(all.len(), parents.len() + 10);
 }
+
+/// A parent name and an owner name whose shards are held by different replicas of
+/// `holders` (shard → identity).
+fn names_in_different_replicas(ns: &str, holders: &BTreeMap<u32, String>) -> (String, String) {
+    let holder = |name: &str| {
+        holders
+            .get(&shard_of(&format!("{ns}/{name}"), SHARDS))
+            .cloned()
+    };
+    let parent = "taken-p".to_string();
+    let mine = holder(&parent);
+    let owner = (0..1000)
+        .map(|i| format!("owner-{i}"))
+        .find(|o| holder(o) != mine)
+        .expect("an owner name in another replica's shard");
+    (parent, owner)
+}
+
+/// Creates ConfigMap `owner` and ConfigMap `name` controlled by it. Returns the latter.
+async fn create_controlled_configmap(setup: &Setup, owner: &str, name: &str) -> ConfigMap {
+    let cms: Api<ConfigMap> = Api::namespaced(setup.cluster.client(), &setup.ns);
+    let pp = kube::api::PostParams::default();
+    let owner_cm: ConfigMap = serde_json::from_value(json!({"metadata": {"name": owner}})).unwrap();
+    let owner_cm = cms.create(&pp, &owner_cm).await.unwrap();
+    let held: ConfigMap = serde_json::from_value(json!({
+        "metadata": {"name": name, "ownerReferences": [{
+            "apiVersion": "v1", "kind": "ConfigMap", "name": owner,
+            "uid": owner_cm.metadata.uid, "controller": true}]},
+        "data": {"holder": owner},
+    }))
+    .unwrap();
+    cms.create(&pp, &held).await.unwrap()
+}
+
+/// A child name held by an object controlled by a parent of another replica's shard: the
+/// parent's replica does not cache that object, so no event of it ever reaches its writer.
+/// Once the holder is deleted the child is created all the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_child_name_freed_by_an_object_of_another_replicas_shard_is_taken_soon() {
+    let _serial = SERIAL.lock().await;
+    let setup = Setup::new(Duration::from_millis(20)).await;
+    let (_replicas, _ids) = setup.three_replicas().await;
+    let holders = setup.shard_holders().await;
+    let (parent, owner) = names_in_different_replicas(&setup.ns, &holders);
+    let taken = format!("{parent}-a");
+    create_controlled_configmap(&setup, &owner, &taken).await;
+    setup.create_parent(&parent).await;
+    // The sync met the taken name (its other child exists, its SyncError names this one).
+    let named = format!("ConfigMap {}/{taken}", setup.ns);
+    eventually_within(
+        "a SyncError naming the taken name",
+        Duration::from_secs(60),
+        || async { testkit_warnings(&setup, &parent, &named).await },
+    )
+    .await;
+    let cms: Api<ConfigMap> = Api::namespaced(setup.cluster.client(), &setup.ns);
+    cms.delete(&taken, &Default::default()).await.unwrap();
+    eventually_within(
+        "the child created in the freed name",
+        Duration::from_secs(30),
+        || async {
+            cms.get_opt(&taken).await.unwrap().is_some_and(|cm| {
+                cm.metadata
+                    .owner_references
+                    .iter()
+                    .flatten()
+                    .any(|r| r.controller == Some(true) && r.name == parent)
+            })
+        },
+    )
+    .await;
+}
+
+/// Whether a SyncError Warning on `parent` names `needle`.
+async fn testkit_warnings(setup: &Setup, parent: &str, needle: &str) -> bool {
+    metacontroller_testkit::events_about(&setup.cluster, &setup.ns, parent)
+        .await
+        .iter()
+        .any(|e| {
+            e.reason.as_deref() == Some("SyncError")
+                && e.message.as_deref().is_some_and(|m| m.contains(needle))
+        })
+}

@@ -165,3 +165,35 @@ async fn the_metrics_server_ending_stops_the_process() {
     let mut process = setup.start("end:metrics-server", &["--metrics-address=127.0.0.1:0"]);
     assert_failed_because_of(&mut process, "metrics-server", false);
 }
+
+/// A controller's worker task panicking outside a sync (a sync's own panic is caught and
+/// retried) would stop that controller's work for good while /healthz stays green: the
+/// process exits non-zero instead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panicking_controller_task_stops_the_process() {
+    let setup = Setup::new().await;
+    let mut process = setup.start("panic:controller", &["--metrics-address=0"]);
+    assert_failed_because_of(&mut process, "controller/CompositeController/", false);
+}
+
+/// The task admitting acquired shards panicking would leave them reserved and never
+/// synced: the process exits non-zero instead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panicking_shard_admission_stops_the_process() {
+    let setup = Setup::new().await;
+    let id = format!("--leader-election-id={}", unique_name("group"));
+    let mut process = setup.start(
+        "panic:shard-admit",
+        &["--sharding", "--shards=4", &id, "--metrics-address=0"],
+    );
+    assert_failed_because_of(&mut process, "shard-admit", false);
+}
+
+/// The Event writer panicking would drop every later Event silently: the process exits
+/// non-zero instead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panicking_event_writer_stops_the_process() {
+    let setup = Setup::new().await;
+    let mut process = setup.start("panic:event-writer", &["--metrics-address=0"]);
+    assert_failed_because_of(&mut process, "event-writer", false);
+}

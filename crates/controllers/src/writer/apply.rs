@@ -36,7 +36,7 @@ impl Writer {
         if observed.is_none() {
             // A forced apply is an upsert: it would take over an object of the same name
             // that we do not control. Read first and leave such an object alone.
-            if let Some(taken) = self.known_taken(&owner, &key, &what) {
+            if let Known::Taken(taken) = self.known_taken(&owner, &key, &what) {
                 return Err(taken);
             }
             if let Some(taken) = self.check_taken(res, &owner, &key, &body, &what).await? {
@@ -90,10 +90,8 @@ impl Writer {
 }
 
 /// True if every field `body` sets is already in `observed` (list-maps merged by key, as the
-/// apply engine does): applying it would change nothing.
+/// apply engine does, values in the form the server stores them): applying it would change
+/// nothing. See [`metacontroller_apply::ssa::is_in_place`].
 pub(crate) fn contains_all(observed: &Value, body: &Value) -> bool {
-    match metacontroller_apply::merge(observed, None, body) {
-        Ok(merged) => !metacontroller_apply::needs_update(observed, &merged),
-        Err(_) => false,
-    }
+    metacontroller_apply::ssa::is_in_place(observed, body)
 }

@@ -30,7 +30,8 @@ impl Writer {
     /// Creates `object` (a child of `owner_uid`). `Ok(None)` if it already exists and is
     /// ours (a stale cache; deterministic names make this harmless). If the name is taken
     /// by an object we do not control, [`WriteError::NameTaken`]: that object is left
-    /// alone and the create is not sent again until [`Writer::observe`] sees it change.
+    /// alone and the create is not sent again until [`Writer::observe`] sees it change or
+    /// a read after [`TAKEN_RECHECK`](super::taken::TAKEN_RECHECK) finds it gone.
     pub async fn create(
         &self,
         res: &ApiResource,
@@ -40,8 +41,16 @@ impl Writer {
         let key = key_of(res, &object);
         let what = format!("create {}", describe(res, &object));
         let owner = owner_uid.to_string();
-        if let Some(taken) = self.known_taken(&owner, &key, &what) {
-            return Err(taken);
+        match self.known_taken(&owner, &key, &what) {
+            Known::Free => {}
+            Known::Taken(taken) => return Err(taken),
+            // Read the holder again rather than sending the create: the write would be
+            // refused if it is still there.
+            Known::Stale => {
+                if let Some(taken) = self.check_taken(res, &owner, &key, &object, &what).await? {
+                    return Err(taken);
+                }
+            }
         }
         let body: DynamicObject =
             serde_json::from_value(object.clone()).map_err(|source| WriteError::Encode {

@@ -1,7 +1,32 @@
 //! Child names held by objects the parent does not control: met once, reported, and
-//! retried only once the holder changed or went.
+//! retried once the holder changed or went.
+//!
+//! The informer event of the holder's change usually releases the name. A sharded replica
+//! does not see every event, though: its child informers keep only the objects whose
+//! controller is a parent of its own shards (see `metacontroller_dynamic::informer`), so a
+//! holder controlled by another replica's parent can go without this replica hearing of
+//! it. A taken name is therefore believed for [`TAKEN_RECHECK`] only; a sync after that
+//! reads the object again (a GET, never a write) before reporting the name taken.
+
+use std::time::{Duration, Instant};
 
 use super::*;
+
+/// How long a taken name is believed without reading the holder again. A parent stuck on
+/// a taken name costs at most one GET per this period (and only when it is synced: its
+/// failures back off as any other sync's), and learns within it that an unseen holder
+/// went.
+pub(crate) const TAKEN_RECHECK: Duration = Duration::from_secs(5);
+
+/// What is known of a child's name before writing it.
+pub(super) enum Known {
+    /// Not known to be taken.
+    Free,
+    /// Taken, as read less than [`TAKEN_RECHECK`] ago.
+    Taken(WriteError),
+    /// Taken when last read, long enough ago to read again.
+    Stale,
+}
 
 impl Writer {
     /// Forgets the taken names `change` may have freed (the taker deleted, or changed since
@@ -38,24 +63,23 @@ impl Writer {
         self.taken.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The error for a child whose name is known to be taken, if it is.
-    pub(super) fn known_taken(
-        &self,
-        owner: &str,
-        key: &ObjectKey,
-        what: &str,
-    ) -> Option<WriteError> {
-        self.taken_lock()
-            .get(&(owner.to_string(), key.clone()))
-            .map(|t| WriteError::NameTaken {
+    /// What is known of a child's name: taken (the error to report), free, or to be read
+    /// again ([`Writer::check_taken`]).
+    pub(super) fn known_taken(&self, owner: &str, key: &ObjectKey, what: &str) -> Known {
+        match self.taken_lock().get(&(owner.to_string(), key.clone())) {
+            None => Known::Free,
+            Some(t) if t.checked.elapsed() >= TAKEN_RECHECK => Known::Stale,
+            Some(t) => Known::Taken(WriteError::NameTaken {
                 what: what.to_string(),
                 holder: t.holder.clone(),
-            })
+            }),
+        }
     }
 
     /// After a create met an existing object (or before a server-side apply that would
-    /// create): reads it from the API server. `Ok(None)` when it is ours after all (a
-    /// stale cache) or gone; otherwise it is remembered as taken and reported.
+    /// create, or when a taken name is [`Known::Stale`]): reads it from the API server.
+    /// `Ok(None)` when it is ours after all (a stale cache) or gone, and the name is no
+    /// longer taken; otherwise it is remembered as taken (read now) and reported.
     pub(super) async fn check_taken(
         &self,
         res: &ApiResource,
@@ -64,13 +88,12 @@ impl Writer {
         desired: &Value,
         what: &str,
     ) -> Result<Option<WriteError>, WriteError> {
-        let Some(existing) = self.get(res, &key.namespace, &key.name).await? else {
+        let existing = self.get(res, &key.namespace, &key.name).await?;
+        let foreign = existing.filter(|e| e.controller_uid() != Some(owner));
+        let Some(existing) = foreign else {
+            self.taken_lock().remove(&(owner.to_string(), key.clone()));
             return Ok(None);
         };
-        let controller = existing.controller_uid().map(str::to_owned);
-        if controller.as_deref() == Some(owner) {
-            return Ok(None);
-        }
         let holder = match existing
             .pointer("/metadata/ownerReferences")
             .and_then(Value::as_array)
@@ -84,17 +107,27 @@ impl Writer {
             None => "no controller".to_string(),
         };
         let holder = format!("uid {}, {holder}", existing.uid().unwrap_or_default());
+        let resource_version = existing.resource_version().unwrap_or_default().to_string();
+        let mut taken = self.taken_lock();
+        let entry = (owner.to_string(), key.clone());
         // Upstream logs this at info level and tries again every sync; we say it once per
-        // meeting and wait for the object to change.
-        tracing::warn!(%what, %holder, "child name taken by an object we do not control");
-        self.taken_lock().insert(
-            (owner.to_string(), key.clone()),
+        // meeting (not again when a recheck finds the same object) and wait for it to change.
+        if taken
+            .get(&entry)
+            .is_none_or(|t| t.resource_version != resource_version)
+        {
+            tracing::warn!(%what, %holder, "child name taken by an object we do not control");
+        }
+        taken.insert(
+            entry,
             Taken {
-                resource_version: existing.resource_version().unwrap_or_default().to_string(),
+                resource_version,
                 desired: desired.clone(),
                 holder: holder.clone(),
+                checked: Instant::now(),
             },
         );
+        drop(taken);
         Ok(Some(WriteError::NameTaken {
             what: what.to_string(),
             holder,
@@ -112,4 +145,6 @@ pub(super) struct Taken {
     pub(super) desired: Value,
     /// For the error message.
     pub(super) holder: String,
+    /// When it was last read from the API server (see [`TAKEN_RECHECK`]).
+    pub(super) checked: Instant,
 }

@@ -22,6 +22,8 @@
 //! * [`preserve_service_allocations`] — Service updates keep allocated
 //!   addresses the client omitted.
 
+mod autoscaling;
+mod limits;
 mod pod;
 mod service;
 mod util;
@@ -94,6 +96,10 @@ fn defaults(
         }
         ("", "v1", "Service") => service::service(o, alloc)?,
         ("", "v1", "Secret") => secret(o),
+        ("", "v1", "LimitRange") => limits::limit_range(o),
+        ("autoscaling", "v2", "HorizontalPodAutoscaler") => {
+            autoscaling::horizontal_pod_autoscaler(o);
+        }
         ("", "v1", "Namespace") => namespace(o),
         ("", "v1", "PersistentVolumeClaim") => workloads::pvc(o),
         ("networking.k8s.io", "v1", "NetworkPolicy") => network_policy(o),

@@ -81,6 +81,36 @@ pub fn message_for(api_version: &str, kind: &str) -> Option<&'static str> {
     schema.by_lower.get(&wanted).map(String::as_str)
 }
 
+/// The JSON shape of one field of a built-in message, as the generated table gives it.
+pub(crate) struct FieldShape {
+    /// JSON name; empty for an inlined message.
+    pub json: &'static str,
+    /// The value's message name (of the field, its map values or its items) or scalar kind.
+    pub of: &'static str,
+    /// A map from strings to `of`.
+    pub map: bool,
+    /// A list of `of`.
+    pub repeated: bool,
+}
+
+/// The fields of message `name`, if the table has it.
+pub(crate) fn shapes(name: &str) -> Option<impl Iterator<Item = FieldShape>> {
+    let fields = schema()?.messages.get(name)?;
+    Some(fields.values().map(|f| {
+        FieldShape {
+            json: f.json.as_str(),
+            of: f
+                .map
+                .as_deref()
+                .or(f.message.as_deref())
+                .or(f.kind.as_deref())
+                .unwrap_or("string"),
+            map: f.map.is_some(),
+            repeated: f.repeated,
+        }
+    }))
+}
+
 /// Deepest message nesting decoded: a body is untrusted input, and each level of nesting costs
 /// the sender two bytes but the server a stack frame. Kubernetes objects nest far less.
 const MAX_DEPTH: usize = 100;

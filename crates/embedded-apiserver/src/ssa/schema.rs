@@ -99,6 +99,9 @@ fn is_free_form_map(kind: &str, path: &[&str]) -> bool {
         "labels" | "annotations" | "nodeSelector" | "limits" | "requests" | "matchLabels"
         | "capacity" | "allocatable" | "hard" | "used" | "stringData" | "binaryData" => true,
         "data" => matches!(kind, "ConfigMap" | "Secret"),
+        "default" | "defaultRequest" | "max" | "min" | "maxLimitRequestRatio" => {
+            kind == "LimitRange"
+        }
         "selector" => kind == "Service" && path == ["spec", "selector"],
         _ => false,
     }

@@ -80,6 +80,8 @@ pub(crate) fn evaluate(
     let _entered = state.enter();
     let result = (|| {
         let function = state.import(entry)?;
+        // jrsonnet's interned strings are keys by address; the map never mutates them.
+        #[allow(clippy::mutable_key_type)]
         let mut arguments = HashMap::new();
         arguments.insert(IStr::from("request"), TlaArg::Val(request));
         let response = jrsonnet_evaluator::apply_tla(&arguments, function)?;

@@ -63,7 +63,7 @@ pub(crate) struct InProcess {
     modules: CompiledCache<WasmModule>,
     /// The digest of the module last read from each ConfigMap key, while that ConfigMap
     /// is the same object (no hashing per call).
-    known: Mutex<HashMap<(String, String, String), (Arc<CodeObject>, Digest)>>,
+    known: Mutex<HashMap<KnownKey, (Arc<CodeObject>, Digest)>>,
     /// Jsonnet evaluations still running past their timeout.
     overdue: Arc<AtomicUsize>,
 }
@@ -225,11 +225,7 @@ impl InProcess {
 
     /// The module compiled from ConfigMap key `key` when `object` is the ConfigMap it was
     /// read from.
-    fn known_module(
-        &self,
-        key: &(String, String, String),
-        object: &Arc<CodeObject>,
-    ) -> Option<WasmModule> {
+    fn known_module(&self, key: &KnownKey, object: &Arc<CodeObject>) -> Option<WasmModule> {
         let known = self.known.lock().unwrap_or_else(|e| e.into_inner());
         let (seen, digest) = known.get(key)?;
         if !Arc::ptr_eq(seen, object) {
@@ -238,6 +234,9 @@ impl InProcess {
         self.modules.get(digest)
     }
 }
+
+/// A ConfigMap key holding a module: namespace, name, key.
+type KnownKey = (String, String, String);
 
 /// A module as [`InProcess::module_bytes`] found it.
 enum ModuleBytes {
@@ -248,7 +247,7 @@ enum ModuleBytes {
 fn known_key(
     reference: &metacontroller_api::hook::CodeConfigMapReference,
     hook: &WasmHook,
-) -> (String, String, String) {
+) -> KnownKey {
     (
         reference.namespace.clone(),
         reference.name.clone(),

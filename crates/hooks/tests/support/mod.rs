@@ -162,6 +162,7 @@ pub fn hook(url: &str) -> Hook {
             url: Some(url.to_owned()),
             ..Webhook::default()
         }),
+        ..Hook::default()
     }
 }
 

@@ -138,7 +138,10 @@ pub async fn run(args: &RenderArgs) -> anyhow::Result<()> {
     tracing::debug!(controller = controller.name(), "rendering");
     match controller {
         Controller::Composite(cc) => {
-            composite::render(args, &cluster, &caller, *cc, replay, requested).await
+            Box::pin(composite::render(
+                args, &cluster, &caller, *cc, replay, requested,
+            ))
+            .await
         }
         Controller::Decorator(dc) => {
             decorator::render(args, &cluster, &caller, *dc, replay, requested).await

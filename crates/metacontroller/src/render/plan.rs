@@ -128,7 +128,8 @@ fn describe_action(
         } => {
             // What the server-side apply would leave (the writer skips a body already
             // in place).
-            let merged = merge(obs, None, object).unwrap_or_else(|_| object.clone());
+            // The body counts as applied before, as the writer's in-place check has it.
+            let merged = merge(obs, Some(object), object).unwrap_or_else(|_| object.clone());
             if needs_update(obs, &merged) {
                 let _ = writeln!(out, "update {what}");
                 out.push_str(&unified(Some(obs), Some(&merged), "observed", "applied"));

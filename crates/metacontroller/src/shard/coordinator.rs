@@ -10,12 +10,12 @@ use std::time::Duration;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::Api;
 use metacontroller_dynamic::shard_of;
-use metacontroller_dynamic::{Informers, Lapse, LeaseDeadlines, SyncGate};
+use metacontroller_dynamic::{Informers, Lapse, LeaseDeadlines, Supervisor, SyncGate};
 use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 
 use super::assignment::{assignment, settled};
-use super::leases::{holder_of, list_leases, role, seconds};
+use super::leases::{holder_of, list_leases, role};
 use super::membership::{next_round_in, Observed};
 use super::metrics::ShardMetrics;
 use super::{ShardConfig, GROUP_LABEL};
@@ -150,15 +150,7 @@ impl Coordinator {
     /// deadline, and running ones are abandoned at the fence, a margin before the Lease can
     /// expire in any other replica's eyes (the duration written in the Lease, whole seconds).
     pub(super) fn deadlines(&self, sent: Instant) -> LeaseDeadlines {
-        let written =
-            Duration::from_secs(seconds(self.config.lease_duration).unsigned_abs().into());
-        let margin =
-            ((written.saturating_sub(self.config.renew_deadline)) / 2).min(Duration::from_secs(1));
-        let fence = sent + written.saturating_sub(margin);
-        LeaseDeadlines {
-            renew_by: (sent + self.config.renew_deadline).min(fence),
-            fence,
-        }
+        crate::leader::lease_deadlines(sent, self.config.lease_duration, self.config.renew_deadline)
     }
 
     /// The rest of a round: read the group, release and acquire shards. Requests are bounded
@@ -389,7 +381,8 @@ impl Coordinator {
             "sharding: members stopped renewing; caching the shards this replica would take over ahead of their lease expiry"
         );
         let relist = self.informers.relist_filtered();
-        tokio::spawn(async move {
+        let supervisor = self.informers.supervisor();
+        Supervisor::spawn_once_with(supervisor, "shard-cache-ahead", async move {
             relist.await;
             listed.store(true, Ordering::Release);
         });
@@ -417,7 +410,8 @@ impl Coordinator {
         let informers = self.informers.clone();
         let acquiring = self.acquiring.clone();
         let metrics = self.metrics.clone();
-        tokio::spawn(async move {
+        let supervisor = self.informers.supervisor();
+        Supervisor::spawn_once_with(supervisor, "shard-admit", async move {
             let started = Instant::now();
             tokio::pin!(relist);
             while tokio::time::timeout(Duration::from_secs(30), &mut relist)

@@ -9,6 +9,8 @@ use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, OwnerReference};
 use kube::api::{Api, ListParams, PostParams};
 
+use metacontroller_dynamic::Supervisor;
+
 use super::coordinator::Coordinator;
 use super::{GROUP_LABEL, ROLE_LABEL, SHARDS_ANNOTATION};
 
@@ -87,7 +89,8 @@ impl Coordinator {
         let name = self.config.shard_lease(shard);
         let me = self.config.identity.clone();
         let releasing = self.releasing.clone();
-        tokio::spawn(async move {
+        let supervisor = self.informers.supervisor();
+        Supervisor::spawn_once_with(supervisor, "shard-release", async move {
             // A sync cannot be cancelled halfway; the Lease stays ours until it ends.
             while !gate.release_shard(shard, Duration::from_secs(60)).await {
                 tracing::warn!(
