@@ -24,6 +24,10 @@
 #                            while the converged ones resync; report their convergence against
 #                            their own bound
 #   --resync-secs S          the CompositeController's resyncPeriodSeconds with --burst (30)
+#   --hook webhook|wasm      the sync hook: the local webhook (default) or the same hook as a
+#                            WASM module in a ConfigMap run by the controller
+#                            (examples/load-hook-wasm; needs the wasm32-wasip1 target; no full
+#                            resync or --burst then)
 #   --kubeconfig PATH        run against that (real) API server instead of the embedded one;
 #                            request counts then come from the controller's own /metrics (by
 #                            verb and status code), and the CPU seconds of a kube-apiserver
@@ -33,6 +37,7 @@
 #
 # Examples: hack/load-composite.sh --parents 2000 --children 3 --realistic-latency
 #           hack/load-composite.sh --real --parents 2000 --children 3
+#           hack/load-composite.sh --real --parents 2000 --children 3 --hook wasm
 set -euo pipefail
 cd "$(dirname "$0")/.."
 pass=()

@@ -32,10 +32,17 @@
 //! the status is `{"children": C}` from the first sync: 1 status write and 2 hook calls per
 //! parent at least.
 //!
+//! With `--hook wasm` the sync hook is not the local hook server but the same hook as a
+//! WebAssembly module run inside the controller (`examples/load-hook-wasm`, built here for
+//! `wasm32-wasip1`, in a ConfigMap of a `hooks-…` namespace): the cost of in-process hooks
+//! against a webhook on loopback. The full resync and `--burst` count the hook server's calls,
+//! so they are off in that mode; hook calls come from the controller's
+//! `metacontroller_hook_calls_total` (on a real server, where `/metrics` is scraped).
+//!
 //! Usage: `composite_load --binary PATH [--parents N] [--children N] [--workers N]
 //! [--realistic-latency] [--status observed|desired] [--hook-delay-ms N] [--quiet-secs N]
 //! [--controller-arg ARG]... [--no-resync] [--burst B] [--resync-secs S]
-//! [--ignore-status-changes]`.
+//! [--ignore-status-changes] [--hook webhook|wasm]`.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -75,6 +82,8 @@ struct Args {
     resync_secs: u64,
     /// `parentResource.ignoreStatusChanges: true` (no sync for the parent's status writes).
     ignore_status_changes: bool,
+    /// The sync hook runs as WebAssembly inside the controller (else the local webhook).
+    wasm_hook: bool,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -93,6 +102,7 @@ fn parse_args() -> Result<Args, String> {
         burst: 0,
         resync_secs: 30,
         ignore_status_changes: false,
+        wasm_hook: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -135,8 +145,25 @@ fn parse_args() -> Result<Args, String> {
                     other => return Err(format!("--status {other}: observed or desired")),
                 }
             }
+            "--hook" => {
+                args.wasm_hook = match value.as_str() {
+                    "webhook" => false,
+                    "wasm" => true,
+                    other => return Err(format!("--hook {other}: webhook or wasm")),
+                }
+            }
             other => return Err(format!("unknown flag {other}")),
         }
+    }
+    if args.wasm_hook {
+        // Both phases count the local hook server's calls, which a WASM hook never makes.
+        if args.burst > 0 {
+            return Err("--burst needs --hook webhook".into());
+        }
+        if args.children > 999 {
+            return Err("--hook wasm takes at most 999 children".into());
+        }
+        args.resync = false;
     }
     Ok(args)
 }
@@ -660,6 +687,8 @@ struct Setup {
     hook: Arc<HookServer>,
     /// Hook calls for the cold-start namespace's parents (resyncs, during a burst).
     main_calls: Arc<AtomicU64>,
+    /// With `--hook wasm`: the namespace and name of the ConfigMap holding the module.
+    wasm_code: Option<(String, String)>,
 }
 
 /// The cluster (the real one of `--kubeconfig`, else an embedded server with the chosen
@@ -721,6 +750,11 @@ async fn setup(args: &Args) -> Setup {
         })
         .await,
     );
+    let wasm_code = if args.wasm_hook {
+        Some(install_wasm_hook(args, &cluster).await)
+    } else {
+        None
+    };
     Setup {
         cluster,
         requests,
@@ -733,14 +767,57 @@ async fn setup(args: &Args) -> Setup {
         ns,
         hook,
         main_calls,
+        wasm_code,
     }
+}
+
+/// Key of the module in the hook ConfigMap.
+const WASM_KEY: &str = "sync.wasm";
+
+/// Builds `examples/load-hook-wasm`, sets its children and status settings, and stores it in
+/// a ConfigMap of a fresh namespace (not the parents': the children are counted there).
+async fn install_wasm_hook(args: &Args, cluster: &TestCluster) -> (String, String) {
+    let Some(module) = metacontroller_testkit::wasm::example_module("load-hook-wasm") else {
+        eprintln!("composite_load: --hook wasm needs the wasm32-wasip1 target");
+        std::process::exit(2);
+    };
+    let status = if args.status_observed { 'o' } else { 'd' };
+    let settings = format!("children={:03} status={status}", args.children);
+    let module = metacontroller_testkit::wasm::patched(
+        &module,
+        b"children=003 status=o",
+        settings.as_bytes(),
+    );
+    let ns = cluster.create_namespace("hooks").await;
+    let name = "load-hook".to_string();
+    let cm = ConfigMap {
+        metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+            name: Some(name.clone()),
+            namespace: Some(ns.clone()),
+            ..Default::default()
+        },
+        binary_data: Some(BTreeMap::from([(
+            WASM_KEY.to_string(),
+            k8s_openapi::ByteString(module.clone()),
+        )])),
+        ..Default::default()
+    };
+    Api::<ConfigMap>::namespaced(cluster.client(), &ns)
+        .create(&PostParams::default(), &cm)
+        .await
+        .expect("creating the hook ConfigMap");
+    println!(
+        "hook: load-hook-wasm module, {} KiB, in {ns}/{name}",
+        module.len() / 1024
+    );
+    (ns, name)
 }
 
 /// The `config:` line.
 fn print_config(args: &Args, s: &Setup) {
     let (n, c) = (args.parents, args.children);
     println!(
-        "config: {} server, {n} parents x {c} ConfigMaps, {} workers, hook delay {:?}, \
+        "config: {} server, {n} parents x {c} ConfigMaps, {} workers, hook {}, \
          status from {} children, realistic latency {}, controller args {:?}",
         if s.cluster.is_embedded() {
             "embedded"
@@ -748,7 +825,11 @@ fn print_config(args: &Args, s: &Setup) {
             "real"
         },
         args.workers,
-        args.hook_delay,
+        if args.wasm_hook {
+            "WASM in the controller".to_string()
+        } else {
+            format!("webhook (delay {:?})", args.hook_delay)
+        },
         if args.status_observed {
             "observed"
         } else {
@@ -785,6 +866,10 @@ async fn create_controller_and_parents(args: &mut Args, s: &Setup) {
             "hooks": {"sync": {"webhook": {"url": s.hook.url("/sync")}}}
         }
     });
+    if let Some((ns, name)) = &s.wasm_code {
+        cc["spec"]["hooks"]["sync"] = json!({"wasm": {
+            "configMapRef": {"namespace": ns, "name": name}, "key": WASM_KEY}});
+    }
     if args.ignore_status_changes {
         cc["spec"]["parentResource"]["ignoreStatusChanges"] = json!(true);
     }
@@ -821,7 +906,8 @@ struct ColdStart {
     counts: Counts,
     quiet_counts: Counts,
     quiet_writes: u64,
-    hook_calls: usize,
+    /// Unknown with `--hook wasm` on the embedded server (no `/metrics` scraped there).
+    hook_calls: Option<usize>,
     rss: Option<f64>,
     controller_cpu: Option<f64>,
     api_cpu: Option<(f64, f64)>,
@@ -864,7 +950,7 @@ async fn cold_start(args: &Args, s: &Setup) -> ColdStart {
     let rss = peak_rss_mib(controller.pid());
     let mut counts = converge_counts;
     add(&mut counts, &quiet_counts);
-    let hook_calls = s.hook.calls("/sync");
+    let hook_calls = hook_calls(s).await;
     s.hook.clear_calls();
     let burst = if args.burst > 0 {
         Some(run_burst(&s.cluster, args, &s.parents_crd, &s.main_calls).await)
@@ -885,6 +971,24 @@ async fn cold_start(args: &Args, s: &Setup) -> ColdStart {
     }
 }
 
+/// The sync hook calls so far: the hook server's, or with a WASM hook the running
+/// controller's `metacontroller_hook_calls_total` (when its `/metrics` is scraped).
+async fn hook_calls(s: &Setup) -> Option<usize> {
+    if s.wasm_code.is_none() {
+        return Some(s.hook.calls("/sync"));
+    }
+    let address = format!("127.0.0.1:{}", s.metrics_port?);
+    let text = metrics::http_get(&address, "/metrics", Duration::from_secs(10))
+        .await
+        .ok()?;
+    let total: f64 = text
+        .lines()
+        .filter(|line| line.starts_with("metacontroller_hook_calls_total{"))
+        .filter_map(|line| line.rsplit_once(' ')?.1.parse::<f64>().ok())
+        .sum();
+    Some(total as usize)
+}
+
 /// The cold start's lines; returns the controller's writes.
 fn report_cold_start(args: &Args, cold: &ColdStart) -> u64 {
     let (n, c) = (args.parents, args.children);
@@ -900,12 +1004,13 @@ fn report_cold_start(args: &Args, cold: &ColdStart) -> u64 {
     );
     print_requests("cold start (converge + quiet period)", &cold.counts, n);
     let controller_writes = writes(&cold.counts);
-    let hook_calls = cold.hook_calls;
+    let hook_calls = cold.hook_calls.map_or("unknown".into(), |calls| {
+        format!("{calls} ({:.2} per parent)", calls as f64 / n as f64)
+    });
     println!(
-        "cold start: {} writes ({:.2} per parent), {hook_calls} hook calls ({:.2} per parent), controller peak RSS {}",
+        "cold start: {} writes ({:.2} per parent), hook calls {hook_calls}, controller peak RSS {}",
         controller_writes,
         controller_writes as f64 / n as f64,
-        hook_calls as f64 / n as f64,
         rss_text(cold.rss)
     );
     println!(

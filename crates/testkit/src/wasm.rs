@@ -1,4 +1,5 @@
-//! WebAssembly modules for in-process hook tests: `examples/hello-world-wasm` built for
+//! WebAssembly modules for in-process hook tests and benchmarks: the workspace's example
+//! commands (`examples/hello-world-wasm`, `examples/load-hook-wasm`) built for
 //! `wasm32-wasip1` (once per workspace target directory; cargo serialises concurrent
 //! builds), and modules written in the WebAssembly text format.
 
@@ -27,6 +28,13 @@ pub fn target_installed() -> bool {
 /// The module of `examples/hello-world-wasm` (release build), or `None` when the target is
 /// not installed and this is not CI (under CI=true a missing target fails the test).
 pub fn hello_world_module() -> Option<Vec<u8>> {
+    example_module("hello-world-wasm")
+}
+
+/// The module of the workspace package `package` (a WASI command under `examples/`, release
+/// build), or `None` when the target is not installed and this is not CI (under CI=true a
+/// missing target fails the caller).
+pub fn example_module(package: &str) -> Option<Vec<u8>> {
     if !target_installed() {
         let ci = std::env::var("CI").is_ok_and(|v| v == "true");
         assert!(
@@ -42,13 +50,17 @@ pub fn hello_world_module() -> Option<Vec<u8>> {
     let mut build = Command::new(cargo);
     build
         .current_dir(&workspace)
-        .args(["build", "--locked", "--release", "-p", "hello-world-wasm"])
+        .args(["build", "--locked", "--release", "-p", package])
         .args(["--target", TARGET])
         .env("CARGO_TARGET_DIR", &target_dir);
-    run_bounded(build, &target_dir.join("hello-world-wasm.build.log"));
+    run_bounded(
+        build,
+        package,
+        &target_dir.join(format!("{package}.build.log")),
+    );
     let module: PathBuf = target_dir
         .join(TARGET)
-        .join("release/hello-world-wasm.wasm");
+        .join(format!("release/{package}.wasm"));
     Some(std::fs::read(&module).unwrap_or_else(|e| panic!("reading {}: {e}", module.display())))
 }
 
@@ -81,7 +93,7 @@ pub fn patched(bytes: &[u8], from: &[u8], to: &[u8]) -> Vec<u8> {
     out
 }
 
-fn run_bounded(mut command: Command, log_path: &Path) {
+fn run_bounded(mut command: Command, package: &str, log_path: &Path) {
     if let Some(dir) = log_path.parent() {
         let _ = std::fs::create_dir_all(dir);
     }
@@ -99,10 +111,10 @@ fn run_bounded(mut command: Command, log_path: &Path) {
         if Instant::now() >= deadline {
             let _ = child.kill();
             let _ = child.wait();
-            panic!("building hello-world-wasm took over {BUILD_TIMEOUT:?}");
+            panic!("building {package} took over {BUILD_TIMEOUT:?}");
         }
         std::thread::sleep(Duration::from_millis(200));
     };
     let log = std::fs::read_to_string(log_path).unwrap_or_default();
-    assert!(status.success(), "building hello-world-wasm failed:\n{log}");
+    assert!(status.success(), "building {package} failed:\n{log}");
 }
