@@ -15,9 +15,9 @@
 //! Run: `cargo bench -p metacontroller-hooks --bench inprocess_calls`
 //! (`INPROCESS_BENCH_SECONDS=N` sets the measurement time; default 5).
 //!
-//! Measured 2026-11-27 on the shared 2-core dev machine (load average 5–10 from other builds),
-//! medians per call in sequence: webhook 90 µs, Jsonnet 269 µs, WASM 618 µs; 5 concurrent
-//! callers: 88, 223 and 460 µs. Details: docs/src/benchmarks.md, "In-process hooks (2026-11-27)".
+//! Measured 2026-11-27 on the shared 2-core dev machine (load average 3–10 from other builds),
+//! medians of two runs per call in sequence: webhook 86–90 µs, Jsonnet 255–269 µs, WASM
+//! 618–688 µs; 5 concurrent callers: 88–109, 187–223 and 349–460 µs. Details: docs/src/benchmarks.md, "In-process hooks (2026-11-27)".
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
