@@ -5,7 +5,7 @@
 //! (`examples/hello-world-wasm`, built here for `wasm32-wasip1`) and as a Rust webhook (axum
 //! on 127.0.0.1, keep-alive) answering the same JSON. The request is a steady-state sync of a
 //! HelloWorld that owns its ConfigMap, with the metadata a real API server returns (about
-//! 2.7 KB).
+//! 2.2 KB).
 //!
 //! Variants: calls in sequence from one task (`<runtime>/sequential`: the latency of one call),
 //! and shared among 5 concurrent tasks (`<runtime>/concurrent_5`, the controller's default
