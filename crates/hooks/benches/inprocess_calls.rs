@@ -5,7 +5,7 @@
 //! (`examples/hello-world-wasm`, built here for `wasm32-wasip1`) and as a Rust webhook (axum
 //! on 127.0.0.1, keep-alive) answering the same JSON. The request is a steady-state sync of a
 //! HelloWorld that owns its ConfigMap, with the metadata a real API server returns (about
-//! 2.7 KB).
+//! 2.2 KB).
 //!
 //! Variants: calls in sequence from one task (`<runtime>/sequential`: the latency of one call),
 //! and shared among 5 concurrent tasks (`<runtime>/concurrent_5`, the controller's default
@@ -15,9 +15,9 @@
 //! Run: `cargo bench -p metacontroller-hooks --bench inprocess_calls`
 //! (`INPROCESS_BENCH_SECONDS=N` sets the measurement time; default 5).
 //!
-//! Measured 2026-11-27 on the shared 2-core dev machine (load average 5–10 from other builds),
-//! medians per call in sequence: webhook 90 µs, Jsonnet 269 µs, WASM 618 µs; 5 concurrent
-//! callers: 88, 223 and 460 µs. Details: docs/src/benchmarks.md, "In-process hooks (2026-11-27)".
+//! Measured 2026-11-27 on the shared 2-core dev machine (load average 3–10 from other builds),
+//! medians of two runs per call in sequence: webhook 86–90 µs, Jsonnet 255–269 µs, WASM
+//! 618–688 µs; 5 concurrent callers: 88–109, 187–223 and 349–460 µs. Details: docs/src/benchmarks.md, "In-process hooks (2026-11-27)".
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
