@@ -119,7 +119,12 @@ async fn default_render_is_secure_and_single_replica() {
     let runtime = find(&objects, "ClusterRole", "metacontroller-runtime");
     assert_eq!(
         runtime["rules"][0],
-        json!({"apiGroups": [""], "resources": ["secrets", "configmaps"], "verbs": ["get"]})
+        json!({"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]})
+    );
+    // ConfigMaps: hook credentials (get) and in-process hook code (a watch per ConfigMap).
+    assert_eq!(
+        runtime["rules"][1],
+        json!({"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list", "watch"]})
     );
     let lease = find(&objects, "Role", "metacontroller-leader-election");
     assert_eq!(lease["metadata"]["namespace"], "metacontroller");
