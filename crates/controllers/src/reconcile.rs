@@ -108,13 +108,10 @@ impl From<CustomizableController> for ControllerSpec {
             CustomizableController::Composite(c) => {
                 let s = &c.spec;
                 let endpoints = s.all_endpoint_configs().cloned().collect();
-                let hooks = s.hooks.as_ref().map(|h| {
-                    [&h.sync, &h.finalize, &h.customize]
-                        .into_iter()
-                        .flatten()
-                        .cloned()
-                        .collect()
-                });
+                let hooks = s
+                    .hooks
+                    .as_ref()
+                    .map(|h| present_hooks([&h.sync, &h.finalize, &h.customize]));
                 (
                     &c.metadata.name,
                     s.customize_hook(),
@@ -126,13 +123,10 @@ impl From<CustomizableController> for ControllerSpec {
             CustomizableController::Decorator(c) => {
                 let s = &c.spec;
                 let endpoints = s.all_endpoint_configs().cloned().collect();
-                let hooks = s.hooks.as_ref().map(|h| {
-                    [&h.sync, &h.finalize, &h.customize]
-                        .into_iter()
-                        .flatten()
-                        .cloned()
-                        .collect()
-                });
+                let hooks = s
+                    .hooks
+                    .as_ref()
+                    .map(|h| present_hooks([&h.sync, &h.finalize, &h.customize]));
                 (
                     &c.metadata.name,
                     s.customize_hook(),
@@ -151,6 +145,11 @@ impl From<CustomizableController> for ControllerSpec {
             controller,
         }
     }
+}
+
+/// The hooks of a controller object that are set (sync, finalize, customize).
+fn present_hooks(hooks: [&Option<Hook>; 3]) -> Vec<Hook> {
+    hooks.into_iter().flatten().cloned().collect()
 }
 
 /// What every reconciler holds, whatever its kind.

@@ -10,7 +10,6 @@ use std::time::Duration;
 use base64::Engine as _;
 use metacontroller_api::hook::{CodeConfigMapReference, WasmHook};
 
-use super::jsonnet::JsonnetFiles;
 use crate::sources::{CodeObject, CodeSource};
 
 /// The largest module accepted, downloaded or after gunzip (a gzip bomb stops here).
@@ -208,31 +207,19 @@ pub(crate) fn gunzip_if_compressed(bytes: Vec<u8>) -> Result<Vec<u8>, String> {
     Ok(out)
 }
 
-/// The files of a Jsonnet hook: every `data` key (and UTF-8 `binaryData` key) of its
-/// ConfigMap. The entry key must be among them.
-pub(crate) fn jsonnet_files(
+/// Checks that the Jsonnet hook's entry key is in its ConfigMap (`data` or `binaryData`).
+pub(crate) fn check_jsonnet_entry(
     object: &CodeObject,
     reference: &CodeConfigMapReference,
     entry: &str,
-) -> Result<Arc<JsonnetFiles>, String> {
-    let mut files: JsonnetFiles = object
-        .binary_data
-        .iter()
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect();
-    files.extend(
-        object
-            .data
-            .iter()
-            .map(|(k, v)| (k.clone(), v.clone().into_bytes())),
-    );
-    if !files.contains_key(entry) {
-        return Err(format!(
-            "ConfigMap {}/{} has no key {entry:?}",
-            reference.namespace, reference.name
-        ));
+) -> Result<(), String> {
+    if object.data.contains_key(entry) || object.binary_data.contains_key(entry) {
+        return Ok(());
     }
-    Ok(Arc::new(files))
+    Err(format!(
+        "ConfigMap {}/{} has no key {entry:?}",
+        reference.namespace, reference.name
+    ))
 }
 
 /// Compiled artefacts by the digest of their source, at most `capacity`, least recently

@@ -8,7 +8,7 @@
 //! caller stops waiting at the hook's timeout, and [`JsonnetRuntime`] bounds how many
 //! evaluations may still run past their deadline (see the module's users).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use jrsonnet_evaluator::error::ErrorKind;
@@ -22,12 +22,27 @@ use jrsonnet_gcmodule::Acyclic;
 /// an infinite recursion would otherwise bring its 200 identical frames along.
 const MAX_ERROR_LINES: usize = 12;
 
-/// The files a Jsonnet hook can see: its ConfigMap's keys.
-pub(crate) type JsonnetFiles = BTreeMap<String, Vec<u8>>;
+use crate::sources::CodeObject;
 
-/// Resolves imports to keys of the hook's ConfigMap, and nothing else.
+/// Resolves imports to keys of the hook's ConfigMap (`data`, then `binaryData`), and
+/// nothing else. The ConfigMap is the watched object itself: nothing is copied per call.
 #[derive(Acyclic)]
-struct ConfigMapImports(Arc<JsonnetFiles>);
+struct ConfigMapImports(Arc<CodeObject>);
+
+impl ConfigMapImports {
+    fn file(&self, key: &str) -> Option<Vec<u8>> {
+        let files = &self.0;
+        files
+            .data
+            .get(key)
+            .map(|text| text.clone().into_bytes())
+            .or_else(|| files.binary_data.get(key).cloned())
+    }
+
+    fn has(&self, key: &str) -> bool {
+        self.0.data.contains_key(key) || self.0.binary_data.contains_key(key)
+    }
+}
 
 impl ImportResolver for ConfigMapImports {
     fn resolve_from(
@@ -38,7 +53,7 @@ impl ImportResolver for ConfigMapImports {
         let wanted = path.as_path();
         let key = wanted.as_ref().to_string_lossy();
         let key = key.strip_prefix("./").unwrap_or(&key);
-        if self.0.contains_key(key) {
+        if self.has(key) {
             return Ok(SourcePath::new(SourceVirtual(key.into())));
         }
         Err(runtime_error(format!(
@@ -51,9 +66,7 @@ impl ImportResolver for ConfigMapImports {
             .downcast_ref::<SourceVirtual>()
             .map(|v| v.0.to_string())
             .unwrap_or_default();
-        self.0
-            .get(&key)
-            .cloned()
+        self.file(&key)
             .ok_or_else(|| runtime_error(format!("import {key:?}: no such key")))
     }
 }
@@ -65,7 +78,7 @@ fn runtime_error(message: String) -> jrsonnet_evaluator::Error {
 /// Evaluates `entry` of `files` as a function of `request` and returns the response JSON.
 /// Runs on the calling thread; errors are the evaluator's message with file:line frames.
 pub(crate) fn evaluate(
-    files: Arc<JsonnetFiles>,
+    files: Arc<CodeObject>,
     entry: &str,
     request: &[u8],
 ) -> Result<Vec<u8>, String> {
@@ -119,13 +132,14 @@ fn format_error(error: &jrsonnet_evaluator::Error) -> String {
 mod tests {
     use super::*;
 
-    fn files(entries: &[(&str, &str)]) -> Arc<JsonnetFiles> {
-        Arc::new(
-            entries
+    fn files(entries: &[(&str, &str)]) -> Arc<CodeObject> {
+        Arc::new(CodeObject {
+            data: entries
                 .iter()
-                .map(|(k, v)| (k.to_string(), v.as_bytes().to_vec()))
+                .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
-        )
+            ..CodeObject::default()
+        })
     }
 
     #[test]

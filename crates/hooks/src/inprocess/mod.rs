@@ -115,7 +115,7 @@ impl InProcess {
             .config_map(&hook.config_map_ref)
             .await
             .map_err(|message| code_error(shown, message))?;
-        let files = code::jsonnet_files(&object, &hook.config_map_ref, &hook.key)
+        code::check_jsonnet_entry(&object, &hook.config_map_ref, &hook.key)
             .map_err(|message| code_error(shown, message))?;
         if self.overdue.load(Ordering::Relaxed) >= MAX_OVERDUE_JSONNET {
             return Err(failed(
@@ -125,7 +125,7 @@ impl InProcess {
         }
         let entry = hook.key.clone();
         let evaluation =
-            tokio::task::spawn_blocking(move || jsonnet::evaluate(files, &entry, &request));
+            tokio::task::spawn_blocking(move || jsonnet::evaluate(object, &entry, &request));
         self.await_jsonnet(evaluation, timeout, shown).await
     }
 
