@@ -70,6 +70,9 @@ pub(crate) trait SyncFailure: Display {
     }
 }
 
+/// How soon a key found with a cache not synced is tried again (see [`sync_and_record`]).
+const UNSYNCED_RETRY: Duration = Duration::from_secs(1);
+
 /// The longest backoff of a key whose sync failed because the API server was unreachable.
 /// Only keys with work pending fail so (an idle parent is not synced while the watches are
 /// down), so the retries stay few; the hook is called again on each.
@@ -498,6 +501,15 @@ pub(crate) async fn sync_and_record<R: Reconciler>(
     key: &R::Key,
 ) -> Result<(), R::Error> {
     let common = reconciler.common();
+    if let Some(informer) = reconciler.informers().into_iter().find(|i| !i.has_synced()) {
+        // A relist failed (or a wider one runs): the cache may lack objects of this key,
+        // and a hook would be told they are gone. Retried until the informer lists again.
+        tracing::debug!(controller = reconciler.name(), object = %key, resource = ?informer.resource().id(), "cache not synced; syncing later");
+        common
+            .queue
+            .add_after(key.clone(), UNSYNCED_RETRY, Priority::Event);
+        return Ok(());
+    }
     let span = spans::sync_span(common.controller_type, reconciler.name(), key);
     if !span.is_disabled() {
         let retry = common.queue.num_requeues(key) > 0;

@@ -64,6 +64,10 @@
 //!   has completed (lists are quorum reads: they see every write the previous owner made
 //!   before releasing the shard). Only then are the shard's keys admitted; a sync admitted
 //!   earlier would see no children and create them again.
+//!   A list that fails instead answers the request as [`Relisted::Failed`] and leaves that
+//!   informer unsynced until a list completes: the shard is admitted, and only the controllers
+//!   using that informer wait (they check that their caches are synced before each sync).
+//!   A request made while a list runs does not restart it; one more list follows it.
 //! - **Release**: once a released shard's syncs drained, [`Informers::prune_filtered`] drops
 //!   the objects no longer retained, silently: nothing happened to them, and a delete event
 //!   would tell controllers their children vanished. It then rings [`Informers::pruned`], so
@@ -234,6 +238,21 @@ struct Shared {
     relist_requested: tokio::sync::watch::Sender<u64>,
     /// The last request whose relist completed.
     relisted: tokio::sync::watch::Sender<u64>,
+    /// The last request whose list failed (an error before it completed): it is retried,
+    /// but whoever waits for it is told at once (see [`Relisted::Failed`]).
+    relist_failed: tokio::sync::watch::Sender<u64>,
+}
+
+/// How a relist asked for ([`Informer::relist`], [`Informers::relist_filtered`]) ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Relisted {
+    /// A list started after the request completed: the cache holds what the retention
+    /// filter kept at the request.
+    Listed,
+    /// The list failed before completing (e.g. the resource cannot be listed: no permission,
+    /// its CRD deleted). The watch keeps retrying; until a list completes the informer reads
+    /// as not synced, so its users wait for it instead of syncing from a partial cache.
+    Failed,
 }
 
 impl Shared {
@@ -254,18 +273,35 @@ impl Shared {
         self.keep_keys.is_some() && self.uses() & Keep::All.bit() == 0
     }
 
-    /// Restarts the watch; resolves once a list started after this call has completed.
-    fn relist(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+    /// Asks for a list started after this call; resolves once one has completed, or once
+    /// a list answering this request has failed.
+    fn relist(&self) -> impl std::future::Future<Output = Relisted> + Send + 'static {
         let mut wanted = 0;
         self.relist_requested.send_modify(|n| {
             *n += 1;
             wanted = *n;
         });
         let mut done = self.relisted.subscribe();
+        let mut failed = self.relist_failed.subscribe();
         async move {
-            // The sender lives as long as the informer; if it is gone nothing will list.
-            let _ = done.wait_for(|n| *n >= wanted).await;
+            tokio::select! {
+                // A list that completed after failing once counts as listed.
+                biased;
+                _ = done.wait_for(|n| *n >= wanted) => Relisted::Listed,
+                _ = failed.wait_for(|n| *n >= wanted) => Relisted::Failed,
+            }
         }
+    }
+
+    /// A list failed while requests up to `requested` wait for one: the cache cannot vouch
+    /// for what they retained, so it reads as not synced until a list completes, and they are
+    /// told now rather than when (if ever) the resource can be listed again.
+    fn list_failed(&self, requested: u64) {
+        if *self.relisted.borrow() >= requested || *self.relist_failed.borrow() >= requested {
+            return;
+        }
+        self.synced.send_replace(false);
+        self.relist_failed.send_replace(requested);
     }
 
     fn handlers(&self) -> std::sync::MutexGuard<'_, Vec<(HandlerId, Handler)>> {
@@ -428,6 +464,7 @@ impl Informer {
             keep: AtomicU8::new(keep.bit()),
             relist_requested: tokio::sync::watch::channel(0).0,
             relisted: tokio::sync::watch::channel(0).0,
+            relist_failed: tokio::sync::watch::channel(0).0,
         });
         let id = resource.id();
         let apis = match crate::scope::watched(config.scope.as_deref(), &resource) {
@@ -513,8 +550,9 @@ impl Informer {
         }
     }
 
-    /// Restarts the watch; resolves once a list started after this call has completed.
-    pub fn relist(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+    /// Asks for a list started after this call (restarting the watch, or after the list
+    /// running now); resolves once one has completed or failed.
+    pub fn relist(&self) -> impl std::future::Future<Output = Relisted> + Send + 'static {
         self.shared.relist()
     }
 
@@ -657,6 +695,8 @@ struct Lists {
     /// (one hook call each) whenever it takes over a shard. After a watch error every object
     /// is replayed, as upstream's informers do.
     asked_for: bool,
+    /// Another relist was asked for while these lists ran: one more list follows them.
+    more: bool,
 }
 
 impl Lists {
@@ -666,6 +706,7 @@ impl Lists {
             waiting: scopes.iter().cloned().collect(),
             answers,
             asked_for,
+            more: false,
         }
     }
 }
@@ -696,9 +737,17 @@ async fn run(
             }
             changed = requests.changed() => {
                 if changed.is_ok() {
-                    let answers = *requests.borrow_and_update();
-                    stream = watch_all(&apis);
-                    lists = Lists::new(&scopes, answers, true);
+                    if lists.waiting.is_empty() {
+                        let answers = *requests.borrow_and_update();
+                        stream = watch_all(&apis);
+                        lists = Lists::new(&scopes, answers, true);
+                    } else {
+                        // The running lists started before this request, so they may lack
+                        // what it needs kept: one more list follows them. Restarting them
+                        // instead would never complete under a stream of requests.
+                        requests.borrow_and_update();
+                        lists.more = true;
+                    }
                 } else {
                     // The informer is gone (the sender lives in `shared`): cannot happen
                     // while we hold `shared`.
@@ -714,6 +763,11 @@ async fn run(
             return;
         };
         handle_event(&shared, &id, &mut lists, scope, event);
+        if lists.more && lists.waiting.is_empty() {
+            let answers = *requests.borrow_and_update();
+            stream = watch_all(&apis);
+            lists = Lists::new(&scopes, answers, true);
+        }
     }
 }
 
@@ -777,7 +831,12 @@ fn handle_event(
                 shared.notify(&Change::Deleted(Arc::new(obj)), Origin::Watch);
             }
         }
-        Err(e) => tracing::warn!(resource = ?id, error = %e, "watch failed; retrying"),
+        Err(e) => {
+            tracing::warn!(resource = ?id, error = %e, "watch failed; retrying");
+            if !lists.waiting.is_empty() {
+                shared.list_failed(*shared.relist_requested.borrow());
+            }
+        }
     }
 }
 
@@ -805,7 +864,10 @@ fn scope_listed(shared: &Shared, id: &ResourceId, lists: &mut Lists, scope: &str
     let complete = lists.waiting.is_empty();
     if complete {
         lists.asked_for = false;
-        shared.synced.send_replace(true);
+        // With another list to follow, what was asked for meanwhile is not in yet.
+        if !lists.more {
+            shared.synced.send_replace(true);
+        }
     }
     shared.notify_cached(changes, Origin::Relist);
     if complete {
@@ -976,13 +1038,29 @@ impl Informers {
             .collect()
     }
 
-    /// Restarts the watch of every informer with a retention filter; resolves once each
-    /// has completed a list started after this call (a sharded replica acquired shards,
-    /// see the module docs).
-    pub fn relist_filtered(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
-        let waits: Vec<_> = self.filtered().iter().map(|i| i.relist()).collect();
+    /// Asks every informer with a retention filter for a list started after this call (a
+    /// sharded replica acquired shards, see the module docs); resolves once each has
+    /// completed one, or failed to: [`Relisted::Failed`] if any failed (that informer reads
+    /// as not synced until it lists, so only its users wait, not every shard takeover).
+    pub fn relist_filtered(&self) -> impl std::future::Future<Output = Relisted> + Send + 'static {
+        let waits: Vec<_> = self
+            .filtered()
+            .iter()
+            .map(|informer| {
+                let id = informer.resource().id();
+                let relist = informer.relist();
+                async move { (id, relist.await) }
+            })
+            .collect();
         async move {
-            futures::future::join_all(waits).await;
+            let mut outcome = Relisted::Listed;
+            for (id, relisted) in futures::future::join_all(waits).await {
+                if relisted == Relisted::Failed {
+                    tracing::warn!(resource = ?id, "relist failed: the controllers using this resource wait until it can be listed");
+                    outcome = Relisted::Failed;
+                }
+            }
+            outcome
         }
     }
 

@@ -52,7 +52,8 @@ pub use discovery::{ApiResource, DiscoveryError, ResourceDiff, ResourceId, Resou
 pub use expectations::{Expectations, DEFAULT_EXPECTATION_TTL};
 pub use gate::{shard_of, stable_hash, Lapse, LeaseDeadlines, SyncGate, SyncPermit};
 pub use informer::{
-    Handler, HandlerId, Informer, InformerConfig, Informers, Keep, KeepKeys, Origin, LIST_PAGE_SIZE,
+    Handler, HandlerId, Informer, InformerConfig, Informers, Keep, KeepKeys, Origin, Relisted,
+    LIST_PAGE_SIZE,
 };
 pub use object::{ControllerOwner, ControllerRef, NamespacedName, ObjectMetaAccess, Versioned};
 pub use overlay::{ObjectKey, Overlay};

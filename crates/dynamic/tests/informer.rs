@@ -7,7 +7,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DeleteParams, PostParams};
 use metacontroller_dynamic::{
     discover, Change, Informer, InformerConfig, Informers, Keep, KeepKeys, NamespacedName, Origin,
-    ResourceMap,
+    Relisted, ResourceMap,
 };
 
 async fn client(server: &embedded_apiserver::ApiServerHandle) -> kube::Client {
@@ -544,4 +544,110 @@ async fn scoped_informers_watch_only_their_namespaces() {
             "{verb} {resource} in {ns:?}: outside the scope"
         );
     }
+}
+
+/// An informer kept with a retention filter, synced, over ConfigMaps.
+async fn filtered_configmaps(
+    client: &kube::Client,
+    map: &ResourceMap,
+) -> (
+    Informers,
+    metacontroller_dynamic::Lease<metacontroller_dynamic::ResourceId, Informer>,
+) {
+    let configmaps = map.get("v1", "configmaps").unwrap().clone();
+    let informers = Informers::new(
+        client.clone(),
+        InformerConfig {
+            keep_keys: Some(KeepKeys::new(|_| true)),
+            ..Default::default()
+        },
+    );
+    let informer = informers.lease_keeping(&configmaps, Keep::Children);
+    tokio::time::timeout(Duration::from_secs(10), informer.wait_synced())
+        .await
+        .unwrap();
+    (informers, informer)
+}
+
+/// Waits until the server has received `n` list requests for ConfigMaps.
+async fn lists_received(server: &embedded_apiserver::ApiServerHandle, n: u64) {
+    let control = server.control();
+    eventually("the list request received", || {
+        control.requests("list", "configmaps") >= n
+    })
+    .await;
+}
+
+/// Relists asked for while a list runs do not restart it: under a stream of requests a
+/// restarted list would never end. It completes and answers the request it was started for;
+/// one more list answers every request made meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn relists_asked_for_during_a_list_follow_it_instead_of_restarting_it() {
+    use embedded_apiserver::Fault;
+    let (server, client, map) = discovered().await;
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    cms.create(&PostParams::default(), &cm("a", "1"))
+        .await
+        .unwrap();
+    let (informers, _informer) = filtered_configmaps(&client, &map).await;
+    server.control().reset_counts();
+    // Every list answers after a second; a request comes every 200 ms.
+    let slow = Fault::latency(
+        Some("list"),
+        Some("configmaps"),
+        100,
+        Duration::from_secs(1),
+    );
+    server.control().inject(slow);
+    let first = tokio::spawn(informers.relist_filtered());
+    lists_received(&server, 1).await;
+    let mut later = Vec::new();
+    while !first.is_finished() && later.len() < 25 {
+        // Pacing the stream of requests, not waiting for an outcome.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        later.push(tokio::spawn(informers.relist_filtered()));
+    }
+    assert!(
+        first.is_finished(),
+        "the first relist was still unanswered after {} more requests: each restarted its list",
+        later.len()
+    );
+    assert_eq!(first.await.unwrap(), Relisted::Listed);
+    for relist in later {
+        let relisted = tokio::time::timeout(Duration::from_secs(10), relist)
+            .await
+            .expect("every later relist answered")
+            .unwrap();
+        assert_eq!(relisted, Relisted::Listed);
+    }
+}
+
+/// A relist whose list fails is answered at once as failed (a shard takeover must not wait
+/// for a resource that cannot be listed), and the informer reads as not synced until a list
+/// completes again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_relist_is_reported_and_the_informer_is_unsynced_until_it_lists() {
+    use embedded_apiserver::Fault;
+    let (server, client, map) = discovered().await;
+    let (informers, informer) = filtered_configmaps(&client, &map).await;
+    server.control().reset_counts();
+    let refused = Fault::status(Some("list"), Some("configmaps"), 1000, 403);
+    server.control().inject(refused);
+    let relisted = tokio::time::timeout(Duration::from_secs(10), informers.relist_filtered())
+        .await
+        .expect("a failed relist is answered");
+    assert_eq!(relisted, Relisted::Failed);
+    assert!(
+        !informer.has_synced(),
+        "a failed relist leaves the cache unsynced"
+    );
+    // Still failing: a later request is answered as failed too.
+    let again = tokio::time::timeout(Duration::from_secs(10), informers.relist_filtered())
+        .await
+        .expect("a second failed relist is answered");
+    assert_eq!(again, Relisted::Failed);
+    server.control().clear_faults();
+    tokio::time::timeout(Duration::from_secs(30), informer.wait_synced())
+        .await
+        .expect("synced again once the resource can be listed");
 }

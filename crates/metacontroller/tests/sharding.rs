@@ -1402,3 +1402,59 @@ async fn testkit_warnings(setup: &Setup, parent: &str, needle: &str) -> bool {
                 && e.message.as_deref().is_some_and(|m| m.contains(needle))
         })
 }
+
+/// A second controller of the group whose child type can no longer be listed (its CRD is
+/// deleted): when a replica dies, the survivors' relist of that type fails for good. The
+/// shards they take over must still be admitted, so the first controller's parents there
+/// converge; only the controller of the unlistable type waits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_child_type_that_cannot_be_listed_holds_back_only_its_own_controller() {
+    let _serial = SERIAL.lock().await;
+    let setup = Setup::new(Duration::from_millis(20)).await;
+    let widgets = setup
+        .cluster
+        .install_unique_crd("gone", "Widget", "widgets")
+        .await;
+    let owners = setup.cluster.install_parent_crd("blocked").await;
+    // It has no parents: its hook is never called; it only makes the Widget informer.
+    let url = "http://127.0.0.1:9/never-called";
+    let _: CompositeController = setup
+        .cluster
+        .create_controller(
+            &unique_name("blocked"),
+            &setup.label,
+            json!({
+                "generateSelector": true,
+                "parentResource": {"apiVersion": owners.api_version(), "resource": owners.plural()},
+                "childResources": [{"apiVersion": widgets.api_version(), "resource": widgets.plural()}],
+                "hooks": {"sync": {"webhook": {"url": url}}},
+            }),
+        )
+        .await;
+    let (mut replicas, _ids) = setup.three_replicas().await;
+    let before = setup
+        .converge_new_parents("before", 6, Duration::from_secs(60))
+        .await;
+
+    setup.cluster.delete_crd(&widgets.name()).await;
+    let victim = replicas[0].member_identity();
+    let held = held_by(&setup.shard_holders().await, &victim);
+    assert!(!held.is_empty(), "the victim holds no shard");
+    replicas[0].kill9();
+    let survivors: Vec<&ControllerProcess> = replicas[1..].iter().collect();
+    setup
+        .wait_spread(&survivors, LEASE + Duration::from_secs(20))
+        .await;
+    // Parents in every shard, the victim's former ones included.
+    let after = names("after", 48);
+    setup.create_parents(&after).await;
+    assert!(
+        after
+            .iter()
+            .any(|p| held.contains(&shard_of(&format!("{}/{p}", setup.ns), SHARDS))),
+        "no new parent landed in a shard taken over"
+    );
+    let all: Vec<String> = before.iter().chain(&after).cloned().collect();
+    setup.wait_converged(&all, Duration::from_secs(30)).await;
+    setup.assert_children_exactly_once(&all).await;
+}

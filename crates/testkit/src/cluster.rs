@@ -246,6 +246,21 @@ impl TestCluster {
         }
     }
 
+    /// Deletes the CRD `name` and waits until it is gone (its resource no longer served).
+    pub async fn delete_crd(&self, name: &str) {
+        let api = Api::<CustomResourceDefinition>::all(self.client());
+        match api.delete(name, &Default::default()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 404 => return,
+            Err(e) => panic!("deleting CRD {name}: {e}"),
+        }
+        eventually(&format!("CRD {name} deleted"), || {
+            let api = api.clone();
+            async move { matches!(api.get_opt(name).await, Ok(None)) }
+        })
+        .await;
+    }
+
     /// Installs the CompositeController, DecoratorController and ControllerRevision CRDs.
     pub async fn install_metacontroller_crds(&self) {
         for crd in metacontroller_api::crds::all() {

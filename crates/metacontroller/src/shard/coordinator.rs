@@ -3,14 +3,14 @@
 //! holds, and stop every shard when the membership cannot be renewed in time.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use futures::future::{BoxFuture, FutureExt as _, Shared};
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::Api;
 use metacontroller_dynamic::shard_of;
-use metacontroller_dynamic::{Informers, Lapse, LeaseDeadlines, Supervisor, SyncGate};
+use metacontroller_dynamic::{Informers, Lapse, LeaseDeadlines, Relisted, Supervisor, SyncGate};
 use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 
@@ -286,21 +286,22 @@ impl Coordinator {
         if !taken || !self.gate.lease_current() {
             return None;
         }
-        // Cached ahead and complete: no relist needed before syncing it.
-        let cached = self
+        // Cached ahead: its list, complete or still running, is all the shard waits for.
+        // After a failed one the shard is reserved and relisted again.
+        let ahead = self
             .ahead
             .remove(&shard)
-            .filter(|a| a.listed.load(Ordering::Acquire));
-        let epoch = match &cached {
-            Some(ahead) => ahead.epoch,
-            None => self.gate.reserve_shard(shard),
+            .filter(|a| a.list.peek() != Some(&Relisted::Failed));
+        let (epoch, ahead_list) = match ahead {
+            Some(ahead) => (ahead.epoch, Some(ahead.list)),
+            None => (self.gate.reserve_shard(shard), None),
         };
         lock(&self.acquiring).insert(shard);
         Some(Reserved {
             shard,
             epoch,
             orphaned,
-            cached: cached.is_some(),
+            ahead: ahead_list,
         })
     }
 
@@ -369,22 +370,25 @@ impl Coordinator {
         if new.is_empty() {
             return;
         }
-        let listed = Arc::new(AtomicBool::new(false));
-        for shard in &new {
-            let epoch = self.gate.reserve_shard(*shard);
-            let listed = listed.clone();
-            self.ahead.insert(*shard, Ahead { epoch, listed });
+        let epochs: Vec<(u32, u64)> = new
+            .iter()
+            .map(|shard| (*shard, self.gate.reserve_shard(*shard)))
+            .collect();
+        // Requested after the reservations, so the list keeps the new shards.
+        let list = self.informers.relist_filtered().boxed().shared();
+        for (shard, epoch) in epochs {
+            let list = list.clone();
+            self.ahead.insert(shard, Ahead { epoch, list });
         }
         tracing::info!(
             silent = ?self.silent,
             shards = new.len(),
             "sharding: members stopped renewing; caching the shards this replica would take over ahead of their lease expiry"
         );
-        let relist = self.informers.relist_filtered();
+        // Drives the list to its end (so `peek` shows it) whether or not a takeover waits.
         let supervisor = self.informers.supervisor();
         Supervisor::spawn_once_with(supervisor, "shard-cache-ahead", async move {
-            relist.await;
-            listed.store(true, Ordering::Release);
+            list.await;
         });
     }
 
@@ -394,18 +398,25 @@ impl Coordinator {
             .set(i64::try_from(self.gate.owned_shards().len()).unwrap_or(i64::MAX));
     }
 
-    /// Relists the filtered informers (the request is made now, after the reservations),
-    /// then admits the reserved shards that were not released meanwhile and replays the
-    /// caches so their parents are queued. The parents of orphaned shards are expedited for
-    /// one lease duration: they go ahead of this replica's own backlog, follow-ups included.
+    /// Waits for the lists the reserved shards need — one requested now (after the
+    /// reservations) unless each was cached ahead, and the ahead lists still running — then
+    /// admits the reserved shards that were not released meanwhile and replays the caches
+    /// so their parents are queued. A failed list does not hold the shards back: the
+    /// informer that failed reads as not synced, so only its controllers wait for it. The
+    /// parents of orphaned shards are expedited for one lease duration: they go ahead of
+    /// this replica's own backlog, follow-ups included.
     fn spawn_admit(&self, reserved: Vec<Reserved>) {
         let expedite_for = self.config.lease_duration;
-        let cached_ahead = reserved.iter().filter(|r| r.cached).count();
-        let relist: futures::future::Either<_, _> = if cached_ahead == reserved.len() {
-            futures::future::Either::Left(std::future::ready(()))
-        } else {
-            futures::future::Either::Right(self.informers.relist_filtered())
-        };
+        let cached_ahead = reserved.iter().filter(|r| r.ahead.is_some()).count();
+        let mut lists: Vec<AheadList> = reserved
+            .iter()
+            .filter_map(|r| r.ahead.clone())
+            .filter(|list| list.peek().is_none())
+            .collect();
+        if cached_ahead < reserved.len() {
+            lists.push(self.informers.relist_filtered().boxed().shared());
+        }
+        let relist = futures::future::join_all(lists);
         let gate = self.gate.clone();
         let informers = self.informers.clone();
         let acquiring = self.acquiring.clone();
@@ -429,7 +440,7 @@ impl Coordinator {
                 shard,
                 epoch,
                 orphaned,
-                cached,
+                ahead,
             } in reserved
             {
                 let pending = lock(&acquiring).remove(&shard);
@@ -440,7 +451,7 @@ impl Coordinator {
                         expedited += 1;
                         metrics
                             .takeovers
-                            .with_label_values(&[if cached { "true" } else { "false" }])
+                            .with_label_values(&[if ahead.is_some() { "true" } else { "false" }])
                             .inc();
                     }
                 }
@@ -527,17 +538,20 @@ pub(super) struct Reserved {
     epoch: u64,
     /// Taken from a holder that is no longer a member (not released by it).
     orphaned: bool,
-    /// Retained since before a completed list (cached ahead): admitted without a relist.
-    cached: bool,
+    /// Retained ahead (see [`Ahead`]): the list started then is the one it waits for.
+    ahead: Option<AheadList>,
 }
+
+/// The list requested for shards cached ahead, shared by the takeovers waiting for it.
+pub(super) type AheadList = Shared<BoxFuture<'static, Relisted>>;
 
 /// A shard retained ahead of a takeover (see [`Coordinator::cache_ahead`]).
 pub(super) struct Ahead {
     /// From [`SyncGate::reserve_shard`]: still current if nothing released or reserved the
     /// shard since, which [`SyncGate::admit_shard`] checks.
     epoch: u64,
-    /// Set once a list started after the reservation has completed.
-    listed: Arc<AtomicBool>,
+    /// The list requested after the reservation.
+    list: AheadList,
 }
 
 /// Locks `m`, also after a panic elsewhere (the data stays usable).
