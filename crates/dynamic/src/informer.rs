@@ -1106,16 +1106,6 @@ impl Informers {
         self.registry.keys()
     }
 
-    /// Replays every running informer's cache to its handlers (a sharded replica that
-    /// acquired shards re-queues the keys it dropped while another replica owned them).
-    pub fn resync_all(&self) {
-        for id in self.registry.keys() {
-            if let Some(informer) = self.registry.get(&id) {
-                informer.resync();
-            }
-        }
-    }
-
     /// [`Informer::resync_parents`] on every running informer.
     pub fn resync_parents(&self, key: impl Fn(&str) -> bool) {
         for id in self.registry.keys() {

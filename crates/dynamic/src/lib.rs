@@ -57,7 +57,7 @@ pub use informer::{
 };
 pub use object::{ControllerOwner, ControllerRef, NamespacedName, ObjectMetaAccess, Versioned};
 pub use overlay::{ObjectKey, Overlay};
-pub use rate::{KeyedRateLimiter, RateError, RateLimiter};
+pub use rate::{KeyedRateLimiter, RateError, TokenBucket};
 pub use registry::{Lease, SharedRegistry};
 pub use schemas::Schemas;
 pub use scope::{WatchScope, Watched};

@@ -1,7 +1,8 @@
-//! Token-bucket rate limiting: a global limiter for API requests (`--client-go-qps` /
-//! `--client-go-burst`; here `qps <= 0` means unlimited, our default) and a per-key limiter
-//! for Events (`--events-qps` / `--events-burst`, per involved object, like client-go's event
-//! spam filter: excess events are dropped, not delayed).
+//! Token-bucket rate limiting, one bucket for every use: the API client's request pacing
+//! (`--client-go-qps` / `--client-go-burst`, a tower layer in the binary that waits for
+//! [`TokenBucket::try_take`]'s delay) and a per-key limiter for Events (`--events-qps` /
+//! `--events-burst`, per involved object, like client-go's event spam filter: excess events
+//! are dropped, not delayed).
 //!
 //! A bucket holds at most `burst` tokens, starts full and refills at `qps` tokens per second.
 
@@ -33,8 +34,16 @@ pub struct TokenBucket {
 }
 
 impl TokenBucket {
+    /// A full bucket refilling at `qps` (finite, > 0) up to `burst` (>= 1) tokens.
+    pub fn new(qps: f64, burst: u32) -> Result<Self, RateError> {
+        if !validate(qps, burst)? {
+            return Err(RateError::InvalidQps(qps));
+        }
+        Ok(TokenBucket::full(qps, burst, Instant::now()))
+    }
+
     /// A full bucket. Callers validate `qps > 0` and `burst >= 1`.
-    fn new(qps: f64, burst: u32, now: Instant) -> Self {
+    fn full(qps: f64, burst: u32, now: Instant) -> Self {
         TokenBucket {
             qps,
             burst: f64::from(burst),
@@ -49,25 +58,16 @@ impl TokenBucket {
         self.last = now;
     }
 
-    /// Takes a token if one is available.
-    pub fn try_take(&mut self, now: Instant) -> bool {
+    /// Takes a token if one is available; otherwise says how long until one is.
+    pub fn try_take(&mut self, now: Instant) -> Result<(), Duration> {
         self.refill(now);
         if self.tokens >= 1.0 {
             self.tokens -= 1.0;
-            true
+            Ok(())
         } else {
-            false
-        }
-    }
-
-    /// Reserves a token and returns how long to wait before using it (zero if available).
-    fn reserve(&mut self, now: Instant) -> Duration {
-        self.refill(now);
-        self.tokens -= 1.0;
-        if self.tokens >= 0.0 {
-            Duration::ZERO
-        } else {
-            Duration::try_from_secs_f64(-self.tokens / self.qps).unwrap_or(Duration::MAX)
+            // Saturates rather than panics for a rate too small to express.
+            Err(Duration::try_from_secs_f64((1.0 - self.tokens) / self.qps)
+                .unwrap_or(Duration::MAX))
         }
     }
 
@@ -85,39 +85,6 @@ fn validate(qps: f64, burst: u32) -> Result<bool, RateError> {
         return Err(RateError::ZeroBurst);
     }
     Ok(qps > 0.0)
-}
-
-/// A process-wide limiter for API requests; waits instead of failing.
-#[derive(Debug)]
-pub struct RateLimiter {
-    bucket: Option<Mutex<TokenBucket>>,
-}
-
-impl RateLimiter {
-    /// `qps == 0` means unlimited.
-    pub fn new(qps: f64, burst: u32) -> Result<Self, RateError> {
-        let limited = validate(qps, burst)?;
-        Ok(RateLimiter {
-            bucket: limited.then(|| Mutex::new(TokenBucket::new(qps, burst, Instant::now()))),
-        })
-    }
-
-    /// True if requests are not limited.
-    pub fn is_unlimited(&self) -> bool {
-        self.bucket.is_none()
-    }
-
-    /// Waits until a request may be sent. Reservations are first come, first served.
-    pub async fn acquire(&self) {
-        let Some(bucket) = &self.bucket else { return };
-        let wait = bucket
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .reserve(Instant::now());
-        if !wait.is_zero() {
-            tokio::time::sleep(wait).await;
-        }
-    }
 }
 
 /// Per-key buckets (e.g. per involved object for Events); excess is rejected.
@@ -159,8 +126,9 @@ impl<K: Eq + Hash + Clone> KeyedRateLimiter<K> {
         }
         buckets
             .entry(key.clone())
-            .or_insert_with(|| TokenBucket::new(self.qps, self.burst, now))
+            .or_insert_with(|| TokenBucket::full(self.qps, self.burst, now))
             .try_take(now)
+            .is_ok()
     }
 
     /// Shrinks to 3/4 of the capacity so pruning is amortised.
@@ -189,39 +157,36 @@ mod tests {
 
     #[test]
     fn settings_are_validated() {
-        assert!(RateLimiter::new(f64::NAN, 1).is_err());
-        assert!(RateLimiter::new(-1.0, 1).is_err());
-        assert_eq!(RateLimiter::new(5.0, 0).unwrap_err(), RateError::ZeroBurst);
-        assert!(RateLimiter::new(0.0, 0).unwrap().is_unlimited());
+        assert!(TokenBucket::new(f64::NAN, 1).is_err());
+        assert!(TokenBucket::new(f64::INFINITY, 1).is_err());
+        assert!(TokenBucket::new(-1.0, 1).is_err());
+        assert!(TokenBucket::new(0.0, 1).is_err());
+        assert_eq!(TokenBucket::new(5.0, 0).unwrap_err(), RateError::ZeroBurst);
         assert!(KeyedRateLimiter::<u8>::new(f64::INFINITY, 1, 10).is_err());
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn burst_then_steady_rate() {
-        let l = RateLimiter::new(10.0, 3).unwrap();
-        let start = Instant::now();
-        for _ in 0..3 {
-            l.acquire().await;
-        }
-        assert_eq!(start.elapsed(), Duration::ZERO);
-        l.acquire().await;
-        l.acquire().await;
-        // Two more tokens at 10/s.
-        let elapsed = start.elapsed();
         assert!(
-            elapsed >= Duration::from_millis(199) && elapsed <= Duration::from_millis(201),
-            "{elapsed:?}"
+            KeyedRateLimiter::<u8>::new(0.0, 0, 10).is_ok(),
+            "0 = unlimited"
         );
     }
 
     #[tokio::test(start_paused = true)]
-    async fn unlimited_never_waits() {
-        let l = RateLimiter::new(0.0, 0).unwrap();
-        let start = Instant::now();
-        for _ in 0..10_000 {
-            l.acquire().await;
+    async fn burst_then_one_token_per_period() {
+        let mut bucket = TokenBucket::new(10.0, 3).unwrap();
+        let now = Instant::now();
+        for _ in 0..3 {
+            assert_eq!(bucket.try_take(now), Ok(()));
         }
-        assert_eq!(start.elapsed(), Duration::ZERO);
+        assert_eq!(bucket.try_take(now), Err(Duration::from_millis(100)));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(bucket.try_take(Instant::now()), Ok(()));
+    }
+
+    #[test]
+    fn a_tiny_rate_saturates_the_wait_instead_of_panicking() {
+        let mut bucket = TokenBucket::new(f64::MIN_POSITIVE, 1).unwrap();
+        let now = Instant::now();
+        assert_eq!(bucket.try_take(now), Ok(()));
+        assert_eq!(bucket.try_take(now), Err(Duration::MAX));
     }
 
     #[tokio::test(start_paused = true)]

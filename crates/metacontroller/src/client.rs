@@ -76,13 +76,17 @@ pub async fn client(
         .unwrap_or_default();
     let metrics = RequestMetrics::register(registry, host)
         .context("registering rest_client_requests_total")?;
-    let bucket = (args.client_go_qps > 0.0).then(|| {
-        let burst = match args.client_go_burst {
-            0 => DEFAULT_BURST,
-            n => n,
-        };
-        rate_limit::TokenBucket::new(args.client_go_qps, burst)
-    });
+    let burst = match args.client_go_burst {
+        0 => DEFAULT_BURST,
+        n => n,
+    };
+    let bucket = if args.client_go_qps == 0.0 {
+        None
+    } else {
+        let bucket = metacontroller_dynamic::TokenBucket::new(args.client_go_qps, burst)
+            .context("--client-go-qps / --client-go-burst")?;
+        Some(bucket)
+    };
     let timeout = Some(args.api_request_timeout).filter(|t| !t.is_zero());
     let builder = if config.proxy_url.is_none() {
         connector::with_keepalive(&config).context("building the Kubernetes client")?

@@ -1,50 +1,14 @@
-//! Client-side rate limit of API requests (`--client-go-qps`, `--client-go-burst`): a
-//! token bucket like client-go's. It waits in `poll_ready`, so it paces the dispatch of
+//! Client-side rate limit of API requests (`--client-go-qps`, `--client-go-burst`): the
+//! shared token bucket ([`metacontroller_dynamic::TokenBucket`]), like client-go's. It waits in `poll_ready`, so it paces the dispatch of
 //! requests; kube's client puts one `Buffer` in front of the stack, so all clones of the
 //! client share this one bucket.
 
+use metacontroller_dynamic::TokenBucket;
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
-use std::time::Duration;
-
 use tokio::time::{Instant, Sleep};
 use tower::{BoxError, Layer, Service};
-
-/// Tokens refill at `qps` per second up to `burst`; each request takes one.
-#[derive(Debug, Clone)]
-pub struct TokenBucket {
-    qps: f64,
-    burst: f64,
-    tokens: f64,
-    refilled: Instant,
-}
-
-impl TokenBucket {
-    /// A full bucket.
-    pub fn new(qps: f64, burst: u32) -> Self {
-        let burst = f64::from(burst.max(1));
-        Self {
-            qps,
-            burst,
-            tokens: burst,
-            refilled: Instant::now(),
-        }
-    }
-
-    /// Takes a token, or says how long until one is available.
-    fn try_take(&mut self, now: Instant) -> Result<(), Duration> {
-        let elapsed = now.saturating_duration_since(self.refilled).as_secs_f64();
-        self.tokens = (self.tokens + elapsed * self.qps).min(self.burst);
-        self.refilled = now;
-        if self.tokens >= 1.0 {
-            self.tokens -= 1.0;
-            Ok(())
-        } else {
-            Err(Duration::from_secs_f64((1.0 - self.tokens) / self.qps))
-        }
-    }
-}
 
 /// Wraps a service with [`RateLimit`].
 #[derive(Debug, Clone)]
@@ -117,12 +81,13 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
     use tower::ServiceExt as _;
 
     #[tokio::test]
     async fn burst_goes_at_once_then_requests_are_paced_at_qps() {
         let svc = tower::service_fn(|_: ()| async { Ok::<_, BoxError>(()) });
-        let mut svc = RateLimitLayer::new(Some(TokenBucket::new(100.0, 3))).layer(svc);
+        let mut svc = RateLimitLayer::new(Some(TokenBucket::new(100.0, 3).unwrap())).layer(svc);
         let start = Instant::now();
         for _ in 0..3 {
             svc.ready().await.unwrap().call(()).await.unwrap();
