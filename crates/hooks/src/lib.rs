@@ -100,6 +100,7 @@ pub mod metrics;
 mod pool;
 pub mod record;
 pub mod redact;
+pub mod retry;
 pub mod sources;
 mod system_roots;
 pub mod target;
