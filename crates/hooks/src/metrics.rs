@@ -72,6 +72,49 @@ fn metric_error(e: prometheus::Error) -> HookError {
     HookError::config(format!("metrics: {e}"))
 }
 
+impl HookFamilies {
+    /// Upstream's three families of `hook` (unregistered).
+    fn new(hook: &str) -> Result<Self, HookError> {
+        let requests = IntCounterVec::new(
+            Opts::new(
+                format!("metacontroller_{hook}_requests_total"),
+                "A counter for outgoing requests from the wrapped client.",
+            ),
+            &[
+                "code",
+                "method",
+                "controller_name",
+                "controller_type",
+                "url",
+            ],
+        )
+        .map_err(metric_error)?;
+        // Go's prometheus.DefBuckets, as upstream.
+        let duration = HistogramVec::new(
+            HistogramOpts::new(
+                format!("metacontroller_{hook}_request_duration_histogram_seconds"),
+                "A histogram of outgoing request latencies.",
+            )
+            .buckets(prometheus::DEFAULT_BUCKETS.to_vec()),
+            &["method", "controller_name", "controller_type", "url"],
+        )
+        .map_err(metric_error)?;
+        let in_flight = IntGaugeVec::new(
+            Opts::new(
+                format!("metacontroller_{hook}_in_flight_requests"),
+                "A gauge of in-flight outgoing requests for the wrapped client.",
+            ),
+            &["controller_name", "controller_type", "url"],
+        )
+        .map_err(metric_error)?;
+        Ok(Self {
+            requests,
+            duration,
+            in_flight,
+        })
+    }
+}
+
 impl HookMetrics {
     pub(crate) fn new(registry: Option<&Registry>) -> Result<Self, HookError> {
         let calls = IntCounterVec::new(
@@ -96,46 +139,10 @@ impl HookMetrics {
             &["controller_name", "controller_type", "hook", "reason"],
         )
         .map_err(metric_error)?;
-        let mut hooks = Vec::new();
-        for hook in HOOK_TYPES {
-            let requests = IntCounterVec::new(
-                Opts::new(
-                    format!("metacontroller_{hook}_requests_total"),
-                    "A counter for outgoing requests from the wrapped client.",
-                ),
-                &[
-                    "code",
-                    "method",
-                    "controller_name",
-                    "controller_type",
-                    "url",
-                ],
-            )
-            .map_err(metric_error)?;
-            // Go's prometheus.DefBuckets, as upstream.
-            let duration = HistogramVec::new(
-                HistogramOpts::new(
-                    format!("metacontroller_{hook}_request_duration_histogram_seconds"),
-                    "A histogram of outgoing request latencies.",
-                )
-                .buckets(prometheus::DEFAULT_BUCKETS.to_vec()),
-                &["method", "controller_name", "controller_type", "url"],
-            )
-            .map_err(metric_error)?;
-            let in_flight = IntGaugeVec::new(
-                Opts::new(
-                    format!("metacontroller_{hook}_in_flight_requests"),
-                    "A gauge of in-flight outgoing requests for the wrapped client.",
-                ),
-                &["controller_name", "controller_type", "url"],
-            )
-            .map_err(metric_error)?;
-            hooks.push(HookFamilies {
-                requests,
-                duration,
-                in_flight,
-            });
-        }
+        let hooks = HOOK_TYPES
+            .iter()
+            .map(|hook| HookFamilies::new(hook))
+            .collect::<Result<Vec<_>, _>>()?;
         if let Some(registry) = registry {
             registry
                 .register(Box::new(calls.clone()))
