@@ -1,7 +1,8 @@
 //! Webhook retries (an extension beyond upstream): the real binary keeps its parents
 //! syncing through a hook server restart (calls refused while it is down are retried within
 //! the hook's timeout, so no sync fails), and never sends a request twice once the hook
-//! got it (a hook that hangs up after reading is called once per sync attempt).
+//! got it (a hook that hangs up after reading, or never answers, is called once per sync
+//! attempt).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -189,8 +190,9 @@ async fn a_hook_server_restart_fails_no_sync() {
     }
 }
 
-/// A hook server that reads each request and hangs up without answering; counts requests.
-async fn hang_up_server() -> (String, Arc<AtomicUsize>) {
+/// A hook server that reads each request and never answers: it hangs up at once, or with
+/// `hold` keeps the connection open until the caller gives up. Counts requests.
+async fn silent_server(hold: bool) -> (String, Arc<AtomicUsize>) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}/sync", listener.local_addr().unwrap());
     let requests = Arc::new(AtomicUsize::new(0));
@@ -209,6 +211,10 @@ async fn hang_up_server() -> (String, Arc<AtomicUsize>) {
                     buf.extend_from_slice(&chunk[..n]);
                     if request_complete(&buf) {
                         counted.fetch_add(1, Ordering::SeqCst);
+                        if hold {
+                            // Until the caller closes (its timeout): no byte of an answer.
+                            while conn.read(&mut chunk).await.is_ok_and(|n| n > 0) {}
+                        }
                         return; // dropped: the connection closes with no answer
                     }
                 }
@@ -236,26 +242,34 @@ fn request_complete(buf: &[u8]) -> bool {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_hook_that_got_the_request_is_called_once_per_sync() {
+async fn a_hook_that_hung_up_after_the_request_is_called_once_per_sync() {
+    called_once_per_sync(false, "transport_error", "transport error").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hook_that_never_answers_is_called_once_per_sync() {
+    called_once_per_sync(true, "timeout", "no response within").await;
+}
+
+/// A hook that reads every request and never answers (hanging up, or holding the
+/// connection until the 1 s timeout) fails each sync with `outcome` (`SyncError` saying
+/// `needle`) and receives exactly one request per failed call: none is sent again.
+async fn called_once_per_sync(hold: bool, outcome: &str, needle: &str) {
     let (cluster, ns, parent) = TestCluster::start_with_parent("hkonce").await;
-    let (url, requests) = hang_up_server().await;
+    let (url, requests) = silent_server(hold).await;
+    let mut spec = parent.composite_spec(&url);
+    spec["hooks"]["sync"]["webhook"]["timeout"] = json!("1s");
     let label = unique_name("team");
     let _: CompositeController = cluster
-        .create_controller(&unique_name("hkonce"), &label, parent.composite_spec(&url))
+        .create_controller(&unique_name("hkonce"), &label, spec)
         .await;
     let process = run(&cluster, &label);
     wait_metrics(&process).await;
     let parents = parent.api(cluster.client(), Some(&ns));
     create_object(&parents, parent_object(&parent, "p", 1)).await;
-    until_sync_error(
-        &cluster,
-        &ns,
-        "p",
-        "transport error",
-        Duration::from_secs(60),
-    )
-    .await;
-    let failed = [r#"outcome="transport_error""#];
+    until_sync_error(&cluster, &ns, "p", needle, Duration::from_secs(60)).await;
+    let failed = format!(r#"outcome="{outcome}""#);
+    let failed = [failed.as_str()];
     eventually_within("three failed syncs", Duration::from_secs(60), || async {
         metric_sum(&process, "metacontroller_hook_calls_total", &failed).await >= 3.0
     })
@@ -265,7 +279,7 @@ async fn a_hook_that_got_the_request_is_called_once_per_sync() {
     let before = metric_sum(&process, "metacontroller_hook_calls_total", &failed).await;
     let received = requests.load(Ordering::SeqCst) as f64;
     let after = metric_sum(&process, "metacontroller_hook_calls_total", &failed).await;
-    println!("{received} requests received for {before}..{after} failed calls");
+    println!("{received} requests received for {before}..{after} failed calls ({outcome})");
     assert!(
         before <= received && received <= after + 1.0,
         "{received} requests for {before}..{after} calls"
