@@ -4,7 +4,9 @@
 use std::collections::BTreeMap;
 
 use metacontroller_api::hook::ResponseUnmarshallMode;
-use metacontroller_api::wire::{decode_response, CompositeHookResponse, DecoratorHookResponse};
+use metacontroller_api::wire::{
+    decode_response, CompositeHookResponse, DecoratorHookResponse, HookEvent,
+};
 use proptest::prelude::*;
 use serde_json::{json, Map, Value};
 
@@ -50,19 +52,34 @@ fn string_map() -> impl Strategy<Value = Option<BTreeMap<String, Option<String>>
     ))
 }
 
+/// Events as hooks send them, valid or not (the controller checks them, decoding does not).
+fn events() -> impl Strategy<Value = Vec<HookEvent>> {
+    prop::collection::vec(
+        (
+            "(Normal|Warning|[A-Za-z]{0,6})",
+            "[A-Za-z0-9 ]{0,10}",
+            "\\PC{0,20}",
+        )
+            .prop_map(|(t, r, m)| HookEvent::new(t, r, m)),
+        0..3,
+    )
+}
+
 fn composite() -> impl Strategy<Value = CompositeHookResponse> {
     (
         prop::option::of(object()),
         prop::collection::vec(child(), 0..4),
         prop_oneof![Just(0.0), 0.001f64..1e6],
         any::<bool>(),
+        events(),
     )
         .prop_map(
-            |(status, children, resync, finalized)| CompositeHookResponse {
+            |(status, children, resync, finalized, events)| CompositeHookResponse {
                 status,
                 children,
                 resync_after_seconds: resync,
                 finalized,
+                events,
             },
         )
 }
@@ -74,17 +91,19 @@ fn decorator() -> impl Strategy<Value = DecoratorHookResponse> {
         prop::option::of(object()),
         prop::collection::vec(child(), 0..3),
         any::<bool>(),
+        events(),
     )
-        .prop_map(|(labels, annotations, status, attachments, finalized)| {
-            DecoratorHookResponse {
+        .prop_map(
+            |(labels, annotations, status, attachments, finalized, events)| DecoratorHookResponse {
                 labels,
                 annotations,
                 status,
                 attachments,
                 resync_after_seconds: 0.0,
                 finalized,
-            }
-        })
+                events,
+            },
+        )
 }
 
 proptest! {

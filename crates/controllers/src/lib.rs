@@ -18,6 +18,7 @@
 //! - [`finalizer`]: the finalizer and hook-choice rules of both kinds (pure).
 //! - [`meta`]: object facts read the same way everywhere (deleting? API group?).
 //! - [`events`]: the rate-limited, non-blocking Event recorder.
+//! - [`hook_events`]: Events a sync or finalize hook asks for, checked and recorded.
 //! - `spans`: the tracing spans of a sync (sync, writes, status write).
 
 pub mod children;
@@ -28,6 +29,7 @@ mod departed;
 pub mod events;
 pub mod finalizer;
 pub mod handle;
+pub mod hook_events;
 pub mod meta;
 pub mod metrics;
 mod reconcile;

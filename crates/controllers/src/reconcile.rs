@@ -309,6 +309,17 @@ where
         Ok(self.writer.execute_all(&owner.uid, actions, resource).await)
     }
 
+    /// Records the Events a `hook_name` response asked for on `object` (see
+    /// [`crate::hook_events`]).
+    pub(crate) fn record_hook_events(
+        &self,
+        hook_name: &str,
+        object: &Value,
+        events: Vec<metacontroller_api::wire::HookEvent>,
+    ) {
+        crate::hook_events::record(&self.events, &self.name, hook_name, object, events);
+    }
+
     /// Calls `hook` (`hook_name` is `sync` or `finalize`) for the object `key_text`.
     pub(crate) async fn call_hook<Req, Resp>(
         &self,

@@ -36,6 +36,24 @@
 //! retries with backoff. A body that is not valid JSON for the request type gets a 400
 //! with the decoder's message; a body over the size limit gets a 413.
 //!
+//! A sync or finalize answer may ask Metacontroller to record Kubernetes Events on the
+//! parent (the target for a DecoratorController) — an extension of metacontroller-rs,
+//! ignored by upstream Metacontroller:
+//!
+//! ```
+//! use metacontroller_hook::CompositeHookResponse;
+//!
+//! let answer = CompositeHookResponse::default()
+//!     .event("Normal", "BackupStarted", "backup 42 started")
+//!     .event("Warning", "QuotaLow", "less than 10% of the quota left");
+//! assert_eq!(answer.events.len(), 2);
+//! ```
+//!
+//! Each Event needs type `Normal` or `Warning` and a CamelCase reason; at most
+//! [`MAX_HOOK_EVENTS`] per answer are recorded, messages are cut to
+//! [`MAX_HOOK_EVENT_MESSAGE_BYTES`], and repeats are counted on one Event (see
+//! [`HookEvent`]).
+//!
 //! The same Rust types serve v1 and v2 hooks: only the keys of the `children`,
 //! `attachments` and `related` maps differ (`name` in v1, `namespace/name` in v2), so
 //! look objects up with [`ObjectMap::group`] / [`ObjectMap::objects`] rather than by key
@@ -58,7 +76,7 @@ pub use serve::{serve, shutdown_signal};
 pub use metacontroller_api::wire::{
     group_key, CompositeHookRequest, CompositeHookResponse, CustomizableController,
     CustomizeHookRequest, CustomizeHookResponse, DecoratorHookRequest, DecoratorHookResponse,
-    ObjectMap,
+    HookEvent, ObjectMap, MAX_HOOK_EVENTS, MAX_HOOK_EVENT_MESSAGE_BYTES,
 };
 pub use metacontroller_api::{
     CompositeController, DecoratorController, HookVersion, RelatedResourceRule,

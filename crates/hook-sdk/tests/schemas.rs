@@ -192,6 +192,23 @@ fn the_validator_rejects_what_the_schemas_forbid() {
         "",
     );
     assert!(!errors.is_empty());
+    let events = |events: Value| {
+        validate(
+            &response,
+            &response,
+            &serde_json::json!({ "events": events }),
+            "",
+        )
+    };
+    let good = CompositeHookResponse::default().event("Warning", "QuotaLow", "m");
+    assert_eq!(
+        events(serde_json::to_value(&good.events).unwrap()),
+        Vec::<String>::new()
+    );
+    let text =
+        events(serde_json::json!([{"type": "Info", "reason": "R"}, {"message": "m"}])).join("\n");
+    assert!(text.contains("/events/0/type"), "{text}");
+    assert!(text.contains("/events/1/reason: required"), "{text}");
 }
 
 /// A validator for the JSON Schema subset schemars emits (`$ref` into `$defs`, `type`,

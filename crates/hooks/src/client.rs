@@ -29,6 +29,7 @@ use crate::inprocess::InProcess;
 use crate::metrics::{CallLabels, HookMetrics, OUTCOME_CACHED, OUTCOME_SUCCESS};
 use crate::pool::{ClientPool, OverrideDns};
 use crate::record::{HookRecorder, RecordedExchange, RecordedResponse};
+use crate::retry::{self, Backoff};
 use crate::sources::{CodeChange, CodeSource, ConfigMapSource, SecretSource};
 use crate::target::{display_url, hook_timeout, hook_url, HostResolver};
 use crate::trace::TracePropagator;
@@ -505,13 +506,7 @@ impl HookClient {
     ) -> Result<Fetched, HookError> {
         let max_body = self.inner.max_body_bytes;
         let transfer = async {
-            let sent = Instant::now();
-            let in_flight = self.inner.metrics.start_request(labels);
-            let response = request
-                .send()
-                .await
-                .map_err(|err| transport_error(&target.shown, target.timeout, err))?;
-            drop(in_flight);
+            let (response, sent) = self.send_with_retries(labels, request, target).await?;
             let status = response.status().as_u16();
             if self.inner.trace.is_some() {
                 tracing::Span::current().record("http.response.status_code", status);
@@ -527,6 +522,44 @@ impl HookClient {
                 url: target.shown.clone(),
                 timeout: target.timeout,
             }),
+        }
+    }
+
+    /// Sends the request, again after a short backoff as long as it certainly did not
+    /// reach the hook ([`crate::retry`]); the caller's timeout bounds all attempts. Returns
+    /// the response headers and when the answered attempt was sent.
+    async fn send_with_retries(
+        &self,
+        labels: &CallLabels<'_>,
+        mut request: reqwest::RequestBuilder,
+        target: &Target,
+    ) -> Result<(reqwest::Response, Instant), HookError> {
+        // The caller's timeout stops everything at this point; retrying stops before it so
+        // the call fails with the connect error rather than a bare timeout.
+        let deadline = Instant::now() + target.timeout;
+        let mut backoff = Backoff::new();
+        loop {
+            // A body that cannot be cloned (never ours: it is always bytes) is sent once.
+            let spare = request.try_clone();
+            let sent = Instant::now();
+            let in_flight = self.inner.metrics.start_request(labels);
+            let result = request.send().await;
+            drop(in_flight);
+            let err = match result {
+                Ok(response) => return Ok((response, sent)),
+                Err(err) => err,
+            };
+            let delay = backoff.next_delay();
+            let in_time = Instant::now() + delay < deadline;
+            match (retry::retry_reason(&err), spare) {
+                (Some(reason), Some(spare)) if in_time => {
+                    tracing::debug!(error = %err.without_url(), reason, ?delay, "hook not reachable; retrying");
+                    self.inner.metrics.observe_retry(labels, reason);
+                    tokio::time::sleep(delay).await;
+                    request = spare;
+                }
+                _ => return Err(transport_error(&target.shown, target.timeout, err)),
+            }
         }
     }
 

@@ -67,6 +67,11 @@
 //! * **Secrets/ConfigMaps** are read through [`SecretSource`] / [`ConfigMapSource`] on every
 //!   call, so rotated CAs, client certificates and tokens apply without a restart
 //!   (improves on upstream, which reads them once per controller update).
+//! * **Retries** (beyond upstream, [`retry`]): a webhook call whose connection could not be
+//!   set up (refused, reset while connecting, DNS, connect timeout) is sent again after
+//!   50 ms doubling to 1 s, with jitter, within the hook's timeout; TLS failures and
+//!   anything after the request was sent are never retried. Counted in
+//!   `metacontroller_hook_retries_total`.
 //! * **ETag** (`etag.enabled`): per (controller, hook) cache of the last 200 body + ETag
 //!   per (URL, parent key); `If-None-Match` is sent and 304/412 reuse the body. Entries
 //!   expire after `cacheTimeoutSeconds` and a task sweeps every `cacheCleanupSeconds`;
@@ -100,6 +105,7 @@ pub mod metrics;
 mod pool;
 pub mod record;
 pub mod redact;
+pub mod retry;
 pub mod sources;
 mod system_roots;
 pub mod target;

@@ -12,7 +12,9 @@
 //! * `metacontroller_<hook>_in_flight_requests{controller_name,controller_type,url}`.
 //!
 //! Beyond upstream, [`CALLS_TOTAL`] counts every call by runtime (`webhook`, `jsonnet`,
-//! `wasm`) and outcome (success, cached or an error kind), so timeouts and decode errors are visible too. The `url` label never holds
+//! `wasm`) and outcome (success, cached or an error kind), so timeouts and decode errors are
+//! visible too, and [`RETRIES_TOTAL`] counts webhook requests sent again because the hook
+//! could not be reached (by `reason`, see [`crate::retry::reason`]). The `url` label never holds
 //! userinfo (it is the URL as shown in messages); nothing from Secrets becomes a label.
 
 use std::time::Duration;
@@ -23,6 +25,10 @@ use crate::error::HookError;
 
 /// Name of the per-outcome call counter (not in upstream).
 pub const CALLS_TOTAL: &str = "metacontroller_hook_calls_total";
+
+/// Name of the counter of webhook attempts retried because the hook was not reachable
+/// (not in upstream; see [`crate::retry`]).
+pub const RETRIES_TOTAL: &str = "metacontroller_hook_retries_total";
 
 /// Outcome label of a call that got a fresh 200 response.
 pub const OUTCOME_SUCCESS: &str = "success";
@@ -57,12 +63,56 @@ pub(crate) struct CallLabels<'a> {
 #[derive(Clone)]
 pub(crate) struct HookMetrics {
     calls: IntCounterVec,
+    retries: IntCounterVec,
     /// In [`HOOK_TYPES`] order.
     hooks: Vec<HookFamilies>,
 }
 
 fn metric_error(e: prometheus::Error) -> HookError {
     HookError::config(format!("metrics: {e}"))
+}
+
+impl HookFamilies {
+    /// Upstream's three families of `hook` (unregistered).
+    fn new(hook: &str) -> Result<Self, HookError> {
+        let requests = IntCounterVec::new(
+            Opts::new(
+                format!("metacontroller_{hook}_requests_total"),
+                "A counter for outgoing requests from the wrapped client.",
+            ),
+            &[
+                "code",
+                "method",
+                "controller_name",
+                "controller_type",
+                "url",
+            ],
+        )
+        .map_err(metric_error)?;
+        // Go's prometheus.DefBuckets, as upstream.
+        let duration = HistogramVec::new(
+            HistogramOpts::new(
+                format!("metacontroller_{hook}_request_duration_histogram_seconds"),
+                "A histogram of outgoing request latencies.",
+            )
+            .buckets(prometheus::DEFAULT_BUCKETS.to_vec()),
+            &["method", "controller_name", "controller_type", "url"],
+        )
+        .map_err(metric_error)?;
+        let in_flight = IntGaugeVec::new(
+            Opts::new(
+                format!("metacontroller_{hook}_in_flight_requests"),
+                "A gauge of in-flight outgoing requests for the wrapped client.",
+            ),
+            &["controller_name", "controller_type", "url"],
+        )
+        .map_err(metric_error)?;
+        Ok(Self {
+            requests,
+            duration,
+            in_flight,
+        })
+    }
 }
 
 impl HookMetrics {
@@ -81,49 +131,24 @@ impl HookMetrics {
             ],
         )
         .map_err(metric_error)?;
-        let mut hooks = Vec::new();
-        for hook in HOOK_TYPES {
-            let requests = IntCounterVec::new(
-                Opts::new(
-                    format!("metacontroller_{hook}_requests_total"),
-                    "A counter for outgoing requests from the wrapped client.",
-                ),
-                &[
-                    "code",
-                    "method",
-                    "controller_name",
-                    "controller_type",
-                    "url",
-                ],
-            )
-            .map_err(metric_error)?;
-            // Go's prometheus.DefBuckets, as upstream.
-            let duration = HistogramVec::new(
-                HistogramOpts::new(
-                    format!("metacontroller_{hook}_request_duration_histogram_seconds"),
-                    "A histogram of outgoing request latencies.",
-                )
-                .buckets(prometheus::DEFAULT_BUCKETS.to_vec()),
-                &["method", "controller_name", "controller_type", "url"],
-            )
-            .map_err(metric_error)?;
-            let in_flight = IntGaugeVec::new(
-                Opts::new(
-                    format!("metacontroller_{hook}_in_flight_requests"),
-                    "A gauge of in-flight outgoing requests for the wrapped client.",
-                ),
-                &["controller_name", "controller_type", "url"],
-            )
-            .map_err(metric_error)?;
-            hooks.push(HookFamilies {
-                requests,
-                duration,
-                in_flight,
-            });
-        }
+        let retries = IntCounterVec::new(
+            Opts::new(
+                RETRIES_TOTAL,
+                "Webhook requests sent again because the previous attempt could not reach the hook, by reason.",
+            ),
+            &["controller_name", "controller_type", "hook", "reason"],
+        )
+        .map_err(metric_error)?;
+        let hooks = HOOK_TYPES
+            .iter()
+            .map(|hook| HookFamilies::new(hook))
+            .collect::<Result<Vec<_>, _>>()?;
         if let Some(registry) = registry {
             registry
                 .register(Box::new(calls.clone()))
+                .map_err(metric_error)?;
+            registry
+                .register(Box::new(retries.clone()))
                 .map_err(metric_error)?;
             for f in &hooks {
                 registry
@@ -137,7 +162,11 @@ impl HookMetrics {
                     .map_err(metric_error)?;
             }
         }
-        Ok(Self { calls, hooks })
+        Ok(Self {
+            calls,
+            retries,
+            hooks,
+        })
     }
 
     fn families(&self, hook: &str) -> Option<&HookFamilies> {
@@ -156,6 +185,18 @@ impl HookMetrics {
                 labels.hook,
                 labels.runtime,
                 outcome,
+            ])
+            .inc();
+    }
+
+    /// Counts one retry of a webhook call, by `reason` (see [`crate::retry::reason`]).
+    pub(crate) fn observe_retry(&self, labels: &CallLabels<'_>, reason: &str) {
+        self.retries
+            .with_label_values(&[
+                labels.controller_name,
+                labels.controller_type,
+                labels.hook,
+                reason,
             ])
             .inc();
     }

@@ -244,9 +244,10 @@ async fn transport_failures_are_reported() {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         listener.local_addr().unwrap().port()
     };
-    let err = call(&client(), &hook(&format!("http://127.0.0.1:{port}/")))
-        .await
-        .unwrap_err();
+    // Refused connections are retried within the hook's timeout: keep it short.
+    let mut unreachable = hook(&format!("http://127.0.0.1:{port}/"));
+    webhook_mut(&mut unreachable).timeout = Some("300ms".into());
+    let err = call(&client(), &unreachable).await.unwrap_err();
     assert!(matches!(err, HookError::Transport { .. }), "{err:?}");
 }
 

@@ -136,7 +136,12 @@ async fn call_with_every_outcome(client: &HookClient, server: &Server) {
     assert!(refused.is_err());
     // Nothing listens on the discard port of localhost.
     let unreachable = client
-        .call::<_, Value>(&ctx, &hook("http://127.0.0.1:9/sync"), &[], &request)
+        .call::<_, Value>(
+            &ctx,
+            &short_timeout(hook("http://127.0.0.1:9/sync")),
+            &[],
+            &request,
+        )
         .await;
     assert!(unreachable.is_err());
 }
@@ -295,4 +300,10 @@ fn flush_waits_for_every_queued_recording() {
     assert_eq!(written, count);
     // A flush with nothing queued answers at once.
     assert!(recorder.flush(Duration::from_secs(5)));
+}
+
+/// `hook` with a short timeout: refused connections are retried until it runs out.
+fn short_timeout(mut hook: Hook) -> Hook {
+    webhook_mut(&mut hook).timeout = Some("300ms".into());
+    hook
 }

@@ -67,7 +67,9 @@ struct State {
 }
 
 /// An HTTP server on 127.0.0.1 answering every POST with the current handler, given the
-/// request path and JSON body. Stops when dropped.
+/// request path and JSON body. Stops when dropped; [`HookServer::kill`] and
+/// [`HookServer::restart`] stop it (closing every connection, like a killed process) and
+/// start it again on the same port.
 pub struct HookServer {
     addr: SocketAddr,
     state: Arc<State>,
@@ -87,14 +89,36 @@ impl HookServer {
             .await
             .expect("binding the hook server");
         let addr = listener.local_addr().expect("hook server address");
-        let app = axum::Router::new().fallback({
-            let state = state.clone();
-            move |request: Request<Body>| serve(state.clone(), request)
-        });
-        let task = tokio::spawn(async move {
-            let _ = axum::serve(listener, app).await;
-        });
+        let task = tokio::spawn(accept_loop(listener, state.clone()));
         HookServer { addr, state, task }
+    }
+
+    /// Stops serving at once, like a killed process: the port is closed and every open
+    /// connection is dropped (in-flight requests get no answer).
+    pub async fn kill(&mut self) {
+        self.task.abort();
+        // Awaited so that the listener and the connections are gone when this returns.
+        let _ = (&mut self.task).await;
+    }
+
+    /// Serves again on the same address after [`HookServer::kill`], with the same handler
+    /// and call log. Retries binding for up to 10 s (the port may still be held briefly).
+    ///
+    /// # Panics
+    /// When the port cannot be bound within 10 s.
+    pub async fn restart(&mut self) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        let listener = loop {
+            // tokio sets SO_REUSEADDR on Unix, so TIME_WAIT connections do not block this.
+            match tokio::net::TcpListener::bind(self.addr).await {
+                Ok(listener) => break listener,
+                Err(_) if tokio::time::Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                Err(e) => panic!("rebinding the hook server on {}: {e}", self.addr),
+            }
+        };
+        self.task = tokio::spawn(accept_loop(listener, self.state.clone()));
     }
 
     /// A hook server answering every sync with one ConfigMap child `<parent name>-cm`
@@ -173,6 +197,31 @@ impl HookServer {
 impl Drop for HookServer {
     fn drop(&mut self) {
         self.task.abort();
+    }
+}
+
+/// Serves HTTP/1.1 and HTTP/2 connections from `listener`. The connections are tasks of
+/// this one, so aborting it drops them all (axum's `serve` would leave them running).
+async fn accept_loop(listener: tokio::net::TcpListener, state: Arc<State>) {
+    let app =
+        axum::Router::new().fallback(move |request: Request<Body>| serve(state.clone(), request));
+    let mut connections = tokio::task::JoinSet::new();
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => {
+                let Ok((tcp, _)) = accepted else { continue };
+                let service = hyper_util::service::TowerToHyperService::new(app.clone());
+                connections.spawn(async move {
+                    let builder = hyper_util::server::conn::auto::Builder::new(
+                        hyper_util::rt::TokioExecutor::new(),
+                    );
+                    let _ = builder
+                        .serve_connection(hyper_util::rt::TokioIo::new(tcp), service)
+                        .await;
+                });
+            }
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+        }
     }
 }
 

@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use super::{is_false, is_zero, null_as_default, ObjectMap};
+use super::{is_false, is_zero, null_as_default, HookEvent, ObjectMap};
 use crate::composite::CompositeController;
 
 /// Body POSTed to a CompositeController's sync and finalize hooks.
@@ -54,4 +54,25 @@ pub struct CompositeHookResponse {
         skip_serializing_if = "is_false"
     )]
     pub finalized: bool,
+    /// Events to record on the parent (extension beyond upstream; see [`HookEvent`]).
+    #[serde(
+        default,
+        deserialize_with = "null_as_default",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub events: Vec<HookEvent>,
+}
+
+impl CompositeHookResponse {
+    /// Adds an Event to record on the parent (`type_` is `Normal` or `Warning`, `reason`
+    /// CamelCase): `CompositeHookResponse::default().event("Normal", "Started", "...")`.
+    pub fn event(
+        mut self,
+        type_: impl Into<String>,
+        reason: impl Into<String>,
+        message: impl Into<String>,
+    ) -> Self {
+        self.events.push(HookEvent::new(type_, reason, message));
+        self
+    }
 }

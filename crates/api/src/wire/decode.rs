@@ -335,6 +335,33 @@ mod tests {
     }
 
     #[test]
+    fn events_decode_in_both_modes_and_strict_checks_their_fields() {
+        use crate::wire::HookEvent;
+        let body = r#"{"events": [{"type": "Normal", "reason": "Started", "message": "m"},
+                                  {"type": "Bogus", "reason": "x"}]}"#;
+        for mode in [Loose, Strict] {
+            let resp = composite(body, mode).unwrap();
+            assert_eq!(resp.events[0], HookEvent::normal("Started", "m"));
+            // An invalid entry still decodes: the controller skips it, the sync goes on.
+            assert_eq!(resp.events[1], HookEvent::new("Bogus", "x", ""));
+            let resp: DecoratorHookResponse = decode_response(body.as_bytes(), mode).unwrap();
+            assert_eq!(resp.events.len(), 2);
+            assert!(composite(r#"{"events": null}"#, mode)
+                .unwrap()
+                .events
+                .is_empty());
+        }
+        let typo = r#"{"events": [{"type": "Normal", "reason": "R", "mesage": "m"}]}"#;
+        assert_eq!(composite(typo, Loose).unwrap().events[0].message, "");
+        assert_eq!(
+            composite(typo, Strict).unwrap_err(),
+            DecodeError::UnknownField {
+                path: "events.0.mesage".into()
+            }
+        );
+    }
+
+    #[test]
     fn integers_are_accepted_for_resync_after_seconds() {
         assert_eq!(
             composite(r#"{"resyncAfterSeconds": 30}"#, Strict)

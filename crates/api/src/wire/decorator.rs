@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use super::{is_false, is_zero, null_as_default, ObjectMap};
+use super::{is_false, is_zero, null_as_default, HookEvent, ObjectMap};
 use crate::decorator::DecoratorController;
 
 /// Body POSTed to a DecoratorController's sync and finalize hooks (v1 and v2).
@@ -85,4 +85,25 @@ pub struct DecoratorHookResponse {
         skip_serializing_if = "is_false"
     )]
     pub finalized: bool,
+    /// Events to record on the target (extension beyond upstream; see [`HookEvent`]).
+    #[serde(
+        default,
+        deserialize_with = "null_as_default",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub events: Vec<HookEvent>,
+}
+
+impl DecoratorHookResponse {
+    /// Adds an Event to record on the target (`type_` is `Normal` or `Warning`, `reason`
+    /// CamelCase): `DecoratorHookResponse::default().event("Normal", "Started", "...")`.
+    pub fn event(
+        mut self,
+        type_: impl Into<String>,
+        reason: impl Into<String>,
+        message: impl Into<String>,
+    ) -> Self {
+        self.events.push(HookEvent::new(type_, reason, message));
+        self
+    }
 }

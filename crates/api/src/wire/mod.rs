@@ -11,12 +11,17 @@ pub mod composite;
 pub mod customize;
 pub mod decode;
 pub mod decorator;
+pub mod event;
 pub mod object_map;
 
 pub use composite::{CompositeHookRequest, CompositeHookResponse};
 pub use customize::{CustomizableController, CustomizeHookRequest, CustomizeHookResponse};
 pub use decode::{decode_response, DecodeError};
 pub use decorator::{DecoratorHookRequest, DecoratorHookResponse};
+pub use event::{
+    HookEvent, HOOK_EVENT_TYPES, MAX_HOOK_EVENTS, MAX_HOOK_EVENT_MESSAGE_BYTES,
+    MAX_HOOK_EVENT_REASON_BYTES,
+};
 pub use object_map::{group_key, parse_group_key, ObjectMap};
 
 use serde::{Deserialize, Deserializer};

@@ -484,14 +484,22 @@ impl Inner {
             related,
             call.finalizing,
         );
-        self.common
+        let mut response: CompositeHookResponse = self
+            .common
             .call_hook(call.name, &parent.key.to_string(), call.hook, &request)
             .await
             .map_err(|source| SyncError::Hook {
                 hook: call.name,
                 parent: self.describe(parent),
                 source,
-            })
+            })?;
+        // On the parent itself, also when the hook saw one of its revisions.
+        self.common.record_hook_events(
+            call.name,
+            &parent.object,
+            std::mem::take(&mut response.events),
+        );
+        Ok(response)
     }
 
     /// `<Kind> <namespace>/<name>` of a parent (upstream's wording in errors).

@@ -682,13 +682,17 @@ impl Inner {
         );
         let res = target.res;
         let key_text = format!("{}/{}/{}", res.api_version, res.kind, target.key.key);
-        self.common
+        let mut response: DecoratorHookResponse = self
+            .common
             .call_hook(hook_name, &key_text, hook, &request)
             .await
             .map_err(|source| SyncError::Hook {
                 hook: hook_name,
                 source,
-            })
+            })?;
+        self.common
+            .record_hook_events(hook_name, object, std::mem::take(&mut response.events));
+        Ok(response)
     }
 
     /// Creates, updates and deletes attachments. One bad attachment does not block the
