@@ -415,6 +415,9 @@ pub struct InformerConfig {
     /// `--watch-namespaces`: namespaced resources are watched in these namespaces only, and
     /// cluster-scoped ones only where the scope allows (`None`: everything, cluster-wide).
     pub scope: Option<Arc<crate::WatchScope>>,
+    /// Cuts reconnect waits short once the API server is back (`None`: one per informer;
+    /// [`Informers`] shares one among its informers).
+    pub reconnect: Option<crate::ReconnectProbe>,
 }
 
 /// A running list+watch of one resource (all namespaces, or one watch per namespace of
@@ -723,7 +726,12 @@ async fn run(
     // shards): kube-runtime's watcher relists by itself after an error (410 Gone included).
     // The flush interval only replays the cache.
     let scopes: Vec<String> = apis.iter().map(|(scope, _)| scope.clone()).collect();
-    let mut stream = watch_all(&apis);
+    let probe = match (&config.reconnect, apis.first()) {
+        (Some(probe), _) => probe.clone(),
+        (None, Some((_, api))) => crate::ReconnectProbe::new(api.clone().into_client()),
+        (None, None) => return,
+    };
+    let mut stream = watch_all(&apis, &probe);
     let mut requests = shared.relist_requested.subscribe();
     let mut lists = Lists::new(&scopes, *requests.borrow_and_update(), false);
     let mut flush = flush_timer(config.flush_interval);
@@ -739,7 +747,7 @@ async fn run(
                 if changed.is_ok() {
                     if lists.waiting.is_empty() {
                         let answers = *requests.borrow_and_update();
-                        stream = watch_all(&apis);
+                        stream = watch_all(&apis, &probe);
                         lists = Lists::new(&scopes, answers, true);
                     } else {
                         // The running lists started before this request, so they may lack
@@ -765,7 +773,7 @@ async fn run(
         handle_event(&shared, &id, &mut lists, scope, event);
         if lists.more && lists.waiting.is_empty() {
             let answers = *requests.borrow_and_update();
-            stream = watch_all(&apis);
+            stream = watch_all(&apis, &probe);
             lists = Lists::new(&scopes, answers, true);
         }
     }
@@ -773,7 +781,10 @@ async fn run(
 
 /// A fresh watch of every scope (with --watch-namespaces there is one watch per namespace),
 /// each listing in pages and retrying with backoff, merged into one stream.
-fn watch_all(apis: &[(String, Api<DynamicObject>)]) -> BoxStream<'static, Scoped> {
+fn watch_all(
+    apis: &[(String, Api<DynamicObject>)],
+    probe: &crate::ReconnectProbe,
+) -> BoxStream<'static, Scoped> {
     let streams = apis.iter().map(|(scope, api)| {
         let scope = scope.clone();
         crate::watch_backoff::with_backoff(
@@ -782,6 +793,7 @@ fn watch_all(apis: &[(String, Api<DynamicObject>)]) -> BoxStream<'static, Scoped
                 watcher::Config::default().page_size(LIST_PAGE_SIZE),
             )
             .boxed(),
+            probe.clone(),
         )
         .map(move |event| (scope.clone(), event))
         .boxed()
@@ -969,7 +981,10 @@ impl Informers {
     }
 
     /// A factory using `client`.
-    pub fn new(client: kube::Client, config: InformerConfig) -> Self {
+    pub fn new(client: kube::Client, mut config: InformerConfig) -> Self {
+        if config.reconnect.is_none() {
+            config.reconnect = Some(crate::ReconnectProbe::new(client.clone()));
+        }
         Informers {
             client,
             config,
@@ -981,6 +996,14 @@ impl Informers {
     /// The client the informers use (also fit for discovery requests).
     pub fn client(&self) -> &kube::Client {
         &self.client
+    }
+
+    /// The reconnect probe the informers share, for other watches of the same server.
+    pub fn reconnect_probe(&self) -> crate::ReconnectProbe {
+        match &self.config.reconnect {
+            Some(probe) => probe.clone(),
+            None => crate::ReconnectProbe::new(self.client.clone()),
+        }
     }
 
     /// The namespaces the informers are limited to (`--watch-namespaces`; `None`: all).

@@ -21,7 +21,7 @@
 //!   lazily fetched OpenAPI v3 per group-version);
 //! - `scope`: `--watch-namespaces`: which namespaces (and cluster-scoped resources) an
 //!   informer lists and watches;
-//! - `watch_backoff`: short, capped reconnect delays for watches;
+//! - `watch_backoff`: reconnect delays for watches, cut short when the API server is back;
 //! - `supervise`: background tasks whose unexpected end stops the process;
 //! - `rate`: token buckets for API requests and per-object Events;
 //! - `object`: metadata access for `serde_json::Value` and `kube::core::DynamicObject`, and
@@ -66,5 +66,5 @@ pub use selector::{
 };
 pub use store::{Change, Store};
 pub use supervise::{Supervisor, TaskEnd};
-pub use watch_backoff::with_backoff;
+pub use watch_backoff::{with_backoff, ReconnectProbe};
 pub use workqueue::{release_worker, Backoff, Concurrency, Priority, QueueMetrics, WorkQueue};

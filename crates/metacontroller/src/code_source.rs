@@ -36,12 +36,15 @@ pub struct WatchedConfigMaps {
     supervisor: Option<metacontroller_dynamic::Supervisor>,
     watches: Mutex<HashMap<(String, String), watch::Receiver<Known>>>,
     changes: broadcast::Sender<CodeChange>,
+    /// Shared by the ConfigMap watches (see `metacontroller_dynamic::ReconnectProbe`).
+    reconnect: metacontroller_dynamic::ReconnectProbe,
 }
 
 impl WatchedConfigMaps {
     /// Watches through `client`; watch tasks run under `supervisor` when given.
     pub fn new(client: Client, supervisor: Option<metacontroller_dynamic::Supervisor>) -> Self {
         Self {
+            reconnect: metacontroller_dynamic::ReconnectProbe::new(client.clone()),
             client,
             supervisor,
             watches: Mutex::new(HashMap::new()),
@@ -62,7 +65,8 @@ impl WatchedConfigMaps {
             namespace: namespace.to_owned(),
             name: name.to_owned(),
         };
-        let task = follow(api, change, tx, self.changes.clone());
+        let reconnect = self.reconnect.clone();
+        let task = follow(api, change, tx, self.changes.clone(), reconnect);
         let label = format!("hook code ConfigMap {namespace}/{name}");
         match &self.supervisor {
             Some(supervisor) => drop(supervisor.spawn(label, task)),
@@ -119,9 +123,10 @@ async fn follow(
     change: CodeChange,
     known: watch::Sender<Known>,
     changes: broadcast::Sender<CodeChange>,
+    reconnect: metacontroller_dynamic::ReconnectProbe,
 ) {
     let config = watcher::Config::default().fields(&format!("metadata.name={}", change.name));
-    let stream = metacontroller_dynamic::with_backoff(watcher(api, config).boxed());
+    let stream = metacontroller_dynamic::with_backoff(watcher(api, config).boxed(), reconnect);
     let mut stream = std::pin::pin!(stream);
     let mut listing: Option<ConfigMap> = None;
     while let Some(event) = stream.next().await {

@@ -284,6 +284,8 @@ impl Shared {
                 }),
                 supervisor: Some(supervisor.clone()),
                 scope: namespaced.as_ref().map(|n| n.scope.clone()),
+                // One per client, created by `Informers`.
+                reconnect: None,
             },
         );
         crate::metrics::register_informers(registry, informers.clone())?;
@@ -415,7 +417,8 @@ where
         config = config.labels(selector);
     }
     let api: Api<T> = Api::all(shared.client.clone());
-    let stream = metacontroller_dynamic::with_backoff(watcher(api, config).boxed());
+    let probe = shared.informers.reconnect_probe();
+    let stream = metacontroller_dynamic::with_backoff(watcher(api, config).boxed(), probe);
     let mut stream = std::pin::pin!(stream);
     let mut retry = tokio::time::interval(retry_interval(args));
     retry.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

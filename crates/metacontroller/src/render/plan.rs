@@ -32,6 +32,7 @@ pub fn writer(args: &RenderArgs, cluster: &Cluster) -> Writer {
                 keep_keys: None,
                 supervisor: None,
                 scope: None,
+                reconnect: None,
             },
         );
         Schemas::new(
