@@ -1049,11 +1049,12 @@ async fn scaling_one_to_three_to_two_under_load_keeps_one_syncer_per_parent() {
     setup
         .wait_converged(&parents, Duration::from_secs(60))
         .await;
+    // One writer per parent first: two writers would also show as children created twice.
+    let calls = setup.calls_one_syncer_at_a_time(&ids);
     setup.assert_children_exactly_once(&parents).await;
     setup
         .assert_caches_split(&[&first, &third], parents.len())
         .await;
-    let calls = setup.calls_one_syncer_at_a_time(&ids);
     let used: BTreeSet<&str> = calls.iter().map(|c| c.replica.as_str()).collect();
     assert_eq!(used.len(), 3, "replicas that synced: {used:?}");
     // The departed replica left no member Lease behind.

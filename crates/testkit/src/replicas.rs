@@ -215,7 +215,8 @@ pub fn assert_one_writer_at_a_time(
     let origin = acts.values().flatten().map(|a| a.start).min();
     for (parent, acts) in acts {
         if let Err(clash) = check_turns(turns(acts)) {
-            let at = |t: Instant| origin.map(|o| t.saturating_duration_since(o));
+            let origin = origin.unwrap_or(clash.0.start);
+            let at = |t: Instant| t.saturating_duration_since(origin);
             panic!(
                 "{parent}: {}'s turn ({} .. {}, {:?} .. {:?}) overlaps {}'s turn ({} .. {}, \
                  {:?} .. {:?}): two writers at once (times from the first act of the test)",
