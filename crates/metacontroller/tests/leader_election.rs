@@ -124,8 +124,7 @@ impl Setup {
                 _ => None,
             }
         };
-        let checked =
-            assert_one_writer_at_a_time(calls, &writes_by_replica(&recorded), parent_of);
+        let checked = assert_one_writer_at_a_time(calls, &writes_by_replica(&recorded), parent_of);
         assert!(checked > 0, "no write for a parent recorded");
     }
 

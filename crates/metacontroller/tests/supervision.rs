@@ -143,13 +143,19 @@ async fn a_panicking_informer_stops_a_syncing_process() {
     });
     setup.create_parent("p2").await;
     eventually_within("p2's sync in flight", Duration::from_secs(30), || async {
-        setup.hook.requests("/sync").iter().any(|r| parent_name(r) == "p2")
+        setup
+            .hook
+            .requests("/sync")
+            .iter()
+            .any(|r| parent_name(r) == "p2")
     })
     .await;
     // A second controller needs a Secret informer: the one that panics.
     setup.controller("v1", "secrets").await;
     eventually_within("the failure", Duration::from_secs(30), || async {
-        process.logs().contains("background task ended unexpectedly")
+        process
+            .logs()
+            .contains("background task ended unexpectedly")
     })
     .await;
     setup.create_parent("p3").await;

@@ -183,7 +183,11 @@ fn strip_hop_by_hop(headers: &mut HeaderMap) {
 }
 
 /// Forwards one request; records it when it is a write.
-async fn forward(client: kube::Client, writes: ApiWrites, request: Request<Body>) -> Response<Body> {
+async fn forward(
+    client: kube::Client,
+    writes: ApiWrites,
+    request: Request<Body>,
+) -> Response<Body> {
     let start = Instant::now();
     let (mut parts, body) = request.into_parts();
     let Ok(bytes) = axum::body::to_bytes(body, 64 << 20).await else {
@@ -209,7 +213,14 @@ async fn forward(client: kube::Client, writes: ApiWrites, request: Request<Body>
     let end = Instant::now();
     let status = answer.as_ref().map_or(502, |r| r.status().as_u16());
     if write {
-        writes.push(write_record(&method, &path, body_json.as_ref(), status, start, end));
+        writes.push(write_record(
+            &method,
+            &path,
+            body_json.as_ref(),
+            status,
+            start,
+            end,
+        ));
     }
     match answer {
         Ok(response) => {
