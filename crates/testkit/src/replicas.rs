@@ -214,7 +214,7 @@ pub fn assert_one_writer_at_a_time(
     }
     let origin = acts.values().flatten().map(|a| a.start).min();
     for (parent, acts) in acts {
-        if let Err(clash) = check_turns(turns(acts)) {
+        if let Some(clash) = first_clash(turns(acts)) {
             let origin = origin.unwrap_or(clash.0.start);
             let at = |t: Instant| t.saturating_duration_since(origin);
             panic!(
@@ -264,9 +264,9 @@ fn turns(mut acts: Vec<Act>) -> Vec<Turn> {
     turns
 }
 
-/// `Err((earlier, later))` for the first turn that began before another replica's earlier
-/// turn ended.
-fn check_turns(turns: Vec<Turn>) -> Result<(), (Turn, Turn)> {
+/// `(earlier, later)` for the first turn that began before another replica's earlier turn
+/// ended.
+fn first_clash(turns: Vec<Turn>) -> Option<(Turn, Turn)> {
     // The turn of each replica that ends last among those begun so far.
     let mut latest: HashMap<String, Turn> = HashMap::new();
     for t in turns {
@@ -274,7 +274,7 @@ fn check_turns(turns: Vec<Turn>) -> Result<(), (Turn, Turn)> {
             .values()
             .find(|o| o.replica != t.replica && o.end > t.start)
         {
-            return Err((other.clone(), t));
+            return Some((other.clone(), t));
         }
         match latest.get(&t.replica) {
             Some(held) if held.end >= t.end => {}
@@ -283,7 +283,7 @@ fn check_turns(turns: Vec<Turn>) -> Result<(), (Turn, Turn)> {
             }
         }
     }
-    Ok(())
+    None
 }
 
 /// The shard Leases of a sharded group (`<group>-shard-<n>`, in one namespace).
