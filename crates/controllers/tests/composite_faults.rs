@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Event;
+use metacontroller_dynamic::Backoff;
 use metacontroller_testkit::{eventually, HookReply, TestCluster};
 use serde_json::{json, Value};
 
@@ -309,11 +310,58 @@ async fn refused_children_are_skipped_and_the_rest_is_written() {
         })
     })
     .await;
-    let before = env.hook.calls("/sync");
-    eventually("retried with backoff", || async {
-        env.hook.calls("/sync") > before
+    assert_retried_with_backoff(&env).await;
+}
+
+/// How long the retries of a failing sync are counted.
+const RETRY_WINDOW: Duration = Duration::from_secs(3);
+/// Syncs of the parent not caused by its failures, in the window: the watch events of its
+/// own first writes (the valid child, the status) queue it at once, once each.
+const EVENT_SYNCS: usize = 6;
+
+/// The most syncs the queue's documented backoff ([`Backoff::default`]: 5 ms doubling per
+/// failure) allows within `window` of a first failed sync at 0: that one, plus each retry
+/// `k` due at `delay(0) + .. + delay(k - 1)`. Slowness only delays retries further.
+fn most_syncs_with_backoff(window: Duration) -> usize {
+    let backoff = Backoff::default();
+    let mut due = Duration::ZERO;
+    let mut syncs = 1;
+    for failures in 0.. {
+        due += backoff.delay(failures);
+        if due > window {
+            break;
+        }
+        syncs += 1;
+    }
+    syncs
+}
+
+/// The sync keeps failing (refused children): it is retried (more than one call), but with
+/// growing delays, not in a loop: within [`RETRY_WINDOW`] of the first call, no more calls
+/// than the backoff allows plus [`EVENT_SYNCS`]. A hot loop (a sync every few ms) makes
+/// hundreds.
+async fn assert_retried_with_backoff(env: &Env) {
+    let times = env.hook.call_times("/sync");
+    let first = *times.first().expect("the hook was called");
+    eventually("retried after the failure", || async {
+        env.hook.calls("/sync") >= 3
     })
     .await;
+    // Waits out the window (an upper bound on calls needs the whole window).
+    tokio::time::sleep_until((first + RETRY_WINDOW).into()).await;
+    let in_window = env
+        .hook
+        .call_times("/sync")
+        .iter()
+        .filter(|t| **t <= first + RETRY_WINDOW)
+        .count();
+    let most = most_syncs_with_backoff(RETRY_WINDOW) + EVENT_SYNCS;
+    assert!(
+        (2..=most).contains(&in_window),
+        "{in_window} hook calls within {RETRY_WINDOW:?} of the first; the backoff allows at \
+         most {most}"
+    );
+    eprintln!("{in_window} hook calls within {RETRY_WINDOW:?} of the first (at most {most})");
 }
 
 /// A live parent of a controller with only a finalize hook: as upstream, the sync fails

@@ -4,7 +4,10 @@
 //! the Lease and exits 0).
 //!
 //! Which process called the hook is read from its own log: `RUST_LOG` turns on the hook
-//! client's per-request trace line, so each replica's syncs are attributable.
+//! client's per-request trace line, so each replica's syncs are attributable. Where a
+//! recording hook records each call's replica and times, a recording proxy between each
+//! replica and the API server ([`ApiRecorder`]) records its writes, and "one writer at a
+//! time" is asserted on hook calls and writes together ([`assert_one_writer_at_a_time`]).
 
 use std::time::{Duration, Instant};
 
@@ -13,12 +16,12 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::Api;
 use metacontroller_api::composite::CompositeController;
 use metacontroller_testkit::replicas::{
-    assert_no_concurrent_syncs, configmap_child, run_args, start_recording_hook, ProxiedKubeconfig,
-    ReplicaCall, ReplicaCalls,
+    assert_no_concurrent_syncs, assert_one_writer_at_a_time, configmap_child, run_args,
+    start_recording_hook, writes_by_replica, ProxiedKubeconfig, ReplicaCall, ReplicaCalls,
 };
 use metacontroller_testkit::{
-    create_object, eventually_within, parent_name, unique_name, ControllerProcess, CrdBuilder,
-    Fault, HookReply, HookServer, TestCluster,
+    create_object, eventually_within, parent_name, unique_name, ApiRecorder, ApiWrite,
+    ControllerProcess, CrdBuilder, Fault, HookReply, HookServer, TestCluster,
 };
 use serde_json::json;
 
@@ -32,6 +35,8 @@ struct Setup {
     lease_name: String,
     parent: CrdBuilder,
     _hook: Option<HookServer>,
+    /// One recording proxy per replica started, between it and the API server.
+    recorders: std::sync::Mutex<Vec<ApiRecorder>>,
 }
 
 impl Setup {
@@ -80,12 +85,47 @@ impl Setup {
             lease_name: unique_name("lease"),
             parent,
             _hook: hook,
+            recorders: Default::default(),
         }
     }
 
     /// A replica: same Lease, namespace taken from `POD_NAMESPACE` as in a pod.
     fn replica(&self) -> ControllerProcess {
-        self.replica_at(self.cluster.kubeconfig_path())
+        self.replica_at(&self.recorded_kubeconfig())
+    }
+
+    /// A kubeconfig reaching the API server through a new recording proxy (one per replica:
+    /// the proxy's records are that replica's writes).
+    fn recorded_kubeconfig(&self) -> std::path::PathBuf {
+        let recorder = ApiRecorder::start(self.cluster.client());
+        let path = recorder.kubeconfig_path().to_path_buf();
+        self.recorders.lock().unwrap().push(recorder);
+        path
+    }
+
+    /// Checks [`assert_one_writer_at_a_time`] on `calls` and the writes of every replica
+    /// (to the parents, and to their children `<parent>-cm`); at least one write is checked.
+    fn assert_one_writer_at_a_time(&self, calls: &[ReplicaCall]) {
+        let recorded: Vec<_> = self
+            .recorders
+            .lock()
+            .unwrap()
+            .iter()
+            .map(ApiRecorder::writes)
+            .collect();
+        let parent_of = |w: &ApiWrite| {
+            if w.namespace.as_deref() != Some(self.ns.as_str()) {
+                return None;
+            }
+            let name = w.name.as_deref()?;
+            match w.resource.as_str() {
+                "configmaps" => name.strip_suffix("-cm").map(str::to_string),
+                r if r == self.parent.plural() => Some(name.to_string()),
+                _ => None,
+            }
+        };
+        let checked = assert_one_writer_at_a_time(calls, &writes_by_replica(&recorded), parent_of);
+        assert!(checked > 0, "no write for a parent recorded");
     }
 
     /// [`Setup::replica`] talking to the API server through `kubeconfig` (a proxy).
@@ -428,8 +468,10 @@ async fn proxied_leader_and_standby() -> ProxiedLeader {
     )
     .await;
     let setup = Setup::with_hook(cluster, ns, url, None, json!({"resyncPeriodSeconds": 1})).await;
-    let proxied = ProxiedKubeconfig::start(setup.cluster.kubeconfig_path()).await;
-    // The leader reaches the API server through the proxy; the standby directly.
+    // The fault proxy in front of the leader's recording proxy: the records are the writes
+    // as the server received them.
+    let proxied = ProxiedKubeconfig::start(&setup.recorded_kubeconfig()).await;
+    // The leader reaches the API server through the fault proxy; the standby without one.
     let leader = setup.replica_at(proxied.path());
     setup.leader_of(&[&leader]).await;
     let standby = setup.replica();
@@ -530,7 +572,9 @@ async fn a_leader_whose_api_link_stalls_stops_syncing_before_its_lease_can_be_ta
     )
     .await;
 
-    assert_stalled_leader_stopped(&calls.calls(), &leader_id, stalled, taken);
+    let calls = calls.calls();
+    assert_stalled_leader_stopped(&calls, &leader_id, stalled, taken);
+    setup.assert_one_writer_at_a_time(&calls);
     eprintln!("healed {:?} ago", healed.elapsed());
 }
 
@@ -610,7 +654,9 @@ async fn a_leader_whose_renewal_answer_is_late_stops_before_the_standby_starts()
         calls.calls().iter().any(|c| c.replica != leader_id)
     })
     .await;
-    assert_stopped_before_takeover(&calls.calls(), &leader_id, written);
+    let calls = calls.calls();
+    assert_stopped_before_takeover(&calls, &leader_id, written);
+    setup.assert_one_writer_at_a_time(&calls);
 }
 
 /// No hook call of the old leader `leader_id` started once its lease could be taken (the

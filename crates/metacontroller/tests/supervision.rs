@@ -17,7 +17,7 @@ use metacontroller_testkit::{
     create_object, eventually_within, parent_name, unique_name, ControllerProcess, CrdBuilder,
     HookReply, HookServer, TestCluster,
 };
-use serde_json::json;
+use serde_json::{json, Value};
 
 /// Generous: the shutdown path is bounded by its drain, Event flush and Lease release steps.
 const EXIT_WITHIN: Duration = Duration::from_secs(60);
@@ -115,7 +115,14 @@ fn assert_failed_because_of(process: &mut ControllerProcess, task: &str, running
     }
 }
 
-/// A syncing process whose newly started informer panics stops and exits non-zero.
+/// How long the hook takes to answer once the test holds a sync in flight: longer than the
+/// failure takes to show, so the process is still draining that sync when the test checks
+/// that the work stopped.
+const SLOW_HOOK: Duration = Duration::from_secs(5);
+
+/// A syncing process whose newly started informer panics stops its work and exits non-zero:
+/// the sync running at the failure finishes (its child is written), a parent created after
+/// the failure, while that sync still drains, is never synced, and the process exits.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_panicking_informer_stops_a_syncing_process() {
     let setup = Setup::new().await;
@@ -130,9 +137,47 @@ async fn a_panicking_informer_stops_a_syncing_process() {
         "{}",
         process.logs()
     );
+    // A sync in flight at the failure: p2's hook call answers after SLOW_HOOK.
+    setup.hook.set_handler(|_, req| {
+        HookReply::json(json!({"children": configmap_child(parent_name(req))})).delayed(SLOW_HOOK)
+    });
+    setup.create_parent("p2").await;
+    eventually_within("p2's sync in flight", Duration::from_secs(30), || async {
+        setup
+            .hook
+            .requests("/sync")
+            .iter()
+            .any(|r| parent_name(r) == "p2")
+    })
+    .await;
     // A second controller needs a Secret informer: the one that panics.
     setup.controller("v1", "secrets").await;
+    eventually_within("the failure", Duration::from_secs(30), || async {
+        process
+            .logs()
+            .contains("background task ended unexpectedly")
+    })
+    .await;
+    setup.create_parent("p3").await;
+    assert!(
+        process.wait_exit(Duration::ZERO).is_none(),
+        "exited before p3 existed (the check below would mean nothing):\n{}",
+        process.logs()
+    );
     assert_failed_because_of(&mut process, "informer/v1/secrets", true);
+    // The work stopped: nothing new started after the failure, what ran was finished.
+    let synced: Vec<Value> = setup.hook.requests("/sync");
+    assert!(
+        synced.iter().all(|r| parent_name(r) != "p3"),
+        "a parent created after the failure was synced:\n{}",
+        process.logs()
+    );
+    assert!(configmaps.get_opt("p3-cm").await.unwrap().is_none());
+    assert!(
+        configmaps.get_opt("p2-cm").await.unwrap().is_some(),
+        "the sync running at the failure was cut off:\n{}",
+        process.logs()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -2,7 +2,7 @@
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::body::{Body, Bytes};
 use axum::http::{HeaderMap, Request, StatusCode};
@@ -57,6 +57,8 @@ pub struct HookCall {
     pub body: Value,
     /// The request headers (e.g. `traceparent` when the controller traces).
     pub headers: HeaderMap,
+    /// When the request arrived.
+    pub received: Instant,
 }
 
 type Handler = Arc<dyn Fn(&str, &Value) -> HookReply + Send + Sync>;
@@ -161,6 +163,15 @@ impl HookServer {
         self.lock_calls().iter().filter(|c| c.path == path).count()
     }
 
+    /// When each call on `path` arrived, oldest first.
+    pub fn call_times(&self, path: &str) -> Vec<Instant> {
+        self.lock_calls()
+            .iter()
+            .filter(|c| c.path == path)
+            .map(|c| c.received)
+            .collect()
+    }
+
     /// Request bodies received on `path`, oldest first.
     pub fn requests(&self, path: &str) -> Vec<Value> {
         self.lock_calls()
@@ -226,6 +237,7 @@ async fn accept_loop(listener: tokio::net::TcpListener, state: Arc<State>) {
 }
 
 async fn serve(state: Arc<State>, request: Request<Body>) -> Response {
+    let received = Instant::now();
     let path = request.uri().path().to_string();
     let headers = request.headers().clone();
     let bytes: Bytes = axum::body::to_bytes(request.into_body(), 64 << 20)
@@ -246,6 +258,7 @@ async fn serve(state: Arc<State>, request: Request<Body>) -> Response {
             path,
             body,
             headers,
+            received,
         });
     if let Some(delay) = reply.delay {
         tokio::time::sleep(delay).await;

@@ -13,12 +13,14 @@
 //!   killed on drop).
 //! - [`OtlpReceiver`]: an OTLP/HTTP trace receiver (what a traced controller exports).
 //! - [`TcpProxy`]: a TCP fault proxy (stall, heal, cut) between a process and the API server.
+//! - [`ApiRecorder`]: an HTTP proxy recording one process's API writes (both servers).
 //! - [`replicas`]: several replicas of the binary (their `run` flags, a hook recording which
 //!   replica synced what and when, shard Leases, a stallable kubeconfig).
 //!
 //! Every test must be able to run in parallel with the others against the same real cluster,
 //! so names come from [`unique_name`] and each test creates its own namespace.
 
+pub mod api_recorder;
 mod cluster;
 mod crd;
 mod events;
@@ -34,6 +36,7 @@ pub mod replicas;
 mod tools;
 pub mod wasm;
 
+pub use api_recorder::{ApiRecorder, ApiWrite, ApiWrites};
 pub use cluster::{
     create_object, dynamic_api, real_cluster_requested, skip_on_real_cluster, ControllerKind,
     TestCluster, E2E_KUBECONFIG_ENV,

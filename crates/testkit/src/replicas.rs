@@ -14,6 +14,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{Api, ListParams};
 use serde_json::Value;
 
+use crate::api_recorder::{ApiWrite, ApiWrites};
 use crate::{kubeconfig_server, TcpProxy};
 
 /// `metacontroller run` against `kubeconfig` for the controllers labelled `team=<label>`,
@@ -130,6 +131,159 @@ pub fn assert_no_concurrent_syncs(calls: &[ReplicaCall]) {
             );
         }
     }
+}
+
+/// The writes of each replica's [`crate::ApiRecorder`], each under the identity its process
+/// wrote into its Leases (`unidentified-<n>` for one that never got a Lease).
+pub fn writes_by_replica(recorders: &[ApiWrites]) -> Vec<(String, ApiWrite)> {
+    let mut all = Vec::new();
+    for (n, recorder) in recorders.iter().enumerate() {
+        let who = recorder
+            .identity()
+            .unwrap_or_else(|| format!("unidentified-{n}"));
+        all.extend(recorder.writes().into_iter().map(|w| (who.clone(), w)));
+    }
+    all
+}
+
+/// One act of a replica on a parent: a hook call, or a write the server accepted.
+#[derive(Debug, Clone)]
+struct Act {
+    replica: String,
+    what: String,
+    hook: bool,
+    start: Instant,
+    end: Instant,
+}
+
+/// A run of one replica's acts on one parent (see [`assert_one_writer_at_a_time`]).
+#[derive(Debug, Clone)]
+struct Turn {
+    replica: String,
+    first: String,
+    last: String,
+    start: Instant,
+    end: Instant,
+}
+
+/// "One writer at a time", per parent, over hook calls *and* API writes: panics when two
+/// replicas' turns on one parent overlap. Returns how many writes were checked.
+///
+/// The rule. A replica's acts on parent P are its hook calls for P and the writes the server
+/// accepted (2xx) that `parent_of` maps to P (its children, its status). They form *turns*:
+/// a hook call opens a new turn of its replica; a write joins the turn of that replica's
+/// latest hook call for P before it (and opens a turn when there is none); a turn lasts from
+/// its first act's start to its last act's end (a write ends when its answer came back, so
+/// the server applied it inside the turn). Turns of different replicas on one parent never
+/// overlap. So once replica B has called the hook for P, replica A writes nothing more for P
+/// until A itself calls the hook for P again (a sync of its own, with what B wrote in its
+/// cache), and B's turn only begins after A's last write for P was answered. Checking hook
+/// calls alone misses a replica that keeps writing after it lost P: its writes come after
+/// its hook call has ended.
+///
+/// Refused writes (409, 404, ...) changed nothing and are left out; so are Events (written
+/// asynchronously, about the parent but not to it) and Leases.
+pub fn assert_one_writer_at_a_time(
+    calls: &[ReplicaCall],
+    writes: &[(String, ApiWrite)],
+    parent_of: impl Fn(&ApiWrite) -> Option<String>,
+) -> usize {
+    let mut acts: HashMap<String, Vec<Act>> = HashMap::new();
+    for c in calls {
+        acts.entry(c.parent.clone()).or_default().push(Act {
+            replica: c.replica.clone(),
+            what: "hook call".to_string(),
+            hook: true,
+            start: c.start,
+            end: c.end,
+        });
+    }
+    let mut checked = 0;
+    for (replica, w) in writes.iter().filter(|(_, w)| w.accepted()) {
+        let Some(parent) = parent_of(w) else {
+            continue;
+        };
+        checked += 1;
+        acts.entry(parent).or_default().push(Act {
+            replica: replica.clone(),
+            what: w.describe(),
+            hook: false,
+            start: w.start,
+            end: w.end,
+        });
+    }
+    let origin = acts.values().flatten().map(|a| a.start).min();
+    for (parent, acts) in acts {
+        if let Some(clash) = first_clash(turns(acts)) {
+            let origin = origin.unwrap_or(clash.0.start);
+            let at = |t: Instant| t.saturating_duration_since(origin);
+            panic!(
+                "{parent}: {}'s turn ({} .. {}, {:?} .. {:?}) overlaps {}'s turn ({} .. {}, \
+                 {:?} .. {:?}): two writers at once (times from the first act of the test)",
+                clash.0.replica,
+                clash.0.first,
+                clash.0.last,
+                at(clash.0.start),
+                at(clash.0.end),
+                clash.1.replica,
+                clash.1.first,
+                clash.1.last,
+                at(clash.1.start),
+                at(clash.1.end),
+            );
+        }
+    }
+    checked
+}
+
+/// The turns of `acts` (one parent's), per replica, in the order they began.
+fn turns(mut acts: Vec<Act>) -> Vec<Turn> {
+    acts.sort_by_key(|a| a.start);
+    let mut open: HashMap<String, usize> = HashMap::new();
+    let mut turns: Vec<Turn> = Vec::new();
+    for a in acts {
+        match open.get(&a.replica) {
+            Some(&i) if !a.hook => {
+                let t = &mut turns[i];
+                t.end = t.end.max(a.end);
+                t.last = a.what;
+            }
+            _ => {
+                open.insert(a.replica.clone(), turns.len());
+                turns.push(Turn {
+                    replica: a.replica,
+                    first: a.what.clone(),
+                    last: a.what,
+                    start: a.start,
+                    end: a.end,
+                });
+            }
+        }
+    }
+    turns.sort_by_key(|t| t.start);
+    turns
+}
+
+/// `(earlier, later)` for the first turn that began before another replica's earlier turn
+/// ended.
+fn first_clash(turns: Vec<Turn>) -> Option<(Turn, Turn)> {
+    // The turn of each replica that ends last among those begun so far.
+    let mut latest: HashMap<String, Turn> = HashMap::new();
+    for t in turns {
+        if let Some(other) = latest
+            .values()
+            .find(|o| o.replica != t.replica && o.end > t.start)
+        {
+            return Some((other.clone(), t));
+        }
+        match latest.get(&t.replica) {
+            Some(held) if held.end >= t.end => {}
+            _ => {
+                latest.insert(t.replica.clone(), t);
+            }
+        }
+    }
+    None
 }
 
 /// The shard Leases of a sharded group (`<group>-shard-<n>`, in one namespace).
@@ -267,4 +421,80 @@ pub fn sharding_args(group: &str, shards: u32, lease: Duration) -> Vec<String> {
         format!("--shard-renew-deadline={}ms", (lease * 3 / 4).as_millis()),
         "--shard-retry-period=1s".to_string(),
     ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn call(replica: &str, at: Instant, from: u64, to: u64) -> ReplicaCall {
+        ReplicaCall {
+            replica: replica.to_string(),
+            parent: "p".to_string(),
+            start: at + Duration::from_millis(from),
+            end: at + Duration::from_millis(to),
+        }
+    }
+
+    fn write(replica: &str, at: Instant, from: u64, to: u64, status: u16) -> (String, ApiWrite) {
+        let w = ApiWrite {
+            method: "PUT".to_string(),
+            resource: "configmaps".to_string(),
+            namespace: Some("ns".to_string()),
+            name: Some("p-a".to_string()),
+            subresource: None,
+            status,
+            start: at + Duration::from_millis(from),
+            end: at + Duration::from_millis(to),
+            holder: None,
+        };
+        (replica.to_string(), w)
+    }
+
+    fn parent(w: &ApiWrite) -> Option<String> {
+        w.name.as_deref()?.strip_suffix("-a").map(str::to_string)
+    }
+
+    fn passes(calls: &[ReplicaCall], writes: &[(String, ApiWrite)]) -> bool {
+        let (calls, writes) = (calls.to_vec(), writes.to_vec());
+        std::panic::catch_unwind(move || assert_one_writer_at_a_time(&calls, &writes, parent))
+            .is_ok()
+    }
+
+    #[test]
+    fn a_write_after_another_replicas_hook_call_is_two_writers() {
+        let t = Instant::now();
+        // A syncs, B syncs, A's write lands after B's hook call: hook calls alone never
+        // overlap, the turns do.
+        let calls = [call("a", t, 0, 10), call("b", t, 20, 30)];
+        let late = [write("a", t, 40, 45, 200)];
+        assert_no_concurrent_syncs(&calls);
+        assert!(!passes(&calls, &late));
+        // Refused, it changed nothing.
+        assert!(passes(&calls, &[write("a", t, 40, 45, 409)]));
+        // Answered before B began: fine.
+        assert!(passes(&calls, &[write("a", t, 11, 15, 200)]));
+        // Still running when B began.
+        assert!(!passes(&calls, &[write("a", t, 11, 25, 200)]));
+    }
+
+    #[test]
+    fn turns_may_alternate_when_each_begins_with_a_hook_call() {
+        let t = Instant::now();
+        let calls = [
+            call("a", t, 0, 10),
+            call("b", t, 20, 30),
+            call("a", t, 50, 60),
+        ];
+        let writes = [
+            write("a", t, 10, 12, 200),
+            write("b", t, 30, 40, 201),
+            write("a", t, 60, 70, 200),
+        ];
+        assert!(passes(&calls, &writes));
+        // B's write still running when A's new turn began.
+        let mut slow = writes.to_vec();
+        slow[1] = write("b", t, 30, 55, 200);
+        assert!(!passes(&calls, &slow));
+    }
 }
