@@ -103,6 +103,12 @@ impl Setup {
         path
     }
 
+    /// Makes the recording proxy of the `index`th replica started refuse its writes to
+    /// `resource` (see [`ApiRecorder::refuse_writes_to`]).
+    fn refuse_writes_of(&self, index: usize, resource: &str) {
+        self.recorders.lock().unwrap()[index].refuse_writes_to(Some(resource));
+    }
+
     /// Checks [`assert_one_writer_at_a_time`] on `calls` and the writes of every replica
     /// (to the parents, and to their children `<parent>-cm`); at least one write is checked.
     fn assert_one_writer_at_a_time(&self, calls: &[ReplicaCall]) {
@@ -130,7 +136,13 @@ impl Setup {
 
     /// [`Setup::replica`] talking to the API server through `kubeconfig` (a proxy).
     fn replica_at(&self, kubeconfig: &std::path::Path) -> ControllerProcess {
+        self.replica_with(kubeconfig, &[])
+    }
+
+    /// [`Setup::replica_at`] with `extra` flags.
+    fn replica_with(&self, kubeconfig: &std::path::Path, extra: &[&str]) -> ControllerProcess {
         let mut args = run_args(kubeconfig, &self.label);
+        args.extend(extra.iter().map(|a| a.to_string()));
         args.extend([
             "--leader-election".to_string(),
             format!("--leader-election-id={}", self.lease_name),
@@ -457,17 +469,11 @@ struct ProxiedLeader {
 
 /// A leader reaching the API server through a proxy and a standby reaching it directly,
 /// both syncing through a recording hook (one ConfigMap per parent after 50 ms, resync every
-/// second); five parents converged, and the leader's calls carry its identity.
+/// second); five parents converged, and the leader's calls carry its identity. Each answer
+/// numbers its ConfigMap anew, so every sync writes: the writes go on up to a handoff, and
+/// "one writer at a time" is checked on them, not only on the first convergence.
 async fn proxied_leader_and_standby() -> ProxiedLeader {
-    let cluster = TestCluster::start().await;
-    cluster.install_metacontroller_crds().await;
-    let ns = cluster.create_namespace("leader").await;
-    let (url, calls) = start_recording_hook(
-        Duration::from_millis(50),
-        |name, _| json!({"children": configmap_child(name), "status": {"ok": true}}),
-    )
-    .await;
-    let setup = Setup::with_hook(cluster, ns, url, None, json!({"resyncPeriodSeconds": 1})).await;
+    let (setup, calls) = writing_on_every_sync().await;
     // The fault proxy in front of the leader's recording proxy: the records are the writes
     // as the server received them.
     let proxied = ProxiedKubeconfig::start(&setup.recorded_kubeconfig()).await;
@@ -484,14 +490,7 @@ async fn proxied_leader_and_standby() -> ProxiedLeader {
             .converged(&format!("p{i}"), Duration::from_secs(30))
             .await;
     }
-    let leader_id = leader
-        .logs()
-        .lines()
-        .find(|l| l.contains("acquired the lease"))
-        .and_then(|l| l.split("identity=").nth(1))
-        .and_then(|s| s.split_whitespace().next())
-        .map(|s| s.trim_matches('"').to_string())
-        .expect("the leader logs its identity");
+    let leader_id = identity_of(&leader);
     assert!(
         calls.calls().iter().any(|c| c.replica == leader_id),
         "the leader's hook calls carry its identity"
@@ -504,6 +503,93 @@ async fn proxied_leader_and_standby() -> ProxiedLeader {
         calls,
         leader_id,
     }
+}
+
+/// [`Setup::with_hook`] with a recording hook (50 ms per call) whose answers number the
+/// parent's ConfigMap anew, so that every sync writes, and a resync every second.
+async fn writing_on_every_sync() -> (Setup, ReplicaCalls) {
+    let cluster = TestCluster::start().await;
+    cluster.install_metacontroller_crds().await;
+    let ns = cluster.create_namespace("leader").await;
+    let answers = std::sync::atomic::AtomicU64::new(0);
+    let (url, calls) = start_recording_hook(Duration::from_millis(50), move |name, _| {
+        let n = answers.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let mut child = configmap_child(name);
+        child[0]["data"]["answer"] = json!(n.to_string());
+        json!({"children": child, "status": {"ok": true}})
+    })
+    .await;
+    let setup = Setup::with_hook(cluster, ns, url, None, json!({"resyncPeriodSeconds": 1})).await;
+    (setup, calls)
+}
+
+/// The identity a leader logged when it acquired the Lease.
+fn identity_of(leader: &ControllerProcess) -> String {
+    leader
+        .logs()
+        .lines()
+        .find(|l| l.contains("acquired the lease"))
+        .and_then(|l| l.split("identity=").nth(1))
+        .and_then(|s| s.split_whitespace().next())
+        .map(|s| s.trim_matches('"').to_string())
+        .expect("the leader logs its identity")
+}
+
+/// A leader whose renewals are refused while everything else it sends still reaches the
+/// API server (its proxy refuses its Lease writes only): it must stop writing before its
+/// Lease can be taken. Every sync writes (each answer renumbers the child), so a write the
+/// old leader made once the standby had started would show as two writers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_that_cannot_renew_but_reaches_the_api_writes_nothing_after_the_handoff() {
+    let (setup, calls) = writing_on_every_sync().await;
+    // Server-side apply sends no resourceVersion: a late write of the old leader would be
+    // accepted rather than refused as a conflict, so the check sees it.
+    let ssa = ["--apply-strategy=server-side-apply"];
+    let leader = setup.replica_with(&setup.recorded_kubeconfig(), &ssa);
+    setup.leader_of(&[&leader]).await;
+    let standby = setup.replica_with(&setup.recorded_kubeconfig(), &ssa);
+    wait_standing_by(&standby).await;
+    for i in 0..5 {
+        setup.create_parent(&format!("p{i}")).await;
+    }
+    for i in 0..5 {
+        setup
+            .converged(&format!("p{i}"), Duration::from_secs(30))
+            .await;
+    }
+    let leader_id = identity_of(&leader);
+    setup.refuse_writes_of(0, "leases");
+    eventually_within(
+        "the standby takes over",
+        LEADER_LEASE + Duration::from_secs(20),
+        || async { standby.logs().contains("acquired the lease") },
+    )
+    .await;
+    // The standby syncs (and writes: every parent resyncs each second) for a lease
+    // duration, long enough for a write the old leader still had pending to show.
+    eventually_within(
+        "the standby syncs for a lease duration",
+        LEADER_LEASE + Duration::from_secs(20),
+        || async {
+            let starts: Vec<Instant> = calls
+                .calls()
+                .iter()
+                .filter(|c| c.replica != leader_id)
+                .map(|c| c.start)
+                .collect();
+            let first = starts.iter().min();
+            let last = starts.iter().max();
+            first
+                .zip(last)
+                .is_some_and(|(f, l)| *l - *f >= LEADER_LEASE)
+        },
+    )
+    .await;
+    assert!(
+        leader.logs().contains("lost the lease"),
+        "the old leader did not notice it lost the lease"
+    );
+    setup.assert_one_writer_at_a_time(&calls.calls());
 }
 
 /// The leader's calls started before its lease could be taken (`stalled + LEADER_LEASE`),

@@ -99,6 +99,7 @@ impl ApiWrites {
 pub struct ApiRecorder {
     addr: SocketAddr,
     writes: ApiWrites,
+    refused: Refused,
     kubeconfig: PathBuf,
     _dir: tempfile::TempDir,
     task: tokio::task::JoinHandle<()>,
@@ -115,9 +116,13 @@ impl ApiRecorder {
             .expect("a non-blocking listener");
         let listener = tokio::net::TcpListener::from_std(listener).expect("a tokio listener");
         let writes = ApiWrites::default();
+        let refused = Refused::default();
         let app = axum::Router::new().fallback({
             let writes = writes.clone();
-            move |request: Request<Body>| forward(client.clone(), writes.clone(), request)
+            let refused = refused.clone();
+            move |request: Request<Body>| {
+                forward(client.clone(), writes.clone(), refused.clone(), request)
+            }
         });
         let task = tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
@@ -128,6 +133,7 @@ impl ApiRecorder {
         ApiRecorder {
             addr,
             writes,
+            refused,
             kubeconfig,
             _dir: dir,
             task,
@@ -147,6 +153,24 @@ impl ApiRecorder {
     /// The writes recorded (a handle that outlives the proxy).
     pub fn writes(&self) -> ApiWrites {
         self.writes.clone()
+    }
+
+    /// From now on writes to `resource` (a plural, e.g. `leases`) are answered 500 without
+    /// reaching the server (recorded as refused); `None` forwards them again. Only this
+    /// proxy's process is affected, on either server.
+    pub fn refuse_writes_to(&self, resource: Option<&str>) {
+        *self.refused.0.lock().unwrap_or_else(|p| p.into_inner()) = resource.map(str::to_string);
+    }
+}
+
+/// The resource whose writes a recorder refuses, if any.
+#[derive(Clone, Default)]
+struct Refused(Arc<Mutex<Option<String>>>);
+
+impl Refused {
+    fn refuses(&self, write: &ApiWrite) -> bool {
+        let refused = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        refused.as_deref() == Some(write.resource.as_str())
     }
 }
 
@@ -186,6 +210,7 @@ fn strip_hop_by_hop(headers: &mut HeaderMap) {
 async fn forward(
     client: kube::Client,
     writes: ApiWrites,
+    refused: Refused,
     request: Request<Body>,
 ) -> Response<Body> {
     let start = Instant::now();
@@ -208,6 +233,13 @@ async fn forward(
     } else {
         None
     };
+    if write {
+        let record = write_record(&method, &path, body_json.as_ref(), 500, start, start);
+        if refused.refuses(&record) {
+            writes.push(record);
+            return status_only(StatusCode::INTERNAL_SERVER_ERROR);
+        }
+    }
     let upstream = Request::from_parts(parts, kube::client::Body::from(bytes.to_vec()));
     let answer = client.send(upstream).await;
     let end = Instant::now();
