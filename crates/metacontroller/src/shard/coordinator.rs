@@ -15,6 +15,7 @@ use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 
 use super::assignment::{assignment, settled};
+use super::decision::{decide, ShardAction, ShardFacts};
 use super::leases::{holder_of, list_leases, role};
 use super::membership::{next_round_in, Observed};
 use super::metrics::ShardMetrics;
@@ -235,39 +236,34 @@ impl Coordinator {
         lease: Option<&Lease>,
         view: &RoundView<'_>,
     ) -> Option<Reserved> {
-        if self.lock_releasing().contains(&shard) {
-            return None;
-        }
-        let me = view.me.as_str();
         let holder = holder_of(lease);
-        let we_hold = holder == Some(me);
-        let active = view.owned.contains(&shard) || view.acquiring.contains(&shard);
-        if active && !we_hold {
-            // Only after our membership expired could another replica take it; stop now.
-            tracing::error!(shard, holder = ?holder, "sharding: a shard this replica syncs is held by another; stopping it");
-            lock(&self.acquiring).remove(&shard);
-            self.spawn_release(shard, false);
-            return None;
-        }
-        if we_hold && !mine {
-            lock(&self.acquiring).remove(&shard);
-            self.spawn_release(shard, true);
-            return None;
-        }
-        if !mine || active || !view.may_acquire {
-            return None;
-        }
-        let free = match holder {
-            None => true,
-            Some(h) => h == me || !view.members.iter().any(|m| m == h),
+        let facts = ShardFacts {
+            me: view.me.as_str(),
+            holder,
+            holder_is_member: holder.is_some_and(|h| view.members.iter().any(|m| m == h)),
+            active: view.owned.contains(&shard) || view.acquiring.contains(&shard),
+            releasing: self.lock_releasing().contains(&shard),
+            mine,
+            may_acquire: view.may_acquire,
+            time_left: Instant::now() < view.act_by,
         };
-        // Held by a replica that is no longer a member: it died (or lost its Lease)
-        // without releasing, so the shard's parents have had no owner since.
-        let orphaned = holder.is_some_and(|h| h != me);
-        if !free || Instant::now() >= view.act_by {
-            return None;
+        match decide(&facts) {
+            ShardAction::Leave => None,
+            ShardAction::Stop => {
+                tracing::error!(shard, holder = ?holder, "sharding: a shard this replica syncs is held by another; stopping it");
+                lock(&self.acquiring).remove(&shard);
+                self.spawn_release(shard, false);
+                None
+            }
+            ShardAction::Release => {
+                lock(&self.acquiring).remove(&shard);
+                self.spawn_release(shard, true);
+                None
+            }
+            ShardAction::Take { orphaned } => {
+                self.take(shard, name, lease, orphaned, view.act_by).await
+            }
         }
-        self.take(shard, name, lease, orphaned, view.act_by).await
     }
 
     /// Takes the shard Lease (bounded by `act_by`). A Lease written after our own lapsed

@@ -82,6 +82,7 @@
 
 mod assignment;
 mod coordinator;
+mod decision;
 mod leases;
 mod membership;
 mod metrics;
