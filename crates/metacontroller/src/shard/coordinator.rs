@@ -15,7 +15,7 @@ use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 
 use super::assignment::{assignment, settled};
-use super::decision::{decide, ShardAction, ShardFacts};
+use super::decision::{decide, shards_to_cache_ahead, ShardAction, ShardFacts};
 use super::leases::{holder_of, list_leases, role};
 use super::membership::{next_round_in, Observed};
 use super::metrics::ShardMetrics;
@@ -320,25 +320,16 @@ impl Coordinator {
         let acquiring: HashSet<u32> = lock(&self.acquiring).clone();
         let releasing: HashSet<u32> = self.lock_releasing().clone();
         let busy = |s: &u32| owned.contains(s) || acquiring.contains(s) || releasing.contains(s);
-        let mut wanted = HashSet::new();
-        if !self.silent.is_empty() && self.foreign.is_empty() {
-            let remaining: Vec<&str> = members
-                .iter()
-                .map(String::as_str)
-                .filter(|m| !self.silent.iter().any(|s| s == m))
+        let wanted = if self.foreign.is_empty() {
+            let members: Vec<&str> = members.iter().map(String::as_str).collect();
+            let silent: Vec<&str> = self.silent.iter().map(String::as_str).collect();
+            let holders: Vec<Option<&str>> = (0..self.config.shards)
+                .map(|shard| holder_of(shard_leases.get(&self.config.shard_lease(shard))))
                 .collect();
-            let owners = assignment(self.config.shards, &remaining);
-            for shard in 0..self.config.shards {
-                let held_by_silent = holder_of(shard_leases.get(&self.config.shard_lease(shard)))
-                    .is_some_and(|h| self.silent.iter().any(|s| s == h));
-                if held_by_silent
-                    && owners.get(shard as usize).copied().flatten() == Some(me)
-                    && !busy(&shard)
-                {
-                    wanted.insert(shard);
-                }
-            }
-        }
+            shards_to_cache_ahead(me, &members, &silent, &holders, |s| busy(&s))
+        } else {
+            HashSet::new()
+        };
         let stale: Vec<u32> = self
             .ahead
             .keys()

@@ -60,9 +60,66 @@ pub(super) fn decide(facts: &ShardFacts<'_>) -> ShardAction {
     }
 }
 
+/// The shards to cache ahead of a takeover: held by a silent member (see
+/// `Coordinator::cache_ahead`), assigned to `me` once the silent members are gone, and not
+/// `busy` here (owned, being acquired or released). `holders[shard]` is each shard Lease's
+/// holder. Nothing while no member is silent.
+pub(super) fn shards_to_cache_ahead(
+    me: &str,
+    members: &[&str],
+    silent: &[&str],
+    holders: &[Option<&str>],
+    busy: impl Fn(u32) -> bool,
+) -> std::collections::HashSet<u32> {
+    if silent.is_empty() {
+        return Default::default();
+    }
+    let remaining: Vec<&str> = members
+        .iter()
+        .copied()
+        .filter(|m| !silent.contains(m))
+        .collect();
+    let shards = u32::try_from(holders.len()).unwrap_or(u32::MAX);
+    let owners = super::assignment::assignment(shards, &remaining);
+    (0..shards)
+        .filter(|&shard| {
+            let held_by_silent = holders[shard as usize].is_some_and(|h| silent.contains(&h));
+            let mine_after = owners.get(shard as usize).copied().flatten() == Some(me);
+            held_by_silent && mine_after && !busy(shard)
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_shards_a_silent_member_holds_and_we_would_inherit_are_cached_ahead() {
+        let members = ["a", "b", "c"];
+        let holders: Vec<Option<&str>> = (0..12).map(|s| Some(["a", "b", "c"][s % 3])).collect();
+        let a = shards_to_cache_ahead("a", &members, &["c"], &holders, |_| false);
+        let b = shards_to_cache_ahead("b", &members, &["c"], &holders, |_| false);
+        let held_by_c: std::collections::HashSet<u32> = (0..12).filter(|s| s % 3 == 2).collect();
+        assert!(
+            a.is_disjoint(&b),
+            "a shard is cached ahead by one replica only"
+        );
+        assert_eq!(
+            &a | &b,
+            held_by_c,
+            "every shard of the silent member, nothing else"
+        );
+        let busy = *a.iter().next().expect("a inherits some");
+        let without = shards_to_cache_ahead("a", &members, &["c"], &holders, |s| s == busy);
+        assert!(!without.contains(&busy), "a busy shard is not cached ahead");
+    }
+
+    #[test]
+    fn nothing_is_cached_ahead_while_every_member_renews() {
+        let holders = vec![Some("a"), Some("b")];
+        assert!(shards_to_cache_ahead("a", &["a", "b"], &[], &holders, |_| false).is_empty());
+    }
 
     /// A free shard assigned to "a", which holds nothing yet.
     fn free() -> ShardFacts<'static> {
