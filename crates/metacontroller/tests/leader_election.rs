@@ -230,6 +230,17 @@ impl Setup {
         self.converged(name, within).await;
     }
 
+    /// Creates parents `p0`..`p4` and waits until each has its child.
+    async fn converge_five_parents(&self) {
+        for i in 0..5 {
+            self.create_parent(&format!("p{i}")).await;
+        }
+        for i in 0..5 {
+            self.converged(&format!("p{i}"), Duration::from_secs(30))
+                .await;
+        }
+    }
+
     async fn converged(&self, name: &str, within: Duration) {
         let cms: Api<ConfigMap> = Api::namespaced(self.cluster.client(), &self.ns);
         let cm = format!("{name}-cm");
@@ -482,14 +493,7 @@ async fn proxied_leader_and_standby() -> ProxiedLeader {
     setup.leader_of(&[&leader]).await;
     let standby = setup.replica();
     wait_standing_by(&standby).await;
-    for i in 0..5 {
-        setup.create_parent(&format!("p{i}")).await;
-    }
-    for i in 0..5 {
-        setup
-            .converged(&format!("p{i}"), Duration::from_secs(30))
-            .await;
-    }
+    setup.converge_five_parents().await;
     let leader_id = identity_of(&leader);
     assert!(
         calls.calls().iter().any(|c| c.replica == leader_id),
@@ -549,14 +553,7 @@ async fn a_leader_that_cannot_renew_but_reaches_the_api_writes_nothing_after_the
     setup.leader_of(&[&leader]).await;
     let standby = setup.replica_with(&setup.recorded_kubeconfig(), &ssa);
     wait_standing_by(&standby).await;
-    for i in 0..5 {
-        setup.create_parent(&format!("p{i}")).await;
-    }
-    for i in 0..5 {
-        setup
-            .converged(&format!("p{i}"), Duration::from_secs(30))
-            .await;
-    }
+    setup.converge_five_parents().await;
     let leader_id = identity_of(&leader);
     setup.refuse_writes_of(0, "leases");
     eventually_within(
