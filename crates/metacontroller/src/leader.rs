@@ -26,6 +26,8 @@ use metacontroller_dynamic::{LeaseDeadlines, SyncGate};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use crate::coordination::{jitter, lease_deadlines, lease_seconds, sleep_or_stop};
+
 /// Where the service account's namespace is mounted in a pod.
 const SERVICE_ACCOUNT_NAMESPACE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
 
@@ -244,7 +246,7 @@ impl Elector {
         let config = &self.config;
         let mine = LeaseSpec {
             holder_identity: Some(config.identity.clone()),
-            lease_duration_seconds: Some(seconds(config.lease_duration)),
+            lease_duration_seconds: Some(lease_seconds(config.lease_duration)),
             acquire_time: Some(MicroTime(now)),
             renew_time: Some(MicroTime(now)),
             lease_transitions: Some(0),
@@ -347,53 +349,10 @@ impl Elector {
     }
 }
 
-fn seconds(d: Duration) -> i32 {
-    i32::try_from(d.as_secs()).unwrap_or(i32::MAX)
-}
-
 /// How long after the fence a leader that lost its Lease waits for the syncs abandoned
 /// there to be dropped before it exits: well inside the margin between the fence and the
 /// Lease's expiry.
 const FENCE_GRACE: Duration = Duration::from_millis(200);
-
-/// The deadlines of ownership resting on a Lease renewal sent at `sent` (leader election
-/// and shard membership alike): no sync starts after the renew deadline, and running ones
-/// are abandoned at the fence, a margin before the Lease can expire in any other replica's
-/// eyes (the duration written in the Lease, whole seconds). Both count from the *send*:
-/// the server, and so every other replica, saw the renewal later, so no other replica can
-/// count the Lease as expired before `sent + lease duration`.
-pub(crate) fn lease_deadlines(
-    sent: Instant,
-    lease_duration: Duration,
-    renew_deadline: Duration,
-) -> LeaseDeadlines {
-    let written = Duration::from_secs(seconds(lease_duration).unsigned_abs().into());
-    let margin = (written.saturating_sub(renew_deadline) / 2).min(Duration::from_secs(1));
-    let fence = sent + written.saturating_sub(margin);
-    LeaseDeadlines {
-        renew_by: (sent + renew_deadline).min(fence),
-        fence,
-    }
-}
-
-/// A standby's wait between attempts: spread over [period/2, period] so candidates do not
-/// retry in lockstep, yet one notices a released Lease within one retry period (client-go
-/// jitters upwards, which lets a takeover after a clean shutdown take over 2 s).
-pub(crate) fn jitter(period: Duration) -> Duration {
-    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
-    hasher.write_u8(0);
-    let fraction = (hasher.finish() % 1000) as f64 / 1000.0;
-    period.mul_f64(0.5 + 0.5 * fraction)
-}
-
-/// Sleeps `d`; `true` if `stop` turned true (or its sender went) meanwhile.
-pub(crate) async fn sleep_or_stop(d: Duration, stop: &mut watch::Receiver<bool>) -> bool {
-    let stopped = tokio::select! {
-        _ = tokio::time::sleep(d) => false,
-        changed = stop.wait_for(|s| *s) => { let _ = changed; true }
-    };
-    stopped || *stop.borrow()
-}
 
 #[cfg(test)]
 mod tests {
@@ -418,13 +377,5 @@ mod tests {
         assert_eq!(a.namespace, "ns");
         assert_ne!(a.identity, b.identity);
         assert!(a.identity.contains('_'));
-    }
-
-    #[test]
-    fn jitter_stays_within_one_retry_period() {
-        for _ in 0..100 {
-            let d = jitter(Duration::from_secs(2));
-            assert!(d >= Duration::from_secs(1) && d <= Duration::from_secs(2));
-        }
     }
 }

@@ -7,6 +7,7 @@
 mod cli;
 mod client;
 mod code_source;
+mod coordination;
 mod dev;
 mod health;
 mod leader;

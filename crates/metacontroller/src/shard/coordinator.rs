@@ -16,10 +16,11 @@ use tokio::time::Instant;
 
 use super::assignment::{assignment, settled};
 use super::decision::{decide, shards_to_cache_ahead, ShardAction, ShardFacts};
-use super::leases::{holder_of, list_leases, role};
+use super::leases::{list_leases, role};
 use super::membership::{next_round_in, Observed};
 use super::metrics::ShardMetrics;
 use super::{ShardConfig, GROUP_LABEL};
+use crate::coordination::holder_of;
 
 pub(super) struct Coordinator {
     pub(super) api: Api<Lease>,
@@ -64,7 +65,7 @@ impl Coordinator {
             let pause = self.pause().saturating_sub(started.elapsed());
             let stopped = tokio::select! {
                 _ = self.wake.notified() => *stop.borrow(),
-                stopped = crate::leader::sleep_or_stop(pause, &mut stop) => stopped,
+                stopped = crate::coordination::sleep_or_stop(pause, &mut stop) => stopped,
             };
             if stopped {
                 self.watch_task.abort();
@@ -80,7 +81,7 @@ impl Coordinator {
             &lock(&self.observed),
             &self.config.identity,
             Instant::now(),
-            crate::leader::jitter(self.config.retry_period),
+            crate::coordination::jitter(self.config.retry_period),
         )
     }
 
@@ -151,7 +152,11 @@ impl Coordinator {
     /// deadline, and running ones are abandoned at the fence, a margin before the Lease can
     /// expire in any other replica's eyes (the duration written in the Lease, whole seconds).
     pub(super) fn deadlines(&self, sent: Instant) -> LeaseDeadlines {
-        crate::leader::lease_deadlines(sent, self.config.lease_duration, self.config.renew_deadline)
+        crate::coordination::lease_deadlines(
+            sent,
+            self.config.lease_duration,
+            self.config.renew_deadline,
+        )
     }
 
     /// The rest of a round: read the group, release and acquire shards. Requests are bounded

@@ -13,6 +13,7 @@ use metacontroller_dynamic::Supervisor;
 
 use super::coordinator::Coordinator;
 use super::{GROUP_LABEL, ROLE_LABEL, SHARDS_ANNOTATION};
+use crate::coordination::lease_seconds;
 
 impl Coordinator {
     pub(super) fn lease_object(&self, name: &str, role: &str, holder: Option<&str>) -> Lease {
@@ -39,7 +40,7 @@ impl Coordinator {
             },
             spec: Some(LeaseSpec {
                 holder_identity: holder.map(str::to_string),
-                lease_duration_seconds: Some(seconds(self.config.lease_duration)),
+                lease_duration_seconds: Some(lease_seconds(self.config.lease_duration)),
                 acquire_time: Some(now.clone()),
                 renew_time: Some(now),
                 lease_transitions: Some(0),
@@ -66,7 +67,7 @@ impl Coordinator {
                     spec.acquire_time = Some(now.clone());
                 }
                 spec.holder_identity = Some(me.to_string());
-                spec.lease_duration_seconds = Some(seconds(self.config.lease_duration));
+                spec.lease_duration_seconds = Some(lease_seconds(self.config.lease_duration));
                 spec.renew_time = Some(now);
                 self.api.replace(name, &PostParams::default(), &lease).await
             }
@@ -200,14 +201,6 @@ pub(super) async fn clear_holder(api: &Api<Lease>, name: &str, me: &str) -> anyh
     Ok(())
 }
 
-/// The holder of a shard Lease, if any.
-pub(super) fn holder_of(lease: Option<&Lease>) -> Option<&str> {
-    lease
-        .and_then(|l| l.spec.as_ref())
-        .and_then(|s| s.holder_identity.as_deref())
-        .filter(|h| !h.is_empty())
-}
-
 /// The role label of a group Lease (`member` or `shard`).
 pub(super) fn role(lease: &Lease) -> Option<&str> {
     lease
@@ -216,11 +209,6 @@ pub(super) fn role(lease: &Lease) -> Option<&str> {
         .as_ref()
         .and_then(|l| l.get(ROLE_LABEL))
         .map(String::as_str)
-}
-
-/// A duration as a Lease's whole seconds (at least one).
-pub(super) fn seconds(d: Duration) -> i32 {
-    i32::try_from(d.as_secs().max(1)).unwrap_or(i32::MAX)
 }
 
 #[cfg(test)]

@@ -13,7 +13,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use super::coordinator::{lock, Coordinator};
-use super::leases::{clear_holder, list_leases, role, seconds};
+use super::leases::{clear_holder, list_leases, role};
 use super::{GROUP_LABEL, ROLE_LABEL, SHARDS_ANNOTATION};
 
 impl Coordinator {
@@ -107,7 +107,9 @@ impl Coordinator {
             );
         let spec = lease.spec.get_or_insert_with(Default::default);
         spec.holder_identity = Some(self.config.identity.clone());
-        spec.lease_duration_seconds = Some(seconds(self.config.lease_duration));
+        spec.lease_duration_seconds = Some(crate::coordination::lease_seconds(
+            self.config.lease_duration,
+        ));
         spec.renew_time = Some(now);
         match self
             .api

@@ -1,0 +1,92 @@
+//! What leader election ([`crate::leader`]) and sharding ([`crate::shard`]) share about
+//! Leases: one rule for the deadlines of ownership resting on a renewal, one conversion of
+//! durations to a Lease's whole seconds, the retry jitter and the stoppable wait. Both bind
+//! their deadlines to the same [`metacontroller_dynamic::SyncGate`] (its write fence).
+
+use std::hash::{BuildHasher, Hasher};
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::Lease;
+use metacontroller_dynamic::LeaseDeadlines;
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+/// A duration as a Lease's `leaseDurationSeconds`: whole seconds, at least one (a zero
+/// duration would let anyone take the Lease at once).
+pub(crate) fn lease_seconds(d: Duration) -> i32 {
+    i32::try_from(d.as_secs().max(1)).unwrap_or(i32::MAX)
+}
+
+/// The deadlines of ownership resting on a Lease renewal sent at `sent` (leader election
+/// and shard membership alike): no sync starts after the renew deadline, and running ones
+/// are abandoned at the fence, a margin before the Lease can expire in any other replica's
+/// eyes (the duration written in the Lease, whole seconds). Both count from the *send*:
+/// the server, and so every other replica, saw the renewal later, so no other replica can
+/// count the Lease as expired before `sent + lease duration`.
+pub(crate) fn lease_deadlines(
+    sent: Instant,
+    lease_duration: Duration,
+    renew_deadline: Duration,
+) -> LeaseDeadlines {
+    let written = Duration::from_secs(lease_seconds(lease_duration).unsigned_abs().into());
+    let margin = (written.saturating_sub(renew_deadline) / 2).min(Duration::from_secs(1));
+    let fence = sent + written.saturating_sub(margin);
+    LeaseDeadlines {
+        renew_by: (sent + renew_deadline).min(fence),
+        fence,
+    }
+}
+
+/// A wait between attempts: spread over [period/2, period] so candidates do not retry in
+/// lockstep, yet one notices a released Lease within one retry period (client-go jitters
+/// upwards, which lets a takeover after a clean shutdown take over 2 s).
+pub(crate) fn jitter(period: Duration) -> Duration {
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u8(0);
+    let fraction = (hasher.finish() % 1000) as f64 / 1000.0;
+    period.mul_f64(0.5 + 0.5 * fraction)
+}
+
+/// Sleeps `d`; `true` if `stop` turned true (or its sender went) meanwhile.
+pub(crate) async fn sleep_or_stop(d: Duration, stop: &mut watch::Receiver<bool>) -> bool {
+    let stopped = tokio::select! {
+        _ = tokio::time::sleep(d) => false,
+        changed = stop.wait_for(|s| *s) => { let _ = changed; true }
+    };
+    stopped || *stop.borrow()
+}
+
+/// The holder a Lease names (`None`: none, or empty).
+pub(crate) fn holder_of(lease: Option<&Lease>) -> Option<&str> {
+    lease
+        .and_then(|l| l.spec.as_ref())
+        .and_then(|s| s.holder_identity.as_deref())
+        .filter(|h| !h.is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn jitter_stays_within_one_retry_period() {
+        for _ in 0..100 {
+            let d = jitter(Duration::from_secs(2));
+            assert!(d >= Duration::from_secs(1) && d <= Duration::from_secs(2));
+        }
+    }
+
+    #[test]
+    fn a_lease_is_at_least_one_second_long_and_deadlines_follow_what_is_written() {
+        assert_eq!(lease_seconds(Duration::from_millis(400)), 1);
+        assert_eq!(lease_seconds(Duration::from_millis(15_900)), 15);
+        let sent = Instant::now();
+        // Written as 1 s: the fence is inside that second, not at the 400 ms asked for.
+        let short = lease_deadlines(sent, Duration::from_millis(400), Duration::from_millis(300));
+        assert!(short.fence > sent && short.fence <= sent + Duration::from_secs(1));
+        // controller-runtime's timings: 15 s written, renew by 10 s, fence 1 s before expiry.
+        let d = lease_deadlines(sent, Duration::from_secs(15), Duration::from_secs(10));
+        assert_eq!(d.renew_by, sent + Duration::from_secs(10));
+        assert_eq!(d.fence, sent + Duration::from_secs(14));
+    }
+}
