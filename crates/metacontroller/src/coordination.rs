@@ -6,7 +6,8 @@
 use std::hash::{BuildHasher, Hasher};
 use std::time::Duration;
 
-use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use metacontroller_dynamic::LeaseDeadlines;
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -56,6 +57,32 @@ pub(crate) async fn sleep_or_stop(d: Duration, stop: &mut watch::Receiver<bool>)
     stopped || *stop.borrow()
 }
 
+/// The spec of a Lease created held by `holder` (or by nobody) for `duration` from `now`.
+pub(crate) fn new_spec(holder: Option<&str>, duration: Duration, now: &MicroTime) -> LeaseSpec {
+    LeaseSpec {
+        holder_identity: holder.map(str::to_string),
+        lease_duration_seconds: Some(lease_seconds(duration)),
+        acquire_time: Some(now.clone()),
+        renew_time: Some(now.clone()),
+        lease_transitions: Some(0),
+        ..LeaseSpec::default()
+    }
+}
+
+/// Makes an existing Lease's `spec` say `me` holds it for `duration` from `now`, as
+/// client-go's `tryAcquireOrRenew` writes its record: renewed now; when the holder was
+/// another (or nobody), acquired now and one more transition. The one way leader election and
+/// shard Leases are taken and renewed.
+pub(crate) fn hold(spec: &mut LeaseSpec, me: &str, duration: Duration, now: &MicroTime) {
+    if spec.holder_identity.as_deref() != Some(me) {
+        spec.lease_transitions = Some(spec.lease_transitions.unwrap_or(0).saturating_add(1));
+        spec.acquire_time = Some(now.clone());
+        spec.holder_identity = Some(me.to_string());
+    }
+    spec.lease_duration_seconds = Some(lease_seconds(duration));
+    spec.renew_time = Some(now.clone());
+}
+
 /// The holder a Lease names (`None`: none, or empty).
 pub(crate) fn holder_of(lease: Option<&Lease>) -> Option<&str> {
     lease
@@ -67,6 +94,39 @@ pub(crate) fn holder_of(lease: Option<&Lease>) -> Option<&str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn holding_counts_a_transition_only_when_the_holder_changes() {
+        let t = |s: i64| MicroTime(k8s_openapi::jiff::Timestamp::from_second(s).unwrap());
+        let mut spec = new_spec(Some("a"), Duration::from_secs(15), &t(1));
+        assert_eq!(spec.holder_identity.as_deref(), Some("a"));
+        assert_eq!(
+            (spec.lease_transitions, spec.lease_duration_seconds),
+            (Some(0), Some(15))
+        );
+        hold(&mut spec, "a", Duration::from_secs(15), &t(3));
+        assert_eq!(
+            spec.acquire_time,
+            Some(t(1)),
+            "a renewal keeps the acquire time"
+        );
+        assert_eq!(
+            (spec.renew_time.clone(), spec.lease_transitions),
+            (Some(t(3)), Some(0))
+        );
+        hold(&mut spec, "b", Duration::from_secs(15), &t(5));
+        assert_eq!(
+            (spec.acquire_time.clone(), spec.lease_transitions),
+            (Some(t(5)), Some(1))
+        );
+        spec.holder_identity = None;
+        hold(&mut spec, "a", Duration::from_secs(15), &t(7));
+        assert_eq!(
+            spec.lease_transitions,
+            Some(2),
+            "a released Lease taken: client-go counts it"
+        );
+    }
 
     #[test]
     fn jitter_stays_within_one_retry_period() {

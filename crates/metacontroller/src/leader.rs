@@ -26,7 +26,7 @@ use metacontroller_dynamic::{LeaseDeadlines, SyncGate};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::coordination::{jitter, lease_deadlines, lease_seconds, sleep_or_stop};
+use crate::coordination::{hold, jitter, lease_deadlines, new_spec, sleep_or_stop};
 
 /// Where the service account's namespace is mounted in a pod.
 const SERVICE_ACCOUNT_NAMESPACE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
@@ -242,21 +242,14 @@ impl Elector {
     /// expired by our own observation; write with the read resourceVersion (a concurrent
     /// writer makes this fail with 409 instead of both winning).
     async fn try_acquire_or_renew(&mut self) -> Attempt {
-        let now = k8s_openapi::jiff::Timestamp::now();
+        let now = MicroTime(k8s_openapi::jiff::Timestamp::now());
         let config = &self.config;
-        let mine = LeaseSpec {
-            holder_identity: Some(config.identity.clone()),
-            lease_duration_seconds: Some(lease_seconds(config.lease_duration)),
-            acquire_time: Some(MicroTime(now)),
-            renew_time: Some(MicroTime(now)),
-            lease_transitions: Some(0),
-            ..LeaseSpec::default()
-        };
         let current = match self.api.get_opt(&config.name).await {
             Ok(current) => current,
             Err(err) => return Attempt::Failed(format!("reading lease: {err}")),
         };
         let Some(mut lease) = current else {
+            let mine = new_spec(Some(&config.identity), config.lease_duration, &now);
             let lease = Lease {
                 metadata: ObjectMeta {
                     name: Some(config.name.clone()),
@@ -289,13 +282,8 @@ impl Elector {
         if !holder.is_empty() && !we_hold && observed_at.elapsed() < valid_for {
             return Attempt::HeldByOther(holder);
         }
-        let mut spec = mine;
-        if we_hold {
-            spec.acquire_time = old.acquire_time.clone();
-            spec.lease_transitions = old.lease_transitions;
-        } else {
-            spec.lease_transitions = Some(old.lease_transitions.unwrap_or(0).saturating_add(1));
-        }
+        let mut spec = old;
+        hold(&mut spec, &config.identity, config.lease_duration, &now);
         lease.spec = Some(spec.clone());
         match self
             .api

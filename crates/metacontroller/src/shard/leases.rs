@@ -13,7 +13,7 @@ use metacontroller_dynamic::Supervisor;
 
 use super::coordinator::Coordinator;
 use super::{GROUP_LABEL, ROLE_LABEL, SHARDS_ANNOTATION};
-use crate::coordination::lease_seconds;
+use crate::coordination::{hold, new_spec};
 
 impl Coordinator {
     pub(super) fn lease_object(&self, name: &str, role: &str, holder: Option<&str>) -> Lease {
@@ -38,14 +38,7 @@ impl Coordinator {
                 }),
                 ..ObjectMeta::default()
             },
-            spec: Some(LeaseSpec {
-                holder_identity: holder.map(str::to_string),
-                lease_duration_seconds: Some(lease_seconds(self.config.lease_duration)),
-                acquire_time: Some(now.clone()),
-                renew_time: Some(now),
-                lease_transitions: Some(0),
-                ..LeaseSpec::default()
-            }),
+            spec: Some(new_spec(holder, self.config.lease_duration, &now)),
         }
     }
 
@@ -61,14 +54,7 @@ impl Coordinator {
                 let mut lease = lease.clone();
                 let now = MicroTime(k8s_openapi::jiff::Timestamp::now());
                 let spec = lease.spec.get_or_insert_with(Default::default);
-                if spec.holder_identity.as_deref() != Some(me) {
-                    spec.lease_transitions =
-                        Some(spec.lease_transitions.unwrap_or(0).saturating_add(1));
-                    spec.acquire_time = Some(now.clone());
-                }
-                spec.holder_identity = Some(me.to_string());
-                spec.lease_duration_seconds = Some(lease_seconds(self.config.lease_duration));
-                spec.renew_time = Some(now);
+                hold(spec, me, self.config.lease_duration, &now);
                 self.api.replace(name, &PostParams::default(), &lease).await
             }
         };
