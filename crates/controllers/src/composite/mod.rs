@@ -33,16 +33,17 @@
 //! which are expected stale-cache retries).
 
 mod adoption;
-mod errors;
+pub(crate) mod errors;
 mod mapper;
-pub mod plan;
+pub(crate) mod plan;
 mod reconciler;
-mod resolve;
+pub(crate) mod resolve;
 mod revisions;
 
-pub use errors::{StartError, SyncError};
+pub use errors::StartError;
+pub(crate) use errors::SyncError;
 pub use reconciler::{start, CompositeHandle};
-pub use resolve::Resolved;
+pub(crate) use resolve::Resolved;
 
 use crate::events::EventRecorder;
 use crate::writer::ApplyStrategy;
@@ -76,7 +77,7 @@ pub struct Options {
 
 impl Options {
     /// The work queue's limits: `workers` syncs calling hooks, `parents_in_flight` in all.
-    pub fn concurrency(&self) -> metacontroller_dynamic::Concurrency {
+    pub(crate) fn concurrency(&self) -> metacontroller_dynamic::Concurrency {
         metacontroller_dynamic::Concurrency::new(self.workers, self.parents_in_flight)
     }
 }

@@ -23,10 +23,11 @@
 //! requeue, so it also works with `ignoreStatusChanges` (upstream's informer resync is
 //! filtered out by that option).
 
-pub mod attachments;
-pub mod plan;
-pub mod reconciler;
-pub mod select;
-pub mod target;
+pub(crate) mod attachments;
+pub(crate) mod plan;
+pub(crate) mod reconciler;
+pub(crate) mod select;
+pub(crate) mod target;
 
-pub use reconciler::{start, DecoratorHandle, Resolved, StartError, SyncError, TargetKey};
+pub(crate) use reconciler::SyncError;
+pub use reconciler::{start, DecoratorHandle, StartError, TargetKey};
