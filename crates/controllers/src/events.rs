@@ -1,14 +1,14 @@
 //! Kubernetes Events (core/v1) about parents and controllers, recorded the way client-go's
 //! legacy recorder does for upstream Metacontroller, and never at the expense of a sync.
 //!
-//! * [`EventRecorder::record`] only queues (a bounded queue of [`QUEUE_CAPACITY`]); a
+//! * [`EventRecorder::record`] only queues (a bounded queue of `QUEUE_CAPACITY`); a
 //!   background task writes. A full queue, a rate-limited event or a failed write drops the
 //!   event with a debug log. Nothing is retried.
 //! * Correlation as client-go's `EventCorrelator`:
 //!   - identical events (same object, type, reason, message) are one Event whose `count`
 //!     and `lastTimestamp` are patched (strategic merge patch; re-created if it is gone);
-//!   - after [`MAX_SIMILAR_MESSAGES`] different messages with the same object, type and
-//!     reason within [`AGGREGATE_WINDOW`], further ones go into a single Event whose message
+//!   - after `MAX_SIMILAR_MESSAGES` different messages with the same object, type and
+//!     reason within `AGGREGATE_WINDOW`, further ones go into a single Event whose message
 //!     is prefixed `(combined from similar events): `;
 //!   - per involved object, a token bucket (`--events-qps`, `--events-burst`; upstream
 //!     defaults one per 5 minutes, burst 25) drops the excess.

@@ -10,7 +10,7 @@
 //!   server-side apply bodies not sent because the child already holds them;
 //! * `metacontroller_parent_state_entries{controller_name,controller_type,structure}` —
 //!   entries of each structure a controller keeps per parent, read from the running
-//!   controllers at each scrape (see [`crate::departed`]).
+//!   controllers at each scrape (see `crate::departed`).
 
 use std::hash::Hash;
 use std::sync::{Arc, Mutex, Weak};

@@ -342,7 +342,7 @@ pub struct RelatedConfig {
     /// Shared informers.
     pub informers: Informers,
     /// Discovery at controller start, to resolve rule resources. Refreshed from the API
-    /// server (at most once per [`DISCOVERY_REFRESH_MIN_INTERVAL`]) when a rule names a
+    /// server (at most once per `DISCOVERY_REFRESH_MIN_INTERVAL`) when a rule names a
     /// resource it does not know.
     pub resources: ResourceMap,
     /// Where related changes send parents.

@@ -20,7 +20,7 @@ use serde_json::{json, Map, Value};
 use crate::children::ChildKey;
 use crate::meta::api_group;
 
-/// Desired children keyed as in [`crate::children::validate_desired`].
+/// Desired children keyed as in `crate::children::validate_desired`.
 pub type Desired = BTreeMap<ChildKey, (usize, Value)>;
 
 /// The parent fields at `field_paths` (dotted) as a partial object.

@@ -183,7 +183,7 @@ where
         self.satisfied_given(parent, |_| None)
     }
 
-    /// Like [`Expectations::satisfied`], first confirming against the cache: `present(child)`
+    /// Like `Expectations::satisfied`, first confirming against the cache: `present(child)`
     /// returns `Some(true)` if the cache holds the child, `Some(false)` if it does not, `None`
     /// if unknown. A present expected create and an absent expected delete are confirmed.
     pub fn satisfied_given(&self, parent: &P, present: impl Fn(&C) -> Option<bool>) -> bool {

@@ -248,7 +248,7 @@ impl SyncGate {
 
     /// Binds shard ownership to a membership Lease renewed at some moment: from
     /// `lease.renew_by` on no key is admitted and no shard acquisition completes, at
-    /// `lease.fence` running syncs are abandoned ([`SyncPermit::run`]). Called after every
+    /// `lease.fence` running syncs are abandoned (`SyncPermit::run`). Called after every
     /// successful renewal. If the previous fence had passed, every shard is revoked first
     /// (keys no longer admitted, pending acquisitions void, objects no longer retained: the
     /// caller prunes the caches): ownership held then may have been taken over meanwhile, so

@@ -1123,7 +1123,7 @@ impl Informers {
         self.registry.keys()
     }
 
-    /// [`Informer::resync_parents`] on every running informer.
+    /// `Informer::resync_parents` on every running informer.
     pub fn resync_parents(&self, key: impl Fn(&str) -> bool) {
         for id in self.registry.keys() {
             if let Some(informer) = self.registry.get(&id) {

@@ -156,7 +156,7 @@ impl<T: ObjectMetaAccess> Store<T> {
             .filter(|stored| stored.resource_version() == Some(rv))
     }
 
-    /// [`Store::replace`] with objects already shared (see [`Store::share`]).
+    /// `Store::replace` with objects already shared (see `Store::share`).
     pub fn replace_shared(
         &mut self,
         list: impl IntoIterator<Item = Arc<T>>,

@@ -143,7 +143,7 @@ impl Supervisor {
         }
     }
 
-    /// [`Supervisor::spawn_once`] with `supervisor`, or a plain task without one.
+    /// `Supervisor::spawn_once` with `supervisor`, or a plain task without one.
     pub fn spawn_once_with<F>(
         supervisor: Option<&Supervisor>,
         name: impl Into<String>,

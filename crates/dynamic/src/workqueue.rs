@@ -111,7 +111,7 @@ fn drop_stale_entries<K: Eq + Hash>(state: &mut State<K>) {
 /// Whether a key goes to the expedited lane (installed with the gate).
 type Expedite<K> = Box<dyn Fn(&K) -> bool + Send + Sync>;
 
-/// Backoff settings for [`WorkQueue::add_rate_limited`].
+/// Backoff settings for `WorkQueue::add_rate_limited`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Backoff {
     /// Delay after the first failure.
@@ -433,7 +433,7 @@ where
         state.retry_limits.remove(key);
     }
 
-    /// The next [`add_rate_limited`](Self::add_rate_limited) of `key` waits at most `max`
+    /// The next `add_rate_limited` of `key` waits at most `max`
     /// (the failure is still counted). For a failure that says nothing about the key, such
     /// as the API server being unreachable: its retry must not wait out a backoff that grew
     /// while the server was down.

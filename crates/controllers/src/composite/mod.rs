@@ -20,15 +20,15 @@
 //!   child stops the child writes, the status is still written, and the next sync
 //!   recomputes from fresher state.
 //!
-//! Modules: [`plan`] holds the pure steps of a sync that `metacontroller render` shares (hook
+//! Modules: `plan` holds the pure steps of a sync that `metacontroller render` shares (hook
 //! choice, request, checking the answer, desired children and status); the running
 //! controller is `reconciler` (start, the sync itself), with `mapper` (events → keys),
 //! `adoption` (claiming children), `revisions` (rolling updates) and `resolve` (the spec's
 //! resources through discovery).
 //!
 //! Rolling update methods (`RollingRecreate`, `RollingInPlace`) keep ControllerRevisions and
-//! move one child per sync, gated by `statusChecks` (see [`crate::rolling`]). The customize
-//! hook and `related` objects come from [`crate::related`]; a failed sync records a
+//! move one child per sync, gated by `statusChecks` (see `crate::rolling`). The customize
+//! hook and `related` objects come from `crate::related`; a failed sync records a
 //! `SyncError` Warning Event on the parent through [`crate::events`] (except 409 conflicts,
 //! which are expected stale-cache retries).
 

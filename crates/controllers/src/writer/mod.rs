@@ -283,7 +283,7 @@ impl Writer {
         out
     }
 
-    /// [`children::plan_children`](crate::children::plan_children) with this writer's apply
+    /// `children::plan_children` with this writer's apply
     /// strategy, each child merged with the schema of its type.
     pub async fn plan_children(
         &self,
