@@ -102,7 +102,7 @@ pub fn child_key(obj: &Value) -> ChildKey {
 
 /// The `children` map of a hook request: one (possibly empty) entry per declared type, then
 /// the observed children placed by the v1/v2 key rules.
-pub fn observed_map(
+pub(crate) fn observed_map(
     version: HookVersion,
     parent_namespace: Option<&str>,
     types: &[ChildType],
@@ -122,7 +122,7 @@ pub fn observed_map(
 /// the accepted ones keyed by [`ChildKey`] with the index of the declared type, and the
 /// refused ones' errors: as upstream (where only that child's write fails), a refused
 /// child is skipped and the others are still written.
-pub fn validate_desired(
+pub(crate) fn validate_desired(
     types: &[ChildType],
     parent_namespace: Option<&str>,
     desired: Vec<Value>,
@@ -226,7 +226,7 @@ pub struct ParentRef {
 
 /// Adds (or replaces) the controller ownerReference of `obj` with one to `parent`
 /// (`controller: true`, `blockOwnerDeletion: true`), keeping other owners.
-pub fn set_controller_ref(obj: &mut Value, parent: &ParentRef) {
+pub(crate) fn set_controller_ref(obj: &mut Value, parent: &ParentRef) {
     let Some(root) = obj.as_object_mut() else {
         return;
     };
@@ -290,7 +290,7 @@ pub enum Action {
 
 impl Action {
     /// Index of the child type the action is about.
-    pub fn type_index(&self) -> usize {
+    pub(crate) fn type_index(&self) -> usize {
         match self {
             Action::Create { type_index, .. }
             | Action::Update { type_index, .. }
@@ -308,7 +308,7 @@ fn apply_error(key: &ChildKey) -> impl Fn(metacontroller_apply::ApplyError) -> C
 }
 
 /// The server-side apply body of a desired child, with the controller ownerReference.
-pub fn apply_body(want: &Value, parent: &ParentRef) -> Result<Value, ChildError> {
+pub(crate) fn apply_body(want: &Value, parent: &ParentRef) -> Result<Value, ChildError> {
     let key = child_key(want);
     let mut body =
         metacontroller_apply::ssa::apply_patch_body(want, None).map_err(apply_error(&key))?;
@@ -320,7 +320,8 @@ pub fn apply_body(want: &Value, parent: &ParentRef) -> Result<Value, ChildError>
 /// types), `desired` the validated hook output. With `server_side_apply`, creates and
 /// in-place updates become [`Action::Apply`] (the writer skips bodies already in place).
 /// Empty when everything is in place (dynamic apply).
-pub fn plan_children(
+#[cfg(test)]
+pub(crate) fn plan_children(
     types: &[ChildType],
     parent: &ParentRef,
     observed: &[Value],
@@ -334,7 +335,7 @@ pub fn plan_children(
 
 /// [`plan_children`], merging each child with the schema `schema(type_index)` of its type
 /// (`None`: by conventions only).
-pub fn plan_children_with<'s>(
+pub(crate) fn plan_children_with<'s>(
     types: &[ChildType],
     parent: &ParentRef,
     observed: &[Value],

@@ -67,7 +67,7 @@ pub fn classify(parent: &Claimant<'_>, child: &Value) -> Claim {
 
 /// Removes every ownerReference with `uid` (releasing the child). Returns whether any was
 /// removed.
-pub fn remove_owner(obj: &mut Value, uid: &str) -> bool {
+pub(crate) fn remove_owner(obj: &mut Value, uid: &str) -> bool {
     let Some(refs) = obj
         .pointer_mut("/metadata/ownerReferences")
         .and_then(Value::as_array_mut)

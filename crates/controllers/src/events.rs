@@ -1,14 +1,14 @@
 //! Kubernetes Events (core/v1) about parents and controllers, recorded the way client-go's
 //! legacy recorder does for upstream Metacontroller, and never at the expense of a sync.
 //!
-//! * [`EventRecorder::record`] only queues (a bounded queue of [`QUEUE_CAPACITY`]); a
+//! * [`EventRecorder::record`] only queues (a bounded queue of `QUEUE_CAPACITY`); a
 //!   background task writes. A full queue, a rate-limited event or a failed write drops the
 //!   event with a debug log. Nothing is retried.
 //! * Correlation as client-go's `EventCorrelator`:
 //!   - identical events (same object, type, reason, message) are one Event whose `count`
 //!     and `lastTimestamp` are patched (strategic merge patch; re-created if it is gone);
-//!   - after [`MAX_SIMILAR_MESSAGES`] different messages with the same object, type and
-//!     reason within [`AGGREGATE_WINDOW`], further ones go into a single Event whose message
+//!   - after `MAX_SIMILAR_MESSAGES` different messages with the same object, type and
+//!     reason within `AGGREGATE_WINDOW`, further ones go into a single Event whose message
 //!     is prefixed `(combined from similar events): `;
 //!   - per involved object, a token bucket (`--events-qps`, `--events-burst`; upstream
 //!     defaults one per 5 minutes, burst 25) drops the excess.
@@ -46,17 +46,17 @@ pub mod reason {
 }
 
 /// Source component of every Event.
-pub const COMPONENT: &str = "metacontroller";
+pub(crate) const COMPONENT: &str = "metacontroller";
 /// Events waiting to be written; beyond this, new events are dropped (client-go: 1000).
-pub const QUEUE_CAPACITY: usize = 1000;
+pub(crate) const QUEUE_CAPACITY: usize = 1000;
 /// Distinct messages per (object, type, reason) before aggregation (client-go: 10).
-pub const MAX_SIMILAR_MESSAGES: usize = 10;
+pub(crate) const MAX_SIMILAR_MESSAGES: usize = 10;
 /// Window of similar-event aggregation (client-go: 10 minutes).
-pub const AGGREGATE_WINDOW: Duration = Duration::from_secs(600);
+pub(crate) const AGGREGATE_WINDOW: Duration = Duration::from_secs(600);
 /// Objects and event keys remembered by the correlator (client-go: 4096).
-pub const CACHE_ENTRIES: usize = 4096;
+pub(crate) const CACHE_ENTRIES: usize = 4096;
 /// Longest message written; longer ones are cut (the API server limits Event size).
-pub const MAX_MESSAGE_BYTES: usize = 1024;
+pub(crate) const MAX_MESSAGE_BYTES: usize = 1024;
 
 /// Event type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -69,7 +69,7 @@ pub enum EventType {
 
 impl EventType {
     /// `Normal` or `Warning`.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             EventType::Normal => "Normal",
             EventType::Warning => "Warning",
@@ -96,7 +96,7 @@ pub struct InvolvedObject {
 
 impl InvolvedObject {
     /// Reads apiVersion, kind and metadata from an object's JSON (missing fields empty).
-    pub fn from_value(obj: &Value) -> InvolvedObject {
+    pub(crate) fn from_value(obj: &Value) -> InvolvedObject {
         let s = |p: &str| {
             obj.pointer(p)
                 .and_then(Value::as_str)
@@ -136,7 +136,7 @@ impl InvolvedObject {
 
 /// One event to record.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Record {
+pub(crate) struct Record {
     /// What it is about.
     pub object: InvolvedObject,
     /// Normal or Warning.
@@ -153,7 +153,7 @@ type EventKey = (ObjectIdentity, EventType, String, String);
 
 /// What the writer should do with an observed event.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Action {
+pub(crate) enum Action {
     /// Create a new Event.
     Create(Box<Event>),
     /// Patch an existing Event's count, lastTimestamp and message; create `event` if it is
@@ -181,7 +181,7 @@ struct Seen {
 }
 
 /// client-go's event correlation, without I/O: aggregation, deduplication, spam filter.
-pub struct Correlator {
+pub(crate) struct Correlator {
     aggregates: HashMap<AggregateKey, Aggregate>,
     seen: HashMap<EventKey, Seen>,
     spam: KeyedRateLimiter<ObjectIdentity>,
@@ -213,7 +213,7 @@ fn bound<K: Clone + Eq + Hash, V>(map: &mut HashMap<K, V>, last: impl Fn(&V) -> 
 
 impl Correlator {
     /// A correlator allowing `burst` events per object, refilled at `qps` (0: unlimited).
-    pub fn new(qps: f64, burst: u32) -> Result<Correlator, RateError> {
+    pub(crate) fn new(qps: f64, burst: u32) -> Result<Correlator, RateError> {
         Ok(Correlator {
             aggregates: HashMap::new(),
             seen: HashMap::new(),
@@ -223,7 +223,7 @@ impl Correlator {
 
     /// Decides what to write for `record` observed at `now` (`wall` is the timestamp
     /// written into the Event).
-    pub fn observe(&mut self, record: &Record, now: Instant, wall: Timestamp) -> Action {
+    pub(crate) fn observe(&mut self, record: &Record, now: Instant, wall: Timestamp) -> Action {
         let identity = record.object.identity();
         let (message, key_message) = self.aggregate(record, &identity, now);
 
@@ -408,7 +408,7 @@ impl EventRecorder {
     }
 
     /// A recorder that drops everything (tests, tools).
-    pub fn disabled() -> EventRecorder {
+    pub(crate) fn disabled() -> EventRecorder {
         EventRecorder {
             tx: None,
             pending: Arc::new(tokio::sync::watch::channel(0).0),

@@ -22,7 +22,7 @@ fn finalizers(obj: &Value) -> impl Iterator<Item = &str> {
 }
 
 /// Whether the object lists `name` in `metadata.finalizers`.
-pub fn has_finalizer(obj: &Value, name: &str) -> bool {
+pub(crate) fn has_finalizer(obj: &Value, name: &str) -> bool {
     finalizers(obj).any(|f| f == name)
 }
 
@@ -84,7 +84,7 @@ pub fn is_ignored(matches: bool, obj: &Value, finalizer: &str) -> bool {
 
 /// Which hook a sync calls.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum HookChoice {
+pub(crate) enum HookChoice {
     /// The sync hook (`finalizing: false`).
     Sync,
     /// The finalize hook (`finalizing: true`).
@@ -93,7 +93,7 @@ pub enum HookChoice {
 
 /// Upstream's choice: the finalize hook when one is configured and the object is being
 /// deleted or no longer matches the selectors; otherwise the sync hook.
-pub fn choose_hook(obj: &Value, matches: bool, finalize_hook: bool) -> HookChoice {
+pub(crate) fn choose_hook(obj: &Value, matches: bool, finalize_hook: bool) -> HookChoice {
     if finalize_hook && (is_deleting(obj) || !matches) {
         HookChoice::Finalize
     } else {

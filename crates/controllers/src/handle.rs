@@ -43,7 +43,7 @@ where
 
 /// The longest `Retry-After` a hook can ask for: a hook answering "come back in a day" (or
 /// a garbage header) must not park a parent that long.
-pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(600);
+pub(crate) const MAX_RETRY_AFTER: Duration = Duration::from_secs(600);
 
 /// `Some(delay)` when a hook answered 429 Too Many Requests: the key is retried after
 /// `Retry-After` (one second without it, at most [`MAX_RETRY_AFTER`]), with no Event — for

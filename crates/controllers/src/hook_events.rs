@@ -14,7 +14,7 @@ use serde_json::Value;
 use crate::events::{EventRecorder, EventType, InvolvedObject};
 
 /// Reason of the Warning recorded for a skipped hook event.
-pub const INVALID_HOOK_EVENT: &str = "InvalidHookEvent";
+pub(crate) const INVALID_HOOK_EVENT: &str = "InvalidHookEvent";
 
 /// What to record for one response's events.
 #[derive(Debug, Default, PartialEq)]

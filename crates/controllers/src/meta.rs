@@ -10,7 +10,7 @@ pub fn is_deleting(obj: &Value) -> bool {
 }
 
 /// The API group of an apiVersion (`""` for the core group `v1`).
-pub fn api_group(api_version: &str) -> &str {
+pub(crate) fn api_group(api_version: &str) -> &str {
     api_version.split_once('/').map_or("", |(group, _)| group)
 }
 

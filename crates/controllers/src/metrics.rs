@@ -10,7 +10,7 @@
 //!   server-side apply bodies not sent because the child already holds them;
 //! * `metacontroller_parent_state_entries{controller_name,controller_type,structure}` —
 //!   entries of each structure a controller keeps per parent, read from the running
-//!   controllers at each scrape (see [`crate::departed`]).
+//!   controllers at each scrape (see `crate::departed`).
 
 use std::hash::Hash;
 use std::sync::{Arc, Mutex, Weak};
@@ -144,7 +144,7 @@ impl ControllerMetrics {
     }
 
     /// The work queue of controller `name` of kind `controller_type`, with metrics.
-    pub fn queue<K>(&self, controller_type: &str, name: &str) -> WorkQueue<K>
+    pub(crate) fn queue<K>(&self, controller_type: &str, name: &str) -> WorkQueue<K>
     where
         K: Clone + Eq + Hash + Send + 'static,
     {
@@ -156,7 +156,7 @@ impl ControllerMetrics {
     }
 
     /// The child write counters of one controller.
-    pub fn child_writes(&self, controller_type: &str, name: &str) -> ChildWrites {
+    pub(crate) fn child_writes(&self, controller_type: &str, name: &str) -> ChildWrites {
         let Some(f) = &self.families else {
             return ChildWrites::default();
         };
@@ -175,7 +175,7 @@ impl ControllerMetrics {
 
 /// One controller's child write counters (no-ops when metrics are off).
 #[derive(Debug, Clone, Default)]
-pub struct ChildWrites {
+pub(crate) struct ChildWrites {
     counters: Option<ChildCounters>,
 }
 
@@ -190,7 +190,7 @@ struct ChildCounters {
 
 /// A child write the writer carried out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ChildWrite {
+pub(crate) enum ChildWrite {
     /// POST of a new child.
     Create,
     /// PUT of an existing child.
@@ -205,7 +205,7 @@ pub enum ChildWrite {
 
 impl ChildWrites {
     /// Counts one write.
-    pub fn record(&self, write: ChildWrite) {
+    pub(crate) fn record(&self, write: ChildWrite) {
         let Some(c) = &self.counters else { return };
         match write {
             ChildWrite::Create => c.create.inc(),

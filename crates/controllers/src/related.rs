@@ -46,15 +46,15 @@ use serde_json::Value;
 use tokio::time::Instant;
 
 /// How long a customize response stays valid for a parent generation (upstream: 20 min).
-pub const CUSTOMIZE_CACHE_TTL: Duration = Duration::from_secs(20 * 60);
+pub(crate) const CUSTOMIZE_CACHE_TTL: Duration = Duration::from_secs(20 * 60);
 
 /// At most one discovery refresh per this interval when a customize response names a
 /// resource the current discovery does not know (a CRD installed after the controller
 /// started).
-pub const DISCOVERY_REFRESH_MIN_INTERVAL: Duration = Duration::from_secs(1);
+pub(crate) const DISCOVERY_REFRESH_MIN_INTERVAL: Duration = Duration::from_secs(1);
 
 /// How long a sync waits for a newly started related informer's first list.
-pub const INFORMER_SYNC_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const INFORMER_SYNC_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Why related objects could not be resolved (the sync fails and is retried with backoff).
 #[derive(Debug, thiserror::Error)]
@@ -112,7 +112,7 @@ pub enum Selection {
 }
 
 /// The selection type of a rule, or why the rule is invalid.
-pub fn selection(rule: &RelatedResourceRule) -> Result<Selection, String> {
+pub(crate) fn selection(rule: &RelatedResourceRule) -> Result<Selection, String> {
     let has_labels = rule.label_selector.is_some();
     let has_ns_selector = rule.namespace_selector.is_some();
     let has_namespace = rule.namespace.as_deref().is_some_and(|n| !n.is_empty());
@@ -273,7 +273,7 @@ pub fn selects(rule: &CompiledRule, obj: &DynamicObject) -> bool {
 /// Whether a change of `obj` concerns a parent in `scope` with `rule`: the object is of the
 /// rule's resource, passes its selectors, and lives where the rule lists. `namespace_labels`
 /// gives a namespace's labels (for `namespaceSelector`); `None` when it is unknown.
-pub fn matches(
+pub(crate) fn matches(
     rule: &CompiledRule,
     scope: &Scope,
     obj: &DynamicObject,
@@ -325,7 +325,7 @@ impl ParentId {
 
 /// Called with the parent to sync again and the origin of the related change. Runs on an
 /// informer task: it must only enqueue.
-pub type Enqueue = Arc<dyn Fn(&ParentId, Origin) + Send + Sync>;
+pub(crate) type Enqueue = Arc<dyn Fn(&ParentId, Origin) + Send + Sync>;
 
 /// What a [`RelatedManager`] needs.
 pub struct RelatedConfig {
@@ -342,7 +342,7 @@ pub struct RelatedConfig {
     /// Shared informers.
     pub informers: Informers,
     /// Discovery at controller start, to resolve rule resources. Refreshed from the API
-    /// server (at most once per [`DISCOVERY_REFRESH_MIN_INTERVAL`]) when a rule names a
+    /// server (at most once per `DISCOVERY_REFRESH_MIN_INTERVAL`) when a rule names a
     /// resource it does not know.
     pub resources: ResourceMap,
     /// Where related changes send parents.
@@ -468,11 +468,6 @@ impl RelatedManager {
         }
     }
 
-    /// Whether a customize hook is configured.
-    pub fn is_enabled(&self) -> bool {
-        self.shared.config.hook.is_some()
-    }
-
     /// Resources with a related informer lease held by this manager.
     pub fn watched(&self) -> Vec<ResourceId> {
         let mut ids: Vec<_> = self.shared.state().watches.keys().cloned().collect();
@@ -492,7 +487,7 @@ impl RelatedManager {
     /// Keeps the cached rules of the parents `keep` accepts only (a sharded replica drops
     /// those of parents that left it); informers no longer needed are released. Returns how
     /// many parents were dropped.
-    pub fn retain(&self, keep: impl Fn(&ParentId) -> bool) -> usize {
+    pub(crate) fn retain(&self, keep: impl Fn(&ParentId) -> bool) -> usize {
         let dropped = {
             let mut state = self.shared.state();
             let before = state.entries.len();
@@ -506,7 +501,7 @@ impl RelatedManager {
     }
 
     /// Parents with cached rules.
-    pub fn parents(&self) -> usize {
+    pub(crate) fn parents(&self) -> usize {
         self.shared.state().entries.len()
     }
 

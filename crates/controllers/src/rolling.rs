@@ -20,11 +20,11 @@ use serde_json::{json, Map, Value};
 use crate::children::ChildKey;
 use crate::meta::api_group;
 
-/// Desired children keyed as in [`crate::children::validate_desired`].
+/// Desired children keyed as in `crate::children::validate_desired`.
 pub type Desired = BTreeMap<ChildKey, (usize, Value)>;
 
 /// The parent fields at `field_paths` (dotted) as a partial object.
-pub fn make_patch(parent: &Value, field_paths: &[String]) -> Value {
+pub(crate) fn make_patch(parent: &Value, field_paths: &[String]) -> Value {
     let mut patch = json!({});
     for path in field_paths {
         let parts: Vec<&str> = path.split('.').collect();
@@ -64,7 +64,7 @@ fn set_path(dest: &mut Value, parts: &[&str], value: Value) {
 }
 
 /// Overwrites the fields at `field_paths` of `dest` with those of `patch`.
-pub fn apply_patch(dest: &mut Value, patch: &Value, field_paths: &[String]) {
+pub(crate) fn apply_patch(dest: &mut Value, patch: &Value, field_paths: &[String]) {
     for path in field_paths {
         let parts: Vec<&str> = path.split('.').collect();
         let mut cur = patch;
@@ -86,7 +86,7 @@ pub fn apply_patch(dest: &mut Value, patch: &Value, field_paths: &[String]) {
 
 /// Upstream's revision name: `<plural>.<group or core>-<sha1(parent uid + patch JSON)>`,
 /// the prefix cut so the name stays within 253 characters.
-pub fn revision_name(plural: &str, group: &str, parent_uid: &str, patch: &Value) -> String {
+pub(crate) fn revision_name(plural: &str, group: &str, parent_uid: &str, patch: &Value) -> String {
     let group = if group.is_empty() { "core" } else { group };
     let mut prefix = format!("{plural}.{group}");
     // Names are ASCII in practice; cut on a character boundary anyway (no panic on input).
@@ -109,7 +109,7 @@ pub fn revision_name(plural: &str, group: &str, parent_uid: &str, patch: &Value)
 
 /// What identifies the parent for new revisions.
 #[derive(Debug, Clone)]
-pub struct RevisionParent<'a> {
+pub(crate) struct RevisionParent<'a> {
     /// Parent resource plural.
     pub plural: &'a str,
     /// Parent API group.
@@ -125,7 +125,7 @@ pub struct RevisionParent<'a> {
 }
 
 /// The labels a revision of this parent carries (how orphaned revisions are found).
-pub fn revision_labels(parent: &RevisionParent<'_>) -> BTreeMap<String, String> {
+pub(crate) fn revision_labels(parent: &RevisionParent<'_>) -> BTreeMap<String, String> {
     let mut labels = BTreeMap::new();
     let source = if parent.generate_selector {
         let uid = parent
@@ -153,7 +153,7 @@ pub fn revision_labels(parent: &RevisionParent<'_>) -> BTreeMap<String, String> 
 }
 
 /// A new ControllerRevision for `patch` of `parent`, controlled by it.
-pub fn new_revision(parent: &RevisionParent<'_>, patch: Value) -> ControllerRevision {
+pub(crate) fn new_revision(parent: &RevisionParent<'_>, patch: Value) -> ControllerRevision {
     let str_at = |p: &str| {
         parent
             .object
@@ -179,9 +179,7 @@ pub fn new_revision(parent: &RevisionParent<'_>, patch: Value) -> ControllerRevi
 
 /// One parent revision during a sync.
 #[derive(Debug, Clone)]
-pub struct ParentRevision {
-    /// The parent as this revision sees it (the latest parent with the revision's patch).
-    pub parent: Value,
+pub(crate) struct ParentRevision {
     /// The revision object (new, or a copy of the observed one).
     pub revision: ControllerRevision,
     /// The hook's desired children for this revision.
@@ -192,7 +190,7 @@ pub struct ParentRevision {
 
 /// A child's name within a revision: `name`, or `namespace/name` when the child lives in
 /// another namespace than the parent (children of cluster-scoped parents).
-pub fn child_name(key: &ChildKey, parent_namespace: Option<&str>) -> String {
+pub(crate) fn child_name(key: &ChildKey, parent_namespace: Option<&str>) -> String {
     if key.2.is_empty() || Some(key.2.as_str()) == parent_namespace {
         key.3.clone()
     } else {
@@ -262,11 +260,11 @@ impl ParentRevision {
 }
 
 /// The rolling settings of a child type (by group and kind), `None` when not rolling.
-pub type RollingOf<'a> =
+pub(crate) type RollingOf<'a> =
     dyn Fn(&str, &str) -> Option<(ChildUpdateMethod, Option<ChildUpdateStatusChecks>)> + 'a;
 
 /// Everything a rollout step needs to know besides the revisions.
-pub struct Rollout<'a> {
+pub(crate) struct Rollout<'a> {
     /// Observed (claimed) children.
     pub observed: &'a [Value],
     /// Rolling settings per child type.
@@ -279,7 +277,7 @@ pub struct Rollout<'a> {
 
 /// The `Updated` condition to put into the latest revision's status.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct UpdatedCondition {
+pub(crate) struct UpdatedCondition {
     /// `"True"` or `"False"`.
     pub status: &'static str,
     /// `RolloutWaiting`, `RolloutProgressing` or `OnLatestRevision`.
@@ -290,7 +288,10 @@ pub struct UpdatedCondition {
 
 /// Advances the rollout by at most one child (upstream `syncRollingUpdate`); `revisions[0]`
 /// is the latest. Returns the condition to report.
-pub fn sync_rolling_update(revisions: &mut [ParentRevision], r: &Rollout<'_>) -> UpdatedCondition {
+pub(crate) fn sync_rolling_update(
+    revisions: &mut [ParentRevision],
+    r: &Rollout<'_>,
+) -> UpdatedCondition {
     let mut claimed = sync_claims(revisions, r);
     claim_for_latest(revisions, r, &mut claimed);
     if let Some(condition) = move_next_child(revisions, r, &claimed) {
@@ -522,7 +523,7 @@ fn status_check(checks: &ChildUpdateStatusChecks, child: &Value) -> Result<(), S
 }
 
 /// Keeps the latest revision and every other revision that still claims children.
-pub fn prune(revisions: Vec<ParentRevision>) -> Vec<ParentRevision> {
+pub(crate) fn prune(revisions: Vec<ParentRevision>) -> Vec<ParentRevision> {
     revisions
         .into_iter()
         .enumerate()
@@ -533,7 +534,7 @@ pub fn prune(revisions: Vec<ParentRevision>) -> Vec<ParentRevision> {
 
 /// The desired children overall: the latest revision's, with children still claimed by
 /// older revisions replaced by those revisions' versions.
-pub fn merged_desired(revisions: &[ParentRevision], parent_ns: Option<&str>) -> Desired {
+pub(crate) fn merged_desired(revisions: &[ParentRevision], parent_ns: Option<&str>) -> Desired {
     let mut out = revisions[0].desired.clone();
     for pr in revisions.iter().skip(1) {
         for ck in &pr.revision.children {
@@ -556,7 +557,7 @@ pub fn merged_desired(revisions: &[ParentRevision], parent_ns: Option<&str>) -> 
 }
 
 /// Sets (replaces or appends) condition `type` in `status.conditions`.
-pub fn set_condition(status: &mut Map<String, Value>, type_: &str, cond: &UpdatedCondition) {
+pub(crate) fn set_condition(status: &mut Map<String, Value>, type_: &str, cond: &UpdatedCondition) {
     let mut obj = Map::new();
     obj.insert("type".into(), Value::String(type_.into()));
     obj.insert("status".into(), Value::String(cond.status.into()));
@@ -609,7 +610,6 @@ mod tests {
             }];
         }
         ParentRevision {
-            parent: json!({}),
             revision: rev,
             desired: desired(&wanted),
             order: vec![

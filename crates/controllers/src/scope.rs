@@ -20,7 +20,7 @@ pub struct OutOfScope {
 
 /// Refuses `resource` (playing `role` in a controller) when it is cluster-scoped and `scope`
 /// limits the process to namespaces.
-pub fn check(
+pub(crate) fn check(
     scope: Option<&WatchScope>,
     role: &'static str,
     resource: &ApiResource,

@@ -15,7 +15,11 @@ use tracing::{Instrument as _, Span};
 
 /// The span of one sync of `key` by `controller`. The caller records `trigger`: why the key
 /// was queued as far as the queue knows it (`retry` after a failure, else `change`).
-pub fn sync_span(controller_type: &'static str, controller: &str, key: &dyn Display) -> Span {
+pub(crate) fn sync_span(
+    controller_type: &'static str,
+    controller: &str,
+    key: &dyn Display,
+) -> Span {
     tracing::debug_span!(
         "sync",
         controller_type,

@@ -12,7 +12,7 @@ use common::{
 };
 use kube::api::{DeleteParams, PostParams};
 use metacontroller_controllers::composite::{Options, StartError};
-use metacontroller_controllers::writer::ApplyStrategy;
+use metacontroller_controllers::ApplyStrategy;
 use metacontroller_testkit::{assert_no_status_only_syncs, eventually, HookReply, TestCluster};
 use serde_json::{json, Value};
 

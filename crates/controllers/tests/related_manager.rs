@@ -10,7 +10,7 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use metacontroller_api::composite::CompositeController;
 use metacontroller_api::hook::HookVersion;
 use metacontroller_api::wire::CustomizableController;
-use metacontroller_controllers::related::{ParentId, RelatedConfig, RelatedManager};
+use metacontroller_controllers::{ParentId, RelatedConfig, RelatedManager};
 use metacontroller_dynamic::{discover, InformerConfig, Informers, ResourceId, ResourceMap};
 use metacontroller_hooks::{HookClient, HookClientConfig};
 use metacontroller_testkit::{eventually, unique_name, HookReply, HookServer, TestCluster};

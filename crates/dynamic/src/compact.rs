@@ -113,13 +113,8 @@ impl CompactObject {
     }
 
     /// The object's JSON.
-    pub fn json(&self) -> &str {
+    pub(crate) fn json(&self) -> &str {
         &self.text[..self.json_end as usize]
-    }
-
-    /// Heap bytes held (the text; the struct itself is 48 bytes).
-    pub fn heap_bytes(&self) -> usize {
-        self.text.len()
     }
 
     fn field(&self, i: usize) -> Option<&str> {

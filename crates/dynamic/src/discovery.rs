@@ -44,7 +44,7 @@ pub enum DiscoveryError {
 }
 
 /// Splits `apiVersion` into (group, version); the core group is `""` (`v1`).
-pub fn parse_api_version(api_version: &str) -> Result<(&str, &str), DiscoveryError> {
+pub(crate) fn parse_api_version(api_version: &str) -> Result<(&str, &str), DiscoveryError> {
     let invalid = || DiscoveryError::InvalidGroupVersion(api_version.to_string());
     match api_version.split_once('/') {
         None if !api_version.is_empty() => Ok(("", api_version)),
@@ -106,18 +106,21 @@ impl ApiResource {
     }
 
     /// Whether the resource supports `verb` (e.g. `watch`).
-    pub fn supports_verb(&self, verb: &str) -> bool {
+    #[cfg(test)]
+    pub(crate) fn supports_verb(&self, verb: &str) -> bool {
         self.verbs.contains(verb)
     }
 
     /// Whether an informer can run on it (list and watch).
-    pub fn is_watchable(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_watchable(&self) -> bool {
         self.supports_verb("list") && self.supports_verb("watch")
     }
 
     /// The URL path of the collection (`namespace` ignored for cluster-scoped resources;
     /// `None` on a namespaced resource means all namespaces).
-    pub fn collection_path(&self, namespace: Option<&str>) -> String {
+    #[cfg(test)]
+    pub(crate) fn collection_path(&self, namespace: Option<&str>) -> String {
         let prefix = if self.group.is_empty() {
             format!("/api/{}", self.version)
         } else {
@@ -200,7 +203,11 @@ impl ResourceMap {
     }
 
     /// Decodes one `APIResourceList` JSON document (from `source_name`, for messages).
-    pub fn parse_list(source_name: &str, json: &[u8]) -> Result<APIResourceList, DiscoveryError> {
+    #[cfg(test)]
+    pub(crate) fn parse_list(
+        source_name: &str,
+        json: &[u8],
+    ) -> Result<APIResourceList, DiscoveryError> {
         serde_json::from_slice(json).map_err(|e| DiscoveryError::InvalidDocument {
             source_name: source_name.to_string(),
             message: e.to_string(),
@@ -208,7 +215,7 @@ impl ResourceMap {
     }
 
     /// Adds (or replaces) one group version's resources.
-    pub fn insert_list(
+    pub(crate) fn insert_list(
         &mut self,
         list: &APIResourceList,
         errors: &mut Vec<DiscoveryError>,
@@ -276,7 +283,7 @@ impl ResourceMap {
 
     /// Copies the group versions in `failed` from `previous` (keeping what we knew when a
     /// refresh of those failed).
-    pub fn keep_failed_from<'a>(
+    pub(crate) fn keep_failed_from<'a>(
         &mut self,
         previous: &ResourceMap,
         failed: impl IntoIterator<Item = &'a str>,
@@ -293,7 +300,7 @@ impl ResourceMap {
     /// One refresh step: builds the new map from per-group-version fetch results, keeps the
     /// group versions that failed to load from `previous`, and reports what changed.
     /// Returns `None` (keep `previous`) if nothing at all could be loaded, as upstream does.
-    pub fn refresh(
+    pub(crate) fn refresh(
         previous: &ResourceMap,
         results: impl IntoIterator<Item = (String, Result<APIResourceList, DiscoveryError>)>,
     ) -> (Option<(ResourceMap, ResourceDiff)>, Vec<DiscoveryError>) {
@@ -359,22 +366,17 @@ impl ResourceMap {
             .values()
             .flat_map(|gv| gv.resources.values())
     }
-
     /// Number of resources.
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
         self.group_versions
             .values()
             .map(|g| g.resources.len())
             .sum()
     }
 
-    /// True if no resource is known.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
     /// What changed from `self` (old) to `new`, each list sorted.
-    pub fn diff(&self, new: &ResourceMap) -> ResourceDiff {
+    pub(crate) fn diff(&self, new: &ResourceMap) -> ResourceDiff {
         let mut diff = ResourceDiff::default();
         for r in new.iter() {
             match self.get(&r.api_version, &r.name) {
@@ -394,7 +396,7 @@ impl ResourceMap {
 
 /// Every group version named by an `/apis` `APIGroupList` (all versions, as upstream's
 /// discovery uses all of them, not only the preferred one).
-pub fn group_versions_of(groups: &APIGroupList) -> Vec<String> {
+pub(crate) fn group_versions_of(groups: &APIGroupList) -> Vec<String> {
     let mut out: Vec<String> = groups
         .groups
         .iter()

@@ -29,7 +29,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 /// Default time after which unconfirmed expectations are dropped.
-pub const DEFAULT_EXPECTATION_TTL: Duration = Duration::from_secs(5 * 60);
+pub(crate) const DEFAULT_EXPECTATION_TTL: Duration = Duration::from_secs(5 * 60);
 
 #[derive(Debug)]
 struct Pending<C> {
@@ -72,7 +72,7 @@ where
     }
 
     /// Expectations with a custom TTL.
-    pub fn with_ttl(ttl: Duration) -> Self {
+    pub(crate) fn with_ttl(ttl: Duration) -> Self {
         Expectations {
             ttl,
             pending: Mutex::new(HashMap::new()),
@@ -168,9 +168,9 @@ where
     pub fn is_empty(&self) -> bool {
         self.lock().is_empty()
     }
-
     /// Unconfirmed (creates, deletes) of `parent`, expired or not.
-    pub fn pending(&self, parent: &P) -> (usize, usize) {
+    #[cfg(test)]
+    pub(crate) fn pending(&self, parent: &P) -> (usize, usize) {
         self.lock()
             .get(parent)
             .map_or((0, 0), |p| (p.creates.len(), p.deletes.len()))
@@ -178,11 +178,12 @@ where
 
     /// True if `parent` may be synced: nothing unconfirmed, or the expectations expired
     /// (they are then dropped).
-    pub fn satisfied(&self, parent: &P) -> bool {
+    #[cfg(test)]
+    pub(crate) fn satisfied(&self, parent: &P) -> bool {
         self.satisfied_given(parent, |_| None)
     }
 
-    /// Like [`Expectations::satisfied`], first confirming against the cache: `present(child)`
+    /// Like `Expectations::satisfied`, first confirming against the cache: `present(child)`
     /// returns `Some(true)` if the cache holds the child, `Some(false)` if it does not, `None`
     /// if unknown. A present expected create and an absent expected delete are confirmed.
     pub fn satisfied_given(&self, parent: &P, present: impl Fn(&C) -> Option<bool>) -> bool {

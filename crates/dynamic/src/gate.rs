@@ -191,7 +191,8 @@ impl SyncGate {
     /// Whether `key`'s shard is owned now (always without sharding). The gate keeps no
     /// per-key state: the parents owned are counted from the caches (see
     /// [`crate::Informers::count_parents`]), so the count follows deletions and handoffs.
-    pub fn owns_key(&self, key: &str) -> bool {
+    #[cfg(test)]
+    pub(crate) fn owns_key(&self, key: &str) -> bool {
         let state = self.lock();
         let Some(shards) = state.shards.as_ref() else {
             return true;
@@ -201,7 +202,8 @@ impl SyncGate {
     }
 
     /// Admits the keys of `shard` from now on (and retains its objects).
-    pub fn own_shard(&self, shard: u32) {
+    #[cfg(test)]
+    pub(crate) fn own_shard(&self, shard: u32) {
         if let Some(shards) = self.lock().shards.as_mut() {
             if let Some(owned) = shards.owned.get_mut(shard as usize) {
                 *owned = true;
@@ -246,7 +248,7 @@ impl SyncGate {
 
     /// Binds shard ownership to a membership Lease renewed at some moment: from
     /// `lease.renew_by` on no key is admitted and no shard acquisition completes, at
-    /// `lease.fence` running syncs are abandoned ([`SyncPermit::run`]). Called after every
+    /// `lease.fence` running syncs are abandoned (`SyncPermit::run`). Called after every
     /// successful renewal. If the previous fence had passed, every shard is revoked first
     /// (keys no longer admitted, pending acquisitions void, objects no longer retained: the
     /// caller prunes the caches): ownership held then may have been taken over meanwhile, so
@@ -297,7 +299,7 @@ impl SyncGate {
 
     /// Whether any shard is expedited now: callers check this before formatting a key for
     /// [`SyncGate::expedites_key`] (almost always false).
-    pub fn expediting(&self) -> bool {
+    pub(crate) fn expediting(&self) -> bool {
         let now = Instant::now();
         self.lock().shards.as_ref().is_some_and(|s| {
             s.expedite_until
@@ -307,7 +309,7 @@ impl SyncGate {
     }
 
     /// Whether `key`'s shard is expedited now (see [`SyncGate::expedite_shard`]).
-    pub fn expedites_key(&self, key: &str) -> bool {
+    pub(crate) fn expedites_key(&self, key: &str) -> bool {
         let state = self.lock();
         let Some(shards) = state.shards.as_ref() else {
             return false;
@@ -374,7 +376,7 @@ impl SyncGate {
     /// [`SyncGate::enter`] for one key: waits while the gate is closed, then admits the key
     /// if this process owns its shard (always without sharding). `None`: another replica's
     /// key, not to be synced here.
-    pub async fn enter_key(&self, key: &str) -> Option<SyncPermit> {
+    pub(crate) async fn enter_key(&self, key: &str) -> Option<SyncPermit> {
         let mut rx = self.inner.open_tx.subscribe();
         loop {
             {
@@ -413,11 +415,6 @@ impl SyncGate {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Whether syncs may start now.
-    pub fn is_open(&self) -> bool {
-        self.lock().open
-    }
-
     /// Syncs running now.
     pub fn in_flight(&self) -> usize {
         self.lock().in_flight
@@ -432,7 +429,7 @@ impl SyncGate {
     /// Waits until the gate is open and the Lease bound to it (leader election, see
     /// [`SyncGate::set_lease`]) is current, and counts one running sync until the permit
     /// drops.
-    pub async fn enter(&self) -> SyncPermit {
+    pub(crate) async fn enter(&self) -> SyncPermit {
         let mut rx = self.inner.open_tx.subscribe();
         let mut lease = self.inner.lease_tx.subscribe();
         loop {
@@ -483,7 +480,7 @@ impl SyncGate {
 
 /// One running sync; dropping it ends it (for [`SyncGate::close_and_drain`]).
 #[derive(Debug)]
-pub struct SyncPermit {
+pub(crate) struct SyncPermit {
     gate: SyncGate,
     /// The shard counted in, with sharding.
     shard: Option<u32>,
@@ -495,7 +492,7 @@ impl SyncPermit {
     /// is dropped at its next await and sends nothing more. The clock is read before every
     /// poll, so a process resumed after a pause (SIGSTOP, a stalled VM) past its fence never
     /// polls the sync again, even before its timers fire. `None`: abandoned.
-    pub async fn run<F: Future>(&self, sync: F) -> Option<F::Output> {
+    pub(crate) async fn run<F: Future>(&self, sync: F) -> Option<F::Output> {
         let mut lease = self.gate.inner.lease_tx.subscribe();
         let fenced = async move {
             loop {

@@ -157,7 +157,7 @@ impl KeepKeys {
 
     /// Records that objects of `group`/`kind` (cluster-scoped) are parents. Returns `true`
     /// if that is new (children of it may have been dropped: the caller relists).
-    pub fn add_cluster_parent(&self, group: &str, kind: &str) -> bool {
+    pub(crate) fn add_cluster_parent(&self, group: &str, kind: &str) -> bool {
         if self.is_cluster_parent(group, kind) {
             return false;
         }
@@ -187,7 +187,12 @@ impl KeepKeys {
     }
 
     /// Whether `obj` is kept for the use `keep`.
-    pub fn retains<T: ObjectMetaAccess + ControllerOwner>(&self, keep: Keep, obj: &T) -> bool {
+    #[cfg(test)]
+    pub(crate) fn retains<T: ObjectMetaAccess + ControllerOwner>(
+        &self,
+        keep: Keep,
+        obj: &T,
+    ) -> bool {
         self.retains_any(keep.bit(), obj)
     }
 
@@ -443,15 +448,9 @@ impl Drop for Informer {
 }
 
 impl Informer {
-    /// Starts watching `resource`, keeping everything. Must be called inside a tokio
-    /// runtime; returns at once.
-    pub fn start(client: kube::Client, resource: Arc<ApiResource>, config: InformerConfig) -> Self {
-        Informer::start_keeping(client, resource, config, Keep::All)
-    }
-
     /// Starts watching `resource`, keeping what `keep` says when `config` has a retention
     /// filter.
-    pub fn start_keeping(
+    pub(crate) fn start_keeping(
         client: kube::Client,
         resource: Arc<ApiResource>,
         config: InformerConfig,
@@ -508,16 +507,11 @@ impl Informer {
         &self.resource
     }
 
-    /// Replays the cache to the handlers as the periodic flush does (no API request).
-    pub fn resync(&self) {
-        resync(&self.shared);
-    }
-
     /// Replays to the handlers, as [`resync`](Self::resync) does, only the cached objects
     /// leased as parents ([`Keep::Parents`]) whose own key satisfies `key`. After a replica
     /// admits newly acquired shards it queues their parents this way; replaying everything
     /// would queue every parent it already syncs again (one hook call each).
-    pub fn resync_parents(&self, key: &dyn Fn(&str) -> bool) {
+    pub(crate) fn resync_parents(&self, key: &dyn Fn(&str) -> bool) {
         if self.shared.uses() & Keep::Parents.bit() == 0 {
             return;
         }
@@ -543,7 +537,7 @@ impl Informer {
     /// Keeps what `keep` needs too from now on. If that is new and a retention filter
     /// applies, the dropped objects are listed again: the informer reads as not synced until
     /// that list completes, so a new user waiting for it sees them all.
-    pub fn widen(&self, keep: Keep) {
+    pub(crate) fn widen(&self, keep: Keep) {
         let before = self.shared.keep.fetch_or(keep.bit(), Ordering::AcqRel);
         let new = before & (keep.bit() | Keep::All.bit()) == 0;
         if new && self.shared.keep_keys.is_some() {
@@ -561,7 +555,7 @@ impl Informer {
 
     /// Drops the cached objects the retention filter refuses now, without telling the
     /// handlers (see the module docs). Returns how many were dropped.
-    pub fn prune(&self) -> usize {
+    pub(crate) fn prune(&self) -> usize {
         if !self.shared.filtered() {
             return 0;
         }
@@ -617,7 +611,7 @@ impl Informer {
 
     /// The resourceVersion of the cached object `key`, without decoding it (to skip work
     /// already done for that version).
-    pub fn resource_version(&self, key: &NamespacedName) -> Option<String> {
+    pub(crate) fn resource_version(&self, key: &NamespacedName) -> Option<String> {
         let store = self.store();
         store.get(key)?.resource_version().map(str::to_string)
     }
@@ -1129,7 +1123,7 @@ impl Informers {
         self.registry.keys()
     }
 
-    /// [`Informer::resync_parents`] on every running informer.
+    /// `Informer::resync_parents` on every running informer.
     pub fn resync_parents(&self, key: impl Fn(&str) -> bool) {
         for id in self.registry.keys() {
             if let Some(informer) = self.registry.get(&id) {

@@ -46,25 +46,27 @@ mod supervise;
 mod watch_backoff;
 mod workqueue;
 
-pub use compact::CompactObject;
+pub use compact::{CompactObject, EncodeError};
 pub use discover::{discover, Discovered};
-pub use discovery::{ApiResource, DiscoveryError, ResourceDiff, ResourceId, ResourceMap};
-pub use expectations::{Expectations, DEFAULT_EXPECTATION_TTL};
-pub use gate::{shard_of, stable_hash, Lapse, LeaseDeadlines, SyncGate, SyncPermit};
+pub use discovery::{
+    ApiResource, DiscoveryError, ResourceDiff, ResourceId, ResourceMap, Subresource,
+};
+pub use expectations::Expectations;
+pub use gate::{shard_of, stable_hash, Lapse, LeaseDeadlines, SyncGate};
 pub use informer::{
     Handler, HandlerId, Informer, InformerConfig, Informers, Keep, KeepKeys, Origin, Relisted,
     LIST_PAGE_SIZE,
 };
-pub use object::{ControllerOwner, ControllerRef, NamespacedName, ObjectMetaAccess, Versioned};
+pub use object::{InvalidKey, NamespacedName, ObjectMetaAccess, Versioned};
 pub use overlay::{ObjectKey, Overlay};
 pub use rate::{KeyedRateLimiter, RateError, TokenBucket};
-pub use registry::{Lease, SharedRegistry};
+pub use registry::Lease;
 pub use schemas::Schemas;
-pub use scope::{WatchScope, Watched};
+pub use scope::WatchScope;
 pub use selector::{
-    ObjectSelector, Operator, Requirement, Selector, SelectorError, CONTROLLER_UID_LABEL,
+    Labels, ObjectSelector, Operator, Requirement, Selector, SelectorError, CONTROLLER_UID_LABEL,
 };
-pub use store::{Change, Store};
+pub use store::{Change, MissingName, Store};
 pub use supervise::{Supervisor, TaskEnd};
 pub use watch_backoff::{with_backoff, ReconnectProbe};
 pub use workqueue::{release_worker, Backoff, Concurrency, Priority, QueueMetrics, WorkQueue};

@@ -25,7 +25,7 @@ pub trait ObjectMetaAccess: Versioned {
 
 /// The owner reference with `controller: true`, as far as the sharded caches need it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ControllerRef<'a> {
+pub(crate) struct ControllerRef<'a> {
     /// `apiVersion` of the owner.
     pub api_version: &'a str,
     /// `kind` of the owner.
@@ -36,7 +36,7 @@ pub struct ControllerRef<'a> {
 
 /// Objects whose controller owner reference can be read without decoding them: the
 /// retention filter of a sharded replica runs on cached (compact) and watched objects alike.
-pub trait ControllerOwner {
+pub(crate) trait ControllerOwner {
     /// The owner reference with `controller: true`, if any.
     fn controller_ref(&self) -> Option<ControllerRef<'_>>;
 }

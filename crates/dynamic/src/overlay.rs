@@ -39,7 +39,7 @@ use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Mutex, MutexGuard};
 
-pub use crate::object::Versioned;
+pub(crate) use crate::object::Versioned;
 
 /// Identifies an object: resource (e.g. `apps/v1/deployments`), namespace (`""` for cluster
 /// scope) and name.
@@ -215,7 +215,8 @@ impl<T: Versioned + Clone> Overlay<T> {
     }
 
     /// Drops all entries of a resource (its informer stopped: nothing would evict them).
-    pub fn forget_resource(&self, resource: &str) {
+    #[cfg(test)]
+    pub(crate) fn forget_resource(&self, resource: &str) {
         self.lock().retain(|k, _| k.resource != resource);
     }
 

@@ -21,7 +21,7 @@ use prometheus::{
 };
 
 /// Result label values of `controller_runtime_reconcile_total`.
-pub const RESULTS: [&str; 4] = ["error", "requeue", "requeue_after", "success"];
+pub(crate) const RESULTS: [&str; 4] = ["error", "requeue", "requeue_after", "success"];
 
 /// client-go's work queue latency buckets: 10 ns to 1000 s, ×10 per bucket.
 fn queue_buckets() -> Vec<f64> {

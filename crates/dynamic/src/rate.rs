@@ -144,9 +144,9 @@ impl<K: Eq + Hash + Clone> KeyedRateLimiter<K> {
             }
         }
     }
-
     /// Number of keys tracked.
-    pub fn tracked_keys(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn tracked_keys(&self) -> usize {
         self.lock().len()
     }
 }

@@ -21,7 +21,7 @@ struct Slot<V> {
 type Slots<K, V> = Mutex<HashMap<K, Slot<V>>>;
 
 /// A map of shared, reference-counted values.
-pub struct SharedRegistry<K, V> {
+pub(crate) struct SharedRegistry<K, V> {
     slots: Arc<Slots<K, V>>,
 }
 
@@ -53,14 +53,14 @@ fn lock<K, V>(slots: &Slots<K, V>) -> MutexGuard<'_, HashMap<K, Slot<V>>> {
 
 impl<K: Eq + Hash + Clone, V> SharedRegistry<K, V> {
     /// An empty registry.
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self::default()
     }
 
     /// A lease on the value of `key`, starting it with `start` if none is live. A failing
     /// `start` leaves the registry unchanged. `start` runs under the registry's lock, so it
     /// must be quick (spawn the work, do not await it) and must not use this registry.
-    pub fn acquire<E>(
+    pub(crate) fn acquire<E>(
         &self,
         key: K,
         start: impl FnOnce(&K) -> Result<V, E>,
@@ -91,27 +91,29 @@ impl<K: Eq + Hash + Clone, V> SharedRegistry<K, V> {
     }
 
     /// The live value of `key`, without taking a lease.
-    pub fn get(&self, key: &K) -> Option<Arc<V>> {
+    pub(crate) fn get(&self, key: &K) -> Option<Arc<V>> {
         lock(&self.slots).get(key).map(|s| s.value.clone())
     }
 
     /// Number of leases held on `key`.
-    pub fn leases(&self, key: &K) -> usize {
+    #[cfg(test)]
+    pub(crate) fn leases(&self, key: &K) -> usize {
         lock(&self.slots).get(key).map_or(0, |s| s.leases)
     }
 
     /// Keys with a live value.
-    pub fn keys(&self) -> Vec<K> {
+    pub(crate) fn keys(&self) -> Vec<K> {
         lock(&self.slots).keys().cloned().collect()
     }
-
     /// Number of live values.
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
         lock(&self.slots).len()
     }
 
     /// True if no value is live.
-    pub fn is_empty(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_empty(&self) -> bool {
         self.len() == 0
     }
 }
@@ -124,11 +126,6 @@ pub struct Lease<K: Eq + Hash, V> {
 }
 
 impl<K: Eq + Hash, V> Lease<K, V> {
-    /// The key this lease is for.
-    pub fn key(&self) -> &K {
-        &self.key
-    }
-
     /// The shared value.
     pub fn value(&self) -> &Arc<V> {
         &self.value

@@ -22,7 +22,7 @@ pub struct WatchScope {
 
 /// What an informer of one resource lists and watches.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Watched {
+pub(crate) enum Watched {
     /// Every namespace (one cluster-wide watch), or a cluster-scoped resource.
     All,
     /// One watch per namespace, in this order.
@@ -58,17 +58,18 @@ impl WatchScope {
     }
 
     /// The namespaces, sorted.
-    pub fn namespaces(&self) -> impl Iterator<Item = &str> {
+    pub(crate) fn namespaces(&self) -> impl Iterator<Item = &str> {
         self.namespaces.iter().map(String::as_str)
     }
 
     /// Whether `namespace` is watched.
-    pub fn contains(&self, namespace: &str) -> bool {
+    #[cfg(test)]
+    pub(crate) fn contains(&self, namespace: &str) -> bool {
         self.namespaces.contains(namespace)
     }
 
     /// What an informer of `resource` watches.
-    pub fn watched(&self, resource: &ApiResource) -> Watched {
+    pub(crate) fn watched(&self, resource: &ApiResource) -> Watched {
         if resource.namespaced {
             return Watched::Namespaces(self.namespaces.iter().cloned().collect());
         }
@@ -89,7 +90,7 @@ impl std::fmt::Display for WatchScope {
 }
 
 /// What an informer of `resource` watches under `scope` (`None`: everything).
-pub fn watched(scope: Option<&WatchScope>, resource: &ApiResource) -> Watched {
+pub(crate) fn watched(scope: Option<&WatchScope>, resource: &ApiResource) -> Watched {
     scope.map_or(Watched::All, |scope| scope.watched(resource))
 }
 

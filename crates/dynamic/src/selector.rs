@@ -45,7 +45,7 @@ pub enum Operator {
 
 impl Operator {
     /// Parses a `matchExpressions[].operator` (case-sensitive, as Kubernetes).
-    pub fn from_match_expression(op: &str) -> Option<Operator> {
+    pub(crate) fn from_match_expression(op: &str) -> Option<Operator> {
         match op {
             "In" => Some(Operator::In),
             "NotIn" => Some(Operator::NotIn),
@@ -198,23 +198,14 @@ impl Requirement {
         })
     }
 
-    /// The label (or annotation) key.
-    pub fn key(&self) -> &str {
-        &self.key
-    }
-
-    /// The operator.
-    pub fn operator(&self) -> Operator {
-        self.operator
-    }
-
     /// The values, sorted.
-    pub fn values(&self) -> impl Iterator<Item = &str> {
+    #[cfg(test)]
+    pub(crate) fn values(&self) -> impl Iterator<Item = &str> {
         self.values.iter().map(String::as_str)
     }
 
     /// Whether `labels` satisfies this requirement.
-    pub fn matches<L: Labels + ?Sized>(&self, labels: &L) -> bool {
+    pub(crate) fn matches<L: Labels + ?Sized>(&self, labels: &L) -> bool {
         let value = labels.label(&self.key);
         match self.operator {
             Operator::In | Operator::Equals => value.is_some_and(|v| self.values.contains(v)),
@@ -300,13 +291,8 @@ impl Default for Selector {
 
 impl Selector {
     /// The selector that matches everything.
-    pub fn everything() -> Selector {
+    pub(crate) fn everything() -> Selector {
         Selector::All(Vec::new())
-    }
-
-    /// The selector that matches nothing.
-    pub fn nothing() -> Selector {
-        Selector::Nothing
     }
 
     /// Builds a selector from requirements (sorted by key, as Kubernetes does).
@@ -314,19 +300,14 @@ impl Selector {
         requirements.sort();
         Selector::All(requirements)
     }
-
     /// True if this selector matches every object (no requirements).
-    pub fn is_everything(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_everything(&self) -> bool {
         matches!(self, Selector::All(r) if r.is_empty())
     }
 
-    /// True if this selector matches no object.
-    pub fn is_nothing(&self) -> bool {
-        matches!(self, Selector::Nothing)
-    }
-
     /// The requirements (empty for both `Nothing` and everything).
-    pub fn requirements(&self) -> &[Requirement] {
+    pub(crate) fn requirements(&self) -> &[Requirement] {
         match self {
             Selector::Nothing => &[],
             Selector::All(r) => r,
@@ -342,7 +323,7 @@ impl Selector {
     }
 
     /// `metav1.LabelSelectorAsSelector`: `None` selects nothing, `{}` selects everything.
-    pub fn from_label_selector(
+    pub(crate) fn from_label_selector(
         selector: Option<&LabelSelector>,
     ) -> Result<Selector, SelectorError> {
         match selector {
@@ -368,7 +349,7 @@ impl Selector {
 
     /// An annotation selector (`matchAnnotations` + `matchExpressions`); absent selects
     /// everything, as in upstream's DecoratorController.
-    pub fn from_annotation_selector(
+    pub(crate) fn from_annotation_selector(
         match_annotations: Option<&BTreeMap<String, String>>,
         match_expressions: Option<&[LabelSelectorRequirement]>,
     ) -> Result<Selector, SelectorError> {

@@ -121,16 +121,16 @@ impl<T: ObjectMetaAccess> Store<T> {
     }
 
     /// Removes an object (watch DELETED); `None` if it was not stored.
-    pub fn remove(&mut self, key: &NamespacedName) -> Option<Change<T>> {
+    pub(crate) fn remove(&mut self, key: &NamespacedName) -> Option<Change<T>> {
         let old = self.objects.remove(key)?;
         self.unindex(key, &old);
         Some(Change::Deleted(old))
     }
-
     /// Replaces the whole content with a fresh list. Returns the changes: added, updated (every
     /// object still present, like an informer resync) and deleted. Objects without a name are
     /// skipped and counted in the second value.
-    pub fn replace(&mut self, list: impl IntoIterator<Item = T>) -> (Vec<Change<T>>, usize) {
+    #[cfg(test)]
+    pub(crate) fn replace(&mut self, list: impl IntoIterator<Item = T>) -> (Vec<Change<T>>, usize) {
         let shared: Vec<Arc<T>> = list.into_iter().map(|obj| self.share(obj)).collect();
         self.replace_shared(shared)
     }
@@ -138,7 +138,8 @@ impl<T: ObjectMetaAccess> Store<T> {
     /// `obj` as a shared object: the stored one when it has the same key and resourceVersion
     /// (the same state of the same object, so the listed copy is dropped at once), else a new
     /// one. A relist of an unchanged cache therefore never holds two copies of an object.
-    pub fn share(&self, obj: T) -> Arc<T> {
+    #[cfg(test)]
+    pub(crate) fn share(&self, obj: T) -> Arc<T> {
         match self.unchanged(&obj) {
             Some(stored) => stored.clone(),
             None => Arc::new(obj),
@@ -148,14 +149,14 @@ impl<T: ObjectMetaAccess> Store<T> {
     /// The stored object with the key and the (non-empty) resourceVersion of `obj`: the same
     /// state of the same object, whatever form `obj` has (an informer checks listed objects
     /// before converting them to the stored form).
-    pub fn unchanged<O: ObjectMetaAccess + ?Sized>(&self, obj: &O) -> Option<&Arc<T>> {
+    pub(crate) fn unchanged<O: ObjectMetaAccess + ?Sized>(&self, obj: &O) -> Option<&Arc<T>> {
         let rv = obj.resource_version().filter(|rv| !rv.is_empty())?;
         NamespacedName::of(obj)
             .and_then(|key| self.objects.get(&key))
             .filter(|stored| stored.resource_version() == Some(rv))
     }
 
-    /// [`Store::replace`] with objects already shared (see [`Store::share`]).
+    /// `Store::replace` with objects already shared (see `Store::share`).
     pub fn replace_shared(
         &mut self,
         list: impl IntoIterator<Item = Arc<T>>,
@@ -165,7 +166,7 @@ impl<T: ObjectMetaAccess> Store<T> {
 
     /// [`Store::replace_shared`] for the objects of one namespace only (`None`: all): the
     /// list of one namespace's watch says nothing about the other namespaces' objects.
-    pub fn replace_shared_in(
+    pub(crate) fn replace_shared_in(
         &mut self,
         namespace: Option<&str>,
         list: impl IntoIterator<Item = Arc<T>>,
@@ -218,7 +219,7 @@ impl<T: ObjectMetaAccess> Store<T> {
     /// Drops every object `keep` refuses, without reporting a change (a sharded replica
     /// forgetting the objects of shards it released: nothing happened to them). Returns how
     /// many were dropped.
-    pub fn retain(&mut self, mut keep: impl FnMut(&T) -> bool) -> usize {
+    pub(crate) fn retain(&mut self, mut keep: impl FnMut(&T) -> bool) -> usize {
         let gone: Vec<NamespacedName> = self
             .objects
             .iter()
@@ -237,7 +238,7 @@ impl<T: ObjectMetaAccess> Store<T> {
     }
 
     /// Objects of one namespace (`""`: cluster-scoped objects), sorted by name.
-    pub fn list_namespace(&self, namespace: &str) -> Vec<Arc<T>> {
+    pub(crate) fn list_namespace(&self, namespace: &str) -> Vec<Arc<T>> {
         self.by_namespace
             .get(namespace)
             .into_iter()
@@ -262,7 +263,7 @@ impl<T: ObjectMetaAccess> Store<T> {
 
     /// Objects without a controller owner reference, in `namespace` (`None`: every
     /// namespace), sorted by key.
-    pub fn orphans(&self, namespace: Option<&str>) -> Vec<Arc<T>> {
+    pub(crate) fn orphans(&self, namespace: Option<&str>) -> Vec<Arc<T>> {
         let keys: Box<dyn Iterator<Item = &NamespacedName>> = match namespace {
             None => Box::new(self.orphans.iter()),
             Some(ns) => Box::new(
@@ -280,12 +281,12 @@ impl<T: ObjectMetaAccess> Store<T> {
     }
 
     /// Number of objects.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.objects.len()
     }
 
     /// True if empty.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.objects.is_empty()
     }
 }

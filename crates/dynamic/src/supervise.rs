@@ -24,7 +24,7 @@ use futures::FutureExt;
 use tokio::sync::watch;
 
 /// The test-only variable naming a task to fail (see the module documentation).
-pub const FAULT_TASK_ENV: &str = "METACONTROLLER_TEST_FAULT_TASK";
+pub(crate) const FAULT_TASK_ENV: &str = "METACONTROLLER_TEST_FAULT_TASK";
 
 /// A supervised task that ended without being asked to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -102,7 +102,11 @@ impl Supervisor {
     /// Spawns a task that is meant to end (an acquisition, a release, a writer that ends
     /// with its channel) under `name`: only a panic is reported, unless the process is
     /// stopping. The test-only fault hook applies as to [`Supervisor::spawn`].
-    pub fn spawn_once<F>(&self, name: impl Into<String>, task: F) -> tokio::task::JoinHandle<()>
+    pub(crate) fn spawn_once<F>(
+        &self,
+        name: impl Into<String>,
+        task: F,
+    ) -> tokio::task::JoinHandle<()>
     where
         F: Future<Output = ()> + Send + 'static,
     {
@@ -139,7 +143,7 @@ impl Supervisor {
         }
     }
 
-    /// [`Supervisor::spawn_once`] with `supervisor`, or a plain task without one.
+    /// `Supervisor::spawn_once` with `supervisor`, or a plain task without one.
     pub fn spawn_once_with<F>(
         supervisor: Option<&Supervisor>,
         name: impl Into<String>,

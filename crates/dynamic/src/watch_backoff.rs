@@ -27,7 +27,7 @@ use tokio::time::Instant;
 
 /// Doubling delays from [`WatchBackoff::BASE`] to [`WatchBackoff::MAX`], with jitter.
 #[derive(Debug, Clone)]
-pub struct WatchBackoff {
+pub(crate) struct WatchBackoff {
     failures: u32,
     last_error: Option<Instant>,
     random: RandomState,
@@ -45,14 +45,14 @@ impl Default for WatchBackoff {
 
 impl WatchBackoff {
     /// The first delay.
-    pub const BASE: Duration = Duration::from_millis(200);
+    pub(crate) const BASE: Duration = Duration::from_millis(200);
     /// The longest delay (before jitter).
-    pub const MAX: Duration = Duration::from_secs(30);
+    pub(crate) const MAX: Duration = Duration::from_secs(30);
     /// An error this long after the previous one starts the delays over.
-    pub const STABLE: Duration = Duration::from_secs(60);
+    pub(crate) const STABLE: Duration = Duration::from_secs(60);
 
     /// The delay before the next attempt after `error`, which happened at `now`.
-    pub fn next_delay(&mut self, error: &watcher::Error, now: Instant) -> Duration {
+    pub(crate) fn next_delay(&mut self, error: &watcher::Error, now: Instant) -> Duration {
         let stable = self
             .last_error
             .is_none_or(|last| now.saturating_duration_since(last) >= Self::STABLE);
@@ -118,7 +118,7 @@ impl Drop for ProbingFlag {
 
 impl ReconnectProbe {
     /// How often the probe asks while the server does not answer.
-    pub const PERIOD: Duration = Duration::from_secs(1);
+    pub(crate) const PERIOD: Duration = Duration::from_secs(1);
     /// How long one probe request may take.
     const TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -135,7 +135,7 @@ impl ReconnectProbe {
 
     /// Waits `delay`, or until the server answers again after failing to (then a short
     /// jitter, so the watches do not all reconnect in the same millisecond).
-    pub async fn wait(&self, delay: Duration) {
+    pub(crate) async fn wait(&self, delay: Duration) {
         let mut recovered = self.inner.recovered.subscribe();
         self.start();
         tokio::select! {

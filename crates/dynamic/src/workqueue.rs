@@ -46,7 +46,7 @@ use crate::gate::SyncGate;
 
 /// The longest delay [`WorkQueue::add_after`] stores (about a year); longer ones are capped,
 /// never dropped.
-pub const MAX_DELAY: Duration = Duration::from_secs(365 * 24 * 3600);
+pub(crate) const MAX_DELAY: Duration = Duration::from_secs(365 * 24 * 3600);
 
 /// Which lane a key is queued in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -111,7 +111,7 @@ fn drop_stale_entries<K: Eq + Hash>(state: &mut State<K>) {
 /// Whether a key goes to the expedited lane (installed with the gate).
 type Expedite<K> = Box<dyn Fn(&K) -> bool + Send + Sync>;
 
-/// Backoff settings for [`WorkQueue::add_rate_limited`].
+/// Backoff settings for `WorkQueue::add_rate_limited`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Backoff {
     /// Delay after the first failure.
@@ -161,12 +161,12 @@ impl Concurrency {
     }
 
     /// Syncs that hold a worker at once (at least one).
-    pub fn workers(&self) -> usize {
+    pub(crate) fn workers(&self) -> usize {
         self.workers.max(1)
     }
 
     /// Syncs in progress at once (never fewer than the workers).
-    pub fn in_flight(&self) -> usize {
+    pub(crate) fn in_flight(&self) -> usize {
         self.in_flight.max(self.workers())
     }
 }
@@ -309,7 +309,7 @@ where
     }
 
     /// The queue's name (metrics label).
-    pub fn name(&self) -> &str {
+    pub(crate) fn name(&self) -> &str {
         &self.shared.name
     }
 
@@ -406,7 +406,7 @@ where
     }
 
     /// Requeues `key` after its backoff delay and counts the failure.
-    pub fn add_rate_limited(&self, key: K) {
+    pub(crate) fn add_rate_limited(&self, key: K) {
         let delay = {
             let mut state = self.lock();
             if state.shutting_down {
@@ -427,13 +427,13 @@ where
     }
 
     /// Clears the failure count of `key` (call after a successful sync).
-    pub fn forget(&self, key: &K) {
+    pub(crate) fn forget(&self, key: &K) {
         let mut state = self.lock();
         state.failures.remove(key);
         state.retry_limits.remove(key);
     }
 
-    /// The next [`add_rate_limited`](Self::add_rate_limited) of `key` waits at most `max`
+    /// The next `add_rate_limited` of `key` waits at most `max`
     /// (the failure is still counted). For a failure that says nothing about the key, such
     /// as the API server being unreachable: its retry must not wait out a backoff that grew
     /// while the server was down.
@@ -496,12 +496,14 @@ where
     }
 
     /// Keys waiting for a worker (not counting processing or delayed keys).
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
         self.lock().queued.len()
     }
 
     /// True if no key waits for a worker.
-    pub fn is_empty(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
@@ -615,7 +617,8 @@ where
     }
 
     /// Waits until no key is queued or processing (use after `shut_down` to drain).
-    pub async fn drained(&self) {
+    #[cfg(test)]
+    pub(crate) async fn drained(&self) {
         loop {
             let notified = self.shared.idle.notified();
             tokio::pin!(notified);

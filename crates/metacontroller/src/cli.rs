@@ -104,7 +104,7 @@ pub struct ControllerArgs {
     /// the API server one write at a time. The parent's status is still written after all
     /// of them, and a 409 Conflict still stops the sync's further writes. 1 sends them one
     /// after another, as upstream.
-    #[arg(long, value_name = "N", default_value_t = metacontroller_controllers::writer::DEFAULT_CHILD_WRITE_CONCURRENCY as u32, value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, value_name = "N", default_value_t = metacontroller_controllers::DEFAULT_CHILD_WRITE_CONCURRENCY as u32, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_concurrent_child_writes: u32,
 
     /// Rate of Kubernetes Events per object, in events per second [default: 1/300, one

@@ -716,7 +716,7 @@ fn controller_options(
     shared: &Shared,
 ) -> metacontroller_controllers::composite::Options {
     use crate::cli::ApplyStrategy;
-    use metacontroller_controllers::writer::ApplyStrategy as Strategy;
+    use metacontroller_controllers::ApplyStrategy as Strategy;
     metacontroller_controllers::composite::Options {
         workers: args.workers as usize,
         parents_in_flight: args.parents_in_flight as usize,

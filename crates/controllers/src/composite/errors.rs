@@ -81,7 +81,7 @@ pub enum SyncError {
 impl SyncError {
     /// `Some(delay)` when the sync or customize hook answered 429 Too Many Requests: the
     /// key is retried after `Retry-After` (one second without it), with no Event.
-    pub fn retry_after(&self) -> Option<Duration> {
+    pub(crate) fn retry_after(&self) -> Option<Duration> {
         match self {
             SyncError::Hook { source, .. } | SyncError::Related(RelatedError::Hook(source)) => {
                 crate::handle::hook_retry_after(source)
@@ -91,7 +91,7 @@ impl SyncError {
     }
 
     /// True when the failure is a 409 Conflict (stale data).
-    pub fn is_conflict(&self) -> bool {
+    pub(crate) fn is_conflict(&self) -> bool {
         match self {
             SyncError::Write(e) => e.is_conflict(),
             SyncError::Writes { errors, .. } => errors.iter().any(WriteError::is_conflict),
@@ -100,7 +100,7 @@ impl SyncError {
     }
 
     /// True when the API server could not be reached (see [`WriteError::is_unreachable`]).
-    pub fn is_unreachable(&self) -> bool {
+    pub(crate) fn is_unreachable(&self) -> bool {
         match self {
             SyncError::Write(e) => e.is_unreachable(),
             SyncError::Writes { errors, .. } => errors.iter().any(WriteError::is_unreachable),

@@ -20,29 +20,30 @@
 //!   child stops the child writes, the status is still written, and the next sync
 //!   recomputes from fresher state.
 //!
-//! Modules: [`plan`] holds the pure steps of a sync that `metacontroller render` shares (hook
+//! Modules: `plan` holds the pure steps of a sync that `metacontroller render` shares (hook
 //! choice, request, checking the answer, desired children and status); the running
 //! controller is `reconciler` (start, the sync itself), with `mapper` (events → keys),
 //! `adoption` (claiming children), `revisions` (rolling updates) and `resolve` (the spec's
 //! resources through discovery).
 //!
 //! Rolling update methods (`RollingRecreate`, `RollingInPlace`) keep ControllerRevisions and
-//! move one child per sync, gated by `statusChecks` (see [`crate::rolling`]). The customize
-//! hook and `related` objects come from [`crate::related`]; a failed sync records a
+//! move one child per sync, gated by `statusChecks` (see `crate::rolling`). The customize
+//! hook and `related` objects come from `crate::related`; a failed sync records a
 //! `SyncError` Warning Event on the parent through [`crate::events`] (except 409 conflicts,
 //! which are expected stale-cache retries).
 
 mod adoption;
-mod errors;
+pub(crate) mod errors;
 mod mapper;
-pub mod plan;
+pub(crate) mod plan;
 mod reconciler;
-mod resolve;
+pub(crate) mod resolve;
 mod revisions;
 
-pub use errors::{StartError, SyncError};
+pub use errors::StartError;
+pub(crate) use errors::SyncError;
 pub use reconciler::{start, CompositeHandle};
-pub use resolve::Resolved;
+pub(crate) use resolve::Resolved;
 
 use crate::events::EventRecorder;
 use crate::writer::ApplyStrategy;
@@ -76,7 +77,7 @@ pub struct Options {
 
 impl Options {
     /// The work queue's limits: `workers` syncs calling hooks, `parents_in_flight` in all.
-    pub fn concurrency(&self) -> metacontroller_dynamic::Concurrency {
+    pub(crate) fn concurrency(&self) -> metacontroller_dynamic::Concurrency {
         metacontroller_dynamic::Concurrency::new(self.workers, self.parents_in_flight)
     }
 }

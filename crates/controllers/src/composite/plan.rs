@@ -123,7 +123,7 @@ pub fn hook_request(
 }
 
 /// The hook a sync of `parent` calls, its name and `finalizing` (see
-/// [`finalizer::choose_hook`]): the finalize hook while the parent is being deleted or
+/// `finalizer::choose_hook`): the finalize hook while the parent is being deleted or
 /// once it stops matching `parent_selector`; a live parent needs a sync hook.
 pub fn choose_hook<'c>(
     controller: &'c CompositeController,

@@ -26,7 +26,7 @@ pub struct Resolved {
 impl Resolved {
     /// Refuses cluster-scoped parent and child types when `scope` limits the process to
     /// namespaces (see [`crate::scope`]).
-    pub fn check_scope(
+    pub(crate) fn check_scope(
         &self,
         scope: Option<&metacontroller_dynamic::WatchScope>,
     ) -> Result<(), crate::scope::OutOfScope> {

@@ -180,7 +180,6 @@ impl Inner {
                 answers.status = response.status;
             }
             revisions.push(ParentRevision {
-                parent: object,
                 revision,
                 desired,
                 order,

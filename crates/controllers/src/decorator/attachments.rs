@@ -54,7 +54,7 @@ impl AnnotationAccess for kube::core::DynamicObject {
 /// The hook request's attachments map: an entry for every declared type, then the
 /// observed attachments keyed per hook version (v1: name relative to the target; v2:
 /// `<namespace>/<name>`).
-pub fn observed_map(
+pub(crate) fn observed_map(
     version: HookVersion,
     target_namespace: Option<&str>,
     types: &[ChildType],
@@ -68,7 +68,7 @@ pub fn observed_map(
 /// see [`children::validate_desired`]) and marks each with this
 /// decorator's annotation, which is part of the desired state, so it is recorded in
 /// last-applied and restored if removed.
-pub fn prepare_desired(
+pub(crate) fn prepare_desired(
     types: &[ChildType],
     target_namespace: Option<&str>,
     decorator: &str,

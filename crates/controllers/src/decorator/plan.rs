@@ -18,7 +18,7 @@ use crate::rolling::Desired;
 
 /// The hook a sync of `target` calls, its name and `finalizing`: the finalize hook while
 /// the target is being deleted or no longer matches `selector` (see
-/// [`finalizer::choose_hook`]), else the sync hook.
+/// `finalizer::choose_hook`), else the sync hook.
 pub fn choose_hook<'c>(
     controller: &'c DecoratorController,
     selector: &TargetSelector,

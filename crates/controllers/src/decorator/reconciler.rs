@@ -88,7 +88,7 @@ pub enum SyncError {
 impl SyncError {
     /// `Some(delay)` when the sync or customize hook answered 429 Too Many Requests: the
     /// key is retried after `Retry-After` (one second without it), with no Event.
-    pub fn retry_after(&self) -> Option<Duration> {
+    pub(crate) fn retry_after(&self) -> Option<Duration> {
         match self {
             SyncError::Hook { source, .. } | SyncError::Related(RelatedError::Hook(source)) => {
                 crate::handle::hook_retry_after(source)
@@ -98,7 +98,7 @@ impl SyncError {
     }
 
     /// A 409 Conflict: the sync acted on stale data and is retried, without an Event.
-    pub fn is_conflict(&self) -> bool {
+    pub(crate) fn is_conflict(&self) -> bool {
         match self {
             SyncError::Write(e) => e.is_conflict(),
             SyncError::Writes(es) => es.iter().any(WriteError::is_conflict),
@@ -107,7 +107,7 @@ impl SyncError {
     }
 
     /// The API server could not be reached (see [`WriteError::is_unreachable`]).
-    pub fn is_unreachable(&self) -> bool {
+    pub(crate) fn is_unreachable(&self) -> bool {
         match self {
             SyncError::Write(e) => e.is_unreachable(),
             SyncError::Writes(es) => es.iter().any(WriteError::is_unreachable),
@@ -379,7 +379,7 @@ pub struct Resolved {
 impl Resolved {
     /// Refuses cluster-scoped target and attachment types when `scope` limits the process
     /// to namespaces (see [`crate::scope`]).
-    pub fn check_scope(
+    pub(crate) fn check_scope(
         &self,
         scope: Option<&metacontroller_dynamic::WatchScope>,
     ) -> Result<(), crate::scope::OutOfScope> {

@@ -7,11 +7,11 @@ use metacontroller_api::decorator::DecoratorControllerResourceRule;
 use metacontroller_dynamic::{ObjectSelector, SelectorError};
 use serde_json::Value;
 
-pub use crate::meta::api_group;
+pub(crate) use crate::meta::api_group;
 
 /// A compiled `resources` rule.
 #[derive(Debug, Clone, PartialEq)]
-pub struct TargetRule {
+pub(crate) struct TargetRule {
     /// API group of the targeted resource.
     pub group: String,
     /// Kind of the targeted resource.
@@ -25,7 +25,7 @@ pub struct TargetRule {
 /// A `resources` rule that could not be compiled.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("spec.resources[{index}]: {source}")]
-pub struct RuleError {
+pub(crate) struct RuleError {
     /// Index of the rule.
     pub index: usize,
     /// What is wrong with its selectors.
@@ -43,7 +43,7 @@ impl TargetSelector {
     /// discovery found for it. When two rules name the same group and kind the later one's
     /// selectors win, as in upstream, and `ignoreStatusChanges` holds if any of them sets it
     /// (upstream ORs the flags).
-    pub fn new<'a>(
+    pub(crate) fn new<'a>(
         rules: impl IntoIterator<Item = (&'a str, &'a str, &'a DecoratorControllerResourceRule)>,
     ) -> Result<TargetSelector, RuleError> {
         let mut out: Vec<TargetRule> = Vec::new();
@@ -73,7 +73,7 @@ impl TargetSelector {
     }
 
     /// The rule for objects of this apiVersion and kind, if the type is targeted at all.
-    pub fn rule(&self, api_version: &str, kind: &str) -> Option<&TargetRule> {
+    pub(crate) fn rule(&self, api_version: &str, kind: &str) -> Option<&TargetRule> {
         let group = api_group(api_version);
         self.rules
             .iter()
@@ -81,7 +81,7 @@ impl TargetSelector {
     }
 
     /// Whether an object of this type with this metadata is a target.
-    pub fn matches_meta(&self, api_version: &str, kind: &str, meta: &ObjectMeta) -> bool {
+    pub(crate) fn matches_meta(&self, api_version: &str, kind: &str, meta: &ObjectMeta) -> bool {
         let empty = std::collections::BTreeMap::new();
         self.rule(api_version, kind).is_some_and(|r| {
             r.selector.matches(
@@ -102,7 +102,7 @@ impl TargetSelector {
 /// Upstream's `ignoreStatusChanges` filter for an update of a target: true when the
 /// generation, labels and annotations are all unchanged (only status or other
 /// non-generation fields moved), so the update need not trigger a sync.
-pub fn is_status_only_update(old: &ObjectMeta, new: &ObjectMeta) -> bool {
+pub(crate) fn is_status_only_update(old: &ObjectMeta, new: &ObjectMeta) -> bool {
     let labels = |m: &ObjectMeta| m.labels.clone().unwrap_or_default();
     let annotations = |m: &ObjectMeta| m.annotations.clone().unwrap_or_default();
     old.generation == new.generation

@@ -13,10 +13,7 @@ use serde_json::{Map, Value};
 
 use crate::writer::json_equal;
 
-pub use crate::finalizer::{
-    choose_hook, finalizer_sync, has_finalizer, is_deleting, is_ignored,
-    manages_children as manages_attachments, with_finalizer, FinalizerSync, HookChoice,
-};
+pub(crate) use crate::finalizer::with_finalizer;
 
 /// The target after applying a hook response.
 #[derive(Debug, Clone, PartialEq)]
@@ -73,7 +70,7 @@ fn merge_string_map(
 /// `status` replaced when given (an absent or null status leaves it as is; an empty object
 /// is a real value and replaces a missing status), and `remove_finalizer` dropped from
 /// `metadata.finalizers` (when the finalize hook answered `finalized: true`).
-pub fn apply_response(
+pub(crate) fn apply_response(
     target: &Value,
     labels: Option<&BTreeMap<String, Option<String>>>,
     annotations: Option<&BTreeMap<String, Option<String>>>,

@@ -10,7 +10,7 @@ impl Writer {
     /// nothing is sent (`Ok(None)`). The record of sent bodies lives in memory: after a
     /// restart a body whose fields are all in place is not re-sent, so a field the hook
     /// stopped setting is only dropped with the next change of the body.
-    pub async fn apply(
+    pub(crate) async fn apply(
         &self,
         res: &ApiResource,
         owner_uid: &str,

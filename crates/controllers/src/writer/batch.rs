@@ -12,7 +12,7 @@ impl Writer {
     /// their outcomes kept (overlay, expectations), so the requeued sync recomputes from them.
     /// Returns the failures (conflicts last). The caller writes the parent's status only
     /// after this returns, i.e. after every child write of the sync has finished.
-    pub async fn execute_all<'r>(
+    pub(crate) async fn execute_all<'r>(
         &self,
         owner_uid: &str,
         actions: Vec<Action>,
@@ -49,7 +49,7 @@ impl Writer {
     }
 
     /// Carries out one planned child action for the parent with uid `owner_uid`.
-    pub async fn execute(
+    pub(crate) async fn execute(
         &self,
         res: &ApiResource,
         owner_uid: &str,

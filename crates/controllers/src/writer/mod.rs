@@ -62,7 +62,7 @@ pub enum ApplyStrategy {
 
 impl ApplyStrategy {
     /// True for server-side apply.
-    pub fn is_server_side(&self) -> bool {
+    pub(crate) fn is_server_side(&self) -> bool {
         matches!(self, ApplyStrategy::ServerSideApply { .. })
     }
 }
@@ -105,14 +105,14 @@ pub enum WriteError {
 
 impl WriteError {
     /// 409 Conflict (stale resourceVersion): abort this sync, requeue with backoff.
-    pub fn is_conflict(&self) -> bool {
+    pub(crate) fn is_conflict(&self) -> bool {
         matches!(self, WriteError::Api { source: kube::Error::Api(s), .. }
             if s.code == 409 && s.reason == "Conflict")
     }
 
     /// The API server could not be reached (connection refused or reset, TLS or HTTP
     /// failure below the API): nothing about the object, only about the server.
-    pub fn is_unreachable(&self) -> bool {
+    pub(crate) fn is_unreachable(&self) -> bool {
         matches!(
             self,
             WriteError::Api {
@@ -122,13 +122,8 @@ impl WriteError {
         )
     }
 
-    /// The child's name is taken by an object this parent does not control.
-    pub fn is_name_taken(&self) -> bool {
-        matches!(self, WriteError::NameTaken { .. })
-    }
-
     /// 404 Not Found.
-    pub fn is_not_found(&self) -> bool {
+    pub(crate) fn is_not_found(&self) -> bool {
         matches!(self, WriteError::Api { source, .. } if is_not_found(source))
     }
 }
@@ -152,7 +147,7 @@ pub fn to_value(obj: &DynamicObject, res: &ApiResource) -> Result<Value, serde_j
 }
 
 /// The overlay / expectations key of an object of `res`.
-pub fn object_key(res: &ApiResource, namespace: &str, name: &str) -> ObjectKey {
+pub(crate) fn object_key(res: &ApiResource, namespace: &str, name: &str) -> ObjectKey {
     ObjectKey::new(
         format!("{}/{}", res.api_version, res.name),
         if res.namespaced { namespace } else { "" },
@@ -257,13 +252,13 @@ impl Writer {
 
     /// Sends at most `n` child writes of one sync at once (at least 1; 1 is upstream's one
     /// after another).
-    pub fn with_write_concurrency(mut self, n: usize) -> Self {
+    pub(crate) fn with_write_concurrency(mut self, n: usize) -> Self {
         self.concurrency = n.max(1);
         self
     }
 
     /// Counts child writes into `writes` (metrics).
-    pub fn with_metrics(mut self, writes: crate::metrics::ChildWrites) -> Self {
+    pub(crate) fn with_metrics(mut self, writes: crate::metrics::ChildWrites) -> Self {
         self.writes = writes;
         self
     }
@@ -277,7 +272,7 @@ impl Writer {
 
     /// The merge schema of each child type (same order; `None` where there is none or
     /// schemas are off).
-    pub async fn schemas_for(&self, types: &[ChildType]) -> Vec<Option<Arc<Schema>>> {
+    pub(crate) async fn schemas_for(&self, types: &[ChildType]) -> Vec<Option<Arc<Schema>>> {
         let mut out = Vec::with_capacity(types.len());
         for t in types {
             out.push(match &self.schemas {
@@ -288,7 +283,7 @@ impl Writer {
         out
     }
 
-    /// [`children::plan_children`](crate::children::plan_children) with this writer's apply
+    /// `children::plan_children` with this writer's apply
     /// strategy, each child merged with the schema of its type.
     pub async fn plan_children(
         &self,
@@ -310,17 +305,12 @@ impl Writer {
     }
 
     /// The apply strategy.
-    pub fn strategy(&self) -> &ApplyStrategy {
+    pub(crate) fn strategy(&self) -> &ApplyStrategy {
         &self.strategy
     }
 
-    /// The own-writes overlay.
-    pub fn overlay(&self) -> &Overlay<Value> {
-        &self.overlay
-    }
-
     /// Create/delete expectations, keyed by owner uid.
-    pub fn expectations(&self) -> &Expectations<String, ObjectKey> {
+    pub(crate) fn expectations(&self) -> &Expectations<String, ObjectKey> {
         &self.expectations
     }
 
@@ -330,7 +320,7 @@ impl Writer {
     /// own-writes entries of objects no longer cached unless they are creates of a live
     /// parent still waiting for their event. `cached(key)`: whether the cache holds the
     /// written object (`None`: not watched, kept).
-    pub fn retain_owners(
+    pub(crate) fn retain_owners(
         &self,
         live_owner: &dyn Fn(&str) -> bool,
         cached: &dyn Fn(&ObjectKey) -> Option<bool>,
@@ -347,25 +337,25 @@ impl Writer {
     }
 
     /// Drops the expectations and taken names of the owners `live_owner` refuses.
-    pub fn retain_live_owners(&self, live_owner: &dyn Fn(&str) -> bool) {
+    pub(crate) fn retain_live_owners(&self, live_owner: &dyn Fn(&str) -> bool) {
         self.expectations.retain(|uid| live_owner(uid.as_str()));
         self.taken_lock()
             .retain(|(uid, _), _| live_owner(uid.as_str()));
     }
 
     /// Whether any expectation or taken name is held (by owner uid).
-    pub fn holds_owner_state(&self) -> bool {
+    pub(crate) fn holds_owner_state(&self) -> bool {
         !self.expectations.is_empty() || !self.taken_lock().is_empty()
     }
 
     /// Whether any own-writes entry or apply hash is held.
-    pub fn holds_writes(&self) -> bool {
+    pub(crate) fn holds_writes(&self) -> bool {
         !self.overlay.is_empty() || !self.applied_lock().is_empty()
     }
 
     /// Entries per structure that grows with the parents (metrics): parents with
     /// unconfirmed writes, names taken, apply hashes, own-writes entries.
-    pub fn state_entries(&self) -> [(&'static str, usize); 4] {
+    pub(crate) fn state_entries(&self) -> [(&'static str, usize); 4] {
         [
             ("expectations", self.expectations.len()),
             ("taken_names", self.taken_lock().len()),
@@ -375,7 +365,7 @@ impl Writer {
     }
 
     /// A dynamic API handle for `res` in `namespace` (ignored for cluster-scoped resources).
-    pub fn api(&self, res: &ApiResource, namespace: &str) -> Api<DynamicObject> {
+    pub(crate) fn api(&self, res: &ApiResource, namespace: &str) -> Api<DynamicObject> {
         let kr = res.to_kube();
         if res.namespaced {
             Api::namespaced_with(self.client.clone(), namespace, &kr)
@@ -387,14 +377,18 @@ impl Writer {
     /// True when no create/delete of `owner`'s children is unconfirmed. `present(key)` says
     /// whether the cache holds the object and it is not being deleted (`None`: unknown
     /// resource).
-    pub fn satisfied(&self, owner: &str, present: impl Fn(&ObjectKey) -> Option<bool>) -> bool {
+    pub(crate) fn satisfied(
+        &self,
+        owner: &str,
+        present: impl Fn(&ObjectKey) -> Option<bool>,
+    ) -> bool {
         self.expectations
             .satisfied_given(&owner.to_string(), present)
     }
 
     /// The freshest view of a cached object: our own newer write, the cached object, or
     /// `None` when we deleted it and the cache does not know yet.
-    pub fn fresh(&self, res: &ApiResource, cached: Value) -> Option<Value> {
+    pub(crate) fn fresh(&self, res: &ApiResource, cached: Value) -> Option<Value> {
         let key = key_of(res, &cached);
         self.overlay
             .get(&key, Some(&cached))

@@ -11,7 +11,7 @@ impl Writer {
     /// ownerReference), the children whose name was taken by a foreign object that has now
     /// changed or gone: pass them to the child handler so their parents are synced again
     /// (a foreign object's own events map to no parent).
-    pub fn observe(
+    pub(crate) fn observe(
         &self,
         res: &ApiResource,
         change: &Change<DynamicObject>,

@@ -5,7 +5,7 @@ use super::*;
 
 impl Writer {
     /// Reads an object from the API server (not the cache). `None` when it does not exist.
-    pub async fn get(
+    pub(crate) async fn get(
         &self,
         res: &ApiResource,
         namespace: &str,
@@ -32,7 +32,7 @@ impl Writer {
     /// by an object we do not control, [`WriteError::NameTaken`]: that object is left
     /// alone and the create is not sent again until [`Writer::observe`] sees it change or
     /// a read after [`TAKEN_RECHECK`](super::taken::TAKEN_RECHECK) finds it gone.
-    pub async fn create(
+    pub(crate) async fn create(
         &self,
         res: &ApiResource,
         owner_uid: &str,
@@ -91,12 +91,16 @@ impl Writer {
 
     /// Replaces an object (PUT; the body's resourceVersion makes it conditional). Returns the
     /// written object.
-    pub async fn replace(&self, res: &ApiResource, object: Value) -> Result<Value, WriteError> {
+    pub(crate) async fn replace(
+        &self,
+        res: &ApiResource,
+        object: Value,
+    ) -> Result<Value, WriteError> {
         self.put(res, object, false).await
     }
 
     /// Replaces the `/status` subresource of `object` (PUT with its resourceVersion).
-    pub async fn replace_status(
+    pub(crate) async fn replace_status(
         &self,
         res: &ApiResource,
         object: Value,
@@ -142,7 +146,7 @@ impl Writer {
 
     /// Writes `status` into `current`'s `/status` unless it is already equal (semantically).
     /// Returns the written object, or `None` when nothing was sent.
-    pub async fn write_status(
+    pub(crate) async fn write_status(
         &self,
         res: &ApiResource,
         current: &Value,
@@ -163,7 +167,7 @@ impl Writer {
 
     /// Deletes `observed` (uid precondition, background propagation so dependents go too,
     /// as upstream). A child that is already gone is fine.
-    pub async fn delete(
+    pub(crate) async fn delete(
         &self,
         res: &ApiResource,
         owner_uid: &str,

@@ -16,7 +16,7 @@ use metacontroller_api::decorator::DecoratorController;
 use metacontroller_controllers::composite::Options;
 use metacontroller_controllers::decorator::{self, DecoratorHandle};
 use metacontroller_controllers::events::EventRecorder;
-pub use metacontroller_controllers::writer::ApplyStrategy;
+pub use metacontroller_controllers::ApplyStrategy;
 use metacontroller_dynamic::{discover, InformerConfig, Informers, ResourceMap};
 use metacontroller_hooks::{HookClient, HookClientConfig};
 use metacontroller_testkit::{

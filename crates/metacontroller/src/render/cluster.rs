@@ -10,7 +10,7 @@ use anyhow::{bail, Context};
 use kube::api::{Api, ListParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::core::DynamicObject;
-use metacontroller_controllers::writer::to_value;
+use metacontroller_controllers::offline::to_value;
 use metacontroller_dynamic::{ApiResource, ResourceMap};
 use serde_json::{json, Value};
 

@@ -7,11 +7,10 @@ use metacontroller_api::wire::{
     CompositeHookRequest, CompositeHookResponse, CustomizableController,
 };
 use metacontroller_api::CompositeController;
-use metacontroller_controllers::children::{self, ChildType, ParentRef};
-use metacontroller_controllers::claim::{self, Claim, Claimant};
-use metacontroller_controllers::composite::plan::{self as sync_plan, HookOutcome, SyncPlan};
-use metacontroller_controllers::composite::{Resolved, SyncError};
-use metacontroller_controllers::finalizer;
+use metacontroller_controllers::offline::composite::{
+    self as sync_plan, HookOutcome, Resolved, SyncError, SyncPlan,
+};
+use metacontroller_controllers::offline::{self, ChildType, Claim, Claimant, ParentRef};
 use metacontroller_dynamic::Selector;
 use metacontroller_hooks::CallContext;
 use serde_json::{json, Value};
@@ -114,7 +113,7 @@ impl Sync<'_> {
             .resolved
             .parent_selector
             .matches(&super::labels(&parent));
-        if finalizer::is_ignored(matches, &parent, &controller.finalizer_name()) {
+        if offline::is_ignored(matches, &parent, &controller.finalizer_name()) {
             bail!("the controller ignores this parent: it does not match spec.parentResource.labelSelector");
         }
         let customizable = CustomizableController::Composite(Box::new(controller.clone()));
@@ -190,7 +189,7 @@ impl Sync<'_> {
         let parent = &prepared.object;
         let finalizer_name = self.controller.finalizer_name();
         let finalize_hook = self.controller.spec.finalize_hook().is_some();
-        let manages = finalizer::manages_children(parent, &finalizer_name, finalize_hook);
+        let manages = offline::manages_children(parent, &finalizer_name, finalize_hook);
         let owner = ParentRef {
             api_version: self.resolved.parent.api_version.clone(),
             kind: self.resolved.parent.kind.clone(),
@@ -258,7 +257,7 @@ async fn claimed_children(
     let claimant = Claimant {
         uid: meta_str(parent, "uid"),
         namespace,
-        deleting: finalizer::is_deleting(parent),
+        deleting: offline::is_deleting(parent),
         selector,
     };
     let mut claimed = Vec::new();
@@ -266,8 +265,8 @@ async fn claimed_children(
         // A namespaced parent cannot own cluster-scoped objects.
         let can_adopt = namespace.is_none() || res.namespaced;
         for obj in cluster.list(res, namespace).await? {
-            let what = plan::describe(&children::child_key(&obj));
-            match claim::classify(&claimant, &obj) {
+            let what = plan::describe(&offline::child_key(&obj));
+            match offline::classify(&claimant, &obj) {
                 Claim::Owned => claimed.push(obj),
                 Claim::Adopt if can_adopt => {
                     eprintln!("note: the controller would adopt {what}");

@@ -7,11 +7,10 @@ use metacontroller_api::wire::{
     CustomizableController, DecoratorHookRequest, DecoratorHookResponse,
 };
 use metacontroller_api::DecoratorController;
-use metacontroller_controllers::children::{ChildType, ParentRef};
-use metacontroller_controllers::decorator::attachments::is_own_attachment;
-use metacontroller_controllers::decorator::plan::{self as sync_plan, SyncPlan};
-use metacontroller_controllers::decorator::{Resolved, SyncError};
-use metacontroller_controllers::finalizer;
+use metacontroller_controllers::offline::decorator::{
+    self as sync_plan, is_own_attachment, Resolved, SyncError, SyncPlan,
+};
+use metacontroller_controllers::offline::{self, ChildType, ParentRef};
 use metacontroller_hooks::CallContext;
 use serde_json::{json, Value};
 
@@ -116,7 +115,7 @@ impl Sync<'_> {
             requested,
         );
         let matches = self.resolved.selector.matches(&object);
-        if finalizer::is_ignored(matches, &object, &finalizer_name) {
+        if offline::is_ignored(matches, &object, &finalizer_name) {
             bail!("the controller ignores this object: it matches none of spec.resources");
         }
         let customizable = CustomizableController::Decorator(Box::new(controller.clone()));

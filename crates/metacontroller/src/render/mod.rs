@@ -27,8 +27,9 @@ mod steps;
 use anyhow::{bail, Context};
 use metacontroller_api::hook::{EndpointConfig, HookVersion};
 use metacontroller_api::wire::{CustomizableController, ObjectMap};
-use metacontroller_controllers::finalizer::{self, FinalizerSync};
-use metacontroller_controllers::related::{listing, selects, CompiledRule, Listing, Scope};
+use metacontroller_controllers::offline::{
+    self, listing, selects, CompiledRule, FinalizerSync, Listing, Scope,
+};
 use serde_json::Value;
 
 use args::{HookName, RenderArgs};
@@ -178,17 +179,16 @@ fn prepare_parent(
     finalize_hook: bool,
     requested: Option<HookName>,
 ) -> Value {
-    let present = match finalizer::finalizer_sync(&parent, finalizer_name, finalize_hook) {
+    let present = match offline::finalizer_sync(&parent, finalizer_name, finalize_hook) {
         FinalizerSync::Keep => None,
         FinalizerSync::Add => Some(true),
         FinalizerSync::Remove => Some(false),
     };
-    if let Some(updated) =
-        present.and_then(|p| finalizer::with_finalizer(&parent, finalizer_name, p))
+    if let Some(updated) = present.and_then(|p| offline::with_finalizer(&parent, finalizer_name, p))
     {
         parent = updated;
     }
-    if requested == Some(HookName::Finalize) && !finalizer::is_deleting(&parent) {
+    if requested == Some(HookName::Finalize) && !offline::is_deleting(&parent) {
         let now = k8s_openapi::jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ");
         if let Some(meta) = parent.get_mut("metadata").and_then(Value::as_object_mut) {
             meta.insert("deletionTimestamp".into(), Value::String(now.to_string()));

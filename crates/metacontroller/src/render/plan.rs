@@ -5,10 +5,10 @@
 use std::fmt::Write as _;
 
 use metacontroller_apply::{merge, needs_update};
-use metacontroller_controllers::children::{child_key, Action, ChildKey, ChildType, ParentRef};
-use metacontroller_controllers::meta::is_deleting;
-use metacontroller_controllers::rolling::Desired;
-use metacontroller_controllers::writer::{json_equal, ApplyStrategy, Writer};
+use metacontroller_controllers::offline::{
+    child_key, is_deleting, json_equal, Action, ApplyStrategy, ChildKey, ChildType, Desired,
+    ParentRef, Writer,
+};
 use metacontroller_dynamic::{InformerConfig, Informers, Schemas};
 use serde_json::Value;
 
@@ -85,7 +85,7 @@ pub async fn children(
     let mut out = String::new();
     let mut described = std::collections::BTreeSet::new();
     for action in &actions {
-        let key = metacontroller_controllers::writer::action_key(action);
+        let key = metacontroller_controllers::offline::action_key(action);
         describe_action(&mut out, action, &key, observed, desired);
         described.insert(key);
     }

@@ -7,8 +7,7 @@ use metacontroller_api::hook::{EndpointConfig, Hook};
 use metacontroller_api::wire::{
     CustomizableController, CustomizeHookRequest, CustomizeHookResponse,
 };
-use metacontroller_controllers::children::{ChildType, ParentRef};
-use metacontroller_controllers::rolling::Desired;
+use metacontroller_controllers::offline::{ChildType, Desired, ParentRef};
 use metacontroller_hooks::CallContext;
 use serde_json::{json, Value};
 
