@@ -6,8 +6,12 @@
 # Release build (compiles inside the builder image):
 #   docker build -t ghcr.io/metacontroller-rs/metacontroller:v0.1.0 .
 # From a binary built on the host (what hack/build-image.sh does, offline):
-#   cargo build --profile dist --locked --target x86_64-unknown-linux-musl -p metacontroller
+#   cargo build --profile dist --locked --target x86_64-unknown-linux-musl -p metacontroller \
+#     --no-default-features
 #   docker build --build-arg BINARY_SOURCE=prebuilt -t metacontroller:dev .
+#
+# Without the embedded API server (--no-default-features): `dev` and offline `render` refuse in
+# the image; 30% smaller binary (docs/src/operations.md, "Container image").
 #
 # TLS roots: there is no CA bundle in the image; the API server's CA comes from the service
 # account, and HTTPS hooks without a caBundle fall back to the bundled Mozilla roots.
@@ -30,6 +34,7 @@ COPY . .
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
     cargo build --profile dist --locked --target "${TARGET}" -p metacontroller --bin metacontroller \
+      --no-default-features \
  && mkdir -p /out \
  && cp "target/${TARGET}/dist/metacontroller" /out/metacontroller
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the container image offline and proves it runs:
 #   1. a static binary (x86_64-unknown-linux-musl, profile `dist`: fat LTO, opt-level s) with cargo,
-#      checked to be a static position-independent executable (no interpreter, ASLR for its code),
+#      without the embedded API server (--no-default-features: no `dev`, no offline `render`), checked to be a static position-independent executable (no interpreter, ASLR for its code),
 #   2. the image from ./Dockerfile with buildah (BINARY_SOURCE=prebuilt: no base image to
 #      pull, the builder stage is skipped), saved as an OCI layout,
 #   3. the image unpacked with umoci and the binary started from its root filesystem with
@@ -30,7 +30,7 @@ for tool in cargo buildah umoci; do
 done
 
 echo "== static binary ($TARGET)"
-cargo build --profile dist --locked --target "$TARGET" -p metacontroller --bin metacontroller
+cargo build --profile dist --locked --target "$TARGET" -p metacontroller --bin metacontroller --no-default-features
 # A static executable has no program interpreter (PT_INTERP) and needs no shared libraries.
 if readelf -l "$BINARY" | grep -q 'Requesting program interpreter'; then
     echo "$BINARY is dynamically linked" >&2
@@ -58,6 +58,10 @@ echo "root filesystem: $(cd "$ROOTFS" && find . -mindepth 1 | sort | tr '\n' ' '
 VERSION_OUT=$(chroot --userspec=65532:65532 "$ROOTFS" /usr/bin/metacontroller --version)
 echo "$VERSION_OUT"
 [[ "$VERSION_OUT" == "metacontroller ${VERSION}"* ]] || { echo "unexpected --version output" >&2; exit 1; }
+# Built without the embedded API server: dev mode is refused as a usage error.
+DEV_RC=0
+chroot --userspec=65532:65532 "$ROOTFS" /usr/bin/metacontroller dev 2>/dev/null || DEV_RC=$?
+[[ $DEV_RC == 2 ]] || { echo "dev: expected exit 2 (no embedded API server), got $DEV_RC" >&2; exit 1; }
 python3 - "$BUNDLE/b/config.json" <<'PY'
 import json, sys
 process = json.load(open(sys.argv[1]))["process"]

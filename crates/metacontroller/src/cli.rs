@@ -40,6 +40,13 @@ pub enum Command {
     Run(ControllerArgs),
     /// Start an embedded API server, install the CRDs, write a kubeconfig and run the
     /// controller against it until Ctrl-C.
+    #[cfg_attr(
+        not(feature = "embedded-apiserver"),
+        command(
+            about = "Not in this build (no cargo feature `embedded-apiserver`): start an embedded API server and run the controller against it",
+            long_about = None
+        )
+    )]
     Dev(DevArgs),
     /// Debug helper for hook authors: print how a desired object merges onto an observed one.
     Merge(MergeArgs),
@@ -49,6 +56,12 @@ pub enum Command {
     /// Hook authors' loop: build the request the controller would send for one parent,
     /// call the hook (URL or command), check the answer as the controller does and print
     /// the desired children and status (or, with --diff, what the controller would write).
+    #[cfg_attr(
+        not(feature = "embedded-apiserver"),
+        command(
+            after_help = "This build has no embedded API server (cargo feature `embedded-apiserver`): only --live (or --kubeconfig) works."
+        )
+    )]
     Render(Box<crate::render::args::RenderArgs>),
 }
 

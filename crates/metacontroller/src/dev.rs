@@ -9,21 +9,16 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{Api, PostParams};
 
 use crate::cli::DevArgs;
-use crate::run;
+use crate::{embedded, run};
 
 /// Runs dev mode until Ctrl-C.
 pub async fn dev(args: DevArgs) -> anyhow::Result<()> {
-    let simulation = args.simulate.then(|| embedded_apiserver::SimulationConfig {
+    let simulation = args.simulate.then(|| embedded::Simulation {
         nodes: usize::from(args.nodes),
         pod_ready_after: args.pod_ready_after,
         pod_succeed_after: args.pod_succeed_after,
     });
-    let config = embedded_apiserver::Config {
-        port: args.port,
-        simulation: simulation.clone(),
-        ..Default::default()
-    };
-    let server = embedded_apiserver::ApiServer::start(config)
+    let server = embedded::start(args.port, simulation.clone())
         .await
         .context("starting the embedded API server")?;
     let kubeconfig = args.kubeconfig_out.clone();

@@ -9,6 +9,7 @@ mod client;
 mod code_source;
 mod coordination;
 mod dev;
+mod embedded;
 mod health;
 mod leader;
 mod listen;
@@ -45,6 +46,12 @@ fn main() -> ExitCode {
         }
     };
     let command = cli.into_command();
+    // Before anything starts: a build without the embedded API server refuses its two uses
+    // as it refuses a bad flag.
+    if let Some(message) = embedded::missing_for(&command) {
+        eprintln!("error: {message}");
+        return ExitCode::from(2);
+    }
     let logging_args = match &command {
         Command::Run(args) => Some(&args.logging),
         Command::Dev(args) => Some(&args.controller.logging),

@@ -24,7 +24,7 @@ pub struct Cluster {
     /// Discovery.
     pub resources: ResourceMap,
     /// The in-process API server (offline), kept running while in use.
-    server: Option<embedded_apiserver::ApiServerHandle>,
+    server: Option<crate::embedded::Server>,
 }
 
 impl Cluster {
@@ -53,7 +53,7 @@ impl Cluster {
 
     /// An in-process API server serving the built-in resources and `crds`.
     pub async fn offline(crds: &[Value]) -> anyhow::Result<Cluster> {
-        let server = embedded_apiserver::ApiServer::start(Default::default())
+        let server = crate::embedded::start(0, None)
             .await
             .context("starting the in-process API server")?;
         let kubeconfig = Kubeconfig::from_yaml(&server.kubeconfig_yaml())
