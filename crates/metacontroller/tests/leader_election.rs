@@ -112,13 +112,7 @@ impl Setup {
     /// Checks [`assert_one_writer_at_a_time`] on `calls` and the writes of every replica
     /// (to the parents, and to their children `<parent>-cm`); at least one write is checked.
     fn assert_one_writer_at_a_time(&self, calls: &[ReplicaCall]) {
-        let recorded: Vec<_> = self
-            .recorders
-            .lock()
-            .unwrap()
-            .iter()
-            .map(ApiRecorder::writes)
-            .collect();
+        let recorded = writes_by_replica(&self.recorders.lock().unwrap());
         let parent_of = |w: &ApiWrite| {
             if w.namespace.as_deref() != Some(self.ns.as_str()) {
                 return None;
@@ -130,7 +124,7 @@ impl Setup {
                 _ => None,
             }
         };
-        let checked = assert_one_writer_at_a_time(calls, &writes_by_replica(&recorded), parent_of);
+        let checked = assert_one_writer_at_a_time(calls, &recorded, parent_of);
         assert!(checked > 0, "no write for a parent recorded");
     }
 

@@ -518,14 +518,7 @@ impl Setup {
 
     /// Every write recorded so far, under the identity of the replica that made it.
     fn writes(&self) -> Vec<(String, ApiWrite)> {
-        let recorded: Vec<_> = self
-            .recorders
-            .lock()
-            .unwrap()
-            .iter()
-            .map(ApiRecorder::writes)
-            .collect();
-        writes_by_replica(&recorded)
+        writes_by_replica(&self.recorders.lock().unwrap())
     }
 
     /// Each replica caches only its share: every parent in exactly one replica's cache,

@@ -14,7 +14,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{Api, ListParams};
 use serde_json::Value;
 
-use crate::api_recorder::{ApiWrite, ApiWrites};
+use crate::api_recorder::ApiWrite;
 use crate::{kubeconfig_server, TcpProxy};
 
 /// `metacontroller run` against `kubeconfig` for the controllers labelled `team=<label>`,
@@ -135,9 +135,9 @@ pub fn assert_no_concurrent_syncs(calls: &[ReplicaCall]) {
 
 /// The writes of each replica's [`crate::ApiRecorder`], each under the identity its process
 /// wrote into its Leases (`unidentified-<n>` for one that never got a Lease).
-pub fn writes_by_replica(recorders: &[ApiWrites]) -> Vec<(String, ApiWrite)> {
+pub fn writes_by_replica(recorders: &[crate::ApiRecorder]) -> Vec<(String, ApiWrite)> {
     let mut all = Vec::new();
-    for (n, recorder) in recorders.iter().enumerate() {
+    for (n, recorder) in recorders.iter().map(crate::ApiRecorder::writes).enumerate() {
         let who = recorder
             .identity()
             .unwrap_or_else(|| format!("unidentified-{n}"));
