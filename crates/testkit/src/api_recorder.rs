@@ -241,19 +241,28 @@ async fn forward(
         }
     }
     let upstream = Request::from_parts(parts, kube::client::Body::from(bytes.to_vec()));
-    let answer = client.send(upstream).await;
-    let end = Instant::now();
-    let status = answer.as_ref().map_or(502, |r| r.status().as_u16());
-    if write {
-        writes.push(write_record(
-            &method,
-            &path,
-            body_json.as_ref(),
-            status,
-            start,
-            end,
-        ));
-    }
+    // Sent and recorded in a task of its own: when the process is killed mid-request its
+    // connection drops and with it this handler, but the server still applies what was sent,
+    // so the record must not be lost with the handler.
+    let exchange = tokio::spawn(async move {
+        let answer = client.send(upstream).await;
+        let end = Instant::now();
+        let status = answer.as_ref().map_or(502, |r| r.status().as_u16());
+        if write {
+            writes.push(write_record(
+                &method,
+                &path,
+                body_json.as_ref(),
+                status,
+                start,
+                end,
+            ));
+        }
+        answer
+    });
+    let Ok(answer) = exchange.await else {
+        return status_only(StatusCode::BAD_GATEWAY);
+    };
     match answer {
         Ok(response) => {
             let (mut parts, body) = response.into_parts();
