@@ -7,15 +7,21 @@
 //!   of deleted owners ([`watch_owners`]); informers of written objects feed the overlay
 //!   ([`watch_owned`]).
 //! - **Workers.** [`run`] waits for every informer to sync, then runs syncs: `--workers`
-//!   at a time up to their hook calls, `--parents-in-flight` in all (a sync waiting on API
-//!   writes holds no worker; see [`metacontroller_dynamic::Concurrency`]).
-//! - **Around a sync** ([`sync_and_record`]): a hook's 429 retries the key after
-//!   `Retry-After` with no Event; any other failure except a 409 Conflict records a
-//!   `SyncError` Warning Event on the object; `resyncPeriodSeconds` requeues every object
-//!   the controller cares about, whatever the sync's outcome (upstream's informer resync).
-//! - **Inside a sync**, the shared steps: wait while our own writes are unconfirmed
-//!   ([`Common::own_writes_confirmed`]), put the finalizer in place first ([`sync_finalizer`]) and
-//!   honour the hook's `resyncAfterSeconds` ([`resync_after`]).
+//!   at a time up to their hook calls, `--parents-in-flight` in all.
+//! - **A sync is two phases and a value.** [`Reconciler::plan`] holds the queue's
+//!   [`Worker`]: reads, the writes that must precede the hook, the hook calls; it returns a
+//!   [`Plan`] (the writes, and when to come back). [`Reconciler::write`] runs the writes
+//!   without a worker. The sync ends as an [`Outcome`] the queue applies (requeue, backoff,
+//!   forget); no sync queues its own key.
+//! - **Around a sync** ([`sync_and_record`]), each rule one step: a cache not synced
+//!   comes back in a second; the span; `resyncPeriodSeconds` requeues every object the
+//!   controller cares about, whatever the outcome (upstream's informer resync); a hook's 429
+//!   comes back after `Retry-After` with no Event; any other failure except a 409 Conflict
+//!   records a `SyncError` Warning Event on the object ([`on_failure`]).
+//! - **Inside a sync**, the shared steps: end with [`Plan::await_own_writes`] while our own
+//!   writes are unconfirmed ([`Common::own_writes_confirmed`]), put the finalizer in place
+//!   first ([`sync_finalizer`]) and honour the hook's `resyncAfterSeconds`
+//!   ([`requeue_after_seconds`]).
 //!
 //! The kind-specific part is the [`Reconciler`] trait.
 
@@ -32,7 +38,7 @@ use metacontroller_api::wire::CustomizableController;
 use metacontroller_api::ChildUpdateMethod;
 use metacontroller_dynamic::{
     ApiResource, Change, HandlerId, Informer, Informers, NamespacedName, ObjectKey, Origin,
-    Priority, ResourceMap, Supervisor, WorkQueue,
+    Outcome, Priority, Requeue, ResourceMap, Supervisor, WorkQueue, Worker,
 };
 use metacontroller_hooks::{CallContext, CodeChange, HookClient, HookError};
 use serde_json::Value;
@@ -180,8 +186,6 @@ where
     metrics: crate::metrics::ControllerMetrics,
     endpoints: Vec<EndpointConfig>,
     resync_period_seconds: Option<i32>,
-    /// Syncs that ended waiting for the cache to confirm our writes.
-    confirm_waits: Arc<ConfirmWaits>,
     /// The ConfigMaps holding this controller's in-process hook code.
     code: Vec<CodeChange>,
 }
@@ -239,18 +243,14 @@ where
             metrics: ctx.options.metrics.clone(),
             endpoints: spec.endpoints,
             resync_period_seconds: spec.resync_period_seconds,
-            confirm_waits: Default::default(),
             code,
         }
     }
 
     /// Whether the cache has caught up with our last creates/deletes for the object with
     /// uid `owner` (`present` answers for one written object, see [`presence`]). If not, the
-    /// sync must not act on the stale cache and ends here: the watch events that confirm
-    /// our writes queue `key` again (each maps to its owner). A second later `key` is queued
-    /// here only if no sync of it has run since (the confirming event may have been handled,
-    /// and its sync run, just before the expectations caught up); a fixed requeue would cost
-    /// a whole extra sync (a hook call) per wait although the events already brought one.
+    /// sync must not act on the stale cache and ends with [`Plan::await_own_writes`]: the
+    /// watch events that confirm our writes queue the key again (each maps to its owner).
     pub(crate) fn own_writes_confirmed(
         &self,
         key: &K,
@@ -260,21 +260,11 @@ where
     where
         K: Display,
     {
-        if self.writer.satisfied(owner, present) {
-            self.confirm_waits.end(owner);
-            return true;
+        let confirmed = self.writer.satisfied(owner, present);
+        if !confirmed {
+            tracing::debug!(controller = %self.name, object = %key, "waiting for the cache to confirm our writes");
         }
-        let wait = self.confirm_waits.begin(owner);
-        tracing::debug!(controller = %self.name, object = %key, "waiting for the cache to confirm our writes");
-        let waits = Arc::downgrade(&self.confirm_waits);
-        let (queue, key, owner) = (self.queue.clone(), key.clone(), owner.to_string());
-        tokio::spawn(async move {
-            tokio::time::sleep(Duration::from_secs(1)).await;
-            if waits.upgrade().is_some_and(|w| w.expire(&owner, wait)) {
-                queue.add(key, Priority::Event);
-            }
-        });
-        false
+        confirmed
     }
 
     /// Entries per structure this controller keeps per parent (for
@@ -365,12 +355,55 @@ pub(crate) fn child_type(res: &ApiResource, method: ChildUpdateMethod) -> ChildT
     }
 }
 
+/// What phase one of a sync ([`Reconciler::plan`]) hands on.
+pub(crate) struct Plan<W> {
+    /// The writes the hook's answer asks for; `None` ends the sync here.
+    pub(crate) writes: Option<W>,
+    /// When the key comes back, whatever the writes do (the hook's `resyncAfterSeconds`).
+    pub(crate) requeue: Requeue,
+}
+
+impl<W> Plan<W> {
+    /// Nothing to write, nothing to come back for (the object is gone, or not ours).
+    pub(crate) fn done() -> Self {
+        Plan {
+            writes: None,
+            requeue: Requeue::OnChange,
+        }
+    }
+
+    /// The cache has not caught up with our own writes ([`Common::own_writes_confirmed`]):
+    /// the watch events that confirm them bring the key back. A second later it comes
+    /// back anyway unless a sync of it has started since (the confirming event may have
+    /// been handled, and its sync run, just before the expectations caught up); a fixed
+    /// requeue would cost a whole extra sync (a hook call) per wait.
+    pub(crate) fn await_own_writes() -> Self {
+        Plan {
+            writes: None,
+            requeue: Requeue::UnlessSyncedWithin(OWN_WRITES_FALLBACK),
+        }
+    }
+
+    /// `writes` to run in phase two, then `requeue`.
+    pub(crate) fn write(writes: W, requeue: Requeue) -> Self {
+        Plan {
+            writes: Some(writes),
+            requeue,
+        }
+    }
+}
+
+/// How soon a sync that waited for its own writes comes back if no event brought it back.
+const OWN_WRITES_FALLBACK: Duration = Duration::from_secs(1);
+
 /// What one controller kind plugs into the skeleton.
 pub(crate) trait Reconciler: Send + Sync + 'static {
     /// A work queue key (one synced object).
     type Key: Clone + Eq + Hash + Display + Send + Sync + 'static;
     /// Why one sync failed.
     type Error: SyncFailure + Send + 'static;
+    /// What phase one of a sync leaves for phase two to write.
+    type Writes: Send + 'static;
 
     /// What every kind holds.
     fn common(&self) -> &Common<Self::Key>;
@@ -387,8 +420,15 @@ pub(crate) trait Reconciler: Send + Sync + 'static {
     fn cares(&self, object: &Value) -> bool;
     /// The key of every cached object the controller might sync (before [`Self::cares`]).
     fn cached_keys(&self) -> Vec<Self::Key>;
-    /// One sync of `key`.
-    fn sync(&self, key: &Self::Key) -> impl Future<Output = Result<(), Self::Error>> + Send;
+    /// Phase one of a sync of `key`, holding a worker: reads, the writes that must come
+    /// before the hook (finalizer, adoption), the hook calls. Returns what the answer asks
+    /// to write.
+    fn plan(
+        &self,
+        key: &Self::Key,
+    ) -> impl Future<Output = Result<Plan<Self::Writes>, Self::Error>> + Send;
+    /// Phase two, without a worker (under the sync's in-flight slot only): the writes.
+    fn write(&self, writes: Self::Writes) -> impl Future<Output = Result<(), Self::Error>> + Send;
     /// Drops what is kept for parents no longer cached (see [`crate::departed`]).
     fn forget_departed(&self);
     /// Entries per structure kept per parent (see [`Common::state_entries`]).
@@ -439,9 +479,9 @@ pub(crate) fn run<R: Reconciler>(
             }
         };
         let code_changes = resync_on_code_changes(reconciler.clone());
-        let workers = run_queue.run(concurrency, move |key: R::Key| {
+        let workers = run_queue.run(concurrency, move |key: R::Key, worker: Worker| {
             let reconciler = reconciler.clone();
-            async move { sync_and_record(&*reconciler, &key).await }
+            async move { sync_and_record(&*reconciler, &key, worker).await }
         });
         tokio::select! {
             _ = workers => {}
@@ -506,56 +546,83 @@ async fn resync_on_code_changes<R: Reconciler>(reconciler: Arc<R>) {
     }
 }
 
-/// One sync of `key` with the rules every kind shares around it (see the module doc).
+/// One sync of `key` with the rules every kind shares around it (see the module doc), each
+/// a step here: caches synced, the span, the two phases, the resync period, failures.
 pub(crate) async fn sync_and_record<R: Reconciler>(
     reconciler: &R,
     key: &R::Key,
-) -> Result<(), R::Error> {
-    let common = reconciler.common();
+    worker: Worker,
+) -> Outcome<R::Error> {
     if let Some(informer) = reconciler.informers().into_iter().find(|i| !i.has_synced()) {
         // A relist failed (or a wider one runs): the cache may lack objects of this key,
         // and a hook would be told they are gone. Retried until the informer lists again.
         tracing::debug!(controller = reconciler.name(), object = %key, resource = ?informer.resource().id(), "cache not synced; syncing later");
-        common
-            .queue
-            .add_after(key.clone(), UNSYNCED_RETRY, Priority::Event);
-        return Ok(());
+        return Outcome::done(Requeue::After(UNSYNCED_RETRY));
     }
+    let common = reconciler.common();
     let span = spans::sync_span(common.controller_type, reconciler.name(), key);
     if !span.is_disabled() {
         let retry = common.queue.num_requeues(key) > 0;
         span.record("trigger", if retry { "retry" } else { "change" });
     }
-    let result = reconciler.sync(key).instrument(span.clone()).await;
-    spans::record_sync(&span, &result);
+    let outcome = two_phases(reconciler, key, worker)
+        .instrument(span.clone())
+        .await;
+    spans::record_sync(&span, &outcome.result);
     schedule_resync_period(reconciler, key);
-    let Err(error) = &result else {
-        return result;
+    on_failure(reconciler, key, outcome)
+}
+
+/// Phase one with the worker, phase two without it (see [`Reconciler::plan`]).
+async fn two_phases<R: Reconciler>(
+    reconciler: &R,
+    key: &R::Key,
+    worker: Worker,
+) -> Outcome<R::Error> {
+    let plan = match reconciler.plan(key).await {
+        Ok(plan) => plan,
+        Err(error) => return Outcome::from(Err(error)),
     };
+    // Only API writes remain: they need no worker (see `Concurrency`).
+    worker.release();
+    let Some(writes) = plan.writes else {
+        return Outcome::done(plan.requeue);
+    };
+    Outcome {
+        result: reconciler.write(writes).await,
+        requeue: plan.requeue,
+    }
+}
+
+/// A failed sync: a hook's 429 comes back after `Retry-After` as a success (no backoff, no
+/// Event); an unreachable API server bounds the backoff; any failure but a 409 Conflict is
+/// recorded as a `SyncError` Event on the object.
+fn on_failure<R: Reconciler>(
+    reconciler: &R,
+    key: &R::Key,
+    outcome: Outcome<R::Error>,
+) -> Outcome<R::Error> {
+    let Err(error) = &outcome.result else {
+        return outcome;
+    };
+    let common = reconciler.common();
     if let Some(delay) = error.retry_after() {
         tracing::info!(controller = reconciler.name(), object = %key, ?delay, "hook asked to slow down; resyncing later");
-        reconciler
-            .common()
-            .queue
-            .add_after(key.clone(), delay, Priority::Event);
-        return Ok(());
+        return Outcome::done(Requeue::After(delay));
     }
     if error.is_unreachable() {
-        reconciler
-            .common()
-            .queue
-            .limit_next_retry(key, UNREACHABLE_RETRY_MAX);
+        common.queue.limit_next_retry(key, UNREACHABLE_RETRY_MAX);
     }
     if !error.is_conflict() {
         if let Some(object) = reconciler.object(key) {
-            reconciler.common().events.warning(
+            common.events.warning(
                 &object,
                 events::reason::SYNC_ERROR,
                 format!("Sync error: {error}"),
             );
         }
     }
-    result
+    outcome
 }
 
 /// `resyncPeriodSeconds`: like upstream's informer resync, every object the controller
@@ -579,51 +646,12 @@ fn schedule_resync_period<R: Reconciler>(reconciler: &R, key: &R::Key) {
         .add_after(key.clone(), delay, Priority::Bulk);
 }
 
-/// The hook's `resyncAfterSeconds`: sync `key` again after that many seconds (0 = no).
-pub(crate) fn resync_after<K>(queue: &WorkQueue<K>, key: &K, seconds: f64)
-where
-    K: Clone + Eq + Hash + Send + 'static,
-{
+/// The hook's `resyncAfterSeconds`: sync again after that many seconds (0 = no).
+pub(crate) fn requeue_after_seconds(seconds: f64) -> Requeue {
     if seconds > 0.0 {
-        let delay = Duration::from_secs_f64(seconds.min(1e9));
-        queue.add_after(key.clone(), delay, Priority::Event);
-    }
-}
-
-/// The waits begun by [`Common::own_writes_confirmed`] and not yet ended by a later sync of
-/// the same owner: owner uid → the wait's number. One per controller.
-#[derive(Default)]
-pub(crate) struct ConfirmWaits {
-    open: std::sync::Mutex<std::collections::HashMap<String, u64>>,
-    next: std::sync::atomic::AtomicU64,
-}
-
-impl ConfirmWaits {
-    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, u64>> {
-        self.open.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Ends the wait for `owner`, if one is open.
-    fn end(&self, owner: &str) {
-        self.lock().remove(owner);
-    }
-
-    /// Opens a wait for `owner` (replacing an older one); returns its number.
-    fn begin(&self, owner: &str) -> u64 {
-        let wait = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        self.lock().insert(owner.to_string(), wait);
-        wait
-    }
-
-    /// Whether wait `wait` of `owner` was still open (no sync of the owner ended it); it is
-    /// closed either way.
-    fn expire(&self, owner: &str, wait: u64) -> bool {
-        let mut open = self.lock();
-        if open.get(owner) == Some(&wait) {
-            open.remove(owner);
-            return true;
-        }
-        false
+        Requeue::After(Duration::from_secs_f64(seconds.min(1e9)))
+    } else {
+        Requeue::OnChange
     }
 }
 

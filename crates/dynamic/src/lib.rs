@@ -69,4 +69,6 @@ pub use selector::{
 pub use store::{Change, MissingName, Store};
 pub use supervise::{Supervisor, TaskEnd};
 pub use watch_backoff::{with_backoff, ReconnectProbe};
-pub use workqueue::{release_worker, Backoff, Concurrency, Priority, QueueMetrics, WorkQueue};
+pub use workqueue::{
+    Backoff, Concurrency, Outcome, Priority, QueueMetrics, Requeue, WorkQueue, Worker,
+};

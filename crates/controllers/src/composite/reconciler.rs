@@ -8,7 +8,7 @@ use metacontroller_api::hook::Hook;
 use metacontroller_api::wire::{CompositeHookResponse, CustomizableController};
 use metacontroller_dynamic::{
     ApiResource, HandlerId, Informer, Informers, Keep, Lease, NamespacedName, ObjectKey,
-    ObjectMetaAccess, ResourceId, ResourceMap, Versioned,
+    ObjectMetaAccess, ResourceId, ResourceMap, Selector, Versioned,
 };
 use metacontroller_hooks::HookClient;
 use serde_json::Value;
@@ -21,7 +21,7 @@ use super::plan::{
 use super::{Options, Resolved, StartError, SyncError};
 use crate::children::{self, ChildType, ParentRef};
 use crate::finalizer;
-use crate::reconcile::{self, priority, Reconciler};
+use crate::reconcile::{self, priority, Plan, Reconciler};
 use crate::related::ParentId;
 use crate::writer::to_value;
 
@@ -190,6 +190,7 @@ fn watch_child(
 impl Reconciler for Inner {
     type Key = NamespacedName;
     type Error = SyncError;
+    type Writes = ParentWrites;
 
     fn common(&self) -> &reconcile::Common<NamespacedName> {
         &self.common
@@ -224,8 +225,12 @@ impl Reconciler for Inner {
             .collect()
     }
 
-    async fn sync(&self, key: &NamespacedName) -> Result<(), SyncError> {
-        self.sync_key(key).await
+    async fn plan(&self, key: &NamespacedName) -> Result<Plan<ParentWrites>, SyncError> {
+        self.plan_key(key).await
+    }
+
+    async fn write(&self, writes: ParentWrites) -> Result<(), SyncError> {
+        self.write_parent(writes).await
     }
 
     fn forget_departed(&self) {
@@ -243,6 +248,17 @@ impl Reconciler for Inner {
         entries.extend(self.common.state_entries());
         entries
     }
+}
+
+/// What the hook's answer for a parent asks to write (phase two of its sync).
+pub(super) struct ParentWrites {
+    parent: ParentState,
+    selector: Selector,
+    types: Vec<ChildType>,
+    /// The claimed children the hook saw.
+    observed: Vec<Value>,
+    outcome: HookOutcome,
+    finalizing: bool,
 }
 
 /// A parent during one sync.
@@ -290,9 +306,10 @@ impl Inner {
         });
     }
 
-    /// One sync: the parent from the cache (own writes applied), its finalizer, then — once
-    /// the cache has caught up with our last writes — hook and writes ([`Inner::sync_parent`]).
-    async fn sync_key(&self, key: &NamespacedName) -> Result<(), SyncError> {
+    /// Phase one of a sync: the parent from the cache (own writes applied), its finalizer,
+    /// then — once the cache has caught up with our last writes — the hook
+    /// ([`Inner::plan_parent`]).
+    async fn plan_key(&self, key: &NamespacedName) -> Result<Plan<ParentWrites>, SyncError> {
         let Some(cached) = self.parent.get(key) else {
             // Deleted; children go with the garbage collector. A sync that ran when the
             // deletion came may have recorded state since: this one runs after it.
@@ -300,17 +317,17 @@ impl Inner {
             self.mapper.read_lock().remove(key);
             let held = crate::departed::Held::new(vec![(&*self.parent_resource, &*self.parent)]);
             crate::departed::forget_deleted_owners(&self.common, &held, &|key| self.written(key));
-            return Ok(());
+            return Ok(Plan::done());
         };
         let cached = to_value(&cached, &self.parent_resource)?;
         let Some(object) = self.common.writer.fresh(&self.parent_resource, cached) else {
-            return Ok(());
+            return Ok(Plan::done());
         };
         self.mapper.record_read(key, object.resource_version());
         if !self.cares(&object) {
             // Not ours (any more): nothing to keep for it.
             self.forget_parent(key);
-            return Ok(());
+            return Ok(Plan::done());
         }
         let uid = object.uid().unwrap_or_default().to_string();
         let namespace = object.namespace().map(str::to_owned);
@@ -330,30 +347,29 @@ impl Inner {
         )
         .await?;
         let Some(written) = written else {
-            return Ok(()); // the parent is gone
+            return Ok(Plan::done()); // the parent is gone
         };
         parent.object = written;
         self.mapper
             .record_read(key, parent.object.resource_version());
         // Check again: we may just have removed our finalizer.
         if !self.cares(&parent.object) {
-            return Ok(());
+            return Ok(Plan::done());
         }
         if !self
             .common
             .own_writes_confirmed(key, &parent.uid, |k| self.cached(k))
         {
-            return Ok(());
+            return Ok(Plan::await_own_writes());
         }
-        self.sync_parent(&mut parent).await
+        self.plan_parent(parent).await
     }
 
-    /// Claims children, calls the hook (once per revision with rolling updates), then
-    /// writes: the finalizer removal after `finalized`, the children, the status.
-    async fn sync_parent(&self, parent: &mut ParentState) -> Result<(), SyncError> {
+    /// Claims children and calls the hook (once per revision with rolling updates).
+    async fn plan_parent(&self, parent: ParentState) -> Result<Plan<ParentWrites>, SyncError> {
         let generate_selector = self.mapper.generate_selector;
         let selector = parent_child_selector(&parent.object, generate_selector)?;
-        let observed = self.claim_children(parent, &selector).await?;
+        let observed = self.claim_children(&parent, &selector).await?;
         let types = self.child_types();
         let (hook, name, finalizing) = self.choose_hook(&parent.object)?;
         let call = HookCall {
@@ -365,18 +381,34 @@ impl Inner {
         };
         let use_revisions = self.revisions.is_some() && self.manages_children(&parent.object);
         let outcome = if use_revisions {
-            self.sync_revisions(parent, &call).await?
+            self.sync_revisions(&parent, &call).await?
         } else {
-            self.sync_once(parent, &call).await?
+            self.sync_once(&parent, &call).await?
         };
-        reconcile::resync_after(
-            &self.common.queue,
-            &parent.key,
-            outcome.resync_after_seconds,
-        );
-        // Only API writes remain: they need no worker (see `Concurrency`).
-        metacontroller_dynamic::release_worker();
+        let requeue = reconcile::requeue_after_seconds(outcome.resync_after_seconds);
+        let writes = ParentWrites {
+            parent,
+            selector,
+            types,
+            observed,
+            outcome,
+            finalizing,
+        };
+        Ok(Plan::write(writes, requeue))
+    }
 
+    /// Phase two: the finalizer removal after `finalized`, the children, the status.
+    async fn write_parent(&self, writes: ParentWrites) -> Result<(), SyncError> {
+        let ParentWrites {
+            mut parent,
+            selector,
+            types,
+            observed,
+            outcome,
+            finalizing,
+        } = writes;
+        let parent = &mut parent;
+        let generate_selector = self.mapper.generate_selector;
         let finalized_now = if finalizing && outcome.finalized {
             self.remove_finalizer(parent).await?
         } else {

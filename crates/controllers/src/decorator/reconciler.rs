@@ -31,7 +31,7 @@ use super::select::{api_group, is_status_only_update, TargetSelector};
 use crate::children::{self, ChildError, ChildType, ParentRef};
 use crate::composite::Options;
 use crate::finalizer;
-use crate::reconcile::{self, priority, Reconciler, SyncFailure};
+use crate::reconcile::{self, priority, Plan, Reconciler, SyncFailure};
 use crate::related::{Enqueue, ParentId, RelatedError};
 use crate::writer::{to_value, WriteError};
 
@@ -453,6 +453,7 @@ fn enqueue_related(routing: &Arc<Routing>) -> Enqueue {
 impl Reconciler for Inner {
     type Key = TargetKey;
     type Error = SyncError;
+    type Writes = TargetWrites;
 
     fn common(&self) -> &reconcile::Common<TargetKey> {
         &self.common
@@ -487,8 +488,12 @@ impl Reconciler for Inner {
         keys
     }
 
-    async fn sync(&self, key: &TargetKey) -> Result<(), SyncError> {
-        self.sync_key(key).await
+    async fn plan(&self, key: &TargetKey) -> Result<Plan<TargetWrites>, SyncError> {
+        self.plan_key(key).await
+    }
+
+    async fn write(&self, writes: TargetWrites) -> Result<(), SyncError> {
+        self.write_target_and_attachments(writes).await
     }
 
     fn forget_departed(&self) {
@@ -509,11 +514,20 @@ impl Reconciler for Inner {
 }
 
 /// A target during one sync, once its finalizer is right and our writes are confirmed.
-struct TargetState<'a> {
-    res: &'a ApiResource,
-    key: &'a TargetKey,
+struct TargetState {
+    res: Arc<ApiResource>,
+    key: TargetKey,
     object: Value,
     uid: String,
+}
+
+/// What the hook's answer for a target asks to write (phase two of its sync).
+pub(super) struct TargetWrites {
+    target: TargetState,
+    types: Vec<ChildType>,
+    /// The attachments the hook saw.
+    observed: Vec<Value>,
+    response: DecoratorHookResponse,
 }
 
 impl Inner {
@@ -545,10 +559,10 @@ impl Inner {
     /// One sync, in upstream's order: the target from the cache (own writes applied), its
     /// finalizer first (so anything done later can be cleaned up), then — once the cache
     /// has caught up with our last attachment writes — hook and writes
-    /// ([`Inner::sync_target`]).
-    async fn sync_key(&self, key: &TargetKey) -> Result<(), SyncError> {
+    /// ([`Inner::plan_target`]).
+    async fn plan_key(&self, key: &TargetKey) -> Result<Plan<TargetWrites>, SyncError> {
         let Some((res, informer)) = self.routing.targets.get(key.resource) else {
-            return Ok(());
+            return Ok(Plan::done());
         };
         let Some(cached) = informer.get(&key.key) else {
             // Deleted; attachments go with the garbage collector.
@@ -568,13 +582,13 @@ impl Inner {
                 kind: res.kind.clone(),
                 key: key.key.clone(),
             });
-            return Ok(());
+            return Ok(Plan::done());
         };
         let Some(object) = self.common.writer.fresh(res, to_value(&cached, res)?) else {
-            return Ok(());
+            return Ok(Plan::done());
         };
         if !self.cares(&object) {
-            return Ok(());
+            return Ok(Plan::done());
         }
         let finalizer = &self.routing.finalizer;
         let finalize_hook = self.finalize_hook().is_some();
@@ -582,11 +596,11 @@ impl Inner {
             reconcile::sync_finalizer(&self.common.writer, res, object, finalizer, finalize_hook)
                 .await?;
         let Some(object) = written else {
-            return Ok(()); // the target is gone
+            return Ok(Plan::done()); // the target is gone
         };
         // Check again: we may just have removed our finalizer.
         if !self.cares(&object) {
-            return Ok(());
+            return Ok(Plan::done());
         }
         let uid = object
             .pointer("/metadata/uid")
@@ -597,33 +611,44 @@ impl Inner {
             .common
             .own_writes_confirmed(key, &uid, |k| self.cached(k))
         {
-            return Ok(());
+            return Ok(Plan::await_own_writes());
         }
         let target = TargetState {
-            res,
-            key,
+            res: res.clone(),
+            key: key.clone(),
             object,
             uid,
         };
-        self.sync_target(&target).await
+        self.plan_target(target).await
     }
 
-    /// Hook, then the target update (which also drops the finalizer after
-    /// `finalized: true`), then the attachments.
-    async fn sync_target(&self, target: &TargetState<'_>) -> Result<(), SyncError> {
+    /// The hook call for the target, with the attachments it controls.
+    async fn plan_target(&self, target: TargetState) -> Result<Plan<TargetWrites>, SyncError> {
         let types: Vec<ChildType> = self.attachments.iter().map(|a| a.kind.clone()).collect();
         let observed = self.observed_attachments(&target.uid)?;
-        let response = self.call_hook(target, &types, &observed).await?;
-        reconcile::resync_after(
-            &self.common.queue,
-            target.key,
-            response.resync_after_seconds,
-        );
-        // Only API writes remain: they need no worker (see `Concurrency`).
-        metacontroller_dynamic::release_worker();
+        let response = self.call_hook(&target, &types, &observed).await?;
+        let requeue = reconcile::requeue_after_seconds(response.resync_after_seconds);
+        let writes = TargetWrites {
+            target,
+            types,
+            observed,
+            response,
+        };
+        Ok(Plan::write(writes, requeue))
+    }
 
+    /// Phase two: the target update (which also drops the finalizer after
+    /// `finalized: true`), then the attachments.
+    async fn write_target_and_attachments(&self, writes: TargetWrites) -> Result<(), SyncError> {
+        let TargetWrites {
+            target,
+            types,
+            observed,
+            response,
+        } = writes;
+        let target = &target;
         let planned = plan::plan_sync(&self.controller, &target.object, &types, response);
-        if !self.write_target(target.res, planned.update).await? {
+        if !self.write_target(&target.res, planned.update).await? {
             return Ok(()); // the target is gone
         }
         if planned.manages_attachments {
@@ -662,7 +687,7 @@ impl Inner {
     /// longer matches.
     async fn call_hook(
         &self,
-        target: &TargetState<'_>,
+        target: &TargetState,
         types: &[ChildType],
         observed: &[Value],
     ) -> Result<DecoratorHookResponse, SyncError> {
@@ -680,7 +705,7 @@ impl Inner {
             related,
             finalizing,
         );
-        let res = target.res;
+        let res = &target.res;
         let key_text = format!("{}/{}/{}", res.api_version, res.kind, target.key.key);
         let mut response: DecoratorHookResponse = self
             .common
@@ -699,7 +724,7 @@ impl Inner {
     /// others; a conflict stops at once.
     async fn manage_attachments(
         &self,
-        target: &TargetState<'_>,
+        target: &TargetState,
         types: &[ChildType],
         observed: &[Value],
         desired: &std::collections::BTreeMap<children::ChildKey, (usize, Value)>,

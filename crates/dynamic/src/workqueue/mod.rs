@@ -29,18 +29,17 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::fmt;
-use std::future::Future;
 use std::hash::Hash;
-use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use futures::FutureExt;
-
+use crate::queue_metrics::BoundQueueMetrics;
 pub use crate::queue_metrics::QueueMetrics;
-use crate::queue_metrics::{BoundQueueMetrics, ReconcileResult};
-use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::Notify;
 use tokio::time::Instant;
+
+mod run;
+pub use run::{Concurrency, Outcome, Requeue, Worker};
 
 use crate::gate::SyncGate;
 
@@ -140,57 +139,6 @@ impl Backoff {
     }
 }
 
-/// How many syncs [`WorkQueue::run`] runs at once.
-///
-/// A *worker* is held from the moment a key leaves the queue until the sync calls
-/// [`release_worker`] (a controller does so once its hooks have answered and only API writes
-/// remain) or ends. *In flight* bounds the syncs in progress, with or without a worker. So
-/// syncs waiting on the API server do not keep the queue from handing out the next key, while
-/// the work that calls hooks stays at `workers` at once. From a number `n`: `n` of each (a
-/// worker for the whole sync).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Concurrency {
-    workers: usize,
-    in_flight: usize,
-}
-
-impl Concurrency {
-    /// `workers` workers (at least one) and `in_flight` syncs (at least `workers`).
-    pub fn new(workers: usize, in_flight: usize) -> Self {
-        Concurrency { workers, in_flight }
-    }
-
-    /// Syncs that hold a worker at once (at least one).
-    pub(crate) fn workers(&self) -> usize {
-        self.workers.max(1)
-    }
-
-    /// Syncs in progress at once (never fewer than the workers).
-    pub(crate) fn in_flight(&self) -> usize {
-        self.in_flight.max(self.workers())
-    }
-}
-
-impl From<usize> for Concurrency {
-    fn from(n: usize) -> Self {
-        Concurrency::new(n, n)
-    }
-}
-
-/// The worker of the sync running in this task (see [`Concurrency`]).
-struct WorkerSlot(std::cell::RefCell<Option<OwnedSemaphorePermit>>);
-
-tokio::task_local! {
-    static WORKER: WorkerSlot;
-}
-
-/// Gives up the worker the current sync holds: the rest of the sync runs without one and the
-/// queue hands the next key to a free worker. Call it once only API writes remain. Nothing
-/// happens outside a sync of [`WorkQueue::run`] or when the worker was already given up.
-pub fn release_worker() {
-    let _ = WORKER.try_with(|slot| slot.0.borrow_mut().take());
-}
-
 struct State<K> {
     /// Keys waiting for a worker, with their lane and the sequence number of their live
     /// lane entry. Lane entries with another sequence number are stale (skipped on pop):
@@ -211,6 +159,9 @@ struct State<K> {
     delayed: BTreeMap<(Instant, u64), K>,
     /// Pending deadline per key: (deadline, seq) into `delayed`, and its priority.
     delayed_index: HashMap<K, ((Instant, u64), Priority)>,
+    /// Keys whose pending deadline is a fallback ([`Requeue::UnlessSyncedWithin`]): dropped
+    /// when the key is handed out for a sync before it falls due.
+    fallbacks: HashSet<K>,
     shutting_down: bool,
 }
 
@@ -284,6 +235,7 @@ where
                     retry_limits: HashMap::new(),
                     delayed: BTreeMap::new(),
                     delayed_index: HashMap::new(),
+                    fallbacks: HashSet::new(),
                     shutting_down: false,
                 }),
                 ready: Notify::new(),
@@ -381,6 +333,33 @@ where
         if state.shutting_down {
             return;
         }
+        // Whatever deadline the key keeps now must fire.
+        state.fallbacks.remove(&key);
+        self.schedule(&mut state, key, delay, priority);
+    }
+
+    /// Queues `key` as an event once `delay` has passed, unless it is handed out for a sync
+    /// before (see [`Requeue::UnlessSyncedWithin`]). A pending deadline that must fire stays
+    /// one that must fire.
+    pub(crate) fn add_fallback_after(&self, key: K, delay: Duration) {
+        let mut state = self.lock();
+        if state.shutting_down {
+            return;
+        }
+        if !state.delayed_index.contains_key(&key) || state.fallbacks.contains(&key) {
+            state.fallbacks.insert(key.clone());
+        }
+        self.schedule(
+            &mut state,
+            key,
+            delay.max(Duration::from_millis(1)),
+            Priority::Event,
+        );
+    }
+
+    /// Core of the delayed adds: keeps the earliest deadline of `key` and the highest
+    /// priority asked.
+    fn schedule(&self, state: &mut State<K>, key: K, delay: Duration, priority: Priority) {
         // A deadline is never dropped: one beyond the clock's range fires at the cap.
         let delay = delay.min(MAX_DELAY);
         let now = Instant::now();
@@ -465,6 +444,7 @@ where
             delayed,
             delayed_index,
             dirty,
+            fallbacks,
             failures,
             retry_limits,
             ..
@@ -479,6 +459,7 @@ where
             kept
         });
         dirty.retain(|key, _| drop_if_rejected(key));
+        fallbacks.retain(|key| delayed_index.contains_key(key));
         failures.retain(|key, _| drop_if_rejected(key));
         retry_limits.retain(|key, _| drop_if_rejected(key));
         queued_at.retain(|key, _| queued.contains_key(key));
@@ -525,6 +506,7 @@ where
                 .delayed_index
                 .remove(&key)
                 .map_or(Priority::Event, |(_, p)| p);
+            state.fallbacks.remove(&key);
             self.insert(state, key, priority);
         }
         None
@@ -565,6 +547,12 @@ where
                 let mut state = self.lock();
                 let next = self.promote_due(&mut state, Instant::now());
                 if let Some(key) = self.pop(&mut state) {
+                    if state.fallbacks.remove(&key) {
+                        // Synced now: the fallback has served its purpose.
+                        if let Some((slot, _)) = state.delayed_index.remove(&key) {
+                            state.delayed.remove(&slot);
+                        }
+                    }
                     state.processing.insert(key.clone());
                     return Some(key);
                 }
@@ -608,6 +596,7 @@ where
         state.shutting_down = true;
         state.delayed.clear();
         state.delayed_index.clear();
+        state.fallbacks.clear();
         let idle = state.processing.is_empty() && state.queued.is_empty();
         drop(state);
         self.shared.ready.notify_waiters();
@@ -632,178 +621,11 @@ where
             notified.await;
         }
     }
-
-    /// Runs syncs until the queue is shut down and drained, within `limits`: a key is taken
-    /// from the queue only when a worker is free (so the lanes' order holds), and a sync
-    /// that calls [`release_worker`] goes on without its worker. A key whose handler returns
-    /// `Ok` is forgotten; `Err` or a panic requeues it with backoff.
-    pub async fn run<F, Fut, E>(&self, limits: impl Into<Concurrency>, handler: F)
-    where
-        K: fmt::Display,
-        F: Fn(K) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = Result<(), E>> + Send + 'static,
-        E: fmt::Display + Send + 'static,
-    {
-        let limits = limits.into();
-        let handler = Arc::new(handler);
-        if let Some(m) = &self.shared.metrics {
-            m.max_concurrent
-                .set(i64::try_from(limits.in_flight()).unwrap_or(i64::MAX));
-        }
-        let dispatch = self.dispatch(limits, handler);
-        match &self.shared.metrics {
-            Some(m) => {
-                // client-go refreshes the in-progress gauges twice a second.
-                let mut tick = tokio::time::interval(Duration::from_millis(500));
-                tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-                let refresh = async {
-                    loop {
-                        tick.tick().await;
-                        self.update_in_progress(m);
-                    }
-                };
-                tokio::select! {
-                    _ = dispatch => {}
-                    _ = refresh => {}
-                }
-                self.update_in_progress(m);
-            }
-            None => dispatch.await,
-        }
-    }
-
-    /// Hands keys to sync tasks while a worker and an in-flight slot are free; returns once
-    /// the queue is shut down and every task has ended.
-    async fn dispatch<F, Fut, E>(&self, limits: Concurrency, handler: Arc<F>)
-    where
-        K: fmt::Display,
-        F: Fn(K) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = Result<(), E>> + Send + 'static,
-        E: fmt::Display + Send + 'static,
-    {
-        let workers = Arc::new(Semaphore::new(limits.workers()));
-        let in_flight = Arc::new(Semaphore::new(limits.in_flight()));
-        let mut tasks = tokio::task::JoinSet::new();
-        loop {
-            let (Ok(slot), Ok(worker)) = (
-                in_flight.clone().acquire_owned().await,
-                workers.clone().acquire_owned().await,
-            ) else {
-                break;
-            };
-            while tasks.try_join_next().is_some() {}
-            let Some(key) = self.get().await else {
-                break;
-            };
-            let queue = self.clone();
-            let handler = handler.clone();
-            let worker = WorkerSlot(std::cell::RefCell::new(Some(worker)));
-            tasks.spawn(WORKER.scope(worker, async move {
-                queue.process(key, &*handler).await;
-                drop(slot);
-            }));
-        }
-        while tasks.join_next().await.is_some() {}
-    }
-
-    /// One sync of `key` through the gate, with its outcome recorded and the key requeued
-    /// or forgotten.
-    async fn process<F, Fut, E>(&self, key: K, handler: &F)
-    where
-        K: fmt::Display,
-        F: Fn(K) -> Fut,
-        Fut: Future<Output = Result<(), E>>,
-        E: fmt::Display,
-    {
-        // Held (with the key processing) while the gate is closed: the standby keeps its
-        // queue, and the key is synced once this process leads.
-        let permit = match self.shared.gate.get() {
-            Some(gate) if gate.shard_count().is_some() => {
-                match gate.enter_key(&key.to_string()).await {
-                    Some(permit) => Some(permit),
-                    None => {
-                        // Another replica's shard: dropped here; acquiring the shard later
-                        // replays the caches, which queues it again.
-                        self.forget(&key);
-                        self.done(&key);
-                        return;
-                    }
-                }
-            }
-            Some(gate) => Some(gate.enter().await),
-            None => None,
-        };
-        let started = Instant::now();
-        let metrics = self.shared.metrics.as_ref();
-        if let Some(m) = metrics {
-            m.active_workers.inc();
-        }
-        let sync = AssertUnwindSafe(handler(key.clone())).catch_unwind();
-        let outcome = match &permit {
-            Some(permit) => permit.run(sync).await,
-            None => Some(sync.await),
-        };
-        drop(permit);
-        if let Some(m) = metrics {
-            m.active_workers.dec();
-        }
-        let Some(outcome) = outcome else {
-            // Past the fence of the Lease the key's shard rests on: another replica may
-            // own it now. Acquiring the shard again replays it.
-            tracing::error!(queue = %self.name(), key = %key, "sync abandoned: this replica's lease could be taken over before it ended");
-            self.forget(&key);
-            self.done(&key);
-            return;
-        };
-        if let Some(m) = metrics {
-            let result = match &outcome {
-                Ok(Ok(())) if self.has_delayed(&key) => ReconcileResult::RequeueAfter,
-                Ok(Ok(())) => ReconcileResult::Success,
-                Ok(Err(_)) => ReconcileResult::Error,
-                Err(_) => {
-                    m.panics.inc();
-                    ReconcileResult::Error
-                }
-            };
-            m.reconciled(result, started.elapsed().as_secs_f64());
-        }
-        match outcome {
-            Ok(Ok(())) => self.forget(&key),
-            Ok(Err(err)) => {
-                tracing::warn!(queue = %self.name(), error = %err, "sync failed; requeued with backoff");
-                self.add_rate_limited(key.clone());
-            }
-            Err(_) => {
-                tracing::error!(queue = %self.name(), "sync panicked; requeued with backoff");
-                self.add_rate_limited(key.clone());
-            }
-        }
-        self.done(&key);
-    }
-
-    /// Whether `key` has a pending delayed add.
-    fn has_delayed(&self, key: &K) -> bool {
-        self.lock().delayed_index.contains_key(key)
-    }
-
-    /// Sets the unfinished-work and longest-running gauges from the keys in progress.
-    fn update_in_progress(&self, m: &BoundQueueMetrics) {
-        let now = Instant::now();
-        let (total, longest) = self
-            .lock()
-            .started_at
-            .values()
-            .map(|at| (now - *at).as_secs_f64())
-            .fold((0.0, 0.0f64), |(sum, max), s| (sum + s, max.max(s)));
-        m.unfinished.set(total);
-        m.longest.set(longest);
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::atomic::{AtomicUsize, Ordering};
     use tokio::time::timeout;
 
     /// `get` that must not return within `within` (paused time advances automatically).
@@ -1071,45 +893,51 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn a_fallback_fires_when_no_sync_of_the_key_came_before() {
+        let q = WorkQueue::new("t");
+        let start = Instant::now();
+        q.add_fallback_after("a", Duration::from_secs(1));
+        assert_eq!(q.get().await, Some("a"));
+        assert_eq!(start.elapsed(), Duration::from_secs(1));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_fallback_is_dropped_when_the_key_is_synced_before_it_falls_due() {
+        let q = WorkQueue::new("t");
+        q.add_fallback_after("a", Duration::from_secs(1));
+        q.add("a", Priority::Event); // the change the sync waited for
+        assert_eq!(q.get().await, Some("a"));
+        q.done(&"a");
+        assert_nothing(&q, Duration::from_secs(5)).await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_deadline_that_must_fire_stays_so_whatever_fallback_comes() {
+        let q = WorkQueue::new("t");
+        // A resync asked for, then a fallback: the resync survives a sync in between.
+        q.add_after("a", Duration::from_secs(2), Priority::Event);
+        q.add_fallback_after("a", Duration::from_secs(1));
+        q.add("a", Priority::Event);
+        assert_eq!(q.get().await, Some("a"));
+        q.done(&"a");
+        assert_eq!(q.get().await, Some("a"));
+        // A fallback, then a resync asked for: the same.
+        q.done(&"a");
+        q.add_fallback_after("b", Duration::from_secs(1));
+        q.add_after("b", Duration::from_secs(3), Priority::Event);
+        q.add("b", Priority::Event);
+        assert_eq!(q.get().await, Some("b"));
+        q.done(&"b");
+        assert_eq!(q.get().await, Some("b"));
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn huge_delays_are_capped_not_dropped() {
         let q = WorkQueue::new("t");
         let start = Instant::now();
         q.add_after("a", Duration::MAX, Priority::Event);
         assert_eq!(q.get().await, Some("a"));
         assert_eq!(start.elapsed(), MAX_DELAY);
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn closed_gate_holds_workers_and_opening_releases_them() {
-        let q = WorkQueue::new("t");
-        let gate = SyncGate::new(false);
-        q.set_gate(gate.clone());
-        let calls = Arc::new(AtomicUsize::new(0));
-        q.add("a", Priority::Event);
-        let runner = {
-            let q = q.clone();
-            let calls = calls.clone();
-            tokio::spawn(async move {
-                q.run(2, move |_key| {
-                    calls.fetch_add(1, Ordering::SeqCst);
-                    async { Ok::<(), String>(()) }
-                })
-                .await
-            })
-        };
-        tokio::time::sleep(Duration::from_secs(10)).await;
-        assert_eq!(
-            calls.load(Ordering::SeqCst),
-            0,
-            "synced through a closed gate"
-        );
-        gate.open();
-        while calls.load(Ordering::SeqCst) == 0 {
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        }
-        q.shut_down();
-        runner.await.unwrap();
-        assert_eq!(calls.load(Ordering::SeqCst), 1);
     }
 
     #[tokio::test(start_paused = true)]
@@ -1169,103 +997,6 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn run_retries_failures_and_forgets_on_success() {
-        let q = WorkQueue::new("t");
-        let calls = Arc::new(AtomicUsize::new(0));
-        q.add("a", Priority::Event);
-        let runner = {
-            let q = q.clone();
-            let calls = calls.clone();
-            tokio::spawn(async move {
-                q.run(2, move |_key| {
-                    let n = calls.fetch_add(1, Ordering::SeqCst);
-                    async move {
-                        match n {
-                            0 => Err("boom"),
-                            1 => panic!("handler panic is contained"),
-                            _ => Ok(()),
-                        }
-                    }
-                })
-                .await
-            })
-        };
-        let start = Instant::now();
-        while calls.load(Ordering::SeqCst) < 3 {
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        }
-        // Two failures: 5 ms then 10 ms of backoff.
-        assert!(start.elapsed() >= Duration::from_millis(15));
-        tokio::time::sleep(Duration::from_millis(1)).await;
-        assert_eq!(q.num_requeues(&"a"), 0);
-        q.shut_down();
-        runner.await.unwrap();
-        assert_eq!(calls.load(Ordering::SeqCst), 3);
-    }
-
-    /// Runs 6 keys through `limits`; each sync gives its worker up when `release` says so,
-    /// then waits a second. Returns the most syncs running at once and the order the keys
-    /// started in.
-    async fn syncs_at_once(limits: Concurrency, release: bool) -> (usize, Vec<u32>) {
-        let q = WorkQueue::new("t");
-        let running = Arc::new(AtomicUsize::new(0));
-        let peak = Arc::new(AtomicUsize::new(0));
-        let started = Arc::new(Mutex::new(Vec::new()));
-        for key in 0..5u32 {
-            q.add(key, Priority::Bulk);
-        }
-        let runner = {
-            let (q, running, peak, started) =
-                (q.clone(), running.clone(), peak.clone(), started.clone());
-            tokio::spawn(async move {
-                q.run(limits, move |key: u32| {
-                    let (running, peak, started) = (running.clone(), peak.clone(), started.clone());
-                    async move {
-                        started.lock().unwrap().push(key);
-                        let now = running.fetch_add(1, Ordering::SeqCst) + 1;
-                        peak.fetch_max(now, Ordering::SeqCst);
-                        // The sync's hook phase, then (maybe) only writes remain.
-                        tokio::time::sleep(Duration::from_millis(10)).await;
-                        if release {
-                            release_worker();
-                        }
-                        tokio::time::sleep(Duration::from_secs(1)).await;
-                        running.fetch_sub(1, Ordering::SeqCst);
-                        Ok::<(), &str>(())
-                    }
-                })
-                .await
-            })
-        };
-        // An event key added while the first syncs run still goes before the bulk keys.
-        tokio::time::sleep(Duration::from_millis(5)).await;
-        q.add(9, Priority::Event);
-        while started.lock().unwrap().len() < 6 {
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        }
-        q.shut_down();
-        runner.await.unwrap();
-        let order = started.lock().unwrap().clone();
-        (peak.load(Ordering::SeqCst), order)
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_released_worker_takes_the_next_key_within_the_in_flight_bound() {
-        let (peak, order) = syncs_at_once(Concurrency::new(1, 3), true).await;
-        assert_eq!(peak, 3, "one worker, three syncs in flight");
-        assert_eq!(order, vec![0, 9, 1, 2, 3, 4], "keys leave in lane order");
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_sync_that_keeps_its_worker_runs_alone() {
-        let (peak, order) = syncs_at_once(Concurrency::new(1, 3), false).await;
-        assert_eq!(peak, 1);
-        assert_eq!(order, vec![0, 9, 1, 2, 3, 4]);
-        let (peak, _) = syncs_at_once(Concurrency::from(1), true).await;
-        assert_eq!(peak, 1, "in flight equal to workers: one sync at a time");
-    }
-
-    #[tokio::test(start_paused = true)]
     async fn retain_drops_queued_delayed_and_failed_entries_of_rejected_keys() {
         let q = WorkQueue::new("t");
         q.add("gone-queued", Priority::Event);
@@ -1288,13 +1019,6 @@ mod tests {
         // Nothing else comes back, not even after the delays would have fired.
         assert_nothing(&q, Duration::from_secs(120)).await;
         assert!(q.lock().delayed.is_empty() && q.lock().queued_at.is_empty());
-    }
-
-    #[test]
-    fn in_flight_is_never_below_workers() {
-        assert_eq!(Concurrency::new(8, 2).in_flight(), 8);
-        assert_eq!(Concurrency::new(0, 0).workers(), 1);
-        assert_eq!(Concurrency::new(0, 0).in_flight(), 1);
     }
 
     #[tokio::test(start_paused = true)]
@@ -1341,142 +1065,5 @@ mod tests {
         };
         assert_eq!(histogram("workqueue_queue_duration_seconds").0, 1);
         assert_eq!(histogram("workqueue_work_duration_seconds"), (1, 2.0));
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn metrics_count_reconciles_by_result() {
-        let registry = prometheus::Registry::new();
-        let metrics = QueueMetrics::register(&registry).unwrap();
-        let q: WorkQueue<&'static str> =
-            WorkQueue::with_options("CompositeController-x", Backoff::default(), Some(metrics));
-        let labels = |m: &prometheus::proto::Metric| -> Vec<(String, String)> {
-            m.get_label()
-                .iter()
-                .map(|l| (l.name().to_owned(), l.value().to_owned()))
-                .collect()
-        };
-        let reconciles = |result: &str| -> f64 {
-            registry
-                .gather()
-                .iter()
-                .find(|f| f.name() == "controller_runtime_reconcile_total")
-                .and_then(|f| {
-                    f.get_metric().iter().find(|m| {
-                        labels(m).contains(&("result".into(), result.into()))
-                            && labels(m)
-                                .contains(&("controller".into(), "CompositeController-x".into()))
-                    })
-                })
-                .map_or(-1.0, |m| m.get_counter().value())
-        };
-        // Every result series exists at zero before the first reconcile.
-        for r in crate::queue_metrics::RESULTS {
-            assert_eq!(reconciles(r), 0.0, "{r}");
-        }
-        q.add("ok", Priority::Event);
-        q.add("fail", Priority::Event);
-        q.add("later", Priority::Event);
-        let runner = q.clone();
-        let handler_queue = q.clone();
-        let run = tokio::spawn(async move {
-            runner
-                .run(1, move |key: &'static str| {
-                    let q = handler_queue.clone();
-                    async move {
-                        match key {
-                            "fail" => Err("boom"),
-                            "later" => {
-                                q.add_after(key, Duration::from_secs(600), Priority::Event);
-                                Ok(())
-                            }
-                            _ => Ok(()),
-                        }
-                    }
-                })
-                .await
-        });
-        // The failed key comes back after its 5 ms backoff and fails again.
-        tokio::time::sleep(Duration::from_millis(7)).await;
-        q.shut_down();
-        run.await.unwrap();
-        assert_eq!(reconciles("success"), 1.0);
-        assert!(reconciles("error") >= 1.0);
-        assert_eq!(reconciles("requeue_after"), 1.0);
-        assert_eq!(reconciles("requeue"), 0.0);
-    }
-
-    /// Many workers, many adds of few keys: no key is ever processed concurrently, and every
-    /// key added is processed at least once after its last add.
-    fn no_concurrent_processing(adds: Vec<(u8, bool)>, workers: usize) {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_time()
-            .build()
-            .unwrap();
-        rt.block_on(async move {
-            let q: WorkQueue<u8> = WorkQueue::new("p");
-            let active = Arc::new(Mutex::new(HashSet::new()));
-            let processed_after_add = Arc::new(Mutex::new(HashSet::new()));
-            let violations = Arc::new(AtomicUsize::new(0));
-            let runner = {
-                let q = q.clone();
-                let active = active.clone();
-                let seen = processed_after_add.clone();
-                let violations = violations.clone();
-                tokio::spawn(async move {
-                    q.run(workers, move |key: u8| {
-                        let active = active.clone();
-                        let seen = seen.clone();
-                        let violations = violations.clone();
-                        async move {
-                            if !active.lock().unwrap().insert(key) {
-                                violations.fetch_add(1, Ordering::SeqCst);
-                            }
-                            // Stay busy across several polls so overlapping runs would show.
-                            for _ in 0..4 {
-                                tokio::task::yield_now().await;
-                            }
-                            seen.lock().unwrap().insert(key);
-                            active.lock().unwrap().remove(&key);
-                            Ok::<(), String>(())
-                        }
-                    })
-                    .await
-                })
-            };
-            for (key, event) in &adds {
-                processed_after_add.lock().unwrap().remove(key);
-                let p = if *event {
-                    Priority::Event
-                } else {
-                    Priority::Bulk
-                };
-                q.add(*key, p);
-                if key % 2 == 0 {
-                    tokio::task::yield_now().await;
-                }
-            }
-            // Shut down only once every add has been handled; then drain.
-            let expected: HashSet<u8> = adds.iter().map(|(k, _)| *k).collect();
-            let deadline = Instant::now() + Duration::from_secs(30);
-            while *processed_after_add.lock().unwrap() != expected && Instant::now() < deadline {
-                tokio::task::yield_now().await;
-            }
-            q.shut_down();
-            runner.await.unwrap();
-            assert_eq!(violations.load(Ordering::SeqCst), 0);
-            assert_eq!(*processed_after_add.lock().unwrap(), expected);
-        });
-    }
-
-    proptest::proptest! {
-        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(32))]
-        #[test]
-        fn queue_never_runs_a_key_concurrently(
-            adds in proptest::collection::vec((0u8..6, proptest::bool::ANY), 1..200),
-            workers in 1usize..8,
-        ) {
-            no_concurrent_processing(adds, workers);
-        }
     }
 }
