@@ -170,7 +170,8 @@ pub struct ResourceDiff {
 
 impl ResourceDiff {
     /// True if nothing changed.
-    pub fn is_empty(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_empty(&self) -> bool {
         self.added.is_empty() && self.removed.is_empty() && self.changed.is_empty()
     }
 }

@@ -530,7 +530,8 @@ impl Informer {
     }
 
     /// Whether this informer keeps what the use `keep` needs.
-    pub fn keeps(&self, keep: Keep) -> bool {
+    #[cfg(test)]
+    pub(crate) fn keeps(&self, keep: Keep) -> bool {
         self.shared.uses() & (keep.bit() | Keep::All.bit()) != 0
     }
 
@@ -549,7 +550,7 @@ impl Informer {
 
     /// Asks for a list started after this call (restarting the watch, or after the list
     /// running now); resolves once one has completed or failed.
-    pub fn relist(&self) -> impl std::future::Future<Output = Relisted> + Send + 'static {
+    pub(crate) fn relist(&self) -> impl std::future::Future<Output = Relisted> + Send + 'static {
         self.shared.relist()
     }
 
@@ -654,12 +655,13 @@ impl Informer {
     }
 
     /// Number of cached objects.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.store().len()
     }
 
     /// True if nothing is cached.
-    pub fn is_empty(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_empty(&self) -> bool {
         self.store().is_empty()
     }
 }
@@ -668,7 +670,7 @@ impl Informer {
 /// first object is handed on, and a decoded object costs about seven times its JSON (see
 /// [`crate::CompactObject`]), so every informer that lists would hold five times as many
 /// decoded objects at once.
-pub const LIST_PAGE_SIZE: u32 = 100;
+pub(crate) const LIST_PAGE_SIZE: u32 = 100;
 
 /// One watch event and the scope it came from: a namespace, or `""` for a cluster-wide watch.
 type Scoped = (
@@ -1213,3 +1215,6 @@ mod tests {
         }
     }
 }
+
+#[cfg(test)]
+mod server_tests;

@@ -55,7 +55,6 @@ pub use expectations::Expectations;
 pub use gate::{shard_of, stable_hash, Lapse, LeaseDeadlines, SyncGate};
 pub use informer::{
     Handler, HandlerId, Informer, InformerConfig, Informers, Keep, KeepKeys, Origin, Relisted,
-    LIST_PAGE_SIZE,
 };
 pub use object::{InvalidKey, NamespacedName, ObjectMetaAccess, Versioned};
 pub use overlay::{ObjectKey, Overlay};

@@ -286,6 +286,7 @@ impl<T: ObjectMetaAccess> Store<T> {
     }
 
     /// True if empty.
+    #[cfg(test)]
     pub(crate) fn is_empty(&self) -> bool {
         self.objects.is_empty()
     }
