@@ -78,7 +78,7 @@ async fn install_parent_crd(client: &kube::Client) -> ResourceMap {
         .unwrap();
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
-        let found = discover(client, &ResourceMap::new()).await.unwrap();
+        let found = discover(client, &ResourceMap::default()).await.unwrap();
         if let Some((map, _)) = found.update {
             if map.get("example.com/v1", "parents").is_some() {
                 return map;

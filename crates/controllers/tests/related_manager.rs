@@ -26,7 +26,7 @@ async fn manager(
     informers: &Informers,
     hook: &HookServer,
 ) -> (RelatedManager, Enqueued) {
-    let resources = discover(client, &ResourceMap::new())
+    let resources = discover(client, &ResourceMap::default())
         .await
         .unwrap()
         .update

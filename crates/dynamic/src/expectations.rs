@@ -56,8 +56,9 @@ where
     P: Eq + Hash + Clone,
     C: Eq + Hash + Clone,
 {
+    /// Expectations with the default 5 minute TTL.
     fn default() -> Self {
-        Self::new()
+        Self::with_ttl(DEFAULT_EXPECTATION_TTL)
     }
 }
 
@@ -66,11 +67,6 @@ where
     P: Eq + Hash + Clone,
     C: Eq + Hash + Clone,
 {
-    /// Expectations with the default 5 minute TTL.
-    pub fn new() -> Self {
-        Self::with_ttl(DEFAULT_EXPECTATION_TTL)
-    }
-
     /// Expectations with a custom TTL.
     pub(crate) fn with_ttl(ttl: Duration) -> Self {
         Expectations {
@@ -221,7 +217,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn retain_drops_the_parents_that_left() {
-        let e = E::new();
+        let e = E::default();
         e.expect_creates(&"stays", ["a"]);
         e.expect_deletes(&"leaves", ["b"]);
         assert_eq!(e.len(), 2);
@@ -233,7 +229,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn satisfied_only_after_all_writes_observed() {
-        let e = E::new();
+        let e = E::default();
         assert!(e.satisfied(&"p"));
         e.expect_creates(&"p", ["a", "b"]);
         e.expect_deletes(&"p", ["old"]);
@@ -253,7 +249,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn parents_are_independent() {
-        let e = E::new();
+        let e = E::default();
         e.expect_creates(&"p1", ["a"]);
         e.expect_creates(&"p2", ["a"]);
         e.observed_create(&"p1", &"a");
@@ -263,7 +259,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn failed_writes_are_cancelled() {
-        let e = E::new();
+        let e = E::default();
         e.expect_creates(&"p", ["a"]);
         e.expect_deletes(&"p", ["b"]);
         e.cancel_create(&"p", &"a");
@@ -273,7 +269,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn unconfirmed_expectations_expire_after_ttl() {
-        let e = E::new();
+        let e = E::default();
         e.expect_creates(&"p", ["a"]);
         tokio::time::sleep(DEFAULT_EXPECTATION_TTL - Duration::from_secs(1)).await;
         assert!(!e.satisfied(&"p"));
@@ -294,7 +290,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn cache_content_confirms_expectations() {
-        let e = E::new();
+        let e = E::default();
         e.expect_creates(&"p", ["a", "b"]);
         e.expect_deletes(&"p", ["gone", "still"]);
         let cache = |c: &&str| match *c {
@@ -311,7 +307,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn forget_drops_a_parent() {
-        let e = E::new();
+        let e = E::default();
         e.expect_creates(&"p", ["a"]);
         e.forget(&"p");
         assert!(e.satisfied(&"p"));
@@ -319,7 +315,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn recreate_waits_for_both_delete_and_create() {
-        let e = E::new();
+        let e = E::default();
         e.expect_deletes(&"p", ["a"]);
         e.expect_creates(&"p", ["a"]);
         assert_eq!(e.pending(&"p"), (1, 1));

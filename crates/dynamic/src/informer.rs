@@ -458,7 +458,7 @@ impl Informer {
     ) -> Self {
         let (synced, _) = tokio::sync::watch::channel(false);
         let shared = Arc::new(Shared {
-            store: RwLock::new(Store::new()),
+            store: RwLock::new(Store::default()),
             handlers: Mutex::new(Vec::new()),
             next_handler: AtomicU64::new(0),
             synced,

@@ -499,7 +499,7 @@ where
             stop,
             running: HashMap::new(),
             waiting: HashMap::new(),
-            resources: metacontroller_dynamic::ResourceMap::new(),
+            resources: metacontroller_dynamic::ResourceMap::default(),
             objects: HashMap::new(),
             relisted: None,
         }

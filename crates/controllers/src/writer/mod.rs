@@ -240,8 +240,8 @@ impl Writer {
         Writer {
             client,
             strategy,
-            overlay: Overlay::new(),
-            expectations: Expectations::new(),
+            overlay: Overlay::default(),
+            expectations: Expectations::default(),
             applied: Mutex::new(HashMap::new()),
             taken: Mutex::new(HashMap::new()),
             schemas: None,

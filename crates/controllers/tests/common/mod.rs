@@ -282,7 +282,7 @@ impl Env {
         let (api_version, plural) = (self.parent.api_version(), self.parent.plural());
         let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
         loop {
-            let found = discover(&self.cluster.client(), &ResourceMap::new()).await;
+            let found = discover(&self.cluster.client(), &ResourceMap::default()).await;
             let map = found.unwrap().update.unwrap().0;
             if map.get(&api_version, plural).is_some() {
                 return map;

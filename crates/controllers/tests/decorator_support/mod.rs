@@ -87,7 +87,7 @@ impl Env {
     pub async fn resources(&self, needs: &[(String, String)]) -> ResourceMap {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
         loop {
-            if let Ok(found) = discover(&self.client(), &ResourceMap::new()).await {
+            if let Ok(found) = discover(&self.client(), &ResourceMap::default()).await {
                 if let Some((map, _)) = found.update {
                     if needs.iter().all(|(av, r)| map.get(av, r).is_some()) {
                         return map;

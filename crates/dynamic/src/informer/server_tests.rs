@@ -30,7 +30,7 @@ async fn discovered() -> (
         .await
         .unwrap();
     let client = client(&server).await;
-    let found = discover(&client, &ResourceMap::new()).await.unwrap();
+    let found = discover(&client, &ResourceMap::default()).await.unwrap();
     let (map, _) = found.update.expect("discovery loaded something");
     (server, client, map)
 }
@@ -80,7 +80,7 @@ async fn discovery_and_shared_informer() {
         .unwrap();
     let client = client(&server).await;
 
-    let found = discover(&client, &ResourceMap::new()).await.unwrap();
+    let found = discover(&client, &ResourceMap::default()).await.unwrap();
     let (map, diff) = found.update.expect("discovery loaded something");
     assert!(found.errors.is_empty(), "{:?}", found.errors);
     let configmaps = map.get("v1", "configmaps").unwrap().clone();
@@ -682,7 +682,7 @@ async fn after_a_long_outage_watches_resume_within_seconds_of_the_server_answeri
     let first = server_on(0).await;
     let port = first.addr().port();
     let client = client(&first).await;
-    let found = discover(&client, &ResourceMap::new()).await.unwrap();
+    let found = discover(&client, &ResourceMap::default()).await.unwrap();
     let (map, _) = found.update.expect("discovery loaded something");
     let configmaps = map.get("v1", "configmaps").unwrap().clone();
     let informers = Informers::new(client.clone(), InformerConfig::default());
