@@ -783,16 +783,17 @@ fn watch_all(
 ) -> BoxStream<'static, Scoped> {
     let streams = apis.iter().map(|(scope, api)| {
         let scope = scope.clone();
-        crate::watch_backoff::with_backoff(
-            watcher(
-                api.clone(),
-                watcher::Config::default().page_size(LIST_PAGE_SIZE),
+        probe
+            .clone()
+            .with_backoff(
+                watcher(
+                    api.clone(),
+                    watcher::Config::default().page_size(LIST_PAGE_SIZE),
+                )
+                .boxed(),
             )
-            .boxed(),
-            probe.clone(),
-        )
-        .map(move |event| (scope.clone(), event))
-        .boxed()
+            .map(move |event| (scope.clone(), event))
+            .boxed()
     });
     futures::stream::select_all(streams).boxed()
 }

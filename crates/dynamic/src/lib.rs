@@ -67,5 +67,5 @@ pub use selector::{
 };
 pub use store::{Change, MissingName, Store};
 pub use supervise::{Supervisor, TaskEnd};
-pub use watch_backoff::{with_backoff, ReconnectProbe};
+pub use watch_backoff::ReconnectProbe;
 pub use workqueue::{release_worker, Backoff, Concurrency, Priority, QueueMetrics, WorkQueue};

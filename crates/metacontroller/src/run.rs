@@ -418,7 +418,7 @@ where
     }
     let api: Api<T> = Api::all(shared.client.clone());
     let probe = shared.informers.reconnect_probe();
-    let stream = metacontroller_dynamic::with_backoff(watcher(api, config).boxed(), probe);
+    let stream = probe.with_backoff(watcher(api, config).boxed());
     let mut stream = std::pin::pin!(stream);
     let mut retry = tokio::time::interval(retry_interval(args));
     retry.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
