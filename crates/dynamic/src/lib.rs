@@ -15,8 +15,8 @@
 //! - `gate`: the sync gate leader election and shutdown close in front of every worker;
 //! - `workqueue`: the per-controller queue (de-duplicated, one worker per key, backoff,
 //!   delays, event keys before bulk keys);
-//! - `expectations` and `overlay`: stale-cache safety — wait for the informer to confirm
-//!   our creates/deletes, and read our own writes until the informer delivers them;
+//! - `overlay`: stale-cache safety — read our own writes until the informer delivers them
+//!   (the controllers' writer pairs it with its expectations of creates and deletes);
 //! - `schemas`: the schemas the apply engine merges children with (CRD informer +
 //!   lazily fetched OpenAPI v3 per group-version);
 //! - `scope`: `--watch-namespaces`: which namespaces (and cluster-scoped resources) an
@@ -30,7 +30,6 @@
 mod compact;
 mod discover;
 mod discovery;
-mod expectations;
 mod gate;
 mod informer;
 mod object;
@@ -51,7 +50,6 @@ pub use discover::{discover, Discovered};
 pub use discovery::{
     ApiResource, DiscoveryError, ResourceDiff, ResourceId, ResourceMap, Subresource,
 };
-pub use expectations::Expectations;
 pub use gate::{shard_of, stable_hash, Lapse, LeaseDeadlines, SyncGate};
 pub use informer::{
     Handler, HandlerId, Informer, InformerConfig, Informers, Keep, KeepKeys, Origin, Relisted,
