@@ -248,7 +248,7 @@ struct Shared {
     relist_failed: tokio::sync::watch::Sender<u64>,
 }
 
-/// How a relist asked for ([`Informer::relist`], [`Informers::relist_filtered`]) ended.
+/// How a relist asked for ([`Informers::relist_filtered`], and an informer's own relists) ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Relisted {
     /// A list started after the request completed: the cache holds what the retention

@@ -2,7 +2,7 @@
 //! access, label/annotation selectors and the per-controller work queue. Every public item is
 //! at the crate root; the modules below are private and named here as a map of the code.
 //!
-//! [`discover`] and the [`Informers`] talk to the API server (discovery fetch; shared list+watch
+//! [`ResourceMap::discover`] and the [`Informers`] talk to the API server (discovery fetch; shared list+watch
 //! per resource). The other modules are self-contained building blocks:
 //!
 //! - `discovery`: [`ResourceMap`] from `APIResourceList` documents, lookups by resource or
@@ -46,7 +46,7 @@ mod watch_backoff;
 mod workqueue;
 
 pub use compact::{CompactObject, EncodeError};
-pub use discover::{discover, Discovered};
+pub use discover::Discovered;
 pub use discovery::{
     ApiResource, DiscoveryError, ResourceDiff, ResourceId, ResourceMap, Subresource,
 };

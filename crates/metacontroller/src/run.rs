@@ -643,7 +643,7 @@ where
 
 /// Refreshes the discovery result in place (keeps the previous one on failure).
 async fn refresh(client: &Client, resources: &mut metacontroller_dynamic::ResourceMap) {
-    match metacontroller_dynamic::discover(client, resources).await {
+    match metacontroller_dynamic::ResourceMap::discover(client, resources).await {
         Ok(found) => {
             if let Some((map, _)) = found.update {
                 *resources = map;

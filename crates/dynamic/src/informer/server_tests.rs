@@ -6,8 +6,8 @@ use std::time::{Duration, Instant};
 
 use super::LIST_PAGE_SIZE;
 use crate::{
-    discover, ApiResource, Change, Handler, Informer, InformerConfig, Informers, Keep, KeepKeys,
-    Lease, NamespacedName, Origin, Relisted, ResourceId, ResourceMap, WatchScope,
+    ApiResource, Change, Handler, Informer, InformerConfig, Informers, Keep, KeepKeys, Lease,
+    NamespacedName, Origin, Relisted, ResourceId, ResourceMap, WatchScope,
 };
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DeleteParams, PostParams};
@@ -30,7 +30,9 @@ async fn discovered() -> (
         .await
         .unwrap();
     let client = client(&server).await;
-    let found = discover(&client, &ResourceMap::default()).await.unwrap();
+    let found = ResourceMap::discover(&client, &ResourceMap::default())
+        .await
+        .unwrap();
     let (map, _) = found.update.expect("discovery loaded something");
     (server, client, map)
 }
@@ -80,7 +82,9 @@ async fn discovery_and_shared_informer() {
         .unwrap();
     let client = client(&server).await;
 
-    let found = discover(&client, &ResourceMap::default()).await.unwrap();
+    let found = ResourceMap::discover(&client, &ResourceMap::default())
+        .await
+        .unwrap();
     let (map, diff) = found.update.expect("discovery loaded something");
     assert!(found.errors.is_empty(), "{:?}", found.errors);
     let configmaps = map.get("v1", "configmaps").unwrap().clone();
@@ -682,7 +686,9 @@ async fn after_a_long_outage_watches_resume_within_seconds_of_the_server_answeri
     let first = server_on(0).await;
     let port = first.addr().port();
     let client = client(&first).await;
-    let found = discover(&client, &ResourceMap::default()).await.unwrap();
+    let found = ResourceMap::discover(&client, &ResourceMap::default())
+        .await
+        .unwrap();
     let (map, _) = found.update.expect("discovery loaded something");
     let configmaps = map.get("v1", "configmaps").unwrap().clone();
     let informers = Informers::new(client.clone(), InformerConfig::default());

@@ -264,7 +264,7 @@ async fn api_create(api: &Api<DynamicObject>, body: &DynamicObject) -> anyhow::R
 
 /// The served resources, read with the controller's discovery code.
 async fn discover(client: &kube::Client) -> anyhow::Result<ResourceMap> {
-    let discovered = metacontroller_dynamic::discover(client, &ResourceMap::default())
+    let discovered = ResourceMap::discover(client, &ResourceMap::default())
         .await
         .context("discovery")?;
     for error in &discovered.errors {
