@@ -54,7 +54,7 @@ pub use gate::{shard_of, stable_hash, Lapse, LeaseDeadlines, SyncGate};
 pub use informer::{
     Handler, HandlerId, Informer, InformerConfig, Informers, Keep, KeepKeys, Origin, Relisted,
 };
-pub use object::{InvalidKey, NamespacedName, ObjectMetaAccess, Versioned};
+pub use object::{NamespacedName, ObjectMetaAccess, Versioned};
 pub use overlay::{ObjectKey, Overlay};
 pub use rate::{KeyedRateLimiter, RateError, TokenBucket};
 pub use registry::Lease;
