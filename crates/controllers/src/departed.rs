@@ -47,12 +47,12 @@ impl<'a> Held<'a> {
         for (res, informer) in &self.parents {
             let prefix = format!("{}/{}/", res.api_version, res.kind);
             if let Some(rest) = key.strip_prefix(&prefix) {
-                if NamespacedName::parse(rest).is_ok_and(|k| informer.contains(&k)) {
+                if NamespacedName::parse(rest).is_some_and(|k| informer.contains(&k)) {
                     return true;
                 }
             }
         }
-        NamespacedName::parse(key).is_ok_and(|k| self.parents.iter().any(|(_, i)| i.contains(&k)))
+        NamespacedName::parse(key).is_some_and(|k| self.parents.iter().any(|(_, i)| i.contains(&k)))
     }
 
     /// The uids of the cached parents (expectations and taken names are kept by uid).

@@ -397,7 +397,7 @@ impl Shared {
             return;
         }
         let previous = self.discovery();
-        match metacontroller_dynamic::discover(self.config.informers.client(), &previous).await {
+        match ResourceMap::discover(self.config.informers.client(), &previous).await {
             Ok(found) => {
                 if let Some((map, _)) = found.update {
                     *self.discovery.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(map);

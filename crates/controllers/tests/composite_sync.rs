@@ -14,7 +14,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{Api, ListParams, PostParams};
 use kube::core::DynamicObject;
 use metacontroller_api::composite::CompositeController;
-use metacontroller_dynamic::{discover, InformerConfig, Informers, ResourceMap};
+use metacontroller_dynamic::{InformerConfig, Informers, ResourceMap};
 use metacontroller_hooks::{HookClient, HookClientConfig};
 use serde_json::{json, Value};
 
@@ -78,7 +78,9 @@ async fn install_parent_crd(client: &kube::Client) -> ResourceMap {
         .unwrap();
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
-        let found = discover(client, &ResourceMap::new()).await.unwrap();
+        let found = ResourceMap::discover(client, &ResourceMap::default())
+            .await
+            .unwrap();
         if let Some((map, _)) = found.update {
             if map.get("example.com/v1", "parents").is_some() {
                 return map;

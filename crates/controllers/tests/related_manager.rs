@@ -11,7 +11,7 @@ use metacontroller_api::composite::CompositeController;
 use metacontroller_api::hook::HookVersion;
 use metacontroller_api::wire::CustomizableController;
 use metacontroller_controllers::{ParentId, RelatedConfig, RelatedManager};
-use metacontroller_dynamic::{discover, InformerConfig, Informers, ResourceId, ResourceMap};
+use metacontroller_dynamic::{InformerConfig, Informers, ResourceId, ResourceMap};
 use metacontroller_hooks::{HookClient, HookClientConfig};
 use metacontroller_testkit::{eventually, unique_name, HookReply, HookServer, TestCluster};
 use serde_json::{json, Value};
@@ -26,7 +26,7 @@ async fn manager(
     informers: &Informers,
     hook: &HookServer,
 ) -> (RelatedManager, Enqueued) {
-    let resources = discover(client, &ResourceMap::new())
+    let resources = ResourceMap::discover(client, &ResourceMap::default())
         .await
         .unwrap()
         .update

@@ -60,7 +60,7 @@ fn queue(c: &mut Criterion) {
 }
 
 fn store(c: &mut Criterion) {
-    let mut s = Store::new();
+    let mut s = Store::default();
     for p in 0..1_000 {
         for child in 0..100 {
             s.upsert(json!({"metadata": {
@@ -81,7 +81,7 @@ fn store(c: &mut Criterion) {
 }
 
 fn overlay(c: &mut Criterion) {
-    let o = Overlay::new();
+    let o = Overlay::default();
     for i in 0..10_000 {
         o.record_write(
             ObjectKey::new("v1/configmaps", "ns", format!("o{i}")),

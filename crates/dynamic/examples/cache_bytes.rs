@@ -153,7 +153,7 @@ fn measure(n: usize, make: fn(usize) -> Vec<u8>) -> Figures {
     let per = |b: isize| b as f64 / n as f64;
 
     let before = live();
-    let mut store = Store::new();
+    let mut store = Store::default();
     for bytes in &wire {
         store.upsert(decode(bytes)).expect("named");
     }
@@ -165,7 +165,7 @@ fn measure(n: usize, make: fn(usize) -> Vec<u8>) -> Figures {
     drop(store);
 
     let before = live();
-    let mut store = Store::new();
+    let mut store = Store::default();
     for bytes in &wire {
         store.upsert(compact(bytes)).expect("named");
     }

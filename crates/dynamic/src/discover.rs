@@ -1,6 +1,7 @@
-//! The I/O half of discovery: fetches `/api`, `/apis` and every group version's
-//! `APIResourceList` from the API server and folds them into a [`ResourceMap`] with
-//! [`ResourceMap::refresh`] (partial failures keep what the previous map knew).
+//! The I/O half of discovery: [`ResourceMap::discover`] fetches `/api`, `/apis` and every
+//! group version's `APIResourceList` from the API server and folds them into a
+//! [`ResourceMap`] with `ResourceMap::refresh` (partial failures keep what the previous map
+//! knew).
 
 use crate::discovery::{DiscoveryError, ResourceDiff, ResourceMap};
 
@@ -20,30 +21,32 @@ fn fetch_error(source_name: &str, e: kube::Error) -> DiscoveryError {
     }
 }
 
-/// Fetches every group version the server serves and builds a map, keeping group versions
-/// that failed this time from `previous`. Fails only if the group lists themselves cannot be
-/// read (the server is unreachable).
-pub async fn discover(
-    client: &kube::Client,
-    previous: &ResourceMap,
-) -> Result<Discovered, kube::Error> {
-    let core = client.list_core_api_versions().await?;
-    let groups = client.list_api_groups().await?;
-    let mut results = Vec::new();
-    for version in &core.versions {
-        let result = client
-            .list_core_api_resources(version)
-            .await
-            .map_err(|e| fetch_error(version, e));
-        results.push((version.clone(), result));
+impl ResourceMap {
+    /// Fetches every group version the server serves and builds a map, keeping group
+    /// versions that failed this time from `previous`. Fails only if the group lists
+    /// themselves cannot be read (the server is unreachable).
+    pub async fn discover(
+        client: &kube::Client,
+        previous: &ResourceMap,
+    ) -> Result<Discovered, kube::Error> {
+        let core = client.list_core_api_versions().await?;
+        let groups = client.list_api_groups().await?;
+        let mut results = Vec::new();
+        for version in &core.versions {
+            let result = client
+                .list_core_api_resources(version)
+                .await
+                .map_err(|e| fetch_error(version, e));
+            results.push((version.clone(), result));
+        }
+        for gv in crate::discovery::group_versions_of(&groups) {
+            let result = client
+                .list_api_group_resources(&gv)
+                .await
+                .map_err(|e| fetch_error(&gv, e));
+            results.push((gv, result));
+        }
+        let (update, errors) = ResourceMap::refresh(previous, results);
+        Ok(Discovered { update, errors })
     }
-    for gv in crate::discovery::group_versions_of(&groups) {
-        let result = client
-            .list_api_group_resources(&gv)
-            .await
-            .map_err(|e| fetch_error(&gv, e));
-        results.push((gv, result));
-    }
-    let (update, errors) = ResourceMap::refresh(previous, results);
-    Ok(Discovered { update, errors })
 }

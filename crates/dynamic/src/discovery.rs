@@ -170,7 +170,8 @@ pub struct ResourceDiff {
 
 impl ResourceDiff {
     /// True if nothing changed.
-    pub fn is_empty(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_empty(&self) -> bool {
         self.added.is_empty() && self.removed.is_empty() && self.changed.is_empty()
     }
 }
@@ -182,17 +183,12 @@ pub struct ResourceMap {
 }
 
 impl ResourceMap {
-    /// An empty map.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
     /// Builds a map from resource lists. Invalid lists or entries are skipped and reported;
     /// the rest is used.
     pub fn from_lists<'a>(
         lists: impl IntoIterator<Item = &'a APIResourceList>,
     ) -> (ResourceMap, Vec<DiscoveryError>) {
-        let mut map = ResourceMap::new();
+        let mut map = ResourceMap::default();
         let mut errors = Vec::new();
         for list in lists {
             if let Err(e) = map.insert_list(list, &mut errors) {
@@ -304,7 +300,7 @@ impl ResourceMap {
         previous: &ResourceMap,
         results: impl IntoIterator<Item = (String, Result<APIResourceList, DiscoveryError>)>,
     ) -> (Option<(ResourceMap, ResourceDiff)>, Vec<DiscoveryError>) {
-        let mut map = ResourceMap::new();
+        let mut map = ResourceMap::default();
         let mut errors = Vec::new();
         let mut failed = Vec::new();
         let mut loaded = 0usize;

@@ -248,7 +248,7 @@ struct Shared {
     relist_failed: tokio::sync::watch::Sender<u64>,
 }
 
-/// How a relist asked for ([`Informer::relist`], [`Informers::relist_filtered`]) ended.
+/// How a relist asked for ([`Informers::relist_filtered`], and an informer's own relists) ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Relisted {
     /// A list started after the request completed: the cache holds what the retention
@@ -458,7 +458,7 @@ impl Informer {
     ) -> Self {
         let (synced, _) = tokio::sync::watch::channel(false);
         let shared = Arc::new(Shared {
-            store: RwLock::new(Store::new()),
+            store: RwLock::new(Store::default()),
             handlers: Mutex::new(Vec::new()),
             next_handler: AtomicU64::new(0),
             synced,
@@ -530,7 +530,8 @@ impl Informer {
     }
 
     /// Whether this informer keeps what the use `keep` needs.
-    pub fn keeps(&self, keep: Keep) -> bool {
+    #[cfg(test)]
+    pub(crate) fn keeps(&self, keep: Keep) -> bool {
         self.shared.uses() & (keep.bit() | Keep::All.bit()) != 0
     }
 
@@ -549,7 +550,7 @@ impl Informer {
 
     /// Asks for a list started after this call (restarting the watch, or after the list
     /// running now); resolves once one has completed or failed.
-    pub fn relist(&self) -> impl std::future::Future<Output = Relisted> + Send + 'static {
+    pub(crate) fn relist(&self) -> impl std::future::Future<Output = Relisted> + Send + 'static {
         self.shared.relist()
     }
 
@@ -654,12 +655,13 @@ impl Informer {
     }
 
     /// Number of cached objects.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.store().len()
     }
 
     /// True if nothing is cached.
-    pub fn is_empty(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_empty(&self) -> bool {
         self.store().is_empty()
     }
 }
@@ -668,7 +670,7 @@ impl Informer {
 /// first object is handed on, and a decoded object costs about seven times its JSON (see
 /// [`crate::CompactObject`]), so every informer that lists would hold five times as many
 /// decoded objects at once.
-pub const LIST_PAGE_SIZE: u32 = 100;
+pub(crate) const LIST_PAGE_SIZE: u32 = 100;
 
 /// One watch event and the scope it came from: a namespace, or `""` for a cluster-wide watch.
 type Scoped = (
@@ -781,16 +783,17 @@ fn watch_all(
 ) -> BoxStream<'static, Scoped> {
     let streams = apis.iter().map(|(scope, api)| {
         let scope = scope.clone();
-        crate::watch_backoff::with_backoff(
-            watcher(
-                api.clone(),
-                watcher::Config::default().page_size(LIST_PAGE_SIZE),
+        probe
+            .clone()
+            .with_backoff(
+                watcher(
+                    api.clone(),
+                    watcher::Config::default().page_size(LIST_PAGE_SIZE),
+                )
+                .boxed(),
             )
-            .boxed(),
-            probe.clone(),
-        )
-        .map(move |event| (scope.clone(), event))
-        .boxed()
+            .map(move |event| (scope.clone(), event))
+            .boxed()
     });
     futures::stream::select_all(streams).boxed()
 }
@@ -1213,3 +1216,6 @@ mod tests {
         }
     }
 }
+
+#[cfg(test)]
+mod server_tests;

@@ -2,7 +2,7 @@
 //! access, label/annotation selectors and the per-controller work queue. Every public item is
 //! at the crate root; the modules below are private and named here as a map of the code.
 //!
-//! [`discover`] and the [`Informers`] talk to the API server (discovery fetch; shared list+watch
+//! [`ResourceMap::discover`] and the [`Informers`] talk to the API server (discovery fetch; shared list+watch
 //! per resource). The other modules are self-contained building blocks:
 //!
 //! - `discovery`: [`ResourceMap`] from `APIResourceList` documents, lookups by resource or
@@ -15,8 +15,8 @@
 //! - `gate`: the sync gate leader election and shutdown close in front of every worker;
 //! - `workqueue`: the per-controller queue (de-duplicated, one worker per key, backoff,
 //!   delays, event keys before bulk keys);
-//! - `expectations` and `overlay`: stale-cache safety — wait for the informer to confirm
-//!   our creates/deletes, and read our own writes until the informer delivers them;
+//! - `overlay`: stale-cache safety — read our own writes until the informer delivers them
+//!   (the controllers' writer pairs it with its expectations of creates and deletes);
 //! - `schemas`: the schemas the apply engine merges children with (CRD informer +
 //!   lazily fetched OpenAPI v3 per group-version);
 //! - `scope`: `--watch-namespaces`: which namespaces (and cluster-scoped resources) an
@@ -30,7 +30,6 @@
 mod compact;
 mod discover;
 mod discovery;
-mod expectations;
 mod gate;
 mod informer;
 mod object;
@@ -47,17 +46,15 @@ mod watch_backoff;
 mod workqueue;
 
 pub use compact::{CompactObject, EncodeError};
-pub use discover::{discover, Discovered};
+pub use discover::Discovered;
 pub use discovery::{
     ApiResource, DiscoveryError, ResourceDiff, ResourceId, ResourceMap, Subresource,
 };
-pub use expectations::Expectations;
 pub use gate::{shard_of, stable_hash, Lapse, LeaseDeadlines, SyncGate};
 pub use informer::{
     Handler, HandlerId, Informer, InformerConfig, Informers, Keep, KeepKeys, Origin, Relisted,
-    LIST_PAGE_SIZE,
 };
-pub use object::{InvalidKey, NamespacedName, ObjectMetaAccess, Versioned};
+pub use object::{NamespacedName, ObjectMetaAccess, Versioned};
 pub use overlay::{ObjectKey, Overlay};
 pub use rate::{KeyedRateLimiter, RateError, TokenBucket};
 pub use registry::Lease;
@@ -68,7 +65,7 @@ pub use selector::{
 };
 pub use store::{Change, MissingName, Store};
 pub use supervise::{Supervisor, TaskEnd};
-pub use watch_backoff::{with_backoff, ReconnectProbe};
+pub use watch_backoff::ReconnectProbe;
 pub use workqueue::{
     Backoff, Concurrency, Outcome, Priority, QueueMetrics, Requeue, WorkQueue, Worker,
 };

@@ -127,11 +127,6 @@ pub struct NamespacedName {
     pub name: String,
 }
 
-/// A `namespace/name` string that cannot be split.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("invalid object key {0:?}: expected \"name\" or \"namespace/name\"")]
-pub struct InvalidKey(pub String);
-
 impl NamespacedName {
     /// Builds a key; `namespace` empty for cluster scope.
     pub fn new(namespace: impl Into<String>, name: impl Into<String>) -> Self {
@@ -147,15 +142,15 @@ impl NamespacedName {
         Some(NamespacedName::new(obj.namespace().unwrap_or(""), name))
     }
 
-    /// Parses `name` or `namespace/name` (client-go `SplitMetaNamespaceKey`).
-    pub fn parse(key: &str) -> Result<Self, InvalidKey> {
-        let invalid = || InvalidKey(key.to_string());
+    /// Parses `name` or `namespace/name` (client-go `SplitMetaNamespaceKey`); `None` for
+    /// anything else (empty, or more than one `/`, or an empty part).
+    pub fn parse(key: &str) -> Option<Self> {
         match key.split_once('/') {
-            None if !key.is_empty() => Ok(NamespacedName::new("", key)),
+            None if !key.is_empty() => Some(NamespacedName::new("", key)),
             Some((ns, name)) if !ns.is_empty() && !name.is_empty() && !name.contains('/') => {
-                Ok(NamespacedName::new(ns, name))
+                Some(NamespacedName::new(ns, name))
             }
-            _ => Err(invalid()),
+            _ => None,
         }
     }
 }
@@ -220,7 +215,7 @@ mod tests {
             NamespacedName::new("", "a")
         );
         for bad in ["", "/a", "ns/", "a/b/c"] {
-            assert!(NamespacedName::parse(bad).is_err(), "{bad}");
+            assert!(NamespacedName::parse(bad).is_none(), "{bad}");
         }
         assert_eq!(NamespacedName::new("ns", "a").to_string(), "ns/a");
         assert_eq!(NamespacedName::new("", "a").to_string(), "a");

@@ -131,11 +131,6 @@ impl<T> Default for Overlay<T> {
 }
 
 impl<T: Versioned + Clone> Overlay<T> {
-    /// An empty overlay.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
     fn lock(&self) -> MutexGuard<'_, HashMap<ObjectKey, Entry<T>>> {
         self.entries.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -264,7 +259,7 @@ mod tests {
 
     #[test]
     fn serves_own_write_until_cache_delivers_it() {
-        let o = Overlay::new();
+        let o = Overlay::default();
         let stale = obj("5", "old");
         assert!(o.record_write(key(), Some("5"), obj("7", "new")));
         assert_eq!(rv_of(o.get(&key(), Some(&stale))), Some("7".into()));
@@ -279,7 +274,7 @@ mod tests {
 
     #[test]
     fn retain_drops_the_entries_refused() {
-        let o = Overlay::new();
+        let o = Overlay::default();
         let other = ObjectKey::new("v1/configmaps", "ns", "y");
         o.record_write(key(), Some("5"), obj("7", "ours"));
         o.record_delete(other.clone(), Some("3"));
@@ -299,7 +294,7 @@ mod tests {
 
     #[test]
     fn unknown_version_in_cache_is_newer() {
-        let o = Overlay::new();
+        let o = Overlay::default();
         o.record_write(key(), Some("5"), obj("7", "ours"));
         let newer = obj("9", "theirs");
         assert_eq!(rv_of(o.get(&key(), Some(&newer))), Some("9".into()));
@@ -309,11 +304,11 @@ mod tests {
     #[test]
     fn versions_are_compared_for_equality_only() {
         // "10" < "9" as strings and 10 > 9 as numbers: neither order is used.
-        let o = Overlay::new();
+        let o = Overlay::default();
         o.record_write(key(), Some("10"), obj("9", "ours"));
         let stale = obj("10", "old");
         assert_eq!(rv_of(o.get(&key(), Some(&stale))), Some("9".into()));
-        let o = Overlay::new();
+        let o = Overlay::default();
         o.record_write(key(), Some("abc"), obj("1", "ours"));
         assert_eq!(
             rv_of(o.get(&key(), Some(&obj("abc", "old")))),
@@ -323,7 +318,7 @@ mod tests {
 
     #[test]
     fn chained_writes_remember_all_older_versions() {
-        let o = Overlay::new();
+        let o = Overlay::default();
         o.record_write(key(), Some("5"), obj("7", "a"));
         o.record_write(key(), Some("7"), obj("8", "b"));
         // The cache may still be at the first base or at our first write.
@@ -338,7 +333,7 @@ mod tests {
 
     #[test]
     fn create_is_visible_before_the_cache_sees_it() {
-        let o = Overlay::new();
+        let o = Overlay::default();
         o.record_write(key(), None, obj("3", "new"));
         assert_eq!(rv_of(o.get(&key(), None)), Some("3".into()));
         o.observe(&key(), &obj("3", "new"));
@@ -347,7 +342,7 @@ mod tests {
 
     #[test]
     fn tombstone_hides_the_deleted_version() {
-        let o = Overlay::new();
+        let o = Overlay::default();
         let cached = obj("5", "");
         o.record_delete(key(), Some("5"));
         assert!(o.get(&key(), Some(&cached)).is_none());
@@ -359,7 +354,7 @@ mod tests {
 
     #[test]
     fn tombstone_gives_way_to_a_recreated_object() {
-        let o = Overlay::new();
+        let o = Overlay::default();
         o.record_delete(key(), Some("5"));
         let recreated = obj("12", "new");
         assert_eq!(rv_of(o.get(&key(), Some(&recreated))), Some("12".into()));
@@ -368,7 +363,7 @@ mod tests {
 
     #[test]
     fn delete_after_write_hides_both_versions() {
-        let o = Overlay::new();
+        let o = Overlay::default();
         o.record_write(key(), Some("5"), obj("7", ""));
         o.record_delete(key(), Some("7"));
         assert!(o.get(&key(), Some(&obj("5", ""))).is_none());
@@ -379,7 +374,7 @@ mod tests {
 
     #[test]
     fn written_object_without_version_is_not_recorded() {
-        let o: Overlay<Value> = Overlay::new();
+        let o: Overlay<Value> = Overlay::default();
         assert!(!o.record_write(key(), Some("5"), json!({"metadata": {}})));
         assert!(!o.record_write(key(), Some("5"), json!("not an object")));
         assert!(o.is_empty());
@@ -387,7 +382,7 @@ mod tests {
 
     #[test]
     fn keys_and_resources_are_separate() {
-        let o = Overlay::new();
+        let o = Overlay::default();
         let other = ObjectKey::new("v1/secrets", "ns", "x");
         o.record_write(key(), Some("1"), obj("2", ""));
         o.record_write(other.clone(), Some("1"), obj("3", ""));
@@ -423,7 +418,7 @@ mod tests {
     /// never older than the cache and equals the head once the cache caught up.
     fn simulate(ops: Vec<Op>, locked: bool) -> Result<(), proptest::test_runner::TestCaseError> {
         use proptest::prop_assert_eq;
-        let o = Overlay::new();
+        let o = Overlay::default();
         let k = key();
         let (mut head, mut cache, mut last_own) = (0usize, 0usize, 0usize);
         let pos_of = |v: &Value| (0..1000).find(|&i| Some(rv(i).as_str()) == v.resource_version());

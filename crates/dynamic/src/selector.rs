@@ -132,7 +132,7 @@ pub struct Requirement {
 
 impl Requirement {
     /// Builds and validates a requirement; `field` prefixes error paths.
-    pub fn new<I, S>(
+    pub(crate) fn new<I, S>(
         field: &str,
         key: &str,
         operator: Operator,
@@ -296,7 +296,7 @@ impl Selector {
     }
 
     /// Builds a selector from requirements (sorted by key, as Kubernetes does).
-    pub fn from_requirements(mut requirements: Vec<Requirement>) -> Selector {
+    pub(crate) fn from_requirements(mut requirements: Vec<Requirement>) -> Selector {
         requirements.sort();
         Selector::All(requirements)
     }

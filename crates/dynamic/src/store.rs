@@ -73,11 +73,6 @@ impl<T> Default for Store<T> {
 }
 
 impl<T: ObjectMetaAccess> Store<T> {
-    /// An empty store.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
     fn index(&mut self, key: &NamespacedName, obj: &T) {
         self.by_namespace
             .entry(key.namespace.clone())
@@ -286,6 +281,7 @@ impl<T: ObjectMetaAccess> Store<T> {
     }
 
     /// True if empty.
+    #[cfg(test)]
     pub(crate) fn is_empty(&self) -> bool {
         self.objects.is_empty()
     }
@@ -316,7 +312,7 @@ mod tests {
 
     #[test]
     fn indexes_follow_upserts_and_removes() {
-        let mut s = Store::new();
+        let mut s = Store::default();
         assert!(matches!(
             s.upsert(obj("a", "x", "1", Some("p1"))),
             Ok(Change::Added(_))
@@ -357,7 +353,7 @@ mod tests {
 
     #[test]
     fn objects_without_name_are_rejected() {
-        let mut s: Store<Value> = Store::new();
+        let mut s: Store<Value> = Store::default();
         assert_eq!(s.upsert(json!({"metadata": {}})), Err(MissingName));
         assert_eq!(s.upsert(json!("junk")), Err(MissingName));
         assert!(s.is_empty());
@@ -365,7 +361,7 @@ mod tests {
 
     #[test]
     fn replace_reports_added_updated_and_deleted() {
-        let mut s = Store::new();
+        let mut s = Store::default();
         s.upsert(obj("a", "keep", "1", None)).unwrap();
         s.upsert(obj("a", "gone", "1", Some("p"))).unwrap();
         let (changes, skipped) = s.replace(vec![
@@ -392,7 +388,7 @@ mod tests {
 
     #[test]
     fn replace_in_one_namespace_keeps_the_others() {
-        let mut s = Store::new();
+        let mut s = Store::default();
         s.upsert(obj("a", "gone", "1", None)).unwrap();
         s.upsert(obj("b", "other", "1", None)).unwrap();
         let fresh = vec![s.share(obj("a", "new", "1", None))];
@@ -404,7 +400,7 @@ mod tests {
 
     #[test]
     fn retain_drops_refused_objects_from_every_index() {
-        let mut s = Store::new();
+        let mut s = Store::default();
         s.upsert(obj("a", "keep", "1", Some("p1"))).unwrap();
         s.upsert(obj("a", "drop", "1", Some("p1"))).unwrap();
         s.upsert(obj("a", "orphan", "1", None)).unwrap();
@@ -435,7 +431,7 @@ mod tests {
         /// The indexes always agree with a full scan.
         #[test]
         fn indexes_match_a_full_scan(ops in proptest::collection::vec(arb_op(), 0..40)) {
-            let mut s = Store::new();
+            let mut s = Store::default();
             let make = |n: u8, m: u8, o: Option<u8>| {
                 let owner = o.map(|o| format!("p{o}"));
                 obj(&format!("ns{n}"), &format!("o{m}"), "1", owner.as_deref())
@@ -470,7 +466,7 @@ mod tests {
 
     #[test]
     fn relist_keeps_unchanged_objects_shared_and_replaces_changed_ones() {
-        let mut s = Store::new();
+        let mut s = Store::default();
         s.upsert(obj("a", "same", "1", Some("p1"))).unwrap();
         s.upsert(obj("a", "moved", "1", Some("p1"))).unwrap();
         let cached = s.get(&NamespacedName::new("a", "same")).unwrap().clone();

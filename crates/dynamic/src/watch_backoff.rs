@@ -184,30 +184,32 @@ async fn ready(client: &kube::Client) -> bool {
     matches!(answer, Ok(Ok(_)))
 }
 
-/// `stream` (a kube watcher) with `WatchBackoff` between an error and the next attempt,
-/// each wait cut short by `probe` when the API server comes back.
-pub fn with_backoff<S, T>(
-    stream: S,
-    probe: ReconnectProbe,
-) -> impl Stream<Item = Result<T, watcher::Error>> + Send
-where
-    S: Stream<Item = Result<T, watcher::Error>> + Send + Unpin,
-    T: Send,
-{
-    futures::stream::unfold(
-        (stream, WatchBackoff::default(), None::<Duration>, probe),
-        |(mut stream, mut backoff, wait, probe)| async move {
-            if let Some(wait) = wait {
-                probe.wait(wait).await;
-            }
-            let item = stream.next().await?;
-            let wait = match &item {
-                Ok(_) => None,
-                Err(error) => Some(backoff.next_delay(error, Instant::now())),
-            };
-            Some((item, (stream, backoff, wait, probe)))
-        },
-    )
+impl ReconnectProbe {
+    /// `stream` (a kube watcher) with `WatchBackoff` between an error and the next attempt,
+    /// each wait cut short by this probe when the API server comes back.
+    pub fn with_backoff<S, T>(
+        self,
+        stream: S,
+    ) -> impl Stream<Item = Result<T, watcher::Error>> + Send
+    where
+        S: Stream<Item = Result<T, watcher::Error>> + Send + Unpin,
+        T: Send,
+    {
+        futures::stream::unfold(
+            (stream, WatchBackoff::default(), None::<Duration>, self),
+            |(mut stream, mut backoff, wait, probe)| async move {
+                if let Some(wait) = wait {
+                    probe.wait(wait).await;
+                }
+                let item = stream.next().await?;
+                let wait = match &item {
+                    Ok(_) => None,
+                    Err(error) => Some(backoff.next_delay(error, Instant::now())),
+                };
+                Some((item, (stream, backoff, wait, probe)))
+            },
+        )
+    }
 }
 
 #[cfg(test)]

@@ -126,7 +126,7 @@ async fn follow(
     reconnect: metacontroller_dynamic::ReconnectProbe,
 ) {
     let config = watcher::Config::default().fields(&format!("metadata.name={}", change.name));
-    let stream = metacontroller_dynamic::with_backoff(watcher(api, config).boxed(), reconnect);
+    let stream = reconnect.with_backoff(watcher(api, config).boxed());
     let mut stream = std::pin::pin!(stream);
     let mut listing: Option<ConfigMap> = None;
     while let Some(event) = stream.next().await {

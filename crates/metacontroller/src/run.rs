@@ -418,7 +418,7 @@ where
     }
     let api: Api<T> = Api::all(shared.client.clone());
     let probe = shared.informers.reconnect_probe();
-    let stream = metacontroller_dynamic::with_backoff(watcher(api, config).boxed(), probe);
+    let stream = probe.with_backoff(watcher(api, config).boxed());
     let mut stream = std::pin::pin!(stream);
     let mut retry = tokio::time::interval(retry_interval(args));
     retry.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -499,7 +499,7 @@ where
             stop,
             running: HashMap::new(),
             waiting: HashMap::new(),
-            resources: metacontroller_dynamic::ResourceMap::new(),
+            resources: metacontroller_dynamic::ResourceMap::default(),
             objects: HashMap::new(),
             relisted: None,
         }
@@ -643,7 +643,7 @@ where
 
 /// Refreshes the discovery result in place (keeps the previous one on failure).
 async fn refresh(client: &Client, resources: &mut metacontroller_dynamic::ResourceMap) {
-    match metacontroller_dynamic::discover(client, resources).await {
+    match metacontroller_dynamic::ResourceMap::discover(client, resources).await {
         Ok(found) => {
             if let Some((map, _)) = found.update {
                 *resources = map;

@@ -149,7 +149,7 @@ fn unserved(served: &ResourceMap, api_version: &str, resource: &str) -> (&'stati
 /// Loads discovery from the cluster; a group version that failed to load is a warning
 /// (its resources then look unserved).
 pub async fn discover(client: &kube::Client) -> anyhow::Result<(ResourceMap, Vec<String>)> {
-    let found = metacontroller_dynamic::discover(client, &ResourceMap::new())
+    let found = ResourceMap::discover(client, &ResourceMap::default())
         .await
         .map_err(|err| anyhow::anyhow!("reading API discovery from the cluster: {err}"))?;
     let warnings = found

@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use metacontroller_api::revision::{ControllerRevision, LABEL_API_GROUP, LABEL_RESOURCE};
 use metacontroller_dynamic::{ApiResource, Selector, CONTROLLER_UID_LABEL};
 use serde_json::Value;
@@ -56,19 +57,21 @@ impl Inner {
         revs: &Revisions,
         parent: &ParentState,
     ) -> Result<Vec<ControllerRevision>, SyncError> {
-        let label = |key: &str, value: &str| {
-            metacontroller_dynamic::Requirement::new(
-                "revision",
-                key,
-                metacontroller_dynamic::Operator::Equals,
-                [value.to_string()],
-            )
-            .map_err(|e| SyncError::Selector(e.to_string()))
+        // The revisions of this parent's resource: `matchLabels` on its group and plural.
+        let labels = LabelSelector {
+            match_labels: Some(
+                [
+                    (LABEL_API_GROUP, &self.parent_resource.group),
+                    (LABEL_RESOURCE, &self.parent_resource.name),
+                ]
+                .into_iter()
+                .map(|(key, value)| (key.to_string(), value.clone()))
+                .collect(),
+            ),
+            ..LabelSelector::default()
         };
-        let selector = Selector::from_requirements(vec![
-            label(LABEL_API_GROUP, &self.parent_resource.group)?,
-            label(LABEL_RESOURCE, &self.parent_resource.name)?,
-        ]);
+        let selector = Selector::from_label_selector_or_everything(Some(&labels))
+            .map_err(|e| SyncError::Selector(e.to_string()))?;
         let mut observed = Vec::new();
         for obj in revs.informer.controlled_by(&parent.uid) {
             let value = to_value(&obj, &revs.resource)?;

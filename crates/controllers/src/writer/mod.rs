@@ -25,7 +25,7 @@ use std::sync::Mutex;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::core::DynamicObject;
 use metacontroller_dynamic::{
-    ApiResource, Change, Expectations, ObjectKey, ObjectMetaAccess, Overlay, Versioned,
+    ApiResource, Change, ObjectKey, ObjectMetaAccess, Overlay, Versioned,
 };
 use serde_json::{json, Value};
 
@@ -39,12 +39,14 @@ use crate::children::{child_key, Action, ChildError, ChildKey, ChildType, Parent
 
 mod apply;
 mod batch;
+mod expectations;
 mod own_writes;
 mod requests;
 mod taken;
 
 use crate::spans::{traced_write, Verb};
 pub(crate) use apply::contains_all;
+use expectations::Expectations;
 use taken::{Known, Taken};
 
 /// How children are written (`--apply-strategy`).
@@ -240,8 +242,8 @@ impl Writer {
         Writer {
             client,
             strategy,
-            overlay: Overlay::new(),
-            expectations: Expectations::new(),
+            overlay: Overlay::default(),
+            expectations: Expectations::default(),
             applied: Mutex::new(HashMap::new()),
             taken: Mutex::new(HashMap::new()),
             schemas: None,

@@ -15,7 +15,7 @@ use kube::core::DynamicObject;
 use metacontroller_api::composite::CompositeController;
 use metacontroller_controllers::composite::{self, CompositeHandle, Options, StartError};
 use metacontroller_controllers::events::EventRecorder;
-use metacontroller_dynamic::{discover, InformerConfig, Informers, ResourceMap};
+use metacontroller_dynamic::{InformerConfig, Informers, ResourceMap};
 use metacontroller_hooks::{HookClient, HookClientConfig};
 use metacontroller_testkit::{
     crd, events_about, eventually, unique_name, CrdBuilder, HookReply, HookServer, TestCluster,
@@ -282,7 +282,8 @@ impl Env {
         let (api_version, plural) = (self.parent.api_version(), self.parent.plural());
         let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
         loop {
-            let found = discover(&self.cluster.client(), &ResourceMap::new()).await;
+            let found =
+                ResourceMap::discover(&self.cluster.client(), &ResourceMap::default()).await;
             let map = found.unwrap().update.unwrap().0;
             if map.get(&api_version, plural).is_some() {
                 return map;

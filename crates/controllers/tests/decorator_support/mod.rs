@@ -17,7 +17,7 @@ use metacontroller_controllers::composite::Options;
 use metacontroller_controllers::decorator::{self, DecoratorHandle};
 use metacontroller_controllers::events::EventRecorder;
 pub use metacontroller_controllers::ApplyStrategy;
-use metacontroller_dynamic::{discover, InformerConfig, Informers, ResourceMap};
+use metacontroller_dynamic::{InformerConfig, Informers, ResourceMap};
 use metacontroller_hooks::{HookClient, HookClientConfig};
 use metacontroller_testkit::{
     crd, dynamic_api, eventually, unique_name, CrdBuilder, HookServer, TestCluster,
@@ -87,7 +87,8 @@ impl Env {
     pub async fn resources(&self, needs: &[(String, String)]) -> ResourceMap {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
         loop {
-            if let Ok(found) = discover(&self.client(), &ResourceMap::new()).await {
+            if let Ok(found) = ResourceMap::discover(&self.client(), &ResourceMap::default()).await
+            {
                 if let Some((map, _)) = found.update {
                     if needs.iter().all(|(av, r)| map.get(av, r).is_some()) {
                         return map;

@@ -65,7 +65,7 @@ impl Cluster {
         let client = kube::Client::try_from(config).context("building the Kubernetes client")?;
         let mut cluster = Cluster {
             client,
-            resources: ResourceMap::new(),
+            resources: ResourceMap::default(),
             server: Some(server),
         };
         cluster.install_crds(crds).await?;
@@ -264,7 +264,7 @@ async fn api_create(api: &Api<DynamicObject>, body: &DynamicObject) -> anyhow::R
 
 /// The served resources, read with the controller's discovery code.
 async fn discover(client: &kube::Client) -> anyhow::Result<ResourceMap> {
-    let discovered = metacontroller_dynamic::discover(client, &ResourceMap::new())
+    let discovered = ResourceMap::discover(client, &ResourceMap::default())
         .await
         .context("discovery")?;
     for error in &discovered.errors {

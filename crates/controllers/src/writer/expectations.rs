@@ -46,7 +46,7 @@ impl<C> Pending<C> {
 
 /// Outstanding create/delete expectations, per parent key `P`, of child keys `C`.
 #[derive(Debug)]
-pub struct Expectations<P, C> {
+pub(crate) struct Expectations<P, C> {
     ttl: Duration,
     pending: Mutex<HashMap<P, Pending<C>>>,
 }
@@ -56,8 +56,9 @@ where
     P: Eq + Hash + Clone,
     C: Eq + Hash + Clone,
 {
+    /// Expectations with the default 5 minute TTL.
     fn default() -> Self {
-        Self::new()
+        Self::with_ttl(DEFAULT_EXPECTATION_TTL)
     }
 }
 
@@ -66,11 +67,6 @@ where
     P: Eq + Hash + Clone,
     C: Eq + Hash + Clone,
 {
-    /// Expectations with the default 5 minute TTL.
-    pub fn new() -> Self {
-        Self::with_ttl(DEFAULT_EXPECTATION_TTL)
-    }
-
     /// Expectations with a custom TTL.
     pub(crate) fn with_ttl(ttl: Duration) -> Self {
         Expectations {
@@ -95,14 +91,14 @@ where
     }
 
     /// Records that creates of `children` are about to be sent for `parent`.
-    pub fn expect_creates(&self, parent: &P, children: impl IntoIterator<Item = C>) {
+    pub(crate) fn expect_creates(&self, parent: &P, children: impl IntoIterator<Item = C>) {
         let mut map = self.lock();
         let pending = Self::entry(&mut map, parent);
         pending.creates.extend(children);
     }
 
     /// Records that deletes of `children` are about to be sent for `parent`.
-    pub fn expect_deletes(&self, parent: &P, children: impl IntoIterator<Item = C>) {
+    pub(crate) fn expect_deletes(&self, parent: &P, children: impl IntoIterator<Item = C>) {
         let mut map = self.lock();
         let pending = Self::entry(&mut map, parent);
         pending.deletes.extend(children);
@@ -125,34 +121,34 @@ where
     }
 
     /// The informer saw `child` (of `parent`) appear. Returns whether it was expected.
-    pub fn observed_create(&self, parent: &P, child: &C) -> bool {
+    pub(crate) fn observed_create(&self, parent: &P, child: &C) -> bool {
         self.lower(parent, child, true)
     }
 
     /// The informer saw `child` (of `parent`) disappear. Returns whether it was expected.
-    pub fn observed_delete(&self, parent: &P, child: &C) -> bool {
+    pub(crate) fn observed_delete(&self, parent: &P, child: &C) -> bool {
         self.lower(parent, child, false)
     }
 
     /// The create of `child` will not be confirmed by an event (it failed, or AlreadyExists).
-    pub fn cancel_create(&self, parent: &P, child: &C) {
+    pub(crate) fn cancel_create(&self, parent: &P, child: &C) {
         self.lower(parent, child, true);
     }
 
     /// The delete of `child` will not be confirmed by an event (it failed, or NotFound).
-    pub fn cancel_delete(&self, parent: &P, child: &C) {
+    pub(crate) fn cancel_delete(&self, parent: &P, child: &C) {
         self.lower(parent, child, false);
     }
 
     /// Drops everything recorded for `parent` (the parent is gone).
-    pub fn forget(&self, parent: &P) {
+    pub(crate) fn forget(&self, parent: &P) {
         self.lock().remove(parent);
     }
 
     /// Keeps only the parents `keep` accepts (those that left this process's caches are
     /// dropped: the events that would confirm their writes never come). Returns how many
     /// were dropped.
-    pub fn retain(&self, mut keep: impl FnMut(&P) -> bool) -> usize {
+    pub(crate) fn retain(&self, mut keep: impl FnMut(&P) -> bool) -> usize {
         let mut map = self.lock();
         let before = map.len();
         map.retain(|parent, _| keep(parent));
@@ -160,12 +156,12 @@ where
     }
 
     /// Parents with unconfirmed writes, expired or not.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.lock().len()
     }
 
     /// True when no parent has unconfirmed writes.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.lock().is_empty()
     }
     /// Unconfirmed (creates, deletes) of `parent`, expired or not.
@@ -186,7 +182,7 @@ where
     /// Like `Expectations::satisfied`, first confirming against the cache: `present(child)`
     /// returns `Some(true)` if the cache holds the child, `Some(false)` if it does not, `None`
     /// if unknown. A present expected create and an absent expected delete are confirmed.
-    pub fn satisfied_given(&self, parent: &P, present: impl Fn(&C) -> Option<bool>) -> bool {
+    pub(crate) fn satisfied_given(&self, parent: &P, present: impl Fn(&C) -> Option<bool>) -> bool {
         let mut map = self.lock();
         let Some(pending) = map.get_mut(parent) else {
             return true;
@@ -221,7 +217,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn retain_drops_the_parents_that_left() {
-        let e = E::new();
+        let e = E::default();
         e.expect_creates(&"stays", ["a"]);
         e.expect_deletes(&"leaves", ["b"]);
         assert_eq!(e.len(), 2);
@@ -233,7 +229,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn satisfied_only_after_all_writes_observed() {
-        let e = E::new();
+        let e = E::default();
         assert!(e.satisfied(&"p"));
         e.expect_creates(&"p", ["a", "b"]);
         e.expect_deletes(&"p", ["old"]);
@@ -253,7 +249,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn parents_are_independent() {
-        let e = E::new();
+        let e = E::default();
         e.expect_creates(&"p1", ["a"]);
         e.expect_creates(&"p2", ["a"]);
         e.observed_create(&"p1", &"a");
@@ -263,7 +259,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn failed_writes_are_cancelled() {
-        let e = E::new();
+        let e = E::default();
         e.expect_creates(&"p", ["a"]);
         e.expect_deletes(&"p", ["b"]);
         e.cancel_create(&"p", &"a");
@@ -273,7 +269,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn unconfirmed_expectations_expire_after_ttl() {
-        let e = E::new();
+        let e = E::default();
         e.expect_creates(&"p", ["a"]);
         tokio::time::sleep(DEFAULT_EXPECTATION_TTL - Duration::from_secs(1)).await;
         assert!(!e.satisfied(&"p"));
@@ -294,7 +290,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn cache_content_confirms_expectations() {
-        let e = E::new();
+        let e = E::default();
         e.expect_creates(&"p", ["a", "b"]);
         e.expect_deletes(&"p", ["gone", "still"]);
         let cache = |c: &&str| match *c {
@@ -311,7 +307,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn forget_drops_a_parent() {
-        let e = E::new();
+        let e = E::default();
         e.expect_creates(&"p", ["a"]);
         e.forget(&"p");
         assert!(e.satisfied(&"p"));
@@ -319,7 +315,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn recreate_waits_for_both_delete_and_create() {
-        let e = E::new();
+        let e = E::default();
         e.expect_deletes(&"p", ["a"]);
         e.expect_creates(&"p", ["a"]);
         assert_eq!(e.pending(&"p"), (1, 1));

@@ -1,14 +1,16 @@
-//! Discovery fetch and shared informers against the embedded API server.
+//! Discovery fetch and shared informers against the embedded API server (unit tests: they
+//! read informer internals such as [`LIST_PAGE_SIZE`] and test-only accessors).
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use super::LIST_PAGE_SIZE;
+use crate::{
+    ApiResource, Change, Handler, Informer, InformerConfig, Informers, Keep, KeepKeys, Lease,
+    NamespacedName, Origin, Relisted, ResourceId, ResourceMap, WatchScope,
+};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DeleteParams, PostParams};
-use metacontroller_dynamic::{
-    discover, Change, Informer, InformerConfig, Informers, Keep, KeepKeys, NamespacedName, Origin,
-    Relisted, ResourceMap,
-};
 
 async fn client(server: &embedded_apiserver::ApiServerHandle) -> kube::Client {
     let kubeconfig = kube::config::Kubeconfig::from_yaml(&server.kubeconfig_yaml()).unwrap();
@@ -28,7 +30,9 @@ async fn discovered() -> (
         .await
         .unwrap();
     let client = client(&server).await;
-    let found = discover(&client, &ResourceMap::new()).await.unwrap();
+    let found = ResourceMap::discover(&client, &ResourceMap::default())
+        .await
+        .unwrap();
     let (map, _) = found.update.expect("discovery loaded something");
     (server, client, map)
 }
@@ -51,7 +55,7 @@ fn cm(name: &str, value: &str) -> ConfigMap {
 
 type Seen = Arc<Mutex<Vec<(String, String, Origin)>>>;
 
-fn record(seen: &Seen) -> metacontroller_dynamic::Handler {
+fn record(seen: &Seen) -> Handler {
     let seen = seen.clone();
     Arc::new(move |change: &Change<kube::core::DynamicObject>, origin| {
         let kind = match change {
@@ -78,7 +82,9 @@ async fn discovery_and_shared_informer() {
         .unwrap();
     let client = client(&server).await;
 
-    let found = discover(&client, &ResourceMap::new()).await.unwrap();
+    let found = ResourceMap::discover(&client, &ResourceMap::default())
+        .await
+        .unwrap();
     let (map, diff) = found.update.expect("discovery loaded something");
     assert!(found.errors.is_empty(), "{:?}", found.errors);
     let configmaps = map.get("v1", "configmaps").unwrap().clone();
@@ -373,7 +379,7 @@ async fn a_child_reowned_to_another_shard_leaves(
 /// as synced again.
 async fn a_full_user_widens_the_informer(
     informers: &Informers,
-    configmaps: &Arc<metacontroller_dynamic::ApiResource>,
+    configmaps: &Arc<ApiResource>,
     informer: &Informer,
 ) {
     let all = informers.lease(configmaps);
@@ -445,7 +451,7 @@ async fn lists_are_read_in_pages() {
     let (server, client, map) = discovered().await;
     let configmaps = map.get("v1", "configmaps").unwrap().clone();
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
-    let count = 2 * metacontroller_dynamic::LIST_PAGE_SIZE as usize + 50;
+    let count = 2 * LIST_PAGE_SIZE as usize + 50;
     for i in 0..count {
         cms.create(&PostParams::default(), &cm(&format!("page-{i}"), "1"))
             .await
@@ -461,9 +467,9 @@ async fn lists_are_read_in_pages() {
     assert!(informer.len() >= before, "every listed ConfigMap is cached");
     assert_eq!(
         server.control().requests("list", "configmaps"),
-        before.div_ceil(metacontroller_dynamic::LIST_PAGE_SIZE as usize) as u64,
+        before.div_ceil(LIST_PAGE_SIZE as usize) as u64,
         "one list request per page of {} objects",
-        metacontroller_dynamic::LIST_PAGE_SIZE
+        LIST_PAGE_SIZE
     );
 }
 
@@ -489,7 +495,7 @@ async fn scoped_informers_watch_only_their_namespaces() {
             .await
             .unwrap();
     }
-    let scope = metacontroller_dynamic::WatchScope::new(["team-a", "team-b"]).unwrap();
+    let scope = WatchScope::new(["team-a", "team-b"]).unwrap();
     let informers = Informers::new(
         client.clone(),
         InformerConfig {
@@ -503,7 +509,7 @@ async fn scoped_informers_watch_only_their_namespaces() {
         .await
         .unwrap();
     assert!(namespaces.has_synced() && namespaces.is_empty());
-    let keys = |informer: &metacontroller_dynamic::Informer| {
+    let keys = |informer: &Informer| {
         let mut keys: Vec<String> = informer
             .list()
             .iter()
@@ -550,10 +556,7 @@ async fn scoped_informers_watch_only_their_namespaces() {
 async fn filtered_configmaps(
     client: &kube::Client,
     map: &ResourceMap,
-) -> (
-    Informers,
-    metacontroller_dynamic::Lease<metacontroller_dynamic::ResourceId, Informer>,
-) {
+) -> (Informers, Lease<ResourceId, Informer>) {
     let configmaps = map.get("v1", "configmaps").unwrap().clone();
     let informers = Informers::new(
         client.clone(),
@@ -683,7 +686,9 @@ async fn after_a_long_outage_watches_resume_within_seconds_of_the_server_answeri
     let first = server_on(0).await;
     let port = first.addr().port();
     let client = client(&first).await;
-    let found = discover(&client, &ResourceMap::new()).await.unwrap();
+    let found = ResourceMap::discover(&client, &ResourceMap::default())
+        .await
+        .unwrap();
     let (map, _) = found.update.expect("discovery loaded something");
     let configmaps = map.get("v1", "configmaps").unwrap().clone();
     let informers = Informers::new(client.clone(), InformerConfig::default());
