@@ -1,12 +1,13 @@
 //! The API server a test talks to: embedded in-process, or a real cluster.
 
+use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use embedded_apiserver::{ApiServer, ApiServerHandle, Control};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Api, PostParams};
+use kube::api::{Api, ListParams, PostParams};
 use kube::core::DynamicObject;
 use serde_json::{json, Value};
 
@@ -371,6 +372,18 @@ impl TestCluster {
             );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
+    }
+
+    /// The names of the ConfigMaps in `namespace` now.
+    pub async fn configmap_names(&self, namespace: &str) -> BTreeSet<String> {
+        Api::<ConfigMap>::namespaced(self.client(), namespace)
+            .list(&ListParams::default())
+            .await
+            .unwrap_or_else(|e| panic!("listing ConfigMaps in {namespace}: {e}"))
+            .items
+            .into_iter()
+            .filter_map(|c| c.metadata.name)
+            .collect()
     }
 
     /// Waits until in-flight writes have settled — the write counter has not moved for
