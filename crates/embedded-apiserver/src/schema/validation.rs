@@ -610,12 +610,8 @@ fn check(x: &Value, s: &Node, path: &str, root: bool, errs: &mut Vec<FieldError>
 
 #[cfg(test)]
 mod tests {
-    use crate::schema::{FieldErrorType, StructuralSchema};
+    use crate::schema::{test_schema as schema, FieldErrorType, StructuralSchema};
     use serde_json::json;
-
-    fn schema(v: serde_json::Value) -> StructuralSchema {
-        StructuralSchema::from_openapi_v3(&v).unwrap()
-    }
 
     fn msgs(s: &StructuralSchema, obj: serde_json::Value) -> Vec<String> {
         s.validate(&obj).iter().map(|e| e.to_string()).collect()
