@@ -148,17 +148,7 @@ fn code(module: Option<Vec<u8>>) -> Arc<MemoryCode> {
         ("sync.jsonnet", SYNC_JSONNET),
         ("greeting.libsonnet", GREETING_LIBSONNET),
     ];
-    memory.set(
-        "hooks",
-        "hello-jsonnet",
-        CodeObject {
-            data: files
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
-            ..CodeObject::default()
-        },
-    );
+    memory.set("hooks", "hello-jsonnet", CodeObject::from_text(&files));
     if let Some(module) = module {
         let binary_data = [("hello.wasm".to_string(), module)].into();
         memory.set(
