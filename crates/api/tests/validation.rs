@@ -10,20 +10,19 @@ use metacontroller_api::{CompositeController, DecoratorController, Hook};
 use serde_json::{json, Value};
 
 fn composite(spec: Value) -> CompositeController {
-    serde_json::from_value(json!({
-        "apiVersion": "metacontroller.k8s.io/v1alpha1",
-        "kind": "CompositeController",
-        "metadata": {"name": "c"},
-        "spec": spec
-    }))
-    .unwrap()
+    controller("CompositeController", "c", spec)
 }
 
 fn decorator(spec: Value) -> DecoratorController {
+    controller("DecoratorController", "d", spec)
+}
+
+/// A controller object of `kind` named `name` with `spec`.
+fn controller<T: serde::de::DeserializeOwned>(kind: &str, name: &str, spec: Value) -> T {
     serde_json::from_value(json!({
         "apiVersion": "metacontroller.k8s.io/v1alpha1",
-        "kind": "DecoratorController",
-        "metadata": {"name": "d"},
+        "kind": kind,
+        "metadata": {"name": name},
         "spec": spec
     }))
     .unwrap()

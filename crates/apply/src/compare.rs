@@ -56,7 +56,7 @@ pub fn needs_update(observed: &Value, merged: &Value) -> bool {
 pub(crate) fn needs_update_with(observed: &Value, merged: &Value, skip_record: bool) -> bool {
     match (observed, merged) {
         (Value::Object(o), Value::Object(m)) => !objects_eq(o, m, Ctx::Root, skip_record),
-        _ => !json_eq(observed, merged),
+        _ => !json_equal(observed, merged),
     }
 }
 
@@ -158,11 +158,11 @@ fn annotation_eq(a: &Value, b: &Value) -> bool {
                 serde_json::from_str::<Value>(x),
                 serde_json::from_str::<Value>(y),
             ) {
-                (Ok(p), Ok(q)) => json_eq(&p, &q),
+                (Ok(p), Ok(q)) => json_equal(&p, &q),
                 _ => false,
             }
         }
-        _ => json_eq(a, b),
+        _ => json_equal(a, b),
     }
 }
 
@@ -180,16 +180,17 @@ fn numbers_eq(x: &serde_json::Number, y: &serde_json::Number) -> bool {
     }
 }
 
-/// Deep JSON equality with numbers compared by value (`1 == 1.0`).
-pub(crate) fn json_eq(a: &Value, b: &Value) -> bool {
+/// Deep JSON equality with numbers compared by value (`1 == 1.0`), as the API server
+/// re-encodes them; integers compare exactly (Kubernetes decodes integral numbers to int64).
+pub fn json_equal(a: &Value, b: &Value) -> bool {
     match (a, b) {
         (Value::Object(x), Value::Object(y)) => {
             x.len() == y.len()
                 && x.iter()
-                    .all(|(k, v)| y.get(k).is_some_and(|w| json_eq(v, w)))
+                    .all(|(k, v)| y.get(k).is_some_and(|w| json_equal(v, w)))
         }
         (Value::Array(x), Value::Array(y)) => {
-            x.len() == y.len() && x.iter().zip(y).all(|(p, q)| json_eq(p, q))
+            x.len() == y.len() && x.iter().zip(y).all(|(p, q)| json_equal(p, q))
         }
         (Value::Number(x), Value::Number(y)) => numbers_eq(x, y),
         _ => a == b,

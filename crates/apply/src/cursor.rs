@@ -109,17 +109,7 @@ impl<'a> Seek<'a> {
     /// The value at `key`, which must not be below any key asked before.
     #[inline]
     pub(crate) fn get(&mut self, key: &str) -> Option<&'a Value> {
-        while let Some((k, v)) = self.head {
-            match key_cmp(k, key) {
-                Ordering::Less => self.head = self.iter.next(),
-                Ordering::Equal => {
-                    self.head = self.iter.next();
-                    return Some(v);
-                }
-                Ordering::Greater => return None,
-            }
-        }
-        None
+        self.get_after(key, |_| {})
     }
 
     /// The value at `key` (as [`Seek::get`]), first handing every entry below it to

@@ -93,7 +93,7 @@ pub mod ssa;
 mod update;
 
 pub use bytes_form::base64_server_form;
-pub use compare::{needs_update, IGNORED_METADATA_FIELDS};
+pub use compare::{json_equal, needs_update, IGNORED_METADATA_FIELDS};
 pub use error::ApplyError;
 pub use listkey::CONVENTIONAL_MERGE_KEYS;
 pub use merge::{

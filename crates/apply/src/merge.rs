@@ -522,7 +522,7 @@ fn stored_as(o: &Value, last: Option<&Value>, des: &Value) -> bool {
     };
     matches!(des, Value::String(_) | Value::Number(_))
         && !eq_without_nulls(o, des)
-        && crate::compare::json_eq(last, des)
+        && crate::compare::json_equal(last, des)
         && crate::quantity_form::server_form_of(des).is_some_and(|s| s == *stored)
 }
 
@@ -573,7 +573,7 @@ fn eq_without_nulls(o: &Value, d: &Value) -> bool {
         (Value::Array(oa), Value::Array(da)) => {
             oa.len() == da.len() && oa.iter().zip(da).all(|(x, y)| eq_without_nulls(x, y))
         }
-        (Value::Number(_), Value::Number(_)) => crate::compare::json_eq(o, d),
+        (Value::Number(_), Value::Number(_)) => crate::compare::json_equal(o, d),
         _ => o == d,
     }
 }
@@ -1086,8 +1086,9 @@ impl KeyedLists<'_, '_> {
 /// values stay in their order unless we applied them before and no longer want them; desired
 /// values not yet present follow in desired order. Duplicates collapse.
 fn merge_set(obs: &[Value], last: &[Value], des: &[Value]) -> Out {
-    let contains = |list: &[&Value], v: &Value| list.iter().any(|x| crate::compare::json_eq(x, v));
-    let has = |list: &[Value], v: &Value| list.iter().any(|x| crate::compare::json_eq(x, v));
+    let contains =
+        |list: &[&Value], v: &Value| list.iter().any(|x| crate::compare::json_equal(x, v));
+    let has = |list: &[Value], v: &Value| list.iter().any(|x| crate::compare::json_equal(x, v));
     let mut kept: Vec<&Value> = Vec::with_capacity(obs.len() + des.len());
     for v in obs {
         if contains(&kept, v) || (has(last, v) && !has(des, v)) {

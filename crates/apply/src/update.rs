@@ -3,7 +3,7 @@
 
 use serde_json::Value;
 
-use crate::compare::{json_eq, needs_update, needs_update_with};
+use crate::compare::{json_equal, needs_update, needs_update_with};
 use crate::error::{type_name, ApplyError};
 use crate::last_applied;
 use crate::merge::{merge_opt, without_nulls};
@@ -149,7 +149,7 @@ fn prepare(
         LastApplied::FromAnnotation if record_unchanged => Some(&*desired),
         LastApplied::FromAnnotation => {
             parsed = last_applied::get(observed)?;
-            record_same_meaning = parsed.as_ref().is_some_and(|p| json_eq(p, &desired));
+            record_same_meaning = parsed.as_ref().is_some_and(|p| json_equal(p, &desired));
             parsed.as_ref()
         }
         LastApplied::Given(l) => l,

@@ -26,23 +26,7 @@ pub type Desired = BTreeMap<ChildKey, (usize, Value)>;
 /// The parent fields at `field_paths` (dotted) as a partial object.
 pub(crate) fn make_patch(parent: &Value, field_paths: &[String]) -> Value {
     let mut patch = json!({});
-    for path in field_paths {
-        let parts: Vec<&str> = path.split('.').collect();
-        let mut cur = parent;
-        let mut found = true;
-        for p in &parts {
-            match cur.get(p) {
-                Some(next) => cur = next,
-                None => {
-                    found = false;
-                    break;
-                }
-            }
-        }
-        if found {
-            set_path(&mut patch, &parts, cur.clone());
-        }
-    }
+    apply_patch(&mut patch, parent, field_paths);
     patch
 }
 
@@ -500,21 +484,13 @@ fn status_check(checks: &ChildUpdateStatusChecks, child: &Value) -> Result<(), S
             ));
         };
         let field = |f: &str| cond.get(f).and_then(Value::as_str).unwrap_or_default();
-        if let Some(want) = &check.status {
-            if field("status") != want {
+        for (name, want) in [("status", &check.status), ("reason", &check.reason)] {
+            let Some(want) = want else { continue };
+            if field(name) != want {
                 return Err(format!(
-                    "{:?} condition status is {:?} (want {want:?})",
+                    "{:?} condition {name} is {:?} (want {want:?})",
                     check.type_,
-                    field("status")
-                ));
-            }
-        }
-        if let Some(want) = &check.reason {
-            if field("reason") != want {
-                return Err(format!(
-                    "{:?} condition reason is {:?} (want {want:?})",
-                    check.type_,
-                    field("reason")
+                    field(name)
                 ));
             }
         }

@@ -51,36 +51,51 @@ async fn run_writes(
     clients: usize,
     update: bool,
 ) -> f64 {
+    let (api, prefix) = (api.clone(), prefix.to_string());
+    concurrently(total, clients, move |i| {
+        let (api, name) = (api.clone(), format!("{prefix}-{i}"));
+        async move {
+            let r = if update {
+                api.patch(
+                    &name,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"data": {"key": format!("updated-{i}")}})),
+                )
+                .await
+                .map(|_| ())
+            } else {
+                api.create(&PostParams::default(), &cm(&name, i))
+                    .await
+                    .map(|_| ())
+            };
+            if let Err(e) = r {
+                eprintln!("write {name} failed: {e}");
+            }
+        }
+    })
+    .await
+}
+
+/// Runs `write(i)` for every `i` below `total`, from `clients` concurrent tasks taking the
+/// next `i` in turn; returns the writes per second.
+async fn concurrently<W, F>(total: usize, clients: usize, write: W) -> f64
+where
+    W: Fn(usize) -> F + Send + Sync + 'static,
+    F: std::future::Future<Output = ()> + Send,
+{
+    let write = Arc::new(write);
     let next = Arc::new(AtomicUsize::new(0));
     let start = Instant::now();
     let mut tasks = Vec::new();
     for _ in 0..clients {
-        let api = api.clone();
-        let next = next.clone();
-        let prefix = prefix.to_string();
+        let (write, next) = (write.clone(), next.clone());
         tasks.push(tokio::spawn(async move {
             loop {
                 let i = next.fetch_add(1, Ordering::Relaxed);
                 if i >= total {
                     break;
                 }
-                let name = format!("{prefix}-{i}");
-                let r = if update {
-                    api.patch(
-                        &name,
-                        &PatchParams::default(),
-                        &Patch::Merge(json!({"data": {"key": format!("updated-{i}")}})),
-                    )
-                    .await
-                    .map(|_| ())
-                } else {
-                    api.create(&PostParams::default(), &cm(&name, i))
-                        .await
-                        .map(|_| ())
-                };
-                if let Err(e) = r {
-                    eprintln!("write {name} failed: {e}");
-                }
+                write(i).await;
             }
         }));
     }
@@ -88,6 +103,59 @@ async fn run_writes(
         let _ = t.await;
     }
     total as f64 / start.elapsed().as_secs_f64()
+}
+
+/// A raw watch of the ConfigMaps in `default` from `rv` selected by `selector` (URL-encoded;
+/// `extra_headers` end with CRLF) that adds every ADDED event it reads to `seen` until it has
+/// read `until` of them: the count is the server's (kube-rs would spend the shared cores
+/// decoding every copy).
+fn count_added(
+    addr: std::net::SocketAddr,
+    rv: String,
+    selector: String,
+    extra_headers: &'static str,
+    until: usize,
+    seen: Arc<AtomicUsize>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let Ok(mut sock) = tokio::net::TcpStream::connect(addr).await else {
+            return;
+        };
+        let req = format!(
+            "GET /api/v1/namespaces/default/configmaps?watch=1&resourceVersion={rv}&labelSelector={selector}&timeoutSeconds=120 HTTP/1.1\r\nHost: {addr}\r\n{extra_headers}\r\n"
+        );
+        if sock.write_all(req.as_bytes()).await.is_err() {
+            return;
+        }
+        let needle = b"\"type\":\"ADDED\"";
+        let mut buf = vec![0u8; 64 * 1024];
+        let mut carry: Vec<u8> = Vec::new();
+        let mut n = 0;
+        while n < until {
+            let Ok(k) = sock.read(&mut buf).await else {
+                break;
+            };
+            if k == 0 {
+                break;
+            }
+            carry.extend_from_slice(&buf[..k]);
+            let found = carry.windows(needle.len()).filter(|w| *w == needle).count();
+            n += found;
+            seen.fetch_add(found, Ordering::Relaxed);
+            let keep = carry.len().min(needle.len() - 1);
+            carry.drain(..carry.len() - keep);
+        }
+    })
+}
+
+/// The resourceVersion of a list now: where a watch of the writes to come starts.
+async fn list_resource_version(api: &Api<ConfigMap>) -> String {
+    let list = api
+        .list(&ListParams::default().limit(1))
+        .await
+        .expect("list");
+    list.metadata.resource_version.unwrap_or_default()
 }
 
 fn main() {
@@ -114,70 +182,32 @@ fn main() {
         println!("merge patches: {updates:.0} writes/s");
 
         // Many concurrent watches while writing.
-        let rv = api.list(&ListParams::default().limit(1)).await.expect("list").metadata.resource_version.unwrap_or_default();
+        let rv = list_resource_version(&api).await;
         let seen = Arc::new(AtomicUsize::new(0));
         let watch_writes = writes / 4;
-        let mut watchers = Vec::new();
-        // Watch clients read the raw stream and count events, so the figure is
-        // the server's (kube-rs would spend the shared cores decoding 100 copies).
         let addr = server.addr();
-        for _ in 0..watches {
-            let seen = seen.clone();
-            let rv = rv.clone();
-            watchers.push(tokio::spawn(async move {
-                use tokio::io::{AsyncReadExt, AsyncWriteExt};
-                let Ok(mut sock) = tokio::net::TcpStream::connect(addr).await else { return };
-                let req = format!(
-                    "GET /api/v1/namespaces/default/configmaps?watch=1&resourceVersion={rv}&labelSelector=app%3Dload2&timeoutSeconds=120 HTTP/1.1\r\nHost: {addr}\r\nAccept: application/json\r\n\r\n"
-                );
-                if sock.write_all(req.as_bytes()).await.is_err() {
-                    return;
-                }
-                let needle = b"\"type\":\"ADDED\"";
-                let mut buf = vec![0u8; 64 * 1024];
-                let mut carry: Vec<u8> = Vec::new();
-                let mut n = 0;
-                while n < watch_writes {
-                    let Ok(k) = sock.read(&mut buf).await else { break };
-                    if k == 0 {
-                        break;
-                    }
-                    carry.extend_from_slice(&buf[..k]);
-                    let found = carry.windows(needle.len()).filter(|w| *w == needle).count();
-                    n += found;
-                    seen.fetch_add(found, Ordering::Relaxed);
-                    let keep = carry.len().min(needle.len() - 1);
-                    carry.drain(..carry.len() - keep);
-                }
-            }));
-        }
+        let watchers: Vec<_> = (0..watches)
+            .map(|_| {
+                let selector = "app%3Dload2".to_string();
+                let json = "Accept: application/json\r\n";
+                count_added(addr, rv.clone(), selector, json, watch_writes, seen.clone())
+            })
+            .collect();
         let deadline = Instant::now() + Duration::from_secs(30);
         while server.control().open_watches() < watches && Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        let api2 = api.clone();
         let start = Instant::now();
-        let next = Arc::new(AtomicUsize::new(0));
-        let mut tasks = Vec::new();
-        for _ in 0..clients {
-            let api = api2.clone();
-            let next = next.clone();
-            tasks.push(tokio::spawn(async move {
-                loop {
-                    let i = next.fetch_add(1, Ordering::Relaxed);
-                    if i >= watch_writes {
-                        break;
-                    }
-                    let mut c = cm(&format!("w-{i}"), i);
-                    c.metadata.labels = Some([("app".to_string(), "load2".to_string())].into());
-                    let _ = api.create(&PostParams::default(), &c).await;
-                }
-            }));
-        }
-        for t in tasks {
-            let _ = t.await;
-        }
-        let write_rate = watch_writes as f64 / start.elapsed().as_secs_f64();
+        let creates = api.clone();
+        let write_rate = concurrently(watch_writes, clients, move |i| {
+            let api = creates.clone();
+            async move {
+                let mut c = cm(&format!("w-{i}"), i);
+                c.metadata.labels = Some([("app".to_string(), "load2".to_string())].into());
+                let _ = api.create(&PostParams::default(), &c).await;
+            }
+        })
+        .await;
         for w in watchers {
             let _ = tokio::time::timeout(Duration::from_secs(60), w).await;
         }
@@ -191,68 +221,31 @@ fn main() {
 
         // 100 watches that each select a different slice (one label value per
         // watch): every write reaches one watcher, as with per-parent watches.
-        let rv = api.list(&ListParams::default().limit(1)).await.expect("list").metadata.resource_version.unwrap_or_default();
+        let rv = list_resource_version(&api).await;
         let per_watch = 50;
         let total = watches * per_watch;
         let seen = Arc::new(AtomicUsize::new(0));
         let before = server.control().open_watches();
-        let mut watchers = Vec::new();
-        for w in 0..watches {
-            let seen = seen.clone();
-            let rv = rv.clone();
-            watchers.push(tokio::spawn(async move {
-                use tokio::io::{AsyncReadExt, AsyncWriteExt};
-                let Ok(mut sock) = tokio::net::TcpStream::connect(addr).await else { return };
-                let req = format!(
-                    "GET /api/v1/namespaces/default/configmaps?watch=1&resourceVersion={rv}&labelSelector=slice%3D{w}&timeoutSeconds=120 HTTP/1.1\r\nHost: {addr}\r\n\r\n"
-                );
-                if sock.write_all(req.as_bytes()).await.is_err() {
-                    return;
-                }
-                let needle = b"\"type\":\"ADDED\"";
-                let mut buf = vec![0u8; 64 * 1024];
-                let mut carry: Vec<u8> = Vec::new();
-                let mut n = 0;
-                while n < per_watch {
-                    let Ok(k) = sock.read(&mut buf).await else { break };
-                    if k == 0 {
-                        break;
-                    }
-                    carry.extend_from_slice(&buf[..k]);
-                    let found = carry.windows(needle.len()).filter(|w| *w == needle).count();
-                    n += found;
-                    seen.fetch_add(found, Ordering::Relaxed);
-                    let keep = carry.len().min(needle.len() - 1);
-                    carry.drain(..carry.len() - keep);
-                }
-            }));
-        }
+        let watchers: Vec<_> = (0..watches)
+            .map(|w| {
+                let selector = format!("slice%3D{w}");
+                count_added(addr, rv.clone(), selector, "", per_watch, seen.clone())
+            })
+            .collect();
         let deadline = Instant::now() + Duration::from_secs(30);
         while server.control().open_watches() < before + watches && Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        let start = Instant::now();
-        let next = Arc::new(AtomicUsize::new(0));
-        let mut tasks = Vec::new();
-        for _ in 0..clients {
-            let api = api.clone();
-            let next = next.clone();
-            tasks.push(tokio::spawn(async move {
-                loop {
-                    let i = next.fetch_add(1, Ordering::Relaxed);
-                    if i >= total {
-                        break;
-                    }
-                    let mut c = cm(&format!("s-{i}"), i);
-                    c.metadata.labels = Some([("slice".to_string(), (i % watches.max(1)).to_string())].into());
-                    let _ = api.create(&PostParams::default(), &c).await;
-                }
-            }));
-        }
-        for t in tasks {
-            let _ = t.await;
-        }
-        let rate = total as f64 / start.elapsed().as_secs_f64();
+        let creates = api.clone();
+        let rate = concurrently(total, clients, move |i| {
+            let api = creates.clone();
+            async move {
+                let mut c = cm(&format!("s-{i}"), i);
+                c.metadata.labels = Some([("slice".to_string(), (i % watches.max(1)).to_string())].into());
+                let _ = api.create(&PostParams::default(), &c).await;
+            }
+        })
+        .await;
         for w in watchers {
             let _ = tokio::time::timeout(Duration::from_secs(60), w).await;
         }

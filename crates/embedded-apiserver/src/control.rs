@@ -33,14 +33,24 @@ pub struct Fault {
 }
 
 impl Fault {
-    /// A status-code fault.
-    pub fn status(verb: Option<&str>, resource: Option<&str>, count: usize, code: u16) -> Self {
+    /// A fault doing `action` to the next `count` requests that match `verb` and `resource`.
+    pub fn new(
+        verb: Option<&str>,
+        resource: Option<&str>,
+        count: usize,
+        action: FaultAction,
+    ) -> Self {
         Fault {
             verb: verb.map(String::from),
             resource: resource.map(String::from),
             count,
-            action: FaultAction::Status(code),
+            action,
         }
+    }
+
+    /// A status-code fault.
+    pub fn status(verb: Option<&str>, resource: Option<&str>, count: usize, code: u16) -> Self {
+        Self::new(verb, resource, count, FaultAction::Status(code))
     }
 
     /// A latency fault.
@@ -50,16 +60,9 @@ impl Fault {
         count: usize,
         delay: Duration,
     ) -> Self {
-        Fault {
-            verb: verb.map(String::from),
-            resource: resource.map(String::from),
-            count,
-            action: FaultAction::Latency(delay),
-        }
+        Self::new(verb, resource, count, FaultAction::Latency(delay))
     }
-}
 
-impl Fault {
     /// A fault that serves at once and answers after `delay`.
     pub fn slow_response(
         verb: Option<&str>,
@@ -67,12 +70,7 @@ impl Fault {
         count: usize,
         delay: Duration,
     ) -> Self {
-        Fault {
-            verb: verb.map(String::from),
-            resource: resource.map(String::from),
-            count,
-            action: FaultAction::SlowResponse(delay),
-        }
+        Self::new(verb, resource, count, FaultAction::SlowResponse(delay))
     }
 }
 

@@ -4,6 +4,7 @@
 //! instance cleanup.
 
 use crate::crd::{self, CLEANUP_FINALIZER};
+use crate::ops::finalizers;
 use crate::ops::{
     self, is_deleting, DeleteOpts, Propagation, Subresource, WriteOpts, FOREGROUND_FINALIZER,
     ORPHAN_FINALIZER,
@@ -22,15 +23,20 @@ fn owner_refs(obj: &Value) -> Vec<Value> {
         .unwrap_or_default()
 }
 
-fn finalizers(obj: &Value) -> Vec<String> {
-    obj.pointer("/metadata/finalizers")
-        .and_then(Value::as_array)
-        .map(|a| {
-            a.iter()
-                .filter_map(|v| v.as_str().map(String::from))
-                .collect()
-        })
-        .unwrap_or_default()
+/// Removes `finalizer` from object `ns/name` of `info` if it still exists; returns whether
+/// that wrote it.
+fn drop_finalizer(
+    st: &mut State,
+    info: &Arc<ResourceInfo>,
+    ns: &str,
+    name: &str,
+    finalizer: &str,
+) -> bool {
+    let Some(cur) = st.get(&info.gr(), ns, name) else {
+        return false;
+    };
+    let new = without_finalizer(&cur, finalizer);
+    write_back(st, info, ns, name, new, Subresource::Main)
 }
 
 fn write_back(
@@ -96,21 +102,12 @@ fn delete(st: &mut State, info: &Arc<ResourceInfo>, ns: &str, name: &str, p: Pro
 
 /// The service-account controller's part: every active namespace gets a `default` ServiceAccount.
 fn ensure_default_service_accounts(st: &mut State) -> bool {
-    let (Some(ns_info), Some(sa_info)) = (
-        st.registry.get_gr("", "namespaces"),
-        st.registry.get_gr("", "serviceaccounts"),
-    ) else {
-        return false;
-    };
-    let mut changed = false;
-    for ((_, ns), obj) in st.list(&ns_info.gr(), None) {
-        if is_deleting(&obj) || st.get(&sa_info.gr(), &ns, "default").is_some() {
-            continue;
-        }
-        let sa = json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default", "namespace": ns}});
-        changed |= ops::create(st, &sa_info, "v1", Some(&ns), sa, &WriteOpts::default()).is_ok();
-    }
-    changed
+    ensure_in_every_namespace(
+        st,
+        "serviceaccounts",
+        "default",
+        |ns| json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default", "namespace": ns}}),
+    )
 }
 
 /// The root-CA publisher's part: every active namespace gets the `kube-root-ca.crt`
@@ -120,22 +117,35 @@ fn ensure_root_ca_config_maps(st: &mut State) -> bool {
     if !st.simulated_cluster {
         return false;
     }
-    let (Some(ns_info), Some(cm_info)) = (
+    ensure_in_every_namespace(st, "configmaps", "kube-root-ca.crt", |ns| {
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+               "metadata": {"name": "kube-root-ca.crt", "namespace": ns,
+                            "annotations": {"kubernetes.io/description": "Contains a CA bundle that can be used to verify the kube-apiserver when using internal endpoints such as the internal service IP or kubernetes.default.svc. No other usage is guaranteed across distributions of Kubernetes clusters."}},
+               "data": {"ca.crt": ""}})
+    })
+}
+
+/// Creates the core-group object `name` of `resource`, as `object(namespace)` builds it, in
+/// every namespace that is not being deleted and lacks it; returns whether it created any.
+fn ensure_in_every_namespace(
+    st: &mut State,
+    resource: &str,
+    name: &str,
+    object: impl Fn(&str) -> Value,
+) -> bool {
+    let (Some(ns_info), Some(info)) = (
         st.registry.get_gr("", "namespaces"),
-        st.registry.get_gr("", "configmaps"),
+        st.registry.get_gr("", resource),
     ) else {
         return false;
     };
     let mut changed = false;
     for ((_, ns), obj) in st.list(&ns_info.gr(), None) {
-        if is_deleting(&obj) || st.get(&cm_info.gr(), &ns, "kube-root-ca.crt").is_some() {
+        if is_deleting(&obj) || st.get(&info.gr(), &ns, name).is_some() {
             continue;
         }
-        let cm = json!({"apiVersion": "v1", "kind": "ConfigMap",
-                        "metadata": {"name": "kube-root-ca.crt", "namespace": ns,
-                                     "annotations": {"kubernetes.io/description": "Contains a CA bundle that can be used to verify the kube-apiserver when using internal endpoints such as the internal service IP or kubernetes.default.svc. No other usage is guaranteed across distributions of Kubernetes clusters."}},
-                        "data": {"ca.crt": ""}});
-        changed |= ops::create(st, &cm_info, "v1", Some(&ns), cm, &WriteOpts::default()).is_ok();
+        let new = object(&ns);
+        changed |= ops::create(st, &info, "v1", Some(&ns), new, &WriteOpts::default()).is_ok();
     }
     changed
 }
@@ -188,16 +198,7 @@ fn reconcile_deleting_owner(
             let new = set_refs(&cur, refs);
             changed |= write_back(st, &dinfo, dns, dname, new, Subresource::Main);
         }
-        if let Some(cur) = st.get(&info.gr(), ns, name) {
-            changed |= write_back(
-                st,
-                info,
-                ns,
-                name,
-                without_finalizer(&cur, ORPHAN_FINALIZER),
-                Subresource::Main,
-            );
-        }
+        changed |= drop_finalizer(st, info, ns, name, ORPHAN_FINALIZER);
         return changed;
     }
     if fin.iter().any(|f| f == FOREGROUND_FINALIZER) {
@@ -210,16 +211,7 @@ fn reconcile_deleting_owner(
             })
         });
         if !blocking {
-            if let Some(cur) = st.get(&info.gr(), ns, name) {
-                changed |= write_back(
-                    st,
-                    info,
-                    ns,
-                    name,
-                    without_finalizer(&cur, FOREGROUND_FINALIZER),
-                    Subresource::Main,
-                );
-            }
+            changed |= drop_finalizer(st, info, ns, name, FOREGROUND_FINALIZER);
         }
     }
     if info.group.is_empty() && info.resource == "namespaces" {

@@ -5,6 +5,7 @@
 use crate::errors::{ApiError, ApiResult, Cause};
 use crate::registry::{sort_versions, CrdInfo, ResourceInfo, ScaleInfo};
 use crate::store::{meta_str, State};
+use crate::string_list::string_list;
 use crate::time::now_rfc3339;
 use crate::validation::required;
 use serde_json::{json, Value};
@@ -211,15 +212,7 @@ pub fn prepare_crd(st: &State, obj: &mut Value, old: Option<&Value>) -> ApiResul
         })
         .map(|v| s(v, "/name").to_string())
         .unwrap_or_default();
-    let mut stored: Vec<String> = old
-        .and_then(|o| o.pointer("/status/storedVersions"))
-        .and_then(Value::as_array)
-        .map(|a| {
-            a.iter()
-                .filter_map(|v| v.as_str().map(String::from))
-                .collect()
-        })
-        .unwrap_or_default();
+    let mut stored = string_list(old.and_then(|o| o.pointer("/status/storedVersions")));
     if !stored.contains(&storage) {
         stored.push(storage);
     }
@@ -355,17 +348,7 @@ pub fn resource_info(crd: &Value) -> Option<ResourceInfo> {
         .pointer("/status/acceptedNames")
         .cloned()
         .unwrap_or_else(|| json!({}));
-    let strs = |key: &str| -> Vec<String> {
-        names
-            .get(key)
-            .and_then(Value::as_array)
-            .map(|a| {
-                a.iter()
-                    .filter_map(|v| v.as_str().map(String::from))
-                    .collect()
-            })
-            .unwrap_or_default()
-    };
+    let strs = |key: &str| string_list(names.get(key));
     Some(ResourceInfo {
         group: s(crd, "/spec/group").to_string(),
         versions,

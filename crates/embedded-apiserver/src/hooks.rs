@@ -99,6 +99,26 @@ fn field_errors(info: &ResourceInfo, obj: &Value, errs: &[FieldError]) -> ApiErr
     e
 }
 
+/// What decoding does with `fields` (`unknown field …` texts) the type lacks, by the request's
+/// field validation: refused under `Strict`, warned about under `Warn`, nothing under
+/// `Ignore`. The caller drops them.
+fn report_unknown_fields(ctx: &mut PrepareCtx<'_>, fields: Vec<String>) -> Result<(), ApiError> {
+    match ctx.field_validation {
+        FieldValidation::Strict => Err(ApiError::bad_request(format!(
+            "{} in version {:?} cannot be handled as a {}: strict decoding error: {}",
+            ctx.info.kind,
+            ctx.version,
+            ctx.info.kind,
+            fields.join(", ")
+        ))),
+        FieldValidation::Warn => {
+            ctx.warnings.extend(fields);
+            Ok(())
+        }
+        FieldValidation::Ignore => Ok(()),
+    }
+}
+
 /// Built-in defaulting (apply defaults, create-only strategy changes, defaults
 /// again). Service addresses are allocated later, by [`allocate`], after the
 /// field manager ran — as the real Service storage does.
@@ -115,19 +135,7 @@ fn drop_unknown_builtin_fields(ctx: &mut PrepareCtx<'_>, obj: &mut Value) -> Res
         .iter()
         .map(|p| format!("unknown field {:?}", crate::builtin_fields::render(p)))
         .collect();
-    match ctx.field_validation {
-        FieldValidation::Strict => {
-            return Err(ApiError::bad_request(format!(
-                "{} in version {:?} cannot be handled as a {}: strict decoding error: {}",
-                info.kind,
-                ctx.version,
-                info.kind,
-                fields.join(", ")
-            )));
-        }
-        FieldValidation::Warn => ctx.warnings.extend(fields),
-        FieldValidation::Ignore => {}
-    }
+    report_unknown_fields(ctx, fields)?;
     // Only object fields are ever removed, so list indices of later paths stay valid.
     for path in &unknown {
         crate::builtin_fields::remove(obj, path);
@@ -290,19 +298,7 @@ fn prepare_custom_resource(ctx: &mut PrepareCtx<'_>, obj: &mut Value) -> Result<
             .iter()
             .map(|p| format!("unknown field {p:?}"))
             .collect();
-        match ctx.field_validation {
-            FieldValidation::Strict => {
-                return Err(ApiError::bad_request(format!(
-                    "{} in version {:?} cannot be handled as a {}: strict decoding error: {}",
-                    info.kind,
-                    ctx.version,
-                    info.kind,
-                    fields.join(", ")
-                )));
-            }
-            FieldValidation::Warn => ctx.warnings.extend(fields),
-            FieldValidation::Ignore => {}
-        }
+        report_unknown_fields(ctx, fields)?;
     }
     schema.apply_defaults(obj);
     let errs = schema.validate(obj);

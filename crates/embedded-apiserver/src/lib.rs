@@ -74,6 +74,7 @@ pub mod sim;
 pub mod ssa;
 mod store;
 pub mod strategic_merge;
+mod string_list;
 mod table;
 mod time;
 mod typed_values;

@@ -10,7 +10,7 @@
 //! `x-kubernetes-group-version-kind`. The index hashes each document, so a CRD update
 //! changes its `serverRelativeURL` (clients refetch it).
 
-use crate::registry::Registry;
+use crate::registry::{Registry, ResourceInfo};
 use crate::server::{json_bytes, Shared};
 use crate::store::State;
 use axum::http::{header, HeaderValue, StatusCode};
@@ -91,6 +91,40 @@ fn components(st: &State, group: &str, version: &str) -> Map<String, Value> {
     schemas
 }
 
+/// Where the paths of a group-version start: `/api/<version>` for the core group,
+/// `/apis/<group>/<version>` for the others.
+pub(crate) fn group_version_prefix(group: &str, version: &str) -> String {
+    if group.is_empty() {
+        format!("/api/{version}")
+    } else {
+        format!("/apis/{group}/{version}")
+    }
+}
+
+/// The path of one object of `r` below `prefix`.
+pub(crate) fn item_path(prefix: &str, r: &ResourceInfo) -> String {
+    if r.namespaced {
+        format!("{prefix}/namespaces/{{namespace}}/{}/{{name}}", r.resource)
+    } else {
+        format!("{prefix}/{}/{{name}}", r.resource)
+    }
+}
+
+/// The operations of an object's path (get, put, patch, delete), each with the write's
+/// query `params` and the object's `gvk`; `id(action)` is the operation's ID.
+pub(crate) fn item_operations(id: impl Fn(&str) -> String, params: &Value, gvk: &Value) -> Value {
+    let op = |action: &str| {
+        json!({
+            "operationId": id(action),
+            "parameters": params,
+            "responses": {"200": {"description": "OK"}},
+            "x-kubernetes-action": action,
+            "x-kubernetes-group-version-kind": gvk,
+        })
+    };
+    json!({"get": op("get"), "put": op("put"), "delete": op("delete"), "patch": op("patch")})
+}
+
 fn gv_doc(st: &State, group: &str, version: &str) -> Value {
     let reg = &st.registry;
     let mut paths = Map::new();
@@ -100,31 +134,11 @@ fn gv_doc(st: &State, group: &str, version: &str) -> Value {
         {"name": "fieldValidation", "in": "query", "schema": {"type": "string", "uniqueItems": true}},
         {"name": "force", "in": "query", "schema": {"type": "boolean", "uniqueItems": true}},
     ]);
-    let prefix = if group.is_empty() {
-        format!("/api/{version}")
-    } else {
-        format!("/apis/{group}/{version}")
-    };
+    let prefix = group_version_prefix(group, version);
     for r in reg.in_group_version(group, version) {
         let gvk = json!({"group": r.group, "version": version, "kind": r.kind});
-        let item_path = if r.namespaced {
-            format!("{prefix}/namespaces/{{namespace}}/{}/{{name}}", r.resource)
-        } else {
-            format!("{prefix}/{}/{{name}}", r.resource)
-        };
-        let op = |action: &str| {
-            json!({
-                "operationId": format!("{action}{}", r.kind),
-                "parameters": params,
-                "responses": {"200": {"description": "OK"}},
-                "x-kubernetes-action": action,
-                "x-kubernetes-group-version-kind": gvk,
-            })
-        };
-        paths.insert(
-            item_path,
-            json!({"patch": op("patch"), "put": op("put"), "get": op("get"), "delete": op("delete")}),
-        );
+        let id = |action: &str| format!("{action}{}", r.kind);
+        paths.insert(item_path(&prefix, &r), item_operations(id, &params, &gvk));
     }
     json!({
         "openapi": "3.0.0",

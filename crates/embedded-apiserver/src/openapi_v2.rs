@@ -42,30 +42,11 @@ pub(crate) fn document(reg: &Registry) -> Value {
     let mut paths = Map::new();
     for r in reg.all() {
         for version in &r.versions {
-            let prefix = if r.group.is_empty() {
-                format!("/api/{version}")
-            } else {
-                format!("/apis/{}/{version}", r.group)
-            };
-            let item_path = if r.namespaced {
-                format!("{prefix}/namespaces/{{namespace}}/{}/{{name}}", r.resource)
-            } else {
-                format!("{prefix}/{}/{{name}}", r.resource)
-            };
+            let prefix = crate::openapi::group_version_prefix(&r.group, version);
             let gvk = json!({"group": r.group, "version": version, "kind": r.kind});
-            let op = |action: &str| {
-                json!({
-                    "operationId": format!("{action}{}{}", r.kind, capitalized(version)),
-                    "parameters": params,
-                    "responses": {"200": {"description": "OK"}},
-                    "x-kubernetes-action": action,
-                    "x-kubernetes-group-version-kind": gvk,
-                })
-            };
-            paths.insert(
-                item_path,
-                json!({"get": op("get"), "put": op("put"), "delete": op("delete"), "patch": op("patch")}),
-            );
+            let id = |action: &str| format!("{action}{}{}", r.kind, capitalized(version));
+            let operations = crate::openapi::item_operations(id, &params, &gvk);
+            paths.insert(crate::openapi::item_path(&prefix, &r), operations);
         }
     }
     json!({

@@ -8,6 +8,7 @@ use crate::errors::{ApiError, ApiResult};
 use crate::hooks::{self, FieldValidation, PrepareCtx};
 use crate::registry::ResourceInfo;
 use crate::store::{meta_str, EventType, State};
+use crate::string_list::string_list;
 use crate::time::now_rfc3339;
 use crate::validation::{self, forbidden, name_rule, required};
 use serde_json::{json, Map, Value};
@@ -139,15 +140,9 @@ fn meta_mut(obj: &mut Value) -> ApiResult<&mut Map<String, Value>> {
         .ok_or_else(|| ApiError::bad_request("metadata must be an object"))
 }
 
-fn finalizers(obj: &Value) -> Vec<String> {
-    obj.pointer("/metadata/finalizers")
-        .and_then(Value::as_array)
-        .map(|a| {
-            a.iter()
-                .filter_map(|v| v.as_str().map(String::from))
-                .collect()
-        })
-        .unwrap_or_default()
+/// The object's `metadata.finalizers`.
+pub(crate) fn finalizers(obj: &Value) -> Vec<String> {
+    string_list(obj.pointer("/metadata/finalizers"))
 }
 
 fn set_finalizers(obj: &mut Value, f: &[String]) {

@@ -2,6 +2,7 @@
 //! query strings the way apimachinery's `labels.Parse` / `fields.ParseSelector` accept them.
 
 use crate::errors::ApiError;
+use crate::string_list::string_list;
 use serde_json::Value;
 use std::collections::BTreeMap;
 
@@ -150,15 +151,7 @@ impl LabelSelector {
                     .and_then(Value::as_str)
                     .unwrap_or_default()
                     .to_string();
-                let values: Vec<String> = e
-                    .get("values")
-                    .and_then(Value::as_array)
-                    .map(|a| {
-                        a.iter()
-                            .filter_map(|v| v.as_str().map(String::from))
-                            .collect()
-                    })
-                    .unwrap_or_default();
+                let values = string_list(e.get("values"));
                 match e
                     .get("operator")
                     .and_then(Value::as_str)

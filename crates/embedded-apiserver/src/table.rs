@@ -211,28 +211,12 @@ fn columns(info: &ResourceInfo, version: &str) -> Vec<Column> {
         ],
         ("apps", "deployments") => vec![
             name,
-            computed("Ready", |o| {
-                json!(format!(
-                    "{}/{}",
-                    int(o, "/status/readyReplicas"),
-                    int(o, "/spec/replicas")
-                ))
-            }),
+            computed("Ready", ready_of_desired),
             computed("Up-to-date", |o| json!(int(o, "/status/updatedReplicas"))),
             computed("Available", |o| json!(int(o, "/status/availableReplicas"))),
             age(),
         ],
-        ("apps", "statefulsets") => vec![
-            name,
-            computed("Ready", |o| {
-                json!(format!(
-                    "{}/{}",
-                    int(o, "/status/readyReplicas"),
-                    int(o, "/spec/replicas")
-                ))
-            }),
-            age(),
-        ],
+        ("apps", "statefulsets") => vec![name, computed("Ready", ready_of_desired), age()],
         ("apps", "replicasets") => vec![
             name,
             computed("Desired", |o| json!(int(o, "/spec/replicas"))),
@@ -392,6 +376,15 @@ fn eval_path(obj: &Value, path: &str) -> Value {
         1 => cur.remove(0),
         _ => Value::Array(cur),
     }
+}
+
+/// The `Ready` cell of a Deployment or StatefulSet: ready replicas of the desired ones (`2/3`).
+fn ready_of_desired(o: &Value) -> Value {
+    json!(format!(
+        "{}/{}",
+        int(o, "/status/readyReplicas"),
+        int(o, "/spec/replicas")
+    ))
 }
 
 fn int(o: &Value, ptr: &str) -> i64 {

@@ -24,6 +24,25 @@ fn cm(name: &str, labels: serde_json::Value) -> ConfigMap {
     .unwrap()
 }
 
+/// A JSON patch (RFC 6902) of `ops`.
+fn json_patch(ops: serde_json::Value) -> Patch<()> {
+    Patch::Json(serde_json::from_value(ops).unwrap())
+}
+
+/// Removes every finalizer of ConfigMap `name` (a merge patch).
+async fn clear_finalizers(api: &Api<ConfigMap>, name: &str) {
+    let patch = Patch::Merge(json!({"metadata": {"finalizers": null}}));
+    api.patch(name, &PatchParams::default(), &patch)
+        .await
+        .unwrap();
+}
+
+/// The object's resourceVersion as the number the embedded server makes it.
+fn resource_version(object: &ConfigMap) -> u64 {
+    let rv = object.metadata.resource_version.as_deref().unwrap();
+    rv.parse().unwrap()
+}
+
 #[tokio::test]
 async fn configmap_crud_and_optimistic_locking() {
     let (_s, client) = start().await;
@@ -33,13 +52,7 @@ async fn configmap_crud_and_optimistic_locking() {
             .create(&PostParams::default(), &cm("a", json!({"app": "x"})))
             .await
             .unwrap();
-        let rv1: u64 = created
-            .metadata
-            .resource_version
-            .clone()
-            .unwrap()
-            .parse()
-            .unwrap();
+        let rv1 = resource_version(&created);
         assert!(created.metadata.uid.is_some());
         assert!(created.metadata.creation_timestamp.is_some());
         assert_eq!(
@@ -61,13 +74,7 @@ async fn configmap_crud_and_optimistic_locking() {
             .replace("a", &PostParams::default(), &upd)
             .await
             .unwrap();
-        let rv2: u64 = updated
-            .metadata
-            .resource_version
-            .clone()
-            .unwrap()
-            .parse()
-            .unwrap();
+        let rv2 = resource_version(&updated);
         assert!(rv2 > rv1);
         // Stale resourceVersion -> 409 Conflict.
         let e = err_of(
@@ -105,12 +112,7 @@ async fn configmap_crud_and_optimistic_locking() {
             .patch(
                 "a",
                 &PatchParams::default(),
-                &Patch::<()>::Json(
-                    serde_json::from_value(
-                        json!([{"op": "replace", "path": "/data/m", "value": "2"}]),
-                    )
-                    .unwrap(),
-                ),
+                &json_patch(json!([{"op": "replace", "path": "/data/m", "value": "2"}])),
             )
             .await
             .unwrap();
@@ -119,12 +121,7 @@ async fn configmap_crud_and_optimistic_locking() {
             api.patch(
                 "a",
                 &PatchParams::default(),
-                &Patch::<()>::Json(
-                    serde_json::from_value(
-                        json!([{"op": "test", "path": "/data/m", "value": "9"}]),
-                    )
-                    .unwrap(),
-                ),
+                &json_patch(json!([{"op": "test", "path": "/data/m", "value": "9"}])),
             )
             .await
             .unwrap_err(),
@@ -190,38 +187,23 @@ async fn selectors_and_pagination() {
                 .map(|c| c.metadata.name.unwrap())
                 .collect::<Vec<_>>()
         };
-        assert_eq!(
-            names(
-                api.list(&ListParams::default().labels("tier=web"))
-                    .await
-                    .unwrap()
+        for (params, want) in [
+            (
+                ListParams::default().labels("tier=web"),
+                &["c0", "c1", "c4"][..],
             ),
-            ["c0", "c1", "c4"]
-        );
-        assert_eq!(
-            names(
-                api.list(&ListParams::default().labels("tier in (db,cache)"))
-                    .await
-                    .unwrap()
+            (
+                ListParams::default().labels("tier in (db,cache)"),
+                &["c2", "c3"],
             ),
-            ["c2", "c3"]
-        );
-        assert_eq!(
-            names(
-                api.list(&ListParams::default().labels("tier notin (web),i!=3"))
-                    .await
-                    .unwrap()
+            (
+                ListParams::default().labels("tier notin (web),i!=3"),
+                &["c2"],
             ),
-            ["c2"]
-        );
-        assert_eq!(
-            names(
-                api.list(&ListParams::default().fields("metadata.name=c3"))
-                    .await
-                    .unwrap()
-            ),
-            ["c3"]
-        );
+            (ListParams::default().fields("metadata.name=c3"), &["c3"]),
+        ] {
+            assert_eq!(names(api.list(&params).await.unwrap()), want, "{params:?}");
+        }
         let e = err_of(
             api.list(&ListParams::default().fields("spec.x=1"))
                 .await
@@ -370,13 +352,7 @@ async fn finalizers_hold_deletion() {
             e.message
         );
         // Removing the last finalizer deletes it.
-        api.patch(
-            "f",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"finalizers": null}})),
-        )
-        .await
-        .unwrap();
+        clear_finalizers(&api, "f").await;
         assert!(api.get_opt("f").await.unwrap().is_none());
     })
     .await;
@@ -442,13 +418,7 @@ async fn namespace_deletion_removes_contents() {
         eventually(5, || async { api.get_opt("free").await.unwrap().is_none() }).await;
         // The namespace waits for the finalizer of its last object.
         assert!(nss.get_opt("tmp").await.unwrap().is_some());
-        api.patch(
-            "held",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"finalizers": null}})),
-        )
-        .await
-        .unwrap();
+        clear_finalizers(&api, "held").await;
         eventually(5, || async { nss.get_opt("tmp").await.unwrap().is_none() }).await;
     })
     .await;

@@ -8,6 +8,16 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
 
+/// Applies Deployment `d` with `replicas` (image nginx) as `params` says (manager, force).
+async fn apply_deploy(
+    api: &Api<Deployment>,
+    params: &PatchParams,
+    replicas: i64,
+) -> kube::Result<Deployment> {
+    api.patch("d", params, &Patch::Apply(deploy(replicas, "nginx")))
+        .await
+}
+
 fn deploy(replicas: i64, image: &str) -> serde_json::Value {
     json!({
         "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"},
@@ -21,12 +31,7 @@ async fn apply_conflicts_and_force() {
     let (_s, client) = start().await;
     within(20, async {
         let api: Api<Deployment> = Api::namespaced(client.clone(), "default");
-        let created = api
-            .patch(
-                "d",
-                &PatchParams::apply("alice"),
-                &Patch::Apply(deploy(1, "nginx")),
-            )
+        let created = apply_deploy(&api, &PatchParams::apply("alice"), 1)
             .await
             .unwrap();
         let mf = created.metadata.managed_fields.clone().unwrap();
@@ -34,12 +39,7 @@ async fn apply_conflicts_and_force() {
         assert_eq!(mf[0].operation.as_deref(), Some("Apply"));
 
         // Another manager changing alice's field conflicts.
-        let e = api
-            .patch(
-                "d",
-                &PatchParams::apply("bob"),
-                &Patch::Apply(deploy(3, "nginx")),
-            )
+        let e = apply_deploy(&api, &PatchParams::apply("bob"), 3)
             .await
             .unwrap_err();
         let kube::Error::Api(st) = e else {
@@ -55,12 +55,7 @@ async fn apply_conflicts_and_force() {
         assert!(st.message.contains(".spec.replicas"), "{}", st.message);
 
         // Force takes the field over.
-        let forced = api
-            .patch(
-                "d",
-                &PatchParams::apply("bob").force(),
-                &Patch::Apply(deploy(3, "nginx")),
-            )
+        let forced = apply_deploy(&api, &PatchParams::apply("bob").force(), 3)
             .await
             .unwrap();
         assert_eq!(forced.spec.replicas, Some(3));
@@ -75,12 +70,7 @@ async fn apply_conflicts_and_force() {
         assert!(managers.contains(&"bob".to_string()), "{managers:?}");
 
         // Re-applying the same configuration is a no-op: no new resourceVersion.
-        let again = api
-            .patch(
-                "d",
-                &PatchParams::apply("bob").force(),
-                &Patch::Apply(deploy(3, "nginx")),
-            )
+        let again = apply_deploy(&api, &PatchParams::apply("bob").force(), 3)
             .await
             .unwrap();
         assert_eq!(

@@ -19,27 +19,39 @@ fn name_of(c: &ConfigMap) -> String {
     c.metadata.name.clone().unwrap_or_default()
 }
 
+/// Creates ConfigMap `name` labelled `app`.
+async fn create(api: &Api<ConfigMap>, name: &str, app: &str) {
+    api.create(&PostParams::default(), &cm(name, app))
+        .await
+        .unwrap();
+}
+
+/// The resourceVersion of a list of the ConfigMaps now: where a watch starting after the
+/// objects so far begins.
+async fn list_resource_version(api: &Api<ConfigMap>) -> String {
+    let list = api.list(&ListParams::default()).await.unwrap();
+    list.metadata.resource_version.unwrap()
+}
+
+/// `ADDED <name>` or `DELETED <name>` for an object entering or leaving a watch's
+/// selection; anything else as it prints.
+fn selection_change(event: &WatchEvent<ConfigMap>) -> String {
+    match event {
+        WatchEvent::Added(c) => format!("ADDED {}", name_of(c)),
+        WatchEvent::Deleted(c) => format!("DELETED {}", name_of(c)),
+        other => format!("{other:?}"),
+    }
+}
+
 #[tokio::test]
 async fn watch_replays_from_resource_version_and_tracks_selectors() {
     let (_s, client) = start().await;
     within(20, async {
         let api: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
-        api.create(&PostParams::default(), &cm("a", "web"))
-            .await
-            .unwrap();
-        let rv = api
-            .list(&ListParams::default())
-            .await
-            .unwrap()
-            .metadata
-            .resource_version
-            .unwrap();
-        api.create(&PostParams::default(), &cm("b", "web"))
-            .await
-            .unwrap();
-        api.create(&PostParams::default(), &cm("c", "db"))
-            .await
-            .unwrap();
+        create(&api, "a", "web").await;
+        let rv = list_resource_version(&api).await;
+        create(&api, "b", "web").await;
+        create(&api, "c", "db").await;
 
         let mut stream = api
             .watch(&WatchParams::default().labels("app=web"), &rv)
@@ -51,27 +63,13 @@ async fn watch_replays_from_resource_version_and_tracks_selectors() {
             other => panic!("unexpected {other:?}"),
         }
         // Moving out of the selection is seen as DELETED, moving in as ADDED.
-        api.patch(
-            "b",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"labels": {"app": "db"}}})),
-        )
-        .await
-        .unwrap();
-        match stream.try_next().await.unwrap().unwrap() {
-            WatchEvent::Deleted(c) => assert_eq!(name_of(&c), "b"),
-            other => panic!("unexpected {other:?}"),
-        }
-        api.patch(
-            "c",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"labels": {"app": "web"}}})),
-        )
-        .await
-        .unwrap();
-        match stream.try_next().await.unwrap().unwrap() {
-            WatchEvent::Added(c) => assert_eq!(name_of(&c), "c"),
-            other => panic!("unexpected {other:?}"),
+        for (name, app, seen) in [("b", "db", "DELETED b"), ("c", "web", "ADDED c")] {
+            let patch = Patch::Merge(json!({"metadata": {"labels": {"app": app}}}));
+            api.patch(name, &PatchParams::default(), &patch)
+                .await
+                .unwrap();
+            let event = stream.try_next().await.unwrap().unwrap();
+            assert_eq!(selection_change(&event), seen, "{event:?}");
         }
         api.patch(
             "c",
@@ -97,13 +95,7 @@ async fn watch_timeout_ends_the_stream_and_bookmarks_arrive() {
     .await;
     within(20, async {
         let api: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
-        let rv = api
-            .list(&ListParams::default())
-            .await
-            .unwrap()
-            .metadata
-            .resource_version
-            .unwrap();
+        let rv = list_resource_version(&api).await;
         let events: Vec<_> = api
             .watch(
                 &WatchParams {
@@ -131,16 +123,8 @@ async fn compacted_history_gives_410_expired() {
     let (s, client) = start().await;
     within(20, async {
         let api: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
-        let rv = api
-            .list(&ListParams::default())
-            .await
-            .unwrap()
-            .metadata
-            .resource_version
-            .unwrap();
-        api.create(&PostParams::default(), &cm("a", "web"))
-            .await
-            .unwrap();
+        let rv = list_resource_version(&api).await;
+        create(&api, "a", "web").await;
         s.control().compact_history();
         let mut stream = api
             .watch(&WatchParams::default(), &rv)
@@ -168,9 +152,7 @@ async fn runtime_watcher_relists_after_410() {
     let (s, client) = start().await;
     within(30, async {
         let api: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
-        api.create(&PostParams::default(), &cm("first", "web"))
-            .await
-            .unwrap();
+        create(&api, "first", "web").await;
         let mut w = watcher(api.clone(), watcher::Config::default()).boxed();
         // Initial list.
         let mut seen = Vec::new();
@@ -182,9 +164,7 @@ async fn runtime_watcher_relists_after_410() {
             }
         }
         assert_eq!(seen, ["first"]);
-        api.create(&PostParams::default(), &cm("second", "web"))
-            .await
-            .unwrap();
+        create(&api, "second", "web").await;
         loop {
             if let Ok(watcher::Event::Apply(c)) = w.next().await.unwrap() {
                 assert_eq!(name_of(&c), "second");
@@ -201,9 +181,7 @@ async fn runtime_watcher_relists_after_410() {
             Duration::from_millis(500),
         ));
         s.control().close_watches();
-        api.create(&PostParams::default(), &cm("third", "web"))
-            .await
-            .unwrap();
+        create(&api, "third", "web").await;
         s.control().compact_history();
         let mut relisted = Vec::new();
         let mut saw_init = false;
@@ -230,9 +208,7 @@ async fn streaming_list_watch_ends_initial_events_with_a_bookmark() {
     let (_s, client) = start().await;
     within(20, async {
         let api: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
-        api.create(&PostParams::default(), &cm("one", "web"))
-            .await
-            .unwrap();
+        create(&api, "one", "web").await;
         let mut w = watcher(api.clone(), watcher::Config::default().streaming_lists()).boxed();
         let mut seen = Vec::new();
         loop {
@@ -243,9 +219,7 @@ async fn streaming_list_watch_ends_initial_events_with_a_bookmark() {
             }
         }
         assert_eq!(seen, ["one"]);
-        api.create(&PostParams::default(), &cm("two", "web"))
-            .await
-            .unwrap();
+        create(&api, "two", "web").await;
         loop {
             if let watcher::Event::Apply(c) = w.next().await.unwrap().unwrap() {
                 assert_eq!(name_of(&c), "two");

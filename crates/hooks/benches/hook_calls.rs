@@ -20,75 +20,20 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use axum::routing::post;
-use axum::Router;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use metacontroller_api::hook::{Hook, Webhook};
-use metacontroller_api::wire::CompositeHookResponse;
-use metacontroller_hooks::{CallContext, HookClient, HookClientConfig};
-use serde_json::json;
+use metacontroller_api::hook::Hook;
+use metacontroller_hooks::{HookClient, HookClientConfig};
+use support::{hook_calls, raw_calls, request, shared_among};
+
+mod support;
 
 const CONCURRENCY: u64 = 32;
 
-/// A sync-like response of about 2 KB.
+/// A sync-like response of about 2 KB (checked, so the measured numbers stay comparable).
 fn response_body() -> String {
-    let children: Vec<serde_json::Value> = (0..8)
-        .map(|i| {
-            json!({
-                "apiVersion": "v1",
-                "kind": "ConfigMap",
-                "metadata": {"name": format!("child-{i}"), "labels": {"app": "bench"}},
-                "data": {"key": "x".repeat(137)},
-            })
-        })
-        .collect();
-    let body = json!({"status": {"replicas": 8, "ready": true}, "children": children});
-    let text = body.to_string();
+    let text = support::response_body();
     assert!((2000..2100).contains(&text.len()), "{}", text.len());
     text
-}
-
-/// The hook server shares the client's runtime, as in the load harness.
-fn start_server(rt: &tokio::runtime::Runtime) -> String {
-    let body: &'static str = Box::leak(response_body().into_boxed_str());
-    let app = Router::new().route(
-        "/sync",
-        post(move || async move { ([("content-type", "application/json")], body) }),
-    );
-    let listener = rt
-        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
-        .unwrap();
-    let addr = listener.local_addr().unwrap();
-    rt.spawn(async move { axum::serve(listener, app).await.unwrap() });
-    format!("http://{addr}/sync")
-}
-
-fn request() -> serde_json::Value {
-    json!({
-        "controller": {"metadata": {"name": "bench"}},
-        "parent": {"apiVersion": "example.com/v1", "kind": "Thing",
-                   "metadata": {"name": "p", "namespace": "default", "uid": "1234"},
-                   "spec": {"replicas": 8}},
-        "children": {},
-    })
-}
-
-const CTX: CallContext<'static> = CallContext {
-    controller: "bench",
-    hook_name: "sync",
-    parent_key: "default/p",
-};
-
-/// `calls` hook calls in sequence.
-async fn hook_calls(
-    client: HookClient,
-    hook: Arc<Hook>,
-    request: Arc<serde_json::Value>,
-    calls: u64,
-) {
-    for _ in 0..calls {
-        let _: CompositeHookResponse = client.call(&CTX, &hook, &[], &*request).await.unwrap();
-    }
 }
 
 /// The runtime, the hook server and the call every variant makes.
@@ -106,15 +51,8 @@ impl Fixture {
             .enable_all()
             .build()
             .unwrap();
-        let url = start_server(&rt);
-        let hook = Arc::new(Hook {
-            version: None,
-            webhook: Some(Webhook {
-                url: Some(url.clone()),
-                ..Webhook::default()
-            }),
-            ..Hook::default()
-        });
+        let url = support::serve_body(&rt, response_body());
+        let hook = support::webhook(url.clone());
         Self {
             rt,
             url,
@@ -131,6 +69,14 @@ impl Fixture {
             self.request.clone(),
             100,
         ));
+    }
+
+    /// How long `calls` takes, run as a task on the runtime (as controller workers run), not
+    /// on the bench thread, so each call does not pay an extra thread hand-off.
+    fn time(&self, calls: impl std::future::Future<Output = ()> + Send + 'static) -> Duration {
+        let started = Instant::now();
+        self.rt.block_on(self.rt.spawn(calls)).unwrap();
+        started.elapsed()
     }
 }
 
@@ -154,11 +100,7 @@ fn bench(c: &mut Criterion) {
 
     let mut group = c.benchmark_group("hook_calls");
     group.throughput(Throughput::Elements(1));
-    let seconds = std::env::var("HOOK_BENCH_SECONDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(8);
-    group.measurement_time(Duration::from_secs(seconds));
+    group.measurement_time(support::measurement_time("HOOK_BENCH_SECONDS", 8));
 
     bench_sequential(&mut group, "sequential", &fixture, &client);
     bench_concurrent(&mut group, &fixture, &client);
@@ -190,8 +132,7 @@ fn bench(c: &mut Criterion) {
     let _ = std::fs::remove_dir_all(&record_dir);
 }
 
-/// Calls in sequence from one task. Callers run as tasks on the runtime (as controller
-/// workers do), not on the bench thread, so each call does not pay an extra thread hand-off.
+/// Calls in sequence from one task ([`Fixture::time`]).
 fn bench_sequential(group: &mut Group<'_>, name: &str, fixture: &Fixture, client: &HookClient) {
     group.bench_function(name, |b| {
         b.iter_custom(|iters| {
@@ -200,12 +141,7 @@ fn bench_sequential(group: &mut Group<'_>, name: &str, fixture: &Fixture, client
                 fixture.hook.clone(),
                 fixture.request.clone(),
             );
-            let started = Instant::now();
-            fixture
-                .rt
-                .block_on(fixture.rt.spawn(hook_calls(client, hook, request, iters)))
-                .unwrap();
-            started.elapsed()
+            fixture.time(hook_calls(client, hook, request, iters))
         })
     });
 }
@@ -215,21 +151,16 @@ fn bench_concurrent(group: &mut Group<'_>, fixture: &Fixture, client: &HookClien
     group.bench_function("concurrent_32", |b| {
         b.iter_custom(|iters| {
             let started = Instant::now();
-            fixture.rt.block_on(async {
-                let mut tasks = Vec::new();
-                for worker in 0..CONCURRENCY {
-                    let share = iters / CONCURRENCY + u64::from(worker < iters % CONCURRENCY);
+            fixture
+                .rt
+                .block_on(shared_among(CONCURRENCY, iters, |share| {
                     let (client, hook, request) = (
                         client.clone(),
                         fixture.hook.clone(),
                         fixture.request.clone(),
                     );
-                    tasks.push(tokio::spawn(hook_calls(client, hook, request, share)));
-                }
-                for task in tasks {
-                    task.await.unwrap();
-                }
-            });
+                    hook_calls(client, hook, request, share)
+                }));
             started.elapsed()
         })
     });
@@ -245,24 +176,7 @@ fn bench_raw_baseline(group: &mut Group<'_>, fixture: &Fixture) {
     group.bench_function("raw_reqwest_baseline", |b| {
         b.iter_custom(|iters| {
             let (raw, url, body) = (raw.clone(), fixture.url.clone(), raw_body.clone());
-            let started = Instant::now();
-            fixture
-                .rt
-                .block_on(fixture.rt.spawn(async move {
-                    for _ in 0..iters {
-                        let response = raw
-                            .post(&url)
-                            .header("content-type", "application/json")
-                            .body(body.clone())
-                            .send()
-                            .await
-                            .unwrap();
-                        let bytes = response.bytes().await.unwrap();
-                        let _: CompositeHookResponse = serde_json::from_slice(&bytes).unwrap();
-                    }
-                }))
-                .unwrap();
-            started.elapsed()
+            fixture.time(raw_calls(raw, url, body, iters))
         })
     });
 }

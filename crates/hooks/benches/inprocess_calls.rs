@@ -20,7 +20,7 @@
 //! 618–688 µs; 5 concurrent callers: 88–109, 187–223 and 349–460 µs. Details: docs/src/benchmarks.md, "In-process hooks (2026-11-27)".
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use axum::routing::post;
 use axum::{Json, Router};
@@ -29,6 +29,10 @@ use metacontroller_api::hook::Hook;
 use metacontroller_api::wire::CompositeHookResponse;
 use metacontroller_hooks::{CallContext, CodeObject, HookClient, HookClientConfig, MemoryCode};
 use serde_json::{json, Value};
+
+mod support;
+
+use support::shared_among;
 
 /// The controller's default `--workers`.
 const CONCURRENCY: u64 = 5;
@@ -134,12 +138,7 @@ fn start_webhook(rt: &tokio::runtime::Runtime) -> String {
         "/sync",
         post(|Json(request): Json<Value>| async move { Json(hello_sync(&request)) }),
     );
-    let listener = rt
-        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
-        .unwrap();
-    let addr = listener.local_addr().unwrap();
-    rt.spawn(async move { axum::serve(listener, app).await.unwrap() });
-    format!("http://{addr}/sync")
+    support::serve_sync(rt, app)
 }
 
 /// The hook code ConfigMaps: the Jsonnet files, and the module when there is one.
@@ -149,17 +148,7 @@ fn code(module: Option<Vec<u8>>) -> Arc<MemoryCode> {
         ("sync.jsonnet", SYNC_JSONNET),
         ("greeting.libsonnet", GREETING_LIBSONNET),
     ];
-    memory.set(
-        "hooks",
-        "hello-jsonnet",
-        CodeObject {
-            data: files
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
-            ..CodeObject::default()
-        },
-    );
+    memory.set("hooks", "hello-jsonnet", CodeObject::from_text(&files));
     if let Some(module) = module {
         let binary_data = [("hello.wasm".to_string(), module)].into();
         memory.set(
@@ -226,18 +215,10 @@ impl Fixture {
         group.bench_function(format!("{name}/concurrent_{CONCURRENCY}"), |b| {
             b.iter_custom(|iters| {
                 let started = Instant::now();
-                self.rt.block_on(async {
-                    let mut tasks = Vec::new();
-                    for worker in 0..CONCURRENCY {
-                        let share = iters / CONCURRENCY + u64::from(worker < iters % CONCURRENCY);
-                        let (client, hook) = (self.client.clone(), hook.clone());
-                        let call = hook_calls(client, hook, self.request.clone(), share);
-                        tasks.push(tokio::spawn(call));
-                    }
-                    for task in tasks {
-                        task.await.unwrap();
-                    }
-                });
+                self.rt.block_on(shared_among(CONCURRENCY, iters, |share| {
+                    let (client, hook) = (self.client.clone(), hook.clone());
+                    hook_calls(client, hook, self.request.clone(), share)
+                }));
                 started.elapsed()
             })
         });
@@ -290,11 +271,7 @@ fn bench(c: &mut Criterion) {
 
     let mut group = c.benchmark_group("inprocess_calls");
     group.throughput(Throughput::Elements(1));
-    let seconds = std::env::var("INPROCESS_BENCH_SECONDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(5);
-    group.measurement_time(Duration::from_secs(seconds));
+    group.measurement_time(support::measurement_time("INPROCESS_BENCH_SECONDS", 5));
     for (name, hook) in &hooks {
         fixture.sequential(&mut group, name, hook);
     }

@@ -16,21 +16,22 @@
 use std::future::ready;
 use std::hint::black_box;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use axum::routing::post;
-use axum::Router;
 use criterion::{criterion_group, criterion_main, Criterion};
 use futures::executor::block_on;
-use metacontroller_api::hook::{Hook, Webhook};
+use metacontroller_api::hook::Hook;
 use metacontroller_api::wire::CompositeHookResponse;
-use metacontroller_hooks::{CallContext, HookClient, HookClientConfig, TracePropagator};
+use metacontroller_hooks::{HookClient, HookClientConfig, TracePropagator};
 use reqwest::header::{HeaderMap, HeaderValue};
 use serde_json::json;
+use support::CTX;
 use tracing::field::Empty;
 use tracing::Instrument as _;
 use tracing_subscriber::layer::SubscriberExt as _;
 use tracing_subscriber::Layer as _;
+
+mod support;
 
 /// The binary's subscriber with tracing off and the default log level.
 fn install_binary_like_subscriber() {
@@ -109,6 +110,7 @@ impl TracePropagator for FixedTraceparent {
     }
 }
 
+/// The hook server: eight ConfigMap children and a status.
 fn start_server(rt: &tokio::runtime::Runtime) -> String {
     let children: Vec<serde_json::Value> = (0..8)
         .map(|i| {
@@ -117,28 +119,9 @@ fn start_server(rt: &tokio::runtime::Runtime) -> String {
                         "data": {"key": "x".repeat(137)}})
         })
         .collect();
-    let body: &'static str = Box::leak(
-        json!({"status": {"ready": true}, "children": children})
-            .to_string()
-            .into_boxed_str(),
-    );
-    let app = Router::new().route(
-        "/sync",
-        post(move || async move { ([("content-type", "application/json")], body) }),
-    );
-    let listener = rt
-        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
-        .unwrap();
-    let addr = listener.local_addr().unwrap();
-    rt.spawn(async move { axum::serve(listener, app).await.unwrap() });
-    format!("http://{addr}/sync")
+    let body = json!({"status": {"ready": true}, "children": children});
+    support::serve_body(rt, body.to_string())
 }
-
-const CTX: CallContext<'static> = CallContext {
-    controller: "bench",
-    hook_name: "sync",
-    parent_key: "default/p",
-};
 
 async fn hook_calls(client: HookClient, hook: Arc<Hook>, calls: u64) {
     let request = json!({"controller": {"metadata": {"name": "bench"}},
@@ -151,12 +134,8 @@ async fn hook_calls(client: HookClient, hook: Arc<Hook>, calls: u64) {
 
 fn bench(c: &mut Criterion) {
     install_binary_like_subscriber();
-    let seconds = std::env::var("HOOK_BENCH_SECONDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(5);
     let mut group = c.benchmark_group("trace_off");
-    group.measurement_time(Duration::from_secs(seconds));
+    group.measurement_time(support::measurement_time("HOOK_BENCH_SECONDS", 5));
     group.bench_function("sync_spans_off", |b| {
         b.iter(|| block_on(sync_with_spans(black_box("default/p"))))
     });
@@ -168,14 +147,7 @@ fn bench(c: &mut Criterion) {
         .enable_all()
         .build()
         .unwrap();
-    let hook = Arc::new(Hook {
-        version: None,
-        webhook: Some(Webhook {
-            url: Some(start_server(&rt)),
-            ..Webhook::default()
-        }),
-        ..Hook::default()
-    });
+    let hook = support::webhook(start_server(&rt));
     let off = HookClient::new(HookClientConfig::default()).unwrap();
     let traced = HookClient::new(HookClientConfig {
         trace: Some(Arc::new(FixedTraceparent)),

@@ -108,6 +108,22 @@ mod tests {
     }
 
     /// A port nothing listens on (bound, then closed).
+    /// A server on 127.0.0.1 for one connection: it reads (the start of) the request, writes
+    /// `answer` (nothing: it hangs up without a byte of answer) and closes.
+    fn one_connection_server(
+        answer: &'static [u8],
+    ) -> (std::net::SocketAddr, std::thread::JoinHandle<()>) {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = std::thread::spawn(move || {
+            let (mut conn, _) = listener.accept().unwrap();
+            let mut buf = [0u8; 1024];
+            let _ = conn.read(&mut buf);
+            let _ = conn.write_all(answer);
+        });
+        (addr, server)
+    }
+
     fn closed_port() -> u16 {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         listener.local_addr().unwrap().port()
@@ -122,14 +138,8 @@ mod tests {
 
     #[tokio::test]
     async fn a_request_sent_without_answer_is_not_retried() {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = listener.local_addr().unwrap();
-        let server = std::thread::spawn(move || {
-            let (mut conn, _) = listener.accept().unwrap();
-            let mut buf = [0u8; 1024];
-            let _ = conn.read(&mut buf);
-            // Read the request, then hang up without a byte of answer.
-        });
+        // Read the request, then hang up without a byte of answer.
+        let (addr, server) = one_connection_server(b"");
         let err = client()
             .post(format!("http://{addr}/sync"))
             .body("{}")
@@ -143,14 +153,8 @@ mod tests {
     #[tokio::test]
     async fn tls_failures_are_not_retried() {
         // A plain-text server answering a TLS ClientHello: the handshake fails.
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = listener.local_addr().unwrap();
-        let server = std::thread::spawn(move || {
-            let (mut conn, _) = listener.accept().unwrap();
-            let mut buf = [0u8; 1024];
-            let _ = conn.read(&mut buf);
-            let _ = conn.write_all(b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\n\r\n");
-        });
+        let (addr, server) =
+            one_connection_server(b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\n\r\n");
         let err = client()
             .post(format!("https://{addr}/sync"))
             .send()

@@ -39,6 +39,19 @@ pub struct CodeObject {
     pub binary_data: BTreeMap<String, Vec<u8>>,
 }
 
+impl CodeObject {
+    /// A code object of text keys only: each `(key, text)` of `files` (Jsonnet files).
+    pub fn from_text(files: &[(&str, &str)]) -> Self {
+        CodeObject {
+            data: files
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            ..CodeObject::default()
+        }
+    }
+}
+
 /// A ConfigMap holding hook code changed (or appeared, or went away).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct CodeChange {

@@ -34,13 +34,7 @@ fn jsonnet_hook(key: &str) -> Hook {
 }
 
 fn code(files: &[(&str, &str)]) -> CodeObject {
-    CodeObject {
-        data: files
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect(),
-        ..CodeObject::default()
-    }
+    CodeObject::from_text(files)
 }
 
 const CTX: CallContext<'static> = CallContext {

@@ -16,7 +16,7 @@ use metacontroller_hooks::{
     CallContext, DirectoryRecorder, HookClient, HookClientConfig, MemoryObjects,
 };
 use serde_json::{json, Value};
-use support::{hook, start, webhook_mut, Server};
+use support::{hook, start, webhook_mut, Capture, Server};
 
 const TOKEN: &str = "tok-SECRET-recorded-9";
 
@@ -183,26 +183,6 @@ fn recording_of<'a>(files: &'a [(String, Value)], path: &str) -> &'a Value {
         .map(|(_, r)| r)
         .find(|r| r["url"].as_str().unwrap().ends_with(path))
         .unwrap_or_else(|| panic!("no recording of {path}: {files:?}"))
-}
-
-#[derive(Clone, Default)]
-struct Capture(Arc<std::sync::Mutex<Vec<u8>>>);
-
-impl std::io::Write for Capture {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Capture {
-    type Writer = Capture;
-    fn make_writer(&'a self) -> Self::Writer {
-        self.clone()
-    }
 }
 
 /// The directory becomes unusable after start (here: replaced by a file, which fails even

@@ -3,8 +3,7 @@
 
 mod support;
 
-use std::io::Write;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Body;
@@ -13,31 +12,11 @@ use axum::response::Response;
 use metacontroller_api::hook::{Authorization, BasicAuth, ClientTls, SecretKeyReference};
 use metacontroller_hooks::{CallContext, HookClient, HookClientConfig, HookError, MemoryObjects};
 use serde_json::json;
-use support::{hook, server_tls, start, webhook_mut, Ca, Server};
+use support::{hook, server_tls, start, webhook_mut, Ca, Capture, Server};
 
 const TOKEN: &str = "tok-SECRET-4d1f9";
 const PASSWORD: &str = "pw-SECRET-77a2c";
 const URL_PASSWORD: &str = "url-SECRET-c0ffee";
-
-#[derive(Clone, Default)]
-struct Capture(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Capture {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Capture {
-    type Writer = Capture;
-    fn make_writer(&'a self) -> Self::Writer {
-        self.clone()
-    }
-}
 
 fn secret_ref(name: &str, key: Option<&str>) -> SecretKeyReference {
     SecretKeyReference {

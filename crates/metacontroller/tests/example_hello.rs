@@ -4,6 +4,7 @@
 //! Skipped when kubectl or python3 is not installed.
 
 use metacontroller_testkit::example::{example_file, ExampleCluster};
+use metacontroller_testkit::hello::{delete_hello, hello_greets};
 
 const EXAMPLE: &str = "hello-world";
 
@@ -19,8 +20,7 @@ fn hello_world_example_runs_as_documented() {
     };
     k.apply(&example_file(EXAMPLE, "hello.yaml"));
 
-    k.until_jsonpath(&["configmap", "hello"], "{.data.greeting}", "Hello, World!");
-    k.until_jsonpath(&["helloworld", "hello"], "{.status.greetings}", "1");
+    hello_greets(&k, "helloworld");
     // The ConfigMap is owned by its HelloWorld.
     assert_eq!(
         k.jsonpath(
@@ -29,15 +29,6 @@ fn hello_world_example_runs_as_documented() {
         ),
         "HelloWorld"
     );
-
-    k.merge_patch("helloworld", "hello", r#"{"spec":{"who":"Kubernetes"}}"#);
-    k.until_jsonpath(
-        &["configmap", "hello"],
-        "{.data.greeting}",
-        "Hello, Kubernetes!",
-    );
-
-    k.ok(&["delete", "helloworld", "hello", "--wait=true"]);
-    k.until_gone(&["configmap", "hello"]);
+    delete_hello(&k, "helloworld");
     cluster.clean_up(&[&k]);
 }

@@ -2,9 +2,8 @@
 //! the controller (dev mode, or `run` against METACONTROLLER_E2E_KUBECONFIG), a code change
 //! reaching the parent, and `render --jsonnet` offline. Skipped without kubectl.
 
-use std::process::Command;
-
 use metacontroller_testkit::example::{all_installed, example_file, ExampleCluster, Kubectl};
+use metacontroller_testkit::hello::{delete_hello, hello_greets, render_hello_offline};
 
 const EXAMPLE: &str = "hello-world-jsonnet";
 
@@ -35,26 +34,8 @@ fn hello_world_jsonnet_example_runs_as_documented() {
     let cluster = ExampleCluster::start(env!("CARGO_BIN_EXE_metacontroller"));
     let k = cluster.namespace("hello-jsonnet");
     apply_code(&cluster, &k, &example_file(EXAMPLE, "greeting.libsonnet"));
-    k.install_crd(
-        &example_file(EXAMPLE, "crd.yaml"),
-        "hellojsonnets.example.com",
-    );
-    let namespace = format!("namespace: {}", k.ns());
-    k.apply(&cluster.rewrite(
-        EXAMPLE,
-        "controller.yaml",
-        &[("namespace: default", &namespace)],
-    ));
-    k.apply(&example_file(EXAMPLE, "hello.yaml"));
-
-    k.until_jsonpath(&["configmap", "hello"], "{.data.greeting}", "Hello, World!");
-    k.until_jsonpath(&["hellojsonnet", "hello"], "{.status.greetings}", "1");
-    k.merge_patch("hellojsonnet", "hello", r#"{"spec":{"who":"Kubernetes"}}"#);
-    k.until_jsonpath(
-        &["configmap", "hello"],
-        "{.data.greeting}",
-        "Hello, Kubernetes!",
-    );
+    cluster.apply_code_example(&k, EXAMPLE, "hellojsonnets.example.com");
+    hello_greets(&k, "hellojsonnet");
 
     // New code in the ConfigMap: the parent is synced again with it, with no change to it.
     let text = std::fs::read_to_string(example_file(EXAMPLE, "greeting.libsonnet")).unwrap();
@@ -67,36 +48,17 @@ fn hello_world_jsonnet_example_runs_as_documented() {
         "Hi, Kubernetes!",
     );
 
-    k.ok(&["delete", "hellojsonnet", "hello", "--wait=true"]);
-    k.until_gone(&["configmap", "hello"]);
-    cluster.kubectl.ok(&[
-        "delete",
-        "compositecontroller",
-        "hello-jsonnet-controller",
-        "--wait=false",
-    ]);
+    delete_hello(&k, "hellojsonnet");
+    cluster.delete_composite_controller("hello-jsonnet-controller");
     cluster.clean_up(&[&k]);
 }
 
 #[test]
 fn hello_world_jsonnet_renders_offline() {
-    let output = Command::new(env!("CARGO_BIN_EXE_metacontroller"))
-        .arg("render")
-        .arg("--controller")
-        .arg(example_file(EXAMPLE, "controller.yaml"))
-        .arg("--crd")
-        .arg(example_file(EXAMPLE, "crd.yaml"))
-        .arg("--parent")
-        .arg(example_file(EXAMPLE, "hello.yaml"))
-        .arg("--jsonnet")
-        .arg(example_file(EXAMPLE, "sync.jsonnet"))
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&output.stderr)
+    let sync = example_file(EXAMPLE, "sync.jsonnet");
+    render_hello_offline(
+        env!("CARGO_BIN_EXE_metacontroller"),
+        EXAMPLE,
+        &["--jsonnet".as_ref(), sync.as_os_str()],
     );
-    assert!(stdout.contains("Hello, World!"), "{stdout}");
 }

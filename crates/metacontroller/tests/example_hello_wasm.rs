@@ -3,9 +3,8 @@
 //! METACONTROLLER_E2E_KUBECONFIG), and `render --wasm` offline. Skipped without kubectl, or
 //! without the wasm32-wasip1 target outside CI.
 
-use std::process::Command;
-
-use metacontroller_testkit::example::{all_installed, example_file, ExampleCluster};
+use metacontroller_testkit::example::{all_installed, ExampleCluster};
+use metacontroller_testkit::hello::{delete_hello, hello_greets, render_hello_offline};
 use metacontroller_testkit::wasm::hello_world_module;
 
 const EXAMPLE: &str = "hello-world-wasm";
@@ -28,31 +27,10 @@ fn hello_world_wasm_example_runs_as_documented() {
         "hello-world-wasm",
         &format!("--from-file=hello.wasm={}", wasm.display()),
     ]);
-    k.install_crd(&example_file(EXAMPLE, "crd.yaml"), "hellowasms.example.com");
-    let namespace = format!("namespace: {}", k.ns());
-    k.apply(&cluster.rewrite(
-        EXAMPLE,
-        "controller.yaml",
-        &[("namespace: default", &namespace)],
-    ));
-    k.apply(&example_file(EXAMPLE, "hello.yaml"));
-
-    k.until_jsonpath(&["configmap", "hello"], "{.data.greeting}", "Hello, World!");
-    k.until_jsonpath(&["hellowasm", "hello"], "{.status.greetings}", "1");
-    k.merge_patch("hellowasm", "hello", r#"{"spec":{"who":"Kubernetes"}}"#);
-    k.until_jsonpath(
-        &["configmap", "hello"],
-        "{.data.greeting}",
-        "Hello, Kubernetes!",
-    );
-    k.ok(&["delete", "hellowasm", "hello", "--wait=true"]);
-    k.until_gone(&["configmap", "hello"]);
-    cluster.kubectl.ok(&[
-        "delete",
-        "compositecontroller",
-        "hello-wasm-controller",
-        "--wait=false",
-    ]);
+    cluster.apply_code_example(&k, EXAMPLE, "hellowasms.example.com");
+    hello_greets(&k, "hellowasm");
+    delete_hello(&k, "hellowasm");
+    cluster.delete_composite_controller("hello-wasm-controller");
     cluster.clean_up(&[&k]);
 }
 
@@ -64,23 +42,9 @@ fn hello_world_wasm_renders_offline() {
     let dir = tempfile::tempdir().unwrap();
     let wasm = dir.path().join("hello.wasm");
     std::fs::write(&wasm, module).unwrap();
-    let output = Command::new(env!("CARGO_BIN_EXE_metacontroller"))
-        .arg("render")
-        .arg("--controller")
-        .arg(example_file(EXAMPLE, "controller.yaml"))
-        .arg("--crd")
-        .arg(example_file(EXAMPLE, "crd.yaml"))
-        .arg("--parent")
-        .arg(example_file(EXAMPLE, "hello.yaml"))
-        .arg("--wasm")
-        .arg(&wasm)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&output.stderr)
+    render_hello_offline(
+        env!("CARGO_BIN_EXE_metacontroller"),
+        EXAMPLE,
+        &["--wasm".as_ref(), wasm.as_os_str()],
     );
-    assert!(stdout.contains("Hello, World!"), "{stdout}");
 }

@@ -19,23 +19,13 @@ use metacontroller_testkit::{
 };
 use serde_json::{json, Value};
 
-/// `metacontroller run` for the controllers labelled `team=<label>`, without metrics or
-/// probe listeners, plus `extra` flags.
+/// `metacontroller run` for the controllers labelled `team=<label>`, plus `extra` flags.
 fn run(cluster: &TestCluster, label: &str, extra: &[&str]) -> ControllerProcess {
-    let selector = format!("team={label}");
-    let mut args = vec![
-        "--target-label-selector",
-        &selector,
-        "--metrics-address",
-        "0",
-        "--health-probe-bind-address",
-        "0",
-    ];
-    args.extend_from_slice(extra);
-    ControllerProcess::run(
+    ControllerProcess::run_team(
         env!("CARGO_BIN_EXE_metacontroller"),
         cluster.kubeconfig_path(),
-        &args,
+        label,
+        extra,
     )
 }
 

@@ -23,6 +23,7 @@ use kube::api::{Api, DeleteParams, PostParams};
 use kube::core::DynamicObject;
 use metacontroller_api::composite::CompositeController;
 use metacontroller_api::decorator::DecoratorController;
+use metacontroller_apply::json_equal;
 use metacontroller_testkit::replicas::run_args;
 use metacontroller_testkit::{
     crd, create_object, eventually_within, unique_name, ControllerKind, ControllerProcess,
@@ -126,28 +127,12 @@ fn normalize(names: &Names, request: &Value) -> Value {
     serde_json::from_str(&names.blank(&v.to_string())).expect("normalized JSON")
 }
 
-/// JSON equality where 60 and 60.0 are the same number (Go does not distinguish).
-fn same_json(a: &Value, b: &Value) -> bool {
-    match (a, b) {
-        (Value::Number(x), Value::Number(y)) => x.as_f64() == y.as_f64(),
-        (Value::Array(x), Value::Array(y)) => {
-            x.len() == y.len() && x.iter().zip(y).all(|(a, b)| same_json(a, b))
-        }
-        (Value::Object(x), Value::Object(y)) => {
-            x.len() == y.len()
-                && x.iter()
-                    .all(|(k, v)| y.get(k).is_some_and(|w| same_json(v, w)))
-        }
-        _ => a == b,
-    }
-}
-
 fn assert_golden(names: &Names, version: &str, name: &str, request: &Value) {
     let actual = normalize(names, request);
     let expected: Value = serde_json::from_str(&golden_text(version, name))
         .unwrap_or_else(|e| panic!("{version}/{name}: {e}"));
     assert!(
-        same_json(&actual, &expected),
+        json_equal(&actual, &expected),
         "{version}/{name}: the binary sent a different request\nexpected: {expected:#}\nactual:   {actual:#}"
     );
 }

@@ -72,18 +72,11 @@ async fn bad_jsonnet_is_a_hook_error_with_an_event_and_nothing_else_stops() {
     create_code(&config_maps).await;
     let label = unique_name("team");
     create_controllers(&cluster, &parent, &ns, &label).await;
-    let selector = format!("team={label}");
-    let _controller = ControllerProcess::run(
+    let _controller = ControllerProcess::run_team(
         env!("CARGO_BIN_EXE_metacontroller"),
         cluster.kubeconfig_path(),
-        &[
-            "--target-label-selector",
-            &selector,
-            "--metrics-address",
-            "0",
-            "--health-probe-bind-address",
-            "0",
-        ],
+        &label,
+        &[],
     );
     let parents = parent.api(cluster.client(), Some(&ns));
     for (case, _) in CASES {

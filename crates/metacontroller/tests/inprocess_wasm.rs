@@ -136,17 +136,11 @@ async fn until_greetings(cluster: &TestCluster, ns: &str, names: &[&str], prefix
 }
 
 fn run(cluster: &TestCluster, label: &str) -> ControllerProcess {
-    ControllerProcess::run(
+    ControllerProcess::run_team(
         env!("CARGO_BIN_EXE_metacontroller"),
         cluster.kubeconfig_path(),
-        &[
-            "--target-label-selector",
-            &format!("team={label}"),
-            "--metrics-address",
-            "0",
-            "--health-probe-bind-address",
-            "0",
-        ],
+        label,
+        &[],
     )
 }
 

@@ -12,7 +12,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{Api, DeleteParams, PostParams};
 use kube::core::DynamicObject;
 use metacontroller_api::composite::CompositeController;
-use metacontroller_testkit::example::{free_port, installed, start_hook};
+use metacontroller_testkit::example::{installed, start_python_json_hook};
 use metacontroller_testkit::{
     crd, create_object, eventually_within, unique_name, ControllerProcess, CrdBuilder, HookReply,
     HookServer, TestCluster,
@@ -22,49 +22,34 @@ use serde_json::{json, Value};
 /// base64("hunter2"): the Secret value the hook asks for.
 const SECRET_B64: &str = "aHVudGVyMg==";
 
-/// A hook server in Python: logs every request body it receives (one file each, written
-/// before it answers) and answers sync with a Secret child, finalize with `finalized`,
-/// customize with no related resources.
+/// The answers of a Python hook server (`testkit::example::start_python_json_hook`, with the
+/// log directory as its second argument): logs every request body it receives (one file
+/// each, written before it answers) and answers sync with a Secret child, finalize with
+/// `finalized`, customize with no related resources.
 const PYTHON_HOOK: &str = r#"
-import json, os, sys, threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+import os, threading
 
-port, log_dir = int(sys.argv[1]), sys.argv[2]
+log_dir = sys.argv[2]
 lock, count = threading.Lock(), [0]
 
-class Hook(BaseHTTPRequestHandler):
-    def do_POST(self):
-        body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-        hook = self.path.strip("/")
-        with lock:
-            count[0] += 1
-            n = count[0]
-        tmp = os.path.join(log_dir, ".%d.tmp" % n)
-        with open(tmp, "wb") as f:
-            f.write(body)
-        os.rename(tmp, os.path.join(log_dir, "%06d-%s.json" % (n, hook)))
-        req = json.loads(body)
-        name = req["parent"]["metadata"]["name"]
-        if hook == "finalize":
-            resp = {"finalized": True, "children": []}
-        elif hook == "customize":
-            resp = {"relatedResources": []}
-        else:
-            resp = {"status": {"secrets": len(req["children"].get("Secret.v1", {}))},
-                    "children": [{"apiVersion": "v1", "kind": "Secret",
-                                  "metadata": {"name": name + "-secret"},
-                                  "data": {"password": "aHVudGVyMg=="}}]}
-        out = json.dumps(resp).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(out)))
-        self.end_headers()
-        self.wfile.write(out)
-
-    def log_message(self, *args):
-        pass
-
-ThreadingHTTPServer(("127.0.0.1", port), Hook).serve_forever()
+def answer(hook, body):
+    with lock:
+        count[0] += 1
+        n = count[0]
+    tmp = os.path.join(log_dir, ".%d.tmp" % n)
+    with open(tmp, "wb") as f:
+        f.write(body)
+    os.rename(tmp, os.path.join(log_dir, "%06d-%s.json" % (n, hook)))
+    req = json.loads(body)
+    name = req["parent"]["metadata"]["name"]
+    if hook == "finalize":
+        return {"finalized": True, "children": []}
+    if hook == "customize":
+        return {"relatedResources": []}
+    return {"status": {"secrets": len(req["children"].get("Secret.v1", {}))},
+            "children": [{"apiVersion": "v1", "kind": "Secret",
+                          "metadata": {"name": name + "-secret"},
+                          "data": {"password": "aHVudGVyMg=="}}]}
 "#;
 
 /// `metacontroller run` for the controllers selected by `selector`, recording hook exchanges
@@ -186,13 +171,9 @@ impl PythonHook {
     fn start(work: &Path) -> Self {
         let log = work.join("received");
         std::fs::create_dir_all(&log).unwrap();
-        let script = work.join("hook.py");
-        std::fs::write(&script, PYTHON_HOOK).unwrap();
-        let port = free_port();
-        let mut python = Command::new("python3");
-        python.arg(&script).arg(port.to_string()).arg(&log);
+        let (process, port) = start_python_json_hook(work, "hook", PYTHON_HOOK, &[log.as_os_str()]);
         PythonHook {
-            _process: start_hook(python, port),
+            _process: process,
             port,
             log,
         }

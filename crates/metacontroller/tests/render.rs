@@ -10,7 +10,9 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::core::DynamicObject;
-use metacontroller_testkit::example::{example_file, free_port, installed, start_hook};
+use metacontroller_testkit::example::{
+    example_file, free_port, installed, start_hook, start_python_json_hook,
+};
 use metacontroller_testkit::{
     crd, create_object, dynamic_api, eventually_within, unique_name, ControllerProcess, TestCluster,
 };
@@ -398,9 +400,6 @@ fn recorded_requests_are_replayed() {
 /// status counting the observed ConfigMaps and naming the related ones; customize relates
 /// the ConfigMaps labelled `render-related: "yes"`.
 const ITEMS_HOOK: &str = r#"
-import json, sys
-from http.server import BaseHTTPRequestHandler, HTTPServer
-
 def sync(request):
     items = request["parent"].get("spec", {}).get("items", {})
     children = [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name},
@@ -413,21 +412,9 @@ def customize(request):
     return {"relatedResources": [{"apiVersion": "v1", "resource": "configmaps",
             "labelSelector": {"matchLabels": {"render-related": "yes"}}}]}
 
-class Handler(BaseHTTPRequestHandler):
-    def do_POST(self):
-        request = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        answer = customize(request) if self.path == "/customize" else sync(request)
-        body = json.dumps(answer).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args):
-        pass
-
-HTTPServer(("127.0.0.1", int(sys.argv[1])), Handler).serve_forever()
+def answer(hook, body):
+    request = json.loads(body)
+    return customize(request) if hook == "customize" else sync(request)
 "#;
 
 /// What the --diff test works on: the items hook, a cluster with the controller object
@@ -450,12 +437,7 @@ impl ItemsScenario {
     /// Starts the items hook (python3), a cluster with the controller object and parent
     /// `p` (items a, b, c), and the ConfigMap `settings` its customize hook relates.
     async fn start(dir: &Path) -> Self {
-        let script = dir.join("items_hook.py");
-        std::fs::write(&script, ITEMS_HOOK).unwrap();
-        let port = free_port();
-        let mut server = Command::new("python3");
-        server.arg(&script).arg(port.to_string());
-        let hook = start_hook(server, port);
+        let (hook, port) = start_python_json_hook(dir, "items_hook", ITEMS_HOOK, &[]);
 
         let cluster = TestCluster::start().await;
         cluster.install_metacontroller_crds().await;

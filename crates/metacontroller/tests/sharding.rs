@@ -26,7 +26,7 @@ use metacontroller_api::decorator::DecoratorController;
 use metacontroller_dynamic::shard_of;
 use metacontroller_testkit::metrics::sample;
 use metacontroller_testkit::replicas::{
-    assert_no_concurrent_syncs, assert_one_writer_at_a_time, run_args, sharding_args,
+    assert_no_concurrent_syncs, assert_one_writer_at_a_time, sharded_replica_args,
     start_recording_hook, writes_by_replica, ProxiedKubeconfig, ReplicaCall, ReplicaCalls,
     ShardLeases,
 };
@@ -188,13 +188,9 @@ impl Setup {
         shards: u32,
         lease: Duration,
     ) -> ControllerProcess {
-        let mut args = run_args(kubeconfig, &self.label);
-        args.extend(sharding_args(self.shards.group(), shards, lease));
-        args.extend([
-            "--workers=2".to_string(),
-            "--metrics-address=127.0.0.1:0".to_string(),
-            "--health-probe-bind-address=0".to_string(),
-        ]);
+        let mut args =
+            sharded_replica_args(kubeconfig, &self.label, self.shards.group(), shards, lease);
+        args.push("--workers=2".to_string());
         ControllerProcess::start_with_env(
             env!("CARGO_BIN_EXE_metacontroller"),
             args,
@@ -330,15 +326,7 @@ impl Setup {
     /// Names of the parents with `status.ok` and both children.
     async fn converged(&self) -> BTreeSet<String> {
         let parents = self.parents().list(&ListParams::default()).await.unwrap();
-        let cms: Api<ConfigMap> = Api::namespaced(self.cluster.client(), &self.ns);
-        let children: BTreeSet<String> = cms
-            .list(&ListParams::default())
-            .await
-            .unwrap()
-            .items
-            .into_iter()
-            .filter_map(|c| c.metadata.name)
-            .collect();
+        let children = self.cluster.configmap_names(&self.ns).await;
         parents
             .items
             .into_iter()

@@ -21,13 +21,13 @@ use std::time::{Duration, Instant};
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use axum::response::Response;
-use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::core::DynamicObject;
 use metacontroller_api::composite::CompositeController;
 use metacontroller_api::decorator::DecoratorController;
 use metacontroller_testkit::metrics::sample;
-use metacontroller_testkit::replicas::{run_args, sharding_args, ShardLeases};
+use metacontroller_testkit::replicas::{sharded_replica_args, ShardLeases};
 use metacontroller_testkit::{
     create_object, eventually_within, unique_name, ControllerProcess, CrdBuilder, TestCluster,
 };
@@ -171,16 +171,13 @@ impl Setup {
     /// A replica of the group: `--sharding` with short lease timings and metrics on a
     /// random port.
     fn replica(&self) -> ControllerProcess {
-        let mut args = run_args(self.cluster.kubeconfig_path(), &self.label);
-        args.extend(sharding_args(
+        let args = sharded_replica_args(
+            self.cluster.kubeconfig_path(),
+            &self.label,
             self.shards.group(),
             SHARDS,
             Duration::from_secs(4),
-        ));
-        args.extend([
-            "--metrics-address=127.0.0.1:0".to_string(),
-            "--health-probe-bind-address=0".to_string(),
-        ]);
+        );
         ControllerProcess::start_with_env(
             env!("CARGO_BIN_EXE_metacontroller"),
             args,
@@ -209,15 +206,7 @@ impl Setup {
     async fn wait_converged(&self) {
         eventually_within("the parents converge", Duration::from_secs(90), || async {
             let parents = self.parents().list(&ListParams::default()).await.unwrap();
-            let children: BTreeSet<String> =
-                Api::<ConfigMap>::namespaced(self.cluster.client(), &self.ns)
-                    .list(&ListParams::default())
-                    .await
-                    .unwrap()
-                    .items
-                    .into_iter()
-                    .filter_map(|c| c.metadata.name)
-                    .collect();
+            let children = self.cluster.configmap_names(&self.ns).await;
             parents.items.len() == PARENTS
                 && parents.items.iter().all(|p| {
                     let name = p.metadata.name.clone().unwrap_or_default();

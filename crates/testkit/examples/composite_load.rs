@@ -55,8 +55,9 @@ use embedded_apiserver::WriteLatency;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ListParams, PostParams};
 use kube::core::DynamicObject;
+use metacontroller_api::composite::CompositeController;
 use metacontroller_testkit::{
-    crd, dynamic_api, metrics, unique_name, CrdBuilder, HookReply, HookServer, TestCluster,
+    crd, metrics, unique_name, CrdBuilder, HookReply, HookServer, TestCluster,
 };
 use serde_json::{json, Value};
 
@@ -876,19 +877,7 @@ async fn create_controller_and_parents(args: &mut Args, s: &Setup) {
     if args.burst > 0 {
         cc["spec"]["resyncPeriodSeconds"] = json!(args.resync_secs);
     }
-    dynamic_api(
-        s.cluster.client(),
-        "metacontroller.k8s.io/v1alpha1",
-        "CompositeController",
-        "compositecontrollers",
-        None,
-    )
-    .create(
-        &PostParams::default(),
-        &serde_json::from_value(cc).expect("controller"),
-    )
-    .await
-    .expect("creating the CompositeController");
+    let _: CompositeController = s.cluster.create_controller_object(cc).await;
     let n = args.parents;
     let parents = parents_crd.api(s.cluster.client(), Some(&s.ns));
     let created = Instant::now();

@@ -42,8 +42,9 @@ use axum::http::Request;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ListParams, PostParams};
 use kube::core::DynamicObject;
+use metacontroller_api::composite::CompositeController;
 use metacontroller_dynamic::shard_of;
-use metacontroller_testkit::{crd, dynamic_api, Control, CrdBuilder, TestCluster};
+use metacontroller_testkit::{crd, Control, CrdBuilder, TestCluster};
 use serde_json::{json, Value};
 
 struct Args {
@@ -304,19 +305,7 @@ async fn create_controller(cluster: &TestCluster, parents_crd: &CrdBuilder, url:
             "hooks": {"sync": {"webhook": {"url": url}}}
         }
     });
-    dynamic_api(
-        cluster.client(),
-        "metacontroller.k8s.io/v1alpha1",
-        "CompositeController",
-        "compositecontrollers",
-        None,
-    )
-    .create(
-        &PostParams::default(),
-        &serde_json::from_value(cc).expect("controller"),
-    )
-    .await
-    .expect("creating the CompositeController");
+    let _: CompositeController = cluster.create_controller_object(cc).await;
 }
 
 /// Creates `n` parents named `p<i>` through `parents` (32 at a time).

@@ -1,12 +1,13 @@
 //! The API server a test talks to: embedded in-process, or a real cluster.
 
+use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use embedded_apiserver::{ApiServer, ApiServerHandle, Control};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Api, PostParams};
+use kube::api::{Api, ListParams, PostParams};
 use kube::core::DynamicObject;
 use serde_json::{json, Value};
 
@@ -321,16 +322,18 @@ impl TestCluster {
         label: &str,
         spec: Value,
     ) -> K {
-        let controller: K = serde_json::from_value(json!({
+        self.create_controller_object(json!({
             "apiVersion": K::api_version(&()), "kind": K::kind(&()),
             "metadata": {"name": name, "labels": {"team": label}},
             "spec": spec,
         }))
-        .unwrap_or_else(|e| panic!("controller {name}: {e}"));
-        Api::<K>::all(self.client())
-            .create(&PostParams::default(), &controller)
-            .await
-            .unwrap_or_else(|e| panic!("creating controller {name}: {e}"))
+        .await
+    }
+
+    /// Creates the controller object `object` (`K`: CompositeController or
+    /// DecoratorController, as JSON with its metadata) as it is.
+    pub async fn create_controller_object<K: ControllerKind>(&self, object: Value) -> K {
+        create_typed(&Api::<K>::all(self.client()), object).await
     }
 
     /// [`TestCluster::create_controller`] named `<prefix>-<unique>` with a fresh label; returns
@@ -371,6 +374,18 @@ impl TestCluster {
             );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
+    }
+
+    /// The names of the ConfigMaps in `namespace` now.
+    pub async fn configmap_names(&self, namespace: &str) -> BTreeSet<String> {
+        Api::<ConfigMap>::namespaced(self.client(), namespace)
+            .list(&ListParams::default())
+            .await
+            .unwrap_or_else(|e| panic!("listing ConfigMaps in {namespace}: {e}"))
+            .items
+            .into_iter()
+            .filter_map(|c| c.metadata.name)
+            .collect()
     }
 
     /// Waits until in-flight writes have settled — the write counter has not moved for
@@ -425,12 +440,23 @@ async fn client_from_yaml(yaml: &str) -> kube::Client {
 /// # Panics
 /// When the JSON is not an object or the server refuses it (this is test code).
 pub async fn create_object(api: &Api<DynamicObject>, object: Value) -> DynamicObject {
+    create_typed(api, object).await
+}
+
+/// Creates `object` (JSON with its metadata) through `api` as a `K`; panics naming it when it
+/// is no `K` or the server refuses it.
+async fn create_typed<K>(api: &Api<K>, object: Value) -> K
+where
+    K: Clone
+        + k8s_openapi::serde::de::DeserializeOwned
+        + k8s_openapi::serde::Serialize
+        + std::fmt::Debug,
+{
     let name = object["metadata"]["name"]
         .as_str()
         .unwrap_or_default()
         .to_string();
-    let object: DynamicObject =
-        serde_json::from_value(object).unwrap_or_else(|e| panic!("object {name}: {e}"));
+    let object: K = serde_json::from_value(object).unwrap_or_else(|e| panic!("object {name}: {e}"));
     api.create(&PostParams::default(), &object)
         .await
         .unwrap_or_else(|e| panic!("creating {name}: {e}"))

@@ -95,6 +95,49 @@ pub fn start_hook(command: Command, port: u16) -> ControllerProcess {
     }
 }
 
+/// The HTTP side of a test's own Python hook server (see [`start_python_json_hook`]): it
+/// answers every POST with `answer(hook, body)` as JSON, `hook` being the request path
+/// without its slashes and `body` the request bytes, on 127.0.0.1:`sys.argv[1]`.
+const PYTHON_JSON_SERVER: &str = r#"
+
+class _JsonHook(BaseHTTPRequestHandler):
+    def do_POST(self):
+        body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        out = json.dumps(answer(self.path.strip("/"), body)).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(out)))
+        self.end_headers()
+        self.wfile.write(out)
+
+    def log_message(self, *args):
+        pass
+
+ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), _JsonHook).serve_forever()
+"#;
+
+/// Starts a test's own Python hook server: `answer` is Python code defining
+/// `answer(hook, body)` (it may use `json`, `sys`, `BaseHTTPRequestHandler` and
+/// `ThreadingHTTPServer`, imported already); the script, written to `dir/<name>.py`, runs as
+/// `python3 <script> P <args…>` on a free port P. Returns the process (stopped when dropped)
+/// and P once it listens.
+pub fn start_python_json_hook(
+    dir: &Path,
+    name: &str,
+    answer: &str,
+    args: &[&std::ffi::OsStr],
+) -> (ControllerProcess, u16) {
+    let script = dir.join(format!("{name}.py"));
+    let source = format!(
+        "import json, sys\nfrom http.server import BaseHTTPRequestHandler, ThreadingHTTPServer\n{answer}{PYTHON_JSON_SERVER}"
+    );
+    std::fs::write(&script, source).unwrap_or_else(|e| panic!("writing {}: {e}", script.display()));
+    let port = free_port();
+    let mut hook = Command::new("python3");
+    hook.arg(&script).arg(port.to_string()).args(args);
+    (start_hook(hook, port), port)
+}
+
 /// Starts an example's Python hook, `python3 examples/<example>/<script> --port P`, on a free
 /// port P; returns the process (stopped when dropped) and P once it listens.
 pub fn start_python_hook(example: &str, script: &str) -> (ControllerProcess, u16) {

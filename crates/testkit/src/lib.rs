@@ -8,7 +8,8 @@
 //!   while it runs (answer JSON, fail with a status, time out, send garbage).
 //! - [`eventually`]: poll a condition until a deadline instead of sleeping.
 //! - [`crd`] / [`CrdBuilder`]: small CRDs for parents and children.
-//! - [`example`]: the `examples/` READMEs as tests (dev-mode binary, kubectl, local hooks).
+//! - [`example`]: the `examples/` READMEs as tests (dev-mode binary, kubectl, local hooks);
+//!   [`hello`]: what the hello-world variants share.
 //! - [`ControllerProcess`]: the real binary as a child process (logs captured, signals,
 //!   killed on drop).
 //! - [`OtlpReceiver`]: an OTLP/HTTP trace receiver (what a traced controller exports).
@@ -25,6 +26,7 @@ mod cluster;
 mod crd;
 mod events;
 pub mod example;
+pub mod hello;
 mod hook;
 pub mod metrics;
 mod otlp;

@@ -40,6 +40,27 @@ impl ControllerProcess {
         Self::spawn(command)
     }
 
+    /// [`ControllerProcess::run`] for the controllers labelled `team=<label>`, without
+    /// metrics or probe listeners, plus `extra` flags.
+    pub fn run_team(
+        binary: impl AsRef<Path>,
+        kubeconfig: &Path,
+        label: &str,
+        extra: &[&str],
+    ) -> Self {
+        let selector = format!("team={label}");
+        let mut args = vec![
+            "--target-label-selector",
+            &selector,
+            "--metrics-address",
+            "0",
+            "--health-probe-bind-address",
+            "0",
+        ];
+        args.extend_from_slice(extra);
+        Self::run(binary, kubeconfig, &args)
+    }
+
     /// `binary dev` with its API server, metrics and probes on ephemeral ports, its kubeconfig
     /// written to `kubeconfig`, `extra` flags and `env`; waits (60 s) until it says it is
     /// ready and returns it with a client for its API server.

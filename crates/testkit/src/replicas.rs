@@ -423,6 +423,25 @@ pub fn sharding_args(group: &str, shards: u32, lease: Duration) -> Vec<String> {
     ]
 }
 
+/// The flags of one sharded replica in a test: [`run_args`] for `label` against
+/// `kubeconfig`, [`sharding_args`], metrics on an ephemeral port and no probe listener
+/// (replicas run side by side on one machine).
+pub fn sharded_replica_args(
+    kubeconfig: &Path,
+    label: &str,
+    group: &str,
+    shards: u32,
+    lease: Duration,
+) -> Vec<String> {
+    let mut args = run_args(kubeconfig, label);
+    args.extend(sharding_args(group, shards, lease));
+    args.extend([
+        "--metrics-address=127.0.0.1:0".to_string(),
+        "--health-probe-bind-address=0".to_string(),
+    ]);
+    args
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

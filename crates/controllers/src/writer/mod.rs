@@ -180,24 +180,8 @@ fn hash_value(v: &Value) -> u64 {
     h.finish()
 }
 
-/// Semantic JSON equality: numbers compare by value (`1` == `1.0`), as the API server
-/// re-encodes them.
-pub fn json_equal(a: &Value, b: &Value) -> bool {
-    match (a, b) {
-        (Value::Number(x), Value::Number(y)) => {
-            x == y || matches!((x.as_f64(), y.as_f64()), (Some(p), Some(q)) if p == q)
-        }
-        (Value::Array(x), Value::Array(y)) => {
-            x.len() == y.len() && x.iter().zip(y).all(|(p, q)| json_equal(p, q))
-        }
-        (Value::Object(x), Value::Object(y)) => {
-            x.len() == y.len()
-                && x.iter()
-                    .all(|(k, v)| y.get(k).is_some_and(|w| json_equal(v, w)))
-        }
-        _ => a == b,
-    }
-}
+/// Semantic JSON equality (numbers by value): one definition with the apply path's.
+pub use metacontroller_apply::json_equal;
 
 /// The write path of one controller. Share it (`Arc`) between its workers and its informer
 /// handlers.

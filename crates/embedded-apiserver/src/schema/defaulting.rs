@@ -95,12 +95,8 @@ fn prune_non_nullable_nulls(x: &mut Value, s: &Node) {
 
 #[cfg(test)]
 mod tests {
-    use crate::schema::StructuralSchema;
+    use crate::schema::test_schema as schema;
     use serde_json::json;
-
-    fn schema(v: serde_json::Value) -> StructuralSchema {
-        StructuralSchema::from_openapi_v3(&v).unwrap()
-    }
 
     #[test]
     fn absent_fields_get_defaults_nested() {

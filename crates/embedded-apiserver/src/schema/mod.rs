@@ -401,6 +401,12 @@ pub(crate) fn join_key(path: &str, key: &str) -> String {
     }
 }
 
+/// The structural schema of `v`, an OpenAPI v3 schema a test writes as JSON.
+#[cfg(test)]
+pub(crate) fn test_schema(v: Value) -> StructuralSchema {
+    StructuralSchema::from_openapi_v3(&v).unwrap()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

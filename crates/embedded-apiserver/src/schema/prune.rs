@@ -1,7 +1,7 @@
 //! Pruning of unknown fields (apiextensions `schema/pruning` semantics).
 
 use super::{join_key, AdditionalProperties, Node};
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 /// Fields of `metav1.ObjectMeta`; anything else in `metadata` is dropped the
 /// way decoding into ObjectMeta drops it on the real server.
@@ -71,12 +71,7 @@ fn prune(x: &mut Value, s: Option<&Node>, embedded: bool, path: &str, pruned: &m
             let keys: Vec<String> = m.keys().cloned().collect();
             for k in keys {
                 let child_path = join_key(path, &k);
-                if embedded && is_meta_field(&k) {
-                    if k == "metadata" {
-                        if let Some(v) = m.get_mut(&k) {
-                            prune_metadata(v, &child_path, pruned);
-                        }
-                    }
+                if embedded && embedded_meta_field(m, &k, &child_path, pruned) {
                     continue;
                 }
                 if let Some(prop) = s.properties.get(&k) {
@@ -112,6 +107,26 @@ fn prune(x: &mut Value, s: Option<&Node>, embedded: bool, path: &str, pruned: &m
     }
 }
 
+/// Whether `k` is a field of an embedded resource's root that its schema does not
+/// describe (`apiVersion`, `kind`, `metadata`): `metadata` is pruned as ObjectMeta, the
+/// others are kept as they are.
+fn embedded_meta_field(
+    m: &mut Map<String, Value>,
+    k: &str,
+    path: &str,
+    pruned: &mut Vec<String>,
+) -> bool {
+    if !is_meta_field(k) {
+        return false;
+    }
+    if k == "metadata" {
+        if let Some(v) = m.get_mut(k) {
+            prune_metadata(v, path, pruned);
+        }
+    }
+    true
+}
+
 /// Below `x-kubernetes-preserve-unknown-fields`: unknown fields stay, known
 /// ones are still pruned by their own schemas.
 fn skip_prune(x: &mut Value, s: &Node, embedded: bool, path: &str, pruned: &mut Vec<String>) {
@@ -120,12 +135,7 @@ fn skip_prune(x: &mut Value, s: &Node, embedded: bool, path: &str, pruned: &mut 
             let keys: Vec<String> = m.keys().cloned().collect();
             for k in keys {
                 let child_path = join_key(path, &k);
-                if embedded && is_meta_field(&k) {
-                    if k == "metadata" {
-                        if let Some(v) = m.get_mut(&k) {
-                            prune_metadata(v, &child_path, pruned);
-                        }
-                    }
+                if embedded && embedded_meta_field(m, &k, &child_path, pruned) {
                     continue;
                 }
                 let Some(v) = m.get_mut(&k) else { continue };
@@ -160,12 +170,8 @@ fn skip_prune(x: &mut Value, s: &Node, embedded: bool, path: &str, pruned: &mut 
 
 #[cfg(test)]
 mod tests {
-    use crate::schema::StructuralSchema;
+    use crate::schema::test_schema as schema;
     use serde_json::json;
-
-    fn schema(v: serde_json::Value) -> StructuralSchema {
-        StructuralSchema::from_openapi_v3(&v).unwrap()
-    }
 
     #[test]
     fn unknown_fields_are_pruned_and_reported() {

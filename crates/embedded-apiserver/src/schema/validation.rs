@@ -5,6 +5,7 @@
 
 use super::errors::{go_float, go_quote, FieldError};
 use super::{join_key, AdditionalProperties, Node};
+use metacontroller_apply::json_equal;
 use serde_json::{Number, Value};
 
 pub(crate) fn validate(x: &Value, s: &Node) -> Vec<FieldError> {
@@ -121,7 +122,7 @@ fn type_check(x: &Value, s: &Node, path: &str, errs: &mut Vec<FieldError>) -> bo
 
 fn enum_check(x: &Value, s: &Node, path: &str, errs: &mut Vec<FieldError>) {
     let Some(values) = &s.enum_ else { return };
-    if values.is_empty() || values.iter().any(|v| json_eq(v, x)) {
+    if values.is_empty() || values.iter().any(|v| json_equal(v, x)) {
         return;
     }
     let allowed: Vec<String> = values
@@ -132,22 +133,6 @@ fn enum_check(x: &Value, s: &Node, path: &str, errs: &mut Vec<FieldError>) {
         })
         .collect();
     errs.push(FieldError::not_supported(path, x.clone(), &allowed));
-}
-
-/// Equality treating 1 and 1.0 alike (both decode to the same Go value class).
-fn json_eq(a: &Value, b: &Value) -> bool {
-    match (a, b) {
-        (Value::Number(x), Value::Number(y)) => x.as_f64() == y.as_f64(),
-        (Value::Array(x), Value::Array(y)) => {
-            x.len() == y.len() && x.iter().zip(y).all(|(a, b)| json_eq(a, b))
-        }
-        (Value::Object(x), Value::Object(y)) => {
-            x.len() == y.len()
-                && x.iter()
-                    .all(|(k, v)| y.get(k).is_some_and(|w| json_eq(v, w)))
-        }
-        _ => a == b,
-    }
 }
 
 fn string_checks(v: &str, s: &Node, path: &str, errs: &mut Vec<FieldError>) {
@@ -373,7 +358,7 @@ fn array_checks(a: &[Value], s: &Node, path: &str, errs: &mut Vec<FieldError>) {
     }
     if s.unique_items {
         for (i, v) in a.iter().enumerate() {
-            if a[..i].iter().any(|w| json_eq(v, w)) {
+            if a[..i].iter().any(|w| json_equal(v, w)) {
                 errs.push(FieldError::invalid(
                     path,
                     Value::String(String::new()),
@@ -399,7 +384,7 @@ fn array_checks(a: &[Value], s: &Node, path: &str, errs: &mut Vec<FieldError>) {
 fn first_repeats(a: &[Value]) -> Vec<usize> {
     let mut out = Vec::new();
     for (i, v) in a.iter().enumerate() {
-        let before = a[..i].iter().filter(|w| json_eq(v, w)).count();
+        let before = a[..i].iter().filter(|w| json_equal(v, w)).count();
         if before == 1 {
             out.push(i);
         }
@@ -625,12 +610,8 @@ fn check(x: &Value, s: &Node, path: &str, root: bool, errs: &mut Vec<FieldError>
 
 #[cfg(test)]
 mod tests {
-    use crate::schema::{FieldErrorType, StructuralSchema};
+    use crate::schema::{test_schema as schema, FieldErrorType, StructuralSchema};
     use serde_json::json;
-
-    fn schema(v: serde_json::Value) -> StructuralSchema {
-        StructuralSchema::from_openapi_v3(&v).unwrap()
-    }
 
     fn msgs(s: &StructuralSchema, obj: serde_json::Value) -> Vec<String> {
         s.validate(&obj).iter().map(|e| e.to_string()).collect()

@@ -374,13 +374,11 @@ fn running_status(pod: &Value, ip: &str) -> Value {
     status["containerStatuses"] = json!(containers(pod, "containers")
         .iter()
         .map(|c| {
-            let name = c.get("name").and_then(Value::as_str).unwrap_or("");
-            let image = c.get("image").and_then(Value::as_str).unwrap_or("");
-            json!({
-                "name": name, "image": image, "imageID": image_id(image),
-                "containerID": container_id(pod, name),
-                "ready": ready, "started": true, "restartCount": 0,
-                "state": {"running": {"startedAt": started_at}}, "lastState": {},
+            container_status(pod, c, |_| {
+                json!({
+                    "ready": ready, "started": true, "restartCount": 0,
+                    "state": {"running": {"startedAt": started_at}}, "lastState": {},
+                })
             })
         })
         .collect::<Vec<_>>());
@@ -389,20 +387,32 @@ fn running_status(pod: &Value, ip: &str) -> Value {
         status["initContainerStatuses"] = json!(inits
             .iter()
             .map(|c| {
-                let name = c.get("name").and_then(Value::as_str).unwrap_or("");
-                let image = c.get("image").and_then(Value::as_str).unwrap_or("");
-                json!({
-                    "name": name, "image": image, "imageID": image_id(image),
-                    "containerID": container_id(pod, name),
-                    "ready": true, "started": false, "restartCount": 0,
-                    "state": {"terminated": {"exitCode": 0, "reason": "Completed",
-                              "startedAt": started_at, "finishedAt": started_at,
-                              "containerID": container_id(pod, name)}},
-                    "lastState": {},
+                container_status(pod, c, |id| {
+                    json!({
+                        "ready": true, "started": false, "restartCount": 0,
+                        "state": {"terminated": {"exitCode": 0, "reason": "Completed",
+                                  "startedAt": started_at, "finishedAt": started_at,
+                                  "containerID": id}},
+                        "lastState": {},
+                    })
                 })
             })
             .collect::<Vec<_>>());
     }
+    status
+}
+
+/// The status of container `c` of `pod`: its name, image and their IDs, with the fields
+/// `rest` gives for its container ID (readiness, restarts, state).
+fn container_status(pod: &Value, c: &Value, rest: impl FnOnce(&str) -> Value) -> Value {
+    let name = c.get("name").and_then(Value::as_str).unwrap_or("");
+    let image = c.get("image").and_then(Value::as_str).unwrap_or("");
+    let id = container_id(pod, name);
+    let mut status = rest(&id);
+    status["name"] = json!(name);
+    status["image"] = json!(image);
+    status["imageID"] = json!(image_id(image));
+    status["containerID"] = json!(id);
     status
 }
 

@@ -42,6 +42,7 @@ pub mod schema;
 pub use fieldset::{canonical_json, path_string, FieldSet, Path, PathElement};
 pub use schema::{BuiltinSchema, CrdSchema, ListType, SsaSchema, Untyped};
 
+use metacontroller_apply::json_equal;
 use serde_json::{json, Map, Value};
 use std::collections::BTreeMap;
 
@@ -426,7 +427,7 @@ impl Walker<'_> {
             match (lhs, rhs) {
                 (None, Some(_)) => cmp.added.insert(path),
                 (Some(_), None) => cmp.removed.insert(path),
-                (Some(l), Some(r)) if !json_eq(l, r) => cmp.modified.insert(path),
+                (Some(l), Some(r)) if !json_equal(l, r) => cmp.modified.insert(path),
                 _ => {}
             }
             return Ok(());
@@ -687,23 +688,6 @@ impl Walker<'_> {
             }
             _ => false,
         }
-    }
-}
-
-/// JSON equality where `1` and `1.0` are the same number (Kubernetes
-/// decodes integral numbers to int64 either way).
-fn json_eq(a: &Value, b: &Value) -> bool {
-    match (a, b) {
-        (Value::Number(x), Value::Number(y)) => x == y || x.as_f64() == y.as_f64(),
-        (Value::Array(x), Value::Array(y)) => {
-            x.len() == y.len() && x.iter().zip(y).all(|(a, b)| json_eq(a, b))
-        }
-        (Value::Object(x), Value::Object(y)) => {
-            x.len() == y.len()
-                && x.iter()
-                    .all(|(k, v)| y.get(k).is_some_and(|w| json_eq(v, w)))
-        }
-        _ => a == b,
     }
 }
 
@@ -993,7 +977,7 @@ pub fn apply(
     cap_update_managers(&mut managers);
 
     let unchanged = live.is_some()
-        && json_eq(&merged, live_obj)
+        && json_equal(&merged, live_obj)
         && encode_managed_fields(&managers) == encode_managed_fields(&old_managers);
     if unchanged {
         if let Some(l) = live {

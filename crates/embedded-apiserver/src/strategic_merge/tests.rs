@@ -19,6 +19,16 @@ fn containers(v: &Value) -> &Value {
     &v["spec"]["template"]["spec"]["containers"]
 }
 
+/// The names of the containers of the pod template, in order.
+fn container_names(v: &Value) -> Vec<&str> {
+    containers(v)
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect()
+}
+
 #[test]
 fn containers_merge_by_name_and_keep_others() {
     let p = json!({"spec": {"template": {"spec": {"containers": [{"name": "app", "image": "app:2"}]}}}});
@@ -37,12 +47,7 @@ fn new_list_item_without_set_element_order_goes_first_like_upstream() {
     let p =
         json!({"spec": {"template": {"spec": {"containers": [{"name": "new", "image": "n:1"}]}}}});
     let out = patch(&deployment(), &p, &deploy_meta()).unwrap();
-    let names: Vec<&str> = containers(&out)
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| c["name"].as_str().unwrap())
-        .collect();
+    let names = container_names(&out);
     assert_eq!(names, vec!["new", "app", "sidecar"]);
 }
 
@@ -52,12 +57,7 @@ fn set_element_order_fixes_the_order() {
         "$setElementOrder/containers": [{"name": "app"}, {"name": "sidecar"}, {"name": "new"}],
         "containers": [{"name": "new", "image": "n:1"}]}}}});
     let out = patch(&deployment(), &p, &deploy_meta()).unwrap();
-    let names: Vec<&str> = containers(&out)
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| c["name"].as_str().unwrap())
-        .collect();
+    let names = container_names(&out);
     assert_eq!(names, vec!["app", "sidecar", "new"]);
     assert!(out["spec"]["template"]["spec"]
         .get("$setElementOrder/containers")

@@ -133,13 +133,7 @@ mod tests {
     use super::*;
 
     fn files(entries: &[(&str, &str)]) -> Arc<CodeObject> {
-        Arc::new(CodeObject {
-            data: entries
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
-            ..CodeObject::default()
-        })
+        Arc::new(CodeObject::from_text(entries))
     }
 
     #[test]

@@ -180,3 +180,25 @@ pub fn webhook_mut(hook: &mut Hook) -> &mut Webhook {
 // Not every test binary that includes this module uses them.
 #[allow(unused_imports)]
 pub use metacontroller_testkit::pki::{server_tls, server_tls_http1, Ca};
+
+/// A log sink for a tracing subscriber (`with_writer(capture.clone())`): keeps every byte
+/// written, for the test to read from the shared buffer.
+#[derive(Clone, Default)]
+pub struct Capture(pub Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Capture {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Capture {
+    type Writer = Capture;
+    fn make_writer(&'a self) -> Self::Writer {
+        self.clone()
+    }
+}
