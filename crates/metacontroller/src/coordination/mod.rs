@@ -1,7 +1,14 @@
 //! What leader election ([`crate::leader`]) and sharding ([`crate::shard`]) share about
-//! Leases: one rule for the deadlines of ownership resting on a renewal, one conversion of
-//! durations to a Lease's whole seconds, the retry jitter and the stoppable wait. Both bind
-//! their deadlines to the same [`metacontroller_dynamic::SyncGate`] (its write fence).
+//! Leases: the one Lease client ([`LeaseClient`]: every read and write of a Lease, each
+//! with the instant its request was sent), one rule for the deadlines of ownership resting
+//! on a renewal (counted from that send), one conversion of durations to a Lease's whole
+//! seconds, the ways a Lease's spec is held and released, the retry jitter and the
+//! stoppable wait. Both bind their deadlines to the same
+//! [`metacontroller_dynamic::SyncGate`] (its write fence).
+
+mod client;
+
+pub(crate) use client::{LeaseClient, Release};
 
 use std::hash::{BuildHasher, Hasher};
 use std::time::Duration;
