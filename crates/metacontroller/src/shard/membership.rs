@@ -218,6 +218,64 @@ pub(super) async fn watch_members(
 mod tests {
     use super::*;
 
+    /// A member Lease `name` held by `holder`, renewed at second `renewed`, with `--shards`.
+    fn member(name: &str, holder: &str, renewed: i64, shards: Option<&str>) -> Lease {
+        let mut lease = Lease::default();
+        lease.metadata.name = Some(name.into());
+        lease.metadata.labels = Some([(ROLE_LABEL.to_string(), "member".to_string())].into());
+        lease.metadata.annotations =
+            shards.map(|n| [(SHARDS_ANNOTATION.to_string(), n.to_string())].into());
+        lease.spec = Some(LeaseSpec {
+            holder_identity: Some(holder.into()),
+            lease_duration_seconds: Some(15),
+            renew_time: Some(MicroTime(
+                k8s_openapi::jiff::Timestamp::from_second(renewed).unwrap(),
+            )),
+            ..LeaseSpec::default()
+        });
+        lease
+    }
+
+    #[test]
+    fn other_members_are_seen_from_when_their_lease_last_changed_by_our_clock() {
+        let observed = Observed::default();
+        let t0 = Instant::now();
+        let t1 = t0 + Duration::from_secs(3);
+        let mut shard = member("g-shard-0", "b", 1, None);
+        shard.metadata.labels = Some([(ROLE_LABEL.to_string(), "shard".to_string())].into());
+        let first = [
+            member("m-me", "me", 1, Some("12")),
+            member("m-free", "", 1, Some("12")),
+            member("m-b", "b", 1, Some("12")),
+            member("m-c", "c", 1, None),
+            shard,
+        ];
+        let seen = observe_members(&observed, "me", &first, t0);
+        let summary: Vec<_> = seen
+            .iter()
+            .map(|m| (m.holder, m.shards, m.valid_for, m.first_seen))
+            .collect();
+        assert_eq!(
+            summary,
+            vec![
+                ("b", Some("12"), Duration::from_secs(15), t0),
+                ("c", None, Duration::from_secs(15), t0),
+            ],
+            "our own Lease, a free one and shard Leases are no other member"
+        );
+        // Listed again later: b unchanged keeps t0 (its holder's timestamps are not read);
+        // c renewed counts from now; a Lease no longer listed is forgotten.
+        let second = [
+            member("m-b", "b", 1, Some("12")),
+            member("m-c", "c", 2, None),
+        ];
+        let seen = observe_members(&observed, "me", &second, t1);
+        let firsts: Vec<_> = seen.iter().map(|m| (m.holder, m.first_seen)).collect();
+        assert_eq!(firsts, vec![("b", t0), ("c", t1)]);
+        let names: HashSet<String> = lock(&observed).keys().cloned().collect();
+        assert_eq!(names, ["m-b".to_string(), "m-c".to_string()].into());
+    }
+
     #[test]
     fn a_lease_counts_from_its_last_change_and_a_new_holder_is_a_join() {
         let spec = |holder: &str, renewed: i64| LeaseSpec {
