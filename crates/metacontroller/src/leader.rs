@@ -26,7 +26,8 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::coordination::{
-    hold, jitter, lease_deadlines, new_spec, sleep_or_stop, LeaseClient, Release,
+    expired, hold, jitter, lease_deadlines, lease_validity, new_spec, sleep_or_stop, LeaseClient,
+    Release,
 };
 
 /// Where the service account's namespace is mounted in a pod.
@@ -280,10 +281,10 @@ impl Elector {
             .map_or_else(Instant::now, |(_, t)| *t);
         let holder = old.holder_identity.clone().unwrap_or_default();
         let we_hold = holder == config.identity;
-        let valid_for = Duration::from_secs(
-            u64::try_from(old.lease_duration_seconds.unwrap_or(0)).unwrap_or(0),
-        );
-        if !holder.is_empty() && !we_hold && observed_at.elapsed() < valid_for {
+        if !holder.is_empty()
+            && !we_hold
+            && !expired(observed_at, lease_validity(&old), Instant::now())
+        {
             return (Attempt::HeldByOther(holder), sent);
         }
         let mut spec = old;

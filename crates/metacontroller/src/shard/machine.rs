@@ -17,9 +17,8 @@ use tokio::time::Instant;
 
 use super::assignment::{assignment, settled};
 use super::decision::{decide, shards_to_cache_ahead, ShardAction, ShardFacts};
-use super::membership::lease_validity;
 use super::ShardConfig;
-use crate::coordination::lease_deadlines;
+use crate::coordination::{expired, lease_deadlines, lease_validity};
 
 /// What the replica knows at the start of a round (or after reading the group).
 pub(super) struct View<'a> {
@@ -200,10 +199,10 @@ fn classify(
         .iter()
         .filter(|m| !m.holder.is_empty() && m.holder != config.identity)
     {
-        let unchanged_for = now.saturating_duration_since(m.first_seen);
-        if unchanged_for >= m.valid_for {
+        if expired(m.first_seen, m.valid_for, now) {
             continue;
         }
+        let unchanged_for = now.saturating_duration_since(m.first_seen);
         if m.shards == Some(ours.as_str()) {
             if unchanged_for >= silent_after(config.retry_period) {
                 silent.push(m.holder.to_string());

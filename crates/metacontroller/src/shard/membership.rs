@@ -17,7 +17,7 @@ use super::coordinator::{lock, Coordinator};
 use super::leases::{clear_holder, role};
 use super::machine::MemberLease;
 use super::{GROUP_LABEL, ROLE_LABEL, SHARDS_ANNOTATION};
-use crate::coordination::LeaseClient;
+use crate::coordination::{lease_validity, LeaseClient};
 
 impl Coordinator {
     /// Creates or renews our member Lease (PUT guarded by the resourceVersion we wrote).
@@ -160,11 +160,6 @@ pub(super) fn observe_members<'a>(
     }
     observed.retain(|name, _| seen.contains(name));
     others
-}
-
-/// How long a member Lease stays valid after a change of its spec.
-pub(super) fn lease_validity(spec: &LeaseSpec) -> Duration {
-    Duration::from_secs(u64::try_from(spec.lease_duration_seconds.unwrap_or(0)).unwrap_or(0))
 }
 
 /// Watches the group's member Leases so that a renewal counts from when it happened, not
