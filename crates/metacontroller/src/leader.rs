@@ -20,13 +20,15 @@ use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
-use kube::api::{Api, PostParams};
 use kube::Client;
 use metacontroller_dynamic::{LeaseDeadlines, SyncGate};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::coordination::{hold, jitter, lease_deadlines, new_spec, sleep_or_stop};
+use crate::coordination::{
+    expired, hold, jitter, lease_deadlines, lease_validity, new_spec, sleep_or_stop, LeaseClient,
+    Release,
+};
 
 /// Where the service account's namespace is mounted in a pod.
 const SERVICE_ACCOUNT_NAMESPACE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
@@ -111,7 +113,7 @@ pub(crate) fn identity() -> String {
 
 /// The elector of one process.
 pub struct Elector {
-    api: Api<Lease>,
+    leases: LeaseClient,
     config: LeaderConfig,
     gate: SyncGate,
     /// The Lease spec last read and when it was first seen as it is (local clock): expiry is
@@ -130,7 +132,7 @@ impl Elector {
     /// An elector for `config`, driving `gate` (which should start closed).
     pub fn new(client: Client, config: LeaderConfig, gate: SyncGate) -> Elector {
         Elector {
-            api: Api::namespaced(client, &config.namespace),
+            leases: LeaseClient::new(client, &config.namespace),
             config,
             gate,
             observed: None,
@@ -152,8 +154,9 @@ impl Elector {
                 if *stop.borrow() {
                     return;
                 }
-                renewed = Instant::now();
-                match self.try_acquire_or_renew().await {
+                let (attempt, sent) = self.try_acquire_or_renew().await;
+                renewed = sent;
+                match attempt {
                     Attempt::Held => break,
                     Attempt::HeldByOther(holder) => {
                         if last_wait.as_deref() != Some(holder.as_str()) {
@@ -182,18 +185,17 @@ impl Elector {
                     .renew_deadline
                     .saturating_sub(renewed.elapsed())
                     .max(Duration::from_millis(100));
-                let sent = Instant::now();
                 match tokio::time::timeout(left, self.try_acquire_or_renew()).await {
-                    Ok(Attempt::Held) => {
+                    Ok((Attempt::Held, sent)) => {
                         renewed = sent;
                         self.gate.set_lease(self.deadlines(sent));
                         tracing::debug!("leader election: renewed the lease");
                         continue;
                     }
-                    Ok(Attempt::HeldByOther(holder)) => {
+                    Ok((Attempt::HeldByOther(holder), _)) => {
                         tracing::error!(%holder, "leader election: the lease was taken over");
                     }
-                    Ok(Attempt::Failed(err)) => {
+                    Ok((Attempt::Failed(err), _)) => {
                         tracing::warn!(error = %err, "leader election: cannot renew the lease");
                     }
                     Err(_) => tracing::warn!("leader election: renewing the lease timed out"),
@@ -240,13 +242,16 @@ impl Elector {
 
     /// One client-go `tryAcquireOrRenew`: read the Lease; take it if it is ours, free, or
     /// expired by our own observation; write with the read resourceVersion (a concurrent
-    /// writer makes this fail with 409 instead of both winning).
-    async fn try_acquire_or_renew(&mut self) -> Attempt {
+    /// writer makes this fail with 409 instead of both winning). Also answers when the
+    /// attempt's first request was sent: a renewal counts from there.
+    async fn try_acquire_or_renew(&mut self) -> (Attempt, Instant) {
         let now = MicroTime(k8s_openapi::jiff::Timestamp::now());
         let config = &self.config;
-        let current = match self.api.get_opt(&config.name).await {
+        let read = self.leases.get(&config.name).await;
+        let sent = read.sent;
+        let current = match read.result {
             Ok(current) => current,
-            Err(err) => return Attempt::Failed(format!("reading lease: {err}")),
+            Err(err) => return (Attempt::Failed(format!("reading lease: {err}")), sent),
         };
         let Some(mut lease) = current else {
             let mine = new_spec(Some(&config.identity), config.lease_duration, &now);
@@ -258,12 +263,12 @@ impl Elector {
                 },
                 spec: Some(mine.clone()),
             };
-            return match self.api.create(&PostParams::default(), &lease).await {
+            return match self.leases.create(&lease).await.result {
                 Ok(_) => {
                     self.observed = Some((mine, Instant::now()));
-                    Attempt::Held
+                    (Attempt::Held, sent)
                 }
-                Err(err) => Attempt::Failed(format!("creating lease: {err}")),
+                Err(err) => (Attempt::Failed(format!("creating lease: {err}")), sent),
             };
         };
         let old = lease.spec.clone().unwrap_or_default();
@@ -276,60 +281,35 @@ impl Elector {
             .map_or_else(Instant::now, |(_, t)| *t);
         let holder = old.holder_identity.clone().unwrap_or_default();
         let we_hold = holder == config.identity;
-        let valid_for = Duration::from_secs(
-            u64::try_from(old.lease_duration_seconds.unwrap_or(0)).unwrap_or(0),
-        );
-        if !holder.is_empty() && !we_hold && observed_at.elapsed() < valid_for {
-            return Attempt::HeldByOther(holder);
+        if !holder.is_empty()
+            && !we_hold
+            && !expired(observed_at, lease_validity(&old), Instant::now())
+        {
+            return (Attempt::HeldByOther(holder), sent);
         }
         let mut spec = old;
         hold(&mut spec, &config.identity, config.lease_duration, &now);
         lease.spec = Some(spec.clone());
-        match self
-            .api
-            .replace(&config.name, &PostParams::default(), &lease)
-            .await
-        {
+        match self.leases.renew(&lease).await.result {
             Ok(_) => {
                 self.observed = Some((spec, Instant::now()));
-                Attempt::Held
+                (Attempt::Held, sent)
             }
-            Err(err) => Attempt::Failed(format!("updating lease: {err}")),
+            Err(err) => (Attempt::Failed(format!("updating lease: {err}")), sent),
         }
     }
 
-    /// client-go's ReleaseOnCancel: clear the holder and shorten the duration to one second,
-    /// keeping the transition count, so a standby acquires at its next attempt.
+    /// client-go's ReleaseOnCancel (see [`Release::Handover`]), so a standby acquires at its
+    /// next attempt.
     async fn release(&mut self) {
         self.gate.close_and_drain(Duration::ZERO).await;
-        let lease = match self.api.get_opt(&self.config.name).await {
-            Ok(Some(lease)) => lease,
-            Ok(None) => return,
-            Err(err) => {
-                tracing::warn!(error = %err, "leader election: cannot read the lease to release it; it expires on its own");
-                return;
-            }
-        };
-        let old = lease.spec.clone().unwrap_or_default();
-        if old.holder_identity.as_deref() != Some(self.config.identity.as_str()) {
-            return;
-        }
-        let now = k8s_openapi::jiff::Timestamp::now();
-        let mut released = lease;
-        released.spec = Some(LeaseSpec {
-            holder_identity: None,
-            lease_duration_seconds: Some(1),
-            acquire_time: Some(MicroTime(now)),
-            renew_time: Some(MicroTime(now)),
-            lease_transitions: old.lease_transitions,
-            ..LeaseSpec::default()
-        });
-        match self
-            .api
-            .replace(&self.config.name, &PostParams::default(), &released)
-            .await
-        {
-            Ok(_) => tracing::info!("leader election: released the lease"),
+        let released = self
+            .leases
+            .release(&self.config.name, &self.config.identity, Release::Handover)
+            .await;
+        match released.result {
+            Ok(true) => tracing::info!("leader election: released the lease"),
+            Ok(false) => {}
             Err(err) => {
                 tracing::warn!(error = %err, "leader election: cannot release the lease; it expires on its own")
             }

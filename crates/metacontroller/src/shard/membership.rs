@@ -1,5 +1,7 @@
-//! Member Leases: our own (created, renewed, deleted on leave), who is live by our clock,
-//! and the watch that records renewals when they happen.
+//! Member Leases: our own (created, renewed, deleted on leave, through the one
+//! [`LeaseClient`]), when each other member's Lease was first seen as it is (our clock),
+//! and the watch that records renewals when they happen. Who counts as live is decided by
+//! [`super::machine`].
 
 use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet};
@@ -8,94 +10,37 @@ use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
-use kube::api::{Api, DeleteParams, PostParams};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use super::coordinator::{lock, Coordinator};
-use super::leases::{clear_holder, list_leases, role};
+use super::leases::{clear_holder, role};
+use super::machine::MemberLease;
 use super::{GROUP_LABEL, ROLE_LABEL, SHARDS_ANNOTATION};
+use crate::coordination::{lease_validity, LeaseClient};
 
 impl Coordinator {
-    /// Live members: our own identity while our renewals are current, and every other
-    /// member Lease whose spec changed within the lease duration by our clock and whose
-    /// [`SHARDS_ANNOTATION`] is our `--shards`. Live members with another (or no) value are
-    /// kept in `self.foreign`: while there are any, this replica acquires no shard.
-    pub(super) fn members(&mut self, leases: &[Lease]) -> Vec<String> {
-        let now = Instant::now();
-        let mut seen = HashSet::new();
-        let mut members = vec![self.config.identity.clone()];
-        let mut foreign = Vec::new();
-        let mut silent = Vec::new();
-        for lease in leases.iter().filter(|l| role(l) == Some("member")) {
-            let (Some(name), Some(spec)) = (lease.metadata.name.clone(), lease.spec.clone()) else {
-                continue;
-            };
-            seen.insert(name.clone());
-            let Some(holder) = spec.holder_identity.clone().filter(|h| !h.is_empty()) else {
-                continue;
-            };
-            if holder == self.config.identity {
-                continue;
-            }
-            let valid = lease_validity(&spec);
-            let (first_seen, _) = observe(&mut lock(&self.observed), name, spec, now);
-            if first_seen.elapsed() < valid {
-                let theirs = lease
-                    .metadata
-                    .annotations
-                    .as_ref()
-                    .and_then(|a| a.get(SHARDS_ANNOTATION));
-                if theirs.map(String::as_str) == Some(self.config.shards.to_string().as_str()) {
-                    if first_seen.elapsed() >= self.silent_after() {
-                        silent.push(holder.clone());
-                    }
-                    members.push(holder);
-                } else {
-                    foreign.push(format!(
-                        "{holder} (--shards {})",
-                        theirs.map_or("unknown", |v| v)
-                    ));
-                }
-            }
-        }
-        lock(&self.observed).retain(|name, _| seen.contains(name));
-        members.sort();
-        members.dedup();
-        silent.sort();
-        silent.dedup();
-        self.silent = silent;
-        foreign.sort();
-        if foreign != self.foreign {
-            if foreign.is_empty() {
-                tracing::info!(
-                    "sharding: every live replica uses --shards {}; acquiring shards again",
-                    self.config.shards
-                );
-            } else {
-                tracing::error!(shards = self.config.shards, others = ?foreign, "sharding: live replicas use another --shards; acquiring no shard until they are gone (all replicas must use the same value)");
-            }
-            self.foreign = foreign;
-        }
-        members
-    }
-
     /// Creates or renews our member Lease (PUT guarded by the resourceVersion we wrote).
-    pub(super) async fn renew(&mut self) -> anyhow::Result<()> {
+    /// Returns when the attempt's first request was sent: the renewal counts from there.
+    pub(super) async fn renew(&mut self) -> anyhow::Result<Instant> {
         let now = MicroTime(k8s_openapi::jiff::Timestamp::now());
         let name = self.config.member_lease();
-        let mut lease = match self.member.take() {
-            Some(lease) => lease,
-            None => match self.api.get_opt(&name).await? {
-                Some(lease) => lease,
-                None => {
-                    let lease = self.lease_object(&name, "member", Some(&self.config.identity));
-                    let created = self.api.create(&PostParams::default(), &lease).await?;
-                    tracing::info!(identity = %self.config.identity, lease = %name, "sharding: joined as a member");
-                    self.member = Some(created);
-                    return Ok(());
+        let (mut lease, sent) = match self.member.take() {
+            Some(lease) => (lease, None),
+            None => {
+                let read = self.leases.get(&name).await;
+                match read.result? {
+                    Some(lease) => (lease, Some(read.sent)),
+                    None => {
+                        let lease = self.lease_object(&name, "member", Some(&self.config.identity));
+                        let created = self.leases.create(&lease).await;
+                        let written = created.result?;
+                        tracing::info!(identity = %self.config.identity, lease = %name, "sharding: joined as a member");
+                        self.member = Some(written);
+                        return Ok(read.sent);
+                    }
                 }
-            },
+            }
         };
         lease
             .metadata
@@ -111,18 +56,10 @@ impl Coordinator {
             self.config.lease_duration,
         ));
         spec.renew_time = Some(now);
-        match self
-            .api
-            .replace(&name, &PostParams::default(), &lease)
-            .await
-        {
-            Ok(written) => {
-                self.member = Some(written);
-                Ok(())
-            }
-            // Read it again next round (someone edited it, or it was deleted).
-            Err(err) => Err(err.into()),
-        }
+        let renewed = self.leases.renew(&lease).await;
+        // On failure it is read again next round (someone edited it, or it was deleted).
+        self.member = Some(renewed.result?);
+        Ok(sent.unwrap_or(renewed.sent))
     }
 
     /// Graceful exit (the gate is closed and drained): free our shards and membership.
@@ -130,12 +67,8 @@ impl Coordinator {
         for shard in self.gate.owned_shards() {
             self.gate.release_shard(shard, Duration::ZERO).await;
         }
-        if let Ok(leases) = list_leases(
-            &self.api,
-            &format!("{GROUP_LABEL}={},{ROLE_LABEL}=shard", self.config.group),
-        )
-        .await
-        {
+        let selector = format!("{GROUP_LABEL}={},{ROLE_LABEL}=shard", self.config.group);
+        if let Ok(leases) = self.leases.list(&selector).await.result {
             for lease in leases {
                 let held = lease
                     .spec
@@ -143,14 +76,15 @@ impl Coordinator {
                     .and_then(|s| s.holder_identity.as_deref())
                     == Some(self.config.identity.as_str());
                 if let (true, Some(name)) = (held, lease.metadata.name.as_deref()) {
-                    if let Err(err) = clear_holder(&self.api, name, &self.config.identity).await {
+                    if let Err(err) = clear_holder(&self.leases, name, &self.config.identity).await
+                    {
                         tracing::warn!(lease = name, error = %err, "sharding: cannot clear a shard lease; it frees when our membership expires");
                     }
                 }
             }
         }
         let name = self.config.member_lease();
-        match self.api.delete(&name, &DeleteParams::default()).await {
+        match self.leases.delete(&name).await.result {
             Ok(_) => tracing::info!("sharding: left the group"),
             Err(err) => {
                 tracing::warn!(error = %err, "sharding: cannot delete the member lease; it expires on its own")
@@ -163,31 +97,6 @@ impl Coordinator {
 /// Member Leases by name: the spec last seen and when this replica first saw that spec (its
 /// own clock: the holder's timestamps are never trusted, clocks skew).
 pub(super) type Observed = Arc<Mutex<HashMap<String, (LeaseSpec, Instant)>>>;
-
-/// How long after a member Lease's expiry (as observed) the round that drops it runs.
-const EXPIRY_MARGIN: Duration = Duration::from_millis(20);
-
-/// Until the next round: `period`, or until just after the first live member's Lease
-/// expires if that is sooner, so that a dead replica's shards are taken over at the expiry
-/// rather than up to a retry period later.
-pub(super) fn next_round_in(
-    observed: &HashMap<String, (LeaseSpec, Instant)>,
-    me: &str,
-    now: Instant,
-    period: Duration,
-) -> Duration {
-    observed
-        .values()
-        .filter(|(spec, _)| {
-            spec.holder_identity
-                .as_deref()
-                .is_some_and(|h| !h.is_empty() && h != me)
-        })
-        .filter_map(|(spec, seen)| seen.checked_add(lease_validity(spec)))
-        .filter(|expiry| *expiry > now)
-        .map(|expiry| expiry - now + EXPIRY_MARGIN)
-        .fold(period, Duration::min)
-}
 
 /// Records `spec` as member Lease `name`'s, seen at `now`, unless it is the spec already
 /// recorded (whose time stays: a Lease is valid for its duration after it *changed*).
@@ -213,9 +122,44 @@ fn observe(
     }
 }
 
-/// How long a member Lease stays valid after a change of its spec.
-fn lease_validity(spec: &LeaseSpec) -> Duration {
-    Duration::from_secs(u64::try_from(spec.lease_duration_seconds.unwrap_or(0)).unwrap_or(0))
+/// Records the other replicas' member Leases among `leases` in `observed` (forgetting those
+/// no longer listed) and answers them with when each was first seen as it is: by this
+/// replica's clock, a Lease is valid for its duration after it last *changed*.
+pub(super) fn observe_members<'a>(
+    observed: &Observed,
+    me: &str,
+    leases: &'a [Lease],
+    now: Instant,
+) -> Vec<MemberLease<'a>> {
+    let mut observed = lock(observed);
+    let mut seen = HashSet::new();
+    let mut others = Vec::new();
+    for lease in leases.iter().filter(|l| role(l) == Some("member")) {
+        let (Some(name), Some(spec)) = (lease.metadata.name.as_ref(), lease.spec.as_ref()) else {
+            continue;
+        };
+        seen.insert(name.clone());
+        let Some(holder) = spec.holder_identity.as_deref().filter(|h| !h.is_empty()) else {
+            continue;
+        };
+        if holder == me {
+            continue;
+        }
+        let (first_seen, _) = observe(&mut observed, name.clone(), spec.clone(), now);
+        others.push(MemberLease {
+            holder,
+            shards: lease
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(SHARDS_ANNOTATION))
+                .map(String::as_str),
+            valid_for: lease_validity(spec),
+            first_seen,
+        });
+    }
+    observed.retain(|name, _| seen.contains(name));
+    others
 }
 
 /// Watches the group's member Leases so that a renewal counts from when it happened, not
@@ -224,7 +168,7 @@ fn lease_validity(spec: &LeaseSpec) -> Duration {
 /// deleted (a graceful leave: its shards are free now, the next round need not wait).
 /// Errors back off and relist (the rounds' lists keep working without the watch).
 pub(super) async fn watch_members(
-    api: Api<Lease>,
+    leases: LeaseClient,
     group: String,
     observed: Observed,
     wake: Arc<Notify>,
@@ -232,9 +176,8 @@ pub(super) async fn watch_members(
     use futures::StreamExt;
     use kube::runtime::{watcher, WatchStreamExt};
 
-    let config =
-        watcher::Config::default().labels(&format!("{GROUP_LABEL}={group},{ROLE_LABEL}=member"));
-    let mut stream = std::pin::pin!(watcher(api, config).default_backoff());
+    let selector = format!("{GROUP_LABEL}={group},{ROLE_LABEL}=member");
+    let mut stream = std::pin::pin!(leases.watch(&selector).default_backoff());
     let mut warned = false;
     while let Some(event) = stream.next().await {
         match event {
@@ -270,43 +213,62 @@ pub(super) async fn watch_members(
 mod tests {
     use super::*;
 
-    #[test]
-    fn the_next_round_comes_when_a_member_lease_expires() {
-        let now = Instant::now();
-        let spec = |holder: &str, secs: i32| LeaseSpec {
-            holder_identity: Some(holder.to_string()),
-            lease_duration_seconds: Some(secs),
+    /// A member Lease `name` held by `holder`, renewed at second `renewed`, with `--shards`.
+    fn member(name: &str, holder: &str, renewed: i64, shards: Option<&str>) -> Lease {
+        let mut lease = Lease::default();
+        lease.metadata.name = Some(name.into());
+        lease.metadata.labels = Some([(ROLE_LABEL.to_string(), "member".to_string())].into());
+        lease.metadata.annotations =
+            shards.map(|n| [(SHARDS_ANNOTATION.to_string(), n.to_string())].into());
+        lease.spec = Some(LeaseSpec {
+            holder_identity: Some(holder.into()),
+            lease_duration_seconds: Some(15),
+            renew_time: Some(MicroTime(
+                k8s_openapi::jiff::Timestamp::from_second(renewed).unwrap(),
+            )),
             ..LeaseSpec::default()
-        };
-        let period = Duration::from_secs(2);
-        let mut observed = HashMap::new();
-        assert_eq!(next_round_in(&observed, "me", now, period), period);
-        // Renewed 14.5 s ago with a 15 s lease: the round comes at its expiry.
-        observed.insert(
-            "a".to_string(),
-            (spec("a", 15), now - Duration::from_millis(14_500)),
-        );
+        });
+        lease
+    }
+
+    #[test]
+    fn other_members_are_seen_from_when_their_lease_last_changed_by_our_clock() {
+        let observed = Observed::default();
+        let t0 = Instant::now();
+        let t1 = t0 + Duration::from_secs(3);
+        let mut shard = member("g-shard-0", "b", 1, None);
+        shard.metadata.labels = Some([(ROLE_LABEL.to_string(), "shard".to_string())].into());
+        let first = [
+            member("m-me", "me", 1, Some("12")),
+            member("m-free", "", 1, Some("12")),
+            member("m-b", "b", 1, Some("12")),
+            member("m-c", "c", 1, None),
+            shard,
+        ];
+        let seen = observe_members(&observed, "me", &first, t0);
+        let summary: Vec<_> = seen
+            .iter()
+            .map(|m| (m.holder, m.shards, m.valid_for, m.first_seen))
+            .collect();
         assert_eq!(
-            next_round_in(&observed, "me", now, period),
-            Duration::from_millis(500) + EXPIRY_MARGIN
+            summary,
+            vec![
+                ("b", Some("12"), Duration::from_secs(15), t0),
+                ("c", None, Duration::from_secs(15), t0),
+            ],
+            "our own Lease, a free one and shard Leases are no other member"
         );
-        // An expired member is not waited for again; our own Lease never; nor a free one.
-        observed.insert(
-            "a".to_string(),
-            (spec("a", 15), now - Duration::from_secs(16)),
-        );
-        observed.insert(
-            "me".to_string(),
-            (spec("me", 15), now - Duration::from_secs(14)),
-        );
-        observed.insert(
-            "free".to_string(),
-            (spec("", 15), now - Duration::from_secs(14)),
-        );
-        assert_eq!(next_round_in(&observed, "me", now, period), period);
-        // A member far from its expiry: the period.
-        observed.insert("b".to_string(), (spec("b", 15), now));
-        assert_eq!(next_round_in(&observed, "me", now, period), period);
+        // Listed again later: b unchanged keeps t0 (its holder's timestamps are not read);
+        // c renewed counts from now; a Lease no longer listed is forgotten.
+        let second = [
+            member("m-b", "b", 1, Some("12")),
+            member("m-c", "c", 2, None),
+        ];
+        let seen = observe_members(&observed, "me", &second, t1);
+        let firsts: Vec<_> = seen.iter().map(|m| (m.holder, m.first_seen)).collect();
+        assert_eq!(firsts, vec![("b", t0), ("c", t1)]);
+        let names: HashSet<String> = lock(&observed).keys().cloned().collect();
+        assert_eq!(names, ["m-b".to_string(), "m-c".to_string()].into());
     }
 
     #[test]

@@ -76,29 +76,32 @@
 //!
 //! With sharding on, `--leader-election` is refused: every replica is active.
 //!
-//! Modules: [`assignment`] (shards → members), `coordinator` (the rounds: renew, read the
-//! group, release and acquire, cache ahead), `membership` (member Leases: renewal, who is
-//! live, the watch), `leases` (shard Lease I/O), `metrics`.
+//! Modules: [`assignment`] (shards → members), `machine` (every decision of a round, pure:
+//! `round(view, now) -> actions`, built on `decision`, the rules for one shard),
+//! `coordinator` (the driver: renew, gather the view, carry the actions out), `effects`
+//! (taking, caching ahead, admitting, stopping shards), `membership` (member Leases:
+//! renewal, when each was first seen, the watch), `leases` (shard Leases), `metrics`. Every
+//! Lease request goes through [`crate::coordination::LeaseClient`].
 
 mod assignment;
 mod coordinator;
 mod decision;
+mod effects;
 mod leases;
+mod machine;
 mod membership;
 mod metrics;
 
-use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::coordination::v1::Lease;
-use kube::api::Api;
 use kube::Client;
 use metacontroller_dynamic::stable_hash;
 use metacontroller_dynamic::{Informers, SyncGate};
 use prometheus::Registry;
 use tokio::sync::{watch, Notify};
 
+use crate::coordination::LeaseClient;
 use coordinator::Coordinator;
 use membership::{watch_members, Observed};
 use metrics::ShardMetrics;
@@ -190,36 +193,25 @@ impl ShardTask {
     ) -> anyhow::Result<ShardTask> {
         let metrics = ShardMetrics::register(registry, &gate, &informers)?;
         let (stop, stop_rx) = watch::channel(false);
-        let api: Api<Lease> = Api::namespaced(client, &config.namespace);
+        let leases = LeaseClient::new(client, &config.namespace);
         let observed = Observed::default();
         let wake = Arc::new(Notify::new());
         let watch_task = supervisor.spawn(
             "shard-members-watch",
             watch_members(
-                api.clone(),
+                leases.clone(),
                 config.group.clone(),
                 observed.clone(),
                 wake.clone(),
             ),
         );
-        let coordinator = Coordinator {
-            api,
-            config,
-            gate,
-            informers,
-            metrics,
+        let coordinator = Coordinator::new(
+            (leases, config, gate, informers, metrics),
+            supervisor.clone(),
             observed,
             wake,
             watch_task,
-            foreign: Vec::new(),
-            member: None,
-            renewed: None,
-            releasing: Arc::new(Mutex::new(HashSet::new())),
-            acquiring: Arc::new(Mutex::new(HashSet::new())),
-            last_members: None,
-            silent: Vec::new(),
-            ahead: HashMap::new(),
-        };
+        );
         let task = supervisor.spawn("shard-coordinator", coordinator.run(stop_rx));
         Ok(ShardTask { stop, task })
     }

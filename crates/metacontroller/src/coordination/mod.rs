@@ -1,7 +1,14 @@
 //! What leader election ([`crate::leader`]) and sharding ([`crate::shard`]) share about
-//! Leases: one rule for the deadlines of ownership resting on a renewal, one conversion of
-//! durations to a Lease's whole seconds, the retry jitter and the stoppable wait. Both bind
-//! their deadlines to the same [`metacontroller_dynamic::SyncGate`] (its write fence).
+//! Leases: the one Lease client ([`LeaseClient`]: every read and write of a Lease, each
+//! with the instant its request was sent), one rule for the deadlines of ownership resting
+//! on a renewal (counted from that send), one conversion of durations to a Lease's whole
+//! seconds, the ways a Lease's spec is held and released, the retry jitter and the
+//! stoppable wait. Both bind their deadlines to the same
+//! [`metacontroller_dynamic::SyncGate`] (its write fence).
+
+mod client;
+
+pub(crate) use client::{LeaseClient, Release};
 
 use std::hash::{BuildHasher, Hasher};
 use std::time::Duration;
@@ -83,6 +90,19 @@ pub(crate) fn hold(spec: &mut LeaseSpec, me: &str, duration: Duration, now: &Mic
     spec.renew_time = Some(now.clone());
 }
 
+/// How long a Lease stays valid after its spec last changed: its `leaseDurationSeconds`
+/// (none or negative: not at all).
+pub(crate) fn lease_validity(spec: &LeaseSpec) -> Duration {
+    Duration::from_secs(u64::try_from(spec.lease_duration_seconds.unwrap_or(0)).unwrap_or(0))
+}
+
+/// Whether a Lease another replica holds has expired at `now`, as leader election and
+/// sharding both judge it: unchanged for its whole duration since this replica *first saw*
+/// it as it is (its own clock; the holder's timestamps are never trusted, clocks skew).
+pub(crate) fn expired(first_seen: Instant, valid_for: Duration, now: Instant) -> bool {
+    now.saturating_duration_since(first_seen) >= valid_for
+}
+
 /// The holder a Lease names (`None`: none, or empty).
 pub(crate) fn holder_of(lease: Option<&Lease>) -> Option<&str> {
     lease
@@ -126,6 +146,27 @@ mod tests {
             Some(2),
             "a released Lease taken: client-go counts it"
         );
+    }
+
+    #[test]
+    fn a_lease_expires_its_duration_after_it_was_first_seen_unchanged() {
+        let seen = Instant::now();
+        let spec = LeaseSpec {
+            lease_duration_seconds: Some(15),
+            ..LeaseSpec::default()
+        };
+        let valid = lease_validity(&spec);
+        assert_eq!(valid, Duration::from_secs(15));
+        assert!(!expired(seen, valid, seen + Duration::from_millis(14_999)));
+        assert!(expired(seen, valid, seen + Duration::from_secs(15)));
+        // Seen "in the future" (an older observation read later): not expired.
+        assert!(!expired(seen + Duration::from_secs(1), valid, seen));
+        let broken = LeaseSpec {
+            lease_duration_seconds: Some(-3),
+            ..LeaseSpec::default()
+        };
+        assert_eq!(lease_validity(&broken), Duration::ZERO);
+        assert!(expired(seen, lease_validity(&broken), seen));
     }
 
     #[test]
