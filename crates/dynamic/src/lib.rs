@@ -6,7 +6,7 @@
 //! per resource). The other modules are self-contained building blocks:
 //!
 //! - `discovery`: [`ResourceMap`] from `APIResourceList` documents, lookups by resource or
-//!   kind, and the diff a refresh loop uses to start/stop informers;
+//!   kind;
 //! - `registry`: one reference-counted instance per resource (informers shared by all
 //!   controllers, stopped with the last lease);
 //! - `store`: an informer's object store indexed by namespace and controller owner uid;
@@ -44,9 +44,7 @@ mod workqueue;
 
 pub use compact::{CompactObject, EncodeError};
 pub use discover::Discovered;
-pub use discovery::{
-    ApiResource, DiscoveryError, ResourceDiff, ResourceId, ResourceMap, Subresource,
-};
+pub use discovery::{ApiResource, DiscoveryError, ResourceId, ResourceMap, Subresource};
 pub use gate::{shard_of, stable_hash, Lapse, LeaseDeadlines, SyncGate};
 pub use informer::{
     Handler, HandlerId, Informer, InformerConfig, Informers, Keep, KeepKeys, Origin, Relisted,
