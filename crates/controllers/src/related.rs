@@ -399,7 +399,7 @@ impl Shared {
         let previous = self.discovery();
         match ResourceMap::discover(self.config.informers.client(), &previous).await {
             Ok(found) => {
-                if let Some((map, _)) = found.update {
+                if let Some(map) = found.update {
                     *self.discovery.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(map);
                 }
             }

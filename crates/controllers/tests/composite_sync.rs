@@ -81,7 +81,7 @@ async fn install_parent_crd(client: &kube::Client) -> ResourceMap {
         let found = ResourceMap::discover(client, &ResourceMap::default())
             .await
             .unwrap();
-        if let Some((map, _)) = found.update {
+        if let Some(map) = found.update {
             if map.get("example.com/v1", "parents").is_some() {
                 return map;
             }

@@ -30,8 +30,7 @@ async fn manager(
         .await
         .unwrap()
         .update
-        .unwrap()
-        .0;
+        .unwrap();
     let controller: CompositeController = serde_json::from_value(json!({
         "metadata": {"name": "c"},
         "spec": {"parentResource": {"apiVersion": "v1", "resource": "secrets"}}

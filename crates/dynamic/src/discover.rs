@@ -3,13 +3,13 @@
 //! [`ResourceMap`] with `ResourceMap::refresh` (partial failures keep what the previous map
 //! knew).
 
-use crate::discovery::{DiscoveryError, ResourceDiff, ResourceMap};
+use crate::discovery::{DiscoveryError, ResourceMap};
 
 /// What one discovery refresh produced.
 #[derive(Debug)]
 pub struct Discovered {
-    /// The new map and how it differs from the previous one; `None` if nothing loaded.
-    pub update: Option<(ResourceMap, ResourceDiff)>,
+    /// The new map; `None` if nothing loaded (keep the previous one).
+    pub update: Option<ResourceMap>,
     /// Group versions that could not be loaded (logged by the caller, not fatal).
     pub errors: Vec<DiscoveryError>,
 }

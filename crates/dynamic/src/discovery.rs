@@ -157,25 +157,6 @@ struct GroupVersion {
     kinds: BTreeMap<String, String>,
 }
 
-/// What changed between two maps.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ResourceDiff {
-    /// Present now, absent before.
-    pub added: Vec<ResourceId>,
-    /// Present before, absent now.
-    pub removed: Vec<ResourceId>,
-    /// Present in both with different details (kind, scope, verbs, subresources).
-    pub changed: Vec<ResourceId>,
-}
-
-impl ResourceDiff {
-    /// True if nothing changed.
-    #[cfg(test)]
-    pub(crate) fn is_empty(&self) -> bool {
-        self.added.is_empty() && self.removed.is_empty() && self.changed.is_empty()
-    }
-}
-
 /// All discovered resources, by group version.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ResourceMap {
@@ -293,13 +274,13 @@ impl ResourceMap {
         }
     }
 
-    /// One refresh step: builds the new map from per-group-version fetch results, keeps the
-    /// group versions that failed to load from `previous`, and reports what changed.
+    /// One refresh step: builds the new map from per-group-version fetch results and keeps the
+    /// group versions that failed to load from `previous`.
     /// Returns `None` (keep `previous`) if nothing at all could be loaded, as upstream does.
     pub(crate) fn refresh(
         previous: &ResourceMap,
         results: impl IntoIterator<Item = (String, Result<APIResourceList, DiscoveryError>)>,
-    ) -> (Option<(ResourceMap, ResourceDiff)>, Vec<DiscoveryError>) {
+    ) -> (Option<ResourceMap>, Vec<DiscoveryError>) {
         let mut map = ResourceMap::default();
         let mut errors = Vec::new();
         let mut failed = Vec::new();
@@ -333,8 +314,7 @@ impl ResourceMap {
             return (None, errors);
         }
         map.keep_failed_from(previous, failed.iter().map(String::as_str));
-        let diff = previous.diff(&map);
-        (Some((map, diff)), errors)
+        (Some(map), errors)
     }
 
     /// The resource `resource` (plural) of `api_version`.
@@ -369,24 +349,6 @@ impl ResourceMap {
             .values()
             .map(|g| g.resources.len())
             .sum()
-    }
-
-    /// What changed from `self` (old) to `new`, each list sorted.
-    pub(crate) fn diff(&self, new: &ResourceMap) -> ResourceDiff {
-        let mut diff = ResourceDiff::default();
-        for r in new.iter() {
-            match self.get(&r.api_version, &r.name) {
-                None => diff.added.push(r.id()),
-                Some(old) if old != r => diff.changed.push(r.id()),
-                Some(_) => {}
-            }
-        }
-        for r in self.iter() {
-            if new.get(&r.api_version, &r.name).is_none() {
-                diff.removed.push(r.id());
-            }
-        }
-        diff
     }
 }
 
@@ -521,31 +483,6 @@ mod tests {
     }
 
     #[test]
-    fn diff_reports_added_removed_and_changed() {
-        let old = map(&[CORE_V1, APPS_V1]);
-        let mut apps = list(APPS_V1);
-        apps.resources.retain(|r| r.name != "deployments/scale");
-        let new = {
-            let (m, _) = ResourceMap::from_lists([&list(CORE_V1), &apps, &list(CRD_V1)]);
-            m
-        };
-        let d = old.diff(&new);
-        assert_eq!(
-            d.added,
-            vec![ResourceId {
-                api_version: "ctl.example.com/v1".into(),
-                resource: "widgets".into()
-            }]
-        );
-        assert_eq!(d.changed.len(), 1);
-        assert_eq!(d.changed[0].resource, "deployments");
-        assert!(d.removed.is_empty());
-        let back = new.diff(&old);
-        assert_eq!(back.removed, d.added);
-        assert!(old.diff(&old).is_empty());
-    }
-
-    #[test]
     fn bad_documents_and_entries_are_errors_not_panics() {
         assert!(ResourceMap::parse_list("x", b"not json").is_err());
         assert!(ResourceMap::parse_list("x", br#"{"kind": "Pod"}"#).is_err());
@@ -575,14 +512,14 @@ mod tests {
         let old = map(&[CORE_V1, APPS_V1, CRD_V1]);
         let mut new = map(&[CORE_V1]);
         new.keep_failed_from(&old, ["apps/v1", "unknown/v1"]);
-        let d = old.diff(&new);
-        assert_eq!(d.removed.len(), 1);
-        assert_eq!(d.removed[0].resource, "widgets");
         assert!(new.get("apps/v1", "deployments").is_some());
+        // A group version that loaded fine is not refilled from the previous map.
+        assert!(new.get("ctl.example.com/v1", "widgets").is_none());
+        assert_eq!(new.len(), old.len() - 1);
     }
 
     #[test]
-    fn refresh_keeps_failed_group_versions_and_reports_changes() {
+    fn refresh_keeps_failed_group_versions_and_drops_removed_ones() {
         let old = map(&[CORE_V1, APPS_V1]);
         let failure = DiscoveryError::InvalidDocument {
             source_name: "apps/v1".into(),
@@ -598,18 +535,19 @@ mod tests {
                 ("other/v1".to_string(), Ok(list(CRD_V1))),
             ],
         );
-        let (new, diff) = result.unwrap();
+        let new = result.unwrap();
         assert_eq!(errors.len(), 2);
         assert_eq!(errors[0], failure);
         assert!(new.get("apps/v1", "deployments").is_some());
-        assert_eq!(diff.added.len(), 1);
-        assert_eq!(diff.added[0].resource, "widgets");
-        assert!(diff.removed.is_empty());
-        // A CRD that disappears is reported as removed.
+        assert!(new.get("ctl.example.com/v1", "widgets").is_some());
+        assert!(old.get("ctl.example.com/v1", "widgets").is_none());
+        // A CRD that disappears is gone from the next map (deployments too: apps/v1 is not
+        // among the results, so it neither loaded nor failed).
         let (result, _) = ResourceMap::refresh(&new, vec![("v1".to_string(), Ok(list(CORE_V1)))]);
-        let (_, diff) = result.unwrap();
-        assert_eq!(diff.removed.len(), 2); // deployments and widgets
-                                           // Nothing loadable: keep the previous map.
+        let next = result.unwrap();
+        assert!(next.get("ctl.example.com/v1", "widgets").is_none());
+        assert!(next.get("apps/v1", "deployments").is_none());
+        // Nothing loadable: keep the previous map.
         let (result, errors) = ResourceMap::refresh(&new, vec![("v1".to_string(), Err(failure))]);
         assert!(result.is_none());
         assert_eq!(errors.len(), 1);

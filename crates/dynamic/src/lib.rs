@@ -6,7 +6,7 @@
 //! per resource). The other modules are self-contained building blocks:
 //!
 //! - `discovery`: [`ResourceMap`] from `APIResourceList` documents, lookups by resource or
-//!   kind, and the diff a refresh loop uses to start/stop informers;
+//!   kind;
 //! - `registry`: one reference-counted instance per resource (informers shared by all
 //!   controllers, stopped with the last lease);
 //! - `store`: an informer's object store indexed by namespace and controller owner uid;
@@ -15,8 +15,6 @@
 //! - `gate`: the sync gate leader election and shutdown close in front of every worker;
 //! - `workqueue`: the per-controller queue (de-duplicated, one worker per key, backoff,
 //!   delays, event keys before bulk keys);
-//! - `overlay`: stale-cache safety — read our own writes until the informer delivers them
-//!   (the controllers' writer pairs it with its expectations of creates and deletes);
 //! - `schemas`: the schemas the apply engine merges children with (CRD informer +
 //!   lazily fetched OpenAPI v3 per group-version);
 //! - `scope`: `--watch-namespaces`: which namespaces (and cluster-scoped resources) an
@@ -24,8 +22,8 @@
 //! - `watch_backoff`: reconnect delays for watches, cut short when the API server is back;
 //! - `supervise`: background tasks whose unexpected end stops the process;
 //! - `rate`: token buckets for API requests and per-object Events;
-//! - `object`: metadata access for `serde_json::Value` and `kube::core::DynamicObject`, and
-//!   the `namespace/name` key.
+//! - `object`: metadata access for `serde_json::Value` and `kube::core::DynamicObject`, the
+//!   `namespace/name` key and the resource/namespace/name key.
 
 mod compact;
 mod discover;
@@ -33,7 +31,6 @@ mod discovery;
 mod gate;
 mod informer;
 mod object;
-mod overlay;
 mod queue_metrics;
 mod rate;
 mod registry;
@@ -47,15 +44,12 @@ mod workqueue;
 
 pub use compact::{CompactObject, EncodeError};
 pub use discover::Discovered;
-pub use discovery::{
-    ApiResource, DiscoveryError, ResourceDiff, ResourceId, ResourceMap, Subresource,
-};
+pub use discovery::{ApiResource, DiscoveryError, ResourceId, ResourceMap, Subresource};
 pub use gate::{shard_of, stable_hash, Lapse, LeaseDeadlines, SyncGate};
 pub use informer::{
     Handler, HandlerId, Informer, InformerConfig, Informers, Keep, KeepKeys, Origin, Relisted,
 };
-pub use object::{NamespacedName, ObjectMetaAccess, Versioned};
-pub use overlay::{ObjectKey, Overlay};
+pub use object::{NamespacedName, ObjectKey, ObjectMetaAccess, Versioned};
 pub use rate::{KeyedRateLimiter, RateError, TokenBucket};
 pub use registry::Lease;
 pub use schemas::Schemas;

@@ -1,5 +1,6 @@
-//! Metadata access shared by the cache, the overlay and the controllers, for both untyped JSON
-//! (`serde_json::Value`) and `kube::core::DynamicObject`, plus the `namespace/name` key.
+//! Metadata access shared by the cache and the controllers, for both untyped JSON
+//! (`serde_json::Value`) and `kube::core::DynamicObject`, plus the `namespace/name` key and
+//! the resource/namespace/name [`ObjectKey`] the controllers' writer keys its state by.
 
 use std::fmt;
 
@@ -161,6 +162,33 @@ impl fmt::Display for NamespacedName {
             f.write_str(&self.name)
         } else {
             write!(f, "{}/{}", self.namespace, self.name)
+        }
+    }
+}
+
+/// Identifies an object: resource (e.g. `apps/v1/deployments`), namespace (`""` for cluster
+/// scope) and name.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ObjectKey {
+    /// Resource identifier chosen by the caller; must be used consistently.
+    pub resource: String,
+    /// Namespace, empty for cluster-scoped objects.
+    pub namespace: String,
+    /// Object name.
+    pub name: String,
+}
+
+impl ObjectKey {
+    /// Builds a key.
+    pub fn new(
+        resource: impl Into<String>,
+        namespace: impl Into<String>,
+        name: impl Into<String>,
+    ) -> Self {
+        ObjectKey {
+            resource: resource.into(),
+            namespace: namespace.into(),
+            name: name.into(),
         }
     }
 }

@@ -645,7 +645,7 @@ where
 async fn refresh(client: &Client, resources: &mut metacontroller_dynamic::ResourceMap) {
     match metacontroller_dynamic::ResourceMap::discover(client, resources).await {
         Ok(found) => {
-            if let Some((map, _)) = found.update {
+            if let Some(map) = found.update {
                 *resources = map;
             }
         }

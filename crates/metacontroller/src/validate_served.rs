@@ -157,6 +157,6 @@ pub async fn discover(client: &kube::Client) -> anyhow::Result<(ResourceMap, Vec
         .iter()
         .map(|err| format!("discovery: {err}"))
         .collect();
-    let map = found.update.map(|(map, _)| map).unwrap_or_default();
+    let map = found.update.unwrap_or_default();
     Ok((map, warnings))
 }

@@ -14,7 +14,8 @@
 //! sync and requeue with backoff rather than retry on stale data.
 //!
 //! Modules: `requests` (single reads and writes), `apply` (server-side apply and its body
-//! cache), `batch` (a sync's planned child writes), `own_writes` (overlay and expectations
+//! cache), `batch` (a sync's planned child writes), `overlay` (the own-writes overlay),
+//! `expectations` (creates and deletes per owner), `own_writes` (overlay and expectations
 //! fed by informer events), `taken` (child names held by objects we do not control).
 
 use std::collections::hash_map::DefaultHasher;
@@ -24,9 +25,7 @@ use std::sync::Mutex;
 
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::core::DynamicObject;
-use metacontroller_dynamic::{
-    ApiResource, Change, ObjectKey, ObjectMetaAccess, Overlay, Versioned,
-};
+use metacontroller_dynamic::{ApiResource, Change, ObjectKey, ObjectMetaAccess, Versioned};
 use serde_json::{json, Value};
 
 use std::collections::BTreeMap;
@@ -40,6 +39,7 @@ use crate::children::{child_key, Action, ChildError, ChildKey, ChildType, Parent
 mod apply;
 mod batch;
 mod expectations;
+mod overlay;
 mod own_writes;
 mod requests;
 mod taken;
@@ -47,6 +47,7 @@ mod taken;
 use crate::spans::{traced_write, Verb};
 pub(crate) use apply::contains_all;
 use expectations::Expectations;
+use overlay::Overlay;
 use taken::{Known, Taken};
 
 /// How children are written (`--apply-strategy`).

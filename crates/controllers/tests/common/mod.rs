@@ -284,7 +284,7 @@ impl Env {
         loop {
             let found =
                 ResourceMap::discover(&self.cluster.client(), &ResourceMap::default()).await;
-            let map = found.unwrap().update.unwrap().0;
+            let map = found.unwrap().update.unwrap();
             if map.get(&api_version, plural).is_some() {
                 return map;
             }

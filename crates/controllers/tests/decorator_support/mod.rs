@@ -89,7 +89,7 @@ impl Env {
         loop {
             if let Ok(found) = ResourceMap::discover(&self.client(), &ResourceMap::default()).await
             {
-                if let Some((map, _)) = found.update {
+                if let Some(map) = found.update {
                     if needs.iter().all(|(av, r)| map.get(av, r).is_some()) {
                         return map;
                     }

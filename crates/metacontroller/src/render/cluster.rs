@@ -271,7 +271,7 @@ async fn discover(client: &kube::Client) -> anyhow::Result<ResourceMap> {
         tracing::warn!(%error, "discovery: a group version could not be read");
     }
     match discovered.update {
-        Some((map, _)) => Ok(map),
+        Some(map) => Ok(map),
         None => bail!("discovery found no resources"),
     }
 }
