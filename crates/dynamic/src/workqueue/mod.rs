@@ -139,6 +139,18 @@ impl Backoff {
     }
 }
 
+/// A key's pending delayed add.
+#[derive(Debug, Clone, Copy)]
+struct Pending {
+    /// (deadline, seq): its entry in `State::delayed`.
+    slot: (Instant, u64),
+    /// The highest priority asked.
+    priority: Priority,
+    /// Only a fallback ([`Requeue::UnlessSyncedWithin`]): dropped when the key is handed
+    /// out for a sync before it falls due.
+    fallback: bool,
+}
+
 struct State<K> {
     /// Keys waiting for a worker, with their lane and the sequence number of their live
     /// lane entry. Lane entries with another sequence number are stale (skipped on pop):
@@ -157,11 +169,8 @@ struct State<K> {
     /// The longest delay of a key's next backoff, set by `limit_next_retry`.
     retry_limits: HashMap<K, Duration>,
     delayed: BTreeMap<(Instant, u64), K>,
-    /// Pending deadline per key: (deadline, seq) into `delayed`, and its priority.
-    delayed_index: HashMap<K, ((Instant, u64), Priority)>,
-    /// Keys whose pending deadline is a fallback ([`Requeue::UnlessSyncedWithin`]): dropped
-    /// when the key is handed out for a sync before it falls due.
-    fallbacks: HashSet<K>,
+    /// Pending deadline per key.
+    delayed_index: HashMap<K, Pending>,
     shutting_down: bool,
 }
 
@@ -235,7 +244,6 @@ where
                     retry_limits: HashMap::new(),
                     delayed: BTreeMap::new(),
                     delayed_index: HashMap::new(),
-                    fallbacks: HashSet::new(),
                     shutting_down: false,
                 }),
                 ready: Notify::new(),
@@ -333,9 +341,7 @@ where
         if state.shutting_down {
             return;
         }
-        // Whatever deadline the key keeps now must fire.
-        state.fallbacks.remove(&key);
-        self.schedule(&mut state, key, delay, priority);
+        self.schedule(&mut state, key, delay, priority, false);
     }
 
     /// Queues `key` as an event once `delay` has passed, unless it is handed out for a sync
@@ -346,42 +352,44 @@ where
         if state.shutting_down {
             return;
         }
-        if !state.delayed_index.contains_key(&key) || state.fallbacks.contains(&key) {
-            state.fallbacks.insert(key.clone());
-        }
-        self.schedule(
-            &mut state,
-            key,
-            delay.max(Duration::from_millis(1)),
-            Priority::Event,
-        );
+        self.schedule(&mut state, key, delay, Priority::Event, true);
     }
 
     /// Core of the delayed adds: keeps the earliest deadline of `key` and the highest
-    /// priority asked.
-    fn schedule(&self, state: &mut State<K>, key: K, delay: Duration, priority: Priority) {
+    /// priority asked; the deadline is a fallback only while every request for it was one.
+    fn schedule(
+        &self,
+        state: &mut State<K>,
+        key: K,
+        delay: Duration,
+        priority: Priority,
+        fallback: bool,
+    ) {
         // A deadline is never dropped: one beyond the clock's range fires at the cap.
         let delay = delay.min(MAX_DELAY);
         let now = Instant::now();
         let deadline = now.checked_add(delay).unwrap_or(now);
-        if let Some(&((at, seq), p)) = state.delayed_index.get(&key) {
-            if at <= deadline {
-                let p = p.max(priority);
-                state.delayed_index.insert(key, ((at, seq), p));
-                return;
+        let pending = state.delayed_index.get(&key).copied();
+        let slot = match pending {
+            Some(p) if p.slot.0 <= deadline => p.slot,
+            _ => {
+                if let Some(p) = pending {
+                    state.delayed.remove(&p.slot);
+                }
+                state.seq += 1;
+                let slot = (deadline, state.seq);
+                state.delayed.insert(slot, key.clone());
+                // A sleeping worker may be waiting for a later deadline.
+                self.shared.ready.notify_one();
+                slot
             }
-            state.delayed.remove(&(at, seq));
-        }
-        state.seq += 1;
-        let slot = (deadline, state.seq);
-        state.delayed.insert(slot, key.clone());
-        let p = state
-            .delayed_index
-            .get(&key)
-            .map_or(priority, |(_, p)| p.max(priority));
-        state.delayed_index.insert(key, (slot, p));
-        // A sleeping worker may be waiting for a later deadline.
-        self.shared.ready.notify_one();
+        };
+        let pending = Pending {
+            slot,
+            priority: pending.map_or(priority, |p| p.priority.max(priority)),
+            fallback: fallback && pending.is_none_or(|p| p.fallback),
+        };
+        state.delayed_index.insert(key, pending);
     }
 
     /// Requeues `key` after its backoff delay and counts the failure.
@@ -444,22 +452,20 @@ where
             delayed,
             delayed_index,
             dirty,
-            fallbacks,
             failures,
             retry_limits,
             ..
         } = &mut *state;
         // Lane entries of dropped keys become stale and are skipped when popped.
         queued.retain(|key, _| drop_if_rejected(key));
-        delayed_index.retain(|key, (slot, _)| {
+        delayed_index.retain(|key, pending| {
             let kept = drop_if_rejected(key);
             if !kept {
-                delayed.remove(slot);
+                delayed.remove(&pending.slot);
             }
             kept
         });
         dirty.retain(|key, _| drop_if_rejected(key));
-        fallbacks.retain(|key| delayed_index.contains_key(key));
         failures.retain(|key, _| drop_if_rejected(key));
         retry_limits.retain(|key, _| drop_if_rejected(key));
         queued_at.retain(|key, _| queued.contains_key(key));
@@ -505,8 +511,7 @@ where
             let priority = state
                 .delayed_index
                 .remove(&key)
-                .map_or(Priority::Event, |(_, p)| p);
-            state.fallbacks.remove(&key);
+                .map_or(Priority::Event, |p| p.priority);
             self.insert(state, key, priority);
         }
         None
@@ -547,10 +552,10 @@ where
                 let mut state = self.lock();
                 let next = self.promote_due(&mut state, Instant::now());
                 if let Some(key) = self.pop(&mut state) {
-                    if state.fallbacks.remove(&key) {
+                    if state.delayed_index.get(&key).is_some_and(|p| p.fallback) {
                         // Synced now: the fallback has served its purpose.
-                        if let Some((slot, _)) = state.delayed_index.remove(&key) {
-                            state.delayed.remove(&slot);
+                        if let Some(p) = state.delayed_index.remove(&key) {
+                            state.delayed.remove(&p.slot);
                         }
                     }
                     state.processing.insert(key.clone());
@@ -596,7 +601,6 @@ where
         state.shutting_down = true;
         state.delayed.clear();
         state.delayed_index.clear();
-        state.fallbacks.clear();
         let idle = state.processing.is_empty() && state.queued.is_empty();
         drop(state);
         self.shared.ready.notify_waiters();
