@@ -6,10 +6,10 @@
 # `#[cfg(test)] mod ... { }` blocks are skipped. A `pub` item inside a private module is counted
 # too: it is what `unreachable_pub` would flag, so the count only falls when it is narrowed.
 #
-# Usage: hack/public-surface.sh [crate-dir...]   (default: crates/dynamic crates/controllers)
+# Usage: hack/public-surface.sh [crate-dir...]   (default: crates/dynamic crates/workqueue crates/controllers)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if [ "$#" -eq 0 ]; then set -- crates/dynamic crates/controllers; fi
+if [ "$#" -eq 0 ]; then set -- crates/dynamic crates/workqueue crates/controllers; fi
 exec python3 - "$@" <<'PY'
 import pathlib, re, sys
 

@@ -2,8 +2,8 @@
 
 use std::time::Duration;
 
-use metacontroller_dynamic::WorkQueue;
 use metacontroller_hooks::HookError;
+use metacontroller_workqueue::WorkQueue;
 
 /// A running reconciler: its work queue and the task driving the workers. Dropping it (or
 /// [`ControllerHandle::stop`]) stops the workers and releases the informers.

@@ -2,7 +2,7 @@
 //! controller ([`ControllerMetrics`] in [`crate::composite::Options`]):
 //!
 //! * the work queue and reconcile families of each controller's queue (see
-//!   [`metacontroller_dynamic::QueueMetrics`]), the queue named
+//!   [`metacontroller_workqueue::QueueMetrics`]), the queue named
 //!   `CompositeController-<name>` / `DecoratorController-<name>` as upstream;
 //! * `metacontroller_child_writes_total{controller_name,controller_type,action}` — child
 //!   writes sent (`create`, `update`, `delete`, `apply`);
@@ -15,7 +15,7 @@
 use std::hash::Hash;
 use std::sync::{Arc, Mutex, Weak};
 
-use metacontroller_dynamic::{Backoff, QueueMetrics, WorkQueue};
+use metacontroller_workqueue::{Backoff, QueueMetrics, WorkQueue};
 use prometheus::core::{Collector, Desc};
 use prometheus::proto::MetricFamily;
 use prometheus::{IntCounter, IntCounterVec, IntGaugeVec, Opts, Registry};

@@ -38,9 +38,10 @@ use metacontroller_api::wire::CustomizableController;
 use metacontroller_api::ChildUpdateMethod;
 use metacontroller_dynamic::{
     ApiResource, Change, HandlerId, Informer, Informers, NamespacedName, ObjectKey, Origin,
-    Outcome, Priority, Requeue, ResourceMap, Supervisor, WorkQueue, Worker,
+    ResourceMap, Supervisor,
 };
 use metacontroller_hooks::{CallContext, CodeChange, HookClient, HookError};
+use metacontroller_workqueue::{Outcome, Priority, Requeue, WorkQueue, Worker};
 use serde_json::Value;
 
 use crate::children::{ChildError, ChildType, ParentRef};
@@ -446,7 +447,7 @@ impl<R: Reconciler> crate::metrics::ParentStates for R {
 /// structure after each prune ([`Reconciler::forget_departed`]).
 pub(crate) fn run<R: Reconciler>(
     reconciler: Arc<R>,
-    concurrency: metacontroller_dynamic::Concurrency,
+    concurrency: metacontroller_workqueue::Concurrency,
 ) -> ControllerHandle<R::Key> {
     let common = reconciler.common();
     let queue = common.queue.clone();

@@ -9,8 +9,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Event;
-use metacontroller_dynamic::Backoff;
 use metacontroller_testkit::{eventually, HookReply, TestCluster};
+use metacontroller_workqueue::Backoff;
 use serde_json::{json, Value};
 
 use common::{configmap_rule, parent_crd, Env};

@@ -1,12 +1,13 @@
-//! Hot paths of the runtime building blocks: selector matching, queue throughput, indexed
-//! child lookup. (The own-writes overlay read is timed by an ignored unit test in the
-//! controllers' writer, `writer::overlay::tests::get_miss_among_10k_entries_timing`.)
+//! Hot paths of the runtime building blocks: selector matching and indexed child lookup.
+//! (Queue throughput is `metacontroller-workqueue`'s bench; the own-writes overlay read is
+//! timed by an ignored unit test in the controllers' writer,
+//! `writer::overlay::tests::get_miss_among_10k_entries_timing`.)
 
 use std::collections::BTreeMap;
 use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use metacontroller_dynamic::{NamespacedName, Priority, Selector, Store, WorkQueue};
+use metacontroller_dynamic::{NamespacedName, Selector, Store};
 use serde_json::json;
 
 fn selectors(c: &mut Criterion) {
@@ -27,34 +28,6 @@ fn selectors(c: &mut Criterion) {
     .collect();
     c.bench_function("selector_match_6_requirements", |b| {
         b.iter(|| black_box(&sel).matches(black_box(&labels)))
-    });
-}
-
-fn queue(c: &mut Criterion) {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .build()
-        .unwrap();
-    c.bench_function("workqueue_10k_keys_add_get_done", |b| {
-        b.iter(|| {
-            rt.block_on(async {
-                let q = WorkQueue::new("bench");
-                for i in 0..10_000u32 {
-                    q.add(
-                        i,
-                        if i % 10 == 0 {
-                            Priority::Event
-                        } else {
-                            Priority::Bulk
-                        },
-                    );
-                }
-                for _ in 0..10_000u32 {
-                    let k = q.get().await.unwrap();
-                    q.done(&k);
-                }
-            })
-        })
     });
 }
 
@@ -79,5 +52,5 @@ fn store(c: &mut Criterion) {
     });
 }
 
-criterion_group!(benches, selectors, queue, store);
+criterion_group!(benches, selectors, store);
 criterion_main!(benches);

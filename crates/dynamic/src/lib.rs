@@ -1,6 +1,6 @@
 //! `metacontroller-dynamic`: discovery cache, shared informers per resource, dynamic API
-//! access, label/annotation selectors and the per-controller work queue. Every public item is
-//! at the crate root; the modules below are private and named here as a map of the code.
+//! access and label/annotation selectors (the work queue and the sync gate are
+//! `metacontroller-workqueue`). Every public item is at the crate root; the modules below are private and named here as a map of the code.
 //!
 //! [`ResourceMap::discover`] and the [`Informers`] talk to the API server (discovery fetch; shared list+watch
 //! per resource). The other modules are self-contained building blocks:
@@ -12,9 +12,6 @@
 //! - `store`: an informer's object store indexed by namespace and controller owner uid;
 //! - `compact`: the compact form informers cache objects in (JSON + index metadata);
 //! - `selector`: label / annotation selectors with Kubernetes semantics and the string form;
-//! - `gate`: the sync gate leader election and shutdown close in front of every worker;
-//! - `workqueue`: the per-controller queue (de-duplicated, one worker per key, backoff,
-//!   delays, event keys before bulk keys);
 //! - `schemas`: the schemas the apply engine merges children with (CRD informer +
 //!   lazily fetched OpenAPI v3 per group-version);
 //! - `scope`: `--watch-namespaces`: which namespaces (and cluster-scoped resources) an
@@ -28,10 +25,8 @@
 mod compact;
 mod discover;
 mod discovery;
-mod gate;
 mod informer;
 mod object;
-mod queue_metrics;
 mod rate;
 mod registry;
 mod schemas;
@@ -40,12 +35,10 @@ mod selector;
 mod store;
 mod supervise;
 mod watch_backoff;
-mod workqueue;
 
 pub use compact::{CompactObject, EncodeError};
 pub use discover::Discovered;
 pub use discovery::{ApiResource, DiscoveryError, ResourceId, ResourceMap, Subresource};
-pub use gate::{shard_of, stable_hash, Lapse, LeaseDeadlines, SyncGate};
 pub use informer::{
     Handler, HandlerId, Informer, InformerConfig, Informers, Keep, KeepKeys, Origin, Relisted,
 };
@@ -60,6 +53,3 @@ pub use selector::{
 pub use store::{Change, MissingName, Store};
 pub use supervise::{Supervisor, TaskEnd};
 pub use watch_backoff::ReconnectProbe;
-pub use workqueue::{
-    Backoff, Concurrency, Outcome, Priority, QueueMetrics, Requeue, WorkQueue, Worker,
-};

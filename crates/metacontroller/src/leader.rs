@@ -21,7 +21,7 @@ use std::time::Duration;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::Client;
-use metacontroller_dynamic::{LeaseDeadlines, SyncGate};
+use metacontroller_workqueue::{LeaseDeadlines, SyncGate};
 use tokio::sync::watch;
 use tokio::time::Instant;
 

@@ -125,10 +125,10 @@ fn coordination(
 fn gate_and_replica(
     leader: Option<&crate::leader::LeaderConfig>,
     sharding: Option<&crate::shard::ShardConfig>,
-) -> (metacontroller_dynamic::SyncGate, Option<String>) {
+) -> (metacontroller_workqueue::SyncGate, Option<String>) {
     let gate = match sharding {
-        Some(config) => metacontroller_dynamic::SyncGate::sharded(config.shards),
-        None => metacontroller_dynamic::SyncGate::new(leader.is_none()),
+        Some(config) => metacontroller_workqueue::SyncGate::sharded(config.shards),
+        None => metacontroller_workqueue::SyncGate::new(leader.is_none()),
     };
     let replica = sharding
         .map(|config| config.identity.clone())
@@ -253,7 +253,7 @@ struct Shared {
     hooks: metacontroller_hooks::HookClient,
     events: EventRecorder,
     /// Opened by leader election, closed by shutdown; every sync passes it.
-    gate: metacontroller_dynamic::SyncGate,
+    gate: metacontroller_workqueue::SyncGate,
     /// Merge schemas (`--apply-schema=auto`), shared by all controllers.
     schemas: Option<metacontroller_dynamic::Schemas>,
     metrics: metacontroller_controllers::metrics::ControllerMetrics,
@@ -266,7 +266,7 @@ impl Shared {
     fn new(
         client: Client,
         args: &ControllerArgs,
-        gate: metacontroller_dynamic::SyncGate,
+        gate: metacontroller_workqueue::SyncGate,
         registry: &prometheus::Registry,
         readiness: crate::health::Readiness,
         replica: Option<String>,

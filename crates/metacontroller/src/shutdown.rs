@@ -4,7 +4,8 @@
 use std::time::Duration;
 
 use metacontroller_controllers::events::EventRecorder;
-use metacontroller_dynamic::{Supervisor, SyncGate};
+use metacontroller_dynamic::Supervisor;
+use metacontroller_workqueue::SyncGate;
 use tokio::sync::watch;
 
 use crate::leader::{Elector, LeaderConfig};

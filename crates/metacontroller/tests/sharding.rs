@@ -23,7 +23,6 @@ use kube::api::{Api, ListParams};
 use kube::core::DynamicObject;
 use metacontroller_api::composite::CompositeController;
 use metacontroller_api::decorator::DecoratorController;
-use metacontroller_dynamic::shard_of;
 use metacontroller_testkit::metrics::sample;
 use metacontroller_testkit::replicas::{
     assert_no_concurrent_syncs, assert_one_writer_at_a_time, sharded_replica_args,
@@ -34,6 +33,7 @@ use metacontroller_testkit::{
     create_object, eventually_within, unique_name, ApiRecorder, ApiWrite, ControllerProcess,
     CrdBuilder, TestCluster,
 };
+use metacontroller_workqueue::shard_of;
 use serde_json::{json, Value};
 
 const SHARDS: u32 = 16;

@@ -43,8 +43,8 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ListParams, PostParams};
 use kube::core::DynamicObject;
 use metacontroller_api::composite::CompositeController;
-use metacontroller_dynamic::shard_of;
 use metacontroller_testkit::{crd, Control, CrdBuilder, TestCluster};
+use metacontroller_workqueue::shard_of;
 use serde_json::{json, Value};
 
 struct Args {

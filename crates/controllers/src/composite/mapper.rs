@@ -3,9 +3,8 @@
 use std::sync::Arc;
 
 use kube::core::DynamicObject;
-use metacontroller_dynamic::{
-    ApiResource, Change, Informer, NamespacedName, Origin, Selector, WorkQueue,
-};
+use metacontroller_dynamic::{ApiResource, Change, Informer, NamespacedName, Origin, Selector};
+use metacontroller_workqueue::WorkQueue;
 use serde_json::json;
 
 use super::plan::parent_child_selector;

@@ -67,7 +67,7 @@ pub struct Options {
     /// Schemas to merge children with (`--apply-schema=auto`); `None`: conventions only.
     pub schemas: Option<metacontroller_dynamic::Schemas>,
     /// Passed by every sync (leader election, shutdown); default: always open.
-    pub gate: metacontroller_dynamic::SyncGate,
+    pub gate: metacontroller_workqueue::SyncGate,
     /// Where queue, reconcile and child write metrics go (default: not exported).
     pub metrics: crate::metrics::ControllerMetrics,
     /// Child writes of one sync in flight at once (`--max-concurrent-child-writes`; 1: one
@@ -77,8 +77,8 @@ pub struct Options {
 
 impl Options {
     /// The work queue's limits: `workers` syncs calling hooks, `parents_in_flight` in all.
-    pub(crate) fn concurrency(&self) -> metacontroller_dynamic::Concurrency {
-        metacontroller_dynamic::Concurrency::new(self.workers, self.parents_in_flight)
+    pub(crate) fn concurrency(&self) -> metacontroller_workqueue::Concurrency {
+        metacontroller_workqueue::Concurrency::new(self.workers, self.parents_in_flight)
     }
 }
 

@@ -20,9 +20,10 @@ use metacontroller_api::hook::Hook;
 use metacontroller_api::wire::{CustomizableController, DecoratorHookResponse};
 use metacontroller_dynamic::{
     ApiResource, Change, HandlerId, Informer, Informers, Keep, Lease, NamespacedName, ObjectKey,
-    Origin, ResourceId, ResourceMap, WorkQueue,
+    Origin, ResourceId, ResourceMap,
 };
 use metacontroller_hooks::HookClient;
+use metacontroller_workqueue::WorkQueue;
 use serde_json::Value;
 
 use super::attachments::is_own_attachment;

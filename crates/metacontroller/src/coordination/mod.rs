@@ -4,7 +4,7 @@
 //! on a renewal (counted from that send), one conversion of durations to a Lease's whole
 //! seconds, the ways a Lease's spec is held and released, the retry jitter and the
 //! stoppable wait. Both bind their deadlines to the same
-//! [`metacontroller_dynamic::SyncGate`] (its write fence).
+//! [`metacontroller_workqueue::SyncGate`] (its write fence).
 
 mod client;
 
@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
-use metacontroller_dynamic::LeaseDeadlines;
+use metacontroller_workqueue::LeaseDeadlines;
 use tokio::sync::watch;
 use tokio::time::Instant;
 

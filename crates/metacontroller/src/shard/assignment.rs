@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use metacontroller_dynamic::stable_hash;
+use metacontroller_workqueue::stable_hash;
 
 /// Whether this round's members may be acted on: seen in the previous round already, or
 /// only members of it (departures). A newcomer waits a round so that replicas started

@@ -8,7 +8,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
-use metacontroller_dynamic::{Informers, Lapse, Supervisor, SyncGate};
+use metacontroller_dynamic::{Informers, Supervisor};
+use metacontroller_workqueue::{Lapse, SyncGate};
 use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 

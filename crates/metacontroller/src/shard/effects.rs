@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use futures::future::{BoxFuture, FutureExt as _, Shared};
 use k8s_openapi::api::coordination::v1::Lease;
-use metacontroller_dynamic::{shard_of, Relisted, Supervisor};
+use metacontroller_dynamic::{Relisted, Supervisor};
+use metacontroller_workqueue::shard_of;
 use tokio::time::Instant;
 
 use super::coordinator::{lock, Coordinator};

@@ -12,7 +12,7 @@ use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::LeaseSpec;
-use metacontroller_dynamic::Lapse;
+use metacontroller_workqueue::Lapse;
 use tokio::time::Instant;
 
 use super::assignment::{assignment, settled};

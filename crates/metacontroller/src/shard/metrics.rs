@@ -2,7 +2,8 @@
 
 use std::collections::HashSet;
 
-use metacontroller_dynamic::{shard_of, Informers, SyncGate};
+use metacontroller_dynamic::Informers;
+use metacontroller_workqueue::{shard_of, SyncGate};
 use prometheus::core::{Collector, Desc};
 use prometheus::proto::MetricFamily;
 use prometheus::{IntCounterVec, IntGauge, Opts, Registry};

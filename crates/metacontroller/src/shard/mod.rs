@@ -4,7 +4,7 @@
 //! # Design
 //!
 //! - **Keys → shards.** Every queue key (a parent's `namespace/name`) hashes to one of
-//!   `--shards` virtual shards ([`metacontroller_dynamic::shard_of`], a stable hash).
+//!   `--shards` virtual shards ([`metacontroller_workqueue::shard_of`], a stable hash).
 //!   The key, not the uid, is hashed: the work queue's one-worker-per-key guarantee is on the
 //!   key, the gate decides without a cache read, and a child event maps to its parent's key
 //!   before the parent is even cached.
@@ -57,7 +57,7 @@
 //!     all, they drop and prune what they cached ahead. For one lease
 //!     duration after such a takeover the taken shards' keys are *expedited*: every work queue
 //!     serves them first, the follow-ups of their syncs included (see
-//!     [`metacontroller_dynamic::WorkQueue`]), so the dead replica's parents do not wait
+//!     [`metacontroller_workqueue::WorkQueue`]), so the dead replica's parents do not wait
 //!     behind the survivors' own backlog.
 //! - **One shard count.** A member Lease carries its replica's `--shards`
 //!   ([`SHARDS_ANNOTATION`]). Replicas with different counts map a parent to different shard
@@ -96,8 +96,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kube::Client;
-use metacontroller_dynamic::stable_hash;
-use metacontroller_dynamic::{Informers, SyncGate};
+use metacontroller_dynamic::Informers;
+use metacontroller_workqueue::stable_hash;
+use metacontroller_workqueue::SyncGate;
 use prometheus::Registry;
 use tokio::sync::{watch, Notify};
 

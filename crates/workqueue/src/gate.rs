@@ -18,7 +18,7 @@
 //! before it releases the Lease, so no two replicas ever sync the same key at once.
 //!
 //! The gate also says which shards the caches keep ([`SyncGate::retains_key`], used by the
-//! informers' retention filter, see [`crate::informer`]): a shard is *retained* from the
+//! informers' retention filter in `metacontroller-dynamic`): a shard is *retained* from the
 //! moment its acquisition begins ([`SyncGate::reserve_shard`]: its objects must survive the
 //! relist that brings them back) until its release has drained; it is *owned* (its keys
 //! admitted) only once the acquisition's relist has completed ([`SyncGate::admit_shard`]).
@@ -29,7 +29,7 @@
 //! A shard taken over from a replica that died can be *expedited* for a while
 //! ([`SyncGate::expedite_shard`]): its parents have had no owner since the death, so the work
 //! queues serve their keys before any other ([`SyncGate::expedites_key`], see
-//! [`crate::workqueue`]).
+//! [`WorkQueue`](crate::WorkQueue)).
 
 use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -190,7 +190,7 @@ impl SyncGate {
 
     /// Whether `key`'s shard is owned now (always without sharding). The gate keeps no
     /// per-key state: the parents owned are counted from the caches (see
-    /// [`crate::Informers::count_parents`]), so the count follows deletions and handoffs.
+    /// the informers' `count_parents`), so the count follows deletions and handoffs.
     #[cfg(test)]
     pub(crate) fn owns_key(&self, key: &str) -> bool {
         let state = self.lock();
