@@ -2,8 +2,12 @@
 
 use std::time::Duration;
 
+use metacontroller_dynamic::ResourceId;
 use metacontroller_hooks::HookError;
 use metacontroller_workqueue::WorkQueue;
+
+/// Reads the resources a reconciler cannot list now (see [`ControllerHandle::unlistable`]).
+pub(crate) type UnlistableProbe = Box<dyn Fn() -> Vec<(ResourceId, String)> + Send + Sync>;
 
 /// A running reconciler: its work queue and the task driving the workers. Dropping it (or
 /// [`ControllerHandle::stop`]) stops the workers and releases the informers.
@@ -13,14 +17,31 @@ where
 {
     queue: WorkQueue<K>,
     task: tokio::task::JoinHandle<()>,
+    unlistable: UnlistableProbe,
 }
 
 impl<K> ControllerHandle<K>
 where
     K: Clone + Eq + std::hash::Hash + Send + 'static,
 {
-    pub(crate) fn new(queue: WorkQueue<K>, task: tokio::task::JoinHandle<()>) -> Self {
-        ControllerHandle { queue, task }
+    pub(crate) fn new(
+        queue: WorkQueue<K>,
+        task: tokio::task::JoinHandle<()>,
+        unlistable: UnlistableProbe,
+    ) -> Self {
+        ControllerHandle {
+            queue,
+            task,
+            unlistable,
+        }
+    }
+
+    /// The resources this controller reads whose cache waits for a list that failed (no
+    /// permission to list them, no longer served, ...), each with the list's last error.
+    /// Until they can be listed, the controller syncs nothing (a sync from a cache missing
+    /// objects would tell hooks they are gone).
+    pub fn unlistable(&self) -> Vec<(ResourceId, String)> {
+        (self.unlistable)()
     }
 
     /// Stops the workers and releases the informers.

@@ -453,6 +453,7 @@ pub(crate) fn run<R: Reconciler>(
     let queue = common.queue.clone();
     let run_queue = queue.clone();
     let states: std::sync::Weak<R> = Arc::downgrade(&reconciler);
+    let unlistable = unlistable_probe(&reconciler);
     common
         .metrics
         .track_states(common.controller_type, &common.name, states);
@@ -494,7 +495,28 @@ pub(crate) fn run<R: Reconciler>(
             std::future::pending::<()>().await;
         }
     });
-    ControllerHandle::new(queue, task)
+    ControllerHandle::new(queue, task, unlistable)
+}
+
+/// The informers of `reconciler` whose cache waits for a list that failed, one entry per
+/// resource. Holds the reconciler weakly: the handle must not keep it alive.
+fn unlistable_probe<R: Reconciler>(reconciler: &Arc<R>) -> crate::handle::UnlistableProbe {
+    let reconciler = Arc::downgrade(reconciler);
+    Box::new(move || {
+        let Some(reconciler) = reconciler.upgrade() else {
+            return Vec::new();
+        };
+        let mut found: Vec<(metacontroller_dynamic::ResourceId, String)> = Vec::new();
+        for informer in reconciler.informers() {
+            let id = informer.resource().id();
+            if let Some(error) = informer.list_error() {
+                if !found.iter().any(|(seen, _)| *seen == id) {
+                    found.push((id, error));
+                }
+            }
+        }
+        found
+    })
 }
 
 /// The ConfigMaps holding the code of `hooks` (in-process hooks), each watched from now on

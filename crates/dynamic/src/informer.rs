@@ -247,6 +247,8 @@ struct Shared {
     /// The last request whose list failed (an error before it completed): it is retried,
     /// but whoever waits for it is told at once (see [`Relisted::Failed`]).
     relist_failed: tokio::sync::watch::Sender<u64>,
+    /// The last error of a list the cache waits for; cleared when the cache is synced.
+    list_error: Mutex<Option<String>>,
 }
 
 /// How a relist asked for ([`Informers::relist_filtered`], and an informer's own relists) ended.
@@ -308,6 +310,10 @@ impl Shared {
         }
         self.synced.send_replace(false);
         self.relist_failed.send_replace(requested);
+    }
+
+    fn list_error(&self) -> std::sync::MutexGuard<'_, Option<String>> {
+        self.list_error.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     fn handlers(&self) -> std::sync::MutexGuard<'_, Vec<(HandlerId, Handler)>> {
@@ -468,6 +474,7 @@ impl Informer {
             relist_requested: tokio::sync::watch::channel(0).0,
             relisted: tokio::sync::watch::channel(0).0,
             relist_failed: tokio::sync::watch::channel(0).0,
+            list_error: Mutex::new(None),
         });
         let id = resource.id();
         let apis = match crate::scope::watched(config.scope.as_deref(), &resource) {
@@ -568,6 +575,16 @@ impl Informer {
     /// Whether the first list has completed.
     pub fn has_synced(&self) -> bool {
         *self.shared.synced.borrow()
+    }
+
+    /// Why the cache is not synced: the last error of the list it waits for (no permission
+    /// to list, the resource no longer served, ...). `None` once synced, and while a list
+    /// runs without having failed.
+    pub fn list_error(&self) -> Option<String> {
+        if self.has_synced() {
+            return None;
+        }
+        self.shared.list_error().clone()
     }
 
     /// Waits until the first list has completed.
@@ -844,6 +861,7 @@ fn handle_event(
         Err(e) => {
             tracing::warn!(resource = ?id, error = %e, "watch failed; retrying");
             if !lists.waiting.is_empty() {
+                *shared.list_error() = Some(e.to_string());
                 shared.list_failed(*shared.relist_requested.borrow());
             }
         }
@@ -876,6 +894,7 @@ fn scope_listed(shared: &Shared, id: &ResourceId, lists: &mut Lists, scope: &str
         lists.asked_for = false;
         // With another list to follow, what was asked for meanwhile is not in yet.
         if !lists.more {
+            *shared.list_error() = None;
             shared.synced.send_replace(true);
         }
     }

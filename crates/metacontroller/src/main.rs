@@ -12,6 +12,7 @@ mod dev;
 mod embedded;
 mod health;
 mod leader;
+mod list_errors;
 mod listen;
 mod logging;
 mod merge_cmd;

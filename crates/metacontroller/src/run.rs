@@ -14,6 +14,7 @@ use metacontroller_controllers::events::{reason, EventRecorder};
 use metacontroller_controllers::metrics::{COMPOSITE, DECORATOR};
 
 use crate::cli::ControllerArgs;
+use crate::list_errors::{ListErrorReports, Running};
 
 const GROUP: &str = "metacontroller.k8s.io";
 const VERSION: &str = "v1alpha1";
@@ -404,6 +405,7 @@ where
         + std::fmt::Debug
         + Send
         + 'static,
+    H: Running,
     Start: Fn(T, &metacontroller_dynamic::ResourceMap) -> Result<H, StartFailure>,
     Stop: Fn(H) -> StopFut,
     StopFut: std::future::Future<Output = ()>,
@@ -431,6 +433,7 @@ where
             },
             _ = retry.tick() => {
                 controllers.retry_waiting().await;
+                controllers.report_list_errors();
                 continue;
             }
         };
@@ -477,11 +480,14 @@ struct Controllers<'a, T, H, Start, Stop> {
     objects: HashMap<String, serde_json::Value>,
     /// The names a relist in progress has delivered so far.
     relisted: Option<std::collections::HashSet<String>>,
+    /// What was last reported of the resources running controllers cannot list.
+    list_errors: ListErrorReports,
 }
 
 impl<'a, T, H, Start, Stop, StopFut> Controllers<'a, T, H, Start, Stop>
 where
     T: kube::Resource<DynamicType = ()> + Clone + k8s_openapi::serde::Serialize,
+    H: Running,
     Start: Fn(T, &metacontroller_dynamic::ResourceMap) -> Result<H, StartFailure>,
     Stop: Fn(H) -> StopFut,
     StopFut: std::future::Future<Output = ()>,
@@ -502,6 +508,7 @@ where
             resources: metacontroller_dynamic::ResourceMap::default(),
             objects: HashMap::new(),
             relisted: None,
+            list_errors: ListErrorReports::default(),
         }
     }
 
@@ -582,6 +589,22 @@ where
         }
     }
 
+    /// Reports on each running controller's object the resources it cannot list now (see
+    /// [`crate::list_errors`]).
+    fn report_list_errors(&mut self) {
+        let kind = T::kind(&());
+        for (name, (_, handle)) in &self.running {
+            if let Some(object) = self.objects.get(name) {
+                let unlistable = handle.unlistable();
+                let events = &self.shared.events;
+                self.list_errors
+                    .check(events, &kind, name, object, unlistable);
+            }
+        }
+        let running = &self.running;
+        self.list_errors.retain(|name| running.contains_key(name));
+    }
+
     /// Starts a reconciler for `obj`, or records why not and queues it for a retry.
     fn try_start(&mut self, obj: T) {
         let kind = T::kind(&());
@@ -605,6 +628,8 @@ where
                     format!("Started controller: {name}"),
                 );
                 self.waiting.remove(&name);
+                // A new reconciler: what it cannot list is reported afresh.
+                self.list_errors.forget(&name);
                 self.running.insert(name, (spec, handle));
             }
             Err(err) => {

@@ -15,16 +15,15 @@
 //! (cluster-wide, or in `default`) are deleted at the end.
 
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
-use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
-use k8s_openapi::api::core::v1::{ConfigMap, ServiceAccount};
+use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DeleteParams, PostParams};
 use kube::core::DynamicObject;
 use metacontroller_api::composite::CompositeController;
 use metacontroller_testkit::{
-    create_object, dynamic_api, events_about, eventually, unique_crd, unique_name,
-    ControllerProcess, CrdBuilder, HookServer, TestCluster,
+    create_object, dynamic_api, events_about, eventually, service_account_token, unique_crd,
+    unique_name, write_token_kubeconfig, ControllerProcess, CrdBuilder, HookServer, TestCluster,
 };
 use serde_json::{json, Value};
 
@@ -308,7 +307,7 @@ impl Credentials {
         .expect_ok("helm template with watchNamespaces");
         let objects: Vec<Value> = serde_json::from_str(&out).expect("rendered objects");
         let (service_account, cluster_objects) = apply_rbac(cluster, &objects).await;
-        let token = token(cluster, install, &service_account).await;
+        let token = service_account_token(cluster, install, &service_account).await;
         let dir = tempfile::tempdir().unwrap();
         let kubeconfig = dir.path().join("kubeconfig");
         write_token_kubeconfig(cluster.kubeconfig_path(), &token, &kubeconfig);
@@ -376,39 +375,4 @@ async fn apply_rbac(cluster: &TestCluster, objects: &[Value]) -> (String, Vec<Sh
     }
     let service_account = service_account.expect("the render has a ServiceAccount");
     (service_account, cluster_objects)
-}
-
-/// A token of ServiceAccount `name` (the TokenRequest API, as `kubectl create token`).
-async fn token(cluster: &TestCluster, namespace: &str, name: &str) -> String {
-    let request = TokenRequest {
-        spec: Some(TokenRequestSpec {
-            expiration_seconds: Some(3600),
-            ..Default::default()
-        }),
-        ..Default::default()
-    };
-    Api::<ServiceAccount>::namespaced(cluster.client(), namespace)
-        .create_token_request(name, &PostParams::default(), &request)
-        .await
-        .expect("TokenRequest")
-        .status
-        .and_then(|status| status.token)
-        .expect("a token")
-}
-
-/// A kubeconfig for the cluster of `admin` (server, CA) authenticating with `token` only.
-fn write_token_kubeconfig(admin: &Path, token: &str, dest: &Path) {
-    let admin = kube::config::Kubeconfig::read_from(admin).expect("admin kubeconfig");
-    let cluster = admin.clusters.first().expect("a cluster");
-    let cluster = serde_json::to_value(cluster).expect("cluster entry");
-    let name = cluster["name"].clone();
-    // JSON is YAML.
-    let config = json!({
-        "apiVersion": "v1", "kind": "Config",
-        "clusters": [cluster],
-        "users": [{"name": "sa", "user": {"token": token}}],
-        "contexts": [{"name": "sa", "context": {"cluster": name, "user": "sa"}}],
-        "current-context": "sa",
-    });
-    std::fs::write(dest, config.to_string()).expect("writing the kubeconfig");
 }

@@ -24,6 +24,7 @@
 pub mod api_recorder;
 mod cluster;
 mod crd;
+mod credentials;
 mod events;
 pub mod example;
 pub mod hello;
@@ -44,6 +45,7 @@ pub use cluster::{
     TestCluster, E2E_KUBECONFIG_ENV,
 };
 pub use crd::{crd, unique_crd, CrdBuilder};
+pub use credentials::{service_account_token, write_token_kubeconfig};
 pub use embedded_apiserver::{Control, Fault, FaultAction};
 pub use events::{events_about, until_sync_error};
 pub use hook::{

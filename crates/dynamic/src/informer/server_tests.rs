@@ -625,8 +625,8 @@ async fn relists_asked_for_during_a_list_follow_it_instead_of_restarting_it() {
 }
 
 /// A relist whose list fails is answered at once as failed (a shard takeover must not wait
-/// for a resource that cannot be listed), and the informer reads as not synced until a list
-/// completes again.
+/// for a resource that cannot be listed), and the informer reads as not synced, with the
+/// list's error, until a list completes again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_relist_is_reported_and_the_informer_is_unsynced_until_it_lists() {
     use embedded_apiserver::Fault;
@@ -643,6 +643,8 @@ async fn a_failed_relist_is_reported_and_the_informer_is_unsynced_until_it_lists
         !informer.has_synced(),
         "a failed relist leaves the cache unsynced"
     );
+    let error = informer.list_error().expect("the failed list's error");
+    assert!(error.contains("403"), "the server's answer: {error}");
     // Still failing: a later request is answered as failed too.
     let again = tokio::time::timeout(Duration::from_secs(10), informers.relist_filtered())
         .await
@@ -652,6 +654,11 @@ async fn a_failed_relist_is_reported_and_the_informer_is_unsynced_until_it_lists
     tokio::time::timeout(Duration::from_secs(30), informer.wait_synced())
         .await
         .expect("synced again once the resource can be listed");
+    assert_eq!(
+        informer.list_error(),
+        None,
+        "a synced cache has no list error"
+    );
 }
 
 /// Watches reconnect with growing delays during an API server outage, yet resume within
