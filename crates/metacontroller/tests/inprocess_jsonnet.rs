@@ -10,8 +10,8 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
 use metacontroller_api::composite::CompositeController;
 use metacontroller_testkit::{
-    create_object, eventually_within, unique_name, until_sync_error, ControllerProcess, CrdBuilder,
-    TestCluster,
+    create_object, events_about, eventually_within, unique_name, until_sync_error,
+    ControllerProcess, CrdBuilder, TestCluster,
 };
 use serde_json::json;
 
@@ -28,7 +28,7 @@ const CASES: [(&str, &str); 4] = [
 /// The ConfigMap `code` with a good hook, an infinitely recursive one and a syntax error.
 async fn create_code(api: &Api<ConfigMap>) {
     let files = [
-        ("good.jsonnet", "function(request) {children: [{apiVersion: 'v1', kind: 'ConfigMap', metadata: {name: request.parent.metadata.name}, data: {ok: 'yes'}}]}"),
+        ("good.jsonnet", "function(request) {children: [{apiVersion: 'v1', kind: 'ConfigMap', metadata: {name: request.parent.metadata.name}, data: {ok: 'yes'}}], events: [{type: 'Normal', reason: 'FromJsonnet', message: 'synced ' + request.parent.metadata.name}]}"),
         ("recursive.jsonnet", "local f(x) = f(x + 1) + 1;\nfunction(request) f(0)"),
         ("broken.jsonnet", "function(request) {\n  children: [,\n}"),
     ];
@@ -63,7 +63,7 @@ async fn create_controllers(cluster: &TestCluster, parent: &CrdBuilder, ns: &str
 
 /// Infinitely recursive Jsonnet, a syntax error and a missing key each fail their own
 /// parents with a SyncError naming the problem (file:line for the code), while a good hook
-/// beside them keeps syncing.
+/// beside them keeps syncing, and the Events it returns land on its parent.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_jsonnet_is_a_hook_error_with_an_event_and_nothing_else_stops() {
     let (cluster, ns, parent) = TestCluster::start_with_parent("jsonnet-bad").await;
@@ -97,6 +97,14 @@ async fn bad_jsonnet_is_a_hook_error_with_an_event_and_nothing_else_stops() {
     .await;
     eventually_within("the good parent's child", WAIT, || async {
         config_maps.get_opt("good").await.ok().flatten().is_some()
+    })
+    .await;
+    eventually_within("the good hook's Event on its parent", WAIT, || async {
+        events_about(&cluster, &ns, "good").await.iter().any(|e| {
+            e.reason.as_deref() == Some("FromJsonnet")
+                && e.type_.as_deref() == Some("Normal")
+                && e.message.as_deref() == Some("synced good")
+        })
     })
     .await;
 }

@@ -53,6 +53,27 @@ const GARBAGE: &str = r#"(module
     (i32.store (i32.const 4) (i32.const 16))
     (drop (call $fd_write (i32.const 1) (i32.const 0) (i32.const 1) (i32.const 8)))))"#;
 
+/// A module answering every sync with no children, a status and one Warning Event.
+fn eventful_module() -> Vec<u8> {
+    let answer = json!({
+        "status": {"ok": true},
+        "events": [{"type": "Warning", "reason": "FromWasm", "message": "said by a wasm hook"}],
+    })
+    .to_string();
+    let escaped = answer.replace('\\', "\\\\").replace('"', "\\\"");
+    wat(&format!(
+        r#"(module
+  (import "wasi_snapshot_preview1" "fd_write" (func $fd_write (param i32 i32 i32 i32) (result i32)))
+  (memory (export "memory") 1)
+  (data (i32.const 16) "{escaped}")
+  (func (export "_start")
+    (i32.store (i32.const 0) (i32.const 16))
+    (i32.store (i32.const 4) (i32.const {len}))
+    (drop (call $fd_write (i32.const 1) (i32.const 0) (i32.const 1) (i32.const 8)))))"#,
+        len = answer.len()
+    ))
+}
+
 async fn put_module(cluster: &TestCluster, namespace: &str, name: &str, module: Vec<u8>) {
     let api: Api<ConfigMap> = Api::namespaced(cluster.client(), namespace);
     let cm = ConfigMap {
@@ -179,6 +200,28 @@ async fn wasm_hook_syncs_parents_and_new_code_reaches_every_parent() {
     )
     .await;
     until_greetings(&cluster, &ns, &names, "Howdy").await;
+}
+
+/// The Events a wasm hook returns land on its parent, as a webhook's do.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wasm_hooks_events_land_on_its_parent() {
+    let (cluster, ns, parent) = TestCluster::start_with_parent("wasm-events").await;
+    cluster.install_metacontroller_crds().await;
+    put_module(&cluster, &ns, "eventful", eventful_module()).await;
+    let spec = wasm_spec(&parent, &ns, "eventful", json!({}));
+    let label = cluster
+        .create_labelled_controller::<CompositeController>("wasm-events", spec)
+        .await;
+    let _controller = run(&cluster, &label);
+    create_parent(&cluster, &parent, &ns, "loud", "eventful").await;
+    eventually_within("the wasm hook's Event on its parent", WAIT, || async {
+        events_about(&cluster, &ns, "loud").await.iter().any(|e| {
+            e.reason.as_deref() == Some("FromWasm")
+                && e.type_.as_deref() == Some("Warning")
+                && e.message.as_deref() == Some("said by a wasm hook")
+        })
+    })
+    .await;
 }
 
 /// One hostile module per case: the parent of each fails with a SyncError naming why.
