@@ -10,7 +10,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
 use metacontroller_api::composite::CompositeController;
 use metacontroller_testkit::{
-    create_object, events_about, eventually_within, unique_name, until_sync_error,
+    create_object, eventually_within, unique_name, until_event, until_sync_error,
     ControllerProcess, CrdBuilder, TestCluster,
 };
 use serde_json::json;
@@ -99,12 +99,6 @@ async fn bad_jsonnet_is_a_hook_error_with_an_event_and_nothing_else_stops() {
         config_maps.get_opt("good").await.ok().flatten().is_some()
     })
     .await;
-    eventually_within("the good hook's Event on its parent", WAIT, || async {
-        events_about(&cluster, &ns, "good").await.iter().any(|e| {
-            e.reason.as_deref() == Some("FromJsonnet")
-                && e.type_.as_deref() == Some("Normal")
-                && e.message.as_deref() == Some("synced good")
-        })
-    })
-    .await;
+    let event = until_event(&cluster, (&ns, "good"), "FromJsonnet", "synced good", WAIT).await;
+    assert_eq!(event.type_.as_deref(), Some("Normal"));
 }

@@ -16,8 +16,8 @@ use metacontroller_api::composite::CompositeController;
 use metacontroller_testkit::metrics::rss_kib;
 use metacontroller_testkit::wasm::{hello_world_module, patched, wat};
 use metacontroller_testkit::{
-    create_object, events_about, eventually_within, until_sync_error, ControllerProcess,
-    CrdBuilder, TestCluster,
+    create_object, events_about, eventually_within, until_event, until_sync_error,
+    ControllerProcess, CrdBuilder, TestCluster,
 };
 use serde_json::{json, Value};
 
@@ -214,14 +214,15 @@ async fn a_wasm_hooks_events_land_on_its_parent() {
         .await;
     let _controller = run(&cluster, &label);
     create_parent(&cluster, &parent, &ns, "loud", "eventful").await;
-    eventually_within("the wasm hook's Event on its parent", WAIT, || async {
-        events_about(&cluster, &ns, "loud").await.iter().any(|e| {
-            e.reason.as_deref() == Some("FromWasm")
-                && e.type_.as_deref() == Some("Warning")
-                && e.message.as_deref() == Some("said by a wasm hook")
-        })
-    })
+    let event = until_event(
+        &cluster,
+        (&ns, "loud"),
+        "FromWasm",
+        "said by a wasm hook",
+        WAIT,
+    )
     .await;
+    assert_eq!(event.type_.as_deref(), Some("Warning"));
 }
 
 /// One hostile module per case: the parent of each fails with a SyncError naming why.

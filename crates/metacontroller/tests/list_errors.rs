@@ -16,7 +16,7 @@ use kube::api::{Api, DeleteParams};
 use kube::core::DynamicObject;
 use metacontroller_api::composite::CompositeController;
 use metacontroller_testkit::{
-    create_object, dynamic_api, events_about, eventually, service_account_token, unique_name,
+    create_object, dynamic_api, eventually, service_account_token, unique_name, until_event,
     write_token_kubeconfig, ControllerProcess, CrdBuilder, Fault, HookReply, HookServer,
     TestCluster,
 };
@@ -80,7 +80,17 @@ async fn a_child_type_that_cannot_be_listed_is_reported_on_the_controller_and_no
     .await;
 
     let needle = format!("Cannot list widgets ({})", child.api_version());
-    let reported = list_error_event(&cluster, &controller, &needle, &process).await;
+    // Cluster-scoped objects' Events live in `default`.
+    let reported = until_event(
+        &cluster,
+        ("default", &controller),
+        "ListError",
+        &needle,
+        REPORT_WITHIN,
+    )
+    .await
+    .message
+    .unwrap_or_default();
     assert!(
         reported.contains("403") || reported.contains("forbidden"),
         "the Event carries the server's answer: {reported}"
@@ -110,35 +120,6 @@ async fn a_child_type_that_cannot_be_listed_is_reported_on_the_controller_and_no
     .await;
     drop(process);
     access.delete(&cluster).await;
-}
-
-/// Waits for the `ListError` Event on controller object `name` whose message contains
-/// `needle`, and returns its message.
-async fn list_error_event(
-    cluster: &TestCluster,
-    name: &str,
-    needle: &str,
-    process: &ControllerProcess,
-) -> String {
-    let deadline = tokio::time::Instant::now() + REPORT_WITHIN;
-    loop {
-        // Cluster-scoped objects' Events live in `default`.
-        let found = events_about(cluster, "default", name)
-            .await
-            .into_iter()
-            .filter(|e| e.reason.as_deref() == Some("ListError"))
-            .filter_map(|e| e.message)
-            .find(|m| m.contains(needle));
-        if let Some(message) = found {
-            return message;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "no ListError Event on {name} saying {needle:?} within {REPORT_WITHIN:?}; binary log:\n{}",
-            process.logs()
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
 }
 
 /// How the binary reaches the cluster: the admin kubeconfig with lists of the child resource

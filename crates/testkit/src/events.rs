@@ -29,15 +29,37 @@ pub async fn until_sync_error(
     needle: &str,
     within: std::time::Duration,
 ) {
-    let what = format!("a SyncError on {name} saying {needle:?}");
-    crate::eventually_within(&what, within, || async {
-        events_about(cluster, namespace, name)
+    until_event(cluster, (namespace, name), "SyncError", needle, within).await;
+}
+
+/// Waits (at most `within`) for an Event with `reason` on the object `namespace/name` whose
+/// message contains `needle`, and returns it.
+///
+/// # Panics
+/// When none comes within `within`.
+pub async fn until_event(
+    cluster: &TestCluster,
+    (namespace, name): (&str, &str),
+    reason: &str,
+    needle: &str,
+    within: std::time::Duration,
+) -> Event {
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        let found = events_about(cluster, namespace, name)
             .await
-            .iter()
-            .any(|e| {
-                e.reason.as_deref() == Some("SyncError")
+            .into_iter()
+            .find(|e| {
+                e.reason.as_deref() == Some(reason)
                     && e.message.as_deref().is_some_and(|m| m.contains(needle))
-            })
-    })
-    .await;
+            });
+        if let Some(event) = found {
+            return event;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out after {within:?} waiting for a {reason} Event on {name} saying {needle:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
 }

@@ -47,7 +47,7 @@ pub use cluster::{
 pub use crd::{crd, unique_crd, CrdBuilder};
 pub use credentials::{service_account_token, write_token_kubeconfig};
 pub use embedded_apiserver::{Control, Fault, FaultAction};
-pub use events::{events_about, until_sync_error};
+pub use events::{events_about, until_event, until_sync_error};
 pub use hook::{
     assert_no_status_only_syncs, configmap_child_reply, parent_name, HookCall, HookReply,
     HookServer,
