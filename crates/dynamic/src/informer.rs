@@ -861,11 +861,24 @@ fn handle_event(
         Err(e) => {
             tracing::warn!(resource = ?id, error = %e, "watch failed; retrying");
             if !lists.waiting.is_empty() {
-                *shared.list_error() = Some(e.to_string());
+                *shared.list_error() = Some(list_error_text(&e));
                 shared.list_failed(*shared.relist_requested.borrow());
             }
         }
     }
+}
+
+/// What a failed list says to a user: the API server's own message, code and reason when it
+/// answered (the error's `Display` adds the whole `Status` as debug output), else the error.
+fn list_error_text(error: &watcher::Error) -> String {
+    let status = match error {
+        watcher::Error::InitialListFailed(kube::Error::Api(status))
+        | watcher::Error::WatchStartFailed(kube::Error::Api(status))
+        | watcher::Error::WatchFailed(kube::Error::Api(status))
+        | watcher::Error::WatchError(status) => status,
+        _ => return error.to_string(),
+    };
+    format!("{} ({} {})", status.message, status.code, status.reason)
 }
 
 /// A list of `scope` delivered `obj`: buffered (as the cached `Arc` when unchanged) until

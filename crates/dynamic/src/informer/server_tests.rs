@@ -644,7 +644,10 @@ async fn a_failed_relist_is_reported_and_the_informer_is_unsynced_until_it_lists
         "a failed relist leaves the cache unsynced"
     );
     let error = informer.list_error().expect("the failed list's error");
-    assert!(error.contains("403"), "the server's answer: {error}");
+    assert_eq!(
+        error, "injected fault (403) (403 Forbidden)",
+        "the server's answer"
+    );
     // Still failing: a later request is answered as failed too.
     let again = tokio::time::timeout(Duration::from_secs(10), informers.relist_filtered())
         .await
