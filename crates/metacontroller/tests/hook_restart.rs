@@ -164,14 +164,10 @@ async fn a_hook_server_restart_fails_no_sync() {
     .await;
     println!("{retries} retries ({refused} after a refused connection) while the hook restarted");
     assert!(refused > 0.0);
-    let queue = format!(r#"controller="CompositeController-{name}""#);
-    let errors = metric_sum(
-        &process,
-        "controller_runtime_reconcile_errors_total",
-        &[queue.as_str()],
-    )
-    .await;
-    assert_eq!(errors, 0.0, "sync errors:\n{}", process.logs());
+    // What the hook's restart could fail: a call (counted by outcome) and the sync around it
+    // (a SyncError Event). Not `controller_runtime_reconcile_errors_total`: it also counts a
+    // 409 Conflict when one of the patches above lands while that parent's sync is in flight
+    // (seen on a real API server); such a sync is retried without an Event, as documented.
     let failed_calls = metric_sum(
         &process,
         "metacontroller_hook_calls_total",

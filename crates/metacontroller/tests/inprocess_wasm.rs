@@ -202,18 +202,41 @@ async fn wasm_hook_syncs_parents_and_new_code_reaches_every_parent() {
     until_greetings(&cluster, &ns, &names, "Howdy").await;
 }
 
+/// A test cluster and the binary running one CompositeController.
+struct OneModule {
+    cluster: TestCluster,
+    ns: String,
+    controller: ControllerProcess,
+}
+
+/// A CompositeController whose sync hook is `module` (from ConfigMap `case`, default limits)
+/// run by the binary, and one parent `parent_name` of it.
+async fn one_module(case: &str, module: Vec<u8>, parent_name: &str) -> OneModule {
+    let (cluster, ns, parent) = TestCluster::start_with_parent(&format!("wasm-{case}")).await;
+    cluster.install_metacontroller_crds().await;
+    put_module(&cluster, &ns, case, module).await;
+    let spec = wasm_spec(&parent, &ns, case, json!({}));
+    let label = cluster
+        .create_labelled_controller::<CompositeController>(&format!("wasm-{case}"), spec)
+        .await;
+    let controller = run(&cluster, &label);
+    create_parent(&cluster, &parent, &ns, parent_name, case).await;
+    OneModule {
+        cluster,
+        ns,
+        controller,
+    }
+}
+
 /// The Events a wasm hook returns land on its parent, as a webhook's do.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wasm_hooks_events_land_on_its_parent() {
-    let (cluster, ns, parent) = TestCluster::start_with_parent("wasm-events").await;
-    cluster.install_metacontroller_crds().await;
-    put_module(&cluster, &ns, "eventful", eventful_module()).await;
-    let spec = wasm_spec(&parent, &ns, "eventful", json!({}));
-    let label = cluster
-        .create_labelled_controller::<CompositeController>("wasm-events", spec)
-        .await;
-    let _controller = run(&cluster, &label);
-    create_parent(&cluster, &parent, &ns, "loud", "eventful").await;
+    // The process stops when `_controller` drops, at the end.
+    let OneModule {
+        cluster,
+        ns,
+        controller: _controller,
+    } = one_module("eventful", eventful_module(), "loud").await;
     let event = until_event(
         &cluster,
         (&ns, "loud"),
@@ -296,17 +319,13 @@ async fn hostile_modules_fail_only_their_own_parents() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn memory_hungry_module_is_refused_at_its_limit_and_rss_stays_below_limit_plus_100_mib() {
-    let (cluster, ns, parent) = TestCluster::start_with_parent("wasm-greedy").await;
-    cluster.install_metacontroller_crds().await;
-    put_module(&cluster, &ns, "greedy", wat(GREEDY)).await;
-    // The default memoryLimit (64Mi).
-    let spec = wasm_spec(&parent, &ns, "greedy", json!({}));
-    let label = cluster
-        .create_labelled_controller::<CompositeController>("wasm-greedy", spec)
-        .await;
-    let controller = run(&cluster, &label);
-    // One parent: the limit is per call (concurrent calls each have their own).
-    create_parent(&cluster, &parent, &ns, "a", "greedy").await;
+    // The default memoryLimit (64Mi), and one parent: the limit is per call (concurrent
+    // calls each have their own).
+    let OneModule {
+        cluster,
+        ns,
+        controller,
+    } = one_module("greedy", wat(GREEDY), "a").await;
     until_sync_error(&cluster, &ns, "a", "memory limit of 67108864 bytes", WAIT).await;
     // Retried with backoff: a few more refusals, none of them raising the peak.
     eventually_within("three refusals", WAIT, || async {
