@@ -7,27 +7,11 @@
 use std::collections::HashMap;
 
 use metacontroller_controllers::events::EventRecorder;
-use metacontroller_controllers::ControllerHandle;
 use metacontroller_dynamic::ResourceId;
 use serde_json::Value;
 
 /// The Event reason (not one of upstream's: upstream waits for its caches silently).
 pub(crate) const LIST_ERROR: &str = "ListError";
-
-/// What the controller loop reads of a running reconciler besides stopping it.
-pub(crate) trait Running {
-    /// The resources it cannot list now, each with the last error.
-    fn unlistable(&self) -> Vec<(ResourceId, String)>;
-}
-
-impl<K> Running for ControllerHandle<K>
-where
-    K: Clone + Eq + std::hash::Hash + Send + 'static,
-{
-    fn unlistable(&self) -> Vec<(ResourceId, String)> {
-        ControllerHandle::unlistable(self)
-    }
-}
 
 /// The last report per controller name, so an unchanged failure is not reported again.
 #[derive(Default)]

@@ -12,9 +12,10 @@ use kube::Client;
 
 use metacontroller_controllers::events::{reason, EventRecorder};
 use metacontroller_controllers::metrics::{COMPOSITE, DECORATOR};
+use metacontroller_controllers::ControllerHandle;
 
 use crate::cli::ControllerArgs;
-use crate::list_errors::{ListErrorReports, Running};
+use crate::list_errors::ListErrorReports;
 
 const GROUP: &str = "metacontroller.k8s.io";
 const VERSION: &str = "v1alpha1";
@@ -390,12 +391,11 @@ impl StartFailure {
 /// installed after its controller is picked up. `spec_of` gives the part whose change
 /// restarts the reconciler. Starting / Started / Stopping / Stopped / CreateError /
 /// SyncError Events are recorded on the controller object, as upstream.
-async fn run_controllers<T, H, Start, Stop, StopFut>(
+async fn run_controllers<T, K, Start>(
     shared: &Shared,
     args: &ControllerArgs,
     spec_of: fn(&T) -> serde_json::Value,
     start: Start,
-    stop: Stop,
 ) -> anyhow::Result<()>
 where
     T: kube::Resource<DynamicType = ()>
@@ -405,10 +405,8 @@ where
         + std::fmt::Debug
         + Send
         + 'static,
-    H: Running,
-    Start: Fn(T, &metacontroller_dynamic::ResourceMap) -> Result<H, StartFailure>,
-    Stop: Fn(H) -> StopFut,
-    StopFut: std::future::Future<Output = ()>,
+    K: Clone + Eq + std::hash::Hash + Send + 'static,
+    Start: Fn(T, &metacontroller_dynamic::ResourceMap) -> Result<ControllerHandle<K>, StartFailure>,
 {
     use futures::StreamExt;
     use kube::runtime::watcher;
@@ -424,7 +422,7 @@ where
     let mut stream = std::pin::pin!(stream);
     let mut retry = tokio::time::interval(retry_interval(args));
     retry.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut controllers = Controllers::new(shared, spec_of, start, stop);
+    let mut controllers = Controllers::new(shared, spec_of, start);
     loop {
         let event = tokio::select! {
             event = stream.next() => match event {
@@ -467,12 +465,14 @@ fn retry_interval(args: &ControllerArgs) -> Duration {
 
 /// The reconcilers of one controller kind: those running (with the spec they run) and the
 /// controller objects waiting for a retry because they could not start.
-struct Controllers<'a, T, H, Start, Stop> {
+struct Controllers<'a, T, K, Start>
+where
+    K: Clone + Eq + std::hash::Hash + Send + 'static,
+{
     shared: &'a Shared,
     spec_of: fn(&T) -> serde_json::Value,
     start: Start,
-    stop: Stop,
-    running: HashMap<String, (serde_json::Value, H)>,
+    running: HashMap<String, (serde_json::Value, ControllerHandle<K>)>,
     waiting: HashMap<String, T>,
     resources: metacontroller_dynamic::ResourceMap,
     /// The last object seen per name, for the Stopping/Stopped Events of a controller whose
@@ -484,25 +484,17 @@ struct Controllers<'a, T, H, Start, Stop> {
     list_errors: ListErrorReports,
 }
 
-impl<'a, T, H, Start, Stop, StopFut> Controllers<'a, T, H, Start, Stop>
+impl<'a, T, K, Start> Controllers<'a, T, K, Start>
 where
     T: kube::Resource<DynamicType = ()> + Clone + k8s_openapi::serde::Serialize,
-    H: Running,
-    Start: Fn(T, &metacontroller_dynamic::ResourceMap) -> Result<H, StartFailure>,
-    Stop: Fn(H) -> StopFut,
-    StopFut: std::future::Future<Output = ()>,
+    K: Clone + Eq + std::hash::Hash + Send + 'static,
+    Start: Fn(T, &metacontroller_dynamic::ResourceMap) -> Result<ControllerHandle<K>, StartFailure>,
 {
-    fn new(
-        shared: &'a Shared,
-        spec_of: fn(&T) -> serde_json::Value,
-        start: Start,
-        stop: Stop,
-    ) -> Self {
+    fn new(shared: &'a Shared, spec_of: fn(&T) -> serde_json::Value, start: Start) -> Self {
         Controllers {
             shared,
             spec_of,
             start,
-            stop,
             running: HashMap::new(),
             waiting: HashMap::new(),
             resources: metacontroller_dynamic::ResourceMap::default(),
@@ -644,20 +636,25 @@ where
     }
 
     /// Stops one reconciler, with the Stopping / Stopped Events around it.
-    async fn stop_reconciler(&self, name: &str, obj: &T, handle: H) {
+    async fn stop_reconciler(&self, name: &str, obj: &T, handle: ControllerHandle<K>) {
         let object = serde_json::to_value(obj).unwrap_or_default();
         self.stop_with_events(name, &object, handle).await;
     }
 
     /// Stops one reconciler, with upstream's Stopping / Stopped Events on `object`.
-    async fn stop_with_events(&self, name: &str, object: &serde_json::Value, handle: H) {
+    async fn stop_with_events(
+        &self,
+        name: &str,
+        object: &serde_json::Value,
+        handle: ControllerHandle<K>,
+    ) {
         let events = &self.shared.events;
         events.normal(
             object,
             reason::STOPPING,
             format!("Stopping controller: {name}"),
         );
-        (self.stop)(handle).await;
+        handle.stop().await;
         events.normal(
             object,
             reason::STOPPED,
@@ -706,7 +703,6 @@ async fn run_composite(shared: Shared, args: &ControllerArgs) -> anyhow::Result<
                 e => StartFailure::create_error(e),
             })
         },
-        composite::CompositeHandle::stop,
     ))
     .await
 }
@@ -730,7 +726,6 @@ async fn run_decorator(shared: Shared, args: &ControllerArgs) -> anyhow::Result<
             )
             .map_err(StartFailure::create_error)
         },
-        decorator::DecoratorHandle::stop,
     ))
     .await
 }
