@@ -19,11 +19,10 @@ use metacontroller_hooks::{HookClient, HookClientConfig};
 use serde_json::{json, Value};
 
 async fn client(server: &embedded_apiserver::ApiServerHandle) -> kube::Client {
-    let kubeconfig = kube::config::Kubeconfig::from_yaml(&server.kubeconfig_yaml()).unwrap();
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+    server
+        .client()
         .await
-        .unwrap();
-    kube::Client::try_from(config).unwrap()
+        .expect("a client of the embedded server")
 }
 
 async fn eventually<F, Fut>(what: &str, mut check: F)

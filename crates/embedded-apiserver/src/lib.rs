@@ -262,6 +262,14 @@ impl ApiServerHandle {
         )
     }
 
+    /// A kube-rs client of this server, configured from [`Self::kubeconfig_yaml`].
+    pub async fn client(&self) -> Result<kube::Client, kube::Error> {
+        let kubeconfig = kube::config::Kubeconfig::from_yaml(&self.kubeconfig_yaml())?;
+        let options = kube::config::KubeConfigOptions::default();
+        let config = kube::Config::from_custom_kubeconfig(kubeconfig, &options).await?;
+        kube::Client::try_from(config)
+    }
+
     /// Writes [`Self::kubeconfig_yaml`] to `path`, creating parent directories.
     pub fn write_kubeconfig(&self, path: impl AsRef<Path>) -> std::io::Result<()> {
         let path = path.as_ref();

@@ -120,7 +120,10 @@ impl TestCluster {
         server
             .write_kubeconfig(&kubeconfig_path)
             .expect("writing the embedded kubeconfig");
-        let client = client_from_yaml(&server.kubeconfig_yaml()).await;
+        let client = server
+            .client()
+            .await
+            .expect("a client of the embedded server");
         TestCluster {
             client,
             kubeconfig_path,
@@ -424,14 +427,6 @@ impl Drop for TestCluster {
             let _ = std::fs::remove_file(&self.kubeconfig_path);
         }
     }
-}
-
-async fn client_from_yaml(yaml: &str) -> kube::Client {
-    let kubeconfig = kube::config::Kubeconfig::from_yaml(yaml).expect("kubeconfig YAML");
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
-        .await
-        .expect("kubeconfig");
-    kube::Client::try_from(config).expect("client")
 }
 
 /// Creates `object` (JSON with apiVersion, kind and metadata) through `api` and returns it as

@@ -13,11 +13,10 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DeleteParams, PostParams};
 
 async fn client(server: &embedded_apiserver::ApiServerHandle) -> kube::Client {
-    let kubeconfig = kube::config::Kubeconfig::from_yaml(&server.kubeconfig_yaml()).unwrap();
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+    server
+        .client()
         .await
-        .unwrap();
-    kube::Client::try_from(config).unwrap()
+        .expect("a client of the embedded server")
 }
 
 /// An embedded API server, a client of it, and what discovery found there.
