@@ -19,7 +19,8 @@ async fn client(server: &embedded_apiserver::ApiServerHandle) -> kube::Client {
         .expect("a client of the embedded server")
 }
 
-/// An embedded API server, a client of it, and what discovery found there.
+/// An embedded API server, a client of it, and what discovery found there (every group
+/// version loaded).
 async fn discovered() -> (
     embedded_apiserver::ApiServerHandle,
     kube::Client,
@@ -33,6 +34,7 @@ async fn discovered() -> (
         .await
         .unwrap();
     let map = found.update.expect("discovery loaded something");
+    assert!(found.errors.is_empty(), "{:?}", found.errors);
     (server, client, map)
 }
 
@@ -76,16 +78,7 @@ fn saw(seen: &Seen, kind: &str, name: &str, origin: Origin) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn discovery_and_shared_informer() {
-    let server = embedded_apiserver::ApiServer::start(Default::default())
-        .await
-        .unwrap();
-    let client = client(&server).await;
-
-    let found = ResourceMap::discover(&client, &ResourceMap::default())
-        .await
-        .unwrap();
-    let map = found.update.expect("discovery loaded something");
-    assert!(found.errors.is_empty(), "{:?}", found.errors);
+    let (server, client, map) = discovered().await;
     let configmaps = map.get("v1", "configmaps").unwrap().clone();
     assert!(configmaps.namespaced);
     assert!(map.get_kind("apps/v1", "Deployment").is_some());
