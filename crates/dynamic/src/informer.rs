@@ -32,10 +32,9 @@
 //!
 //! With `--sharding` each replica syncs only the parents of the shards it owns (the sync
 //! gate of `metacontroller-workqueue`), so its caches need only those parents and their
-//! children. The watches
-//! stay unfiltered — the API server cannot select "the children of the parents whose key
-//! hashes to shard 7" — but every object is checked against a *retention filter*
-//! ([`InformerConfig::keep_keys`], the gate's `SyncGate::retains_key`)
+//! children. The watches stay unfiltered — the API server cannot select "the children of
+//! the parents whose key hashes to shard 7" — but every object is checked against a
+//! *retention filter* ([`InformerConfig::keep_keys`], the gate's `SyncGate::retains_key`)
 //! before it is stored, and dropped at once if refused. The trade-off: each replica still
 //! receives and decodes the full watch stream (network and CPU as one replica), but only the
 //! objects it keeps cost memory, which is what grows with the number of parents.

@@ -1,6 +1,7 @@
 //! `metacontroller-dynamic`: discovery cache, shared informers per resource, dynamic API
 //! access and label/annotation selectors (the work queue and the sync gate are
-//! `metacontroller-workqueue`). Every public item is at the crate root; the modules below are private and named here as a map of the code.
+//! `metacontroller-workqueue`). Every public item is at the crate root; the modules below
+//! are private and named here as a map of the code.
 //!
 //! [`ResourceMap::discover`] and the [`Informers`] talk to the API server (discovery fetch; shared list+watch
 //! per resource). The other modules are self-contained building blocks:
