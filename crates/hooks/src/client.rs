@@ -25,7 +25,7 @@ use tracing::Instrument as _;
 use crate::credentials::{self, AuthHeader, ResolvedSettings, Sources};
 use crate::error::HookError;
 use crate::etag::{CachedResponse, EtagCache, EtagSettings};
-use crate::inprocess::InProcess;
+use crate::inprocess::{InProcess, InProcessLimits};
 use crate::metrics::{CallLabels, HookMetrics, OUTCOME_CACHED, OUTCOME_SUCCESS};
 use crate::pool::{ClientPool, OverrideDns};
 use crate::record::{HookRecorder, RecordedExchange, RecordedResponse};
@@ -61,6 +61,9 @@ pub struct HookClientConfig {
     /// Where the code of in-process hooks (`jsonnet`, `wasm` from a ConfigMap) is read;
     /// `None` makes such hooks fail.
     pub code: Option<Arc<dyn CodeSource>>,
+    /// Limits of in-process hooks for the whole process: each controller's share of calls
+    /// at once, the process cap, the memory budget.
+    pub inprocess: InProcessLimits,
 }
 
 /// The request header naming the calling replica when sharding or leader election is on.
@@ -78,6 +81,7 @@ impl Default for HookClientConfig {
             recorder: None,
             trace: None,
             code: None,
+            inprocess: InProcessLimits::default(),
         }
     }
 }
@@ -141,7 +145,13 @@ impl HookClient {
                     .and_then(|r| HeaderValue::from_str(r).ok()),
                 recorder: config.recorder,
                 trace: config.trace,
-                inprocess: InProcess::new(config.code.clone()),
+                inprocess: InProcess::new(
+                    config.code.clone(),
+                    config.inprocess,
+                    Some(crate::metrics::InProcessMetrics::new(
+                        config.registry.as_ref(),
+                    )?),
+                ),
                 code: config.code,
             }),
             controller_type: "",
@@ -284,10 +294,18 @@ impl HookClient {
             .map(|recorder| Recording::start(recorder, body.clone()));
         let sent = Instant::now();
         let in_flight = self.inner.metrics.start_request(labels);
+        // Admission is per controller: its kind and name.
+        let controller = format!("{}/{}", self.controller_type, ctx.controller);
         let result = self
             .inner
             .inprocess
-            .call(runtime, labels.url, body, self.inner.max_body_bytes)
+            .call(
+                &controller,
+                runtime,
+                labels.url,
+                body,
+                self.inner.max_body_bytes,
+            )
             .await;
         drop(in_flight);
         let status = if result.is_ok() { 200 } else { 500 };

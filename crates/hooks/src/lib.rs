@@ -117,6 +117,7 @@ pub use client::{
     REPLICA_HEADER,
 };
 pub use error::HookError;
+pub use inprocess::InProcessLimits;
 pub use metacontroller_api::wire::DecodeError;
 pub use pool::plain_client;
 pub use record::{DirectoryRecorder, HookRecorder, RecordedExchange, RecordedResponse};

@@ -226,6 +226,23 @@ pub struct ControllerArgs {
     #[arg(long, value_name = "N", requires = "record_hooks", value_parser = clap::value_parser!(u64).range(1..))]
     pub record_hooks_max_files: Option<u64>,
 
+    /// Memory all in-process hook calls (Jsonnet, WebAssembly) running at once may use
+    /// together, a Kubernetes quantity (not an upstream flag). A call reserves its memory
+    /// limit before it runs; over budget it waits, up to its timeout, then fails naming the
+    /// budget. Keep it under the container's memory limit minus the controller's own use.
+    #[arg(long, value_name = "QUANTITY", default_value = "1Gi", value_parser = quantity_bytes)]
+    pub inprocess_hook_memory_budget: u64,
+
+    /// In-process hook calls of one controller that run at once (not an upstream flag);
+    /// more wait for the controller's share, so a controller whose hooks loop or time out
+    /// delays only its own calls.
+    #[arg(long, value_name = "N", default_value_t = metacontroller_hooks::inprocess::DEFAULT_PER_CONTROLLER as u32, value_parser = clap::value_parser!(u32).range(1..))]
+    pub inprocess_hook_concurrency_per_controller: u32,
+
+    /// In-process hook calls of all controllers that run at once (not an upstream flag).
+    #[arg(long, value_name = "N", default_value_t = metacontroller_hooks::inprocess::DEFAULT_PROCESS as u32, value_parser = clap::value_parser!(u32).range(1..))]
+    pub inprocess_hook_concurrency: u32,
+
     /// Enable upstream's HTTP API (accepted for compatibility; not served yet).
     #[arg(long, value_name = "BOOL", default_value_t = false, num_args = 0..=1,
           default_missing_value = "true", action = clap::ArgAction::Set, value_parser = go_bool)]
@@ -425,6 +442,15 @@ impl ValidateArgs {
     pub fn online(&self) -> bool {
         self.live || self.kubeconfig.is_some()
     }
+}
+
+/// A Kubernetes quantity of bytes (`1Gi`, `512Mi`), at least 1Mi.
+fn quantity_bytes(value: &str) -> Result<u64, String> {
+    let bytes = metacontroller_api::inprocess::parse_quantity_bytes(value)?;
+    if bytes < 1 << 20 {
+        return Err(format!("{value:?}: at least 1Mi"));
+    }
+    Ok(bytes)
 }
 
 fn go_duration(value: &str) -> Result<Duration, String> {

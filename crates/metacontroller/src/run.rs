@@ -307,6 +307,11 @@ impl Shared {
             replica,
             recorder: hook_recorder(args)?,
             trace: crate::telemetry::hook_propagator(),
+            inprocess: metacontroller_hooks::InProcessLimits {
+                per_controller: args.inprocess_hook_concurrency_per_controller as usize,
+                process: args.inprocess_hook_concurrency as usize,
+                memory_budget: args.inprocess_hook_memory_budget,
+            },
             ..Default::default()
         })
         .context("building the hook client")?;

@@ -51,7 +51,8 @@ pub(super) fn fd_read(
     if !(0..=MAX_IOVECS).contains(&iovs_len) {
         return EINVAL;
     }
-    charge(&mut caller, iovs_len, state_len(&caller));
+    let unread = state_len(&caller);
+    charge(&mut caller, iovs_len, unread);
     let memory = match guest::memory(&caller) {
         Ok(memory) => memory,
         Err(code) => return code,
