@@ -189,6 +189,8 @@ where
     resync_period_seconds: Option<i32>,
     /// The ConfigMaps holding this controller's in-process hook code.
     code: Vec<CodeChange>,
+    /// Its hooks whose code is in one of them.
+    code_hooks: Vec<Hook>,
 }
 
 /// What `start` of either kind is given, besides the controller object.
@@ -217,6 +219,12 @@ where
             .metrics
             .child_writes(controller_type, &spec.name);
         let code = code_config_maps(&spec.hooks, &ctx.hooks);
+        let code_hooks: Vec<Hook> = spec
+            .hooks
+            .iter()
+            .filter(|hook| metacontroller_hooks::code_config_map(hook).is_some())
+            .cloned()
+            .collect();
         let related = RelatedManager::new(RelatedConfig {
             controller: spec.controller,
             name: spec.name.clone(),
@@ -245,6 +253,7 @@ where
             endpoints: spec.endpoints,
             resync_period_seconds: spec.resync_period_seconds,
             code,
+            code_hooks,
         }
     }
 
@@ -529,6 +538,7 @@ fn code_config_maps(hooks: &[Hook], client: &HookClient) -> Vec<CodeChange> {
             let map = CodeChange {
                 namespace: reference.namespace.clone(),
                 name: reference.name.clone(),
+                keys: None,
             };
             if !maps.contains(&map) {
                 maps.push(map);
@@ -538,9 +548,11 @@ fn code_config_maps(hooks: &[Hook], client: &HookClient) -> Vec<CodeChange> {
     maps
 }
 
-/// Queues every object the controller cares about whenever a ConfigMap holding its hook
-/// code changes (a missed notification counts as a change), so the new code reaches every
-/// parent within seconds. Never ends for a controller without such ConfigMaps.
+/// Queues every object the controller cares about whenever a key its hooks use (WebAssembly:
+/// the module's key; Jsonnet: the entry and the files it imports) changes in a ConfigMap
+/// holding its hook code (a missed notification counts as a change), so the new code reaches
+/// every parent within seconds; a change of other keys resyncs nothing. Never ends for a
+/// controller without such ConfigMaps.
 async fn resync_on_code_changes<R: Reconciler>(reconciler: Arc<R>) {
     use tokio::sync::broadcast::error::RecvError;
     let common = reconciler.common();
@@ -551,7 +563,7 @@ async fn resync_on_code_changes<R: Reconciler>(reconciler: Arc<R>) {
     let mut changes = changes;
     loop {
         let changed = match changes.recv().await {
-            Ok(change) => common.code.contains(&change),
+            Ok(change) => code_change_affects(common, &change).await,
             Err(RecvError::Lagged(_)) => true,
             Err(RecvError::Closed) => return std::future::pending().await,
         };
@@ -567,6 +579,28 @@ async fn resync_on_code_changes<R: Reconciler>(reconciler: Arc<R>) {
             }
         }
     }
+}
+
+/// Whether `change` touches code a hook of the controller runs (logged when it is one of
+/// the controller's ConfigMaps but none of the keys its hooks use).
+async fn code_change_affects<K>(common: &Common<K>, change: &CodeChange) -> bool
+where
+    K: Clone + Eq + Hash + Send + 'static,
+{
+    if !common
+        .code
+        .iter()
+        .any(|map| change.is_of(&map.namespace, &map.name))
+    {
+        return false;
+    }
+    for hook in &common.code_hooks {
+        if common.hooks.code_change_affects(hook, change).await {
+            return true;
+        }
+    }
+    tracing::info!(controller = %common.name, namespace = %change.namespace, name = %change.name, keys = ?change.keys, "hook code ConfigMap changed in keys this controller does not use; not resyncing");
+    false
 }
 
 /// One sync of `key` with the rules every kind shares around it (see the module doc), each

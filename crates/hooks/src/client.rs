@@ -338,6 +338,13 @@ impl HookClient {
         self.inner.code.as_ref().map(|code| code.changes())
     }
 
+    /// Whether `change` touches the code `hook` runs: its ConfigMap and, of it, a key the
+    /// hook uses (WebAssembly: its key; Jsonnet: its entry and the files it imports,
+    /// transitively). A controller resyncs its parents only for such changes.
+    pub async fn code_change_affects(&self, hook: &Hook, change: &CodeChange) -> bool {
+        crate::inprocess::change_affects(self.inner.code.as_deref(), hook, change).await
+    }
+
     /// Starts watching the ConfigMap holding `hook`'s code (if it has one), so a change is
     /// noticed before the next call.
     pub fn watch_code(&self, hook: &Hook) {

@@ -122,8 +122,8 @@ pub use metacontroller_api::wire::DecodeError;
 pub use pool::plain_client;
 pub use record::{DirectoryRecorder, HookRecorder, RecordedExchange, RecordedResponse};
 pub use sources::{
-    CodeChange, CodeObject, CodeSource, ConfigMapSource, MemoryCode, MemoryObjects, ObjectData,
-    SecretSource, SourceError,
+    changed_keys, CodeChange, CodeObject, CodeSource, ConfigMapSource, MemoryCode, MemoryObjects,
+    ObjectData, SecretSource, SourceError,
 };
 pub use target::{HostResolver, StaticHostResolver};
 pub use trace::TracePropagator;

@@ -64,6 +64,7 @@ impl WatchedConfigMaps {
         let change = CodeChange {
             namespace: namespace.to_owned(),
             name: name.to_owned(),
+            keys: None,
         };
         let reconnect = self.reconnect.clone();
         let task = follow(api, change, tx, self.changes.clone(), reconnect);
@@ -169,6 +170,7 @@ fn publish(
     seen: Option<CodeObject>,
 ) {
     let mut announce = false;
+    let mut keys = None;
     known.send_if_modified(|current| {
         let next = match seen {
             Some(object) => Known::Present(Arc::new(object)),
@@ -183,12 +185,18 @@ fn publish(
             return false;
         }
         announce = !matches!(current, Known::Pending);
+        if let (Known::Present(old), Known::Present(new)) = (&*current, &next) {
+            keys = Some(metacontroller_hooks::changed_keys(old, new));
+        }
         *current = next;
         true
     });
     if announce {
-        tracing::info!(namespace = %change.namespace, name = %change.name, "hook code changed");
-        let _ = changes.send(change.clone());
+        tracing::info!(namespace = %change.namespace, name = %change.name, keys = ?keys, "hook code changed");
+        let _ = changes.send(CodeChange {
+            keys,
+            ..change.clone()
+        });
     }
 }
 

@@ -7,7 +7,10 @@
 //!   room and fail naming the budget, the process stays up and its peak RSS stays under its
 //!   RSS before the hogs + the budget + slack;
 //! * downloads: a URL whose module does not match its pinned sha256, used by 100 parents,
-//!   is downloaded once per backoff period (counted by the test's own HTTP server).
+//!   is downloaded once per backoff period (counted by the test's own HTTP server);
+//! * code changes: changing a key of the hook's ConfigMap that its Jsonnet neither is nor
+//!   imports calls no hook (recordings counted), changing a file it imports resyncs every
+//!   parent.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -369,4 +372,117 @@ async fn a_wrong_sha256_download_for_100_parents_is_fetched_once_per_backoff() {
         downloads >= 1 && downloads <= periods,
         "{downloads} downloads in {elapsed:?}: more than one per 30 s backoff period"
     );
+}
+
+/// Hook calls recorded in `dir` so far.
+fn recordings(dir: &std::path::Path) -> usize {
+    std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .filter_map(Result::ok)
+                .filter(|e| e.file_name().to_string_lossy().ends_with(".json"))
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+/// A Jsonnet hook importing `lib.libsonnet` from a ConfigMap that also holds an unrelated
+/// key: changing that key calls no hook; changing the imported file resyncs every parent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_a_change_to_a_key_the_hook_uses_resyncs_its_parents() {
+    let (cluster, ns, parent) = TestCluster::start_with_parent("hook-keys").await;
+    let label = unique_name("team");
+    let entry = "local lib = import 'lib.libsonnet';\nfunction(request) {status: {ok: true, version: lib.version}}";
+    put_code(
+        &cluster,
+        &ns,
+        "code",
+        &[],
+        &[
+            ("main.jsonnet", entry),
+            ("lib.libsonnet", "{version: 'one'}"),
+            ("notes.txt", "a"),
+        ],
+    )
+    .await;
+    let hook = json!({"configMapRef": {"namespace": ns, "name": "code"}, "key": "main.jsonnet"});
+    controller(
+        &cluster,
+        &parent,
+        &label,
+        "keys",
+        json!({ "jsonnet": hook }),
+    )
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let record = dir.path().to_string_lossy().to_string();
+    let mut process = run(&cluster, &label, &["--record-hooks", &record]);
+    let names = create_parents(&cluster, &parent, &ns, "keys", 3).await;
+    until_ok(&cluster, &parent, &ns, &names).await;
+    // Settled: the syncs that followed the status writes are done.
+    let mut last = usize::MAX;
+    eventually_within("hook calls settled", WAIT, || {
+        let now = recordings(dir.path());
+        let settled = now == last;
+        last = now;
+        async move {
+            if !settled {
+                tokio::time::sleep(Duration::from_secs(2)).await;
+            }
+            settled
+        }
+    })
+    .await;
+    let before = recordings(dir.path());
+
+    put_code(
+        &cluster,
+        &ns,
+        "code",
+        &[],
+        &[
+            ("main.jsonnet", entry),
+            ("lib.libsonnet", "{version: 'one'}"),
+            ("notes.txt", "b"),
+        ],
+    )
+    .await;
+    process.wait_for_line("the skipped resync", WAIT, |line| {
+        line.contains("not resyncing") && line.contains("notes.txt")
+    });
+    assert!(
+        !process.logs().contains("hook code changed; resyncing"),
+        "an unrelated key resynced the parents:\n{}",
+        process.logs()
+    );
+    assert_eq!(
+        recordings(dir.path()),
+        before,
+        "no hook call for an unrelated key"
+    );
+
+    put_code(
+        &cluster,
+        &ns,
+        "code",
+        &[],
+        &[
+            ("main.jsonnet", entry),
+            ("lib.libsonnet", "{version: 'two'}"),
+            ("notes.txt", "b"),
+        ],
+    )
+    .await;
+    let api = parent.api(cluster.client(), Some(&ns));
+    eventually_within("every parent synced with the new import", WAIT, || async {
+        for name in &names {
+            match api.get(name).await {
+                Ok(p) if p.data["status"]["version"] == json!("two") => {}
+                _ => return false,
+            }
+        }
+        true
+    })
+    .await;
+    assert!(recordings(dir.path()) >= before + names.len());
 }

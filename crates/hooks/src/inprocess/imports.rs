@@ -6,7 +6,42 @@
 
 use std::collections::BTreeSet;
 
-use crate::sources::CodeObject;
+use metacontroller_api::hook::{Hook, HookRuntime};
+
+use crate::sources::{CodeChange, CodeObject, CodeSource};
+
+/// Whether `change` touches the code of `hook`: its ConfigMap, and of it a key the hook
+/// uses (WebAssembly: its key; Jsonnet: its entry and the files it imports, transitively,
+/// as the ConfigMap is now). When that can't be told, it does.
+pub(crate) async fn change_affects(
+    source: Option<&dyn CodeSource>,
+    hook: &Hook,
+    change: &CodeChange,
+) -> bool {
+    match hook.runtime() {
+        Some(HookRuntime::Wasm(wasm)) => match &wasm.config_map_ref {
+            Some(r) if change.is_of(&r.namespace, &r.name) => {
+                change.touches(wasm.key.as_deref().unwrap_or_default())
+            }
+            _ => false,
+        },
+        Some(HookRuntime::Jsonnet(jsonnet)) => {
+            let r = &jsonnet.config_map_ref;
+            if !change.is_of(&r.namespace, &r.name) {
+                return false;
+            }
+            let (Some(changed), Some(source)) = (&change.keys, source) else {
+                return true;
+            };
+            let Ok(Some(object)) = source.get(&r.namespace, &r.name).await else {
+                return true;
+            };
+            jsonnet_keys(&object, &jsonnet.key)
+                .is_none_or(|used| used.iter().any(|key| changed.contains(key)))
+        }
+        _ => false,
+    }
+}
 
 /// The keys of `object` the Jsonnet program starting at `entry` reads, the entry included;
 /// `None` when that can't be told (then every key counts).

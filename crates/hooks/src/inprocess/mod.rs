@@ -13,6 +13,8 @@ mod budget;
 mod code;
 mod download;
 mod imports;
+
+pub(crate) use imports::change_affects;
 pub(crate) mod jsonnet;
 
 use std::collections::HashMap;
