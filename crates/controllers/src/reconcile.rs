@@ -202,6 +202,18 @@ pub(crate) struct StartContext<'a> {
     pub(crate) options: Options,
 }
 
+impl<K> Drop for Common<K>
+where
+    K: Clone + Eq + Hash + Send + 'static,
+{
+    /// The controller is gone: its ConfigMaps of hook code are watched for it no more.
+    fn drop(&mut self) {
+        for hook in &self.code_hooks {
+            self.hooks.unwatch_code(hook);
+        }
+    }
+}
+
 impl<K> Common<K>
 where
     K: Clone + Eq + Hash + Send + 'static,

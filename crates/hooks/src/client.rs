@@ -354,6 +354,15 @@ impl HookClient {
         code.watch(&reference.namespace, &reference.name);
     }
 
+    /// Ends the watch [`HookClient::watch_code`] started for `hook` (its controller went);
+    /// the ConfigMap is no longer watched once no controller uses it.
+    pub fn unwatch_code(&self, hook: &Hook) {
+        let (Some(code), Some(reference)) = (&self.inner.code, code_config_map(hook)) else {
+            return;
+        };
+        code.unwatch(&reference.namespace, &reference.name);
+    }
+
     /// Drops the ETag entries of one parent of a controller (e.g. after it was deleted).
     pub fn forget_parent(&self, controller: &str, parent_key: &str) {
         let etags = self.inner.etags.lock().unwrap_or_else(|e| e.into_inner());

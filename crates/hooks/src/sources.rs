@@ -115,6 +115,9 @@ pub trait CodeSource: Send + Sync {
     /// Starts watching `namespace/name` ahead of the first call (so changes are seen
     /// before any call asks); the default does nothing.
     fn watch(&self, _namespace: &str, _name: &str) {}
+    /// Ends one [`CodeSource::watch`] of `namespace/name` (a controller using it went);
+    /// the watch stops when the last one ends. The default does nothing.
+    fn unwatch(&self, _namespace: &str, _name: &str) {}
     /// Changes of the ConfigMaps read or watched so far.
     fn changes(&self) -> broadcast::Receiver<CodeChange>;
 }

@@ -30,11 +30,19 @@ enum Known {
     Failed(String),
 }
 
+/// The watch of one ConfigMap.
+struct Watched {
+    known: watch::Receiver<Known>,
+    /// Controllers' hooks that use it ([`CodeSource::watch`] minus [`CodeSource::unwatch`]).
+    users: usize,
+    task: tokio::task::JoinHandle<()>,
+}
+
 /// Watches referenced ConfigMaps and serves them to the hook client.
 pub struct WatchedConfigMaps {
     client: Client,
     supervisor: Option<metacontroller_dynamic::Supervisor>,
-    watches: Mutex<HashMap<(String, String), watch::Receiver<Known>>>,
+    watches: Mutex<HashMap<(String, String), Watched>>,
     changes: broadcast::Sender<CodeChange>,
     /// Shared by the ConfigMap watches (see `metacontroller_dynamic::ReconnectProbe`).
     reconnect: metacontroller_dynamic::ReconnectProbe,
@@ -52,12 +60,13 @@ impl WatchedConfigMaps {
         }
     }
 
-    /// The watch of `namespace/name`, started on first use.
-    fn known(&self, namespace: &str, name: &str) -> watch::Receiver<Known> {
+    /// The watch of `namespace/name`, started on first use; `users` more of it counted.
+    fn known(&self, namespace: &str, name: &str, users: usize) -> watch::Receiver<Known> {
         let key = (namespace.to_owned(), name.to_owned());
         let mut watches = self.watches.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(known) = watches.get(&key) {
-            return known.clone();
+        if let Some(watched) = watches.get_mut(&key) {
+            watched.users += users;
+            return watched.known.clone();
         }
         let (tx, rx) = watch::channel(Known::Pending);
         let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), namespace);
@@ -69,11 +78,17 @@ impl WatchedConfigMaps {
         let reconnect = self.reconnect.clone();
         let task = follow(api, change, tx, self.changes.clone(), reconnect);
         let label = format!("hook code ConfigMap {namespace}/{name}");
-        match &self.supervisor {
-            Some(supervisor) => drop(supervisor.spawn(label, task)),
-            None => drop(tokio::spawn(task)),
-        }
-        watches.insert(key, rx.clone());
+        // Aborting the task (when the last user goes) ends it without a report.
+        let task =
+            metacontroller_dynamic::Supervisor::spawn_with(self.supervisor.as_ref(), label, task);
+        watches.insert(
+            key,
+            Watched {
+                known: rx.clone(),
+                users,
+                task,
+            },
+        );
         rx
     }
 }
@@ -85,7 +100,7 @@ impl CodeSource for WatchedConfigMaps {
         namespace: &str,
         name: &str,
     ) -> Result<Option<Arc<CodeObject>>, SourceError> {
-        let mut known = self.known(namespace, name);
+        let mut known = self.known(namespace, name, 0);
         let listed = tokio::time::timeout(
             FIRST_READ_WAIT,
             known.wait_for(|k| !matches!(k, Known::Pending)),
@@ -108,7 +123,22 @@ impl CodeSource for WatchedConfigMaps {
     }
 
     fn watch(&self, namespace: &str, name: &str) {
-        let _ = self.known(namespace, name);
+        let _ = self.known(namespace, name, 1);
+    }
+
+    fn unwatch(&self, namespace: &str, name: &str) {
+        let key = (namespace.to_owned(), name.to_owned());
+        let mut watches = self.watches.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(watched) = watches.get_mut(&key) else {
+            return;
+        };
+        watched.users = watched.users.saturating_sub(1);
+        if watched.users == 0 {
+            if let Some(watched) = watches.remove(&key) {
+                watched.task.abort();
+            }
+            tracing::info!(%namespace, %name, "no controller uses this hook code ConfigMap any more; stopped watching it");
+        }
     }
 
     fn changes(&self) -> broadcast::Receiver<CodeChange> {

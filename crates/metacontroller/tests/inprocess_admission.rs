@@ -10,7 +10,7 @@
 //!   is downloaded once per backoff period (counted by the test's own HTTP server);
 //! * code changes: changing a key of the hook's ConfigMap that its Jsonnet neither is nor
 //!   imports calls no hook (recordings counted), changing a file it imports resyncs every
-//!   parent.
+//!   parent; the ConfigMap is no longer watched once its last controller is deleted.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -117,14 +117,14 @@ async fn controller(
     label: &str,
     case: &str,
     hook: Value,
-) {
+) -> String {
     let mut spec = parent.composite_spec("http://unused.invalid/");
     spec["parentResource"]["labelSelector"] = json!({"matchLabels": {"case": case}});
     spec["generateSelector"] = json!(true);
     spec["hooks"] = json!({ "sync": hook });
-    let _: CompositeController = cluster
-        .create_controller(&unique_name(case), label, spec)
-        .await;
+    let name = unique_name(case);
+    let _: CompositeController = cluster.create_controller(&name, label, spec).await;
+    name
 }
 
 async fn create_parents(
@@ -406,7 +406,7 @@ async fn only_a_change_to_a_key_the_hook_uses_resyncs_its_parents() {
     )
     .await;
     let hook = json!({"configMapRef": {"namespace": ns, "name": "code"}, "key": "main.jsonnet"});
-    controller(
+    let keys_controller = controller(
         &cluster,
         &parent,
         &label,
@@ -485,4 +485,14 @@ async fn only_a_change_to_a_key_the_hook_uses_resyncs_its_parents() {
     })
     .await;
     assert!(recordings(dir.path()) >= before + names.len());
+
+    // The controller goes: so does the watch of its ConfigMap.
+    let controllers: Api<CompositeController> = Api::all(cluster.client());
+    controllers
+        .delete(&keys_controller, &Default::default())
+        .await
+        .unwrap();
+    process.wait_for_line("the released watch", WAIT, |line| {
+        line.contains("stopped watching it") && line.contains(&ns)
+    });
 }
