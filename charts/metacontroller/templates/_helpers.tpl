@@ -84,6 +84,9 @@ sharding.enabled, --sharding --shards=N instead (every replica active, parents s
 {{- with .Values.watchNamespaces }}
 {{- $args = append $args (printf "--watch-namespaces=%s" (join "," .)) }}
 {{- end }}
+{{- with (.Values.inprocessHooks).memoryBudget }}
+{{- $args = append $args (printf "--inprocess-hook-memory-budget=%s" .) }}
+{{- end }}
 {{- toYaml $args }}
 {{- end }}
 
