@@ -386,43 +386,25 @@ fn recordings(dir: &std::path::Path) -> usize {
         .unwrap_or(0)
 }
 
-/// A Jsonnet hook importing `lib.libsonnet` from a ConfigMap that also holds an unrelated
-/// key: changing that key calls no hook; changing the imported file resyncs every parent.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn only_a_change_to_a_key_the_hook_uses_resyncs_its_parents() {
-    let (cluster, ns, parent) = TestCluster::start_with_parent("hook-keys").await;
-    let label = unique_name("team");
-    let entry = "local lib = import 'lib.libsonnet';\nfunction(request) {status: {ok: true, version: lib.version}}";
-    put_code(
-        &cluster,
-        &ns,
-        "code",
-        &[],
-        &[
-            ("main.jsonnet", entry),
-            ("lib.libsonnet", "{version: 'one'}"),
-            ("notes.txt", "a"),
-        ],
-    )
-    .await;
-    let hook = json!({"configMapRef": {"namespace": ns, "name": "code"}, "key": "main.jsonnet"});
-    let keys_controller = controller(
-        &cluster,
-        &parent,
-        &label,
-        "keys",
-        json!({ "jsonnet": hook }),
-    )
-    .await;
-    let dir = tempfile::tempdir().unwrap();
-    let record = dir.path().to_string_lossy().to_string();
-    let mut process = run(&cluster, &label, &["--record-hooks", &record]);
-    let names = create_parents(&cluster, &parent, &ns, "keys", 3).await;
-    until_ok(&cluster, &parent, &ns, &names).await;
-    // Settled: the syncs that followed the status writes are done.
+const KEYS_ENTRY: &str = "local lib = import 'lib.libsonnet';\nfunction(request) {status: {ok: true, version: lib.version}}";
+
+/// ConfigMap `code` with the entry, `lib.libsonnet` of `version` and `notes.txt` of `notes`.
+async fn put_keys_code(cluster: &TestCluster, ns: &str, version: &str, notes: &str) {
+    let lib = format!("{{version: '{version}'}}");
+    let files = [
+        ("main.jsonnet", KEYS_ENTRY),
+        ("lib.libsonnet", lib.as_str()),
+        ("notes.txt", notes),
+    ];
+    put_code(cluster, ns, "code", &[], &files).await;
+}
+
+/// Waits until the number of recorded hook calls stays the same over a 2 s poll (the syncs
+/// that followed the status writes are done); that number.
+async fn settled_recordings(dir: &std::path::Path) -> usize {
     let mut last = usize::MAX;
     eventually_within("hook calls settled", WAIT, || {
-        let now = recordings(dir.path());
+        let now = recordings(dir);
         let settled = now == last;
         last = now;
         async move {
@@ -433,20 +415,28 @@ async fn only_a_change_to_a_key_the_hook_uses_resyncs_its_parents() {
         }
     })
     .await;
-    let before = recordings(dir.path());
+    recordings(dir)
+}
 
-    put_code(
-        &cluster,
-        &ns,
-        "code",
-        &[],
-        &[
-            ("main.jsonnet", entry),
-            ("lib.libsonnet", "{version: 'one'}"),
-            ("notes.txt", "b"),
-        ],
-    )
-    .await;
+/// A Jsonnet hook importing `lib.libsonnet` from a ConfigMap that also holds an unrelated
+/// key: changing that key calls no hook; changing the imported file resyncs every parent;
+/// deleting the controller releases the ConfigMap's watch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_a_change_to_a_key_the_hook_uses_resyncs_its_parents() {
+    let (cluster, ns, parent) = TestCluster::start_with_parent("hook-keys").await;
+    let label = unique_name("team");
+    put_keys_code(&cluster, &ns, "one", "a").await;
+    let hook = json!({"configMapRef": {"namespace": ns, "name": "code"}, "key": "main.jsonnet"});
+    let hook = json!({ "jsonnet": hook });
+    let keys_controller = controller(&cluster, &parent, &label, "keys", hook).await;
+    let dir = tempfile::tempdir().unwrap();
+    let record = dir.path().to_string_lossy().to_string();
+    let mut process = run(&cluster, &label, &["--record-hooks", &record]);
+    let names = create_parents(&cluster, &parent, &ns, "keys", 3).await;
+    until_ok(&cluster, &parent, &ns, &names).await;
+    let before = settled_recordings(dir.path()).await;
+
+    put_keys_code(&cluster, &ns, "one", "b").await;
     process.wait_for_line("the skipped resync", WAIT, |line| {
         line.contains("not resyncing") && line.contains("notes.txt")
     });
@@ -455,24 +445,10 @@ async fn only_a_change_to_a_key_the_hook_uses_resyncs_its_parents() {
         "an unrelated key resynced the parents:\n{}",
         process.logs()
     );
-    assert_eq!(
-        recordings(dir.path()),
-        before,
-        "no hook call for an unrelated key"
-    );
+    let after = recordings(dir.path());
+    assert_eq!(after, before, "no hook call for an unrelated key");
 
-    put_code(
-        &cluster,
-        &ns,
-        "code",
-        &[],
-        &[
-            ("main.jsonnet", entry),
-            ("lib.libsonnet", "{version: 'two'}"),
-            ("notes.txt", "b"),
-        ],
-    )
-    .await;
+    put_keys_code(&cluster, &ns, "two", "b").await;
     let api = parent.api(cluster.client(), Some(&ns));
     eventually_within("every parent synced with the new import", WAIT, || async {
         for name in &names {

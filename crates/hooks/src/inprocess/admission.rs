@@ -1,8 +1,9 @@
 //! Who may run an in-process hook now. Each controller has its own share (at most
-//! `per_controller` of its calls run at once), the process a cap over all of them, and the
-//! memory budget ([`super::budget`]) a byte count. A call waits for its controller's share
-//! first, so a controller whose hooks loop, time out or hit limits queues behind its own
-//! calls only: it holds at most its share of the process cap and never delays another
+//! `per_controller` of its calls run at once, reserving at most half the memory budget
+//! between them), the process a cap over all of them, and the memory budget
+//! ([`super::budget`]) a byte count. A call waits for its controller's share first, so a
+//! controller whose hooks loop, time out or hit limits queues behind its own calls only: it
+//! holds at most its share of the process cap and of the budget, and never delays another
 //! controller's calls. Every wait is bounded by the call's deadline (its hook timeout).
 
 use std::collections::HashMap;
@@ -12,7 +13,7 @@ use std::time::{Duration, Instant};
 use prometheus::IntCounterVec;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use super::budget::{BudgetMetrics, MemoryBudget, Reservation};
+use super::budget::{format_bytes, units, BudgetMetrics, MemoryBudget, Reservation, UNIT};
 
 /// Default `--inprocess-hook-concurrency-per-controller`: a controller's calls at once.
 pub const DEFAULT_PER_CONTROLLER: usize = 4;
@@ -53,16 +54,27 @@ pub(crate) enum Refused {
 pub(crate) struct Admission {
     limits: InProcessLimits,
     /// Each controller's share, while one of its calls holds or waits for it.
-    shares: Mutex<HashMap<String, Weak<Semaphore>>>,
+    shares: Mutex<HashMap<String, Weak<Share>>>,
+    /// Memory units (KiB) one controller's calls may reserve together: half the budget.
+    share_units: u32,
     process: Arc<Semaphore>,
     budget: MemoryBudget,
     waits: Option<IntCounterVec>,
 }
 
+/// One controller's share: calls at once, and memory units its calls may reserve together.
+struct Share {
+    calls: Arc<Semaphore>,
+    memory: Arc<Semaphore>,
+}
+
 /// A call's admission: its place in its controller's share, in the process cap and its
 /// memory reservation, all given back when dropped.
 pub(crate) struct Ticket {
+    /// Keeps the share in the map while the call runs.
+    _owner: Arc<Share>,
     _share: OwnedSemaphorePermit,
+    _share_memory: OwnedSemaphorePermit,
     _process: OwnedSemaphorePermit,
     _memory: Reservation,
 }
@@ -79,9 +91,11 @@ impl Admission {
             process: limits.process.max(1),
             ..limits
         };
+        let share_units = (units(limits.memory_budget) / 2).clamp(1, u64::from(u32::MAX)) as u32;
         Self {
             limits,
             shares: Mutex::new(HashMap::new()),
+            share_units,
             process: Arc::new(Semaphore::new(limits.process)),
             budget: MemoryBudget::new(limits.memory_budget, budget),
             waits,
@@ -97,7 +111,8 @@ impl Admission {
         deadline: Instant,
     ) -> Result<Ticket, Refused> {
         let share = self.share(controller);
-        let share = self.wait(controller, "controller", share, deadline).await.ok_or_else(|| {
+        let calls = share.calls.clone();
+        let calls = self.wait(controller, "controller", calls, deadline).await.ok_or_else(|| {
             Refused::Share(format!(
                 "waited for its controller's share of in-process hook calls ({} at once, --inprocess-hook-concurrency-per-controller)",
                 self.limits.per_controller
@@ -110,16 +125,39 @@ impl Admission {
                 self.limits.process
             ))
         })?;
+        let share_memory = self.share_memory(&share, memory, deadline).await?;
         let memory = self
             .budget
             .reserve(memory, deadline)
             .await
             .map_err(Refused::Memory)?;
         Ok(Ticket {
-            _share: share,
+            _owner: share,
+            _share: calls,
+            _share_memory: share_memory,
             _process: process,
             _memory: memory,
         })
+    }
+
+    /// The call's part of its controller's memory share: its memory limit, or the whole
+    /// share for a call larger than it (which then runs alone among its controller's calls).
+    async fn share_memory(
+        &self,
+        share: &Share,
+        bytes: u64,
+        deadline: Instant,
+    ) -> Result<OwnedSemaphorePermit, Refused> {
+        let wanted = units(bytes).clamp(1, u64::from(self.share_units)) as u32;
+        let acquire = share.memory.clone().acquire_many_owned(wanted);
+        match tokio::time::timeout_at(deadline.into(), acquire).await {
+            Ok(Ok(permit)) => Ok(permit),
+            _ => Err(Refused::Memory(format!(
+                "in-process hook memory budget {} exhausted: this controller's running calls hold its share of it ({}; waited until the hook's timeout)",
+                format_bytes(self.limits.memory_budget),
+                format_bytes(u64::from(self.share_units) * UNIT)
+            ))),
+        }
     }
 
     /// A permit of `semaphore`, waiting until `deadline` at most (a wait is counted).
@@ -144,13 +182,16 @@ impl Admission {
 
     /// The share of `controller`: kept while a call holds or waits for it, so the map holds
     /// only controllers with calls (dead entries are swept as new ones come).
-    fn share(&self, controller: &str) -> Arc<Semaphore> {
+    fn share(&self, controller: &str) -> Arc<Share> {
         let mut shares = self.shares.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(share) = shares.get(controller).and_then(Weak::upgrade) {
             return share;
         }
         shares.retain(|_, share| share.strong_count() > 0);
-        let share = Arc::new(Semaphore::new(self.limits.per_controller));
+        let share = Arc::new(Share {
+            calls: Arc::new(Semaphore::new(self.limits.per_controller)),
+            memory: Arc::new(Semaphore::new(self.share_units as usize)),
+        });
         shares.insert(controller.to_owned(), Arc::downgrade(&share));
         share
     }
@@ -216,6 +257,39 @@ mod tests {
         for call in queued {
             call.abort();
         }
+    }
+
+    /// Controller A's calls hold all the memory a controller may (half the budget) and more
+    /// wait; controller B's calls get the other half at once.
+    #[tokio::test]
+    async fn a_controller_holds_at_most_half_the_memory_budget() {
+        let admission = Arc::new(Admission::new(
+            InProcessLimits {
+                per_controller: 8,
+                process: 16,
+                memory_budget: 1 << 30,
+            },
+            None,
+            None,
+        ));
+        let far = Instant::now() + Duration::from_secs(60);
+        let _a1 = admission.admit("A", 256 << 20, far).await.unwrap();
+        let _a2 = admission.admit("A", 256 << 20, far).await.unwrap();
+        let soon = Instant::now() + Duration::from_millis(30);
+        match admission.admit("A", 256 << 20, soon).await {
+            Err(Refused::Memory(message)) => assert!(
+                message.contains("memory budget 1Gi exhausted: this controller's running calls hold its share of it (512Mi"),
+                "{message}"
+            ),
+            other => panic!("expected a share refusal, got {:?}", other.err()),
+        }
+        let now = Instant::now();
+        let _b1 = admission.admit("B", 256 << 20, now).await.unwrap();
+        let _b2 = admission.admit("B", 256 << 20, now).await.unwrap();
+        // A call larger than a share runs when its controller has nothing else running.
+        let _c = admission.admit("C", 0, now).await.unwrap();
+        let huge = Admission::new(InProcessLimits::default(), None, None);
+        let _big = huge.admit("D", 768 << 20, now).await.unwrap();
     }
 
     #[tokio::test]

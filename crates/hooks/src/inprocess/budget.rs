@@ -15,7 +15,7 @@ pub const DEFAULT_MEMORY_BUDGET: u64 = 1 << 30;
 
 /// Reservations are counted in KiB: a tokio semaphore takes at most `u32::MAX` permits at
 /// once, and a limit may be 4 GiB.
-const UNIT: u64 = 1024;
+pub(super) const UNIT: u64 = 1024;
 
 /// Metrics of the budget (see [`crate::metrics::InProcessMetrics`]).
 #[derive(Clone)]
@@ -117,7 +117,7 @@ impl MemoryBudget {
 }
 
 /// `bytes` in reservation units, rounded up.
-fn units(bytes: u64) -> u64 {
+pub(super) fn units(bytes: u64) -> u64 {
     bytes.div_ceil(UNIT)
 }
 
@@ -129,7 +129,7 @@ pub fn format_bytes(bytes: u64) -> String {
         ("Mi", 1 << 20),
         ("Ki", 1 << 10),
     ] {
-        if bytes >= unit && bytes % unit == 0 {
+        if bytes >= unit && bytes.is_multiple_of(unit) {
             return format!("{}{suffix}", bytes / unit);
         }
     }
