@@ -264,8 +264,10 @@ async fn a_looping_controller_does_not_delay_another_controllers_hooks() {
     .await;
 }
 
-/// 8 hooks filling 60 MiB each (memoryLimit 64Mi) at once, 8 calls allowed at once, under a
-/// 128 MiB budget: at most 2 run, the others wait and fail naming the budget; the process
+/// 8 hooks filling 60 MiB each (memoryLimit 64Mi), 2 parents of each of 4 controllers, 8
+/// calls allowed at once per controller, under a 128 MiB budget: at most 2 run (a
+/// controller's share is half the budget, one hog; the budget holds back the other
+/// controllers' third and fourth), the others wait and fail naming the budget; the process
 /// stays up and its peak RSS stays under its RSS before + the budget + 64 MiB of slack
 /// (without the budget, 8 × 60 MiB would be resident at once).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -275,7 +277,9 @@ async fn memory_hogs_wait_for_the_budget_and_peak_rss_stays_under_it() {
     put_code(&cluster, &ns, "code", &[("hog.wasm", wat(HOG))], &[]).await;
     let hog = json!({"configMapRef": {"namespace": ns, "name": "code"}, "key": "hog.wasm",
                      "timeout": "3s", "memoryLimit": "64Mi"});
-    controller(&cluster, &parent, &label, "hog", json!({ "wasm": hog })).await;
+    for case in ["hog-a", "hog-b", "hog-c", "hog-d"] {
+        controller(&cluster, &parent, &label, case, json!({ "wasm": hog })).await;
+    }
     let controller = run(
         &cluster,
         &label,
@@ -292,7 +296,10 @@ async fn memory_hogs_wait_for_the_budget_and_peak_rss_stays_under_it() {
     .await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     let base = rss_kib(controller.pid(), false).expect("the controller's RSS");
-    let hogs = create_parents(&cluster, &parent, &ns, "hog", 8).await;
+    let mut hogs = Vec::new();
+    for case in ["hog-a", "hog-b", "hog-c", "hog-d"] {
+        hogs.extend(create_parents(&cluster, &parent, &ns, case, 2).await);
+    }
     eventually_within("a budget refusal", WAIT, || async {
         sync_errors(&cluster, &ns).await.iter().any(|(name, m)| {
             hogs.contains(name) && m.contains("in-process hook memory budget 128Mi exhausted")
