@@ -95,6 +95,11 @@
 //! * **WebAssembly** ([`wasm`]): a hook compiled to a WASI preview 1 command runs inside the
 //!   controller (request on stdin, response on stdout) in a sandbox with no files, network
 //!   or environment, a fresh instance per call, stopped at its timeout and memory limit.
+//! * **Admission of in-process hooks** ([`InProcessLimits`]): each controller's calls run
+//!   within its own share (calls at once, half the memory budget), under a process-wide cap
+//!   and memory budget; every wait counts inside the hook's timeout ([`HookError::Queued`],
+//!   or a `Failed` error naming the budget). Code loading (ConfigMap, single-flight download
+//!   with failures backed off, compilation) is inside the timeout too.
 
 pub mod client;
 pub mod credentials;
