@@ -41,10 +41,11 @@ pub(crate) struct CodeLoader {
 }
 
 impl CodeLoader {
-    pub(crate) fn new(source: Option<Arc<dyn CodeSource>>) -> Self {
+    /// Reads `source`; keeps downloads in `cache`.
+    pub(crate) fn new(source: Option<Arc<dyn CodeSource>>, cache: Arc<CodeCache>) -> Self {
         Self {
             source,
-            downloads: Arc::new(Downloads::new()),
+            downloads: Arc::new(Downloads::new(cache)),
         }
     }
 
@@ -181,19 +182,19 @@ pub(crate) fn check_jsonnet_entry(
 /// budget: each entry is weighed, and the least recently used go first when a new one
 /// does not fit. Keyed by content, so a ConfigMap edited back and forth compiles each
 /// version once.
-pub(crate) struct CompiledCache<T> {
+pub(crate) struct CompiledCache<T, K = Digest> {
     budget: u64,
-    state: Mutex<CacheState<T>>,
+    state: Mutex<CacheState<K, T>>,
     clock: std::sync::atomic::AtomicU64,
 }
 
-struct CacheState<T> {
+struct CacheState<K, T> {
     /// Value, weight, last use.
-    entries: HashMap<Digest, (T, u64, u64)>,
+    entries: HashMap<K, (T, u64, u64)>,
     bytes: u64,
 }
 
-impl<T: Clone> CompiledCache<T> {
+impl<T: Clone, K: Clone + Eq + std::hash::Hash> CompiledCache<T, K> {
     /// A cache of at most `budget` bytes (by the weights given to [`CompiledCache::insert`]).
     pub(crate) fn new(budget: u64) -> Self {
         Self {
@@ -206,7 +207,7 @@ impl<T: Clone> CompiledCache<T> {
         }
     }
 
-    pub(crate) fn get(&self, digest: &Digest) -> Option<T> {
+    pub(crate) fn get(&self, digest: &K) -> Option<T> {
         let tick = self.tick();
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let entry = state.entries.get_mut(digest)?;
@@ -216,7 +217,7 @@ impl<T: Clone> CompiledCache<T> {
 
     /// Keeps `value` (weighing `weight` bytes), dropping the least recently used entries
     /// until it fits; a value heavier than the whole budget is not kept.
-    pub(crate) fn insert(&self, digest: Digest, value: T, weight: u64) {
+    pub(crate) fn insert(&self, digest: K, value: T, weight: u64) {
         if weight > self.budget {
             return;
         }
@@ -230,7 +231,7 @@ impl<T: Clone> CompiledCache<T> {
                 .entries
                 .iter()
                 .min_by_key(|(_, (_, _, t))| *t)
-                .map(|(d, _)| *d);
+                .map(|(d, _)| d.clone());
             let Some(oldest) = oldest else { break };
             if let Some((_, w, _)) = state.entries.remove(&oldest) {
                 state.bytes -= w;
@@ -249,6 +250,53 @@ impl<T: Clone> CompiledCache<T> {
     fn tick(&self) -> u64 {
         self.clock
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+/// The one cache of in-process hook code: module sources (downloads) and compiled modules, by
+/// the digest of their source, within one byte budget.
+pub(crate) struct CodeCache(CompiledCache<CodeEntry, (Digest, bool)>);
+
+/// An entry of the [`CodeCache`].
+#[derive(Clone)]
+enum CodeEntry {
+    Source(Arc<Vec<u8>>),
+    Wasm(crate::wasm::WasmModule),
+}
+
+impl CodeCache {
+    /// A cache of at most `budget` bytes.
+    pub(crate) fn new(budget: u64) -> Self {
+        Self(CompiledCache::new(budget))
+    }
+
+    /// The verified source of digest `digest`.
+    pub(crate) fn source(&self, digest: &Digest) -> Option<Arc<Vec<u8>>> {
+        match self.0.get(&(*digest, false))? {
+            CodeEntry::Source(bytes) => Some(bytes),
+            CodeEntry::Wasm(_) => None,
+        }
+    }
+
+    /// Keeps a verified source (weighed by its size).
+    pub(crate) fn insert_source(&self, digest: Digest, bytes: Arc<Vec<u8>>) {
+        let weight = bytes.len() as u64;
+        self.0
+            .insert((digest, false), CodeEntry::Source(bytes), weight);
+    }
+
+    /// The module compiled from the source of digest `digest`.
+    pub(crate) fn wasm(&self, digest: &Digest) -> Option<crate::wasm::WasmModule> {
+        match self.0.get(&(*digest, true))? {
+            CodeEntry::Wasm(module) => Some(module),
+            CodeEntry::Source(_) => None,
+        }
+    }
+
+    /// Keeps a compiled module weighing `weight` bytes.
+    pub(crate) fn insert_wasm(&self, digest: Digest, module: crate::wasm::WasmModule, weight: u64) {
+        self.0
+            .insert((digest, true), CodeEntry::Wasm(module), weight);
     }
 }
 

@@ -1,6 +1,6 @@
 //! Modules downloaded from a URL pinned by SHA-256: one download per url + digest at a time
-//! however many calls want it (single flight), verified modules kept by digest within a byte
-//! budget, and a failure (HTTP error, wrong digest, timeout) remembered for a backoff (30 s
+//! however many calls want it (single flight), verified modules kept by digest in the code
+//! cache, and a failure (HTTP error, wrong digest, timeout) remembered for a backoff (30 s
 //! doubling to 5 min) during which calls fail at once with it instead of downloading again.
 //! The download runs on a task of its own: a call that stops waiting (its timeout) does not
 //! stop it, so the next call finds its result.
@@ -12,14 +12,12 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 
-use super::code::{self, CompiledCache, Digest};
+use super::code::{self, CodeCache, Digest};
 
 /// How long a failed download is not tried again, at first.
 pub(crate) const FIRST_BACKOFF: Duration = Duration::from_secs(30);
 /// The longest a failed download is not tried again.
 pub(crate) const MAX_BACKOFF: Duration = Duration::from_secs(300);
-/// Bytes of verified downloads kept (by digest).
-const CACHE_BYTES: u64 = 128 << 20;
 
 /// The outcome of one download, shared by every call that waited for it.
 type Outcome = Result<Arc<Vec<u8>>, String>;
@@ -39,7 +37,7 @@ enum Flight {
 
 /// Downloads of pinned modules; one per process.
 pub(crate) struct Downloads {
-    cache: CompiledCache<Arc<Vec<u8>>>,
+    cache: Arc<CodeCache>,
     flights: Mutex<HashMap<(String, String), Flight>>,
     http: Mutex<Option<reqwest::Client>>,
     /// Downloads started (for tests and diagnostics).
@@ -47,9 +45,10 @@ pub(crate) struct Downloads {
 }
 
 impl Downloads {
-    pub(crate) fn new() -> Self {
+    /// Downloads keeping verified modules in `cache`.
+    pub(crate) fn new(cache: Arc<CodeCache>) -> Self {
         Self {
-            cache: CompiledCache::new(CACHE_BYTES),
+            cache,
             flights: Mutex::new(HashMap::new()),
             http: Mutex::new(None),
             started: AtomicU64::new(0),
@@ -60,7 +59,7 @@ impl Downloads {
     /// download under way, or downloaded now; a recent failure is answered at once.
     pub(crate) async fn get(self: &Arc<Self>, url: &str, pinned: &str) -> Outcome {
         let wanted = pinned.to_ascii_lowercase();
-        if let Some(bytes) = parse_hex(&wanted).and_then(|d| self.cache.get(&d)) {
+        if let Some(bytes) = parse_hex(&wanted).and_then(|d| self.cache.source(&d)) {
             return Ok(bytes);
         }
         let mut outcome = self.flight(url, &wanted)?;
@@ -155,7 +154,7 @@ impl Downloads {
             ));
         }
         let bytes = Arc::new(code::gunzip_if_compressed(bytes)?);
-        self.cache.insert(digest, bytes.clone(), bytes.len() as u64);
+        self.cache.insert_source(digest, bytes.clone());
         Ok(bytes)
     }
 
@@ -217,7 +216,7 @@ mod tests {
     #[tokio::test]
     async fn a_hundred_calls_make_one_download_and_a_wrong_digest_is_remembered() {
         let (url, requests) = server(b"\0asm-bytes").await;
-        let downloads = Arc::new(Downloads::new());
+        let downloads = Arc::new(Downloads::new(Arc::new(CodeCache::new(1 << 30))));
         let wrong = "ab".repeat(32);
         let calls: Vec<_> = (0..100)
             .map(|_| {

@@ -29,7 +29,7 @@ use crate::error::HookError;
 use crate::sources::{CodeObject, CodeSource};
 use crate::wasm::{WasmError, WasmLimits, WasmModule, WasmRuntime};
 use admission::{Admission, Refused};
-use code::{CodeLoader, CompiledCache, Digest};
+use code::{CodeCache, CodeLoader, Digest};
 
 pub use admission::{InProcessLimits, DEFAULT_PER_CONTROLLER, DEFAULT_PROCESS};
 pub(crate) use budget::BudgetMetrics;
@@ -43,8 +43,8 @@ pub const DEFAULT_JSONNET_MEMORY_RESERVATION: u64 = 256 << 20;
 /// Jsonnet evaluations that may still run past their timeout at once. Evaluation cannot be
 /// preempted: past this many, Jsonnet calls fail at once until one of them ends.
 pub const MAX_OVERDUE_JSONNET: usize = 4;
-/// Bytes of compiled WebAssembly modules kept (by digest; weighed by their source size).
-const MODULE_CACHE_BYTES: u64 = 256 << 20;
+/// Bytes of code kept (downloaded modules, compiled modules; by digest).
+const CODE_CACHE_BYTES: u64 = 384 << 20;
 /// ConfigMap keys whose module digest is remembered; past this the map starts over.
 const MAX_KNOWN: usize = 1024;
 /// How long after its deadline a call's runtime may take to report its own timeout before
@@ -79,7 +79,7 @@ pub fn display(runtime: &HookRuntime<'_>) -> String {
 pub(crate) struct InProcess {
     loader: CodeLoader,
     wasm: WasmRuntime,
-    modules: Arc<CompiledCache<WasmModule>>,
+    cache: Arc<CodeCache>,
     /// The digest of the module last read from each ConfigMap key, while that ConfigMap
     /// is the same object (no hashing per call).
     known: Mutex<HashMap<KnownKey, (Arc<CodeObject>, Digest)>>,
@@ -99,10 +99,11 @@ impl InProcess {
             Some(m) => (Some(m.budget), Some(m.waits)),
             None => (None, None),
         };
+        let cache = Arc::new(CodeCache::new(CODE_CACHE_BYTES));
         Self {
-            loader: CodeLoader::new(source),
+            loader: CodeLoader::new(source, cache.clone()),
             wasm: WasmRuntime::new(),
-            modules: Arc::new(CompiledCache::new(MODULE_CACHE_BYTES)),
+            cache,
             known: Mutex::new(HashMap::new()),
             overdue: Arc::new(AtomicUsize::new(0)),
             admission: Admission::new(limits, budget, waits),
@@ -249,16 +250,16 @@ impl InProcess {
             Ok(ModuleBytes::Source(bytes, digest)) => (bytes, digest),
             Err(message) => return Err(code_error(shown, message)),
         };
-        if let Some(module) = self.modules.get(&digest) {
+        if let Some(module) = self.cache.wasm(&digest) {
             return Ok(module);
         }
         let runtime = self.wasm.clone();
-        let modules = self.modules.clone();
+        let modules = self.cache.clone();
         // The compiled module is kept even when the call stops waiting for it (its
         // timeout): the next call finds it.
         let module = tokio::task::spawn_blocking(move || {
             let module = runtime.compile(&bytes)?;
-            modules.insert(digest, module.clone(), compiled_weight(bytes.len()));
+            modules.insert_wasm(digest, module.clone(), compiled_weight(bytes.len()));
             Ok(module)
         })
         .await
@@ -300,7 +301,7 @@ impl InProcess {
         if !Arc::ptr_eq(seen, object) {
             return None;
         }
-        self.modules.get(digest)
+        self.cache.wasm(digest)
     }
 }
 
