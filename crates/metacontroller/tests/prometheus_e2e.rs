@@ -204,91 +204,119 @@ async fn until_series(prom: &PrometheusServer, what: &str, expr: &str) {
     .await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sync_failure_alert_fires_and_resolves_and_every_dashboard_query_has_data() {
-    if !helm_sdk_available() || !prometheus_available() {
-        return;
-    }
-    let rules = test_rules().await;
-    let cluster = TestCluster::start().await;
-    cluster.install_metacontroller_crds().await;
-    let ns = cluster.create_namespace("prom").await;
-    let hook = HookServer::start(hook_handler(false)).await;
+/// The running setup: the cluster, the hook, both processes and Prometheus scraping them.
+struct Setup {
+    cluster: TestCluster,
+    ns: String,
+    hook: HookServer,
+    /// The leader-elected process's controller and its parent kind.
+    leading: String,
+    leading_parent: CrdBuilder,
+    lease: String,
+    prom: PrometheusServer,
+    _processes: [ControllerProcess; 2],
+}
 
-    // The leader-elected process syncs controller `leading`, the sharded one `sharded`.
-    let (leading_label, sharded_label) = (unique_name("team"), unique_name("team"));
-    let (leading, leading_parent) = controller(&cluster, &hook, &leading_label).await;
-    let (_sharded, sharded_parent) = controller(&cluster, &hook, &sharded_label).await;
-    let lease = unique_name("prom-leader");
-    let (_leader, leader_metrics) = process(
-        &cluster,
-        &ns,
-        &leading_label,
-        vec![
+impl Setup {
+    /// Both controllers with a converged parent each, both processes scraped (targets up,
+    /// the leader leading, all shards owned).
+    async fn start() -> Setup {
+        let rules = test_rules().await;
+        let cluster = TestCluster::start().await;
+        cluster.install_metacontroller_crds().await;
+        let ns = cluster.create_namespace("prom").await;
+        let hook = HookServer::start(hook_handler(false)).await;
+        // The leader-elected process syncs controller `leading`, the sharded one the other.
+        let (leading_label, sharded_label) = (unique_name("team"), unique_name("team"));
+        let (leading, leading_parent) = controller(&cluster, &hook, &leading_label).await;
+        let (_, sharded_parent) = controller(&cluster, &hook, &sharded_label).await;
+        let lease = unique_name("prom-leader");
+        let election = vec![
             "--leader-election".into(),
             format!("--leader-election-id={lease}"),
-        ],
-    )
-    .await;
-    let (_shards, shard_metrics) = process(
-        &cluster,
-        &ns,
-        &sharded_label,
-        sharding_args(&unique_name("prom-shards"), 4, Duration::from_secs(10)),
-    )
-    .await;
-    parent_with_child(&cluster, &ns, &leading_parent, FAILING).await;
-    parent_with_child(&cluster, &ns, &sharded_parent, "steady").await;
+        ];
+        let (leader, leader_metrics) = process(&cluster, &ns, &leading_label, election).await;
+        let sharding = sharding_args(&unique_name("prom-shards"), 4, Duration::from_secs(10));
+        let (shards, shard_metrics) = process(&cluster, &ns, &sharded_label, sharding).await;
+        parent_with_child(&cluster, &ns, &leading_parent, FAILING).await;
+        parent_with_child(&cluster, &ns, &sharded_parent, "steady").await;
+        let prom =
+            PrometheusServer::start(JOB, &[leader_metrics, shard_metrics], Some(&rules)).await;
+        let setup = Setup {
+            cluster,
+            ns,
+            hook,
+            leading,
+            leading_parent,
+            lease,
+            prom,
+            _processes: [leader, shards],
+        };
+        setup.wait_scraped().await;
+        setup
+    }
 
-    let prom = PrometheusServer::start(JOB, &[leader_metrics, shard_metrics], Some(&rules)).await;
-    eventually_within("both targets up", Duration::from_secs(60), || {
-        prom.targets_up()
-    })
-    .await;
-    let queue = format!("CompositeController-{leading}");
-    until_series(
-        &prom,
-        "the leader's reconciles scraped",
-        &format!("controller_runtime_reconcile_total{{job=\"{JOB}\", controller=\"{queue}\"}}"),
-    )
-    .await;
-    until_series(
-        &prom,
-        "the leader leads",
-        &format!("leader_election_master_status{{name=\"{lease}\"}} == 1"),
-    )
-    .await;
-    until_series(
-        &prom,
-        "all 4 shards owned",
-        &format!("sum(metacontroller_shards_owned{{job=\"{JOB}\"}}) == 4"),
-    )
-    .await;
+    /// Waits until Prometheus shows both targets up, the leader leading and all shards owned.
+    async fn wait_scraped(&self) {
+        let prom = &self.prom;
+        eventually_within("both targets up", Duration::from_secs(60), || {
+            prom.targets_up()
+        })
+        .await;
+        let queue = self.queue();
+        let reconciles =
+            format!("controller_runtime_reconcile_total{{job=\"{JOB}\", controller=\"{queue}\"}}");
+        until_series(prom, "the leader's reconciles scraped", &reconciles).await;
+        let leads = format!(
+            "leader_election_master_status{{name=\"{}\"}} == 1",
+            self.lease
+        );
+        until_series(prom, "the leader leads", &leads).await;
+        let owned = format!("sum(metacontroller_shards_owned{{job=\"{JOB}\"}}) == 4");
+        until_series(prom, "all 4 shards owned", &owned).await;
+    }
+
+    /// The leader's controller's queue name (the `controller` label).
+    fn queue(&self) -> String {
+        format!("CompositeController-{}", self.leading)
+    }
+
+    /// Sets `spec.gen` of the leader's parent [`FAILING`], so it syncs now.
+    async fn touch_failing(&self, gen: u32) {
+        let parents = self
+            .leading_parent
+            .api(self.cluster.client(), Some(&self.ns));
+        touch(&parents, FAILING, gen).await;
+    }
+
+    /// Waits until `metacontroller_failing_parents` of the leader's controller is `n`.
+    async fn until_failing_parents(&self, n: u32) {
+        let expr = format!(
+            "metacontroller_failing_parents{{job=\"{JOB}\", controller=\"{}\"}} == {n}",
+            self.queue()
+        );
+        until_series(&self.prom, &format!("{n} parents failing"), &expr).await;
+    }
+}
+
+/// The hook breaks: both the sync alert (by controller) and the hook alert (by controller,
+/// hook and runtime) fire. With backoff the failures thin out, so each is noted once seen.
+async fn break_the_hook(setup: &Setup) {
+    let queue = setup.queue();
     let sync_errors = [("controller", queue.as_str())];
-    assert_eq!(
-        prom.alert_state("MetacontrollerSyncErrors", &sync_errors)
-            .await,
-        None,
-        "the alert holds before any failure"
-    );
-
-    // The hook breaks: the alert fires for that controller, and its parent is counted as
-    // failing.
-    hook.set_handler(hook_handler(true));
-    let parents = leading_parent.api(cluster.client(), Some(&ns));
-    touch(&parents, FAILING, 2).await;
-    // Both the sync alert (by controller) and the hook alert (by controller, hook and
-    // runtime) fire; with backoff the failures thin out, so each is noted once seen.
     let hook_errors = [
-        ("controller_name", leading.as_str()),
+        ("controller_name", setup.leading.as_str()),
         ("hook", "sync"),
         ("runtime", "webhook"),
     ];
+    setup.hook.set_handler(hook_handler(true));
+    setup.touch_failing(2).await;
     let seen = std::sync::Mutex::new((false, false));
     eventually_within(
         "MetacontrollerSyncErrors and MetacontrollerHookErrors firing",
         ALERT_TIMEOUT,
         || async {
+            let prom = &setup.prom;
             let sync = prom
                 .alert_state("MetacontrollerSyncErrors", &sync_errors)
                 .await;
@@ -302,38 +330,55 @@ async fn sync_failure_alert_fires_and_resolves_and_every_dashboard_query_has_dat
         },
     )
     .await;
-    until_series(
-        &prom,
-        "the failing parent counted",
-        &format!("metacontroller_failing_parents{{job=\"{JOB}\", controller=\"{queue}\"}} == 1"),
-    )
-    .await;
+    setup.until_failing_parents(1).await;
+}
 
-    // Fixed: the next sync succeeds and the alert resolves once the window has no error.
-    hook.set_handler(hook_handler(false));
-    touch(&parents, FAILING, 3).await;
+/// Fixed: the next sync succeeds and the alert resolves once its window has no error.
+async fn fix_the_hook(setup: &Setup) {
+    let queue = setup.queue();
+    let sync_errors = [("controller", queue.as_str())];
+    setup.hook.set_handler(hook_handler(false));
+    setup.touch_failing(3).await;
     eventually_within(
         "MetacontrollerSyncErrors resolved",
         ALERT_TIMEOUT,
         || async {
-            prom.alert_state("MetacontrollerSyncErrors", &sync_errors)
+            setup
+                .prom
+                .alert_state("MetacontrollerSyncErrors", &sync_errors)
                 .await
                 .is_none()
         },
     )
     .await;
-    until_series(
-        &prom,
-        "no parent failing",
-        &format!("metacontroller_failing_parents{{job=\"{JOB}\", controller=\"{queue}\"}} == 0"),
-    )
-    .await;
+    setup.until_failing_parents(0).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sync_failure_alert_fires_and_resolves_and_every_dashboard_query_has_data() {
+    if !helm_sdk_available() || !prometheus_available() {
+        return;
+    }
+    let setup = Setup::start().await;
+    let prom = &setup.prom;
+    let queue = setup.queue();
+    assert_eq!(
+        prom.alert_state(
+            "MetacontrollerSyncErrors",
+            &[("controller", queue.as_str())]
+        )
+        .await,
+        None,
+        "the alert holds before any failure"
+    );
+    break_the_hook(&setup).await;
+    fix_the_hook(&setup).await;
 
     // Every panel of the dashboard has data.
     let queries = dashboard_queries();
     assert!(queries.len() >= 20, "{queries:?}");
     for (title, expr) in &queries {
-        until_series(&prom, &format!("panel {title:?}: {expr}"), expr).await;
+        until_series(prom, &format!("panel {title:?}: {expr}"), expr).await;
     }
     // Once the failure's windows have passed, the healthy setup raises no alert at all
     // (MetacontrollerHookErrors, which the broken hook also raised, resolves with it).
