@@ -5,8 +5,11 @@
 //! Debian's `prometheus` package scrapes both every second as one job and evaluates the
 //! chart's rules (rendered by Helm's engine, with 20 s windows and 2 s `for:`). When the
 //! leader's sync hook starts failing, `MetacontrollerSyncErrors` fires for that controller
-//! (read from Prometheus' `/api/v1/alerts`); after the fix it resolves. Then every query of
-//! every panel of the chart's Grafana dashboard returns series from that Prometheus.
+//! (read from Prometheus' `/api/v1/alerts`), as does `MetacontrollerHookErrors` for its
+//! webhook runtime, the parent is counted in `metacontroller_failing_parents`, and its repeated
+//! SyncError Events (`--events-burst=1`) in `metacontroller_events_dropped_total`; after the
+//! fix the alert resolves. Then every query of every panel of the chart's Grafana dashboard
+//! returns series from that Prometheus.
 //!
 //! Runs on the embedded API server and, with `METACONTROLLER_E2E_KUBECONFIG`, on a real one.
 //! Skipped without prometheus or the Helm SDK, except in CI (`CI=true`).
@@ -231,9 +234,12 @@ impl Setup {
         let (leading, leading_parent) = controller(&cluster, &hook, &leading_label).await;
         let (_, sharded_parent) = controller(&cluster, &hook, &sharded_label).await;
         let lease = unique_name("prom-leader");
+        // One Event per object until the bucket refills (5 minutes): the repeated
+        // SyncErrors of the broken hook are dropped, and counted.
         let election = vec![
             "--leader-election".into(),
             format!("--leader-election-id={lease}"),
+            "--events-burst=1".into(),
         ];
         let (leader, leader_metrics) = process(&cluster, &ns, &leading_label, election).await;
         let sharding = sharding_args(&unique_name("prom-shards"), 4, Duration::from_secs(10));
@@ -309,6 +315,15 @@ async fn break_the_hook(setup: &Setup) {
         ("hook", "sync"),
         ("runtime", "webhook"),
     ];
+    let dropped = format!(
+        "sum(metacontroller_events_dropped_total{{job=\"{JOB}\", reason=\"rate_limited\"}})"
+    );
+    let before = setup.prom.query(&dropped).await;
+    let before = before
+        .first()
+        .and_then(|s| s["value"][1].as_str())
+        .and_then(|v| v.parse::<f64>().ok())
+        .expect("the dropped Events counter is scraped");
     setup.hook.set_handler(hook_handler(true));
     setup.touch_failing(2).await;
     let seen = std::sync::Mutex::new((false, false));
@@ -331,6 +346,8 @@ async fn break_the_hook(setup: &Setup) {
     )
     .await;
     setup.until_failing_parents(1).await;
+    let more_dropped = format!("{dropped} > {before}");
+    until_series(&setup.prom, "repeated SyncErrors dropped", &more_dropped).await;
 }
 
 /// Fixed: the next sync succeeds and the alert resolves once its window has no error.
