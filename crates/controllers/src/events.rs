@@ -12,6 +12,9 @@
 //!     is prefixed `(combined from similar events): `;
 //!   - per involved object, a token bucket (`--events-qps`, `--events-burst`; upstream
 //!     defaults one per 5 minutes, burst 25) drops the excess.
+//! * Every Event not written is counted in `metacontroller_events_dropped_total{reason}`
+//!   (`queue_full`, `rate_limited`, `write_failed`), registered by the binary
+//!   ([`EventRecorder::dropped_metric`]).
 //! * Events are named `<object name>.<hex unix nanos>` in the object's namespace, or
 //!   `default` for cluster-scoped objects, with source component `metacontroller`.
 
@@ -354,10 +357,46 @@ fn event_of(
     }
 }
 
+/// Name of the counter of Events not written.
+pub const DROPPED_TOTAL: &str = "metacontroller_events_dropped_total";
+
+/// Why an Event was not written (the `reason` label of [`DROPPED_TOTAL`]).
+const DROP_REASONS: [&str; 3] = ["queue_full", "rate_limited", "write_failed"];
+
+/// Counts Events not written, by reason; every reason's series exists from the start.
+#[derive(Clone)]
+struct Dropped(Option<prometheus::IntCounterVec>);
+
+impl Dropped {
+    fn new() -> Dropped {
+        let counter = prometheus::IntCounterVec::new(
+            prometheus::Opts::new(
+                DROPPED_TOTAL,
+                "Events not written, by reason: queue_full, rate_limited (per-object budget) or write_failed.",
+            ),
+            &["reason"],
+        )
+        .ok();
+        if let Some(c) = &counter {
+            for reason in DROP_REASONS {
+                c.with_label_values(&[reason]);
+            }
+        }
+        Dropped(counter)
+    }
+
+    fn inc(&self, reason: &str) {
+        if let Some(c) = &self.0 {
+            c.with_label_values(&[reason]).inc();
+        }
+    }
+}
+
 /// Records Events without ever blocking or failing the caller. Cheap to clone.
 #[derive(Clone)]
 pub struct EventRecorder {
     tx: Option<mpsc::Sender<Record>>,
+    dropped: Dropped,
     /// Records queued or being written, for [`EventRecorder::flush`].
     pending: Arc<tokio::sync::watch::Sender<usize>>,
     _worker: Option<Arc<WorkerGuard>>,
@@ -397,11 +436,13 @@ impl EventRecorder {
         let correlator = Correlator::new(qps, burst)?;
         let (tx, rx) = mpsc::channel(QUEUE_CAPACITY);
         let pending = Arc::new(tokio::sync::watch::channel(0).0);
-        let writer = write_loop(client, correlator, rx, pending.clone());
+        let dropped = Dropped::new();
+        let writer = write_loop(client, correlator, rx, pending.clone(), dropped.clone());
         let task =
             metacontroller_dynamic::Supervisor::spawn_once_with(supervisor, "event-writer", writer);
         Ok(EventRecorder {
             tx: Some(tx),
+            dropped,
             pending,
             _worker: Some(Arc::new(WorkerGuard(task))),
         })
@@ -411,9 +452,16 @@ impl EventRecorder {
     pub(crate) fn disabled() -> EventRecorder {
         EventRecorder {
             tx: None,
+            dropped: Dropped::new(),
             pending: Arc::new(tokio::sync::watch::channel(0).0),
             _worker: None,
         }
+    }
+
+    /// The `metacontroller_events_dropped_total{reason}` counter of this recorder, for the
+    /// process registry (`None` only if the family could not be built).
+    pub fn dropped_metric(&self) -> Option<prometheus::IntCounterVec> {
+        self.dropped.0.clone()
     }
 
     /// Waits up to `timeout` until every Event recorded so far is written (or dropped by the
@@ -447,6 +495,7 @@ impl EventRecorder {
             let record = match e {
                 mpsc::error::TrySendError::Full(r) | mpsc::error::TrySendError::Closed(r) => r,
             };
+            self.dropped.inc("queue_full");
             tracing::debug!(reason = %record.reason, object = %record.object.name, "event queue full; event dropped");
         }
     }
@@ -477,21 +526,29 @@ async fn write_loop(
     mut correlator: Correlator,
     mut rx: mpsc::Receiver<Record>,
     pending: Arc<tokio::sync::watch::Sender<usize>>,
+    dropped: Dropped,
 ) {
     while let Some(record) = rx.recv().await {
-        write_one(&client, &mut correlator, record).await;
+        if let Err(reason) = write_one(&client, &mut correlator, record).await {
+            dropped.inc(reason);
+        }
         pending.send_modify(|n| *n = n.saturating_sub(1));
     }
 }
 
-async fn write_one(client: &kube::Client, correlator: &mut Correlator, record: Record) {
+/// Writes one Event; `Err` names why it was dropped instead.
+async fn write_one(
+    client: &kube::Client,
+    correlator: &mut Correlator,
+    record: Record,
+) -> Result<(), &'static str> {
     let action = correlator.observe(&record, Instant::now(), Timestamp::now());
     let ns = record.object.event_namespace().to_string();
     let api: Api<Event> = Api::namespaced(client.clone(), &ns);
     let result = match action {
         Action::Drop => {
             tracing::debug!(reason = %record.reason, object = %record.object.name, "event rate limited; dropped");
-            return;
+            return Err("rate_limited");
         }
         Action::Create(event) => api.create(&PostParams::default(), &event).await.map(drop),
         Action::Patch { event, patch } => {
@@ -507,9 +564,10 @@ async fn write_one(client: &kube::Client, correlator: &mut Correlator, record: R
             }
         }
     };
-    if let Err(e) = result {
+    result.map_err(|e| {
         tracing::debug!(reason = %record.reason, object = %record.object.name, error = %e, "event write failed; dropped");
-    }
+        "write_failed"
+    })
 }
 
 #[cfg(test)]

@@ -41,6 +41,9 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
         end = supervisor.failed() => return Err(anyhow::anyhow!(end)),
     }
     let (gate, replica) = gate_and_replica(leader.as_ref(), sharding.as_ref());
+    if let Some(config) = &leader {
+        crate::metrics::register_leader(&registry, gate.clone(), &config.name)?;
+    }
     let shared = Shared::new(
         client.clone(),
         &args,
@@ -325,6 +328,9 @@ impl Shared {
             Some(supervisor),
         )
         .context("--events-qps/--events-burst")?;
+        if let Some(dropped) = events.dropped_metric() {
+            registry.register(Box::new(dropped))?;
+        }
         let openapi = namespaced.as_ref().is_none_or(|n| n.openapi);
         let schemas = (args.apply_schema == crate::cli::ApplySchema::Auto && openapi).then(|| {
             let refresh = Some(args.discovery_interval)

@@ -85,6 +85,12 @@ const OTHER_FAMILIES: &[(&str, &[&str])] = &[
         &["controller"],
     ),
     ("controller_runtime_active_workers", &["controller"]),
+    ("metacontroller_failing_parents", &["controller"]),
+    (
+        "metacontroller_longest_failing_parent_seconds",
+        &["controller"],
+    ),
+    ("metacontroller_events_dropped_total", &["reason"]),
     (
         "metacontroller_hook_calls_total",
         &[
