@@ -332,7 +332,9 @@ where
             hook_name,
             parent_key: key_text,
         };
-        self.hooks.answer(&ctx, hook, &self.endpoints, request).await
+        self.hooks
+            .answer(&ctx, hook, &self.endpoints, request)
+            .await
     }
 }
 

@@ -53,8 +53,8 @@ impl<K: Clone + Eq + Hash> Failing<K> {
         object: impl FnOnce() -> Option<Value>,
         events: &EventRecorder,
     ) {
-        let completed = outcome.result.is_ok()
-            && !matches!(outcome.requeue, Requeue::UnlessSyncedWithin(_));
+        let completed =
+            outcome.result.is_ok() && !matches!(outcome.requeue, Requeue::UnlessSyncedWithin(_));
         if !completed || !self.lock().remove(key) {
             return;
         }
@@ -95,7 +95,10 @@ mod tests {
     #[test]
     fn one_recovery_per_failure_streak() {
         let failing = Failing::default();
-        assert!(!recovers(&failing, "p", ok(Requeue::OnChange)), "never failed");
+        assert!(
+            !recovers(&failing, "p", ok(Requeue::OnChange)),
+            "never failed"
+        );
         failing.failed(&"p");
         failing.failed(&"p");
         let failed = Outcome {

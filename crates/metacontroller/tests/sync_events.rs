@@ -17,7 +17,7 @@ use k8s_openapi::api::core::v1::Event;
 use kube::api::{Patch, PatchParams};
 use metacontroller_api::composite::CompositeController;
 use metacontroller_testkit::{
-    configmap_child_reply, create_object, events_about, until_event, unique_name,
+    configmap_child_reply, create_object, events_about, unique_name, until_event,
     ControllerProcess, CrdBuilder, HookReply, HookServer, TestCluster,
 };
 use serde_json::{json, Value};
@@ -129,7 +129,8 @@ async fn three_mistakes_then_the_fix_newest_last() {
             // From the second change of the parent on, an Event per sync: a marker that
             // everything recorded before it was written.
             if let Some(n) = request["parent"]["spec"]["n"].as_i64().filter(|n| *n > 1) {
-                reply["events"] = json!([{"type": "Normal", "reason": "Observed", "message": format!("n={n}")}]);
+                reply["events"] =
+                    json!([{"type": "Normal", "reason": "Observed", "message": format!("n={n}")}]);
             }
             HookReply::json(reply)
         }
@@ -175,7 +176,10 @@ async fn three_mistakes_then_the_fix_newest_last() {
     until_event(&cluster, on_p, "Observed", "n=3", WAIT).await;
 
     let events = described(&cluster, &ns).await;
-    let context = format!("Events oldest first: {events:#?}\nlogs:\n{}", process.logs());
+    let context = format!(
+        "Events oldest first: {events:#?}\nlogs:\n{}",
+        process.logs()
+    );
     let own: Vec<_> = events
         .iter()
         .filter(|(reason, ..)| reason == "SyncError" || reason == "SyncRecovered")
@@ -245,7 +249,11 @@ async fn a_hundred_failing_syncs_hide_neither_a_new_error_nor_a_hook_event() {
     let firsts: Vec<_> = events_about(&cluster, &ns, "p")
         .await
         .into_iter()
-        .filter(|e| e.message.as_deref().is_some_and(|m| m.contains("First_Bad")))
+        .filter(|e| {
+            e.message
+                .as_deref()
+                .is_some_and(|m| m.contains("First_Bad"))
+        })
         .collect();
     assert_eq!(firsts.len(), 1, "{firsts:#?}");
     assert!(firsts[0].count.unwrap_or(0) > 1, "{firsts:#?}");

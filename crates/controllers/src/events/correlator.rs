@@ -159,15 +159,15 @@ impl Correlator {
 
     /// Takes `record`, seen at `now` (`wall` is written into the Event), into account:
     /// the write to send now, or `None` when it waits for the rate limit.
-    pub(crate) fn observe(&mut self, record: &Record, now: Instant, wall: Timestamp) -> Option<Write> {
+    pub(crate) fn observe(
+        &mut self,
+        record: &Record,
+        now: Instant,
+        wall: Timestamp,
+    ) -> Option<Write> {
         let identity = record.object.identity();
         let (message, key_message) = self.aggregate(record, &identity, now);
-        let key: EventKey = (
-            identity,
-            record.type_,
-            record.reason.clone(),
-            key_message,
-        );
+        let key: EventKey = (identity, record.type_, record.reason.clone(), key_message);
         let repeats = self.bucket();
         let entry = self.entries.entry(key.clone()).or_insert_with(|| Entry {
             name: format!("{}.{:x}", record.object.name, wall.as_nanosecond()),
@@ -220,7 +220,9 @@ impl Correlator {
             .into_iter()
             .map(|(_, key)| key)
             .collect();
-        keys.iter().filter_map(|key| self.written_now(key)).collect()
+        keys.iter()
+            .filter_map(|key| self.written_now(key))
+            .collect()
     }
 
     /// Writes `key` now if its budget allows, else defers it until a token is due.
@@ -280,7 +282,11 @@ impl Correlator {
         };
         entry.written = Some(entry.message.clone());
         if let Some(budget) = self.budgets.get_mut(&(key.0.clone(), entry.record.source)) {
-            if budget.newest.as_ref().is_none_or(|(_, at)| entry.last >= *at) {
+            if budget
+                .newest
+                .as_ref()
+                .is_none_or(|(_, at)| entry.last >= *at)
+            {
                 budget.newest = Some((key.clone(), entry.last));
             }
         }

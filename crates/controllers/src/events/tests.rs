@@ -206,7 +206,10 @@ async fn hook_events_have_their_own_budget() {
         created(seen(&mut c, &from_hook("p", "Tick", &format!("{i}")), 0));
     }
     for i in 3..50 {
-        assert_eq!(seen(&mut c, &from_hook("p", "Tick", &format!("{i}")), 1), None);
+        assert_eq!(
+            seen(&mut c, &from_hook("p", "Tick", &format!("{i}")), 1),
+            None
+        );
     }
     created(seen(&mut c, &record("p", "SyncError", "A"), 2));
     created(seen(&mut c, &record("p", "SyncError", "B"), 3));
