@@ -273,6 +273,16 @@ async fn hook_events_are_rate_limited_per_object() {
     let synced = calls.load(Ordering::SeqCst);
 
     let events = by_reason(&cluster, &ns, "p").await;
+    check_ticks(&events, synced, &proxy);
+}
+
+/// After `synced` syncs each asking for one Tick Event: every one counted, on ten Event
+/// objects, written in paced requests (`proxy` saw them).
+fn check_ticks(
+    events: &BTreeMap<String, Vec<(String, i32, String)>>,
+    synced: usize,
+    proxy: &ApiRecorder,
+) {
     let ticks = events.get("Tick").cloned().unwrap_or_default();
     let seen: i32 = ticks.iter().map(|(_, count, _)| count).sum();
     let writes = proxy
