@@ -8,6 +8,7 @@
 //! * A hook flooding Events does not hold back the controller's `SyncError`.
 //! * A hook using one of the controller's reasons gets `InvalidHookEvent` instead.
 //! * An answer from the ETag cache (a 304) does not record its Events again.
+//! * A DecoratorController's target recovers with `SyncRecovered` too.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -394,4 +395,42 @@ async fn an_etag_304_does_not_record_the_events_again() {
     assert_eq!(once.len(), 1, "{events:#?}");
     assert_eq!(once[0].2, 1, "{events:#?}\nlogs:\n{}", process.logs());
     assert!(!events.iter().any(|e| e.0 == "SyncError"), "{events:#?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_decorator_target_that_recovers_says_so() {
+    let (cluster, ns, target) = TestCluster::start_with_parent("sevdec").await;
+    let hook = HookServer::start(|_, _| HookReply::status(500, "decorator broke")).await;
+    let label = unique_name("team");
+    let _: metacontroller_api::decorator::DecoratorController = cluster
+        .create_controller(
+            &unique_name("sevdec"),
+            &label,
+            json!({
+                "resources": [{"apiVersion": target.api_version(), "resource": target.plural()}],
+                "hooks": {"sync": {"webhook": {"url": hook.url("/sync")}}},
+            }),
+        )
+        .await;
+    let process = run(&cluster, &label);
+    create_object(
+        &target.api(cluster.client(), Some(&ns)),
+        json!({"apiVersion": target.api_version(), "kind": "Parent", "metadata": {"name": "p"},
+               "spec": {"selector": {"matchLabels": {"app": "p"}}}}),
+    )
+    .await;
+    let on_p = (ns.as_str(), "p");
+    until_event(&cluster, on_p, "SyncError", "decorator broke", WAIT).await;
+    hook.set_handler(|_, _| HookReply::json(json!({"labels": {"decorated": "yes"}})));
+    until_event(&cluster, on_p, "SyncRecovered", "Sync succeeded", WAIT).await;
+    // Within one second the sort keeps the server's list order (Event names carry the
+    // creation time), so the recovery is last.
+    let events = described(&cluster, &ns).await;
+    let newest = events.last().map(|e| e.0.as_str());
+    assert_eq!(
+        newest,
+        Some("SyncRecovered"),
+        "{events:#?}\nlogs:\n{}",
+        process.logs()
+    );
 }
