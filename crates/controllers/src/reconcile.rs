@@ -179,6 +179,8 @@ where
     pub(crate) related: RelatedManager,
     /// Where Events about synced objects go.
     pub(crate) events: EventRecorder,
+    /// The keys whose last sync failed with a `SyncError` (for `SyncRecovered`).
+    failing: crate::recovery::Failing<K>,
     /// The hook client (also told when parents and controllers go, for its ETag cache).
     pub(crate) hooks: HookClient,
     /// The shared informers (their prunes trigger [`Reconciler::forget_departed`]).
@@ -259,6 +261,7 @@ where
             ),
             related,
             events: ctx.options.events.clone(),
+            failing: crate::recovery::Failing::default(),
             hooks: ctx.hooks.clone(),
             informers: ctx.informers.clone(),
             metrics: ctx.options.metrics.clone(),
@@ -332,14 +335,15 @@ where
         crate::hook_events::record(&self.events, &self.name, hook_name, object, events);
     }
 
-    /// Calls `hook` (`hook_name` is `sync` or `finalize`) for the object `key_text`.
+    /// Calls `hook` (`hook_name` is `sync` or `finalize`) for the object `key_text`; the
+    /// answer says whether it came from the ETag cache (its Events were recorded then).
     pub(crate) async fn call_hook<Req, Resp>(
         &self,
         hook_name: &str,
         key_text: &str,
         hook: &Hook,
         request: &Req,
-    ) -> Result<Resp, HookError>
+    ) -> Result<metacontroller_hooks::Answer<Resp>, HookError>
     where
         Req: k8s_openapi::serde::Serialize,
         Resp: k8s_openapi::serde::de::DeserializeOwned + Default,
@@ -349,7 +353,9 @@ where
             hook_name,
             parent_key: key_text,
         };
-        self.hooks.call(&ctx, hook, &self.endpoints, request).await
+        self.hooks
+            .answer(&ctx, hook, &self.endpoints, request)
+            .await
     }
 }
 
@@ -639,6 +645,9 @@ pub(crate) async fn sync_and_record<R: Reconciler>(
         .await;
     spans::record_sync(&span, &outcome.result);
     schedule_resync_period(reconciler, key);
+    common
+        .failing
+        .observe(key, &outcome, || reconciler.object(key), &common.events);
     on_failure(reconciler, key, outcome)
 }
 
@@ -689,6 +698,7 @@ fn on_failure<R: Reconciler>(
                 events::reason::SYNC_ERROR,
                 format!("Sync error: {error}"),
             );
+            common.failing.failed(key);
         }
     }
     outcome

@@ -213,6 +213,42 @@ impl HookClient {
         Req: Serialize + ?Sized,
         Resp: DeserializeOwned + Default,
     {
+        self.answer_with_mode(ctx, hook, endpoint_configs, request, mode)
+            .await
+            .map(|answer| answer.response)
+    }
+
+    /// Like [`HookClient::call`], also saying whether the response is the one the ETag
+    /// cache held (the hook answered 304 or 412): what it asks for, it asked before.
+    pub async fn answer<Req, Resp>(
+        &self,
+        ctx: &CallContext<'_>,
+        hook: &Hook,
+        endpoint_configs: &[EndpointConfig],
+        request: &Req,
+    ) -> Result<Answer<Resp>, HookError>
+    where
+        Req: Serialize + ?Sized,
+        Resp: DeserializeOwned + Default,
+    {
+        let mode = hook.effective_unmarshall_mode();
+        self.answer_with_mode(ctx, hook, endpoint_configs, request, mode)
+            .await
+    }
+
+    /// [`HookClient::answer`] with an explicit decoding mode.
+    async fn answer_with_mode<Req, Resp>(
+        &self,
+        ctx: &CallContext<'_>,
+        hook: &Hook,
+        endpoint_configs: &[EndpointConfig],
+        request: &Req,
+        mode: ResponseUnmarshallMode,
+    ) -> Result<Answer<Resp>, HookError>
+    where
+        Req: Serialize + ?Sized,
+        Resp: DeserializeOwned + Default,
+    {
         let span = tracing::info_span!(
             "hook_call",
             controller = ctx.controller,
@@ -267,7 +303,7 @@ impl HookClient {
             record_outcome(&span, outcome, result.is_ok());
         }
         match result {
-            Ok((value, _)) => Ok(value),
+            Ok((response, cached)) => Ok(Answer { response, cached }),
             Err(err) => {
                 span.in_scope(|| tracing::debug!(error = %err, "hook call failed"));
                 Err(err)
@@ -702,6 +738,15 @@ fn decode<T: DeserializeOwned + Default>(
         }
     }
     decode_response(body, mode)
+}
+
+/// A decoded hook response ([`HookClient::answer`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Answer<T> {
+    /// The response.
+    pub response: T,
+    /// Whether it is the ETag cache's (the hook answered 304 or 412 to `If-None-Match`).
+    pub cached: bool,
 }
 
 enum Fetched {

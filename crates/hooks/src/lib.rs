@@ -118,7 +118,7 @@ pub mod trace;
 pub mod wasm;
 
 pub use client::{
-    code_config_map, CallContext, HookClient, HookClientConfig, DEFAULT_MAX_BODY_BYTES,
+    code_config_map, Answer, CallContext, HookClient, HookClientConfig, DEFAULT_MAX_BODY_BYTES,
     REPLICA_HEADER,
 };
 pub use error::HookError;

@@ -120,12 +120,13 @@ pub struct ControllerArgs {
     #[arg(long, value_name = "N", default_value_t = metacontroller_controllers::DEFAULT_CHILD_WRITE_CONCURRENCY as u32, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_concurrent_child_writes: u32,
 
-    /// Rate of Kubernetes Events per object, in events per second [default: 1/300, one
-    /// per 5 minutes].
+    /// Rate of Kubernetes Event writes per object, in events per second [default: 1/300,
+    /// one per 5 minutes]. Writes beyond it wait; they are not dropped.
     #[arg(long, value_name = "QPS", default_value_t = 1.0 / 300.0, hide_default_value = true, allow_negative_numbers = true, value_parser = non_negative_f64)]
     pub events_qps: f64,
 
-    /// Number of Events allowed in a burst per object.
+    /// Number of Event writes allowed in a burst per object (new Events, and each Event's
+    /// repeats, have budgets of their own).
     #[arg(long, value_name = "N", default_value_t = 25)]
     pub events_burst: u32,
 
