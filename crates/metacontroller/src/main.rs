@@ -23,6 +23,7 @@ mod run;
 mod shard;
 mod shutdown;
 mod sources;
+mod stranded;
 mod telemetry;
 mod validate_cmd;
 mod validate_served;
