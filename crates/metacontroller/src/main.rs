@@ -25,6 +25,7 @@ mod shutdown;
 mod sources;
 mod telemetry;
 mod validate_cmd;
+mod validate_code;
 mod validate_served;
 
 use std::process::ExitCode;

@@ -16,7 +16,10 @@ use std::sync::{Arc, LazyLock};
 static ENV: LazyLock<Arc<cel::Env>> = LazyLock::new(|| {
     let mut env = cel::Env::stdlib();
     for (name, ext) in [
-        ("strings", cel::extensions::strings as fn(&mut cel::Env) -> _),
+        (
+            "strings",
+            cel::extensions::strings as fn(&mut cel::Env) -> _,
+        ),
         ("lists", cel::extensions::lists),
         ("math", cel::extensions::math),
     ] {

@@ -32,7 +32,14 @@ pub(crate) fn validate_rules(obj: &Value, old: Option<&Value>, schema: &Node) ->
     errs
 }
 
-fn walk(x: &Value, old: Option<&Value>, s: &Node, path: &str, root: bool, errs: &mut Vec<FieldError>) {
+fn walk(
+    x: &Value,
+    old: Option<&Value>,
+    s: &Node,
+    path: &str,
+    root: bool,
+    errs: &mut Vec<FieldError>,
+) {
     if !s.rules_below || x.is_null() {
         return;
     }
@@ -70,7 +77,13 @@ fn walk_object(
     }
 }
 
-fn walk_array(a: &[Value], old: Option<&Vec<Value>>, s: &Node, path: &str, errs: &mut Vec<FieldError>) {
+fn walk_array(
+    a: &[Value],
+    old: Option<&Vec<Value>>,
+    s: &Node,
+    path: &str,
+    errs: &mut Vec<FieldError>,
+) {
     let Some(items) = s.items.as_deref() else {
         return;
     };
@@ -174,7 +187,9 @@ fn to_cel(x: &Value, s: Option<&Node>, root: bool) -> Option<Cel> {
         Value::Number(n) => number(n, s),
         Value::Array(a) => {
             let items = s.and_then(|s| s.items.as_deref());
-            Cel::List(Arc::new(a.iter().filter_map(|v| to_cel(v, items, false)).collect()))
+            Cel::List(Arc::new(
+                a.iter().filter_map(|v| to_cel(v, items, false)).collect(),
+            ))
         }
         Value::Object(m) => Cel::Map(object(m, s, root)),
     })
@@ -234,15 +249,34 @@ fn object_meta_field(k: &str, v: &Value) -> Option<Cel> {
     let mut out: HashMap<Key, Cel> = HashMap::new();
     for f in ["name", "generateName"] {
         if let Some(s) = meta.get(f).and_then(Value::as_str) {
-            out.insert(Key::String(Arc::new(f.into())), Cel::String(Arc::new(s.into())));
+            out.insert(
+                Key::String(Arc::new(f.into())),
+                Cel::String(Arc::new(s.into())),
+            );
         }
     }
     Some(Cel::Map(out.into()))
 }
 
 const RESERVED: [&str; 18] = [
-    "true", "false", "null", "in", "as", "break", "const", "continue", "else", "for", "function",
-    "if", "import", "let", "loop", "package", "namespace", "return",
+    "true",
+    "false",
+    "null",
+    "in",
+    "as",
+    "break",
+    "const",
+    "continue",
+    "else",
+    "for",
+    "function",
+    "if",
+    "import",
+    "let",
+    "loop",
+    "package",
+    "namespace",
+    "return",
 ];
 
 /// A property name as rules spell it (Kubernetes' escaping); `None` when rules cannot name it.
@@ -274,31 +308,31 @@ mod tests {
 
     fn schema() -> crate::schema::StructuralSchema {
         test_schema(json!({"type": "object", "properties": {"spec": {
-            "type": "object",
-            "x-kubernetes-validations": [
-                {"rule": "!has(self.min) || !has(self.max) || self.min < self.max",
-                 "message": "min must be below max"},
-                {"rule": "self.name == oldSelf.name", "message": "name is immutable"},
-                {"rule": "!has(self.mode) || self.mode != 'bad'",
-                 "messageExpression": "'mode ' + self.mode + ' is not allowed'"},
-                {"rule": "!has(self.x__dash__y) || self.x__dash__y > 0.5"},
-                {"rule": "!has(self.tags) || self.tags.isSorted()"}
-            ],
-            "properties": {
-                "name": {"type": "string"}, "min": {"type": "integer"}, "max": {"type": "integer"},
-                "mode": {"type": "string"}, "x-y": {"type": "number"},
-                "tags": {"type": "array", "items": {"type": "string"}},
-                "ports": {"type": "array", "x-kubernetes-list-type": "map",
-                    "x-kubernetes-list-map-keys": ["name"],
-                    "items": {"type": "object", "properties": {
-                        "name": {"type": "string"}, "port": {"type": "integer"}},
-                        "x-kubernetes-validations": [
-                            {"rule": "self.port == oldSelf.port", "message": "port is immutable",
-                             "reason": "FieldValueForbidden"}]}},
-                "labels": {"type": "object", "additionalProperties": {"type": "string",
-                    "x-kubernetes-validations": [{"rule": "size(self) > 0",
-                        "message": "label values may not be empty"}]}}
-            }}}}))
+        "type": "object",
+        "x-kubernetes-validations": [
+            {"rule": "!has(self.min) || !has(self.max) || self.min < self.max",
+             "message": "min must be below max"},
+            {"rule": "self.name == oldSelf.name", "message": "name is immutable"},
+            {"rule": "!has(self.mode) || self.mode != 'bad'",
+             "messageExpression": "'mode ' + self.mode + ' is not allowed'"},
+            {"rule": "!has(self.x__dash__y) || self.x__dash__y > 0.5"},
+            {"rule": "!has(self.tags) || self.tags.isSorted()"}
+        ],
+        "properties": {
+            "name": {"type": "string"}, "min": {"type": "integer"}, "max": {"type": "integer"},
+            "mode": {"type": "string"}, "x-y": {"type": "number"},
+            "tags": {"type": "array", "items": {"type": "string"}},
+            "ports": {"type": "array", "x-kubernetes-list-type": "map",
+                "x-kubernetes-list-map-keys": ["name"],
+                "items": {"type": "object", "properties": {
+                    "name": {"type": "string"}, "port": {"type": "integer"}},
+                    "x-kubernetes-validations": [
+                        {"rule": "self.port == oldSelf.port", "message": "port is immutable",
+                         "reason": "FieldValueForbidden"}]}},
+            "labels": {"type": "object", "additionalProperties": {"type": "string",
+                "x-kubernetes-validations": [{"rule": "size(self) > 0",
+                    "message": "label values may not be empty"}]}}
+        }}}}))
     }
 
     fn check(obj: Value, old: Option<Value>) -> Vec<String> {
@@ -353,7 +387,10 @@ mod tests {
     #[test]
     fn escaping_follows_kubernetes() {
         assert_eq!(escape("x-prop").as_deref(), Some("x__dash__prop"));
-        assert_eq!(escape("redact__d").as_deref(), Some("redact__underscores__d"));
+        assert_eq!(
+            escape("redact__d").as_deref(),
+            Some("redact__underscores__d")
+        );
         assert_eq!(escape("namespace").as_deref(), Some("__namespace__"));
         assert_eq!(escape("a.b/c").as_deref(), Some("a__dot__b__slash__c"));
         assert_eq!(escape("1abc"), None);

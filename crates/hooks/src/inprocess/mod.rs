@@ -8,6 +8,7 @@
 //! call's time is cut at the hook's timeout; WebAssembly memory is capped per call; output
 //! is capped like a webhook body.
 
+mod check;
 mod code;
 pub(crate) mod jsonnet;
 
@@ -24,6 +25,7 @@ use crate::sources::{CodeObject, CodeSource};
 use crate::wasm::{WasmError, WasmLimits, WasmModule, WasmRuntime};
 use code::{CodeLoader, CompiledCache, Digest};
 
+pub use check::check_code;
 pub use code::MAX_MODULE_BYTES;
 
 /// Jsonnet evaluations that may still run past their timeout at once. Evaluation cannot be
