@@ -325,11 +325,11 @@ async fn kubeconfig_checks_in_process_hook_code() {
     assert_eq!(code, 1, "{text}");
     let line = |name: &str| {
         text.lines()
-            .find(|l| l.contains(&format!("CompositeController/{name}:")))
-            .unwrap_or_else(|| panic!("no line for {name} in:\n{text}"))
+            .find(|l| l.contains(&format!("CompositeController/{name}: error")))
+            .unwrap_or_else(|| panic!("no error for {name} in:\n{text}"))
             .to_string()
     };
-    assert!(line("good").ends_with(": ok"), "{text}");
+    assert!(text.contains("CompositeController/good: ok"), "{text}");
     assert!(
         line("no-configmap").contains(&format!(
             "error: spec.hooks.sync.jsonnet: ConfigMap {ns}/nope not found"

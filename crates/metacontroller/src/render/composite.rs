@@ -177,11 +177,16 @@ impl Sync<'_> {
             .map_err(|e| {
                 let parent = sync_plan::describe_parent(kind, namespace, parent_name);
                 match e {
-                    CallError::Hook(source) => anyhow::Error::new(SyncError::Hook {
-                        hook: prepared.hook_name,
-                        parent,
-                        source,
-                    }),
+                    // The controller's words, as one message: the hook error is part of the
+                    // text already, so it must not come again as the error's cause.
+                    CallError::Hook(source) => anyhow::anyhow!(
+                        "{}",
+                        SyncError::Hook {
+                            hook: prepared.hook_name,
+                            parent,
+                            source,
+                        }
+                    ),
                     other => anyhow::anyhow!("sync hook failed for {parent}: {other}"),
                 }
             })

@@ -189,10 +189,14 @@ impl Sync<'_> {
             .call(&ctx, hook, &self.env.endpoints, &prepared.body)
             .await
             .map_err(|e| match e {
-                CallError::Hook(source) => anyhow::Error::new(SyncError::Hook {
-                    hook: prepared.hook_name,
-                    source,
-                }),
+                // One message: the hook error is in the text, not again as its cause.
+                CallError::Hook(source) => anyhow::anyhow!(
+                    "{}",
+                    SyncError::Hook {
+                        hook: prepared.hook_name,
+                        source,
+                    }
+                ),
                 other => anyhow::anyhow!("{} hook: {other}", prepared.hook_name),
             })
     }
