@@ -7,7 +7,7 @@ pub fn quantity(bytes: u64) -> String {
     const SUFFIXES: [&str; 6] = ["Ei", "Pi", "Ti", "Gi", "Mi", "Ki"];
     for (i, suffix) in SUFFIXES.iter().enumerate() {
         let unit = 1u64 << (10 * (SUFFIXES.len() - i));
-        if bytes >= unit && bytes % unit == 0 {
+        if bytes >= unit && bytes.is_multiple_of(unit) {
             return format!("{}{suffix}", bytes / unit);
         }
     }

@@ -41,7 +41,8 @@ fn update(name: &'static str, create: Value, patch: Value, expect: Option<&'stat
     }
 }
 
-fn cases() -> Vec<Case> {
+/// Creates: one rule kind each.
+fn create_cases() -> Vec<Case> {
     vec![
         case(
             "ok",
@@ -107,6 +108,12 @@ fn cases() -> Vec<Case> {
                 r#"[spec.min: Invalid value: "string": spec.min in body must be of type integer: "string", <nil>: Invalid value: "null": some validation rules were not checked because the object was invalid; correct the existing errors to complete validation]"#,
             ),
         ),
+    ]
+}
+
+/// Updates: transition rules (`oldSelf`) and what they see.
+fn update_cases() -> Vec<Case> {
+    vec![
         update(
             "immutable",
             json!({"fixed": "f"}),
@@ -247,7 +254,7 @@ async fn validation_rules_give_kube_apiservers_verdicts_and_messages() {
     let gvk = GroupVersionKind::gvk("celrules.metacontroller-test.io", "v1", "CelCheck");
     let resource = ApiResource::from_gvk_with_plural(&gvk, "celchecks");
     let api: Api<DynamicObject> = Api::namespaced_with(cluster.client(), &ns, &resource);
-    for c in cases() {
+    for c in create_cases().into_iter().chain(update_cases()) {
         let object: DynamicObject = serde_json::from_value(spec_object(c.name, &c.create)).unwrap();
         let created = outcome(api.create(&PostParams::default(), &object).await);
         let got = match &c.update {
