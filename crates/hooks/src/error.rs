@@ -67,7 +67,7 @@ pub enum HookError {
         retry_after: Option<Duration>,
     },
     /// The response body exceeded the configured size limit.
-    #[error("hook {url}: response body larger than the limit of {limit} bytes")]
+    #[error("hook {url}: response body larger than the limit of {}", crate::quantity::quantity(*.limit as u64))]
     Oversize {
         /// Hook URL (userinfo removed).
         url: String,

@@ -108,6 +108,7 @@ mod etag;
 pub mod inprocess;
 pub mod metrics;
 mod pool;
+pub mod quantity;
 pub mod record;
 pub mod redact;
 pub mod retry;

@@ -423,7 +423,8 @@ pub struct MergeArgs {
 /// Flags of `metacontroller validate`.
 #[derive(Debug, Clone, Args)]
 pub struct ValidateArgs {
-    /// Manifest files (YAML or JSON, multi-document); other kinds are skipped.
+    /// Manifest files (YAML or JSON, multi-document; `-` reads standard input); other
+    /// kinds are skipped.
     #[arg(short = 'f', long = "filename", value_name = "FILE", required = true, num_args = 1..)]
     pub files: Vec<PathBuf>,
 

@@ -76,7 +76,8 @@ impl WatchedConfigMaps {
             keys: None,
         };
         let reconnect = self.reconnect.clone();
-        let task = follow(api, change, tx, self.changes.clone(), reconnect);
+        let stopping = self.supervisor.clone();
+        let task = follow(api, change, tx, self.changes.clone(), reconnect, stopping);
         let label = format!("hook code ConfigMap {namespace}/{name}");
         // Aborting the task (when the last user goes) ends it without a report.
         let task =
@@ -148,13 +149,15 @@ impl CodeSource for WatchedConfigMaps {
 
 /// Follows one ConfigMap until the process ends: every new version (or its deletion) is
 /// published on `known` and announced on `changes` — except the first listing, which
-/// changes nothing a sync has seen.
+/// changes nothing a sync has seen. Ends quietly at the first error after shutdown began
+/// (`supervisor` stopping): the API server going away then is expected, not worth a WARN.
 async fn follow(
     api: Api<ConfigMap>,
     change: CodeChange,
     known: watch::Sender<Known>,
     changes: broadcast::Sender<CodeChange>,
     reconnect: metacontroller_dynamic::ReconnectProbe,
+    supervisor: Option<metacontroller_dynamic::Supervisor>,
 ) {
     let config = watcher::Config::default().fields(&format!("metadata.name={}", change.name));
     let stream = reconnect.with_backoff(watcher(api, config).boxed());
@@ -173,6 +176,7 @@ async fn follow(
             Ok(watcher::Event::InitDone) => listing.take().map(code_object),
             Ok(watcher::Event::Apply(cm)) => Some(code_object(cm)),
             Ok(watcher::Event::Delete(_)) => None,
+            Err(_) if supervisor.as_ref().is_some_and(|s| s.is_stopping()) => return,
             Err(error) => {
                 tracing::warn!(namespace = %change.namespace, name = %change.name, %error, "watching a hook code ConfigMap");
                 known.send_if_modified(|k| match k {
@@ -230,7 +234,7 @@ fn publish(
     }
 }
 
-fn code_object(cm: ConfigMap) -> CodeObject {
+pub(crate) fn code_object(cm: ConfigMap) -> CodeObject {
     CodeObject {
         data: cm.data.unwrap_or_default(),
         binary_data: cm

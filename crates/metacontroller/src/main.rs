@@ -26,6 +26,7 @@ mod sources;
 mod stranded;
 mod telemetry;
 mod validate_cmd;
+mod validate_code;
 mod validate_served;
 
 use std::process::ExitCode;

@@ -102,7 +102,8 @@ pub(crate) async fn fetch(client: &reqwest::Client, url: &str) -> Result<Vec<u8>
             bytes.extend_from_slice(&chunk);
             if bytes.len() as u64 > MAX_MODULE_BYTES {
                 return Err(format!(
-                    "{url}: module larger than {MAX_MODULE_BYTES} bytes"
+                    "{url}: module larger than {}",
+                    crate::quantity::quantity(MAX_MODULE_BYTES)
                 ));
             }
         }
@@ -157,7 +158,8 @@ pub(crate) fn gunzip_if_compressed(bytes: Vec<u8>) -> Result<Vec<u8>, String> {
         .map_err(|e| format!("bad gzip: {e}"))?;
     if out.len() as u64 > MAX_MODULE_BYTES {
         return Err(format!(
-            "module larger than {MAX_MODULE_BYTES} bytes after gunzip"
+            "module larger than {} after gunzip",
+            crate::quantity::quantity(MAX_MODULE_BYTES)
         ));
     }
     Ok(out)

@@ -105,6 +105,22 @@ pub(crate) fn evaluate(
         .map_err(|error| format_error(&error))
 }
 
+/// Loads the entry file as a call would, without calling it: a syntax error (of the entry,
+/// or of a file it imports at its top level) or an error evaluating its top level.
+pub(crate) fn load_entry(files: Arc<CodeObject>, entry: &str) -> Result<(), String> {
+    let mut builder = State::builder();
+    builder.import_resolver(ConfigMapImports(files));
+    builder.context_initializer(jrsonnet_stdlib::ContextInitializer::new(
+        PathResolver::FileName,
+    ));
+    let state = builder.build();
+    let _entered = state.enter();
+    state
+        .import(entry)
+        .map(drop)
+        .map_err(|error| format_error(&error))
+}
+
 /// The evaluator's error as one message: its text and the first stack frames (file:line),
 /// with file names as the ConfigMap's keys.
 fn format_error(error: &jrsonnet_evaluator::Error) -> String {

@@ -10,6 +10,7 @@
 
 mod admission;
 mod budget;
+mod check;
 mod code;
 mod download;
 mod imports;
@@ -34,6 +35,7 @@ use code::{CodeCache, CodeLoader, Digest};
 pub use admission::{InProcessLimits, DEFAULT_PER_CONTROLLER, DEFAULT_PROCESS};
 pub(crate) use budget::BudgetMetrics;
 pub use budget::{format_bytes, DEFAULT_MEMORY_BUDGET};
+pub use check::check_code;
 pub use code::MAX_MODULE_BYTES;
 
 /// What a Jsonnet evaluation reserves from the memory budget until `jsonnet.memoryLimit`
