@@ -312,8 +312,7 @@ async fn break_the_hook(setup: &Setup) {
         ("runtime", "webhook"),
     ];
     // The rate limit defers Events, it does not drop them: nothing is dropped here.
-    let dropped =
-        format!("sum(metacontroller_events_dropped_total{{job=\"{JOB}\"}}) == 0");
+    let dropped = format!("sum(metacontroller_events_dropped_total{{job=\"{JOB}\"}}) == 0");
     until_series(&setup.prom, "the dropped Events counter scraped", &dropped).await;
     setup.hook.set_handler(hook_handler(true));
     setup.touch_failing(2).await;
