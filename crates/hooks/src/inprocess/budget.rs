@@ -121,19 +121,9 @@ pub(super) fn units(bytes: u64) -> u64 {
     bytes.div_ceil(UNIT)
 }
 
-/// `bytes` as a Kubernetes quantity when it is a whole number of Gi, Mi or Ki; else plain.
+/// `bytes` as a Kubernetes quantity (`1Gi`, `256Mi`), as every hook limit is printed.
 pub fn format_bytes(bytes: u64) -> String {
-    for (suffix, unit) in [
-        ("Ti", 1u64 << 40),
-        ("Gi", 1 << 30),
-        ("Mi", 1 << 20),
-        ("Ki", 1 << 10),
-    ] {
-        if bytes >= unit && bytes.is_multiple_of(unit) {
-            return format!("{}{suffix}", bytes / unit);
-        }
-    }
-    bytes.to_string()
+    crate::quantity::quantity(bytes)
 }
 
 #[cfg(test)]
