@@ -84,12 +84,7 @@ pub(crate) fn evaluate(
 ) -> Result<Vec<u8>, String> {
     let request: Val =
         serde_json::from_slice(request).map_err(|e| format!("can't read the request: {e}"))?;
-    let mut builder = State::builder();
-    builder.import_resolver(ConfigMapImports(files));
-    builder.context_initializer(jrsonnet_stdlib::ContextInitializer::new(
-        PathResolver::FileName,
-    ));
-    let state = builder.build();
+    let state = sandboxed_state(files);
     let _entered = state.enter();
     let result = (|| {
         let function = state.import(entry)?;
@@ -105,15 +100,21 @@ pub(crate) fn evaluate(
         .map_err(|error| format_error(&error))
 }
 
-/// Loads the entry file as a call would, without calling it: a syntax error (of the entry,
-/// or of a file it imports at its top level) or an error evaluating its top level.
-pub(crate) fn load_entry(files: Arc<CodeObject>, entry: &str) -> Result<(), String> {
+/// An evaluation state whose imports resolve only to the keys of `files`, with the
+/// standard library: what a call and a check both evaluate in.
+fn sandboxed_state(files: Arc<CodeObject>) -> State {
     let mut builder = State::builder();
     builder.import_resolver(ConfigMapImports(files));
     builder.context_initializer(jrsonnet_stdlib::ContextInitializer::new(
         PathResolver::FileName,
     ));
-    let state = builder.build();
+    builder.build()
+}
+
+/// Loads the entry file as a call would, without calling it: a syntax error (of the entry,
+/// or of a file it imports at its top level) or an error evaluating its top level.
+pub(crate) fn load_entry(files: Arc<CodeObject>, entry: &str) -> Result<(), String> {
+    let state = sandboxed_state(files);
     let _entered = state.enter();
     state
         .import(entry)
