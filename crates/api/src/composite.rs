@@ -123,7 +123,17 @@ pub struct CompositeControllerChildResourceRule {
     /// How differing existing children are updated (`OnDelete` when unset).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub update_strategy: Option<CompositeControllerChildUpdateStrategy>,
+    /// Extension (not in upstream Metacontroller): where children of this type may be
+    /// placed besides the parent's own namespace. A list of namespace names, or `["*"]`
+    /// for any namespace; `["*"]` also lets a namespaced parent have children of a
+    /// cluster-scoped type. Unset or empty keeps upstream's rule (a namespaced parent's
+    /// children live in its namespace and are never cluster-scoped).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub namespaces: Vec<String>,
 }
+
+/// The `namespaces` entry meaning "any namespace, or cluster-scoped".
+pub const ANY_NAMESPACE: &str = "*";
 
 impl CompositeControllerChildResourceRule {
     /// The effective update method (`OnDelete` when unset or empty).
@@ -133,6 +143,32 @@ impl CompositeControllerChildResourceRule {
             .and_then(|s| s.method.as_ref())
             .map(|m| m.effective().into_owned())
             .unwrap_or_default()
+    }
+
+    /// True when `namespaces` is `["*"]`: children may be in any namespace, and a
+    /// namespaced parent may have children of a cluster-scoped type.
+    pub fn allows_anywhere(&self) -> bool {
+        self.namespaces.iter().any(|n| n == ANY_NAMESPACE)
+    }
+
+    /// May a child of this type be placed in `namespace` when its parent is in
+    /// `parent_namespace` (`None` for a cluster-scoped parent or child)?
+    ///
+    /// Without the extension this is upstream's rule: a namespaced parent's children are in
+    /// its namespace; a cluster-scoped parent's children may be anywhere.
+    pub fn allows_placement(
+        &self,
+        parent_namespace: Option<&str>,
+        namespace: Option<&str>,
+    ) -> bool {
+        match parent_namespace {
+            None => true,
+            Some(parent) if namespace == Some(parent) => true,
+            Some(_) => {
+                self.allows_anywhere()
+                    || namespace.is_some_and(|ns| self.namespaces.iter().any(|n| n == ns))
+            }
+        }
     }
 }
 

@@ -107,6 +107,7 @@ pub fn validate_composite_controller(cc: &CompositeController) -> Result<(), Val
         let path = format!("spec.childResources[{i}]");
         c.require(format!("{path}.apiVersion"), &child.api_version);
         c.require(format!("{path}.resource"), &child.resource);
+        child_namespaces(&mut c, &format!("{path}.namespaces"), &child.namespaces);
         let Some(strategy) = &child.update_strategy else {
             continue;
         };
@@ -236,6 +237,38 @@ fn related_rule(c: &mut Collector, path: &str, rule: &RelatedResourceRule) {
     if let Some(selector) = &rule.namespace_selector {
         label_selector(c, &format!("{path}.namespaceSelector"), selector);
     }
+}
+
+/// `childResources[].namespaces`: namespace names (DNS-1123 labels), each once, or `"*"` alone.
+fn child_namespaces(c: &mut Collector, path: &str, namespaces: &[String]) {
+    let mut seen = HashSet::new();
+    for (i, ns) in namespaces.iter().enumerate() {
+        let at = format!("{path}[{i}]");
+        if ns == crate::composite::ANY_NAMESPACE {
+            if namespaces.len() > 1 {
+                c.push(at, "\"*\" (any namespace) must be the only entry");
+            }
+        } else if !is_dns1123_label(ns) {
+            c.push(
+                at,
+                format!("{ns:?} is not a namespace name (lower-case letters, digits and '-', at most 63 characters) or \"*\""),
+            );
+        } else if !seen.insert(ns.as_str()) {
+            c.push(at, format!("namespace {ns:?} is listed more than once"));
+        }
+    }
+}
+
+/// A Kubernetes namespace name: an RFC 1123 label.
+fn is_dns1123_label(s: &str) -> bool {
+    let bytes = s.as_bytes();
+    !bytes.is_empty()
+        && bytes.len() <= 63
+        && bytes
+            .iter()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-')
+        && bytes[0] != b'-'
+        && bytes[bytes.len() - 1] != b'-'
 }
 
 fn update_method(

@@ -326,3 +326,67 @@ fn wasm_hooks_take_a_config_map_key_or_a_pinned_url() {
     let ok = json!({"wasm": {"configMapRef": cm, "key": "m.wasm", "memoryLimit": "128Mi", "timeout": "3s"}});
     assert!(in_process(ok).is_ok());
 }
+
+#[test]
+fn child_namespaces_are_names_or_a_lone_star() {
+    let with = |namespaces: Value| {
+        validate_composite_controller(&composite(json!({
+            "parentResource": {"apiVersion": "example.com/v1", "resource": "teamspaces"},
+            "childResources": [{"apiVersion": "v1", "resource": "configmaps", "namespaces": namespaces}]
+        })))
+    };
+    assert!(with(json!(["*"])).is_ok());
+    assert!(with(json!(["team-a", "shared"])).is_ok());
+    assert!(with(json!([])).is_ok());
+    let path = "spec.childResources[0].namespaces";
+    assert_error_at(
+        with(json!(["*", "team-a"])),
+        &format!("{path}[0]"),
+        "only entry",
+    );
+    assert_error_at(
+        with(json!(["Team_A"])),
+        &format!("{path}[0]"),
+        "not a namespace name",
+    );
+    assert_error_at(
+        with(json!([""])),
+        &format!("{path}[0]"),
+        "not a namespace name",
+    );
+    assert_error_at(
+        with(json!(["-a"])),
+        &format!("{path}[0]"),
+        "not a namespace name",
+    );
+    assert_error_at(
+        with(json!(["a", "a"])),
+        &format!("{path}[1]"),
+        "more than once",
+    );
+}
+
+#[test]
+fn child_placement_keeps_upstreams_rule_unless_opted_in() {
+    use metacontroller_api::composite::CompositeControllerChildResourceRule;
+    let rule = |namespaces: &[&str]| CompositeControllerChildResourceRule {
+        api_version: "v1".into(),
+        resource: "configmaps".into(),
+        namespaces: namespaces.iter().map(|s| s.to_string()).collect(),
+        ..Default::default()
+    };
+    let upstream = rule(&[]);
+    assert!(upstream.allows_placement(Some("p"), Some("p")));
+    assert!(!upstream.allows_placement(Some("p"), Some("other")));
+    assert!(!upstream.allows_placement(Some("p"), None));
+    assert!(upstream.allows_placement(None, Some("any")));
+    assert!(upstream.allows_placement(None, None));
+    let listed = rule(&["shared"]);
+    assert!(listed.allows_placement(Some("p"), Some("shared")));
+    assert!(listed.allows_placement(Some("p"), Some("p")));
+    assert!(!listed.allows_placement(Some("p"), Some("other")));
+    assert!(!listed.allows_placement(Some("p"), None));
+    let anywhere = rule(&["*"]);
+    assert!(anywhere.allows_placement(Some("p"), Some("other")));
+    assert!(anywhere.allows_placement(Some("p"), None));
+}
