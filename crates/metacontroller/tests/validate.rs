@@ -92,6 +92,53 @@ fn no_controller_in_files_is_an_error() {
     assert_eq!(code, 1, "{text}");
 }
 
+/// The `childResources[].namespaces` extension: names or a lone `"*"`, errors at their index.
+#[test]
+fn child_namespaces_are_checked() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let file = dir.path().join("teamspaces.yaml");
+    std::fs::write(
+        &file,
+        r#"apiVersion: metacontroller.k8s.io/v1alpha1
+kind: CompositeController
+metadata: {name: anywhere}
+spec:
+  parentResource: {apiVersion: example.com/v1, resource: teamspaces}
+  childResources:
+  - {apiVersion: v1, resource: namespaces, namespaces: ["*"]}
+  - {apiVersion: v1, resource: configmaps, namespaces: [shared, team-a]}
+  hooks: {sync: {webhook: {url: "http://127.0.0.1:1/sync"}}}
+---
+apiVersion: metacontroller.k8s.io/v1alpha1
+kind: CompositeController
+metadata: {name: bad-namespaces}
+spec:
+  parentResource: {apiVersion: example.com/v1, resource: teamspaces}
+  childResources:
+  - {apiVersion: v1, resource: configmaps, namespaces: ["*", shared]}
+  - {apiVersion: v1, resource: secrets, namespaces: [Not_A_Namespace]}
+  hooks: {sync: {webhook: {url: "http://127.0.0.1:1/sync"}}}
+"#,
+    )
+    .expect("write manifest");
+    let (code, text) = validate(&[&file]);
+    assert_eq!(code, 1, "{text}");
+    assert!(text.contains("CompositeController/anywhere: ok"), "{text}");
+    assert!(
+        text.contains(
+            "spec.childResources[0].namespaces[0]: \"*\" (any namespace) must be the only entry"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "spec.childResources[1].namespaces[0]: \"Not_A_Namespace\" is not a namespace name"
+        ),
+        "{text}"
+    );
+    assert!(text.contains("2 error(s) in 2 controller(s)"), "{text}");
+}
+
 /// A CompositeController `name` (parents `parent_ref`, `children`) and a DecoratorController
 /// `decorator` (targets `target_ref`, Service attachments), as YAML.
 fn controllers_yaml(
