@@ -856,7 +856,7 @@ pub(crate) fn lease_owned(
     res: &Arc<ApiResource>,
     route: impl Fn(&Change<DynamicObject>, Origin) + Send + Sync + 'static,
 ) -> (
-    metacontroller_dynamic::Lease<metacontroller_dynamic::ResourceId, Informer>,
+    metacontroller_dynamic::InformerLease,
     HandlerId,
 ) {
     let informer = informers.lease_keeping(res, metacontroller_dynamic::Keep::Children);

@@ -7,8 +7,8 @@ use metacontroller_api::composite::{ChildUpdateStatusChecks, CompositeController
 use metacontroller_api::hook::Hook;
 use metacontroller_api::wire::{CompositeHookResponse, CustomizableController};
 use metacontroller_dynamic::{
-    ApiResource, HandlerId, Informer, Informers, Keep, Lease, NamespacedName, ObjectKey,
-    ObjectMetaAccess, ResourceId, ResourceMap, Selector, Versioned,
+    ApiResource, HandlerId, Informer, Informers, Keep, NamespacedName, ObjectKey,
+    ObjectMetaAccess, ResourceMap, Selector, Versioned,
 };
 use metacontroller_hooks::HookClient;
 use serde_json::Value;
@@ -29,7 +29,7 @@ pub(super) struct Child {
     pub(super) kind: ChildType,
     pub(super) status_checks: Option<ChildUpdateStatusChecks>,
     pub(super) resource: Arc<ApiResource>,
-    pub(super) informer: Lease<ResourceId, Informer>,
+    pub(super) informer: metacontroller_dynamic::InformerLease,
     pub(super) handler: HandlerId,
 }
 
@@ -37,7 +37,7 @@ pub(super) struct Inner {
     pub(super) common: reconcile::Common<NamespacedName>,
     pub(super) controller: CompositeController,
     pub(super) parent_resource: Arc<ApiResource>,
-    pub(super) parent: Lease<ResourceId, Informer>,
+    pub(super) parent: metacontroller_dynamic::InformerLease,
     pub(super) parent_handler: HandlerId,
     pub(super) children: Vec<Child>,
     /// ControllerRevisions, when a child type uses a rolling update method.
@@ -60,7 +60,7 @@ impl Drop for Inner {
 
 pub(super) struct Revisions {
     pub(super) resource: Arc<ApiResource>,
-    pub(super) informer: Lease<ResourceId, Informer>,
+    pub(super) informer: metacontroller_dynamic::InformerLease,
     pub(super) handler: HandlerId,
 }
 
@@ -111,7 +111,11 @@ pub fn start(
     };
     let common = reconcile::Common::new(spec, queue.clone(), &ctx, enqueue);
     let writer = &common.writer;
-    let parent = informers.lease_keeping(&resolved.parent, Keep::Parents);
+    let parent = informers.lease_selected(
+        &resolved.parent,
+        Keep::Parents,
+        server_selector(&controller, &resolved.parent_selector),
+    );
     let spec = &controller.spec;
     let mapper = Arc::new(Mapper {
         parents: parent.value().clone(),
@@ -151,6 +155,21 @@ pub fn start(
         mapper,
     });
     Ok(reconcile::run(inner, concurrency))
+}
+
+/// The `labelSelector` the API server applies to the parent informer: the parent selector,
+/// unless a finalize hook is set. Then a parent keeps being managed after its labels stop
+/// matching as long as it carries our finalizer (upstream's rule, so that its finalize hook
+/// still runs when it is deleted), and the server cannot select "matches or has this
+/// finalizer": the informer stays unfiltered and the selector is applied here only.
+fn server_selector(
+    controller: &CompositeController,
+    selector: &metacontroller_dynamic::Selector,
+) -> Option<String> {
+    if controller.spec.finalize_hook().is_some() {
+        return None;
+    }
+    selector.server_query()
 }
 
 /// Leases the informer of ControllerRevisions (rolling updates) for own-writes tracking.
