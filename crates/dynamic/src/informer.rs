@@ -825,9 +825,7 @@ fn watch_all(
         let scope = scope.clone();
         probe
             .clone()
-            .with_backoff(
-                watcher(api.clone(), config.clone()).boxed(),
-            )
+            .with_backoff(watcher(api.clone(), config.clone()).boxed())
             .map(move |event| (scope.clone(), event))
             .boxed()
     });
@@ -1218,7 +1216,11 @@ impl Informers {
     /// Resources with a running informer (once per informer: a resource watched unfiltered
     /// and with a label selector is listed twice).
     pub fn running(&self) -> Vec<ResourceId> {
-        self.registry.keys().into_iter().map(|k| k.resource).collect()
+        self.registry
+            .keys()
+            .into_iter()
+            .map(|k| k.resource)
+            .collect()
     }
 
     /// `Informer::resync_parents` on every running informer.

@@ -41,8 +41,8 @@ pub use compact::{CompactObject, EncodeError};
 pub use discover::Discovered;
 pub use discovery::{ApiResource, DiscoveryError, ResourceId, ResourceMap, Subresource};
 pub use informer::{
-    CacheStats, Handler, HandlerId, Informer, InformerConfig, InformerKey, InformerLease, Informers,
-    Keep, KeepKeys, Origin, Relisted,
+    CacheStats, Handler, HandlerId, Informer, InformerConfig, InformerKey, InformerLease,
+    Informers, Keep, KeepKeys, Origin, Relisted,
 };
 pub use object::{NamespacedName, ObjectKey, ObjectMetaAccess, Versioned};
 pub use rate::{KeyedRateLimiter, RateError, TokenBucket};

@@ -926,10 +926,7 @@ mod tests {
         };
         let sel = Selector::from_label_selector(Some(&sel)).unwrap();
         let query = sel.server_query().unwrap();
-        assert_eq!(
-            query,
-            "app=web,env notin (dev),!legacy,owner,tier in (a,b)"
-        );
+        assert_eq!(query, "app=web,env notin (dev),!legacy,owner,tier in (a,b)");
         // What the server parses is what the controller matches.
         assert_eq!(Selector::parse(&query).unwrap(), sel);
         assert_eq!(Selector::everything().server_query(), None);

@@ -7,8 +7,8 @@ use metacontroller_api::composite::{ChildUpdateStatusChecks, CompositeController
 use metacontroller_api::hook::Hook;
 use metacontroller_api::wire::{CompositeHookResponse, CustomizableController};
 use metacontroller_dynamic::{
-    ApiResource, HandlerId, Informer, Informers, Keep, NamespacedName, ObjectKey,
-    ObjectMetaAccess, ResourceMap, Selector, Versioned,
+    ApiResource, HandlerId, Informer, Informers, Keep, NamespacedName, ObjectKey, ObjectMetaAccess,
+    ResourceMap, Selector, Versioned,
 };
 use metacontroller_hooks::HookClient;
 use serde_json::Value;

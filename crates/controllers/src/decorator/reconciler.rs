@@ -19,8 +19,8 @@ use metacontroller_api::decorator::DecoratorController;
 use metacontroller_api::hook::Hook;
 use metacontroller_api::wire::{CustomizableController, DecoratorHookResponse};
 use metacontroller_dynamic::{
-    ApiResource, Change, HandlerId, Informer, Informers, Keep, NamespacedName, ObjectKey,
-    Origin, ResourceMap,
+    ApiResource, Change, HandlerId, Informer, Informers, Keep, NamespacedName, ObjectKey, Origin,
+    ResourceMap,
 };
 use metacontroller_hooks::HookClient;
 use metacontroller_workqueue::WorkQueue;

@@ -743,7 +743,11 @@ async fn selected_informer_is_filtered_by_the_server() {
     let all = informers.lease(&configmaps);
     let web = informers.lease_selected(&configmaps, Keep::Parents, Some("app=web".into()));
     let again = informers.lease_selected(&configmaps, Keep::Parents, Some("app=web".into()));
-    assert_eq!(informers.running().len(), 2, "one per resource and selector");
+    assert_eq!(
+        informers.running().len(),
+        2,
+        "one per resource and selector"
+    );
     for lease in [&all, &web] {
         tokio::time::timeout(Duration::from_secs(10), lease.wait_synced())
             .await
@@ -752,9 +756,16 @@ async fn selected_informer_is_filtered_by_the_server() {
     let key = |n: &str| NamespacedName::new("default", n);
     assert!(web.contains(&key("p1")) && web.contains(&key("p2")));
     assert!(!web.contains(&key("o1")), "not matching: never listed");
-    assert_eq!(web.listed_objects(), 2, "the server returned matching objects only");
+    assert_eq!(
+        web.listed_objects(),
+        2,
+        "the server returned matching objects only"
+    );
     assert!(all.contains(&key("o1")) && all.contains(&key("p1")));
-    assert!(again.contains(&key("p1")), "the same selector shares the informer");
+    assert!(
+        again.contains(&key("p1")),
+        "the same selector shares the informer"
+    );
 
     let seen: Seen = Arc::default();
     web.add_handler(record(&seen));
@@ -788,7 +799,11 @@ async fn selected_informer_is_filtered_by_the_server() {
         .unwrap();
     assert_eq!(selected.cached, 2);
     drop((web, again));
-    assert_eq!(informers.running().len(), 1, "the selected informer stopped");
+    assert_eq!(
+        informers.running().len(),
+        1,
+        "the selected informer stopped"
+    );
     drop(all);
     server.shutdown().await;
 }
