@@ -71,7 +71,9 @@ class H(http.server.BaseHTTPRequestHandler):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         obj = body.get("object", {})
         seen.add(obj.get("metadata", {}).get("name"))
-        out = {"labels": {}, "annotations": {}, "attachments": [], "finalized": True}
+        out = {"labels": {}, "annotations": {}, "attachments": []}
+        if self.path == "/finalize":
+            out["finalized"] = True
         data = json.dumps(out).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
@@ -100,6 +102,8 @@ apiVersion: metacontroller.k8s.io/v1alpha1
 kind: DecoratorController
 metadata:
   name: bench-selector
+  labels:
+    team: bench-selector
 spec:
   resources:
   - apiVersion: v1
@@ -123,24 +127,33 @@ metric() { # $1: metric name, $2: metrics port
 }
 
 run() { # $1: name, $2: finalize hook 0/1
-  local name=$1 port hook_pid pid before after deadline
+  local name=$1 port hook_pid pid before swept after deadline sweep_rss
   port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
   python3 "$WORK/hook.py" "$HOOK_PORT" & hook_pid=$!; PIDS+=("$hook_pid")
   kubectl delete decoratorcontroller bench-selector --ignore-not-found >/dev/null
   decorator "$2" | kubectl apply -f - >/dev/null
   sleep 1 # the hook server binds
   before=$(list_bytes)
-  "$BIN" --metrics-address "127.0.0.1:$port" --health-probe-bind-address 0 >"$WORK/$name.log" 2>&1 & pid=$!; PIDS+=("$pid")
+  "$BIN" --target-label-selector team=bench-selector --metrics-address "127.0.0.1:$port" --health-probe-bind-address 0 >"$WORK/$name.log" 2>&1 & pid=$!; PIDS+=("$pid")
   deadline=$(( $(date +%s) + 600 ))
+  # At start the binary lists every object of every resource once for finalizers of deleted
+  # controller objects, before it starts the controllers: counted apart.
+  until grep -q "swept finalizers" "$WORK/$name.log"; do
+    [ "$(date +%s)" -lt "$deadline" ] || { echo "$name: no sweep"; tail -20 "$WORK/$name.log"; exit 1; }
+    sleep 0.2
+  done
+  swept=$(list_bytes)
+  sweep_rss=$(awk '/VmHWM/ {print $2}' "/proc/$pid/status")
   until [ "$(curl -s "http://127.0.0.1:$HOOK_PORT/" || echo 0)" -ge "$PARENTS" ]; do
     [ "$(date +%s)" -lt "$deadline" ] || { echo "$name: timed out"; tail -20 "$WORK/$name.log"; exit 1; }
     sleep 1
   done
   after=$(list_bytes)
-  printf '%-11s listed=%s cached=%s list_bytes=%s peak_rss=%s\n' "$name" \
+  printf '%-11s listed=%s cached=%s informer_list_bytes=%s start_sweep_list_bytes=%s peak_rss_kib=%s (%s after the sweep)\n' "$name" \
     "$(metric metacontroller_informer_listed_objects_total "$port")" \
     "$(metric metacontroller_informer_cached_objects "$port")" \
-    "$(( after - before ))" "$(awk '/VmHWM/ {print $2, $3}' "/proc/$pid/status")"
+    "$(( after - swept ))" "$(( swept - before ))" \
+    "$(awk '/VmHWM/ {print $2}' "/proc/$pid/status")" "$sweep_rss"
   kill "$pid"; wait "$pid" 2>/dev/null || true
   kill "$hook_pid"; wait "$hook_pid" 2>/dev/null || true
 }

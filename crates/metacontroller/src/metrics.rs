@@ -22,9 +22,9 @@ pub fn registry() -> anyhow::Result<Registry> {
     Ok(registry)
 }
 
-/// Registers `metacontroller_informer_cached_objects{api_version,resource}` and
-/// `metacontroller_informer_synced{api_version,resource}`, read from `informers` at
-/// each scrape.
+/// Registers `metacontroller_informer_cached_objects`, `metacontroller_informer_synced` and
+/// `metacontroller_informer_listed_objects_total` (labels `api_version`, `resource`,
+/// `label_selector`), read from `informers` at each scrape.
 pub fn register_informers(registry: &Registry, informers: Informers) -> anyhow::Result<()> {
     registry.register(Box::new(InformerCollector::new(informers)?))?;
     Ok(())
