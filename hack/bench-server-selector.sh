@@ -6,9 +6,11 @@
 #   selected    the rule's labelSelector is sent to the API server (no finalize hook);
 #   unfiltered  the same rule plus a finalize hook: the informer lists every ConfigMap and the
 #               selector is applied in the controller, as before server-side selection.
-# Prints per run: objects the informer listed and cached (its metrics), bytes the API server
-# answered to ConfigMap LISTs (apiserver_response_sizes_sum delta) and the controller's peak
-# RSS (VmHWM) once every selected ConfigMap was synced.
+#   sweep-only  no controller: what every start costs anyway (the binary lists every object
+#               of every resource once for finalizers of deleted controller objects).
+# Prints per run: objects the ConfigMap informers listed and cached (their metrics), bytes the
+# API server answered to ConfigMap LISTs (apiserver_response_sizes_sum delta, the start sweep
+# included) and the controller's peak RSS (VmHWM) once every selected ConfigMap was synced.
 #
 # Usage: hack/bench-server-selector.sh [K8S_DIR] (default target/k8s; started if not running)
 # Env: TOTAL (50000), PARENTS (100), BIN (target/debug/metacontroller), NS (bench-selector).
@@ -126,39 +128,39 @@ metric() { # $1: metric name, $2: metrics port
   curl -s "http://127.0.0.1:$2/metrics" | awk -v m="$1" '$1 ~ "^"m"\\{" && /resource="configmaps"/ {s += $2} END {printf "%.0f\n", s}'
 }
 
-run() { # $1: name, $2: finalize hook 0/1
-  local name=$1 port hook_pid pid before swept after deadline sweep_rss
+run() { # $1: name, $2: finalize hook 0/1, or "none": no controller (the start sweep alone)
+  local name=$1 port hook_pid pid before after deadline team=bench-selector
   port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
   python3 "$WORK/hook.py" "$HOOK_PORT" & hook_pid=$!; PIDS+=("$hook_pid")
   kubectl delete decoratorcontroller bench-selector --ignore-not-found >/dev/null
-  decorator "$2" | kubectl apply -f - >/dev/null
+  if [ "$2" = none ]; then team=nobody; else decorator "$2" | kubectl apply -f - >/dev/null; fi
   sleep 1 # the hook server binds
   before=$(list_bytes)
-  "$BIN" --target-label-selector team=bench-selector --metrics-address "127.0.0.1:$port" --health-probe-bind-address 0 >"$WORK/$name.log" 2>&1 & pid=$!; PIDS+=("$pid")
+  "$BIN" --target-label-selector "team=$team" --metrics-address "127.0.0.1:$port" --health-probe-bind-address 0 >"$WORK/$name.log" 2>&1 & pid=$!; PIDS+=("$pid")
   deadline=$(( $(date +%s) + 600 ))
-  # At start the binary lists every object of every resource once for finalizers of deleted
-  # controller objects, before it starts the controllers: counted apart.
+  # At start the binary lists every object of every resource once (finalizers of deleted
+  # controller objects) before it starts the controllers: the "none" run measures that alone.
   until grep -q "swept finalizers" "$WORK/$name.log"; do
     [ "$(date +%s)" -lt "$deadline" ] || { echo "$name: no sweep"; tail -20 "$WORK/$name.log"; exit 1; }
     sleep 0.2
   done
-  swept=$(list_bytes)
-  sweep_rss=$(awk '/VmHWM/ {print $2}' "/proc/$pid/status")
-  until [ "$(curl -s "http://127.0.0.1:$HOOK_PORT/" || echo 0)" -ge "$PARENTS" ]; do
-    [ "$(date +%s)" -lt "$deadline" ] || { echo "$name: timed out"; tail -20 "$WORK/$name.log"; exit 1; }
-    sleep 1
-  done
+  if [ "$2" != none ]; then
+    until [ "$(curl -s "http://127.0.0.1:$HOOK_PORT/" || echo 0)" -ge "$PARENTS" ]; do
+      [ "$(date +%s)" -lt "$deadline" ] || { echo "$name: timed out"; tail -20 "$WORK/$name.log"; exit 1; }
+      sleep 1
+    done
+  fi
   after=$(list_bytes)
-  printf '%-11s listed=%s cached=%s informer_list_bytes=%s start_sweep_list_bytes=%s peak_rss_kib=%s (%s after the sweep)\n' "$name" \
+  printf '%-11s informer_listed=%s cached=%s list_bytes=%s peak_rss_kib=%s\n' "$name" \
     "$(metric metacontroller_informer_listed_objects_total "$port")" \
     "$(metric metacontroller_informer_cached_objects "$port")" \
-    "$(( after - swept ))" "$(( swept - before ))" \
-    "$(awk '/VmHWM/ {print $2}' "/proc/$pid/status")" "$sweep_rss"
+    "$(( after - before ))" "$(awk '/VmHWM/ {print $2}' "/proc/$pid/status")"
   kill "$pid"; wait "$pid" 2>/dev/null || true
   kill "$hook_pid"; wait "$hook_pid" 2>/dev/null || true
 }
 
 echo "$(date -u +%F) $TOTAL ConfigMaps, $PARENTS selected; binary $BIN; kube-apiserver $(kubectl version -o json | python3 -c 'import json,sys; print(json.load(sys.stdin)["serverVersion"]["gitVersion"])')"
+run sweep-only none
 run selected 0
 run unfiltered 1
 # The finalize hook run left its finalizer on the selected ConfigMaps: the controller removes

@@ -11,6 +11,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use metacontroller_api::composite::CompositeController;
+use metacontroller_api::decorator::DecoratorController;
 use metacontroller_testkit::{
     configmap_child_reply, create_object, eventually_within, parent_name, unique_name,
     ControllerProcess, CrdBuilder, HookReply, HookServer, TestCluster,
@@ -185,4 +186,104 @@ async fn parent_label_selector_is_applied_by_the_api_server() {
     )
     .await;
     s.wait_synced("in-b", 3).await;
+}
+
+/// A DecoratorController rule's `labelSelector` goes to the API server too; its
+/// `annotationSelector` cannot (Kubernetes does not select by annotation) and is applied by
+/// the controller: the cache holds the objects with matching labels, the hook sees only those
+/// whose annotations match as well.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn decorator_label_selector_is_applied_by_the_api_server() {
+    let cluster = TestCluster::start().await;
+    cluster.install_metacontroller_crds().await;
+    let ns = cluster.create_namespace("server-selector-dc").await;
+    let hook = HookServer::start(|_, _| HookReply::json(json!({"labels": {}}))).await;
+    let mark = unique_name("mark");
+    let spec = json!({"resources": [{"apiVersion": "v1", "resource": "configmaps",
+            "labelSelector": {"matchLabels": {"decorate": mark}},
+            "annotationSelector": {"matchAnnotations": {"decorate": "yes"}}}],
+        "hooks": {"sync": {"webhook": {"url": hook.url("/sync")}}}});
+    let label = unique_name("team");
+    let _: DecoratorController = cluster
+        .create_controller(&unique_name("dc"), &label, spec)
+        .await;
+    let configmaps: Api<ConfigMap> = Api::namespaced(cluster.client(), &ns);
+    for (name, labelled, annotated) in [
+        ("both-a", true, true),
+        ("both-b", true, true),
+        ("labels-only", true, false),
+        ("annotations-only", false, true),
+    ] {
+        let labels = if labelled {
+            json!({"decorate": mark})
+        } else {
+            json!({})
+        };
+        let annotations = if annotated {
+            json!({"decorate": "yes"})
+        } else {
+            json!({})
+        };
+        let cm: ConfigMap = serde_json::from_value(json!({"metadata": {
+            "name": name, "labels": labels, "annotations": annotations}}))
+        .expect("configmap");
+        configmaps
+            .create(&Default::default(), &cm)
+            .await
+            .expect("creating a configmap");
+    }
+    let process = ControllerProcess::run(
+        env!("CARGO_BIN_EXE_metacontroller"),
+        cluster.kubeconfig_path(),
+        &[
+            "--target-label-selector",
+            &format!("team={label}"),
+            "--metrics-address",
+            "127.0.0.1:0",
+            "--health-probe-bind-address",
+            "0",
+        ],
+    );
+    let decorated = || -> Vec<String> {
+        hook.requests("/sync")
+            .iter()
+            .filter_map(|r| r["object"]["metadata"]["name"].as_str().map(str::to_string))
+            .collect()
+    };
+    eventually_within("both targets synced", WAIT, || async {
+        let seen = decorated();
+        seen.iter().any(|n| n == "both-a") && seen.iter().any(|n| n == "both-b")
+    })
+    .await;
+    eventually_within("the metrics address is logged", WAIT, || async {
+        process.metrics_address().is_some()
+    })
+    .await;
+    let labels =
+        format!("api_version=\"v1\",label_selector=\"decorate={mark}\",resource=\"configmaps\"");
+    let cached = process
+        .metric("metacontroller_informer_cached_objects", &labels)
+        .await;
+    assert_eq!(cached, Some(3.0), "{}", process.scrape_metrics().await);
+    let unfiltered = "api_version=\"v1\",label_selector=\"\",resource=\"configmaps\"";
+    let all = process
+        .metric("metacontroller_informer_cached_objects", unfiltered)
+        .await;
+    assert_eq!(all, None, "no informer of every ConfigMap");
+    // Barrier: a later change of a target was synced; the others were never sent.
+    let patch = json!({"metadata": {"annotations": {"round": "2"}}});
+    configmaps
+        .patch("both-a", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .expect("patching both-a");
+    eventually_within("both-a synced again", WAIT, || async {
+        hook.requests("/sync")
+            .iter()
+            .any(|r| r["object"]["metadata"]["annotations"]["round"] == "2")
+    })
+    .await;
+    let seen = decorated();
+    for never in ["labels-only", "annotations-only"] {
+        assert!(!seen.iter().any(|n| n == never), "{never}: {seen:?}");
+    }
 }
