@@ -599,3 +599,36 @@ impl Inner {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn controller(finalize: bool) -> CompositeController {
+        let mut hooks = json!({"sync": {"webhook": {"url": "http://127.0.0.1:1/sync"}}});
+        if finalize {
+            hooks["finalize"] = json!({"webhook": {"url": "http://127.0.0.1:1/finalize"}});
+        }
+        serde_json::from_value(json!({
+            "apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "CompositeController",
+            "metadata": {"name": "c"},
+            "spec": {"parentResource": {"apiVersion": "v1", "resource": "things",
+                                        "labelSelector": {"matchLabels": {"a": "b"}}},
+                     "hooks": hooks},
+        }))
+        .expect("a CompositeController")
+    }
+
+    #[test]
+    fn the_server_selects_parents_unless_a_finalize_hook_needs_the_unmatched_ones() {
+        let selector = metacontroller_dynamic::Selector::parse("a=b").expect("a selector");
+        assert_eq!(
+            server_selector(&controller(false), &selector).as_deref(),
+            Some("a=b")
+        );
+        assert_eq!(server_selector(&controller(true), &selector), None);
+        let everything = metacontroller_dynamic::Selector::default();
+        assert_eq!(server_selector(&controller(false), &everything), None);
+    }
+}
