@@ -105,18 +105,7 @@ async fn setup() -> Setup {
         )
         .await;
     }
-    let process = ControllerProcess::run(
-        env!("CARGO_BIN_EXE_metacontroller"),
-        cluster.kubeconfig_path(),
-        &[
-            "--target-label-selector",
-            &format!("team={label}"),
-            "--metrics-address",
-            "127.0.0.1:0",
-            "--health-probe-bind-address",
-            "0",
-        ],
-    );
+    let process = run(&cluster, &label);
     Setup {
         cluster,
         ns,
@@ -188,26 +177,25 @@ async fn parent_label_selector_is_applied_by_the_api_server() {
     s.wait_synced("in-b", 3).await;
 }
 
-/// A DecoratorController rule's `labelSelector` goes to the API server too; its
-/// `annotationSelector` cannot (Kubernetes does not select by annotation) and is applied by
-/// the controller: the cache holds the objects with matching labels, the hook sees only those
-/// whose annotations match as well.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn decorator_label_selector_is_applied_by_the_api_server() {
-    let cluster = TestCluster::start().await;
-    cluster.install_metacontroller_crds().await;
-    let ns = cluster.create_namespace("server-selector-dc").await;
-    let hook = HookServer::start(|_, _| HookReply::json(json!({"labels": {}}))).await;
-    let mark = unique_name("mark");
-    let spec = json!({"resources": [{"apiVersion": "v1", "resource": "configmaps",
-            "labelSelector": {"matchLabels": {"decorate": mark}},
-            "annotationSelector": {"matchAnnotations": {"decorate": "yes"}}}],
-        "hooks": {"sync": {"webhook": {"url": hook.url("/sync")}}}});
-    let label = unique_name("team");
-    let _: DecoratorController = cluster
-        .create_controller(&unique_name("dc"), &label, spec)
-        .await;
-    let configmaps: Api<ConfigMap> = Api::namespaced(cluster.client(), &ns);
+/// The binary running the controllers labelled `team=<label>`, metrics on a free port.
+fn run(cluster: &TestCluster, label: &str) -> ControllerProcess {
+    ControllerProcess::run(
+        env!("CARGO_BIN_EXE_metacontroller"),
+        cluster.kubeconfig_path(),
+        &[
+            "--target-label-selector",
+            &format!("team={label}"),
+            "--metrics-address",
+            "127.0.0.1:0",
+            "--health-probe-bind-address",
+            "0",
+        ],
+    )
+}
+
+/// ConfigMaps with the decorator's label (`decorate=<mark>`) and/or annotation
+/// (`decorate=yes`): `both-a`, `both-b`, `labels-only`, `annotations-only`.
+async fn create_targets(configmaps: &Api<ConfigMap>, mark: &str) {
     for (name, labelled, annotated) in [
         ("both-a", true, true),
         ("both-b", true, true),
@@ -232,18 +220,30 @@ async fn decorator_label_selector_is_applied_by_the_api_server() {
             .await
             .expect("creating a configmap");
     }
-    let process = ControllerProcess::run(
-        env!("CARGO_BIN_EXE_metacontroller"),
-        cluster.kubeconfig_path(),
-        &[
-            "--target-label-selector",
-            &format!("team={label}"),
-            "--metrics-address",
-            "127.0.0.1:0",
-            "--health-probe-bind-address",
-            "0",
-        ],
-    );
+}
+
+/// A DecoratorController rule's `labelSelector` goes to the API server too; its
+/// `annotationSelector` cannot (Kubernetes does not select by annotation) and is applied by
+/// the controller: the cache holds the objects with matching labels, the hook sees only those
+/// whose annotations match as well.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn decorator_label_selector_is_applied_by_the_api_server() {
+    let cluster = TestCluster::start().await;
+    cluster.install_metacontroller_crds().await;
+    let ns = cluster.create_namespace("server-selector-dc").await;
+    let hook = HookServer::start(|_, _| HookReply::json(json!({"labels": {}}))).await;
+    let mark = unique_name("mark");
+    let spec = json!({"resources": [{"apiVersion": "v1", "resource": "configmaps",
+            "labelSelector": {"matchLabels": {"decorate": mark}},
+            "annotationSelector": {"matchAnnotations": {"decorate": "yes"}}}],
+        "hooks": {"sync": {"webhook": {"url": hook.url("/sync")}}}});
+    let label = unique_name("team");
+    let _: DecoratorController = cluster
+        .create_controller(&unique_name("dc"), &label, spec)
+        .await;
+    let configmaps: Api<ConfigMap> = Api::namespaced(cluster.client(), &ns);
+    create_targets(&configmaps, &mark).await;
+    let process = run(&cluster, &label);
     let decorated = || -> Vec<String> {
         hook.requests("/sync")
             .iter()
