@@ -26,7 +26,12 @@
 //! parents: "Peak RSS by number of parents").
 //!
 //! [`Informers`] shares them per resource through a [`SharedRegistry`]: the watch starts
-//! with the first lease and stops when the last lease is dropped.
+//! with the first lease and stops when the last lease is dropped. A user that needs only the
+//! objects with some labels (a parent type's `labelSelector`) leases the informer of that
+//! resource *and selector* ([`Informers::lease_selected`], keyed by [`InformerKey`]): the API
+//! server applies the selector to its lists and watches, so the objects that do not match
+//! are never sent, decoded or cached, and an object whose labels stop matching arrives as a
+//! deletion. Users of the same resource without that selector share the unfiltered informer.
 //!
 //! # Retention (sharded replicas)
 //!
