@@ -25,6 +25,7 @@ use tracing::Instrument as _;
 use crate::credentials::{self, AuthHeader, ResolvedSettings, Sources};
 use crate::error::HookError;
 use crate::etag::{CachedResponse, EtagCache, EtagSettings};
+use crate::inprocess::jsonnet_pool::JsonnetPoolConfig;
 use crate::inprocess::InProcess;
 use crate::metrics::{CallLabels, HookMetrics, OUTCOME_CACHED, OUTCOME_SUCCESS};
 use crate::pool::{ClientPool, OverrideDns};
@@ -61,6 +62,8 @@ pub struct HookClientConfig {
     /// Where the code of in-process hooks (`jsonnet`, `wasm` from a ConfigMap) is read;
     /// `None` makes such hooks fail.
     pub code: Option<Arc<dyn CodeSource>>,
+    /// The worker processes of Jsonnet hooks (default: this executable's `jsonnet-worker`).
+    pub jsonnet: JsonnetPoolConfig,
 }
 
 /// The request header naming the calling replica when sharding or leader election is on.
@@ -78,6 +81,7 @@ impl Default for HookClientConfig {
             recorder: None,
             trace: None,
             code: None,
+            jsonnet: JsonnetPoolConfig::default(),
         }
     }
 }
@@ -141,7 +145,7 @@ impl HookClient {
                     .and_then(|r| HeaderValue::from_str(r).ok()),
                 recorder: config.recorder,
                 trace: config.trace,
-                inprocess: InProcess::new(config.code.clone()),
+                inprocess: InProcess::new(config.code.clone(), config.jsonnet),
                 code: config.code,
             }),
             controller_type: "",

@@ -117,6 +117,10 @@ pub use client::{
     REPLICA_HEADER,
 };
 pub use error::HookError;
+pub use inprocess::jsonnet_pool::{
+    run_worker as run_jsonnet_worker, JsonnetPoolConfig, WorkerCommand,
+    WORKER_ARG as JSONNET_WORKER_ARG,
+};
 pub use metacontroller_api::wire::DecodeError;
 pub use pool::plain_client;
 pub use record::{DirectoryRecorder, HookRecorder, RecordedExchange, RecordedResponse};

@@ -9,10 +9,10 @@
 //! is capped like a webhook body.
 
 mod code;
-pub(crate) mod jsonnet;
+pub mod jsonnet;
+pub mod jsonnet_pool;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -20,15 +20,13 @@ use bytes::Bytes;
 use metacontroller_api::hook::{HookRuntime, JsonnetHook, WasmHook};
 
 use crate::error::HookError;
+use crate::inprocess::jsonnet_pool::{JsonnetError, JsonnetLimits, JsonnetPool, JsonnetPoolConfig};
 use crate::sources::{CodeObject, CodeSource};
 use crate::wasm::{WasmError, WasmLimits, WasmModule, WasmRuntime};
 use code::{CodeLoader, CompiledCache, Digest};
 
 pub use code::MAX_MODULE_BYTES;
 
-/// Jsonnet evaluations that may still run past their timeout at once. Evaluation cannot be
-/// preempted: past this many, Jsonnet calls fail at once until one of them ends.
-pub const MAX_OVERDUE_JSONNET: usize = 4;
 /// Compiled WebAssembly modules kept (by digest).
 const MODULE_CACHE: usize = 32;
 /// The default hook timeout (as `webhook.timeout`).
@@ -64,18 +62,18 @@ pub(crate) struct InProcess {
     /// The digest of the module last read from each ConfigMap key, while that ConfigMap
     /// is the same object (no hashing per call).
     known: Mutex<HashMap<KnownKey, (Arc<CodeObject>, Digest)>>,
-    /// Jsonnet evaluations still running past their timeout.
-    overdue: Arc<AtomicUsize>,
+    /// The worker processes evaluating Jsonnet.
+    jsonnet: JsonnetPool,
 }
 
 impl InProcess {
-    pub(crate) fn new(source: Option<Arc<dyn CodeSource>>) -> Self {
+    pub(crate) fn new(source: Option<Arc<dyn CodeSource>>, jsonnet: JsonnetPoolConfig) -> Self {
         Self {
             loader: CodeLoader::new(source),
             wasm: WasmRuntime::new(),
             modules: CompiledCache::new(MODULE_CACHE),
             known: Mutex::new(HashMap::new()),
-            overdue: Arc::new(AtomicUsize::new(0)),
+            jsonnet: JsonnetPool::new(jsonnet),
         }
     }
 
@@ -110,6 +108,9 @@ impl InProcess {
         request: Bytes,
     ) -> Result<Bytes, HookError> {
         let timeout = effective_timeout(hook.timeout_duration(), shown)?;
+        let memory_bytes = hook
+            .memory_limit_bytes()
+            .map_err(|e| HookError::config(format!("{shown}: memoryLimit: {e}")))?;
         let object = self
             .loader
             .config_map(&hook.config_map_ref)
@@ -117,43 +118,15 @@ impl InProcess {
             .map_err(|message| code_error(shown, message))?;
         code::check_jsonnet_entry(&object, &hook.config_map_ref, &hook.key)
             .map_err(|message| code_error(shown, message))?;
-        if self.overdue.load(Ordering::Relaxed) >= MAX_OVERDUE_JSONNET {
-            return Err(failed(
-                shown,
-                format!("{MAX_OVERDUE_JSONNET} Jsonnet evaluations are still running past their timeout; not starting another"),
-            ));
-        }
-        let entry = hook.key.clone();
-        let evaluation =
-            tokio::task::spawn_blocking(move || jsonnet::evaluate(object, &entry, &request));
-        self.await_jsonnet(evaluation, timeout, shown).await
-    }
-
-    /// The evaluation's result, or a timeout after which the evaluation is counted as
-    /// overdue until it ends.
-    async fn await_jsonnet(
-        &self,
-        mut evaluation: tokio::task::JoinHandle<Result<Vec<u8>, String>>,
-        timeout: Duration,
-        shown: &str,
-    ) -> Result<Bytes, HookError> {
-        match tokio::time::timeout(timeout, &mut evaluation).await {
-            Ok(Ok(Ok(body))) => Ok(Bytes::from(body)),
-            Ok(Ok(Err(message))) => Err(failed(shown, message)),
-            Ok(Err(join)) => Err(failed(shown, format!("evaluation panicked: {join}"))),
-            Err(_) => {
-                let overdue = self.overdue.clone();
-                overdue.fetch_add(1, Ordering::Relaxed);
-                tokio::spawn(async move {
-                    let _ = evaluation.await;
-                    overdue.fetch_sub(1, Ordering::Relaxed);
-                });
-                Err(HookError::Timeout {
-                    url: shown.to_owned(),
-                    timeout,
-                })
-            }
-        }
+        let limits = JsonnetLimits {
+            timeout,
+            memory_bytes,
+        };
+        let evaluated = self
+            .jsonnet
+            .evaluate(&object, &hook.key, &request, limits)
+            .await;
+        await_jsonnet(evaluated, shown)
     }
 
     async fn wasm(
@@ -266,6 +239,34 @@ fn effective_timeout(
     } else {
         timeout
     })
+}
+
+/// An evaluation's result as the hook's: `std.trace` lines go to the log with the hook's
+/// name, a timeout is that of every hook, the rest names what failed.
+fn await_jsonnet(
+    evaluated: Result<jsonnet_pool::Evaluated, JsonnetError>,
+    shown: &str,
+) -> Result<Bytes, HookError> {
+    let log_traces = |traces: &[String]| {
+        for line in traces {
+            tracing::info!(hook = shown, trace = %line, "std.trace");
+        }
+    };
+    match evaluated {
+        Ok(evaluated) => {
+            log_traces(&evaluated.traces);
+            Ok(Bytes::from(evaluated.body))
+        }
+        Err(JsonnetError::Timeout { timeout }) => Err(HookError::Timeout {
+            url: shown.to_owned(),
+            timeout,
+        }),
+        Err(JsonnetError::Evaluation { message, traces }) => {
+            log_traces(&traces);
+            Err(failed(shown, message))
+        }
+        Err(error) => Err(failed(shown, error.to_string())),
+    }
 }
 
 fn code_error(shown: &str, message: String) -> HookError {

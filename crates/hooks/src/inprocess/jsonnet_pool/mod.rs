@@ -1,0 +1,264 @@
+//! Jsonnet evaluations in worker processes. jrsonnet cannot be interrupted inside a
+//! thread, so each evaluation runs in a child process of the controller (its own binary,
+//! hidden `jsonnet-worker` command) that the pool kills at the hook's timeout and that
+//! aborts at the hook's memory limit (a soft `RLIMIT_DATA`). Idle workers are reused and
+//! keep the parsed code of recent digests, so a call sends only the request; a dead or
+//! killed worker is replaced when next needed.
+
+mod child;
+mod digests;
+mod frame;
+mod worker;
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::Semaphore;
+use tokio::time::Instant;
+
+pub use child::run_worker;
+use digests::Digests;
+use frame::{Request, Response};
+use worker::Worker;
+
+use crate::sources::CodeObject;
+
+/// Worker processes running at once by default (evaluations beyond wait for one).
+pub const DEFAULT_JSONNET_WORKERS: usize = 4;
+/// The argument that makes the `metacontroller` binary a Jsonnet worker.
+pub const WORKER_ARG: &str = "jsonnet-worker";
+
+/// The program started as a worker, with its arguments.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkerCommand {
+    /// The executable.
+    pub program: PathBuf,
+    /// Its arguments.
+    pub args: Vec<OsString>,
+}
+
+impl WorkerCommand {
+    /// This process's own executable with `jsonnet-worker`: the `metacontroller` binary.
+    /// On Linux `/proc/self/exe`, which stays valid when the file is replaced on disk.
+    pub fn current_exe() -> WorkerCommand {
+        let program = if cfg!(target_os = "linux") {
+            PathBuf::from("/proc/self/exe")
+        } else {
+            std::env::current_exe().unwrap_or_else(|_| PathBuf::from("metacontroller"))
+        };
+        WorkerCommand {
+            program,
+            args: vec![OsString::from(WORKER_ARG)],
+        }
+    }
+}
+
+/// How the pool is built.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JsonnetPoolConfig {
+    /// What a worker runs.
+    pub command: WorkerCommand,
+    /// How many workers may run at once.
+    pub workers: usize,
+}
+
+impl Default for JsonnetPoolConfig {
+    fn default() -> Self {
+        JsonnetPoolConfig {
+            command: WorkerCommand::current_exe(),
+            workers: DEFAULT_JSONNET_WORKERS,
+        }
+    }
+}
+
+/// The limits of one evaluation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct JsonnetLimits {
+    /// Waiting for a worker and evaluating, together.
+    pub timeout: Duration,
+    /// The evaluation's memory (beyond the worker's fixed overhead).
+    pub memory_bytes: u64,
+}
+
+/// A successful evaluation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Evaluated {
+    /// The response JSON.
+    pub body: Vec<u8>,
+    /// What `std.trace` printed (bounded).
+    pub traces: Vec<String>,
+}
+
+/// Why an evaluation gave no response.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum JsonnetError {
+    /// The timeout passed (waiting for a worker, or evaluating: the worker was killed).
+    #[error("no result within {timeout:?}")]
+    Timeout {
+        /// The limit that passed.
+        timeout: Duration,
+    },
+    /// The worker ran out of memory under the limit and was replaced.
+    #[error("jsonnet evaluation exceeded memoryLimit {}", quantity(*limit))]
+    Memory {
+        /// The limit in bytes.
+        limit: u64,
+    },
+    /// The code's own error (syntax, runtime, `error`), with `std.trace` lines before it.
+    #[error("{message}")]
+    Evaluation {
+        /// The evaluator's message.
+        message: String,
+        /// What `std.trace` printed before the error.
+        traces: Vec<String>,
+    },
+    /// The worker could not be started or died for another reason.
+    #[error("{0}")]
+    Worker(String),
+}
+
+/// Runs Jsonnet evaluations in a bounded set of worker processes.
+pub struct JsonnetPool {
+    command: WorkerCommand,
+    workers: usize,
+    slots: Semaphore,
+    idle: Mutex<Vec<Worker>>,
+    digests: Digests,
+}
+
+impl JsonnetPool {
+    /// A pool starting workers as `config` says (none until the first call).
+    pub fn new(config: JsonnetPoolConfig) -> JsonnetPool {
+        JsonnetPool {
+            command: config.command,
+            workers: config.workers.max(1),
+            slots: Semaphore::new(config.workers.max(1)),
+            idle: Mutex::new(Vec::new()),
+            digests: Digests::default(),
+        }
+    }
+
+    /// Evaluates `entry` of `code` as a function of `request`, within `limits`: the wait
+    /// for a free worker counts against the timeout, and a worker still evaluating at the
+    /// timeout is killed.
+    pub async fn evaluate(
+        &self,
+        code: &Arc<CodeObject>,
+        entry: &str,
+        request: &[u8],
+        limits: JsonnetLimits,
+    ) -> Result<Evaluated, JsonnetError> {
+        let deadline = Instant::now() + limits.timeout;
+        let timeout = JsonnetError::Timeout {
+            timeout: limits.timeout,
+        };
+        let Ok(Ok(_slot)) = tokio::time::timeout_at(deadline, self.slots.acquire()).await else {
+            return Err(timeout);
+        };
+        let mut worker = match self.take_idle() {
+            Some(worker) => worker,
+            None => Worker::spawn(&self.command)
+                .map_err(|e| JsonnetError::Worker(format!("can't start a Jsonnet worker: {e}")))?,
+        };
+        let digest = self.digests.of(code);
+        let request = Request {
+            memory_bytes: limits.memory_bytes,
+            digest,
+            files: None,
+            entry: entry.to_owned(),
+            request: request.to_vec(),
+        };
+        let exchanged = tokio::time::timeout_at(deadline, exchange(&mut worker, request, code));
+        match exchanged.await {
+            Err(_) => {
+                worker.kill().await;
+                Err(timeout)
+            }
+            Ok(Ok(response)) => {
+                self.put_idle(worker);
+                answer(response)
+            }
+            Ok(Err(_broken)) => {
+                let death = worker.death().await;
+                if death.out_of_memory() {
+                    return Err(JsonnetError::Memory {
+                        limit: limits.memory_bytes,
+                    });
+                }
+                Err(JsonnetError::Worker(death.describe()))
+            }
+        }
+    }
+
+    /// How many workers are serving a call now.
+    pub fn in_use(&self) -> usize {
+        self.workers - self.slots.available_permits()
+    }
+
+    fn take_idle(&self) -> Option<Worker> {
+        self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop()
+    }
+
+    fn put_idle(&self, worker: Worker) {
+        self.idle
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(worker);
+    }
+}
+
+/// One request to `worker`, sending the files when it lacks their digest.
+async fn exchange(
+    worker: &mut Worker,
+    mut request: Request,
+    code: &CodeObject,
+) -> std::io::Result<Response> {
+    if !worker.knows(&request.digest) {
+        request.files = Some(code.clone());
+    }
+    let response = worker.exchange(&request).await?;
+    if response != Response::UnknownCode {
+        return Ok(response);
+    }
+    request.files = Some(code.clone());
+    worker.exchange(&request).await
+}
+
+fn answer(response: Response) -> Result<Evaluated, JsonnetError> {
+    match response {
+        Response::Body { body, traces } => Ok(Evaluated { body, traces }),
+        Response::Error { message, traces } => Err(JsonnetError::Evaluation { message, traces }),
+        Response::UnknownCode => Err(JsonnetError::Worker(
+            "the Jsonnet worker did not take the hook's code".into(),
+        )),
+    }
+}
+
+/// `bytes` as a Kubernetes quantity (`256Mi`), as a memory limit is written.
+fn quantity(bytes: u64) -> String {
+    for (unit, shift) in [("Ti", 40), ("Gi", 30), ("Mi", 20), ("Ki", 10)] {
+        if bytes >= 1 << shift && bytes % (1 << shift) == 0 {
+            return format!("{}{unit}", bytes >> shift);
+        }
+    }
+    bytes.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn limits_are_shown_as_quantities() {
+        assert_eq!(quantity(256 << 20), "256Mi");
+        assert_eq!(quantity(2 << 30), "2Gi");
+        assert_eq!(quantity(1000), "1000");
+        let error = JsonnetError::Memory { limit: 256 << 20 };
+        assert_eq!(
+            error.to_string(),
+            "jsonnet evaluation exceeded memoryLimit 256Mi"
+        );
+    }
+}
