@@ -84,6 +84,9 @@ sharding.enabled, --sharding --shards=N instead (every replica active, parents s
 {{- with .Values.watchNamespaces }}
 {{- $args = append $args (printf "--watch-namespaces=%s" (join "," .)) }}
 {{- end }}
+{{- with (.Values.inprocessHooks).memoryBudget }}
+{{- $args = append $args (printf "--inprocess-hook-memory-budget=%s" .) }}
+{{- end }}
 {{- toYaml $args }}
 {{- end }}
 
@@ -97,4 +100,71 @@ sharding.enabled, --sharding --shards=N instead (every replica active, parents s
   protocol: TCP
   targetPort: metrics
 {{- end }}
+{{- end }}
+
+{{/*
+PromQL label matchers of this release's series: prometheusRule.selector (default
+job="<fullname>") and the extra matchers given, as "{a, b}". Called with a list: the root
+context, then the extra matchers.
+*/}}
+{{- define "metacontroller.promSelector" -}}
+{{- $root := first . }}
+{{- $selector := $root.Values.prometheusRule.selector | default (printf "job=%q" (include "metacontroller.fullname" $root)) }}
+{{- $matchers := prepend (rest .) $selector }}
+{{- printf "{%s}" (join ", " (compact $matchers)) }}
+{{- end }}
+
+{{/*
+The memory limit the memoryNearLimit alert compares with, in bytes: its limitBytes, else
+resources.limits.memory (a Kubernetes quantity: plain, k/M/G/T or Ki/Mi/Gi/Ti); empty
+when neither is set.
+*/}}
+{{- define "metacontroller.memoryLimitBytes" -}}
+{{- $alert := .Values.prometheusRule.alerts.memoryNearLimit }}
+{{- $quantity := toString (((.Values.resources).limits).memory | default "") }}
+{{- if $alert.limitBytes }}
+{{- $alert.limitBytes | int64 }}
+{{- else if $quantity }}
+{{- $units := dict "" 1 "k" 1000 "M" 1000000 "G" 1000000000 "T" 1000000000000 "Ki" 1024 "Mi" 1048576 "Gi" 1073741824 "Ti" 1099511627776 }}
+{{- $number := regexFind "^[0-9]+(\\.[0-9]+)?" $quantity }}
+{{- $unit := trimPrefix $number $quantity }}
+{{- if or (not $number) (not (hasKey $units $unit)) }}
+{{- fail (printf "prometheusRule.alerts.memoryNearLimit: cannot read resources.limits.memory %q; set limitBytes" $quantity) }}
+{{- end }}
+{{- mulf (float64 $number) (index $units $unit) | int64 }}
+{{- end }}
+{{- end }}
+
+{{/*
+The rate of the latency buckets of the three hook families, each with a `hook` label and a
+`runtime` label read from `url` (jsonnet:..., wasm:..., else webhook). Called with a list:
+the selector ("{...}") and the rate window.
+*/}}
+{{- define "metacontroller.hookBucketRates" -}}
+{{- $s := index . 0 }}
+{{- $w := index . 1 -}}
+label_replace(label_replace(
+    label_replace(rate(metacontroller_sync_request_duration_histogram_seconds_bucket{{ $s }}[{{ $w }}]), "hook", "sync", "", "")
+  or label_replace(rate(metacontroller_finalize_request_duration_histogram_seconds_bucket{{ $s }}[{{ $w }}]), "hook", "finalize", "", "")
+  or label_replace(rate(metacontroller_customize_request_duration_histogram_seconds_bucket{{ $s }}[{{ $w }}]), "hook", "customize", "", ""),
+  "runtime", "webhook", "", ""), "runtime", "$1", "url", "(jsonnet|wasm):.*")
+{{- end }}
+
+{{/*
+The end of one alerting rule: `for`, labels (severity and prometheusRule.alertLabels) and
+annotations (summary, description, runbook_url). Called with a dict: root, alert (its
+values), name, summary, description.
+*/}}
+{{- define "metacontroller.alertTail" -}}
+{{- $rule := .root.Values.prometheusRule }}
+for: {{ .alert.for }}
+labels:
+  severity: {{ .alert.severity }}
+  {{- with $rule.alertLabels }}
+  {{- toYaml . | nindent 2 }}
+  {{- end }}
+annotations:
+  summary: {{ .summary | quote }}
+  description: {{ .description | quote }}
+  runbook_url: {{ printf "%s#%s" $rule.runbookUrl (lower .name) | quote }}
 {{- end }}

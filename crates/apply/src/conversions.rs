@@ -2,9 +2,9 @@
 //! desired is put in that form before it is merged, so a converged object compares equal to
 //! what the server made of it instead of being written on every sync.
 //!
-//! - Secret (v1) `stringData`: write-only, the server folds it into `data` (base64) and drops
-//!   it. An entry whose encoding `data` already holds is in place and left out; `data` entries
-//!   that `stringData` overrides are left out (the server would replace them).
+//! - Secret (v1) `stringData`: write-only, the server folds it into `data` (base64, winning
+//!   over a `data` entry of the same key) and drops it; desired is folded the same way, so
+//!   `data[k] = base64(stringData[k])` and no `stringData` (see [`fold_string_data`]).
 //! - `[]byte` fields: Secret `data`, ConfigMap `binaryData`, the `caBundle` of admission
 //!   webhooks, APIServices and CRD conversion webhooks are stored re-encoded (see
 //!   [`base64_server_form`]).
@@ -17,15 +17,15 @@ use serde_json::{Map, Value};
 use crate::bytes_form::base64_server_form;
 
 /// `desired` with the kind's converted fields in their stored form (borrowed when nothing
-/// changes). `observed` tells which `stringData` entries are in place already.
-pub(crate) fn as_stored<'d>(observed: &Value, desired: &'d Value) -> Cow<'d, Value> {
+/// changes): what the API server would store for it, whatever is observed.
+pub(crate) fn as_stored<'d>(desired: &'d Value) -> Cow<'d, Value> {
     let api_version = desired.get("apiVersion").and_then(Value::as_str);
     let kind = desired.get("kind").and_then(Value::as_str);
     let group = api_version.and_then(|v| v.rsplit_once('/')).map(|(g, _)| g);
     let mut out = Cow::Borrowed(desired);
     match (api_version, kind) {
         (Some("v1"), Some("Secret")) => {
-            fold_string_data(observed, &mut out);
+            fold_string_data(&mut out);
             bytes_map(&mut out, "data");
         }
         (Some("v1"), Some("ConfigMap")) => bytes_map(&mut out, "binaryData"),
@@ -94,59 +94,51 @@ fn bytes_map(out: &mut Cow<'_, Value>, field: &str) {
     }
 }
 
-/// Secret `stringData` as the server applies it: entries already encoded in observed `data`
-/// are dropped (and `stringData` with them when none is left); `data` entries it overrides
-/// are dropped.
-fn fold_string_data(observed: &Value, out: &mut Cow<'_, Value>) {
+/// Secret `stringData` as the server stores it: each string entry becomes
+/// `data[k] = base64(v)`, overriding a `data` entry of the same key (the API server's
+/// conversion lets `stringData` win), and `stringData` itself is never stored. Folding every
+/// entry (not only those not in place yet) keeps `data[k]` in desired: leaving it out would
+/// make the three-way merge delete the key the last-applied record still holds, and the next
+/// sync write it back. A non-string entry stays in `stringData` for the server to refuse.
+fn fold_string_data(out: &mut Cow<'_, Value>) {
     let Some(string_data) = out.get("stringData").and_then(Value::as_object) else {
         return;
     };
-    if string_data.is_empty() {
-        return;
-    }
-    let observed_data = observed.get("data").and_then(Value::as_object);
-    let in_place: Vec<String> = string_data
+    let folded: Vec<(String, String)> = string_data
         .iter()
-        .filter(|(k, v)| {
-            let encoded = v
-                .as_str()
-                .map(|s| base64::engine::general_purpose::STANDARD.encode(s));
-            encoded.is_some_and(|e| {
-                observed_data
-                    .and_then(|d| d.get(*k))
-                    .and_then(Value::as_str)
-                    == Some(e.as_str())
-            })
+        .filter_map(|(k, v)| {
+            let s = v.as_str()?;
+            Some((
+                k.clone(),
+                base64::engine::general_purpose::STANDARD.encode(s),
+            ))
         })
-        .map(|(k, _)| k.clone())
         .collect();
-    let overridden: Vec<String> = out
-        .get("data")
-        .and_then(Value::as_object)
-        .map(|d| {
-            d.keys()
-                .filter(|k| string_data.contains_key(*k))
-                .cloned()
-                .collect()
-        })
-        .unwrap_or_default();
-    if in_place.is_empty() && overridden.is_empty() {
+    let all_strings = folded.len() == string_data.len();
+    if folded.is_empty() && !all_strings {
         return;
     }
     let Some(obj) = out.to_mut().as_object_mut() else {
         return;
     };
-    if let Some(Value::Object(data)) = obj.get_mut("data") {
-        for k in &overridden {
-            data.remove(k);
+    if !folded.is_empty() {
+        let data = obj
+            .entry("data")
+            .or_insert_with(|| Value::Object(Map::new()));
+        if !data.is_object() {
+            *data = Value::Object(Map::new());
+        }
+        if let Some(data) = data.as_object_mut() {
+            for (k, v) in &folded {
+                data.insert(k.clone(), Value::String(v.clone()));
+            }
         }
     }
-    if let Some(Value::Object(sd)) = obj.get_mut("stringData") {
-        for k in &in_place {
+    if all_strings {
+        obj.remove("stringData");
+    } else if let Some(Value::Object(sd)) = obj.get_mut("stringData") {
+        for (k, _) in &folded {
             sd.remove(k);
-        }
-        if sd.is_empty() {
-            obj.remove("stringData");
         }
     }
 }
@@ -157,20 +149,34 @@ mod tests {
     use serde_json::json;
 
     #[test]
-    fn string_data_in_place_is_left_out() {
-        let observed = json!({"data": {"a": "aGVsbG8=", "b": "b2xk"}});
+    fn string_data_is_folded_into_data_and_wins_over_it() {
         let desired = json!({"apiVersion": "v1", "kind": "Secret",
             "stringData": {"a": "hello", "b": "new"}, "data": {"b": "b2xk", "c": "QR=="}});
-        let stored = as_stored(&observed, &desired);
         assert_eq!(
-            *stored,
+            *as_stored(&desired),
             json!({"apiVersion": "v1", "kind": "Secret",
-                   "stringData": {"b": "new"}, "data": {"c": "QQ=="}})
+                   "data": {"a": "aGVsbG8=", "b": "bmV3", "c": "QQ=="}})
         );
-        let all_in = json!({"apiVersion": "v1", "kind": "Secret", "stringData": {"a": "hello"}});
+        let only = json!({"apiVersion": "v1", "kind": "Secret", "stringData": {"a": "hello"}});
         assert_eq!(
-            *as_stored(&observed, &all_in),
+            *as_stored(&only),
+            json!({"apiVersion": "v1", "kind": "Secret", "data": {"a": "aGVsbG8="}})
+        );
+        let empty = json!({"apiVersion": "v1", "kind": "Secret", "stringData": {}});
+        assert_eq!(
+            *as_stored(&empty),
             json!({"apiVersion": "v1", "kind": "Secret"})
+        );
+    }
+
+    #[test]
+    fn non_string_entries_stay_for_the_server_to_refuse() {
+        let desired = json!({"apiVersion": "v1", "kind": "Secret",
+            "stringData": {"a": "x", "n": 1}});
+        assert_eq!(
+            *as_stored(&desired),
+            json!({"apiVersion": "v1", "kind": "Secret",
+                   "data": {"a": "eA=="}, "stringData": {"n": 1}})
         );
     }
 
@@ -179,7 +185,7 @@ mod tests {
         let cm = json!({"apiVersion": "v1", "kind": "ConfigMap",
             "binaryData": {"a": "AAEC\nAw==", "bad": "QQ"}, "data": {"t": "QR=="}});
         assert_eq!(
-            *as_stored(&json!({}), &cm),
+            *as_stored(&cm),
             json!({"apiVersion": "v1", "kind": "ConfigMap",
                    "binaryData": {"a": "AAECAw==", "bad": "QQ"}, "data": {"t": "QR=="}})
         );
@@ -187,15 +193,12 @@ mod tests {
             "kind": "ValidatingWebhookConfiguration",
             "webhooks": [{"name": "a", "clientConfig": {"caBundle": "QUJD\nREVG"}}]});
         assert_eq!(
-            as_stored(&json!({}), &hook)["webhooks"][0]["clientConfig"]["caBundle"],
+            as_stored(&hook)["webhooks"][0]["clientConfig"]["caBundle"],
             json!("QUJDREVG")
         );
         // Same-named fields of other kinds are left alone.
         let other = json!({"apiVersion": "example.com/v1", "kind": "Secret",
                            "data": {"a": "QR=="}});
-        assert!(matches!(
-            as_stored(&json!({}), &other),
-            std::borrow::Cow::Borrowed(_)
-        ));
+        assert!(matches!(as_stored(&other), std::borrow::Cow::Borrowed(_)));
     }
 }

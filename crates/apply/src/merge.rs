@@ -131,8 +131,12 @@ pub(crate) fn merge_opt(
     schema: Option<SchemaRef<'_>>,
 ) -> Result<Option<Value>, ApplyError> {
     // Fields the server converts whatever their value (Secret `stringData`, base64 bytes)
-    // are merged in the form it stores them.
-    let desired = crate::conversions::as_stored(observed, desired);
+    // are merged in the form it stores them, on both sides of the intent: the record too, so
+    // a key we stop setting through `stringData` is removed from `data` as it would be had
+    // we set it there.
+    let desired = crate::conversions::as_stored(desired);
+    let last_applied = last_applied.map(crate::conversions::as_stored);
+    let last_applied = last_applied.as_deref();
     let Value::Object(des) = &*desired else {
         return Err(ApplyError::invalid(
             ".",

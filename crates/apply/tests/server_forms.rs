@@ -166,9 +166,66 @@ fn changed_string_data_is_written() {
     let Plan::Update(merged) = plan(&observed, &secret("bye"), None).unwrap() else {
         panic!("changed stringData must be written");
     };
-    assert_eq!(merged["stringData"], json!({"greeting": "bye"}));
+    // Written in the form the server stores it.
+    assert_eq!(merged["data"]["greeting"], json!("Ynll"));
+    assert!(merged.get("stringData").is_none());
     let body = ssa::apply_patch_body(&secret("bye"), None).unwrap();
     assert!(!ssa::is_in_place(&observed, &body));
+}
+
+/// A hook setting the same key in `data` and `stringData` (issue 51): the server stores
+/// `data[k] = base64(stringData[k])`.
+fn overlapping_secret(k: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"},
+        "data": {"k": "YQ==", "other": "eA=="}, "stringData": {"k": k}})
+}
+
+fn stored_overlapping(created: &Value, k_base64: &str) -> Value {
+    stored(
+        created,
+        &[
+            ("/stringData", Value::Null),
+            ("/data", json!({"k": k_base64, "other": "eA=="})),
+            ("/type", json!("Opaque")),
+        ],
+    )
+}
+
+#[test]
+fn a_key_in_data_and_string_data_is_in_place_as_the_server_stores_it() {
+    let observed = stored_overlapping(&prepare_create(&overlapping_secret("b")).unwrap(), "Yg==");
+    assert_quiet(&observed, &overlapping_secret("b"), None);
+}
+
+#[test]
+fn a_key_in_data_and_string_data_is_never_removed() {
+    // Someone else changed the key: the write puts back stringData's value, never drops it.
+    let observed = stored_overlapping(&prepare_create(&overlapping_secret("b")).unwrap(), "eg==");
+    let Plan::Update(merged) = plan(&observed, &overlapping_secret("b"), None).unwrap() else {
+        panic!("a changed key must be written");
+    };
+    assert_eq!(merged["data"], json!({"k": "Yg==", "other": "eA=="}));
+    // A new stringData value is written as its encoding.
+    let observed = stored_overlapping(&prepare_create(&overlapping_secret("b")).unwrap(), "Yg==");
+    let Plan::Update(merged) = plan(&observed, &overlapping_secret("c"), None).unwrap() else {
+        panic!("a changed stringData value must be written");
+    };
+    assert_eq!(merged["data"], json!({"k": "Yw==", "other": "eA=="}));
+}
+
+#[test]
+fn a_key_no_longer_set_through_string_data_is_removed_from_data() {
+    let created = prepare_create(&secret("hello")).unwrap();
+    let observed = stored_secret(&created);
+    let mut desired = secret("hello");
+    desired.as_object_mut().unwrap().remove("stringData");
+    let Plan::Update(merged) = plan(&observed, &desired, None).unwrap() else {
+        panic!("the key we stopped setting must be removed");
+    };
+    assert_eq!(
+        merged["data"],
+        json!({"wrapped": "QUJDREVG", "odd": "QQ=="})
+    );
 }
 
 #[test]

@@ -1,20 +1,21 @@
 //! Events a sync or finalize hook asked for (the `events` field of its response, an
 //! extension beyond upstream): checked here, then recorded on the parent (the target of a
 //! DecoratorController) through the [`EventRecorder`], so they are correlated (a repeat
-//! bumps `count`) and rate limited per object like every other Event.
+//! bumps `count`) and rate limited per object like every other Event, on a budget of
+//! their own: a hook's Events never hold back the controller's.
 //!
 //! They are recorded as soon as the hook answered (and its answer decoded), whatever the
 //! rest of the sync does: the hook said it, and a later failing write is reported by its
-//! own `SyncError`. A bad entry never fails the sync: it is skipped with a log line and a
-//! Warning [`INVALID_HOOK_EVENT`] on the same object.
+//! own `SyncError`. An answer taken from the ETag cache (a 304) records nothing: the hook
+//! did not say it again. A bad entry (a reason of the controller's own among them) never
+//! fails the sync: it is skipped with a log line and a Warning [`INVALID_HOOK_EVENT`] on
+//! the same object.
 
 use metacontroller_api::wire::{HookEvent, MAX_HOOK_EVENTS};
 use serde_json::Value;
 
+use crate::events::reason::INVALID_HOOK_EVENT;
 use crate::events::{EventRecorder, EventType, InvolvedObject};
-
-/// Reason of the Warning recorded for a skipped hook event.
-pub(crate) const INVALID_HOOK_EVENT: &str = "InvalidHookEvent";
 
 /// What to record for one response's events.
 #[derive(Debug, Default, PartialEq)]
@@ -68,7 +69,7 @@ pub(crate) fn record(
     let involved = InvolvedObject::from_value(object);
     for message in plan.skipped {
         tracing::info!(controller, object = %involved.name, %message, "invalid hook event");
-        recorder.record(
+        recorder.record_for_hook(
             involved.clone(),
             EventType::Warning,
             INVALID_HOOK_EVENT,
@@ -76,7 +77,7 @@ pub(crate) fn record(
         );
     }
     for (type_, reason, message) in plan.events {
-        recorder.record(involved.clone(), type_, &reason, message);
+        recorder.record_for_hook(involved.clone(), type_, &reason, message);
     }
 }
 
@@ -111,15 +112,20 @@ mod tests {
                 HookEvent::new("Info", "Started", "a"),
                 HookEvent::normal("", "b"),
                 HookEvent::normal("Fine", "c"),
+                HookEvent::warning("SyncError", "d"),
             ],
         );
         assert_eq!(
             plan.events,
             vec![(EventType::Normal, "Fine".into(), "c".into())]
         );
-        assert_eq!(plan.skipped.len(), 2);
+        assert_eq!(plan.skipped.len(), 3);
         assert!(plan.skipped[0].starts_with("finalize hook event 0 skipped: type \"Info\""));
         assert!(plan.skipped[1].contains("event 1 skipped: reason is empty"));
+        assert_eq!(
+            plan.skipped[2],
+            "finalize hook event 3 skipped: reason \"SyncError\" is reserved for the controller's own Events"
+        );
     }
 
     #[test]

@@ -26,6 +26,7 @@
 //! - `meta`: object facts read the same way everywhere (deleting? API group?).
 //! - [`events`]: the rate-limited, non-blocking Event recorder.
 //! - `hook_events`: Events a sync or finalize hook asks for, checked and recorded.
+//! - `recovery`: the `SyncRecovered` Event of a parent whose syncs failed and then passed.
 //! - `spans`: the tracing spans of a sync (sync, writes, status write).
 //! - `handle`, `scope`: the handle both kinds return; `--watch-namespaces` checks.
 
@@ -43,6 +44,7 @@ mod handle;
 mod hook_events;
 mod meta;
 mod reconcile;
+mod recovery;
 mod related;
 mod rolling;
 mod scope;

@@ -32,3 +32,21 @@ pub mod decorator {
     pub use crate::decorator::select::TargetSelector;
     pub use crate::decorator::target::TargetUpdate;
 }
+
+/// The `events` of a `hook_name` answer as the controller records them: the valid ones as
+/// `{type, reason, message}` (messages capped), and one message per entry it skips (each
+/// recorded as an `InvalidHookEvent` Warning on the parent).
+pub fn hook_events(
+    hook_name: &str,
+    events: Vec<metacontroller_api::wire::HookEvent>,
+) -> (Vec<serde_json::Value>, Vec<String>) {
+    let plan = crate::hook_events::plan(hook_name, events);
+    let kept = plan
+        .events
+        .into_iter()
+        .map(|(type_, reason, message)| {
+            serde_json::json!({"type": type_.as_str(), "reason": reason, "message": message})
+        })
+        .collect();
+    (kept, plan.skipped)
+}

@@ -179,6 +179,8 @@ where
     pub(crate) related: RelatedManager,
     /// Where Events about synced objects go.
     pub(crate) events: EventRecorder,
+    /// The keys whose last sync failed with a `SyncError` (for `SyncRecovered`).
+    failing: crate::recovery::Failing<K>,
     /// The hook client (also told when parents and controllers go, for its ETag cache).
     pub(crate) hooks: HookClient,
     /// The shared informers (their prunes trigger [`Reconciler::forget_departed`]).
@@ -189,6 +191,8 @@ where
     resync_period_seconds: Option<i32>,
     /// The ConfigMaps holding this controller's in-process hook code.
     code: Vec<CodeChange>,
+    /// Its hooks whose code is in one of them.
+    code_hooks: Vec<Hook>,
 }
 
 /// What `start` of either kind is given, besides the controller object.
@@ -198,6 +202,18 @@ pub(crate) struct StartContext<'a> {
     pub(crate) resources: &'a ResourceMap,
     pub(crate) hooks: HookClient,
     pub(crate) options: Options,
+}
+
+impl<K> Drop for Common<K>
+where
+    K: Clone + Eq + Hash + Send + 'static,
+{
+    /// The controller is gone: its ConfigMaps of hook code are watched for it no more.
+    fn drop(&mut self) {
+        for hook in &self.code_hooks {
+            self.hooks.unwatch_code(hook);
+        }
+    }
 }
 
 impl<K> Common<K>
@@ -217,6 +233,12 @@ where
             .metrics
             .child_writes(controller_type, &spec.name);
         let code = code_config_maps(&spec.hooks, &ctx.hooks);
+        let code_hooks: Vec<Hook> = spec
+            .hooks
+            .iter()
+            .filter(|hook| metacontroller_hooks::code_config_map(hook).is_some())
+            .cloned()
+            .collect();
         let related = RelatedManager::new(RelatedConfig {
             controller: spec.controller,
             name: spec.name.clone(),
@@ -239,12 +261,14 @@ where
             ),
             related,
             events: ctx.options.events.clone(),
+            failing: crate::recovery::Failing::default(),
             hooks: ctx.hooks.clone(),
             informers: ctx.informers.clone(),
             metrics: ctx.options.metrics.clone(),
             endpoints: spec.endpoints,
             resync_period_seconds: spec.resync_period_seconds,
             code,
+            code_hooks,
         }
     }
 
@@ -311,14 +335,15 @@ where
         crate::hook_events::record(&self.events, &self.name, hook_name, object, events);
     }
 
-    /// Calls `hook` (`hook_name` is `sync` or `finalize`) for the object `key_text`.
+    /// Calls `hook` (`hook_name` is `sync` or `finalize`) for the object `key_text`; the
+    /// answer says whether it came from the ETag cache (its Events were recorded then).
     pub(crate) async fn call_hook<Req, Resp>(
         &self,
         hook_name: &str,
         key_text: &str,
         hook: &Hook,
         request: &Req,
-    ) -> Result<Resp, HookError>
+    ) -> Result<metacontroller_hooks::Answer<Resp>, HookError>
     where
         Req: k8s_openapi::serde::Serialize,
         Resp: k8s_openapi::serde::de::DeserializeOwned + Default,
@@ -328,7 +353,9 @@ where
             hook_name,
             parent_key: key_text,
         };
-        self.hooks.call(&ctx, hook, &self.endpoints, request).await
+        self.hooks
+            .answer(&ctx, hook, &self.endpoints, request)
+            .await
     }
 }
 
@@ -529,6 +556,7 @@ fn code_config_maps(hooks: &[Hook], client: &HookClient) -> Vec<CodeChange> {
             let map = CodeChange {
                 namespace: reference.namespace.clone(),
                 name: reference.name.clone(),
+                keys: None,
             };
             if !maps.contains(&map) {
                 maps.push(map);
@@ -538,9 +566,11 @@ fn code_config_maps(hooks: &[Hook], client: &HookClient) -> Vec<CodeChange> {
     maps
 }
 
-/// Queues every object the controller cares about whenever a ConfigMap holding its hook
-/// code changes (a missed notification counts as a change), so the new code reaches every
-/// parent within seconds. Never ends for a controller without such ConfigMaps.
+/// Queues every object the controller cares about whenever a key its hooks use (WebAssembly:
+/// the module's key; Jsonnet: the entry and the files it imports) changes in a ConfigMap
+/// holding its hook code (a missed notification counts as a change), so the new code reaches
+/// every parent within seconds; a change of other keys resyncs nothing. Never ends for a
+/// controller without such ConfigMaps.
 async fn resync_on_code_changes<R: Reconciler>(reconciler: Arc<R>) {
     use tokio::sync::broadcast::error::RecvError;
     let common = reconciler.common();
@@ -551,7 +581,7 @@ async fn resync_on_code_changes<R: Reconciler>(reconciler: Arc<R>) {
     let mut changes = changes;
     loop {
         let changed = match changes.recv().await {
-            Ok(change) => common.code.contains(&change),
+            Ok(change) => code_change_affects(common, &change).await,
             Err(RecvError::Lagged(_)) => true,
             Err(RecvError::Closed) => return std::future::pending().await,
         };
@@ -567,6 +597,28 @@ async fn resync_on_code_changes<R: Reconciler>(reconciler: Arc<R>) {
             }
         }
     }
+}
+
+/// Whether `change` touches code a hook of the controller runs (logged when it is one of
+/// the controller's ConfigMaps but none of the keys its hooks use).
+async fn code_change_affects<K>(common: &Common<K>, change: &CodeChange) -> bool
+where
+    K: Clone + Eq + Hash + Send + 'static,
+{
+    if !common
+        .code
+        .iter()
+        .any(|map| change.is_of(&map.namespace, &map.name))
+    {
+        return false;
+    }
+    for hook in &common.code_hooks {
+        if common.hooks.code_change_affects(hook, change).await {
+            return true;
+        }
+    }
+    tracing::info!(controller = %common.name, namespace = %change.namespace, name = %change.name, keys = ?change.keys, "hook code ConfigMap changed in keys this controller does not use; not resyncing");
+    false
 }
 
 /// One sync of `key` with the rules every kind shares around it (see the module doc), each
@@ -593,6 +645,9 @@ pub(crate) async fn sync_and_record<R: Reconciler>(
         .await;
     spans::record_sync(&span, &outcome.result);
     schedule_resync_period(reconciler, key);
+    common
+        .failing
+        .observe(key, &outcome, || reconciler.object(key), &common.events);
     on_failure(reconciler, key, outcome)
 }
 
@@ -643,6 +698,7 @@ fn on_failure<R: Reconciler>(
                 events::reason::SYNC_ERROR,
                 format!("Sync error: {error}"),
             );
+            common.failing.failed(key);
         }
     }
     outcome

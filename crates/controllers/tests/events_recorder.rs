@@ -1,6 +1,7 @@
 //! The Event recorder against a real API server: Events land in the object's namespace
 //! (`default` for cluster-scoped objects), repeats raise `count` on one Event, and the
-//! per-object burst drops the excess without blocking the caller.
+//! per-object burst holds the excess back, without blocking the caller, until a flush
+//! (shutdown) writes it.
 
 use std::time::{Duration, Instant};
 
@@ -77,7 +78,7 @@ async fn repeats_are_counted_and_the_burst_is_enforced_per_object() {
     })
     .await;
     // The recorder handles records in order: once an Event recorded after the burst is
-    // written, the burst has been handled, and the rest was not written.
+    // written, the burst has been handled, and the rest is held back.
     let marker = unique_name("m");
     recorder.record(object(&ns, &marker), EventType::Normal, "Marker", "after");
     eventually("the marker Event written", || async {
@@ -85,6 +86,9 @@ async fn repeats_are_counted_and_the_burst_is_enforced_per_object() {
     })
     .await;
     assert_eq!(events_about(&client, &ns, &limited).await.len(), 3);
+    // Held back, not lost: a flush writes them.
+    assert!(recorder.flush(Duration::from_secs(30)).await);
+    assert_eq!(events_about(&client, &ns, &limited).await.len(), 10);
 
     // Cluster-scoped objects get their Events in `default`.
     let cluster_scoped = unique_name("c");

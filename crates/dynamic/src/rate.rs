@@ -1,8 +1,8 @@
 //! Token-bucket rate limiting, one bucket for every use: the API client's request pacing
 //! (`--client-go-qps` / `--client-go-burst`, a tower layer in the binary that waits for
-//! [`TokenBucket::try_take`]'s delay) and a per-key limiter for Events (`--events-qps` /
-//! `--events-burst`, per involved object, like client-go's event spam filter: excess events
-//! are dropped, not delayed).
+//! [`TokenBucket::try_take`]'s delay), the Event recorder's budgets (`--events-qps` /
+//! `--events-burst`: it defers a write until [`TokenBucket::try_take`] allows it), and a
+//! per-key limiter that rejects the excess ([`KeyedRateLimiter`]).
 //!
 //! A bucket holds at most `burst` tokens, starts full and refills at `qps` tokens per second.
 

@@ -163,6 +163,12 @@ impl Supervisor {
         self.inner.stopping.store(true, Ordering::SeqCst);
     }
 
+    /// Whether [`Supervisor::stopping`] was called: a task whose connection fails from then
+    /// on is seeing the shutdown, not a fault to report or retry.
+    pub fn is_stopping(&self) -> bool {
+        self.inner.stopping.load(Ordering::SeqCst)
+    }
+
     /// Waits for the first task that ended unexpectedly.
     pub async fn failed(&self) -> TaskEnd {
         let mut rx = self.inner.failed.subscribe();

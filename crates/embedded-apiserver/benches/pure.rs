@@ -85,6 +85,35 @@ fn benches(c: &mut Criterion) {
             black_box((pruned, crd_schema.validate(&o)))
         })
     });
+    rules(c);
+}
+
+/// The CEL rules of the project's CompositeController CRD on a controller with a sync
+/// (Jsonnet) and a finalize (webhook) hook: what every CompositeController write now costs
+/// on top of the schema checks.
+fn rules(c: &mut Criterion) {
+    let crds = include_str!("../../../deploy/crds/metacontroller-crds-v1.yaml");
+    let crd: Value = serde_yaml::Deserializer::from_str(crds)
+        .map(|d| serde::Deserialize::deserialize(d).unwrap())
+        .find(|d: &Value| d["spec"]["names"]["kind"] == "CompositeController")
+        .unwrap();
+    let schema = StructuralSchema::from_crd(&crd, "v1alpha1")
+        .unwrap()
+        .unwrap();
+    let cc = json!({"apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "CompositeController",
+        "metadata": {"name": "c"}, "spec": {
+            "parentResource": {"apiVersion": "example.com/v1", "resource": "things"},
+            "childResources": [{"apiVersion": "v1", "resource": "configmaps"}],
+            "hooks": {
+                "sync": {"jsonnet": {"configMapRef": {"namespace": "d", "name": "code"}, "key": "s.jsonnet"}},
+                "finalize": {"webhook": {"url": "http://h/finalize"}}}}});
+    assert!(schema.validate_rules(&cc, None).is_empty());
+    c.bench_function("schema/validate compositecontroller", |b| {
+        b.iter(|| black_box(schema.validate(&cc)))
+    });
+    c.bench_function("schema/rules compositecontroller", |b| {
+        b.iter(|| black_box(schema.validate_rules(&cc, Some(&cc))))
+    });
 }
 
 criterion_group!(pure, benches);

@@ -301,11 +301,35 @@ fn prepare_custom_resource(ctx: &mut PrepareCtx<'_>, obj: &mut Value) -> Result<
         report_unknown_fields(ctx, fields)?;
     }
     schema.apply_defaults(obj);
-    let errs = schema.validate(obj);
+    let mut errs = schema.validate(obj);
+    if schema.has_rules() {
+        if errs.iter().any(blocks_rules) {
+            errs.push(FieldError {
+                error_type: crate::schema::FieldErrorType::Invalid,
+                field: "<nil>".into(),
+                bad_value: Some(Value::Null),
+                detail: "some validation rules were not checked because the object was invalid; \
+                         correct the existing errors to complete validation"
+                    .into(),
+            });
+        } else {
+            errs.extend(schema.validate_rules(obj, ctx.old));
+        }
+    }
     if !errs.is_empty() {
         return Err(field_errors(info, obj, &errs));
     }
     Ok(())
+}
+
+/// Schema errors after which kube-apiserver does not run the CEL rules (a wrong type, a
+/// missing required field, a value not in the enum, too long, too many).
+fn blocks_rules(e: &FieldError) -> bool {
+    use crate::schema::FieldErrorType as T;
+    matches!(
+        e.error_type,
+        T::NotSupported | T::Required | T::TooLong | T::TooMany | T::TypeInvalid
+    )
 }
 
 /// Helper for type-specific 422s.

@@ -49,7 +49,8 @@
 //! assert_eq!(answer.events.len(), 2);
 //! ```
 //!
-//! Each Event needs type `Normal` or `Warning` and a CamelCase reason; at most
+//! Each Event needs type `Normal` or `Warning` and a CamelCase reason that is not one of
+//! the controller's own ([`RESERVED_HOOK_EVENT_REASONS`], e.g. `SyncError`); at most
 //! [`MAX_HOOK_EVENTS`] per answer are recorded, messages are cut to
 //! [`MAX_HOOK_EVENT_MESSAGE_BYTES`], and repeats are counted on one Event (see
 //! [`HookEvent`]).
@@ -77,6 +78,7 @@ pub use metacontroller_api::wire::{
     group_key, CompositeHookRequest, CompositeHookResponse, CustomizableController,
     CustomizeHookRequest, CustomizeHookResponse, DecoratorHookRequest, DecoratorHookResponse,
     HookEvent, ObjectMap, MAX_HOOK_EVENTS, MAX_HOOK_EVENT_MESSAGE_BYTES,
+    RESERVED_HOOK_EVENT_REASONS,
 };
 pub use metacontroller_api::{
     CompositeController, DecoratorController, HookVersion, RelatedResourceRule,

@@ -26,7 +26,7 @@ use crate::credentials::{self, AuthHeader, ResolvedSettings, Sources};
 use crate::error::HookError;
 use crate::etag::{CachedResponse, EtagCache, EtagSettings};
 use crate::inprocess::jsonnet_pool::JsonnetPoolConfig;
-use crate::inprocess::InProcess;
+use crate::inprocess::{InProcess, InProcessLimits};
 use crate::metrics::{CallLabels, HookMetrics, OUTCOME_CACHED, OUTCOME_SUCCESS};
 use crate::pool::{ClientPool, OverrideDns};
 use crate::record::{HookRecorder, RecordedExchange, RecordedResponse};
@@ -64,6 +64,9 @@ pub struct HookClientConfig {
     pub code: Option<Arc<dyn CodeSource>>,
     /// The worker processes of Jsonnet hooks (default: this executable's `jsonnet-worker`).
     pub jsonnet: JsonnetPoolConfig,
+    /// Limits of in-process hooks for the whole process: each controller's share of calls
+    /// at once, the process cap, the memory budget.
+    pub inprocess: InProcessLimits,
 }
 
 /// The request header naming the calling replica when sharding or leader election is on.
@@ -82,6 +85,7 @@ impl Default for HookClientConfig {
             trace: None,
             code: None,
             jsonnet: JsonnetPoolConfig::default(),
+            inprocess: InProcessLimits::default(),
         }
     }
 }
@@ -145,7 +149,14 @@ impl HookClient {
                     .and_then(|r| HeaderValue::from_str(r).ok()),
                 recorder: config.recorder,
                 trace: config.trace,
-                inprocess: InProcess::new(config.code.clone(), config.jsonnet),
+                inprocess: InProcess::new(
+                    config.code.clone(),
+                    config.inprocess,
+                    Some(crate::metrics::InProcessMetrics::new(
+                        config.registry.as_ref(),
+                    )?),
+                    config.jsonnet,
+                ),
                 code: config.code,
             }),
             controller_type: "",
@@ -207,6 +218,42 @@ impl HookClient {
         Req: Serialize + ?Sized,
         Resp: DeserializeOwned + Default,
     {
+        self.answer_with_mode(ctx, hook, endpoint_configs, request, mode)
+            .await
+            .map(|answer| answer.response)
+    }
+
+    /// Like [`HookClient::call`], also saying whether the response is the one the ETag
+    /// cache held (the hook answered 304 or 412): what it asks for, it asked before.
+    pub async fn answer<Req, Resp>(
+        &self,
+        ctx: &CallContext<'_>,
+        hook: &Hook,
+        endpoint_configs: &[EndpointConfig],
+        request: &Req,
+    ) -> Result<Answer<Resp>, HookError>
+    where
+        Req: Serialize + ?Sized,
+        Resp: DeserializeOwned + Default,
+    {
+        let mode = hook.effective_unmarshall_mode();
+        self.answer_with_mode(ctx, hook, endpoint_configs, request, mode)
+            .await
+    }
+
+    /// [`HookClient::answer`] with an explicit decoding mode.
+    async fn answer_with_mode<Req, Resp>(
+        &self,
+        ctx: &CallContext<'_>,
+        hook: &Hook,
+        endpoint_configs: &[EndpointConfig],
+        request: &Req,
+        mode: ResponseUnmarshallMode,
+    ) -> Result<Answer<Resp>, HookError>
+    where
+        Req: Serialize + ?Sized,
+        Resp: DeserializeOwned + Default,
+    {
         let span = tracing::info_span!(
             "hook_call",
             controller = ctx.controller,
@@ -261,7 +308,7 @@ impl HookClient {
             record_outcome(&span, outcome, result.is_ok());
         }
         match result {
-            Ok((value, _)) => Ok(value),
+            Ok((response, cached)) => Ok(Answer { response, cached }),
             Err(err) => {
                 span.in_scope(|| tracing::debug!(error = %err, "hook call failed"));
                 Err(err)
@@ -288,10 +335,18 @@ impl HookClient {
             .map(|recorder| Recording::start(recorder, body.clone()));
         let sent = Instant::now();
         let in_flight = self.inner.metrics.start_request(labels);
+        // Admission is per controller: its kind and name.
+        let controller = format!("{}/{}", self.controller_type, ctx.controller);
         let result = self
             .inner
             .inprocess
-            .call(runtime, labels.url, body, self.inner.max_body_bytes)
+            .call(
+                &controller,
+                runtime,
+                labels.url,
+                body,
+                self.inner.max_body_bytes,
+            )
             .await;
         drop(in_flight);
         let status = if result.is_ok() { 200 } else { 500 };
@@ -324,6 +379,13 @@ impl HookClient {
         self.inner.code.as_ref().map(|code| code.changes())
     }
 
+    /// Whether `change` touches the code `hook` runs: its ConfigMap and, of it, a key the
+    /// hook uses (WebAssembly: its key; Jsonnet: its entry and the files it imports,
+    /// transitively). A controller resyncs its parents only for such changes.
+    pub async fn code_change_affects(&self, hook: &Hook, change: &CodeChange) -> bool {
+        crate::inprocess::change_affects(self.inner.code.as_deref(), hook, change).await
+    }
+
     /// Starts watching the ConfigMap holding `hook`'s code (if it has one), so a change is
     /// noticed before the next call.
     pub fn watch_code(&self, hook: &Hook) {
@@ -331,6 +393,15 @@ impl HookClient {
             return;
         };
         code.watch(&reference.namespace, &reference.name);
+    }
+
+    /// Ends the watch [`HookClient::watch_code`] started for `hook` (its controller went);
+    /// the ConfigMap is no longer watched once no controller uses it.
+    pub fn unwatch_code(&self, hook: &Hook) {
+        let (Some(code), Some(reference)) = (&self.inner.code, code_config_map(hook)) else {
+            return;
+        };
+        code.unwatch(&reference.namespace, &reference.name);
     }
 
     /// Drops the ETag entries of one parent of a controller (e.g. after it was deleted).
@@ -672,6 +743,15 @@ fn decode<T: DeserializeOwned + Default>(
         }
     }
     decode_response(body, mode)
+}
+
+/// A decoded hook response ([`HookClient::answer`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Answer<T> {
+    /// The response.
+    pub response: T,
+    /// Whether it is the ETag cache's (the hook answered 304 or 412 to `If-None-Match`).
+    pub cached: bool,
 }
 
 enum Fetched {

@@ -37,6 +37,17 @@ pub enum HookError {
         /// The timeout that elapsed.
         timeout: Duration,
     },
+    /// An in-process hook call did not get to run within its timeout: it waited for its
+    /// controller's share of in-process hook calls (or the process's), see `message`.
+    #[error("hook {hook}: no response within {timeout:?}: {message}")]
+    Queued {
+        /// The hook as shown in messages.
+        hook: String,
+        /// The hook's timeout, which the wait used up.
+        timeout: Duration,
+        /// What it waited for.
+        message: String,
+    },
     /// The server answered with a status other than 200 (or 304/412 for a cached ETag).
     #[error("hook {url}: unsupported status code {status}, body: {body}")]
     Status {
@@ -56,7 +67,7 @@ pub enum HookError {
         retry_after: Option<Duration>,
     },
     /// The response body exceeded the configured size limit.
-    #[error("hook {url}: response body larger than the limit of {limit} bytes")]
+    #[error("hook {url}: response body larger than the limit of {}", crate::quantity::quantity(*.limit as u64))]
     Oversize {
         /// Hook URL (userinfo removed).
         url: String,
@@ -100,7 +111,7 @@ impl HookError {
             HookError::Config { .. } => "config_error",
             HookError::Encode { .. } => "encode_error",
             HookError::Transport { .. } => "transport_error",
-            HookError::Timeout { .. } => "timeout",
+            HookError::Timeout { .. } | HookError::Queued { .. } => "timeout",
             HookError::Status { .. } => "status_error",
             HookError::TooManyRequests { .. } => "too_many_requests",
             HookError::Oversize { .. } => "oversize",

@@ -95,6 +95,11 @@
 //! * **WebAssembly** ([`wasm`]): a hook compiled to a WASI preview 1 command runs inside the
 //!   controller (request on stdin, response on stdout) in a sandbox with no files, network
 //!   or environment, a fresh instance per call, stopped at its timeout and memory limit.
+//! * **Admission of in-process hooks** ([`InProcessLimits`]): each controller's calls run
+//!   within its own share (calls at once, half the memory budget), under a process-wide cap
+//!   and memory budget; every wait counts inside the hook's timeout ([`HookError::Queued`],
+//!   or a `Failed` error naming the budget). Code loading (ConfigMap, single-flight download
+//!   with failures backed off, compilation) is inside the timeout too.
 
 pub mod client;
 pub mod credentials;
@@ -103,6 +108,7 @@ mod etag;
 pub mod inprocess;
 pub mod metrics;
 mod pool;
+pub mod quantity;
 pub mod record;
 pub mod redact;
 pub mod retry;
@@ -113,7 +119,7 @@ pub mod trace;
 pub mod wasm;
 
 pub use client::{
-    code_config_map, CallContext, HookClient, HookClientConfig, DEFAULT_MAX_BODY_BYTES,
+    code_config_map, Answer, CallContext, HookClient, HookClientConfig, DEFAULT_MAX_BODY_BYTES,
     REPLICA_HEADER,
 };
 pub use error::HookError;
@@ -121,12 +127,13 @@ pub use inprocess::jsonnet_pool::{
     run_worker as run_jsonnet_worker, JsonnetPoolConfig, WorkerCommand,
     WORKER_ARG as JSONNET_WORKER_ARG,
 };
+pub use inprocess::InProcessLimits;
 pub use metacontroller_api::wire::DecodeError;
 pub use pool::plain_client;
 pub use record::{DirectoryRecorder, HookRecorder, RecordedExchange, RecordedResponse};
 pub use sources::{
-    CodeChange, CodeObject, CodeSource, ConfigMapSource, MemoryCode, MemoryObjects, ObjectData,
-    SecretSource, SourceError,
+    changed_keys, CodeChange, CodeObject, CodeSource, ConfigMapSource, MemoryCode, MemoryObjects,
+    ObjectData, SecretSource, SourceError,
 };
 pub use target::{HostResolver, StaticHostResolver};
 pub use trace::TracePropagator;

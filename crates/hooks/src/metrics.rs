@@ -253,3 +253,61 @@ impl Drop for InFlight {
         }
     }
 }
+
+/// Name of the gauge of bytes reserved by running in-process hook calls (not in upstream).
+pub const MEMORY_RESERVED: &str = "metacontroller_inprocess_hook_memory_reserved_bytes";
+/// Name of the counter of in-process hook calls that met a full memory budget, by outcome:
+/// `waited` (had to wait), `exhausted` (failed after waiting until the hook's timeout),
+/// `too_large` (its memory limit alone exceeds the budget).
+pub const MEMORY_BUDGET_TOTAL: &str = "metacontroller_inprocess_hook_memory_budget_total";
+/// Name of the counter of in-process hook calls that waited for admission, by controller and
+/// `limit` (`controller`: its controller's share; `process`: the process-wide cap).
+pub const ADMISSION_WAITS_TOTAL: &str = "metacontroller_inprocess_hook_admission_waits_total";
+
+/// Metrics of in-process hook admission and the memory budget.
+pub(crate) struct InProcessMetrics {
+    pub(crate) budget: crate::inprocess::BudgetMetrics,
+    pub(crate) waits: IntCounterVec,
+}
+
+impl InProcessMetrics {
+    /// The families, registered on `registry` when given.
+    pub(crate) fn new(registry: Option<&Registry>) -> Result<Self, HookError> {
+        let reserved = prometheus::IntGauge::new(
+            MEMORY_RESERVED,
+            "Bytes of the in-process hook memory budget reserved by running calls.",
+        )
+        .map_err(metric_error)?;
+        let outcomes = IntCounterVec::new(
+            Opts::new(
+                MEMORY_BUDGET_TOTAL,
+                "In-process hook calls that met a full memory budget, by outcome (waited, exhausted, too_large).",
+            ),
+            &["outcome"],
+        )
+        .map_err(metric_error)?;
+        let waits = IntCounterVec::new(
+            Opts::new(
+                ADMISSION_WAITS_TOTAL,
+                "In-process hook calls that waited for admission, by controller and limit (controller, process).",
+            ),
+            &["controller", "limit"],
+        )
+        .map_err(metric_error)?;
+        if let Some(registry) = registry {
+            registry
+                .register(Box::new(reserved.clone()))
+                .map_err(metric_error)?;
+            registry
+                .register(Box::new(outcomes.clone()))
+                .map_err(metric_error)?;
+            registry
+                .register(Box::new(waits.clone()))
+                .map_err(metric_error)?;
+        }
+        Ok(Self {
+            budget: crate::inprocess::BudgetMetrics { reserved, outcomes },
+            waits,
+        })
+    }
+}

@@ -2,7 +2,7 @@
 //! informer cache; tests and dev mode use [`MemoryObjects`]. The client asks on every call,
 //! so a rotated certificate or token takes effect on the next call without a restart.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, RwLock};
 
 use async_trait::async_trait;
@@ -59,6 +59,46 @@ pub struct CodeChange {
     pub namespace: String,
     /// Its name.
     pub name: String,
+    /// The keys whose value changed (added, changed or removed, in `data` or `binaryData`);
+    /// `None` when the ConfigMap as a whole appeared or went away, or it is not known: then
+    /// every key counts as changed.
+    pub keys: Option<BTreeSet<String>>,
+}
+
+impl CodeChange {
+    /// Whether this is a change of ConfigMap `namespace/name`.
+    pub fn is_of(&self, namespace: &str, name: &str) -> bool {
+        self.namespace == namespace && self.name == name
+    }
+
+    /// Whether `key` may have changed.
+    pub fn touches(&self, key: &str) -> bool {
+        self.keys.as_ref().is_none_or(|keys| keys.contains(key))
+    }
+}
+
+/// The keys whose value differs between `old` and `new` (`data` and `binaryData`).
+pub fn changed_keys(old: &CodeObject, new: &CodeObject) -> BTreeSet<String> {
+    fn diff<V: PartialEq>(
+        a: &BTreeMap<String, V>,
+        b: &BTreeMap<String, V>,
+        out: &mut BTreeSet<String>,
+    ) {
+        for (key, value) in a {
+            if b.get(key) != Some(value) {
+                out.insert(key.clone());
+            }
+        }
+        for key in b.keys() {
+            if !a.contains_key(key) {
+                out.insert(key.clone());
+            }
+        }
+    }
+    let mut keys = BTreeSet::new();
+    diff(&old.data, &new.data, &mut keys);
+    diff(&old.binary_data, &new.binary_data, &mut keys);
+    keys
 }
 
 /// Reads the ConfigMaps that hold in-process hook code and tells when they change. The
@@ -75,6 +115,9 @@ pub trait CodeSource: Send + Sync {
     /// Starts watching `namespace/name` ahead of the first call (so changes are seen
     /// before any call asks); the default does nothing.
     fn watch(&self, _namespace: &str, _name: &str) {}
+    /// Ends one [`CodeSource::watch`] of `namespace/name` (a controller using it went);
+    /// the watch stops when the last one ends. The default does nothing.
+    fn unwatch(&self, _namespace: &str, _name: &str) {}
     /// Changes of the ConfigMaps read or watched so far.
     fn changes(&self) -> broadcast::Receiver<CodeChange>;
 }
@@ -114,9 +157,10 @@ impl MemoryCode {
     pub fn set(&self, namespace: &str, name: &str, object: CodeObject) {
         let key = (namespace.to_owned(), name.to_owned());
         let mut objects = self.objects.write().unwrap_or_else(|e| e.into_inner());
+        let keys = objects.get(&key).map(|old| changed_keys(old, &object));
         objects.insert(key, Arc::new(object));
         drop(objects);
-        self.announce(namespace, name);
+        self.announce(namespace, name, keys);
     }
 
     /// Deletes ConfigMap `namespace/name`.
@@ -125,14 +169,15 @@ impl MemoryCode {
         let mut objects = self.objects.write().unwrap_or_else(|e| e.into_inner());
         objects.remove(&key);
         drop(objects);
-        self.announce(namespace, name);
+        self.announce(namespace, name, None);
     }
 
-    fn announce(&self, namespace: &str, name: &str) {
+    fn announce(&self, namespace: &str, name: &str, keys: Option<BTreeSet<String>>) {
         // No receiver is fine: nobody is interested yet.
         let _ = self.changes.send(CodeChange {
             namespace: namespace.to_owned(),
             name: name.to_owned(),
+            keys,
         });
     }
 }

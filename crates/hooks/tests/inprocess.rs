@@ -1,7 +1,8 @@
 //! In-process hooks through the hook client, as controllers call them: a Jsonnet hook from a
 //! ConfigMap answers like a webhook (same decoding, metrics with the runtime label,
 //! recordings), an output over the body cap is refused, a missing ConfigMap or key is a code
-//! error, and a changed ConfigMap is announced.
+//! error, a changed ConfigMap is announced, a hanging download ends at the hook's timeout, and
+//! a call waits for its own controller's share only.
 
 use std::sync::Arc;
 
@@ -185,4 +186,123 @@ async fn in_process_calls_are_recorded_like_webhook_calls() {
         text.contains(r#""ok":true"#) || text.contains(r#""ok": true"#),
         "{text}"
     );
+}
+
+fn wasm_hook(wasm: serde_json::Value) -> Hook {
+    serde_json::from_value(json!({ "wasm": wasm })).unwrap()
+}
+
+/// A module download that never answers ends at the hook's timeout (code loading is inside
+/// it), not at the 30 s download timeout; the process's in-process hook metrics are there.
+#[tokio::test]
+async fn a_download_that_hangs_ends_at_the_hooks_timeout() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/hook.wasm", listener.local_addr().unwrap());
+    // Accepts and keeps the connections, never answering.
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((stream, _)) = listener.accept().await {
+            held.push(stream);
+        }
+    });
+    let registry = prometheus::Registry::new();
+    let hooks = client(Arc::new(MemoryCode::new()), 4096, registry.clone());
+    let hook = wasm_hook(json!({"url": url, "sha256": "ab".repeat(32), "timeout": "300ms"}));
+    let err = hooks
+        .call::<_, CompositeHookResponse>(&CTX, &hook, &[], &json!({}))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, HookError::Timeout { timeout, .. } if timeout.as_millis() == 300),
+        "{err}"
+    );
+    let text = prometheus::TextEncoder::new()
+        .encode_to_string(&registry.gather())
+        .unwrap();
+    assert!(
+        text.contains("metacontroller_inprocess_hook_memory_reserved_bytes 0"),
+        "{text}"
+    );
+}
+
+/// With a share of one call per controller, a controller's second call waits for the first
+/// (a loop until its timeout) and fails saying it waited for its controller's share, while
+/// another controller's call of the same hook is admitted at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_waits_for_its_own_controllers_share_only() {
+    let memory = Arc::new(MemoryCode::new());
+    let spin = wat::parse_str(
+        r#"(module (memory (export "memory") 1)
+             (func (export "_start") (loop $forever (br $forever))))"#,
+    )
+    .unwrap();
+    let mut object = CodeObject::default();
+    object.binary_data.insert("spin.wasm".into(), spin);
+    memory.set("hooks", "code", object);
+    let registry = prometheus::Registry::new();
+    let hooks = HookClient::new(HookClientConfig {
+        code: Some(memory),
+        registry: Some(registry.clone()),
+        inprocess: metacontroller_hooks::InProcessLimits {
+            per_controller: 1,
+            ..Default::default()
+        },
+        ..HookClientConfig::default()
+    })
+    .unwrap()
+    .for_controller_type("CompositeController");
+    let hook = |timeout: &str| {
+        wasm_hook(
+            json!({"configMapRef": {"namespace": "hooks", "name": "code"},
+                         "key": "spin.wasm", "timeout": timeout}),
+        )
+    };
+    let first = {
+        let (hooks, hook) = (hooks.clone(), hook("2s"));
+        tokio::spawn(async move {
+            hooks
+                .call::<_, CompositeHookResponse>(&CTX, &hook, &[], &json!({}))
+                .await
+        })
+    };
+    // The first call holds A's share until its timeout (2 s): admitted once it reserved its
+    // memory.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let text = prometheus::TextEncoder::new()
+            .encode_to_string(&registry.gather())
+            .unwrap();
+        if text.contains("metacontroller_inprocess_hook_memory_reserved_bytes 67108864") {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "first call not admitted"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    let err = hooks
+        .call::<_, CompositeHookResponse>(&CTX, &hook("300ms"), &[], &json!({}))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, HookError::Queued { .. }), "{err}");
+    assert!(
+        err.to_string()
+            .contains("waited for its controller's share"),
+        "{err}"
+    );
+    let other = CallContext {
+        controller: "other",
+        ..CTX
+    };
+    let err = hooks
+        .call::<_, CompositeHookResponse>(&other, &hook("300ms"), &[], &json!({}))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, HookError::Timeout { .. }),
+        "the other controller's call ran (and looped): {err}"
+    );
+    let first = first.await.unwrap().unwrap_err();
+    assert!(matches!(first, HookError::Timeout { .. }), "{first}");
 }

@@ -18,6 +18,7 @@ fn pool(workers: usize) -> JsonnetPool {
             args: vec![],
         },
         workers,
+        idle: workers,
     })
 }
 

@@ -267,6 +267,18 @@ async fn a_non_zero_exit_carries_the_tail_of_stderr() {
     }
 }
 
+/// fd_read/fd_write take at most 1024 buffers (IOV_MAX): a module can't have the host walk
+/// its whole memory in one call, outside fuel.
+#[tokio::test]
+async fn more_than_1024_iovecs_are_einval() {
+    let runtime = WasmRuntime::new();
+    let module = compile(&runtime, "iovec_flood").unwrap();
+    match runtime.run(&module, Vec::new(), limits()).await {
+        Err(WasmError::Exit { code, .. }) => assert_eq!(code, 28, "EINVAL"),
+        other => panic!("expected exit 28 (EINVAL), got {other:?}"),
+    }
+}
+
 #[tokio::test]
 async fn a_trap_is_an_error_with_stderr() {
     let runtime = WasmRuntime::new();

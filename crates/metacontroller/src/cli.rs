@@ -120,12 +120,13 @@ pub struct ControllerArgs {
     #[arg(long, value_name = "N", default_value_t = metacontroller_controllers::DEFAULT_CHILD_WRITE_CONCURRENCY as u32, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_concurrent_child_writes: u32,
 
-    /// Rate of Kubernetes Events per object, in events per second [default: 1/300, one
-    /// per 5 minutes].
+    /// Rate of Kubernetes Event writes per object, in events per second [default: 1/300,
+    /// one per 5 minutes]. Writes beyond it wait; they are not dropped.
     #[arg(long, value_name = "QPS", default_value_t = 1.0 / 300.0, hide_default_value = true, allow_negative_numbers = true, value_parser = non_negative_f64)]
     pub events_qps: f64,
 
-    /// Number of Events allowed in a burst per object.
+    /// Number of Event writes allowed in a burst per object (new Events, and each Event's
+    /// repeats, have budgets of their own).
     #[arg(long, value_name = "N", default_value_t = 25)]
     pub events_burst: u32,
 
@@ -225,6 +226,23 @@ pub struct ControllerArgs {
     /// With --record-hooks: keep at most this many recordings, removing the oldest.
     #[arg(long, value_name = "N", requires = "record_hooks", value_parser = clap::value_parser!(u64).range(1..))]
     pub record_hooks_max_files: Option<u64>,
+
+    /// Memory all in-process hook calls (Jsonnet, WebAssembly) running at once may use
+    /// together, a Kubernetes quantity (not an upstream flag). A call reserves its memory
+    /// limit before it runs; over budget it waits, up to its timeout, then fails naming the
+    /// budget. Keep it under the container's memory limit minus the controller's own use.
+    #[arg(long, value_name = "QUANTITY", default_value = "1Gi", value_parser = quantity_bytes)]
+    pub inprocess_hook_memory_budget: u64,
+
+    /// In-process hook calls of one controller that run at once (not an upstream flag);
+    /// more wait for the controller's share, so a controller whose hooks loop or time out
+    /// delays only its own calls.
+    #[arg(long, value_name = "N", default_value_t = metacontroller_hooks::inprocess::DEFAULT_PER_CONTROLLER as u32, value_parser = clap::value_parser!(u32).range(1..))]
+    pub inprocess_hook_concurrency_per_controller: u32,
+
+    /// In-process hook calls of all controllers that run at once (not an upstream flag).
+    #[arg(long, value_name = "N", default_value_t = metacontroller_hooks::inprocess::DEFAULT_PROCESS as u32, value_parser = clap::value_parser!(u32).range(1..))]
+    pub inprocess_hook_concurrency: u32,
 
     /// Enable upstream's HTTP API (accepted for compatibility; not served yet).
     #[arg(long, value_name = "BOOL", default_value_t = false, num_args = 0..=1,
@@ -405,7 +423,8 @@ pub struct MergeArgs {
 /// Flags of `metacontroller validate`.
 #[derive(Debug, Clone, Args)]
 pub struct ValidateArgs {
-    /// Manifest files (YAML or JSON, multi-document); other kinds are skipped.
+    /// Manifest files (YAML or JSON, multi-document; `-` reads standard input); other
+    /// kinds are skipped.
     #[arg(short = 'f', long = "filename", value_name = "FILE", required = true, num_args = 1..)]
     pub files: Vec<PathBuf>,
 
@@ -425,6 +444,15 @@ impl ValidateArgs {
     pub fn online(&self) -> bool {
         self.live || self.kubeconfig.is_some()
     }
+}
+
+/// A Kubernetes quantity of bytes (`1Gi`, `512Mi`), at least 1Mi.
+fn quantity_bytes(value: &str) -> Result<u64, String> {
+    let bytes = metacontroller_api::inprocess::parse_quantity_bytes(value)?;
+    if bytes < 1 << 20 {
+        return Err(format!("{value:?}: at least 1Mi"));
+    }
+    Ok(bytes)
 }
 
 fn go_duration(value: &str) -> Result<Duration, String> {

@@ -30,11 +30,19 @@ enum Known {
     Failed(String),
 }
 
+/// The watch of one ConfigMap.
+struct Watched {
+    known: watch::Receiver<Known>,
+    /// Controllers' hooks that use it ([`CodeSource::watch`] minus [`CodeSource::unwatch`]).
+    users: usize,
+    task: tokio::task::JoinHandle<()>,
+}
+
 /// Watches referenced ConfigMaps and serves them to the hook client.
 pub struct WatchedConfigMaps {
     client: Client,
     supervisor: Option<metacontroller_dynamic::Supervisor>,
-    watches: Mutex<HashMap<(String, String), watch::Receiver<Known>>>,
+    watches: Mutex<HashMap<(String, String), Watched>>,
     changes: broadcast::Sender<CodeChange>,
     /// Shared by the ConfigMap watches (see `metacontroller_dynamic::ReconnectProbe`).
     reconnect: metacontroller_dynamic::ReconnectProbe,
@@ -52,27 +60,36 @@ impl WatchedConfigMaps {
         }
     }
 
-    /// The watch of `namespace/name`, started on first use.
-    fn known(&self, namespace: &str, name: &str) -> watch::Receiver<Known> {
+    /// The watch of `namespace/name`, started on first use; `users` more of it counted.
+    fn known(&self, namespace: &str, name: &str, users: usize) -> watch::Receiver<Known> {
         let key = (namespace.to_owned(), name.to_owned());
         let mut watches = self.watches.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(known) = watches.get(&key) {
-            return known.clone();
+        if let Some(watched) = watches.get_mut(&key) {
+            watched.users += users;
+            return watched.known.clone();
         }
         let (tx, rx) = watch::channel(Known::Pending);
         let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), namespace);
         let change = CodeChange {
             namespace: namespace.to_owned(),
             name: name.to_owned(),
+            keys: None,
         };
         let reconnect = self.reconnect.clone();
-        let task = follow(api, change, tx, self.changes.clone(), reconnect);
+        let stopping = self.supervisor.clone();
+        let task = follow(api, change, tx, self.changes.clone(), reconnect, stopping);
         let label = format!("hook code ConfigMap {namespace}/{name}");
-        match &self.supervisor {
-            Some(supervisor) => drop(supervisor.spawn(label, task)),
-            None => drop(tokio::spawn(task)),
-        }
-        watches.insert(key, rx.clone());
+        // Aborting the task (when the last user goes) ends it without a report.
+        let task =
+            metacontroller_dynamic::Supervisor::spawn_with(self.supervisor.as_ref(), label, task);
+        watches.insert(
+            key,
+            Watched {
+                known: rx.clone(),
+                users,
+                task,
+            },
+        );
         rx
     }
 }
@@ -84,7 +101,7 @@ impl CodeSource for WatchedConfigMaps {
         namespace: &str,
         name: &str,
     ) -> Result<Option<Arc<CodeObject>>, SourceError> {
-        let mut known = self.known(namespace, name);
+        let mut known = self.known(namespace, name, 0);
         let listed = tokio::time::timeout(
             FIRST_READ_WAIT,
             known.wait_for(|k| !matches!(k, Known::Pending)),
@@ -107,7 +124,22 @@ impl CodeSource for WatchedConfigMaps {
     }
 
     fn watch(&self, namespace: &str, name: &str) {
-        let _ = self.known(namespace, name);
+        let _ = self.known(namespace, name, 1);
+    }
+
+    fn unwatch(&self, namespace: &str, name: &str) {
+        let key = (namespace.to_owned(), name.to_owned());
+        let mut watches = self.watches.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(watched) = watches.get_mut(&key) else {
+            return;
+        };
+        watched.users = watched.users.saturating_sub(1);
+        if watched.users == 0 {
+            if let Some(watched) = watches.remove(&key) {
+                watched.task.abort();
+            }
+            tracing::info!(%namespace, %name, "no controller uses this hook code ConfigMap any more; stopped watching it");
+        }
     }
 
     fn changes(&self) -> broadcast::Receiver<CodeChange> {
@@ -117,13 +149,15 @@ impl CodeSource for WatchedConfigMaps {
 
 /// Follows one ConfigMap until the process ends: every new version (or its deletion) is
 /// published on `known` and announced on `changes` — except the first listing, which
-/// changes nothing a sync has seen.
+/// changes nothing a sync has seen. Ends quietly at the first error after shutdown began
+/// (`supervisor` stopping): the API server going away then is expected, not worth a WARN.
 async fn follow(
     api: Api<ConfigMap>,
     change: CodeChange,
     known: watch::Sender<Known>,
     changes: broadcast::Sender<CodeChange>,
     reconnect: metacontroller_dynamic::ReconnectProbe,
+    supervisor: Option<metacontroller_dynamic::Supervisor>,
 ) {
     let config = watcher::Config::default().fields(&format!("metadata.name={}", change.name));
     let stream = reconnect.with_backoff(watcher(api, config).boxed());
@@ -142,6 +176,7 @@ async fn follow(
             Ok(watcher::Event::InitDone) => listing.take().map(code_object),
             Ok(watcher::Event::Apply(cm)) => Some(code_object(cm)),
             Ok(watcher::Event::Delete(_)) => None,
+            Err(_) if supervisor.as_ref().is_some_and(|s| s.is_stopping()) => return,
             Err(error) => {
                 tracing::warn!(namespace = %change.namespace, name = %change.name, %error, "watching a hook code ConfigMap");
                 known.send_if_modified(|k| match k {
@@ -169,6 +204,7 @@ fn publish(
     seen: Option<CodeObject>,
 ) {
     let mut announce = false;
+    let mut keys = None;
     known.send_if_modified(|current| {
         let next = match seen {
             Some(object) => Known::Present(Arc::new(object)),
@@ -183,16 +219,22 @@ fn publish(
             return false;
         }
         announce = !matches!(current, Known::Pending);
+        if let (Known::Present(old), Known::Present(new)) = (&*current, &next) {
+            keys = Some(metacontroller_hooks::changed_keys(old, new));
+        }
         *current = next;
         true
     });
     if announce {
-        tracing::info!(namespace = %change.namespace, name = %change.name, "hook code changed");
-        let _ = changes.send(change.clone());
+        tracing::info!(namespace = %change.namespace, name = %change.name, keys = ?keys, "hook code changed");
+        let _ = changes.send(CodeChange {
+            keys,
+            ..change.clone()
+        });
     }
 }
 
-fn code_object(cm: ConfigMap) -> CodeObject {
+pub(crate) fn code_object(cm: ConfigMap) -> CodeObject {
     CodeObject {
         data: cm.data.unwrap_or_default(),
         binary_data: cm

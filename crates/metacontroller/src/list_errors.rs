@@ -6,12 +6,12 @@
 
 use std::collections::HashMap;
 
-use metacontroller_controllers::events::EventRecorder;
+use metacontroller_controllers::events::{reason, EventRecorder};
 use metacontroller_dynamic::ResourceId;
 use serde_json::Value;
 
 /// The Event reason (not one of upstream's: upstream waits for its caches silently).
-pub(crate) const LIST_ERROR: &str = "ListError";
+pub(crate) const LIST_ERROR: &str = reason::LIST_ERROR;
 
 /// The last report per controller name, so an unchanged failure is not reported again.
 #[derive(Default)]

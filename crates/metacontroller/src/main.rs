@@ -23,8 +23,10 @@ mod run;
 mod shard;
 mod shutdown;
 mod sources;
+mod stranded;
 mod telemetry;
 mod validate_cmd;
+mod validate_code;
 mod validate_served;
 
 use std::process::ExitCode;

@@ -30,6 +30,48 @@ pub fn register_informers(registry: &Registry, informers: Informers) -> anyhow::
     Ok(())
 }
 
+/// Registers controller-runtime's `leader_election_master_status{name}`: 1 while this
+/// replica leads (its sync gate admits syncs), else 0; `name` is the Lease name. Read at
+/// each scrape, so it follows the elector exactly.
+pub fn register_leader(
+    registry: &Registry,
+    gate: metacontroller_workqueue::SyncGate,
+    lease: &str,
+) -> anyhow::Result<()> {
+    let status = IntGaugeVec::new(
+        Opts::new(
+            "leader_election_master_status",
+            "Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, 1 indicates master. 'name' is the string used to identify the lease.",
+        ),
+        &["name"],
+    )?;
+    registry.register(Box::new(LeaderCollector {
+        gauge: status.with_label_values(&[lease]),
+        descs: status.desc().into_iter().cloned().collect(),
+        status,
+        gate,
+    }))?;
+    Ok(())
+}
+
+struct LeaderCollector {
+    status: IntGaugeVec,
+    gauge: prometheus::IntGauge,
+    gate: metacontroller_workqueue::SyncGate,
+    descs: Vec<Desc>,
+}
+
+impl Collector for LeaderCollector {
+    fn desc(&self) -> Vec<&Desc> {
+        self.descs.iter().collect()
+    }
+
+    fn collect(&self) -> Vec<MetricFamily> {
+        self.gauge.set(i64::from(self.gate.admits_syncs()));
+        self.status.collect()
+    }
+}
+
 /// Reads the informers when scraped, so the gauges never go stale or outlive an informer.
 struct InformerCollector {
     informers: Informers,

@@ -41,6 +41,9 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
         end = supervisor.failed() => return Err(anyhow::anyhow!(end)),
     }
     let (gate, replica) = gate_and_replica(leader.as_ref(), sharding.as_ref());
+    if let Some(config) = &leader {
+        crate::metrics::register_leader(&registry, gate.clone(), &config.name)?;
+    }
     let shared = Shared::new(
         client.clone(),
         &args,
@@ -51,6 +54,10 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
         &supervisor,
         namespaced,
     )?;
+    tokio::select! {
+        () = sweep_at_start(&shared.sweeper) => {}
+        _ = crate::shutdown::signal() => return Ok(()),
+    }
     let leader = leader.map(|config| {
         crate::shutdown::LeaderTask::spawn(client.clone(), config, gate.clone(), &supervisor)
     });
@@ -93,6 +100,32 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
         tracing::warn!(timeout = ?RECORDING_FLUSH_TIMEOUT, "--record-hooks: some recordings were not written before exit");
     }
     failure.map_or(Ok(()), Err)
+}
+
+/// How long the start waits for the stranded-finalizer sweep before the controllers start
+/// (it goes on in the background after that).
+const START_SWEEP_WAIT: Duration = Duration::from_secs(30);
+
+/// Removes the finalizers of controller objects deleted while no process ran (or before a
+/// process killed midway finished), see [`crate::stranded`]. Done before the controllers
+/// start, so its lists do not mix with their first syncs; bounded by [`START_SWEEP_WAIT`].
+async fn sweep_at_start(sweeper: &crate::stranded::Sweeper) {
+    let sweeper = sweeper.clone();
+    let started = std::time::Instant::now();
+    let task = tokio::spawn(async move {
+        let swept = sweeper.sweep_all().await;
+        tracing::info!(
+            resources = swept.resources,
+            objects = swept.objects,
+            removed = swept.removed,
+            failed = swept.failed,
+            elapsed = ?started.elapsed(),
+            "swept finalizers of deleted controller objects"
+        );
+    });
+    if tokio::time::timeout(START_SWEEP_WAIT, task).await.is_err() {
+        tracing::warn!(waited = ?START_SWEEP_WAIT, "the sweep of finalizers of deleted controller objects goes on in the background");
+    }
 }
 
 /// The leader election and sharding settings of the flags (at most one of them is on).
@@ -260,6 +293,8 @@ struct Shared {
     schemas: Option<metacontroller_dynamic::Schemas>,
     metrics: metacontroller_controllers::metrics::ControllerMetrics,
     readiness: crate::health::Readiness,
+    /// Removes the finalizers of deleted controller objects.
+    sweeper: crate::stranded::Sweeper,
 }
 
 impl Shared {
@@ -307,6 +342,11 @@ impl Shared {
             replica,
             recorder: hook_recorder(args)?,
             trace: crate::telemetry::hook_propagator(),
+            inprocess: metacontroller_hooks::InProcessLimits {
+                per_controller: args.inprocess_hook_concurrency_per_controller as usize,
+                process: args.inprocess_hook_concurrency as usize,
+                memory_budget: args.inprocess_hook_memory_budget,
+            },
             ..Default::default()
         })
         .context("building the hook client")?;
@@ -320,6 +360,9 @@ impl Shared {
             Some(supervisor),
         )
         .context("--events-qps/--events-burst")?;
+        if let Some(dropped) = events.dropped_metric() {
+            registry.register(Box::new(dropped))?;
+        }
         let openapi = namespaced.as_ref().is_none_or(|n| n.openapi);
         let schemas = (args.apply_schema == crate::cli::ApplySchema::Auto && openapi).then(|| {
             let refresh = Some(args.discovery_interval)
@@ -327,7 +370,9 @@ impl Shared {
                 .unwrap_or(Duration::from_secs(30));
             metacontroller_dynamic::Schemas::new(client.clone(), &informers, refresh)
         });
+        let sweeper = crate::stranded::Sweeper::new(client.clone(), &args.watch_namespaces);
         Ok(Shared {
+            sweeper,
             client,
             informers,
             hooks,
@@ -532,6 +577,7 @@ where
                 let object = self.objects.remove(&name).unwrap_or_default();
                 tracing::info!(kind = %T::kind(&()), %name, "stopping controller deleted while the watch was down");
                 self.stop_with_events(&name, &object, handle).await;
+                self.sweep_finalizers(&name, &object);
             }
         }
         self.objects.retain(|name, _| seen.contains(name));
@@ -568,6 +614,21 @@ where
             tracing::info!(kind = %T::kind(&()), %name, "stopping controller");
             self.stop_reconciler(name, obj, handle).await;
         }
+        // Also for a controller that never started: its finalizers may be left from before.
+        let object = serde_json::to_value(obj).unwrap_or_default();
+        self.sweep_finalizers(name, &object);
+    }
+
+    /// After controller object `name` (last seen as `object`) was deleted and its reconciler
+    /// stopped: its finalizer leaves the objects of its parent or target resources, in the
+    /// background (see [`crate::stranded`]).
+    fn sweep_finalizers(&self, name: &str, object: &serde_json::Value) {
+        let Some(owner) = crate::stranded::Owner::of_kind(&T::kind(&()), name) else {
+            return;
+        };
+        let resources = crate::stranded::finalized_resources(object);
+        let sweeper = self.shared.sweeper.clone();
+        tokio::spawn(async move { sweeper.sweep_owner(owner, resources).await });
     }
 
     /// Retries the objects that could not start, against a fresh discovery result.

@@ -36,7 +36,7 @@ pub async fn run(args: &ValidateArgs) -> anyhow::Result<()> {
         for warning in warnings {
             println!("warning: {warning}");
         }
-        Some(map)
+        Some((map, client))
     } else {
         None
     };
@@ -44,9 +44,14 @@ pub async fn run(args: &ValidateArgs) -> anyhow::Result<()> {
     let mut checked = 0usize;
     for (file, docs) in documents {
         for (index, doc) in docs.into_iter().enumerate() {
-            let cluster = served
-                .as_ref()
-                .map(|served| crate::validate_served::check(&doc, served));
+            let cluster = match &served {
+                Some((map, client)) => {
+                    let (mut errors, warnings) = crate::validate_served::check(&doc, map);
+                    errors.extend(crate::validate_code::check(client, &doc).await);
+                    Some((errors, warnings))
+                }
+                None => None,
+            };
             let Some(mut report) = check_document(doc) else {
                 continue;
             };
@@ -175,10 +180,13 @@ fn clean_path(path: &str) -> String {
         .join(".")
 }
 
-/// All YAML (or JSON) documents of a file, empty documents skipped.
+/// All YAML (or JSON) documents of a file (`-`: standard input), empty documents skipped.
 pub(crate) fn read_documents(path: &Path) -> anyhow::Result<Vec<Value>> {
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let text = if path == Path::new("-") {
+        std::io::read_to_string(std::io::stdin()).context("cannot read standard input")?
+    } else {
+        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?
+    };
     let mut docs = Vec::new();
     for (index, document) in serde_yaml::Deserializer::from_str(&text).enumerate() {
         let value = Value::deserialize(document).with_context(|| {

@@ -808,3 +808,38 @@ async fn kubectl_apply_k_deploy_creates_the_installation() {
             .unwrap_or_else(|e| panic!("CRD {crd}: {e}"));
     }
 }
+
+/// `inprocessHooks.memoryBudget` passes `--inprocess-hook-memory-budget`; unset, the binary's
+/// default applies (no flag); a value that is not a quantity is refused by the schema.
+#[tokio::test]
+async fn inprocess_hook_memory_budget_reaches_the_flag() {
+    if !helm_sdk_available() {
+        return;
+    }
+    let objects = render(
+        &[
+            "render",
+            "--set-json",
+            r#"{"commandArgs": [], "inprocessHooks": {"memoryBudget": "512Mi"}}"#,
+        ],
+        "rendering with a memory budget",
+    )
+    .await;
+    assert_eq!(
+        default_sts_args(&objects),
+        &json!(["--inprocess-hook-memory-budget=512Mi"])
+    );
+    let objects = render(
+        &["render", "--set-json", r#"{"commandArgs": []}"#],
+        "rendering without a memory budget",
+    )
+    .await;
+    assert_eq!(default_sts_args(&objects), &json!([]));
+    let bad = helm_chart(&[
+        "render",
+        "--set-json",
+        r#"{"inprocessHooks": {"memoryBudget": "lots"}}"#,
+    ])
+    .await;
+    assert!(!bad.ok, "memoryBudget: lots accepted");
+}

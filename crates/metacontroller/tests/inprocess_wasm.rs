@@ -251,7 +251,7 @@ async fn a_wasm_hooks_events_land_on_its_parent() {
 /// One hostile module per case: the parent of each fails with a SyncError naming why.
 const HOSTILE: &[(&str, &str)] = &[
     ("spin", "no response within 1s"),
-    ("greedy", "memory limit of 33554432 bytes"),
+    ("greedy", "memory limit of 32Mi"),
     ("garbage", "can't decode response"),
     ("exit", "exited with status 3"),
     ("unknown-import", "env"),
@@ -326,7 +326,7 @@ async fn memory_hungry_module_is_refused_at_its_limit_and_rss_stays_below_limit_
         ns,
         controller,
     } = one_module("greedy", wat(GREEDY), "a").await;
-    until_sync_error(&cluster, &ns, "a", "memory limit of 67108864 bytes", WAIT).await;
+    until_sync_error(&cluster, &ns, "a", "memory limit of 64Mi", WAIT).await;
     // Retried with backoff: a few more refusals, none of them raising the peak.
     eventually_within("three refusals", WAIT, || async {
         let refusals: i32 = events_about(&cluster, &ns, "a")

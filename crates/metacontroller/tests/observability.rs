@@ -85,6 +85,12 @@ const OTHER_FAMILIES: &[(&str, &[&str])] = &[
         &["controller"],
     ),
     ("controller_runtime_active_workers", &["controller"]),
+    ("metacontroller_failing_parents", &["controller"]),
+    (
+        "metacontroller_longest_failing_parent_seconds",
+        &["controller"],
+    ),
+    ("metacontroller_events_dropped_total", &["reason"]),
     (
         "metacontroller_hook_calls_total",
         &[
@@ -600,4 +606,44 @@ async fn metrics_address_zero_serves_no_metrics() {
     assert!(!logs.contains("serving metrics"), "{logs}");
     // Nor does the probe server answer for metrics.
     assert_eq!(http_get(&format!("http://{probes}/metrics")).await.0, 404);
+}
+
+/// docs/src/observability.md documents each of our families with the labels /metrics shows
+/// (the list the scrape test above checks), and the in-process hooks' outcomes.
+#[test]
+fn the_metrics_reference_lists_the_labels_metrics_shows() {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../docs/src/observability.md"
+    );
+    let doc = std::fs::read_to_string(path).expect("read observability.md");
+    let ours = OTHER_FAMILIES
+        .iter()
+        .filter(|(family, _)| family.starts_with("metacontroller_"));
+    for (family, labels) in ours {
+        let row = doc
+            .lines()
+            .find(|l| l.starts_with(&format!("| `{family}` |")))
+            .unwrap_or_else(|| panic!("{family} is not in observability.md"));
+        let documented: Vec<&str> = row
+            .split('|')
+            .nth(2)
+            .unwrap_or_default()
+            .split(',')
+            .map(|label| label.trim().trim_matches('`'))
+            .filter(|label| !label.is_empty())
+            .collect();
+        assert_eq!(documented, *labels, "{row}");
+        if *family == "metacontroller_hook_calls_total" {
+            for outcome in [
+                "`code_error`",
+                "`hook_error`",
+                "`webhook`",
+                "`jsonnet`",
+                "`wasm`",
+            ] {
+                assert!(row.contains(outcome), "{outcome} missing: {row}");
+            }
+        }
+    }
 }

@@ -843,3 +843,38 @@ fn diff_follows_update_strategies() {
     );
     assert!(!out.contains("update "), "{out}");
 }
+
+/// The hook's `events` are printed as the controller records them, and an entry it would
+/// skip is reported with the `InvalidHookEvent` it would record instead.
+#[test]
+fn events_of_the_answer_are_kept_and_checked() {
+    if !installed("python3") {
+        return;
+    }
+    let hook = r#"python3 -c 'import json; print(json.dumps({"children": [], "events": [{"type": "Normal", "reason": "Greeted", "message": "said hello"}, {"type": "Loud", "reason": "Shouted", "message": "x"}]}))'"#;
+    let (code, out, err) = render_hello(&["--hook-command", hook]);
+    assert_eq!(code, 0, "{err}");
+    let doc: Value = serde_yaml::from_str(&out).expect("YAML answer");
+    assert_eq!(
+        doc["events"],
+        json!([{"type": "Normal", "reason": "Greeted", "message": "said hello"}]),
+        "{out}"
+    );
+    let warning = err
+        .lines()
+        .find(|l| l.contains("InvalidHookEvent"))
+        .unwrap_or_else(|| panic!("no InvalidHookEvent in:\n{err}"));
+    assert!(warning.contains("sync hook event 1 skipped"), "{warning}");
+}
+
+/// A failing hook is reported once, not once per layer of the error.
+#[test]
+fn a_hook_error_is_printed_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let code = dir.path().join("sync.jsonnet");
+    std::fs::write(&code, "function(request) error 'boom once'").unwrap();
+    let (status, _, err) = render_hello(&["--jsonnet", path(&code)]);
+    assert_eq!(status, 1, "{err}");
+    assert!(err.contains("sync hook failed for HelloWorld"), "{err}");
+    assert_eq!(err.matches("boom once").count(), 1, "{err}");
+}

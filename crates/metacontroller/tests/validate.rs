@@ -242,3 +242,116 @@ async fn kubeconfig_checks_that_named_resources_are_served() {
     let (code, text) = validate(&[&bad]);
     assert_eq!(code, 0, "{text}");
 }
+
+/// `validate -f -` reads the manifest from standard input.
+#[test]
+fn dash_reads_standard_input() {
+    use std::io::Write;
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/hello-world");
+    let manifest = std::fs::read(dir.join("controller.yaml")).expect("read the example");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_metacontroller"))
+        .args(["validate", "-f", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run the metacontroller binary");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(&manifest)
+        .expect("write stdin");
+    let output = child.wait_with_output().expect("wait for validate");
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{text}");
+    assert!(
+        text.contains("- (document 1) CompositeController/hello-controller: ok"),
+        "{text}"
+    );
+}
+
+/// A CompositeController named `name` whose sync hook is `hook` (YAML flow mapping).
+fn code_controller(name: &str, hook: &str) -> String {
+    format!(
+        "apiVersion: metacontroller.k8s.io/v1alpha1\nkind: CompositeController\n\
+         metadata: {{name: {name}}}\nspec:\n  parentResource: {{apiVersion: v1, resource: configmaps}}\n\
+         \x20 hooks:\n    sync: {hook}\n---\n"
+    )
+}
+
+/// `validate --kubeconfig`: the code of in-process hooks is read from its ConfigMap and
+/// checked as a call would: the ConfigMap and key exist, Jsonnet parses, WASM compiles.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubeconfig_checks_in_process_hook_code() {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::api::{Api, PostParams};
+    use metacontroller_testkit::TestCluster;
+
+    let cluster = TestCluster::start().await;
+    let ns = cluster.create_namespace("validate-code").await;
+    let code: ConfigMap = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "code"},
+        "data": {
+            "good.jsonnet": "function(request) {children: []}",
+            "bad.jsonnet": "function(request) {children: [}",
+            "bad.wasm": "AGFzbQEAAAA=",
+        }
+    }))
+    .unwrap();
+    Api::<ConfigMap>::namespaced(cluster.client(), &ns)
+        .create(&PostParams::default(), &code)
+        .await
+        .expect("create the code ConfigMap");
+    let jsonnet = |name: &str, key: &str| {
+        format!("{{jsonnet: {{configMapRef: {{namespace: {ns}, name: {name}}}, key: {key}}}}}")
+    };
+    let manifest = [
+        code_controller("good", &jsonnet("code", "good.jsonnet")),
+        code_controller("no-configmap", &jsonnet("nope", "good.jsonnet")),
+        code_controller("no-key", &jsonnet("code", "none.jsonnet")),
+        code_controller("syntax", &jsonnet("code", "bad.jsonnet")),
+        code_controller(
+            "wasm",
+            &format!("{{wasm: {{configMapRef: {{namespace: {ns}, name: code}}, key: bad.wasm}}}}"),
+        ),
+    ]
+    .concat();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let file = dir.path().join("code.yaml");
+    std::fs::write(&file, manifest).expect("write manifest");
+    let kubeconfig = cluster.kubeconfig_path().to_path_buf();
+    let (code, text) = validate_against(kubeconfig, file.clone(), "flag").await;
+    assert_eq!(code, 1, "{text}");
+    let line = |name: &str| {
+        text.lines()
+            .find(|l| l.contains(&format!("CompositeController/{name}: error")))
+            .unwrap_or_else(|| panic!("no error for {name} in:\n{text}"))
+            .to_string()
+    };
+    assert!(text.contains("CompositeController/good: ok"), "{text}");
+    assert!(
+        line("no-configmap").contains(&format!(
+            "error: spec.hooks.sync.jsonnet: ConfigMap {ns}/nope not found"
+        )),
+        "{text}"
+    );
+    assert!(
+        line("no-key").contains("has no key \"none.jsonnet\""),
+        "{text}"
+    );
+    assert!(
+        line("syntax").contains("error: spec.hooks.sync.jsonnet:"),
+        "{text}"
+    );
+    assert!(text.contains("bad.jsonnet:1"), "{text}");
+    assert!(
+        line("wasm").contains("error: spec.hooks.sync.wasm:"),
+        "{text}"
+    );
+    assert!(text.contains("error(s) in 5 controller(s)"), "{text}");
+
+    // Offline, the code is not looked at.
+    let (code, text) = validate(&[&file]);
+    assert_eq!(code, 0, "{text}");
+}

@@ -15,6 +15,7 @@ pub struct HookReply {
     status: u16,
     body: Vec<u8>,
     delay: Option<Duration>,
+    headers: Vec<(String, String)>,
 }
 
 impl HookReply {
@@ -24,6 +25,7 @@ impl HookReply {
             status: 200,
             body: body.to_string().into_bytes(),
             delay: None,
+            headers: Vec::new(),
         }
     }
 
@@ -33,12 +35,19 @@ impl HookReply {
             status,
             body: body.as_bytes().to_vec(),
             delay: None,
+            headers: Vec::new(),
         }
     }
 
     /// 200 with these exact bytes (e.g. invalid JSON).
     pub fn raw(body: &str) -> Self {
         HookReply::status(200, body)
+    }
+
+    /// The same reply with the response header `name: value` (e.g. an `ETag`).
+    pub fn header(mut self, name: &str, value: &str) -> Self {
+        self.headers.push((name.to_owned(), value.to_owned()));
+        self
     }
 
     /// The same reply after `delay` (to make the controller's hook timeout fire).
@@ -263,11 +272,13 @@ async fn serve(state: Arc<State>, request: Request<Body>) -> Response {
     if let Some(delay) = reply.delay {
         tokio::time::sleep(delay).await;
     }
-    Response::builder()
+    let mut response = Response::builder()
         .status(StatusCode::from_u16(reply.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR))
-        .header("content-type", "application/json")
-        .body(Body::from(reply.body))
-        .unwrap_or_default()
+        .header("content-type", "application/json");
+    for (name, value) in &reply.headers {
+        response = response.header(name.as_str(), value.as_str());
+    }
+    response.body(Body::from(reply.body)).unwrap_or_default()
 }
 
 /// A sync answer to a composite hook `request`: one ConfigMap child `<parent name>-cm`

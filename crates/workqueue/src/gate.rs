@@ -420,6 +420,14 @@ impl SyncGate {
         self.lock().in_flight
     }
 
+    /// Whether a sync may start now: the gate is open and the Lease bound to it (if any) is
+    /// current. Under leader election: whether this replica leads (the
+    /// `leader_election_master_status` gauge).
+    pub fn admits_syncs(&self) -> bool {
+        let state = self.lock();
+        state.open && lease_current(state.lease, Instant::now())
+    }
+
     /// Lets syncs start.
     pub fn open(&self) {
         self.lock().open = true;
@@ -557,7 +565,9 @@ mod tests {
         };
         tokio::time::sleep(Duration::from_secs(5)).await;
         assert!(!waiter.is_finished());
+        assert!(!gate.admits_syncs());
         gate.open();
+        assert!(gate.admits_syncs());
         let permit = waiter.await.unwrap();
         assert_eq!(gate.in_flight(), 1);
         drop(permit);

@@ -11,7 +11,12 @@
 //!   `requeue`, `requeue_after`), `controller_runtime_reconcile_errors_total`,
 //!   `controller_runtime_reconcile_panics_total`, `controller_runtime_reconcile_time_seconds`,
 //!   `controller_runtime_max_concurrent_reconciles`, `controller_runtime_active_workers` —
-//!   all `{controller}`, one reconcile being one run of the queue's handler for a key.
+//!   all `{controller}`, one reconcile being one run of the queue's handler for a key;
+//! * beyond both, `metacontroller_failing_parents{controller}` (keys whose last sync failed)
+//!   and `metacontroller_longest_failing_parent_seconds{controller}` (how long ago the
+//!   longest-failing of them first failed, without a success since): refreshed with the
+//!   in-progress gauges, so an alert can tell a parent stuck for an hour from many brief
+//!   failures.
 
 use std::fmt;
 
@@ -94,6 +99,17 @@ const ACTIVE_WORKERS: Family = (
     "Number of currently used workers per controller",
 );
 
+// Beyond client-go and controller-runtime: parents that keep failing.
+const FAILING: Family = (
+    "metacontroller_failing_parents",
+    "Parents (or decorator targets) whose last sync failed, per controller.",
+);
+const LONGEST_FAILING: Family = (
+    "metacontroller_longest_failing_parent_seconds",
+    "Seconds since the first failure of the parent that has failed longest without a \
+     successful sync since (0 when none is failing).",
+);
+
 /// The options of a gauge or counter family.
 fn opts((name, help): Family) -> Opts {
     Opts::new(name, help)
@@ -121,6 +137,8 @@ pub struct QueueMetrics {
     reconcile_time: HistogramVec,
     max_concurrent: IntGaugeVec,
     active_workers: IntGaugeVec,
+    failing: IntGaugeVec,
+    longest_failing: GaugeVec,
 }
 
 impl fmt::Debug for QueueMetrics {
@@ -158,6 +176,8 @@ impl QueueMetrics {
             )?,
             max_concurrent: IntGaugeVec::new(opts(MAX_CONCURRENT), &ctl)?,
             active_workers: IntGaugeVec::new(opts(ACTIVE_WORKERS), &ctl)?,
+            failing: IntGaugeVec::new(opts(FAILING), &ctl)?,
+            longest_failing: GaugeVec::new(opts(LONGEST_FAILING), &ctl)?,
         })
     }
 
@@ -177,6 +197,8 @@ impl QueueMetrics {
         registry.register(Box::new(self.reconcile_time.clone()))?;
         registry.register(Box::new(self.max_concurrent.clone()))?;
         registry.register(Box::new(self.active_workers.clone()))?;
+        registry.register(Box::new(self.failing.clone()))?;
+        registry.register(Box::new(self.longest_failing.clone()))?;
         Ok(())
     }
 
@@ -199,6 +221,8 @@ impl QueueMetrics {
             reconcile_time: self.reconcile_time.with_label_values(&c),
             max_concurrent: self.max_concurrent.with_label_values(&c),
             active_workers: self.active_workers.with_label_values(&c),
+            failing: self.failing.with_label_values(&c),
+            longest_failing: self.longest_failing.with_label_values(&c),
         }
     }
 }
@@ -219,6 +243,8 @@ pub(crate) struct BoundQueueMetrics {
     pub reconcile_time: Histogram,
     pub max_concurrent: IntGauge,
     pub active_workers: IntGauge,
+    pub failing: IntGauge,
+    pub longest_failing: Gauge,
 }
 
 /// How a reconcile ended (the `result` label).

@@ -18,6 +18,18 @@ pub const MAX_HOOK_EVENT_REASON_BYTES: usize = 128;
 /// Longest `message` recorded, in bytes; longer ones are cut on a character boundary
 /// (the limit events.k8s.io puts on an Event's note).
 pub const MAX_HOOK_EVENT_MESSAGE_BYTES: usize = 1024;
+/// Reasons the controller itself records on the objects a hook's events land on (or on
+/// controller objects, for failures): a hook event with one of them is skipped, so that a
+/// `SyncError` (or a `SyncRecovered`) always comes from the controller. `Starting`,
+/// `Started`, `Stopping` and `Stopped` are the controller's too, but only on controller
+/// objects, and Kubernetes itself uses them on Pods: hooks keep them.
+pub const RESERVED_HOOK_EVENT_REASONS: [&str; 5] = [
+    "SyncError",
+    "SyncRecovered",
+    "CreateError",
+    "ListError",
+    "InvalidHookEvent",
+];
 
 /// One Event a hook asks for.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
@@ -64,7 +76,8 @@ impl HookEvent {
 
     /// Why the controller would skip this event, or `None` when it is valid: the type
     /// must be `Normal` or `Warning`, the reason CamelCase (an ASCII upper-case letter,
-    /// then ASCII letters and digits) of at most [`MAX_HOOK_EVENT_REASON_BYTES`].
+    /// then ASCII letters and digits) of at most [`MAX_HOOK_EVENT_REASON_BYTES`], and not
+    /// one of the controller's own ([`RESERVED_HOOK_EVENT_REASONS`]).
     pub fn problem(&self) -> Option<String> {
         if !HOOK_EVENT_TYPES.contains(&self.type_.as_str()) {
             return Some(format!(
@@ -85,6 +98,11 @@ impl HookEvent {
             && reason.chars().all(|c| c.is_ascii_alphanumeric());
         if !camel {
             return Some(format!("reason {reason:?} is not CamelCase"));
+        }
+        if RESERVED_HOOK_EVENT_REASONS.contains(&reason.as_str()) {
+            return Some(format!(
+                "reason {reason:?} is reserved for the controller's own Events"
+            ));
         }
         None
     }
@@ -146,12 +164,17 @@ mod tests {
             (HookEvent::normal("Dash-ed", "m"), "not CamelCase"),
             (HookEvent::normal("Ünicode", "m"), "not CamelCase"),
             (HookEvent::normal("A".repeat(129), "m"), "longer than 128"),
+            (HookEvent::warning("SyncError", "m"), "reserved"),
+            (HookEvent::normal("SyncRecovered", "m"), "reserved"),
+            (HookEvent::warning("InvalidHookEvent", "m"), "reserved"),
         ];
         for (event, expected) in bad {
             let problem = event.problem().expect("should be invalid");
             assert!(problem.contains(expected), "{problem} vs {expected}");
         }
         assert_eq!(HookEvent::normal("A".repeat(128), "m").problem(), None);
+        // Lifecycle reasons Kubernetes also uses stay open to hooks.
+        assert_eq!(HookEvent::normal("Started", "m").problem(), None);
         // A huge bad type is not echoed in full.
         let problem = HookEvent::new("x".repeat(10_000), "Ok", "m")
             .problem()

@@ -20,7 +20,7 @@ pub use decode::{decode_response, DecodeError};
 pub use decorator::{DecoratorHookRequest, DecoratorHookResponse};
 pub use event::{
     HookEvent, HOOK_EVENT_TYPES, MAX_HOOK_EVENTS, MAX_HOOK_EVENT_MESSAGE_BYTES,
-    MAX_HOOK_EVENT_REASON_BYTES,
+    MAX_HOOK_EVENT_REASON_BYTES, RESERVED_HOOK_EVENT_REASONS,
 };
 pub use object_map::{group_key, parse_group_key, ObjectMap};
 

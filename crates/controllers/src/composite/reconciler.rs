@@ -516,7 +516,7 @@ impl Inner {
             related,
             call.finalizing,
         );
-        let mut response: CompositeHookResponse = self
+        let answer = self
             .common
             .call_hook(call.name, &parent.key.to_string(), call.hook, &request)
             .await
@@ -525,12 +525,14 @@ impl Inner {
                 parent: self.describe(parent),
                 source,
             })?;
-        // On the parent itself, also when the hook saw one of its revisions.
-        self.common.record_hook_events(
-            call.name,
-            &parent.object,
-            std::mem::take(&mut response.events),
-        );
+        let mut response: CompositeHookResponse = answer.response;
+        let events = std::mem::take(&mut response.events);
+        // On the parent itself, also when the hook saw one of its revisions; a cached
+        // answer's Events were recorded when the hook sent them.
+        if !answer.cached {
+            self.common
+                .record_hook_events(call.name, &parent.object, events);
+        }
         Ok(response)
     }
 

@@ -708,7 +708,7 @@ impl Inner {
         );
         let res = &target.res;
         let key_text = format!("{}/{}/{}", res.api_version, res.kind, target.key.key);
-        let mut response: DecoratorHookResponse = self
+        let answer = self
             .common
             .call_hook(hook_name, &key_text, hook, &request)
             .await
@@ -716,8 +716,12 @@ impl Inner {
                 hook: hook_name,
                 source,
             })?;
-        self.common
-            .record_hook_events(hook_name, object, std::mem::take(&mut response.events));
+        let mut response: DecoratorHookResponse = answer.response;
+        let events = std::mem::take(&mut response.events);
+        // A cached answer's Events were recorded when the hook sent them.
+        if !answer.cached {
+            self.common.record_hook_events(hook_name, object, events);
+        }
         Ok(response)
     }
 

@@ -29,6 +29,8 @@
 mod defaulting;
 mod errors;
 mod prune;
+pub mod rules;
+mod rules_eval;
 mod validation;
 
 pub use errors::{go_quote, go_value, invalid_message, invalid_status, FieldError, FieldErrorType};
@@ -126,6 +128,11 @@ pub struct Node {
     pub one_of: Vec<Node>,
     /// `not`.
     pub not: Option<Box<Node>>,
+    /// `x-kubernetes-validations` (CEL rules).
+    pub validations: Vec<rules::Rule>,
+    /// Whether this node or one below it has `x-kubernetes-validations` (so a write
+    /// walks only the parts of an object that rules look at).
+    pub rules_below: bool,
 }
 
 /// A parsed structural schema of one CRD version.
@@ -177,6 +184,17 @@ impl StructuralSchema {
     /// Validates `obj` against the schema; errors in a stable order.
     pub fn validate(&self, obj: &Value) -> Vec<FieldError> {
         validation::validate(obj, &self.root)
+    }
+
+    /// Runs the `x-kubernetes-validations` rules on `obj` (`old`: the stored object of an
+    /// update, for transition rules); see [`rules`] for what is checked and what is skipped.
+    pub fn validate_rules(&self, obj: &Value, old: Option<&Value>) -> Vec<FieldError> {
+        rules_eval::validate_rules(obj, old, &self.root)
+    }
+
+    /// Whether the schema has any `x-kubernetes-validations` rule.
+    pub fn has_rules(&self) -> bool {
+        self.root.rules_below
     }
 }
 
@@ -374,6 +392,11 @@ pub fn parse_node(v: &Value, path: &str) -> Result<Node, SchemaError> {
     if let Some(s) = m.get("not") {
         n.not = Some(Box::new(parse_node(s, &format!("{path}.not"))?));
     }
+    n.validations = rules::parse_rules(m);
+    n.rules_below = !n.validations.is_empty()
+        || n.properties.values().any(|p| p.rules_below)
+        || n.items.as_ref().is_some_and(|i| i.rules_below)
+        || matches!(&n.additional_properties, Some(AdditionalProperties::Schema(s)) if s.rules_below);
     Ok(n)
 }
 

@@ -1,6 +1,6 @@
 //! Where an in-process hook's code comes from, as bytes: a ConfigMap key (Jsonnet: the
 //! ConfigMap's keys as files; WebAssembly: `binaryData`, or base64 in `data`, gzip accepted)
-//! or a URL pinned by SHA-256. Downloads are kept by digest, so a module is fetched once.
+//! or a URL pinned by SHA-256 (see [`super::download`]: single flight, failures backed off).
 
 use std::collections::HashMap;
 use std::io::Read as _;
@@ -10,14 +10,13 @@ use std::time::Duration;
 use base64::Engine as _;
 use metacontroller_api::hook::{CodeConfigMapReference, WasmHook};
 
+use super::download::Downloads;
 use crate::sources::{CodeObject, CodeSource};
 
 /// The largest module accepted, downloaded or after gunzip (a gzip bomb stops here).
 pub const MAX_MODULE_BYTES: u64 = 64 * 1024 * 1024;
 /// How long a module download may take.
 const DOWNLOAD_TIMEOUT: Duration = Duration::from_secs(30);
-/// Downloaded modules kept (by digest); older ones are dropped first.
-const MAX_DOWNLOADS: usize = 16;
 
 /// A SHA-256 digest.
 pub(crate) type Digest = [u8; 32];
@@ -38,16 +37,15 @@ pub(crate) fn hex(digest: &Digest) -> String {
 /// Reads ConfigMaps through the [`CodeSource`] and downloads pinned modules.
 pub(crate) struct CodeLoader {
     source: Option<Arc<dyn CodeSource>>,
-    downloads: Mutex<Vec<(Digest, Arc<Vec<u8>>)>>,
-    http: Mutex<Option<reqwest::Client>>,
+    downloads: Arc<Downloads>,
 }
 
 impl CodeLoader {
-    pub(crate) fn new(source: Option<Arc<dyn CodeSource>>) -> Self {
+    /// Reads `source`; keeps downloads in `cache`.
+    pub(crate) fn new(source: Option<Arc<dyn CodeSource>>, cache: Arc<CodeCache>) -> Self {
         Self {
             source,
-            downloads: Mutex::new(Vec::new()),
-            http: Mutex::new(None),
+            downloads: Arc::new(Downloads::new(cache)),
         }
     }
 
@@ -77,57 +75,15 @@ impl CodeLoader {
             }
             (None, Some(url)) => {
                 let pinned = hook.sha256.as_deref().unwrap_or_default();
-                self.download(url, pinned).await
+                self.downloads.get(url, pinned).await
             }
             (None, None) => Err("neither configMapRef nor url is set".into()),
         }
     }
-
-    /// The module at `url`, which must hash to `pinned` (hex); kept once verified.
-    async fn download(&self, url: &str, pinned: &str) -> Result<Arc<Vec<u8>>, String> {
-        let wanted = pinned.to_ascii_lowercase();
-        if let Some(bytes) = self.downloaded(&wanted) {
-            return Ok(bytes);
-        }
-        let client = self.http_client()?;
-        let bytes = fetch(&client, url).await?;
-        let digest = sha256(&bytes);
-        if hex(&digest) != wanted {
-            return Err(format!(
-                "the module at {url} has sha256 {}, not the pinned {wanted}",
-                hex(&digest)
-            ));
-        }
-        let bytes = Arc::new(gunzip_if_compressed(bytes)?);
-        let mut downloads = self.downloads.lock().unwrap_or_else(|e| e.into_inner());
-        if downloads.len() >= MAX_DOWNLOADS {
-            downloads.remove(0);
-        }
-        downloads.push((digest, bytes.clone()));
-        Ok(bytes)
-    }
-
-    fn downloaded(&self, wanted_hex: &str) -> Option<Arc<Vec<u8>>> {
-        let downloads = self.downloads.lock().unwrap_or_else(|e| e.into_inner());
-        downloads
-            .iter()
-            .find(|(digest, _)| hex(digest) == wanted_hex)
-            .map(|(_, bytes)| bytes.clone())
-    }
-
-    fn http_client(&self) -> Result<reqwest::Client, String> {
-        let mut http = self.http.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(client) = http.as_ref() {
-            return Ok(client.clone());
-        }
-        let client = crate::pool::plain_client().map_err(|e| e.to_string())?;
-        *http = Some(client.clone());
-        Ok(client)
-    }
 }
 
 /// GETs `url` (at most [`MAX_MODULE_BYTES`], within [`DOWNLOAD_TIMEOUT`]).
-async fn fetch(client: &reqwest::Client, url: &str) -> Result<Vec<u8>, String> {
+pub(crate) async fn fetch(client: &reqwest::Client, url: &str) -> Result<Vec<u8>, String> {
     let download = async {
         let mut response = client
             .get(url)
@@ -146,7 +102,8 @@ async fn fetch(client: &reqwest::Client, url: &str) -> Result<Vec<u8>, String> {
             bytes.extend_from_slice(&chunk);
             if bytes.len() as u64 > MAX_MODULE_BYTES {
                 return Err(format!(
-                    "{url}: module larger than {MAX_MODULE_BYTES} bytes"
+                    "{url}: module larger than {}",
+                    crate::quantity::quantity(MAX_MODULE_BYTES)
                 ));
             }
         }
@@ -201,7 +158,8 @@ pub(crate) fn gunzip_if_compressed(bytes: Vec<u8>) -> Result<Vec<u8>, String> {
         .map_err(|e| format!("bad gzip: {e}"))?;
     if out.len() as u64 > MAX_MODULE_BYTES {
         return Err(format!(
-            "module larger than {MAX_MODULE_BYTES} bytes after gunzip"
+            "module larger than {} after gunzip",
+            crate::quantity::quantity(MAX_MODULE_BYTES)
         ));
     }
     Ok(out)
@@ -222,52 +180,125 @@ pub(crate) fn check_jsonnet_entry(
     ))
 }
 
-/// Compiled artefacts by the digest of their source, at most `capacity`, least recently
-/// used dropped first. Keyed by content, so a ConfigMap edited back and forth compiles
-/// each version once.
-pub(crate) struct CompiledCache<T> {
-    capacity: usize,
-    entries: Mutex<HashMap<Digest, (T, u64)>>,
+/// Code by the digest of its source (downloaded modules, compiled modules), within a byte
+/// budget: each entry is weighed, and the least recently used go first when a new one
+/// does not fit. Keyed by content, so a ConfigMap edited back and forth compiles each
+/// version once.
+pub(crate) struct CompiledCache<T, K = Digest> {
+    budget: u64,
+    state: Mutex<CacheState<K, T>>,
     clock: std::sync::atomic::AtomicU64,
 }
 
-impl<T: Clone> CompiledCache<T> {
-    pub(crate) fn new(capacity: usize) -> Self {
+struct CacheState<K, T> {
+    /// Value, weight, last use.
+    entries: HashMap<K, (T, u64, u64)>,
+    bytes: u64,
+}
+
+impl<T: Clone, K: Clone + Eq + std::hash::Hash> CompiledCache<T, K> {
+    /// A cache of at most `budget` bytes (by the weights given to [`CompiledCache::insert`]).
+    pub(crate) fn new(budget: u64) -> Self {
         Self {
-            capacity,
-            entries: Mutex::new(HashMap::new()),
+            budget,
+            state: Mutex::new(CacheState {
+                entries: HashMap::new(),
+                bytes: 0,
+            }),
             clock: Default::default(),
         }
     }
 
-    pub(crate) fn get(&self, digest: &Digest) -> Option<T> {
+    pub(crate) fn get(&self, digest: &K) -> Option<T> {
         let tick = self.tick();
-        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
-        let entry = entries.get_mut(digest)?;
-        entry.1 = tick;
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let entry = state.entries.get_mut(digest)?;
+        entry.2 = tick;
         Some(entry.0.clone())
     }
 
-    pub(crate) fn insert(&self, digest: Digest, value: T) {
+    /// Keeps `value` (weighing `weight` bytes), dropping the least recently used entries
+    /// until it fits; a value heavier than the whole budget is not kept.
+    pub(crate) fn insert(&self, digest: K, value: T, weight: u64) {
+        if weight > self.budget {
+            return;
+        }
         let tick = self.tick();
-        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
-        if entries.len() >= self.capacity && !entries.contains_key(&digest) {
-            let oldest = entries.iter().min_by_key(|(_, (_, t))| *t).map(|(d, _)| *d);
-            if let Some(oldest) = oldest {
-                entries.remove(&oldest);
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, old, _)) = state.entries.remove(&digest) {
+            state.bytes -= old;
+        }
+        while state.bytes + weight > self.budget {
+            let oldest = state
+                .entries
+                .iter()
+                .min_by_key(|(_, (_, _, t))| *t)
+                .map(|(d, _)| d.clone());
+            let Some(oldest) = oldest else { break };
+            if let Some((_, w, _)) = state.entries.remove(&oldest) {
+                state.bytes -= w;
             }
         }
-        entries.insert(digest, (value, tick));
+        state.bytes += weight;
+        state.entries.insert(digest, (value, weight, tick));
     }
 
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
-        self.entries.lock().unwrap_or_else(|e| e.into_inner()).len()
+        let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        state.entries.len()
     }
 
     fn tick(&self) -> u64 {
         self.clock
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+/// The one cache of in-process hook code: module sources (downloads) and compiled modules, by
+/// the digest of their source, within one byte budget.
+pub(crate) struct CodeCache(CompiledCache<CodeEntry, (Digest, bool)>);
+
+/// An entry of the [`CodeCache`].
+#[derive(Clone)]
+enum CodeEntry {
+    Source(Arc<Vec<u8>>),
+    Wasm(crate::wasm::WasmModule),
+}
+
+impl CodeCache {
+    /// A cache of at most `budget` bytes.
+    pub(crate) fn new(budget: u64) -> Self {
+        Self(CompiledCache::new(budget))
+    }
+
+    /// The verified source of digest `digest`.
+    pub(crate) fn source(&self, digest: &Digest) -> Option<Arc<Vec<u8>>> {
+        match self.0.get(&(*digest, false))? {
+            CodeEntry::Source(bytes) => Some(bytes),
+            CodeEntry::Wasm(_) => None,
+        }
+    }
+
+    /// Keeps a verified source (weighed by its size).
+    pub(crate) fn insert_source(&self, digest: Digest, bytes: Arc<Vec<u8>>) {
+        let weight = bytes.len() as u64;
+        self.0
+            .insert((digest, false), CodeEntry::Source(bytes), weight);
+    }
+
+    /// The module compiled from the source of digest `digest`.
+    pub(crate) fn wasm(&self, digest: &Digest) -> Option<crate::wasm::WasmModule> {
+        match self.0.get(&(*digest, true))? {
+            CodeEntry::Wasm(module) => Some(module),
+            CodeEntry::Source(_) => None,
+        }
+    }
+
+    /// Keeps a compiled module weighing `weight` bytes.
+    pub(crate) fn insert_wasm(&self, digest: Digest, module: crate::wasm::WasmModule, weight: u64) {
+        self.0
+            .insert((digest, true), CodeEntry::Wasm(module), weight);
     }
 }
 
@@ -324,14 +355,22 @@ mod tests {
     }
 
     #[test]
-    fn the_cache_drops_the_least_recently_used() {
-        let cache = CompiledCache::new(2);
-        cache.insert([1; 32], "one");
-        cache.insert([2; 32], "two");
+    fn the_cache_drops_the_least_recently_used_to_stay_in_its_budget() {
+        let cache = CompiledCache::new(100);
+        cache.insert([1; 32], "one", 40);
+        cache.insert([2; 32], "two", 40);
         assert_eq!(cache.get(&[1; 32]), Some("one"));
-        cache.insert([3; 32], "three");
+        cache.insert([3; 32], "three", 40);
         assert_eq!(cache.get(&[2; 32]), None);
         assert_eq!(cache.get(&[1; 32]), Some("one"));
         assert_eq!(cache.len(), 2);
+        cache.insert([4; 32], "huge", 101);
+        assert_eq!(
+            cache.get(&[4; 32]),
+            None,
+            "heavier than the budget: not kept"
+        );
+        cache.insert([5; 32], "big", 100);
+        assert_eq!(cache.len(), 1, "room made for it");
     }
 }

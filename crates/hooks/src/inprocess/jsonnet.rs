@@ -94,13 +94,8 @@ pub(crate) struct Program {
 impl Program {
     /// The state for `files`: imports resolve to its keys, `std.trace` goes to [`take_traces`].
     pub(crate) fn new(files: Arc<CodeObject>) -> Program {
-        let mut builder = State::builder();
-        builder.import_resolver(ConfigMapImports(files.clone()));
-        let context = jrsonnet_stdlib::ContextInitializer::new(PathResolver::FileName);
-        context.settings_mut().trace_printer = std::rc::Rc::new(trace::Collector);
-        builder.context_initializer(context);
         Program {
-            state: builder.build(),
+            state: sandboxed_state(files.clone()),
             files,
         }
     }
@@ -132,6 +127,30 @@ impl Program {
 /// state of its own (nothing cached): the in-thread path, kept to measure the pool against.
 pub fn evaluate(files: Arc<CodeObject>, entry: &str, request: &[u8]) -> Result<Vec<u8>, String> {
     Program::new(files).evaluate(entry, request)
+}
+
+/// An evaluation state whose imports resolve only to the keys of `files`, with the
+/// standard library and `std.trace` going to [`take_traces`]: what a call and a check both
+/// evaluate in.
+fn sandboxed_state(files: Arc<CodeObject>) -> State {
+    let mut builder = State::builder();
+    builder.import_resolver(ConfigMapImports(files));
+    let context = jrsonnet_stdlib::ContextInitializer::new(PathResolver::FileName);
+    context.settings_mut().trace_printer = std::rc::Rc::new(trace::Collector);
+    builder.context_initializer(context);
+    builder.build()
+}
+
+/// Loads the entry file as a call would, without calling it: a syntax error (of the entry,
+/// or of a file it imports at its top level) or an error evaluating its top level.
+pub(crate) fn load_entry(files: Arc<CodeObject>, entry: &str) -> Result<(), String> {
+    let state = sandboxed_state(files.clone());
+    let _entered = state.enter();
+    let _depth = jrsonnet_evaluator::stack::limit_stack_depth(MAX_STACK_DEPTH);
+    state.import(entry).map(drop).map_err(|error| {
+        let source = files.data.get(entry).map(String::as_str);
+        format_error(&error, entry, source)
+    })
 }
 
 /// The evaluator's error as one message: its text and the first stack frames (file:line),

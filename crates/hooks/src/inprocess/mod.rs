@@ -8,13 +8,20 @@
 //! call's time is cut at the hook's timeout; WebAssembly memory is capped per call; output
 //! is capped like a webhook body.
 
+mod admission;
+mod budget;
+mod check;
 mod code;
+mod download;
+mod imports;
 pub mod jsonnet;
 pub mod jsonnet_pool;
 
+pub(crate) use imports::change_affects;
+
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use metacontroller_api::hook::{HookRuntime, JsonnetHook, WasmHook};
@@ -23,12 +30,22 @@ use crate::error::HookError;
 use crate::inprocess::jsonnet_pool::{JsonnetError, JsonnetLimits, JsonnetPool, JsonnetPoolConfig};
 use crate::sources::{CodeObject, CodeSource};
 use crate::wasm::{WasmError, WasmLimits, WasmModule, WasmRuntime};
-use code::{CodeLoader, CompiledCache, Digest};
+use admission::{Admission, Refused};
+use code::{CodeCache, CodeLoader, Digest};
 
+pub use admission::{InProcessLimits, DEFAULT_PER_CONTROLLER, DEFAULT_PROCESS};
+pub(crate) use budget::BudgetMetrics;
+pub use budget::{format_bytes, DEFAULT_MEMORY_BUDGET};
+pub use check::check_code;
 pub use code::MAX_MODULE_BYTES;
 
-/// Compiled WebAssembly modules kept (by digest).
-const MODULE_CACHE: usize = 32;
+/// Bytes of code kept (downloaded modules, compiled modules; by digest).
+const CODE_CACHE_BYTES: u64 = 384 << 20;
+/// ConfigMap keys whose module digest is remembered; past this the map starts over.
+const MAX_KNOWN: usize = 1024;
+/// How long after its deadline a call's runtime may take to report its own timeout before
+/// the call ends without it.
+const DEADLINE_GRACE: Duration = Duration::from_millis(50);
 /// The default hook timeout (as `webhook.timeout`).
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -58,39 +75,88 @@ pub fn display(runtime: &HookRuntime<'_>) -> String {
 pub(crate) struct InProcess {
     loader: CodeLoader,
     wasm: WasmRuntime,
-    modules: CompiledCache<WasmModule>,
+    cache: Arc<CodeCache>,
     /// The digest of the module last read from each ConfigMap key, while that ConfigMap
     /// is the same object (no hashing per call).
     known: Mutex<HashMap<KnownKey, (Arc<CodeObject>, Digest)>>,
     /// The worker processes evaluating Jsonnet.
     jsonnet: JsonnetPool,
+    /// Each controller's share, the process cap and the memory budget.
+    admission: Admission,
 }
 
 impl InProcess {
-    pub(crate) fn new(source: Option<Arc<dyn CodeSource>>, jsonnet: JsonnetPoolConfig) -> Self {
+    pub(crate) fn new(
+        source: Option<Arc<dyn CodeSource>>,
+        limits: InProcessLimits,
+        metrics: Option<crate::metrics::InProcessMetrics>,
+        jsonnet: JsonnetPoolConfig,
+    ) -> Self {
+        let (budget, waits) = match metrics {
+            Some(m) => (Some(m.budget), Some(m.waits)),
+            None => (None, None),
+        };
+        let cache = Arc::new(CodeCache::new(CODE_CACHE_BYTES));
         Self {
-            loader: CodeLoader::new(source),
+            loader: CodeLoader::new(source, cache.clone()),
             wasm: WasmRuntime::new(),
-            modules: CompiledCache::new(MODULE_CACHE),
+            cache,
             known: Mutex::new(HashMap::new()),
-            jsonnet: JsonnetPool::new(jsonnet),
+            // Admission already gives each controller its share of the process cap; a
+            // tighter pool-wide cap would let one controller's calls hold every worker.
+            jsonnet: JsonnetPool::new(JsonnetPoolConfig {
+                workers: limits.process.max(jsonnet.workers),
+                ..jsonnet
+            }),
+            admission: Admission::new(limits, budget, waits),
         }
     }
 
-    /// Runs `runtime` on `request`; the response body, at most `max_body` bytes.
+    /// Runs `runtime` for `controller` (its identity: kind and name) on `request`; the
+    /// response body, at most `max_body` bytes. The call waits for admission (its
+    /// controller's share, the process cap, its memory reservation), loads its code and
+    /// runs, all within the hook's timeout.
     pub(crate) async fn call(
         &self,
+        controller: &str,
         runtime: &HookRuntime<'_>,
         shown: &str,
         request: Bytes,
         max_body: usize,
     ) -> Result<Bytes, HookError> {
-        let body = match runtime {
-            HookRuntime::Jsonnet(hook) => self.jsonnet(hook, shown, request).await?,
-            HookRuntime::Wasm(hook) => self.wasm(hook, shown, request, max_body).await?,
-            HookRuntime::Webhook(_) => {
-                return Err(HookError::config("a webhook is not an in-process hook"))
+        let (timeout, memory) = limits_of(runtime, shown)?;
+        let deadline = Instant::now() + timeout;
+        let _ticket = match self.admission.admit(controller, memory, deadline).await {
+            Ok(ticket) => ticket,
+            Err(Refused::Share(message)) => {
+                return Err(HookError::Queued {
+                    hook: shown.to_owned(),
+                    timeout,
+                    message,
+                })
             }
+            Err(Refused::Memory(message)) => return Err(failed(shown, message)),
+        };
+        let run = async {
+            match runtime {
+                HookRuntime::Jsonnet(hook) => {
+                    self.jsonnet(hook, shown, request, memory, deadline).await
+                }
+                HookRuntime::Wasm(hook) => {
+                    self.wasm(hook, shown, request, max_body, deadline).await
+                }
+                HookRuntime::Webhook(_) => {
+                    Err(HookError::config("a webhook is not an in-process hook"))
+                }
+            }
+        };
+        let timed_out = || HookError::Timeout {
+            url: shown.to_owned(),
+            timeout,
+        };
+        let body = match tokio::time::timeout_at((deadline + DEADLINE_GRACE).into(), run).await {
+            Ok(Err(HookError::Timeout { .. })) | Err(_) => return Err(timed_out()),
+            Ok(result) => result?,
         };
         if body.len() > max_body {
             return Err(HookError::Oversize {
@@ -101,16 +167,16 @@ impl InProcess {
         Ok(body)
     }
 
+    /// Evaluates a Jsonnet hook in a worker process; loading its code, waiting for a worker
+    /// and evaluating end by `deadline`, in at most `memory_bytes`.
     async fn jsonnet(
         &self,
         hook: &JsonnetHook,
         shown: &str,
         request: Bytes,
+        memory_bytes: u64,
+        deadline: Instant,
     ) -> Result<Bytes, HookError> {
-        let timeout = effective_timeout(hook.timeout_duration(), shown)?;
-        let memory_bytes = hook
-            .memory_limit_bytes()
-            .map_err(|e| HookError::config(format!("{shown}: memoryLimit: {e}")))?;
         let object = self
             .loader
             .config_map(&hook.config_map_ref)
@@ -119,30 +185,29 @@ impl InProcess {
         code::check_jsonnet_entry(&object, &hook.config_map_ref, &hook.key)
             .map_err(|message| code_error(shown, message))?;
         let limits = JsonnetLimits {
-            timeout,
+            timeout: admission::remaining(deadline),
             memory_bytes,
         };
         let evaluated = self
             .jsonnet
             .evaluate(&object, &hook.key, &request, limits)
             .await;
-        await_jsonnet(evaluated, shown)
+        jsonnet_result(evaluated, shown)
     }
 
+    /// Runs a WebAssembly hook; loading its code and running it end by `deadline`.
     async fn wasm(
         &self,
         hook: &WasmHook,
         shown: &str,
         request: Bytes,
         max_body: usize,
+        deadline: Instant,
     ) -> Result<Bytes, HookError> {
-        let timeout = effective_timeout(hook.timeout_duration(), shown)?;
-        let memory_bytes = hook
-            .memory_limit_bytes()
-            .map_err(|e| HookError::config(format!("{shown}: memoryLimit: {e}")))?;
+        let memory_bytes = wasm_memory_bytes(hook, shown)?;
         let module = self.wasm_module(hook, shown).await?;
         let limits = WasmLimits {
-            timeout,
+            timeout: admission::remaining(deadline),
             memory_bytes,
             max_stdout_bytes: max_body,
         };
@@ -164,15 +229,21 @@ impl InProcess {
             Ok(ModuleBytes::Source(bytes, digest)) => (bytes, digest),
             Err(message) => return Err(code_error(shown, message)),
         };
-        if let Some(module) = self.modules.get(&digest) {
+        if let Some(module) = self.cache.wasm(&digest) {
             return Ok(module);
         }
         let runtime = self.wasm.clone();
-        let module = tokio::task::spawn_blocking(move || runtime.compile(&bytes))
-            .await
-            .map_err(|e| failed(shown, format!("compiling panicked: {e}")))?
-            .map_err(|e| wasm_error(shown, e))?;
-        self.modules.insert(digest, module.clone());
+        let modules = self.cache.clone();
+        // The compiled module is kept even when the call stops waiting for it (its
+        // timeout): the next call finds it.
+        let module = tokio::task::spawn_blocking(move || {
+            let module = runtime.compile(&bytes)?;
+            modules.insert_wasm(digest, module.clone(), compiled_weight(bytes.len()));
+            Ok(module)
+        })
+        .await
+        .map_err(|e| failed(shown, format!("compiling panicked: {e}")))?
+        .map_err(|e| wasm_error(shown, e))?;
         Ok(module)
     }
 
@@ -192,6 +263,11 @@ impl InProcess {
         let bytes = Arc::new(code::module_from_config_map(&object, reference, &key.2)?);
         let digest = code::sha256(&bytes);
         let mut known = self.known.lock().unwrap_or_else(|e| e.into_inner());
+        if known.len() >= MAX_KNOWN && !known.contains_key(&key) {
+            // Entries of ConfigMaps no hook reads any more would stay forever; the ones
+            // in use come back at the cost of one hash each.
+            known.clear();
+        }
         known.insert(key, (object, digest));
         Ok(ModuleBytes::Source(bytes, digest))
     }
@@ -204,7 +280,7 @@ impl InProcess {
         if !Arc::ptr_eq(seen, object) {
             return None;
         }
-        self.modules.get(digest)
+        self.cache.wasm(digest)
     }
 }
 
@@ -228,6 +304,40 @@ fn known_key(
     )
 }
 
+/// The timeout and the memory reservation of an in-process hook call.
+fn limits_of(runtime: &HookRuntime<'_>, shown: &str) -> Result<(Duration, u64), HookError> {
+    match runtime {
+        HookRuntime::Jsonnet(hook) => Ok((
+            effective_timeout(hook.timeout_duration(), shown)?,
+            jsonnet_memory_bytes(hook, shown)?,
+        )),
+        HookRuntime::Wasm(hook) => Ok((
+            effective_timeout(hook.timeout_duration(), shown)?,
+            wasm_memory_bytes(hook, shown)?,
+        )),
+        HookRuntime::Webhook(_) => Err(HookError::config("a webhook is not an in-process hook")),
+    }
+}
+
+/// A Jsonnet hook's `memoryLimit` in bytes: what its call reserves from the budget and
+/// what its worker may use beyond the worker's own overhead.
+fn jsonnet_memory_bytes(hook: &JsonnetHook, shown: &str) -> Result<u64, HookError> {
+    hook.memory_limit_bytes()
+        .map_err(|e| HookError::config(format!("{shown}: memoryLimit: {e}")))
+}
+
+/// A WebAssembly hook's `memoryLimit` in bytes.
+fn wasm_memory_bytes(hook: &WasmHook, shown: &str) -> Result<u64, HookError> {
+    hook.memory_limit_bytes()
+        .map_err(|e| HookError::config(format!("{shown}: memoryLimit: {e}")))
+}
+
+/// What a compiled module is counted as in the cache: wasmi's compiled form is a few times
+/// its source.
+fn compiled_weight(source_bytes: usize) -> u64 {
+    (source_bytes as u64).saturating_mul(4)
+}
+
 /// The hook's timeout: as a webhook's, a zero or negative one means the 10s default.
 fn effective_timeout(
     parsed: Result<Duration, metacontroller_api::duration::DurationParseError>,
@@ -243,7 +353,7 @@ fn effective_timeout(
 
 /// An evaluation's result as the hook's: `std.trace` lines go to the log with the hook's
 /// name, a timeout is that of every hook, the rest names what failed.
-fn await_jsonnet(
+fn jsonnet_result(
     evaluated: Result<jsonnet_pool::Evaluated, JsonnetError>,
     shown: &str,
 ) -> Result<Bytes, HookError> {

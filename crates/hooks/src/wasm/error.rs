@@ -47,7 +47,7 @@ pub enum WasmError {
         timeout: Duration,
     },
     /// The module asked for more memory than its limit; it was stopped.
-    #[error("module exceeded its memory limit of {limit} bytes{}", stderr_suffix(.stderr))]
+    #[error("module exceeded its memory limit of {}{}", crate::quantity::quantity(*.limit), stderr_suffix(.stderr))]
     MemoryLimit {
         /// The limit in bytes (linear memory plus tables).
         limit: u64,
@@ -55,7 +55,7 @@ pub enum WasmError {
         stderr: String,
     },
     /// The module wrote more to stdout than the response size limit; it was stopped.
-    #[error("module wrote more than the limit of {limit} bytes to stdout")]
+    #[error("module wrote more than the limit of {} to stdout", crate::quantity::quantity(*.limit as u64))]
     OutputTooLarge {
         /// The limit in bytes.
         limit: usize,

@@ -59,7 +59,8 @@ pub async fn render(
     };
     let parent = &prepared.object;
     let namespace = Some(meta_str(parent, "namespace")).filter(|ns| !ns.is_empty());
-    let response = sync.call(&prepared).await?;
+    let mut response = sync.call(&prepared).await?;
+    let events = steps::checked_events(prepared.hook_name, std::mem::take(&mut response.events));
     // The controller's own steps from here: the answer checked, children labelled and
     // matched against the selector, the status with observedGeneration.
     let outcome = HookOutcome::from_response(response, &sync.types, namespace);
@@ -67,11 +68,13 @@ pub async fn render(
     let planned = sync_plan::plan_sync(parent, &selector, sync.generate, outcome)?;
     if args.diff {
         sync.print_diff(&prepared, &planned).await?;
+        steps::show_events(None, events);
     } else {
-        let doc = json!({
+        let mut doc = json!({
             "children": planned.desired.values().map(|(_, c)| c).collect::<Vec<_>>(),
             "status": planned.status,
         });
+        steps::show_events(Some(&mut doc), events);
         steps::print_answer(
             doc,
             planned.resync_after_seconds,
@@ -174,11 +177,16 @@ impl Sync<'_> {
             .map_err(|e| {
                 let parent = sync_plan::describe_parent(kind, namespace, parent_name);
                 match e {
-                    CallError::Hook(source) => anyhow::Error::new(SyncError::Hook {
-                        hook: prepared.hook_name,
-                        parent,
-                        source,
-                    }),
+                    // The controller's words, as one message: the hook error is part of the
+                    // text already, so it must not come again as the error's cause.
+                    CallError::Hook(source) => anyhow::anyhow!(
+                        "{}",
+                        SyncError::Hook {
+                            hook: prepared.hook_name,
+                            parent,
+                            source,
+                        }
+                    ),
                     other => anyhow::anyhow!("sync hook failed for {parent}: {other}"),
                 }
             })

@@ -49,7 +49,8 @@ pub async fn render(
             None => return Ok(()), // the customize hook was rendered
         },
     };
-    let response = sync.call(&prepared).await?;
+    let mut response = sync.call(&prepared).await?;
+    let events = steps::checked_events(prepared.hook_name, std::mem::take(&mut response.events));
     let answer = Answer {
         labels: response.labels.clone(),
         annotations: response.annotations.clone(),
@@ -61,8 +62,9 @@ pub async fn render(
     let planned = sync_plan::plan_sync(&controller, &prepared.object, &sync.types, response);
     if args.diff {
         sync.print_diff(&prepared, &planned).await?;
+        steps::show_events(None, events);
     } else {
-        print_answer(&prepared, &planned, &answer)?;
+        print_answer(&prepared, &planned, &answer, events)?;
     }
     if !planned.refused.is_empty() {
         return Err(SyncError::Refused(planned.refused).into());
@@ -187,10 +189,14 @@ impl Sync<'_> {
             .call(&ctx, hook, &self.env.endpoints, &prepared.body)
             .await
             .map_err(|e| match e {
-                CallError::Hook(source) => anyhow::Error::new(SyncError::Hook {
-                    hook: prepared.hook_name,
-                    source,
-                }),
+                // One message: the hook error is in the text, not again as its cause.
+                CallError::Hook(source) => anyhow::anyhow!(
+                    "{}",
+                    SyncError::Hook {
+                        hook: prepared.hook_name,
+                        source,
+                    }
+                ),
                 other => anyhow::anyhow!("{} hook: {other}", prepared.hook_name),
             })
     }
@@ -230,10 +236,16 @@ impl Sync<'_> {
 
 /// The checked answer as YAML: attachments, the answer's labels and annotations, the
 /// target's resulting status.
-fn print_answer(prepared: &Prepared, planned: &SyncPlan, answer: &Answer) -> anyhow::Result<()> {
+fn print_answer(
+    prepared: &Prepared,
+    planned: &SyncPlan,
+    answer: &Answer,
+    events: Vec<Value>,
+) -> anyhow::Result<()> {
     let mut doc = json!({
         "attachments": planned.desired.values().map(|(_, c)| c).collect::<Vec<_>>(),
     });
+    steps::show_events(Some(&mut doc), events);
     if let Some(labels) = &answer.labels {
         doc["labels"] = json!(labels);
     }

@@ -174,6 +174,41 @@ pub async fn print_owned_plan(
     Ok(())
 }
 
+/// The answer's `events` checked as the controller checks them: the ones it would record
+/// (as `{type, reason, message}`); each one it would skip is reported on stderr with the
+/// `InvalidHookEvent` Warning it would record instead.
+pub fn checked_events(
+    hook_name: &str,
+    events: Vec<metacontroller_api::wire::HookEvent>,
+) -> Vec<Value> {
+    let (kept, skipped) = metacontroller_controllers::offline::hook_events(hook_name, events);
+    for message in skipped {
+        eprintln!("warning: the controller would record an InvalidHookEvent Warning: {message}");
+    }
+    kept
+}
+
+/// Adds the recorded `events` to a printed answer (`--diff`: one `event:` line each).
+pub fn show_events(doc: Option<&mut Value>, events: Vec<Value>) {
+    if events.is_empty() {
+        return;
+    }
+    match doc {
+        Some(doc) => doc["events"] = Value::Array(events),
+        None => {
+            for e in events {
+                let text = |k: &str| e[k].as_str().unwrap_or_default().to_string();
+                println!(
+                    "event: {} {}: {}",
+                    text("type"),
+                    text("reason"),
+                    text("message")
+                );
+            }
+        }
+    }
+}
+
 /// Prints the checked answer as YAML, with the fields both kinds of response share.
 pub fn print_answer(
     mut doc: Value,

@@ -165,7 +165,8 @@ struct State<K> {
     started_at: HashMap<K, Instant>,
     /// Keys added while processing; queued again (with this priority) by `done`.
     dirty: HashMap<K, Priority>,
-    failures: HashMap<K, u32>,
+    /// Failures since the key's last success: how many, and when the first of them was.
+    failures: HashMap<K, (u32, Instant)>,
     /// The longest delay of a key's next backoff, set by `limit_next_retry`.
     retry_limits: HashMap<K, Duration>,
     delayed: BTreeMap<(Instant, u64), K>,
@@ -399,7 +400,10 @@ where
             if state.shutting_down {
                 return;
             }
-            let n = state.failures.entry(key.clone()).or_insert(0);
+            let (n, _) = state
+                .failures
+                .entry(key.clone())
+                .or_insert((0, Instant::now()));
             let delay = self.shared.backoff.delay(*n);
             *n = n.saturating_add(1);
             match state.retry_limits.remove(&key) {
@@ -479,7 +483,18 @@ where
 
     /// How many times `key` failed since it was last forgotten.
     pub fn num_requeues(&self, key: &K) -> u32 {
-        self.lock().failures.get(key).copied().unwrap_or(0)
+        self.lock().failures.get(key).map_or(0, |(n, _)| *n)
+    }
+
+    /// How many keys failed since their last success, and how long ago the first failure of
+    /// the longest-failing one was (zero when none is failing).
+    pub(crate) fn failing(&self, now: Instant) -> (usize, Duration) {
+        let state = self.lock();
+        let oldest = state.failures.values().map(|(_, since)| *since).min();
+        (
+            state.failures.len(),
+            oldest.map_or(Duration::ZERO, |since| now.saturating_duration_since(since)),
+        )
     }
 
     /// Keys waiting for a worker (not counting processing or delayed keys).
@@ -853,6 +868,24 @@ mod tests {
         q.add_rate_limited("a");
         assert_eq!(q.get().await, Some("a"));
         assert_eq!(t.elapsed(), Duration::from_millis(5));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn failing_counts_keys_and_ages_from_the_first_failure_of_a_streak() {
+        let q = WorkQueue::new("t");
+        assert_eq!(q.failing(Instant::now()), (0, Duration::ZERO));
+        let start = Instant::now();
+        q.add_rate_limited("a");
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        // A second failure of "a" keeps its streak's start; "b" starts its own.
+        q.add_rate_limited("a");
+        q.add_rate_limited("b");
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        assert_eq!(q.failing(Instant::now()), (2, start.elapsed()));
+        q.forget(&"a");
+        assert_eq!(q.failing(Instant::now()), (1, Duration::from_secs(5)));
+        q.retain(|key| *key != "b");
+        assert_eq!(q.failing(Instant::now()), (0, Duration::ZERO));
     }
 
     #[tokio::test(start_paused = true)]

@@ -305,9 +305,13 @@ where
         self.lock().delayed_index.contains_key(key)
     }
 
-    /// Sets the unfinished-work and longest-running gauges from the keys in progress.
+    /// Sets the unfinished-work and longest-running gauges from the keys in progress, and
+    /// the failing-parents gauges from the keys in backoff.
     fn update_in_progress(&self, m: &BoundQueueMetrics) {
         let now = Instant::now();
+        let (failing, longest_failing) = self.failing(now);
+        m.failing.set(i64::try_from(failing).unwrap_or(i64::MAX));
+        m.longest_failing.set(longest_failing.as_secs_f64());
         let (total, longest) = self
             .lock()
             .started_at

@@ -10,11 +10,14 @@ use crate::sources::CodeObject;
 /// Objects remembered; past this the memo starts over.
 const REMEMBERED: usize = 256;
 
+/// A remembered object (kept alive by the entry) and its digest.
+type Remembered = (Arc<CodeObject>, [u8; 32]);
+
 /// Digests of code objects, by identity (each entry keeps its object alive, so an address
 /// is never reused while remembered).
 #[derive(Default)]
 pub(crate) struct Digests {
-    known: Mutex<HashMap<usize, (Arc<CodeObject>, [u8; 32])>>,
+    known: Mutex<HashMap<usize, Remembered>>,
 }
 
 impl Digests {

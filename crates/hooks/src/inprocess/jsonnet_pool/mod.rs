@@ -23,10 +23,13 @@ use digests::Digests;
 use frame::{Request, Response};
 use worker::Worker;
 
+use crate::quantity::quantity;
 use crate::sources::CodeObject;
 
 /// Worker processes running at once by default (evaluations beyond wait for one).
 pub const DEFAULT_JSONNET_WORKERS: usize = 4;
+/// Idle worker processes kept for the next calls; more are stopped when their call ends.
+pub const IDLE_JSONNET_WORKERS: usize = 4;
 /// The argument that makes the `metacontroller` binary a Jsonnet worker.
 pub const WORKER_ARG: &str = "jsonnet-worker";
 
@@ -62,6 +65,8 @@ pub struct JsonnetPoolConfig {
     pub command: WorkerCommand,
     /// How many workers may run at once.
     pub workers: usize,
+    /// How many idle workers are kept for the next calls.
+    pub idle: usize,
 }
 
 impl Default for JsonnetPoolConfig {
@@ -69,6 +74,7 @@ impl Default for JsonnetPoolConfig {
         JsonnetPoolConfig {
             command: WorkerCommand::current_exe(),
             workers: DEFAULT_JSONNET_WORKERS,
+            idle: IDLE_JSONNET_WORKERS,
         }
     }
 }
@@ -123,6 +129,7 @@ pub enum JsonnetError {
 pub struct JsonnetPool {
     command: WorkerCommand,
     workers: usize,
+    idle_kept: usize,
     slots: Semaphore,
     idle: Mutex<Vec<Worker>>,
     digests: Digests,
@@ -134,6 +141,7 @@ impl JsonnetPool {
         JsonnetPool {
             command: config.command,
             workers: config.workers.max(1),
+            idle_kept: config.idle,
             slots: Semaphore::new(config.workers.max(1)),
             idle: Mutex::new(Vec::new()),
             digests: Digests::default(),
@@ -201,11 +209,12 @@ impl JsonnetPool {
         self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop()
     }
 
+    /// Keeps `worker` for the next call, or stops it (on drop) when enough are kept.
     fn put_idle(&self, worker: Worker) {
-        self.idle
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(worker);
+        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        if idle.len() < self.idle_kept {
+            idle.push(worker);
+        }
     }
 }
 
@@ -236,25 +245,12 @@ fn answer(response: Response) -> Result<Evaluated, JsonnetError> {
     }
 }
 
-/// `bytes` as a Kubernetes quantity (`256Mi`), as a memory limit is written.
-fn quantity(bytes: u64) -> String {
-    for (unit, shift) in [("Ti", 40), ("Gi", 30), ("Mi", 20), ("Ki", 10)] {
-        if bytes >= 1 << shift && bytes % (1 << shift) == 0 {
-            return format!("{}{unit}", bytes >> shift);
-        }
-    }
-    bytes.to_string()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn limits_are_shown_as_quantities() {
-        assert_eq!(quantity(256 << 20), "256Mi");
-        assert_eq!(quantity(2 << 30), "2Gi");
-        assert_eq!(quantity(1000), "1000");
+    fn the_memory_error_names_the_limit_as_a_quantity() {
         let error = JsonnetError::Memory { limit: 256 << 20 };
         assert_eq!(
             error.to_string(),

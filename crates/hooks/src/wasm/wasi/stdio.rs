@@ -5,7 +5,7 @@
 use wasmi::Caller;
 
 use super::super::state::{HostState, StdoutFull};
-use super::guest::{self, errno, Errno, EBADF, SUCCESS};
+use super::guest::{self, errno, Errno, EBADF, EINVAL, SUCCESS};
 
 const STDIN: i32 = 0;
 const STDOUT: i32 = 1;
@@ -16,6 +16,26 @@ const FILETYPE_CHARACTER_DEVICE: u8 = 2;
 const RIGHT_FD_READ: u64 = 1 << 1;
 const RIGHT_FD_WRITE: u64 = 1 << 6;
 const RIGHT_POLL_FD_READWRITE: u64 = 1 << 27;
+
+/// The most buffers one `fd_read`/`fd_write` takes (POSIX `IOV_MAX` on Linux; more is
+/// `EINVAL`, as `readv`/`writev` answer). Without a cap a module could have the host walk
+/// memory/8 entries in one call, outside the fuel that bounds its time.
+pub(super) const MAX_IOVECS: i32 = 1024;
+/// Fuel charged per buffer an `fd_read`/`fd_write` walks, on top of a byte-proportional
+/// share: the host loop counts toward the slice after which the deadline is checked.
+const FUEL_PER_IOVEC: u64 = 16;
+/// Bytes copied per unit of fuel charged.
+const BYTES_PER_FUEL: u64 = 64;
+
+/// Charges the fuel of walking `iovecs` buffers (and copying `bytes`) to the call: the
+/// remaining fuel shrinks, down to zero, so the next instruction runs out of fuel and the
+/// deadline is checked.
+fn charge(caller: &mut Caller<'_, HostState>, iovecs: i32, bytes: u64) {
+    let cost = (iovecs.max(0) as u64) * FUEL_PER_IOVEC + bytes / BYTES_PER_FUEL;
+    if let Ok(fuel) = caller.get_fuel() {
+        let _ = caller.set_fuel(fuel.saturating_sub(cost));
+    }
+}
 
 /// `fd_read`: copies the unread request bytes into the module's buffers (0 bytes at the end).
 pub(super) fn fd_read(
@@ -28,6 +48,11 @@ pub(super) fn fd_read(
     if fd != STDIN {
         return EBADF;
     }
+    if !(0..=MAX_IOVECS).contains(&iovs_len) {
+        return EINVAL;
+    }
+    let unread = state_len(&caller);
+    charge(&mut caller, iovs_len, unread);
     let memory = match guest::memory(&caller) {
         Ok(memory) => memory,
         Err(code) => return code,
@@ -64,6 +89,10 @@ pub(super) fn fd_write(
     if fd != STDOUT && fd != STDERR {
         return Ok(EBADF);
     }
+    if !(0..=MAX_IOVECS).contains(&iovs_len) {
+        return Ok(EINVAL);
+    }
+    charge(&mut caller, iovs_len, 0);
     let memory = match guest::memory(&caller) {
         Ok(memory) => memory,
         Err(code) => return Ok(code),
@@ -86,7 +115,14 @@ pub(super) fn fd_write(
         }
         total = total.saturating_add(data.len() as u32);
     }
-    Ok(errno(guest::write_u32(mem, nwritten, total)))
+    let written = errno(guest::write_u32(mem, nwritten, total));
+    charge(&mut caller, 0, u64::from(total));
+    Ok(written)
+}
+
+/// How much of the request is left to read: what one `fd_read` may copy at most.
+fn state_len(caller: &Caller<'_, HostState>) -> u64 {
+    caller.data().stdin_rest().len() as u64
 }
 
 /// `fd_fdstat_get`: the standard streams are character devices, readable (0) or writable.
