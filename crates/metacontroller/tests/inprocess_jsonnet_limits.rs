@@ -182,6 +182,9 @@ async fn looping_and_hogging_hooks_are_stopped_and_others_go_on() {
     })
     .await;
     until_sync_error(&cluster, &ns, "hog", "exceeded memoryLimit 128Mi", WAIT).await;
+    // The hog's memory was its worker's, not the controller's (a figure, not an assertion).
+    let peak = metacontroller_testkit::metrics::rss_kib(controller.pid(), true);
+    eprintln!("figure: controller peak RSS after the 4 GiB hog failed: {peak:?} KiB");
     until_sync_error(&cluster, &ns, "null", "null.jsonnet:2:", WAIT).await;
     eventually_within(
         "the good parent's child (recursion 400 deep)",
@@ -244,13 +247,10 @@ async fn sigterm_ends_the_process_while_a_hook_loops() {
         &[],
     );
     create_parent(&cluster, &parent, &ns, "loop", "loop").await;
+    // The only hook loops: any worker there is is evaluating it (or about to).
     let mut running = Vec::new();
-    eventually_within("a running Jsonnet worker", WAIT, || {
-        running = workers_of(controller.pid())
-            .into_iter()
-            .filter(|(_, r)| *r)
-            .map(|(p, _)| p)
-            .collect();
+    eventually_within("a Jsonnet worker", WAIT, || {
+        running = workers_of(controller.pid()).into_keys().collect();
         std::future::ready(!running.is_empty())
     })
     .await;
