@@ -115,7 +115,7 @@ impl InProcess {
     /// Runs `runtime` for `controller` (its identity: kind and name) on `request`; the
     /// response body, at most `max_body` bytes. The call waits for admission (its
     /// controller's share, the process cap, its memory reservation), loads its code and
-    /// runs, all within the hook's timeout.
+    /// runs, all by `deadline` (the call's start plus the hook's timeout).
     pub(crate) async fn call(
         &self,
         controller: &str,
@@ -123,9 +123,9 @@ impl InProcess {
         shown: &str,
         request: Bytes,
         max_body: usize,
+        deadline: Instant,
     ) -> Result<Bytes, HookError> {
         let (timeout, memory) = limits_of(runtime, shown)?;
-        let deadline = Instant::now() + timeout;
         let _ticket = match self.admission.admit(controller, memory, deadline).await {
             Ok(ticket) => ticket,
             Err(Refused::Share(message)) => {
@@ -317,6 +317,12 @@ fn limits_of(runtime: &HookRuntime<'_>, shown: &str) -> Result<(Duration, u64), 
         )),
         HookRuntime::Webhook(_) => Err(HookError::config("a webhook is not an in-process hook")),
     }
+}
+
+/// The timeout of an in-process hook (`timeout`; zero or negative: the 10s default).
+pub(crate) fn timeout_of(runtime: &HookRuntime<'_>) -> Result<Duration, HookError> {
+    let shown = display(runtime);
+    limits_of(runtime, &shown).map(|(timeout, _)| timeout)
 }
 
 /// A Jsonnet hook's `memoryLimit` in bytes: what its call reserves from the budget and
