@@ -57,6 +57,31 @@ async fn evaluates_with_imports_traces_and_cached_code() {
     }
 }
 
+/// A worker whose evaluation grew it past what an idle worker may keep is stopped after
+/// answering; a small one is kept for the next call.
+#[tokio::test]
+async fn a_worker_left_large_by_its_evaluation_is_not_kept() {
+    let pool = pool(1);
+    // Many small objects alive at once (300,000 objects with arrays, and their text).
+    let big = code(&[(
+        "sync.jsonnet",
+        "function(request) { n: std.length(std.toString([{a: i, b: [i, i + 1]} for i in std.range(1, 300000)])) }",
+    )]);
+    let small = code(&[("sync.jsonnet", "function(request) { n: 1 }")]);
+    let generous = JsonnetLimits {
+        timeout: Duration::from_secs(60),
+        memory_bytes: 1 << 30,
+    };
+    pool.evaluate(&small, "sync.jsonnet", b"{}", generous)
+        .await
+        .unwrap();
+    assert_eq!(pool.idle_workers(), 1, "a small worker is kept");
+    pool.evaluate(&big, "sync.jsonnet", b"{}", generous)
+        .await
+        .unwrap();
+    assert_eq!(pool.idle_workers(), 0, "the grown worker was stopped");
+}
+
 #[tokio::test]
 async fn runtime_errors_name_key_line_and_column() {
     let pool = pool(1);

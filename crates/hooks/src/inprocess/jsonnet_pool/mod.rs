@@ -30,6 +30,10 @@ use crate::sources::CodeObject;
 pub const DEFAULT_JSONNET_WORKERS: usize = 4;
 /// Idle worker processes kept for the next calls; more are stopped when their call ends.
 pub const IDLE_JSONNET_WORKERS: usize = 4;
+/// The most memory an idle worker may keep: a worker whose evaluation left it larger (the
+/// allocator keeps what a big evaluation used) is stopped rather than kept, so idle workers
+/// hold no memory the budget no longer counts.
+pub const IDLE_WORKER_BYTES: u64 = 64 << 20;
 /// The argument that makes the `metacontroller` binary a Jsonnet worker.
 pub const WORKER_ARG: &str = "jsonnet-worker";
 
@@ -209,12 +213,24 @@ impl JsonnetPool {
         self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop()
     }
 
-    /// Keeps `worker` for the next call, or stops it (on drop) when enough are kept.
+    /// Keeps `worker` for the next call, or stops it (on drop) when enough are kept or it
+    /// holds more than [`IDLE_WORKER_BYTES`].
     fn put_idle(&self, worker: Worker) {
+        if worker
+            .resident_bytes()
+            .is_some_and(|bytes| bytes > IDLE_WORKER_BYTES)
+        {
+            return;
+        }
         let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
         if idle.len() < self.idle_kept {
             idle.push(worker);
         }
+    }
+
+    /// How many workers wait for a call.
+    pub fn idle_workers(&self) -> usize {
+        self.idle.lock().unwrap_or_else(|e| e.into_inner()).len()
     }
 }
 

@@ -96,6 +96,20 @@ impl Worker {
         Ok(response)
     }
 
+    /// The worker's resident memory (Linux `VmRSS`); `None` where it can't be read.
+    pub(crate) fn resident_bytes(&self) -> Option<u64> {
+        let pid = self.child.id()?;
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+        let kib: u64 = status
+            .lines()
+            .find(|l| l.starts_with("VmRSS:"))?
+            .split_whitespace()
+            .nth(1)?
+            .parse()
+            .ok()?;
+        Some(kib.saturating_mul(1024))
+    }
+
     /// Kills the worker (SIGKILL) and reaps it.
     pub(crate) async fn kill(mut self) {
         let _ = self.child.start_kill();
