@@ -127,9 +127,11 @@ pub fn parse_quantity_bytes(text: &str) -> Result<u64, String> {
         .find(|c: char| !c.is_ascii_digit())
         .unwrap_or(text.len());
     let (digits, suffix) = text.split_at(split);
-    let number: u64 = digits
-        .parse()
-        .map_err(|_| format!("{text:?} is not a quantity of bytes (e.g. 64Mi)"))?;
+    let not_bytes = || format!("{text:?} is not a quantity of bytes (e.g. 64Mi)");
+    if suffix.starts_with(['.', 'e', 'E']) {
+        return Err(not_bytes());
+    }
+    let number: u64 = digits.parse().map_err(|_| not_bytes())?;
     let unit: u64 = match suffix {
         "" => 1,
         "Ki" => 1 << 10,
@@ -243,7 +245,8 @@ mod tests {
         assert_eq!(parse_quantity_bytes("1Gi"), Ok(1 << 30));
         assert_eq!(parse_quantity_bytes("500k"), Ok(500_000));
         assert_eq!(parse_quantity_bytes("4096"), Ok(4096));
-        assert!(parse_quantity_bytes("1.5Gi").is_err());
+        let fraction = parse_quantity_bytes("1.5Gi").unwrap_err();
+        assert!(fraction.contains("is not a quantity of bytes"), "{fraction}");
         assert!(parse_quantity_bytes("64MB").is_err());
         assert!(parse_quantity_bytes("").is_err());
         assert!(parse_quantity_bytes("99999999999999999999Ti").is_err());
