@@ -9,8 +9,20 @@ use std::sync::Arc;
 use metacontroller_api::hook::Hook;
 use metacontroller_api::wire::CompositeHookResponse;
 use metacontroller_hooks::{
-    CallContext, CodeObject, CodeSource, HookClient, HookClientConfig, HookError, MemoryCode,
+    CallContext, CodeObject, CodeSource, HookClient, HookClientConfig, HookError,
+    JsonnetPoolConfig, MemoryCode, WorkerCommand,
 };
+
+/// Jsonnet workers run this crate's `jsonnet-worker` program (not the test binary).
+fn jsonnet_workers() -> JsonnetPoolConfig {
+    JsonnetPoolConfig {
+        command: WorkerCommand {
+            program: env!("CARGO_BIN_EXE_jsonnet-worker").into(),
+            args: vec![],
+        },
+        ..JsonnetPoolConfig::default()
+    }
+}
 use serde_json::json;
 
 fn client(
@@ -22,6 +34,7 @@ fn client(
         code: Some(code),
         max_body_bytes,
         registry: Some(registry),
+        jsonnet: jsonnet_workers(),
         ..HookClientConfig::default()
     })
     .unwrap()
@@ -147,6 +160,7 @@ async fn in_process_calls_are_recorded_like_webhook_calls() {
         recorder: Some(Arc::new(
             metacontroller_hooks::DirectoryRecorder::new(dir.path(), None).unwrap(),
         )),
+        jsonnet: jsonnet_workers(),
         ..HookClientConfig::default()
     })
     .unwrap();

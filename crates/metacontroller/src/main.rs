@@ -36,6 +36,13 @@ use clap::Parser;
 use cli::{Cli, Command};
 
 fn main() -> ExitCode {
+    // A Jsonnet worker process (started by this binary's own hook client): nothing of the
+    // controller is set up; not a listed command.
+    if std::env::args_os().nth(1).as_deref()
+        == Some(metacontroller_hooks::JSONNET_WORKER_ARG.as_ref())
+    {
+        return metacontroller_hooks::run_jsonnet_worker();
+    }
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(err) if err.exit_code() == 0 => {
