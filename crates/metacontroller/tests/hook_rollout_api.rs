@@ -1,8 +1,10 @@
 //! `spec.hookRollout` (issue 52) as far as this version carries it: the API server keeps the
-//! spec field and a `status.hookRollout` on both controller kinds (nothing pruned), and the
+//! spec field and a `status.hookRollout` on both controller kinds (nothing pruned), the
 //! binary running such a controller says in its log that it does not roll code out in steps
-//! yet. Passes on the embedded server and on a real one (`METACONTROLLER_E2E_KUBECONFIG`).
+//! yet, and `metacontroller rollout status|pause|resume` read and set what the rollout uses.
+//! Passes on the embedded server and on a real one (`METACONTROLLER_E2E_KUBECONFIG`).
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use kube::api::{Api, Patch, PatchParams};
@@ -88,4 +90,97 @@ async fn both_kinds_keep_hook_rollout_spec_and_status() {
         async move { both }
     })
     .await;
+}
+
+/// `metacontroller rollout ARGS --kubeconfig KUBECONFIG`: exit code and output (run off the
+/// test's thread, which serves the embedded API server).
+async fn rollout_cli(kubeconfig: PathBuf, args: &[&str]) -> (i32, String) {
+    let args: Vec<String> = args.iter().map(ToString::to_string).collect();
+    tokio::task::spawn_blocking(move || {
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_metacontroller"))
+            .arg("rollout")
+            .args(&args)
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .output()
+            .expect("run the metacontroller binary");
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        (output.status.code().unwrap_or(-1), text)
+    })
+    .await
+    .expect("rollout command")
+}
+
+#[tokio::test]
+async fn rollout_status_pause_and_resume_work_like_kubectl_rollout() {
+    let cluster = TestCluster::start().await;
+    cluster.install_metacontroller_crds().await;
+    let label = unique_name("team");
+    let spec = |rollout: Option<serde_json::Value>| {
+        let mut spec = json!({"resources": [{"apiVersion": "v1", "resource": "configmaps",
+                "labelSelector": {"matchLabels": {"decorated": "none"}}}],
+            "hooks": {"sync": {"webhook": {"url": "http://127.0.0.1:9/sync"}}}});
+        if let Some(rollout) = rollout {
+            spec["hookRollout"] = rollout;
+        }
+        spec
+    };
+    let name = unique_name("dc");
+    let _: DecoratorController = cluster
+        .create_controller(&name, &label, spec(Some(rollout())))
+        .await;
+    let plain = unique_name("dc");
+    let _: DecoratorController = cluster.create_controller(&plain, &label, spec(None)).await;
+    let kubeconfig = cluster.kubeconfig_path().to_path_buf();
+    let target = format!("dc/{name}");
+
+    let (code, text) = rollout_cli(kubeconfig.clone(), &["status", &target]).await;
+    assert_eq!(code, 0, "{text}");
+    assert!(text.contains("no rollout yet"), "{text}");
+    let (code, text) = rollout_cli(kubeconfig.clone(), &["status", &format!("dc/{plain}")]).await;
+    assert_eq!(code, 1, "{text}");
+    assert!(text.contains("has no spec.hookRollout"), "{text}");
+
+    let dcs: Api<DecoratorController> = Api::all(cluster.client());
+    let mut progressing = status();
+    progressing["hookRollout"]["phase"] = json!("Progressing");
+    progressing["hookRollout"]["failedParent"] = serde_json::Value::Null;
+    for (body, rolled_back) in [(progressing, false), (status(), true)] {
+        dcs.patch_status(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": body})),
+        )
+        .await
+        .expect("writing status.hookRollout");
+        let (code, text) = rollout_cli(kubeconfig.clone(), &["status", &target]).await;
+        if rolled_back {
+            assert!(text.contains("RolledBack at step 2"), "{text}");
+            assert_eq!(code, 1, "{text}");
+            assert!(text.contains("failed parent ns/p1"), "{text}");
+            assert!(text.contains("rollout rolled back"), "{text}");
+        } else {
+            assert_eq!(code, 0, "{text}");
+            assert!(
+                text.contains("Progressing at step 2: 5 updated, 4 healthy, 1 failed"),
+                "{text}"
+            );
+        }
+    }
+
+    let paused = || async {
+        let dc = dcs.get(&name).await.expect("reading the controller");
+        dc.spec.hook_rollout.and_then(|r| r.paused)
+    };
+    let (code, text) = rollout_cli(kubeconfig.clone(), &["pause", &target]).await;
+    assert_eq!((code, paused().await), (0, Some(true)), "{text}");
+    let (code, text) = rollout_cli(kubeconfig.clone(), &["resume", &target]).await;
+    assert_eq!((code, paused().await), (0, None), "{text}");
+    // The rest of spec.hookRollout is left as it was.
+    let dc = dcs.get(&name).await.expect("reading the controller");
+    assert_eq!(dc.spec.hook_rollout.map(|r| r.steps.len()), Some(3));
 }
