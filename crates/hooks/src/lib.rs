@@ -108,6 +108,7 @@ pub mod error;
 mod etag;
 pub mod inprocess;
 pub mod metrics;
+mod pinned;
 mod pool;
 pub mod quantity;
 pub mod record;
@@ -131,6 +132,7 @@ pub use inprocess::jsonnet_pool::{
 };
 pub use inprocess::InProcessLimits;
 pub use metacontroller_api::wire::DecodeError;
+pub use pinned::{code_digest, with_pinned_code, PinnedCode};
 pub use pool::plain_client;
 pub use record::{DirectoryRecorder, HookRecorder, RecordedExchange, RecordedResponse};
 pub use sources::{

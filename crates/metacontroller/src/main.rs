@@ -19,6 +19,7 @@ mod merge_cmd;
 mod metrics;
 mod namespaces;
 mod render;
+mod rollout_cmd;
 mod run;
 mod shard;
 mod shutdown;
@@ -65,7 +66,7 @@ fn main() -> ExitCode {
     let logging_args = match &command {
         Command::Run(args) => Some(&args.logging),
         Command::Dev(args) => Some(&args.controller.logging),
-        Command::Merge(_) | Command::Validate(_) | Command::Render(_) => None,
+        Command::Merge(_) | Command::Validate(_) | Command::Render(_) | Command::Rollout(_) => None,
     };
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime,
@@ -87,6 +88,7 @@ fn main() -> ExitCode {
             Command::Merge(args) => merge_cmd::run(&args),
             Command::Validate(args) => validate_cmd::run(&args).await,
             Command::Render(args) => Box::pin(render::run(&args)).await,
+            Command::Rollout(args) => rollout_cmd::run(&args).await,
         }
     });
     // The runtime is still up: the last spans are sent before the process exits.

@@ -49,6 +49,11 @@ const DEADLINE_GRACE: Duration = Duration::from_millis(50);
 /// The default hook timeout (as `webhook.timeout`).
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// The SHA-256 of `bytes` as lower-case hex (the digest of code versions).
+pub(crate) fn code_hex_sha256(bytes: &[u8]) -> String {
+    code::hex(&code::sha256(bytes))
+}
+
 /// How an in-process hook is shown in messages, logs, metrics (`url`) and recordings:
 /// `jsonnet:<namespace>/<name>#<key>`, `wasm:<namespace>/<name>#<key>` or `wasm:<url>`.
 pub fn display(runtime: &HookRuntime<'_>) -> String {
