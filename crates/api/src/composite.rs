@@ -48,6 +48,10 @@ pub struct CompositeControllerSpec {
     /// Ignore parents' `spec.selector` and select children by a `controller-uid` label.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub generate_selector: Option<bool>,
+    /// Roll changes of the in-process hook code out to parents in steps (an extension;
+    /// absent: every parent gets new code at once).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hook_rollout: Option<crate::rollout::HookRollout>,
 }
 
 impl CompositeControllerSpec {

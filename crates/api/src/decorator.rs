@@ -45,6 +45,10 @@ pub struct DecoratorControllerSpec {
     /// below one second (zero and negatives included) means one second.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resync_period_seconds: Option<i32>,
+    /// Roll changes of the in-process hook code out to parents in steps (an extension;
+    /// absent: every parent gets new code at once).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hook_rollout: Option<crate::rollout::HookRollout>,
 }
 
 impl DecoratorControllerSpec {

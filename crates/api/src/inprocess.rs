@@ -17,6 +17,11 @@ pub const DEFAULT_WASM_MEMORY_LIMIT: &str = "64Mi";
 /// The largest `wasm.memoryLimit` (a 32-bit WebAssembly memory cannot exceed 4 GiB).
 pub const MAX_WASM_MEMORY_BYTES: u64 = 4 * 1024 * 1024 * 1024;
 
+/// Default `jsonnet.memoryLimit`: 256 MiB.
+pub const DEFAULT_JSONNET_MEMORY_LIMIT: &str = "256Mi";
+/// The largest `jsonnet.memoryLimit`.
+pub const MAX_JSONNET_MEMORY_BYTES: u64 = 4 * 1024 * 1024 * 1024;
+
 /// The ConfigMap holding a hook's code. Both fields are required: controller objects are
 /// cluster-scoped, so there is no namespace to default to.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
@@ -41,12 +46,24 @@ pub struct JsonnetHook {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(extend("format" = "duration"))]
     pub timeout: Option<String>,
+    /// The most memory one evaluation may use (a Kubernetes quantity); 256Mi when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_limit: Option<String>,
 }
 
 impl JsonnetHook {
     /// The evaluation's time limit: `timeout` parsed as a Go duration, 10s when unset.
     pub fn timeout_duration(&self) -> Result<Duration, DurationParseError> {
         parse_go_duration(self.timeout.as_deref().unwrap_or(DEFAULT_WEBHOOK_TIMEOUT))
+    }
+
+    /// The memory limit in bytes (`memoryLimit`, 256Mi when unset).
+    pub fn memory_limit_bytes(&self) -> Result<u64, String> {
+        parse_quantity_bytes(
+            self.memory_limit
+                .as_deref()
+                .unwrap_or(DEFAULT_JSONNET_MEMORY_LIMIT),
+        )
     }
 }
 
@@ -110,9 +127,11 @@ pub fn parse_quantity_bytes(text: &str) -> Result<u64, String> {
         .find(|c: char| !c.is_ascii_digit())
         .unwrap_or(text.len());
     let (digits, suffix) = text.split_at(split);
-    let number: u64 = digits
-        .parse()
-        .map_err(|_| format!("{text:?} is not a quantity of bytes (e.g. 64Mi)"))?;
+    let not_bytes = || format!("{text:?} is not a quantity of bytes (e.g. 64Mi)");
+    if suffix.starts_with(['.', 'e', 'E']) {
+        return Err(not_bytes());
+    }
+    let number: u64 = digits.parse().map_err(|_| not_bytes())?;
     let unit: u64 = match suffix {
         "" => 1,
         "Ki" => 1 << 10,
@@ -140,6 +159,24 @@ pub(crate) fn validate_jsonnet(c: &mut Collector, path: &str, hook: &JsonnetHook
     c.require(format!("{path}.key"), &hook.key);
     if let Some(timeout) = &hook.timeout {
         positive_duration(c, format!("{path}.timeout"), timeout);
+    }
+    memory_limit(
+        c,
+        path,
+        hook.memory_limit_bytes(),
+        16 << 20,
+        MAX_JSONNET_MEMORY_BYTES,
+    );
+}
+
+/// Checks `<path>.memoryLimit` (already parsed) against `min` and `max` bytes.
+fn memory_limit(c: &mut Collector, path: &str, bytes: Result<u64, String>, min: u64, max: u64) {
+    let field = format!("{path}.memoryLimit");
+    match bytes {
+        Ok(bytes) if bytes < min => c.push(field, format!("must be at least {}Mi", min >> 20)),
+        Ok(bytes) if bytes > max => c.push(field, format!("must be at most {}Gi", max >> 30)),
+        Ok(_) => {}
+        Err(e) => c.push(field, e),
     }
 }
 
@@ -178,16 +215,13 @@ pub(crate) fn validate_wasm(c: &mut Collector, path: &str, hook: &WasmHook) {
     if let Some(timeout) = &hook.timeout {
         positive_duration(c, format!("{path}.timeout"), timeout);
     }
-    match hook.memory_limit_bytes() {
-        Ok(bytes) if bytes < 1 << 20 => {
-            c.push(format!("{path}.memoryLimit"), "must be at least 1Mi")
-        }
-        Ok(bytes) if bytes > MAX_WASM_MEMORY_BYTES => {
-            c.push(format!("{path}.memoryLimit"), "must be at most 4Gi")
-        }
-        Ok(_) => {}
-        Err(e) => c.push(format!("{path}.memoryLimit"), e),
-    }
+    memory_limit(
+        c,
+        path,
+        hook.memory_limit_bytes(),
+        1 << 20,
+        MAX_WASM_MEMORY_BYTES,
+    );
 }
 
 fn config_map_ref(c: &mut Collector, path: &str, reference: &CodeConfigMapReference) {
@@ -211,7 +245,8 @@ mod tests {
         assert_eq!(parse_quantity_bytes("1Gi"), Ok(1 << 30));
         assert_eq!(parse_quantity_bytes("500k"), Ok(500_000));
         assert_eq!(parse_quantity_bytes("4096"), Ok(4096));
-        assert!(parse_quantity_bytes("1.5Gi").is_err());
+        let fraction = parse_quantity_bytes("1.5Gi").unwrap_err();
+        assert!(fraction.contains("is not a quantity of bytes"), "{fraction}");
         assert!(parse_quantity_bytes("64MB").is_err());
         assert!(parse_quantity_bytes("").is_err());
         assert!(parse_quantity_bytes("99999999999999999999Ti").is_err());
@@ -229,6 +264,14 @@ mod tests {
         assert_eq!(hook.memory_limit_bytes(), Ok(32 << 20));
         assert_eq!(hook.timeout_duration(), Ok(Duration::from_secs(2)));
         assert_eq!(serde_json::to_value(&hook).unwrap(), value);
+        let jsonnet: JsonnetHook = serde_json::from_value(json!({
+            "configMapRef": {"namespace": "n", "name": "c"},
+            "key": "sync.jsonnet",
+            "memoryLimit": "1Gi"
+        }))
+        .unwrap();
+        assert_eq!(jsonnet.memory_limit_bytes(), Ok(1 << 30));
+        assert_eq!(JsonnetHook::default().memory_limit_bytes(), Ok(256 << 20));
         let default = WasmHook::default();
         assert_eq!(default.memory_limit_bytes(), Ok(64 << 20));
         assert_eq!(default.timeout_duration(), Ok(Duration::from_secs(10)));

@@ -16,6 +16,7 @@ pub mod inprocess;
 mod object;
 pub mod related;
 pub mod revision;
+pub mod rollout;
 pub mod selector;
 pub mod update;
 pub mod validation;

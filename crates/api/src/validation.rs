@@ -83,6 +83,11 @@ impl Collector {
             self.push(path, "must not be empty");
         }
     }
+
+    #[cfg(test)]
+    pub(crate) fn into_errors(self) -> Vec<ValidationError> {
+        self.0
+    }
 }
 
 /// Validates a CompositeController.
@@ -143,6 +148,9 @@ pub fn validate_composite_controller(cc: &CompositeController) -> Result<(), Val
     }
     endpoint_configs(&mut c, "spec.endpointConfigs", &spec.endpoint_configs);
     endpoint_configs(&mut c, "spec.connections", &spec.connections);
+    if let Some(rollout) = &spec.hook_rollout {
+        crate::rollout::validate_hook_rollout(&mut c, "spec.hookRollout", rollout);
+    }
     c.finish()
 }
 
@@ -193,6 +201,9 @@ pub fn validate_decorator_controller(dc: &DecoratorController) -> Result<(), Val
     }
     endpoint_configs(&mut c, "spec.endpointConfigs", &spec.endpoint_configs);
     endpoint_configs(&mut c, "spec.connections", &spec.connections);
+    if let Some(rollout) = &spec.hook_rollout {
+        crate::rollout::validate_hook_rollout(&mut c, "spec.hookRollout", rollout);
+    }
     c.finish()
 }
 

@@ -82,6 +82,14 @@ fn manifests_round_trip_without_losing_fields() {
     assert_eq!(kinds.len(), 3);
 }
 
+fn int_or_string(schema: &Value) -> bool {
+    schema.get("x-kubernetes-int-or-string") == Some(&Value::Bool(true))
+}
+
+fn n_is_int(value: &Value) -> bool {
+    value.as_i64().is_some() || value.as_u64().is_some()
+}
+
 /// Checks `value` against a structural schema the way the API server's pruning and
 /// validation would, collecting problems instead of stopping at the first.
 fn check(schema: &Value, value: &Value, path: &str, problems: &mut Vec<String>) {
@@ -96,6 +104,10 @@ fn check(schema: &Value, value: &Value, path: &str, problems: &mut Vec<String>) 
         ("boolean", Value::Bool(_)) => true,
         ("integer", Value::Number(n)) => n.is_i64() || n.is_u64(),
         ("number", Value::Number(_)) => true,
+        // `x-kubernetes-int-or-string`: no type, an integer or a string.
+        ("", Value::Number(_) | Value::String(_)) if int_or_string(schema) => {
+            !matches!(value, Value::Number(_)) || n_is_int(value)
+        }
         _ => false,
     };
     if !ok {

@@ -325,6 +325,21 @@ fn wasm_hooks_take_a_config_map_key_or_a_pinned_url() {
     }
     let ok = json!({"wasm": {"configMapRef": cm, "key": "m.wasm", "memoryLimit": "128Mi", "timeout": "3s"}});
     assert!(in_process(ok).is_ok());
+    for (limit, message) in [
+        ("1.5Gi", "is not a quantity"),
+        ("8Mi", "at least 16Mi"),
+        ("5Gi", "at most 4Gi"),
+    ] {
+        let hook =
+            json!({"jsonnet": {"configMapRef": cm, "key": "s.jsonnet", "memoryLimit": limit}});
+        assert_error_at(
+            in_process(hook),
+            "spec.hooks.sync.jsonnet.memoryLimit",
+            message,
+        );
+    }
+    let ok = json!({"jsonnet": {"configMapRef": cm, "key": "s.jsonnet", "memoryLimit": "1Gi"}});
+    assert!(in_process(ok).is_ok());
 }
 
 #[test]

@@ -42,6 +42,7 @@ mod departed;
 mod finalizer;
 mod handle;
 mod hook_events;
+mod hook_rollout;
 mod meta;
 mod reconcile;
 mod recovery;

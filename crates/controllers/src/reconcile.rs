@@ -855,10 +855,7 @@ pub(crate) fn lease_owned(
     writer: &Arc<Writer>,
     res: &Arc<ApiResource>,
     route: impl Fn(&Change<DynamicObject>, Origin) + Send + Sync + 'static,
-) -> (
-    metacontroller_dynamic::Lease<metacontroller_dynamic::ResourceId, Informer>,
-    HandlerId,
-) {
+) -> (metacontroller_dynamic::InformerLease, HandlerId) {
     let informer = informers.lease_keeping(res, metacontroller_dynamic::Keep::Children);
     let handler = watch_owned(&informer, writer.clone(), res.clone(), route);
     (informer, handler)

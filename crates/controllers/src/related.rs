@@ -38,7 +38,7 @@ use metacontroller_api::wire::{
     CustomizableController, CustomizeHookRequest, CustomizeHookResponse, ObjectMap,
 };
 use metacontroller_dynamic::{
-    ApiResource, Change, HandlerId, Informer, Informers, Lease, NamespacedName, Origin, ResourceId,
+    ApiResource, Change, HandlerId, Informer, Informers, NamespacedName, Origin, ResourceId,
     ResourceMap, Selector, Versioned,
 };
 use metacontroller_hooks::{CallContext, HookClient, HookError};
@@ -358,7 +358,7 @@ struct Entry {
 }
 
 struct Watch {
-    informer: Lease<ResourceId, Informer>,
+    informer: metacontroller_dynamic::InformerLease,
     handler: HandlerId,
 }
 

@@ -26,7 +26,12 @@
 //! parents: "Peak RSS by number of parents").
 //!
 //! [`Informers`] shares them per resource through a [`SharedRegistry`]: the watch starts
-//! with the first lease and stops when the last lease is dropped.
+//! with the first lease and stops when the last lease is dropped. A user that needs only the
+//! objects with some labels (a parent type's `labelSelector`) leases the informer of that
+//! resource *and selector* ([`Informers::lease_selected`], keyed by [`InformerKey`]): the API
+//! server applies the selector to its lists and watches, so the objects that do not match
+//! are never sent, decoded or cached, and an object whose labels stop matching arrives as a
+//! deletion. Users of the same resource without that selector share the unfiltered informer.
 //!
 //! # Retention (sharded replicas)
 //!
@@ -248,6 +253,8 @@ struct Shared {
     relist_failed: tokio::sync::watch::Sender<u64>,
     /// The last error of a list the cache waits for; cleared when the cache is synced.
     list_error: Mutex<Option<String>>,
+    /// Objects the API server returned to this informer's lists, since it started.
+    listed: AtomicU64,
 }
 
 /// How a relist asked for ([`Informers::relist_filtered`], and an informer's own relists) ended.
@@ -455,12 +462,15 @@ impl Drop for Informer {
 
 impl Informer {
     /// Starts watching `resource`, keeping what `keep` says when `config` has a retention
-    /// filter.
-    pub(crate) fn start_keeping(
+    /// filter; with `label_selector` (the server's string form) only the objects it matches:
+    /// the API server filters lists and watches, and an object whose labels stop matching
+    /// arrives as deleted.
+    pub(crate) fn start_selected(
         client: kube::Client,
         resource: Arc<ApiResource>,
         config: InformerConfig,
         keep: Keep,
+        label_selector: Option<String>,
     ) -> Self {
         let (synced, _) = tokio::sync::watch::channel(false);
         let shared = Arc::new(Shared {
@@ -474,6 +484,7 @@ impl Informer {
             relisted: tokio::sync::watch::channel(0).0,
             relist_failed: tokio::sync::watch::channel(0).0,
             list_error: Mutex::new(None),
+            listed: AtomicU64::new(0),
         });
         let id = resource.id();
         let apis = match crate::scope::watched(config.scope.as_deref(), &resource) {
@@ -497,10 +508,14 @@ impl Informer {
             // Nothing to drive; a task that never ends keeps `Drop` uniform.
             (_, true) => tokio::spawn(std::future::pending()),
             (Some(supervisor), false) => {
-                let name = format!("informer/{}/{}", id.api_version, id.resource);
-                supervisor.spawn(name, run(apis, shared.clone(), id, config))
+                let name = match &label_selector {
+                    None => format!("informer/{}/{}", id.api_version, id.resource),
+                    Some(s) => format!("informer/{}/{}?{s}", id.api_version, id.resource),
+                };
+                let driver = run(apis, shared.clone(), id, config, label_selector);
+                supervisor.spawn(name, driver)
             }
-            (None, false) => tokio::spawn(run(apis, shared.clone(), id, config)),
+            (None, false) => tokio::spawn(run(apis, shared.clone(), id, config, label_selector)),
         };
         Informer {
             resource,
@@ -676,6 +691,12 @@ impl Informer {
         self.store().len()
     }
 
+    /// Objects the API server returned to this informer's lists so far (every page of the
+    /// first list and of each relist).
+    pub fn listed_objects(&self) -> u64 {
+        self.shared.listed.load(Ordering::Relaxed)
+    }
+
     /// True if nothing is cached.
     #[cfg(test)]
     pub(crate) fn is_empty(&self) -> bool {
@@ -734,7 +755,13 @@ async fn run(
     shared: Arc<Shared>,
     id: ResourceId,
     config: InformerConfig,
+    label_selector: Option<String>,
 ) {
+    let watch_config = match &label_selector {
+        None => watcher::Config::default(),
+        Some(selector) => watcher::Config::default().labels(selector),
+    }
+    .page_size(LIST_PAGE_SIZE);
     // The watch is restarted only when a relist is asked for (a sharded replica acquired
     // shards): kube-runtime's watcher relists by itself after an error (410 Gone included).
     // The flush interval only replays the cache.
@@ -744,7 +771,7 @@ async fn run(
         (None, Some((_, api))) => crate::ReconnectProbe::new(api.clone().into_client()),
         (None, None) => return,
     };
-    let mut stream = watch_all(&apis, &probe);
+    let mut stream = watch_all(&apis, &watch_config, &probe);
     let mut requests = shared.relist_requested.subscribe();
     let mut lists = Lists::new(&scopes, *requests.borrow_and_update(), false);
     let mut flush = flush_timer(config.flush_interval);
@@ -760,7 +787,7 @@ async fn run(
                 if changed.is_ok() {
                     if lists.waiting.is_empty() {
                         let answers = *requests.borrow_and_update();
-                        stream = watch_all(&apis, &probe);
+                        stream = watch_all(&apis, &watch_config, &probe);
                         lists = Lists::new(&scopes, answers, true);
                     } else {
                         // The running lists started before this request, so they may lack
@@ -786,7 +813,7 @@ async fn run(
         handle_event(&shared, &id, &mut lists, scope, event);
         if lists.more && lists.waiting.is_empty() {
             let answers = *requests.borrow_and_update();
-            stream = watch_all(&apis, &probe);
+            stream = watch_all(&apis, &watch_config, &probe);
             lists = Lists::new(&scopes, answers, true);
         }
     }
@@ -796,19 +823,14 @@ async fn run(
 /// each listing in pages and retrying with backoff, merged into one stream.
 fn watch_all(
     apis: &[(String, Api<DynamicObject>)],
+    config: &watcher::Config,
     probe: &crate::ReconnectProbe,
 ) -> BoxStream<'static, Scoped> {
     let streams = apis.iter().map(|(scope, api)| {
         let scope = scope.clone();
         probe
             .clone()
-            .with_backoff(
-                watcher(
-                    api.clone(),
-                    watcher::Config::default().page_size(LIST_PAGE_SIZE),
-                )
-                .boxed(),
-            )
+            .with_backoff(watcher(api.clone(), config.clone()).boxed())
             .map(move |event| (scope.clone(), event))
             .boxed()
     });
@@ -883,6 +905,7 @@ fn list_error_text(error: &watcher::Error) -> String {
 /// A list of `scope` delivered `obj`: buffered (as the cached `Arc` when unchanged) until
 /// the list is complete, unless the retention filter drops it.
 fn listed(shared: &Shared, id: &ResourceId, lists: &mut Lists, scope: String, obj: DynamicObject) {
+    shared.listed.fetch_add(1, Ordering::Relaxed);
     if !shared.retains(&obj) {
         return;
     }
@@ -984,12 +1007,41 @@ fn resync(shared: &Shared) {
     shared.notify_cached(changes, Origin::Relist);
 }
 
-/// The process-wide informers, one per resource, shared by all controllers.
+/// What identifies a shared informer: its resource and the label selector the API server
+/// applies to its lists and watches (`None`: every object of the resource). Controllers
+/// whose parents are selected by the same labels share one; everyone else shares the
+/// unfiltered one.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct InformerKey {
+    /// The resource watched.
+    pub resource: ResourceId,
+    /// The `labelSelector=` sent with every list and watch, in the server's string form.
+    pub label_selector: Option<String>,
+}
+
+/// A lease on a shared informer.
+pub type InformerLease = Lease<InformerKey, Informer>;
+
+/// What one running informer holds (metrics, readiness).
+#[derive(Debug, Clone)]
+pub struct CacheStats {
+    /// Which informer.
+    pub key: InformerKey,
+    /// Objects in its cache.
+    pub cached: usize,
+    /// Objects its lists returned so far.
+    pub listed: u64,
+    /// Whether its first list completed.
+    pub synced: bool,
+}
+
+/// The process-wide informers, one per resource and server-side label selector, shared by
+/// all controllers.
 #[derive(Clone)]
 pub struct Informers {
     client: kube::Client,
     config: InformerConfig,
-    registry: SharedRegistry<ResourceId, Informer>,
+    registry: SharedRegistry<InformerKey, Informer>,
     /// Counts [`Informers::prune_filtered`] calls, for [`Informers::pruned`].
     pruned: Arc<tokio::sync::watch::Sender<u64>>,
 }
@@ -1042,26 +1094,39 @@ impl Informers {
 
     /// A lease on the informer of `resource` keeping every object, starting it if none runs.
     /// Must be called inside a tokio runtime.
-    pub fn lease(&self, resource: &Arc<ApiResource>) -> Lease<ResourceId, Informer> {
+    pub fn lease(&self, resource: &Arc<ApiResource>) -> InformerLease {
         self.lease_keeping(resource, Keep::All)
     }
 
     /// A lease on the informer of `resource` for a user that needs only what `keep` says
     /// (see the module docs; without a retention filter everything is kept).
-    pub fn lease_keeping(
+    pub fn lease_keeping(&self, resource: &Arc<ApiResource>, keep: Keep) -> InformerLease {
+        self.lease_selected(resource, keep, None)
+    }
+
+    /// A lease on the informer of the objects of `resource` that `label_selector` (the
+    /// server's string form, e.g. [`crate::Selector::server_query`]) matches, as
+    /// [`lease_keeping`](Self::lease_keeping) otherwise. The API server filters: the cache
+    /// holds only matching objects, and one whose labels stop matching is seen as deleted.
+    pub fn lease_selected(
         &self,
         resource: &Arc<ApiResource>,
         keep: Keep,
-    ) -> Lease<ResourceId, Informer> {
-        let result: Result<_, std::convert::Infallible> =
-            self.registry.acquire(resource.id(), |_| {
-                Ok(Informer::start_keeping(
-                    self.client.clone(),
-                    resource.clone(),
-                    self.config.clone(),
-                    keep,
-                ))
-            });
+        label_selector: Option<String>,
+    ) -> InformerLease {
+        let key = InformerKey {
+            resource: resource.id(),
+            label_selector,
+        };
+        let result: Result<_, std::convert::Infallible> = self.registry.acquire(key, |key| {
+            Ok(Informer::start_selected(
+                self.client.clone(),
+                resource.clone(),
+                self.config.clone(),
+                keep,
+                key.label_selector.clone(),
+            ))
+        });
         let lease = match result {
             Ok(lease) => lease,
             Err(never) => match never {},
@@ -1153,9 +1218,14 @@ impl Informers {
             .sum()
     }
 
-    /// Resources with a running informer.
+    /// Resources with a running informer (once per informer: a resource watched unfiltered
+    /// and with a label selector is listed twice).
     pub fn running(&self) -> Vec<ResourceId> {
-        self.registry.keys()
+        self.registry
+            .keys()
+            .into_iter()
+            .map(|k| k.resource)
+            .collect()
     }
 
     /// `Informer::resync_parents` on every running informer.
@@ -1167,15 +1237,19 @@ impl Informers {
         }
     }
 
-    /// Every running informer with its cached object count and whether its first list
-    /// completed (metrics, readiness).
-    pub fn cache_stats(&self) -> Vec<(ResourceId, usize, bool)> {
+    /// What every running informer holds (metrics, readiness).
+    pub fn cache_stats(&self) -> Vec<CacheStats> {
         self.registry
             .keys()
             .into_iter()
-            .filter_map(|id| {
-                let informer = self.registry.get(&id)?;
-                Some((id, informer.len(), informer.has_synced()))
+            .filter_map(|key| {
+                let informer = self.registry.get(&key)?;
+                Some(CacheStats {
+                    cached: informer.len(),
+                    listed: informer.listed_objects(),
+                    synced: informer.has_synced(),
+                    key,
+                })
             })
             .collect()
     }

@@ -8,8 +8,8 @@
 //!
 //! - `discovery`: [`ResourceMap`] from `APIResourceList` documents, lookups by resource or
 //!   kind;
-//! - `registry`: one reference-counted instance per resource (informers shared by all
-//!   controllers, stopped with the last lease);
+//! - `registry`: one reference-counted instance per key (informers: per resource and
+//!   server-side label selector, shared by all controllers, stopped with the last lease);
 //! - `store`: an informer's object store indexed by namespace and controller owner uid;
 //! - `compact`: the compact form informers cache objects in (JSON + index metadata);
 //! - `selector`: label / annotation selectors with Kubernetes semantics and the string form;
@@ -41,7 +41,8 @@ pub use compact::{CompactObject, EncodeError};
 pub use discover::Discovered;
 pub use discovery::{ApiResource, DiscoveryError, ResourceId, ResourceMap, Subresource};
 pub use informer::{
-    Handler, HandlerId, Informer, InformerConfig, Informers, Keep, KeepKeys, Origin, Relisted,
+    CacheStats, Handler, HandlerId, Informer, InformerConfig, InformerKey, InformerLease,
+    Informers, Keep, KeepKeys, Origin, Relisted,
 };
 pub use object::{NamespacedName, ObjectKey, ObjectMetaAccess, Versioned};
 pub use rate::{KeyedRateLimiter, RateError, TokenBucket};

@@ -16,10 +16,9 @@ use std::time::{Duration, Instant};
 use metacontroller_apply::Schema;
 use serde_json::Value;
 
-use crate::discovery::{ApiResource, ResourceId};
-use crate::informer::{Informer, Informers};
+use crate::discovery::ApiResource;
+use crate::informer::Informers;
 use crate::object::NamespacedName;
-use crate::registry::Lease;
 
 /// How long one OpenAPI request may take before the lookup gives up (and merges by
 /// conventions this time).
@@ -46,7 +45,7 @@ struct Inner {
     informers: Informers,
     /// The CRD informer, started by the first custom resource lookup (a process whose
     /// children are all built-in kinds never caches CRDs).
-    crds: std::sync::OnceLock<Lease<ResourceId, Informer>>,
+    crds: std::sync::OnceLock<crate::InformerLease>,
     /// The first custom resource lookup waited for the CRD informer's initial list.
     crd_waited: AtomicBool,
     refresh: Duration,

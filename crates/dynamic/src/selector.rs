@@ -389,6 +389,17 @@ impl Selector {
     pub fn parse(input: &str) -> Result<Selector, SelectorError> {
         Parser::new(input).parse()
     }
+
+    /// The `labelSelector=` query parameter that makes the API server list and watch only the
+    /// objects this selector matches; `None` when the server cannot narrow anything (the
+    /// selector matches everything) or must not be asked (`Nothing` has no string form:
+    /// its empty string would select everything).
+    pub fn server_query(&self) -> Option<String> {
+        match self {
+            Selector::All(reqs) if !reqs.is_empty() => Some(self.to_string()),
+            _ => None,
+        }
+    }
 }
 
 /// The label CompositeController's `generateSelector` puts on children.
@@ -900,6 +911,26 @@ mod tests {
         assert!(Selector::from_label_selector_or_everything(None)
             .unwrap()
             .matches(&BTreeMap::new()));
+    }
+
+    #[test]
+    fn server_query_has_every_operator_in_server_syntax() {
+        let sel = LabelSelector {
+            match_labels: Some(labels(&[("app", "web")])),
+            match_expressions: Some(vec![
+                expr("tier", "In", Some(&["b", "a"])),
+                expr("env", "NotIn", Some(&["dev"])),
+                expr("owner", "Exists", None),
+                expr("legacy", "DoesNotExist", None),
+            ]),
+        };
+        let sel = Selector::from_label_selector(Some(&sel)).unwrap();
+        let query = sel.server_query().unwrap();
+        assert_eq!(query, "app=web,env notin (dev),!legacy,owner,tier in (a,b)");
+        // What the server parses is what the controller matches.
+        assert_eq!(Selector::parse(&query).unwrap(), sel);
+        assert_eq!(Selector::everything().server_query(), None);
+        assert_eq!(Selector::Nothing.server_query(), None);
     }
 
     #[test]

@@ -12,6 +12,11 @@
 //! `--workers`: time per call at that concurrency). The WASM variants are skipped when the
 //! `wasm32-wasip1` target is missing.
 //!
+//! Group `jsonnet_engine`: the Jsonnet evaluation alone, as it ran before worker processes
+//! (`in_thread`: a fresh evaluation state per call on a blocking thread, so every call parses
+//! the code) and in the pool (`pool`: a worker process that keeps the parsed code by digest),
+//! for the hello-world hook and for a hook importing a ~500 KB library.
+//!
 //! Run: `cargo bench -p metacontroller-hooks --bench inprocess_calls`
 //! (`INPROCESS_BENCH_SECONDS=N` sets the measurement time; default 5).
 //!
@@ -27,7 +32,11 @@ use axum::{Json, Router};
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use metacontroller_api::hook::Hook;
 use metacontroller_api::wire::CompositeHookResponse;
-use metacontroller_hooks::{CallContext, CodeObject, HookClient, HookClientConfig, MemoryCode};
+use metacontroller_hooks::inprocess::jsonnet_pool::{JsonnetLimits, JsonnetPool};
+use metacontroller_hooks::{
+    CallContext, CodeObject, HookClient, HookClientConfig, JsonnetPoolConfig, MemoryCode,
+    WorkerCommand,
+};
 use serde_json::{json, Value};
 
 mod support;
@@ -235,6 +244,7 @@ fn bench(c: &mut Criterion) {
     let has_module = module.is_some();
     let client = HookClient::new(HookClientConfig {
         code: Some(code(module)),
+        jsonnet: pool_config(),
         ..HookClientConfig::default()
     })
     .unwrap()
@@ -281,5 +291,76 @@ fn bench(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, bench);
+/// This crate's worker program (the binary runs itself as `jsonnet-worker`).
+fn pool_config() -> JsonnetPoolConfig {
+    JsonnetPoolConfig {
+        command: WorkerCommand {
+            program: env!("CARGO_BIN_EXE_jsonnet-worker").into(),
+            args: vec![],
+        },
+        ..JsonnetPoolConfig::default()
+    }
+}
+
+/// A library of about 500 KB: 6,000 fields with a small object each.
+fn big_library() -> String {
+    let mut text = String::from("{\n");
+    for i in 0..6000 {
+        text.push_str(&format!(
+            "  item{i}: {{ name: 'item-{i}', value: {i}, tags: ['alpha', 'beta', 'gamma'], ratio: {i} / 7 }},\n"
+        ));
+    }
+    text.push_str("}\n");
+    text
+}
+
+/// The evaluation alone: in a thread with a fresh state (before) and in the pool (after).
+fn bench_engines(c: &mut Criterion) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let request = Arc::new(serde_json::to_vec(&request()).unwrap());
+    let library = big_library();
+    let hello = Arc::new(CodeObject::from_text(&[
+        ("sync.jsonnet", SYNC_JSONNET),
+        ("greeting.libsonnet", GREETING_LIBSONNET),
+    ]));
+    let big = Arc::new(CodeObject::from_text(&[
+        ("sync.jsonnet", "local lib = import 'lib.libsonnet';\nfunction(request) { status: {value: lib.item42.value, name: request.parent.metadata.name} }"),
+        ("lib.libsonnet", &library),
+    ]));
+    let pool = Arc::new(JsonnetPool::new(pool_config()));
+    let limits = JsonnetLimits {
+        timeout: std::time::Duration::from_secs(30),
+        memory_bytes: 256 << 20,
+    };
+    let mut group = c.benchmark_group("jsonnet_engine");
+    group.throughput(Throughput::Elements(1));
+    group.measurement_time(support::measurement_time("INPROCESS_BENCH_SECONDS", 5));
+    for (name, code) in [("hello", &hello), ("lib_500k", &big)] {
+        group.bench_function(format!("in_thread/{name}"), |b| {
+            b.iter(|| {
+                let (code, request) = (code.clone(), request.clone());
+                let call = tokio::task::spawn_blocking(move || {
+                    metacontroller_hooks::inprocess::jsonnet::evaluate(
+                        code,
+                        "sync.jsonnet",
+                        &request,
+                    )
+                });
+                rt.block_on(call).unwrap().unwrap()
+            })
+        });
+        group.bench_function(format!("pool/{name}"), |b| {
+            b.iter(|| {
+                let call = pool.evaluate(code, "sync.jsonnet", &request, limits);
+                rt.block_on(call).unwrap()
+            })
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, bench, bench_engines);
 criterion_main!(benches);

@@ -101,12 +101,14 @@
 //!   or a `Failed` error naming the budget). Code loading (ConfigMap, single-flight download
 //!   with failures backed off, compilation) is inside the timeout too.
 
-pub mod client;
+mod call;
+mod client;
 pub mod credentials;
 pub mod error;
 mod etag;
 pub mod inprocess;
 pub mod metrics;
+mod pinned;
 mod pool;
 pub mod quantity;
 pub mod record;
@@ -118,13 +120,19 @@ pub mod target;
 pub mod trace;
 pub mod wasm;
 
-pub use client::{
+pub use call::{
     code_config_map, Answer, CallContext, HookClient, HookClientConfig, DEFAULT_MAX_BODY_BYTES,
     REPLICA_HEADER,
 };
+pub use client::STATUS_BODY_PREFIX_BYTES;
 pub use error::HookError;
+pub use inprocess::jsonnet_pool::{
+    run_worker as run_jsonnet_worker, JsonnetPoolConfig, WorkerCommand,
+    WORKER_ARG as JSONNET_WORKER_ARG,
+};
 pub use inprocess::InProcessLimits;
 pub use metacontroller_api::wire::DecodeError;
+pub use pinned::{code_digest, with_pinned_code, PinnedCode};
 pub use pool::plain_client;
 pub use record::{DirectoryRecorder, HookRecorder, RecordedExchange, RecordedResponse};
 pub use sources::{

@@ -2,15 +2,29 @@
 //! ConfigMap answers like a webhook (same decoding, metrics with the runtime label,
 //! recordings), an output over the body cap is refused, a missing ConfigMap or key is a code
 //! error, a changed ConfigMap is announced, a hanging download ends at the hook's timeout, and
-//! a call waits for its own controller's share only.
+//! a call waits for its own controller's share only, and calls inside `with_pinned_code` run
+//! the pinned (older) version of a ConfigMap while others run the live one.
 
 use std::sync::Arc;
 
 use metacontroller_api::hook::Hook;
 use metacontroller_api::wire::CompositeHookResponse;
+use metacontroller_hooks::{code_digest, with_pinned_code, PinnedCode};
 use metacontroller_hooks::{
-    CallContext, CodeObject, CodeSource, HookClient, HookClientConfig, HookError, MemoryCode,
+    CallContext, CodeObject, CodeSource, HookClient, HookClientConfig, HookError,
+    JsonnetPoolConfig, MemoryCode, WorkerCommand,
 };
+
+/// Jsonnet workers run this crate's `jsonnet-worker` program (not the test binary).
+fn jsonnet_workers() -> JsonnetPoolConfig {
+    JsonnetPoolConfig {
+        command: WorkerCommand {
+            program: env!("CARGO_BIN_EXE_jsonnet-worker").into(),
+            args: vec![],
+        },
+        ..JsonnetPoolConfig::default()
+    }
+}
 use serde_json::json;
 
 fn client(
@@ -22,6 +36,7 @@ fn client(
         code: Some(code),
         max_body_bytes,
         registry: Some(registry),
+        jsonnet: jsonnet_workers(),
         ..HookClientConfig::default()
     })
     .unwrap()
@@ -147,6 +162,7 @@ async fn in_process_calls_are_recorded_like_webhook_calls() {
         recorder: Some(Arc::new(
             metacontroller_hooks::DirectoryRecorder::new(dir.path(), None).unwrap(),
         )),
+        jsonnet: jsonnet_workers(),
         ..HookClientConfig::default()
     })
     .unwrap();
@@ -291,4 +307,41 @@ async fn a_call_waits_for_its_own_controllers_share_only() {
     );
     let first = first.await.unwrap().unwrap_err();
     assert!(matches!(first, HookError::Timeout { .. }), "{first}");
+}
+
+#[tokio::test]
+async fn pinned_code_runs_instead_of_the_live_config_map_inside_its_scope_only() {
+    let memory = Arc::new(MemoryCode::new());
+    let hooks = client(memory.clone(), 1 << 20, prometheus::Registry::new());
+    let old = code(&[
+        (
+            "sync.jsonnet",
+            "local lib = import 'lib.libsonnet'; function(request) {status: {v: lib.v}}",
+        ),
+        ("lib.libsonnet", "{v: 1}"),
+    ]);
+    let new = code(&[
+        (
+            "sync.jsonnet",
+            "local lib = import 'lib.libsonnet'; function(request) {status: {v: lib.v}}",
+        ),
+        ("lib.libsonnet", "{v: 2}"),
+    ]);
+    assert_ne!(code_digest(&old), code_digest(&new));
+    memory.set("hooks", "code", new);
+    let request = json!({"parent": {"metadata": {"name": "p"}}});
+    let mut pins = PinnedCode::default();
+    pins.pin("hooks", "code", Arc::new(old));
+    let pins = Arc::new(pins);
+    let call = || async {
+        let response: CompositeHookResponse = hooks
+            .call(&CTX, &jsonnet_hook("sync.jsonnet"), &[], &request)
+            .await
+            .unwrap();
+        json!(response.status)["v"].clone()
+    };
+    // Imports resolve in the pinned version too.
+    assert_eq!(with_pinned_code(pins.clone(), call()).await, json!(1));
+    assert_eq!(call().await, json!(2));
+    assert_eq!(with_pinned_code(pins, call()).await, json!(1));
 }

@@ -63,6 +63,37 @@ pub enum Command {
         )
     )]
     Render(Box<crate::render::args::RenderArgs>),
+    /// Progressive rollouts of hook code (`spec.hookRollout`), as `kubectl rollout`:
+    /// status (exit 1 when rolled back), pause, resume.
+    Rollout(RolloutArgs),
+}
+
+/// `metacontroller rollout ACTION TARGET`.
+#[derive(Debug, Args)]
+pub struct RolloutArgs {
+    /// What to do.
+    #[arg(value_enum)]
+    pub action: RolloutAction,
+
+    /// The controller object: `NAME` (a CompositeController) or `KIND/NAME` with KIND
+    /// `compositecontroller` (`cc`) or `decoratorcontroller` (`dc`).
+    pub target: String,
+
+    /// Kubeconfig to use ($KUBECONFIG, ~/.kube/config, then in-cluster when unset).
+    #[arg(long, value_name = "PATH", visible_alias = "client-config-path")]
+    pub kubeconfig: Option<PathBuf>,
+}
+
+/// A `rollout` action.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum RolloutAction {
+    /// Print phase, step and counts once (`kubectl rollout status --watch=false`); exit 1
+    /// when the rollout rolled back.
+    Status,
+    /// Set `spec.hookRollout.paused`: the rollout holds at its step.
+    Pause,
+    /// Clear `spec.hookRollout.paused`.
+    Resume,
 }
 
 /// Settings of the controller process (upstream flag names and defaults).

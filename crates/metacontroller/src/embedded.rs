@@ -38,7 +38,11 @@ pub fn needed_by(command: &Command) -> Option<&'static str> {
         Command::Render(args) if !args.is_live() => {
             Some("`metacontroller render` without --live (offline)")
         }
-        Command::Run(_) | Command::Merge(_) | Command::Validate(_) | Command::Render(_) => None,
+        Command::Run(_)
+        | Command::Merge(_)
+        | Command::Validate(_)
+        | Command::Render(_)
+        | Command::Rollout(_) => None,
     }
 }
 

@@ -72,8 +72,14 @@ impl Readiness {
         let waiting: Vec<String> = informers
             .cache_stats()
             .into_iter()
-            .filter(|(_, _, synced)| !synced)
-            .map(|(id, _, _)| format!("{}/{}", id.api_version, id.resource))
+            .filter(|stats| !stats.synced)
+            .map(|stats| {
+                let id = &stats.key.resource;
+                match &stats.key.label_selector {
+                    None => format!("{}/{}", id.api_version, id.resource),
+                    Some(s) => format!("{}/{} ({s})", id.api_version, id.resource),
+                }
+            })
             .collect();
         if waiting.is_empty() {
             Ok(())

@@ -19,6 +19,7 @@ mod merge_cmd;
 mod metrics;
 mod namespaces;
 mod render;
+mod rollout_cmd;
 mod run;
 mod shard;
 mod shutdown;
@@ -36,6 +37,13 @@ use clap::Parser;
 use cli::{Cli, Command};
 
 fn main() -> ExitCode {
+    // A Jsonnet worker process (started by this binary's own hook client): nothing of the
+    // controller is set up; not a listed command.
+    if std::env::args_os().nth(1).as_deref()
+        == Some(metacontroller_hooks::JSONNET_WORKER_ARG.as_ref())
+    {
+        return metacontroller_hooks::run_jsonnet_worker();
+    }
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(err) if err.exit_code() == 0 => {
@@ -58,7 +66,7 @@ fn main() -> ExitCode {
     let logging_args = match &command {
         Command::Run(args) => Some(&args.logging),
         Command::Dev(args) => Some(&args.controller.logging),
-        Command::Merge(_) | Command::Validate(_) | Command::Render(_) => None,
+        Command::Merge(_) | Command::Validate(_) | Command::Render(_) | Command::Rollout(_) => None,
     };
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime,
@@ -80,6 +88,7 @@ fn main() -> ExitCode {
             Command::Merge(args) => merge_cmd::run(&args),
             Command::Validate(args) => validate_cmd::run(&args).await,
             Command::Render(args) => Box::pin(render::run(&args)).await,
+            Command::Rollout(args) => rollout_cmd::run(&args).await,
         }
     });
     // The runtime is still up: the last spans are sent before the process exits.

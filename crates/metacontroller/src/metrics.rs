@@ -11,7 +11,7 @@ use axum::Router;
 use metacontroller_dynamic::Informers;
 use prometheus::core::{Collector, Desc};
 use prometheus::proto::MetricFamily;
-use prometheus::{Encoder, IntGaugeVec, Opts, Registry, TextEncoder};
+use prometheus::{Encoder, IntCounterVec, IntGaugeVec, Opts, Registry, TextEncoder};
 
 /// A registry with the process collector (CPU, memory, file descriptors, start time).
 pub fn registry() -> anyhow::Result<Registry> {
@@ -22,9 +22,9 @@ pub fn registry() -> anyhow::Result<Registry> {
     Ok(registry)
 }
 
-/// Registers `metacontroller_informer_cached_objects{api_version,resource}` and
-/// `metacontroller_informer_synced{api_version,resource}`, read from `informers` at
-/// each scrape.
+/// Registers `metacontroller_informer_cached_objects`, `metacontroller_informer_synced` and
+/// `metacontroller_informer_listed_objects_total` (labels `api_version`, `resource`,
+/// `label_selector`), read from `informers` at each scrape.
 pub fn register_informers(registry: &Registry, informers: Informers) -> anyhow::Result<()> {
     registry.register(Box::new(InformerCollector::new(informers)?))?;
     Ok(())
@@ -77,12 +77,14 @@ struct InformerCollector {
     informers: Informers,
     objects: IntGaugeVec,
     synced: IntGaugeVec,
+    listed: IntCounterVec,
     descs: Vec<Desc>,
 }
 
 impl InformerCollector {
     fn new(informers: Informers) -> anyhow::Result<Self> {
-        let labels = ["api_version", "resource"];
+        // `label_selector`: what the API server filters the informer by ("" for none).
+        let labels = ["api_version", "resource", "label_selector"];
         let objects = IntGaugeVec::new(
             Opts::new(
                 "metacontroller_informer_cached_objects",
@@ -97,16 +99,25 @@ impl InformerCollector {
             ),
             &labels,
         )?;
+        let listed = IntCounterVec::new(
+            Opts::new(
+                "metacontroller_informer_listed_objects_total",
+                "Objects the API server returned to the lists of a shared informer.",
+            ),
+            &labels,
+        )?;
         let descs = objects
             .desc()
             .into_iter()
             .chain(synced.desc())
+            .chain(listed.desc())
             .cloned()
             .collect();
         Ok(InformerCollector {
             informers,
             objects,
             synced,
+            listed,
             descs,
         })
     }
@@ -120,17 +131,25 @@ impl Collector for InformerCollector {
     fn collect(&self) -> Vec<MetricFamily> {
         self.objects.reset();
         self.synced.reset();
-        for (id, len, synced) in self.informers.cache_stats() {
-            let labels = [id.api_version.as_str(), id.resource.as_str()];
+        self.listed.reset();
+        for stats in self.informers.cache_stats() {
+            let key = &stats.key;
+            let labels = [
+                key.resource.api_version.as_str(),
+                key.resource.resource.as_str(),
+                key.label_selector.as_deref().unwrap_or_default(),
+            ];
             self.objects
                 .with_label_values(&labels)
-                .set(i64::try_from(len).unwrap_or(i64::MAX));
+                .set(i64::try_from(stats.cached).unwrap_or(i64::MAX));
             self.synced
                 .with_label_values(&labels)
-                .set(i64::from(synced));
+                .set(i64::from(stats.synced));
+            self.listed.with_label_values(&labels).inc_by(stats.listed);
         }
         let mut families = self.objects.collect();
         families.extend(self.synced.collect());
+        families.extend(self.listed.collect());
         families
     }
 }

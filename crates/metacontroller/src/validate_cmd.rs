@@ -96,6 +96,10 @@ struct Report {
 
 /// `None` for documents that are not Metacontroller controllers (CRDs, Deployments, ...):
 /// a manifest file usually carries them side by side.
+/// Until the rollout driver lands, `spec.hookRollout` is checked and stored but a code change
+/// still reaches every parent at once; users must not believe otherwise.
+const HOOK_ROLLOUT_NOT_ACTED_ON: &str = "spec.hookRollout: checked and kept, but this version does not act on it yet: a hook code change still reaches every parent at once";
+
 fn check_document(doc: Value) -> Option<Report> {
     let api_version = doc.get("apiVersion").and_then(Value::as_str).unwrap_or("");
     let kind = doc
@@ -128,6 +132,9 @@ fn check_document(doc: Value) -> Option<Report> {
         report
             .errors
             .push(error("metadata.name", "must not be empty".to_string()));
+    }
+    if doc.pointer("/spec/hookRollout").is_some() {
+        report.warnings.push(HOOK_ROLLOUT_NOT_ACTED_ON.to_string());
     }
     let outcome = match kind.as_str() {
         "CompositeController" => decode::<CompositeController>(doc, &mut report.warnings)

@@ -1,8 +1,8 @@
 //! In-process hooks of many controllers in one process, on the embedded server and (with
 //! METACONTROLLER_E2E_KUBECONFIG) a real one:
-//! * fairness: a controller whose WebAssembly hook loops until its timeout on 6 parents
-//!   does not delay another controller's Jsonnet and WebAssembly parents; its own parents
-//!   get Warning Events;
+//! * fairness: a controller whose WebAssembly or Jsonnet hook loops until its timeout on 6
+//!   parents does not delay another controller's Jsonnet and WebAssembly parents; its own
+//!   parents get Warning Events;
 //! * the memory budget: 8 hooks each filling 60 MiB at once under a 128 MiB budget wait for
 //!   room and fail naming the budget, the process stays up and its peak RSS stays under its
 //!   RSS before the hogs + the budget + slack;
@@ -21,7 +21,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Event};
 use k8s_openapi::ByteString;
 use kube::api::{Api, ListParams, PostParams};
 use metacontroller_api::composite::CompositeController;
-use metacontroller_testkit::metrics::rss_kib;
+use metacontroller_testkit::metrics::{rss_kib, tree_cpu_seconds};
 use metacontroller_testkit::wasm::wat;
 use metacontroller_testkit::{
     create_object, eventually_within, unique_name, ControllerProcess, CrdBuilder, TestCluster,
@@ -191,54 +191,72 @@ fn run(cluster: &TestCluster, label: &str, extra: &[&str]) -> ControllerProcess 
     )
 }
 
-/// Controller A's hook loops until its 2 s timeout on 6 parents (its share: 2 calls at
-/// once, so its other syncs wait for it); controller B's Jsonnet and WebAssembly parents,
-/// created once A's first failure shows it is saturated, converge all the same, and A's
-/// parents get Warning Events.
+/// Constant memory, about a billion steps: a Jsonnet loop no timeout here lets end.
+const JSONNET_LOOP: &str =
+    "function(request) { status: {n: std.foldl(function(a, b) a + b, std.range(1, 1e9), 0)} }";
+
+/// Controller A's WebAssembly hook loops until its 2 s timeout on 6 parents (its share: 2
+/// calls at once, so its other syncs wait for it); controller B's Jsonnet and WebAssembly
+/// parents, created once A's first failure shows it is saturated, converge all the same, and
+/// A's parents get Warning Events.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_looping_controller_does_not_delay_another_controllers_hooks() {
-    let (cluster, ns, parent) = TestCluster::start_with_parent("hook-fair").await;
+    looping_controller_case("hook-fair", |code| {
+        let mut spin = code("spin.wasm");
+        spin["timeout"] = json!("2s");
+        json!({ "wasm": spin })
+    })
+    .await;
+}
+
+/// The same with a looping Jsonnet hook (`std.foldl` over `std.range`, constant memory, the
+/// default per-controller share of 4): B's parents converge, A's get Warning Events, and
+/// the stopped evaluations leave the CPU (controller and its Jsonnet workers) near idle
+/// between A's retries.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_looping_jsonnet_controller_does_not_delay_another_controllers_hooks() {
+    looping_controller_case("jsonnet-fair", |code| {
+        let mut looping = code("loop.jsonnet");
+        looping["timeout"] = json!("2s");
+        json!({ "jsonnet": looping })
+    })
+    .await;
+}
+
+/// Controller A (sync hook `looping_hook`, given a function naming a key of the code
+/// ConfigMap) loops on 6 parents; controller B's Jsonnet and WebAssembly parents converge
+/// before A's parents exist and again once A is saturated (both times printed), A's parents
+/// get Warning Events, and the CPU used by the controller and its workers is printed 20 s
+/// after A's first timeouts (A's parents deleted by then, so no new evaluation starts).
+async fn looping_controller_case(
+    name: &str,
+    looping_hook: impl Fn(&dyn Fn(&str) -> Value) -> Value,
+) {
+    let (cluster, ns, parent) = TestCluster::start_with_parent(name).await;
     let label = unique_name("team");
     put_code(
         &cluster,
         &ns,
         "code",
         &[("spin.wasm", wat(SPIN)), ("ok.wasm", ok_module())],
-        &[("ok.jsonnet", "function(request) {status: {ok: true}}")],
+        &[
+            ("ok.jsonnet", "function(request) {status: {ok: true}}"),
+            ("loop.jsonnet", JSONNET_LOOP),
+        ],
     )
     .await;
     let code = |key: &str| json!({"configMapRef": {"namespace": ns, "name": "code"}, "key": key});
-    let mut spin = code("spin.wasm");
-    spin["timeout"] = json!("2s");
-    controller(
-        &cluster,
-        &parent,
-        &label,
-        "looping",
-        json!({ "wasm": spin }),
-    )
-    .await;
-    controller(
-        &cluster,
-        &parent,
-        &label,
-        "jsonnet",
-        json!({"jsonnet": code("ok.jsonnet")}),
-    )
-    .await;
-    controller(
-        &cluster,
-        &parent,
-        &label,
-        "wasm",
-        json!({"wasm": code("ok.wasm")}),
-    )
-    .await;
-    let _controller = run(
+    controller(&cluster, &parent, &label, "looping", looping_hook(&code)).await;
+    for runtime in ["jsonnet", "wasm"] {
+        let hook = json!({ runtime: code(&format!("ok.{runtime}")) });
+        controller(&cluster, &parent, &label, runtime, hook).await;
+    }
+    let controller = run(
         &cluster,
         &label,
         &["--inprocess-hook-concurrency-per-controller=2"],
     );
+    let before = converge_others(&cluster, &parent, &ns, "before").await;
     let looping = create_parents(&cluster, &parent, &ns, "looping", 6).await;
     eventually_within("the looping hook's first timeout", WAIT, || async {
         sync_errors(&cluster, &ns)
@@ -247,10 +265,9 @@ async fn a_looping_controller_does_not_delay_another_controllers_hooks() {
             .any(|(name, _)| looping.contains(name))
     })
     .await;
-    let jsonnet = create_parents(&cluster, &parent, &ns, "jsonnet", 3).await;
-    let wasm = create_parents(&cluster, &parent, &ns, "wasm", 3).await;
-    until_ok(&cluster, &parent, &ns, &jsonnet).await;
-    until_ok(&cluster, &parent, &ns, &wasm).await;
+    let first_timeout = Instant::now();
+    let during = converge_others(&cluster, &parent, &ns, "during").await;
+    eprintln!("figure: other controllers' 6 parents converged in {before:?} before the loop, {during:?} during it");
     eventually_within("a Warning Event on every looping parent", WAIT, || async {
         let errors = sync_errors(&cluster, &ns).await;
         looping.iter().all(|name| {
@@ -262,6 +279,57 @@ async fn a_looping_controller_does_not_delay_another_controllers_hooks() {
         })
     })
     .await;
+    // Deleting the parents ends their retries; what still runs after that is only what a
+    // timeout left running.
+    let api = parent.api(cluster.client(), Some(&ns));
+    for name in &looping {
+        api.delete(name, &Default::default()).await.unwrap();
+    }
+    print_cpu_after(controller.pid(), first_timeout + Duration::from_secs(20)).await;
+}
+
+/// Creates 3 Jsonnet and 3 WebAssembly parents of B (names prefixed `batch`) and waits
+/// until they are synced; how long that took.
+async fn converge_others(
+    cluster: &TestCluster,
+    parent: &CrdBuilder,
+    ns: &str,
+    batch: &str,
+) -> Duration {
+    let started = Instant::now();
+    let api = parent.api(cluster.client(), Some(ns));
+    let mut names = Vec::new();
+    for (runtime, i) in ["jsonnet", "wasm"]
+        .iter()
+        .flat_map(|r| (0..3).map(move |i| (*r, i)))
+    {
+        let name = format!("{batch}-{runtime}-{i}");
+        create_object(
+            &api,
+            json!({"apiVersion": parent.api_version(), "kind": parent.kind(),
+                   "metadata": {"name": name, "namespace": ns, "labels": {"case": runtime}}}),
+        )
+        .await;
+        names.push(name);
+    }
+    until_ok(cluster, parent, ns, &names).await;
+    started.elapsed()
+}
+
+/// Prints the cores used by `pid` and its children over 5 s from `from` (a figure for the
+/// closing note, not an assertion: it depends on the machine).
+async fn print_cpu_after(pid: u32, from: Instant) {
+    tokio::time::sleep_until(from.into()).await;
+    let (Some(start), begun) = (tree_cpu_seconds(pid), Instant::now()) else {
+        return;
+    };
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    if let Some(end) = tree_cpu_seconds(pid) {
+        let cores = (end - start) / begun.elapsed().as_secs_f64();
+        eprintln!(
+            "figure: 20 s after the first timeouts, controller + workers used {cores:.2} cores"
+        );
+    }
 }
 
 /// 8 hooks filling 60 MiB each (memoryLimit 64Mi), 2 parents of each of 4 controllers, 8

@@ -111,11 +111,15 @@ const OTHER_FAMILIES: &[(&str, &[&str])] = &[
     ),
     (
         "metacontroller_informer_cached_objects",
-        &["api_version", "resource"],
+        &["api_version", "resource", "label_selector"],
     ),
     (
         "metacontroller_informer_synced",
-        &["api_version", "resource"],
+        &["api_version", "resource", "label_selector"],
+    ),
+    (
+        "metacontroller_informer_listed_objects_total",
+        &["api_version", "resource", "label_selector"],
     ),
     ("process_cpu_seconds_total", &[]),
     ("process_resident_memory_bytes", &[]),

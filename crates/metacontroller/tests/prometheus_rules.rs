@@ -74,7 +74,7 @@ async fn rendered_rules_pass_promtool_check_and_unit_tests() {
     let alerts = alert_names(&spec);
     assert_eq!(
         alerts.len(),
-        12,
+        13,
         "every alert renders with the test values: {alerts:?}"
     );
     let dir = tempfile::tempdir().expect("temp dir");
@@ -83,7 +83,7 @@ async fn rendered_rules_pass_promtool_check_and_unit_tests() {
     let check = run_promtool(dir.path(), &["check", "rules", "rules.yaml"]).await;
     assert!(check.ok, "promtool check rules:\n{}", check.output);
     assert!(
-        check.output.contains("SUCCESS: 12 rules found"),
+        check.output.contains("SUCCESS: 13 rules found"),
         "{}",
         check.output
     );

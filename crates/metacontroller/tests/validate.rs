@@ -402,3 +402,46 @@ async fn kubeconfig_checks_in_process_hook_code() {
     let (code, text) = validate(&[&file]);
     assert_eq!(code, 0, "{text}");
 }
+
+#[test]
+fn hook_rollout_is_checked_and_flagged_as_not_acted_on() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let file = dir.path().join("rollout.yaml");
+    std::fs::write(
+        &file,
+        r#"apiVersion: metacontroller.k8s.io/v1alpha1
+kind: DecoratorController
+metadata: {name: good}
+spec:
+  resources: [{apiVersion: v1, resource: configmaps}]
+  hooks: {sync: {webhook: {url: "http://127.0.0.1:9/sync"}}}
+  hookRollout: {steps: [1, "10%", "100%"], pauseSeconds: 5}
+---
+apiVersion: metacontroller.k8s.io/v1alpha1
+kind: DecoratorController
+metadata: {name: bad}
+spec:
+  resources: [{apiVersion: v1, resource: configmaps}]
+  hooks: {sync: {webhook: {url: "http://127.0.0.1:9/sync"}}}
+  hookRollout: {steps: ["50%", "ten%"], maxFailures: -1}
+"#,
+    )
+    .expect("write manifest");
+    let (code, text) = validate(&[&file]);
+    assert_eq!(code, 1, "{text}");
+    assert!(text.contains("DecoratorController/good: ok"), "{text}");
+    assert!(
+        text.contains(
+            "spec.hookRollout: checked and kept, but this version does not act on it yet"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("spec.hookRollout.steps[1]: \"ten%\" is not a count or a percentage"),
+        "{text}"
+    );
+    assert!(
+        text.contains("spec.hookRollout.maxFailures: must not be negative, got -1"),
+        "{text}"
+    );
+}

@@ -34,7 +34,8 @@
 //!
 //! With `--hook wasm` the sync hook is not the local hook server but the same hook as a
 //! WebAssembly module run inside the controller (`examples/load-hook-wasm`, built here for
-//! `wasm32-wasip1`, in a ConfigMap of a `hooks-…` namespace): the cost of in-process hooks
+//! `wasm32-wasip1`, in a ConfigMap of a `hooks-…` namespace); with `--hook jsonnet` the same
+//! hook written in Jsonnet, likewise from a ConfigMap: the cost of in-process hooks
 //! against a webhook on loopback. The full resync and `--burst` count the hook server's calls,
 //! so they are off in that mode; hook calls come from the controller's
 //! `metacontroller_hook_calls_total` (on a real server, where `/metrics` is scraped).
@@ -42,7 +43,7 @@
 //! Usage: `composite_load --binary PATH [--parents N] [--children N] [--workers N]
 //! [--realistic-latency] [--status observed|desired] [--hook-delay-ms N] [--quiet-secs N]
 //! [--controller-arg ARG]... [--no-resync] [--burst B] [--resync-secs S]
-//! [--ignore-status-changes] [--hook webhook|wasm]`.
+//! [--ignore-status-changes] [--hook webhook|wasm|jsonnet]`.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -83,8 +84,19 @@ struct Args {
     resync_secs: u64,
     /// `parentResource.ignoreStatusChanges: true` (no sync for the parent's status writes).
     ignore_status_changes: bool,
-    /// The sync hook runs as WebAssembly inside the controller (else the local webhook).
-    wasm_hook: bool,
+    /// Where the sync hook runs: the local webhook, or inside the controller.
+    hook: HookKind,
+}
+
+/// Where the sync hook runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum HookKind {
+    /// The harness's hook server on loopback.
+    Webhook,
+    /// `examples/load-hook-wasm` inside the controller.
+    Wasm,
+    /// [`JSONNET_HOOK`] inside the controller.
+    Jsonnet,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -103,7 +115,7 @@ fn parse_args() -> Result<Args, String> {
         burst: 0,
         resync_secs: 30,
         ignore_status_changes: false,
-        wasm_hook: false,
+        hook: HookKind::Webhook,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -147,21 +159,23 @@ fn parse_args() -> Result<Args, String> {
                 }
             }
             "--hook" => {
-                args.wasm_hook = match value.as_str() {
-                    "webhook" => false,
-                    "wasm" => true,
-                    other => return Err(format!("--hook {other}: webhook or wasm")),
+                args.hook = match value.as_str() {
+                    "webhook" => HookKind::Webhook,
+                    "wasm" => HookKind::Wasm,
+                    "jsonnet" => HookKind::Jsonnet,
+                    other => return Err(format!("--hook {other}: webhook, wasm or jsonnet")),
                 }
             }
             other => return Err(format!("unknown flag {other}")),
         }
     }
-    if args.wasm_hook {
-        // Both phases count the local hook server's calls, which a WASM hook never makes.
+    if args.hook != HookKind::Webhook {
+        // Both phases count the local hook server's calls, which an in-process hook never
+        // makes.
         if args.burst > 0 {
             return Err("--burst needs --hook webhook".into());
         }
-        if args.children > 999 {
+        if args.hook == HookKind::Wasm && args.children > 999 {
             return Err("--hook wasm takes at most 999 children".into());
         }
         args.resync = false;
@@ -689,7 +703,8 @@ struct Setup {
     /// Hook calls for the cold-start namespace's parents (resyncs, during a burst).
     main_calls: Arc<AtomicU64>,
     /// With `--hook wasm`: the namespace and name of the ConfigMap holding the module.
-    wasm_code: Option<(String, String)>,
+    /// The in-process hook's ConfigMap (namespace, name), when the hook runs in-process.
+    inprocess_code: Option<(String, String)>,
 }
 
 /// The cluster (the real one of `--kubeconfig`, else an embedded server with the chosen
@@ -751,10 +766,10 @@ async fn setup(args: &Args) -> Setup {
         })
         .await,
     );
-    let wasm_code = if args.wasm_hook {
-        Some(install_wasm_hook(args, &cluster).await)
-    } else {
-        None
+    let inprocess_code = match args.hook {
+        HookKind::Webhook => None,
+        HookKind::Wasm => Some(install_wasm_hook(args, &cluster).await),
+        HookKind::Jsonnet => Some(install_jsonnet_hook(args, &cluster).await),
     };
     Setup {
         cluster,
@@ -768,7 +783,7 @@ async fn setup(args: &Args) -> Setup {
         ns,
         hook,
         main_calls,
-        wasm_code,
+        inprocess_code,
     }
 }
 
@@ -814,6 +829,59 @@ async fn install_wasm_hook(args: &Args, cluster: &TestCluster) -> (String, Strin
     (ns, name)
 }
 
+/// Key of the Jsonnet hook in the hook ConfigMap.
+const JSONNET_KEY: &str = "sync.jsonnet";
+
+/// The harness's hook as Jsonnet (what [`sync_reply`] answers), with the children per
+/// parent and where the status count comes from filled in.
+fn jsonnet_hook(children: usize, status_observed: bool) -> String {
+    let count = if status_observed {
+        "std.length(std.objectFields(std.get(request.children, 'ConfigMap.v1', {})))".to_string()
+    } else {
+        children.to_string()
+    };
+    format!(
+        r#"function(request)
+  local parent = request.parent;
+  local name = parent.metadata.name;
+  local value = std.get(std.get(parent, 'spec', {{}}), 'value', null);
+  {{
+    children: [
+      {{apiVersion: 'v1', kind: 'ConfigMap', metadata: {{name: name + '-' + i}},
+       data: {{value: value, index: std.toString(i)}}}}
+      for i in std.range(0, {last})
+    ],
+    status: {{children: {count}}},
+  }}
+"#,
+        last = children as i64 - 1,
+    )
+}
+
+/// Stores [`jsonnet_hook`] in a ConfigMap of a fresh namespace (not the parents').
+async fn install_jsonnet_hook(args: &Args, cluster: &TestCluster) -> (String, String) {
+    let ns = cluster.create_namespace("hooks").await;
+    let name = "load-hook".to_string();
+    let cm = ConfigMap {
+        metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+            name: Some(name.clone()),
+            namespace: Some(ns.clone()),
+            ..Default::default()
+        },
+        data: Some(BTreeMap::from([(
+            JSONNET_KEY.to_string(),
+            jsonnet_hook(args.children, args.status_observed),
+        )])),
+        ..Default::default()
+    };
+    Api::<ConfigMap>::namespaced(cluster.client(), &ns)
+        .create(&PostParams::default(), &cm)
+        .await
+        .expect("creating the hook ConfigMap");
+    println!("hook: Jsonnet in {ns}/{name}");
+    (ns, name)
+}
+
 /// The `config:` line.
 fn print_config(args: &Args, s: &Setup) {
     let (n, c) = (args.parents, args.children);
@@ -826,10 +894,10 @@ fn print_config(args: &Args, s: &Setup) {
             "real"
         },
         args.workers,
-        if args.wasm_hook {
-            "WASM in the controller".to_string()
-        } else {
-            format!("webhook (delay {:?})", args.hook_delay)
+        match args.hook {
+            HookKind::Wasm => "WASM in the controller".to_string(),
+            HookKind::Jsonnet => "Jsonnet in the controller".to_string(),
+            HookKind::Webhook => format!("webhook (delay {:?})", args.hook_delay),
         },
         if args.status_observed {
             "observed"
@@ -867,9 +935,13 @@ async fn create_controller_and_parents(args: &mut Args, s: &Setup) {
             "hooks": {"sync": {"webhook": {"url": s.hook.url("/sync")}}}
         }
     });
-    if let Some((ns, name)) = &s.wasm_code {
-        cc["spec"]["hooks"]["sync"] = json!({"wasm": {
-            "configMapRef": {"namespace": ns, "name": name}, "key": WASM_KEY}});
+    if let Some((ns, name)) = &s.inprocess_code {
+        let (runtime, key) = match args.hook {
+            HookKind::Jsonnet => ("jsonnet", JSONNET_KEY),
+            _ => ("wasm", WASM_KEY),
+        };
+        cc["spec"]["hooks"]["sync"] = json!({ runtime: {
+            "configMapRef": {"namespace": ns, "name": name}, "key": key}});
     }
     if args.ignore_status_changes {
         cc["spec"]["parentResource"]["ignoreStatusChanges"] = json!(true);
@@ -963,7 +1035,7 @@ async fn cold_start(args: &Args, s: &Setup) -> ColdStart {
 /// The sync hook calls so far: the hook server's, or with a WASM hook the running
 /// controller's `metacontroller_hook_calls_total` (when its `/metrics` is scraped).
 async fn hook_calls(s: &Setup) -> Option<usize> {
-    if s.wasm_code.is_none() {
+    if s.inprocess_code.is_none() {
         return Some(s.hook.calls("/sync"));
     }
     let address = format!("127.0.0.1:{}", s.metrics_port?);

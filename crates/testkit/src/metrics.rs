@@ -63,6 +63,41 @@ pub fn cpu_seconds(pid: u32) -> Option<f64> {
     Some(ticks / 100.0)
 }
 
+/// CPU seconds (user + system) process `pid` and its children have used so far: its own,
+/// its children that ended and were waited for, and those still running.
+pub fn tree_cpu_seconds(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = stat.rsplit_once(')')?.1;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // utime, stime, cutime, cstime: fields 14 to 17, in clock ticks.
+    let mut ticks = 0.0;
+    for index in 11..=14 {
+        ticks += fields.get(index)?.parse::<f64>().ok()?;
+    }
+    let children: f64 = child_pids(pid).into_iter().filter_map(cpu_seconds).sum();
+    Some(ticks / 100.0 + children)
+}
+
+/// The processes whose parent is `pid`.
+fn child_pids(pid: u32) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_string_lossy().parse::<u32>().ok())
+        .filter(|child| {
+            std::fs::read_to_string(format!("/proc/{child}/stat"))
+                .ok()
+                .and_then(|s| {
+                    let rest = s.rsplit_once(')')?.1.to_owned();
+                    rest.split_whitespace().nth(1).map(|p| p == pid.to_string())
+                })
+                .unwrap_or(false)
+        })
+        .collect()
+}
+
 /// The value of `key=` in the first log line of `p` containing `marker` (quotes trimmed).
 fn logged(p: &ControllerProcess, marker: &str, key: &str) -> Option<String> {
     p.logs()

@@ -7,8 +7,8 @@ use metacontroller_api::composite::{ChildUpdateStatusChecks, CompositeController
 use metacontroller_api::hook::Hook;
 use metacontroller_api::wire::{CompositeHookResponse, CustomizableController};
 use metacontroller_dynamic::{
-    ApiResource, HandlerId, Informer, Informers, Keep, Lease, NamespacedName, ObjectKey,
-    ObjectMetaAccess, ResourceId, ResourceMap, Selector, Versioned,
+    ApiResource, HandlerId, Informer, Informers, Keep, NamespacedName, ObjectKey, ObjectMetaAccess,
+    ResourceMap, Selector, Versioned,
 };
 use metacontroller_hooks::HookClient;
 use serde_json::Value;
@@ -29,7 +29,7 @@ pub(super) struct Child {
     pub(super) kind: ChildType,
     pub(super) status_checks: Option<ChildUpdateStatusChecks>,
     pub(super) resource: Arc<ApiResource>,
-    pub(super) informer: Lease<ResourceId, Informer>,
+    pub(super) informer: metacontroller_dynamic::InformerLease,
     pub(super) handler: HandlerId,
 }
 
@@ -37,7 +37,7 @@ pub(super) struct Inner {
     pub(super) common: reconcile::Common<NamespacedName>,
     pub(super) controller: CompositeController,
     pub(super) parent_resource: Arc<ApiResource>,
-    pub(super) parent: Lease<ResourceId, Informer>,
+    pub(super) parent: metacontroller_dynamic::InformerLease,
     pub(super) parent_handler: HandlerId,
     pub(super) children: Vec<Child>,
     /// ControllerRevisions, when a child type uses a rolling update method.
@@ -60,7 +60,7 @@ impl Drop for Inner {
 
 pub(super) struct Revisions {
     pub(super) resource: Arc<ApiResource>,
-    pub(super) informer: Lease<ResourceId, Informer>,
+    pub(super) informer: metacontroller_dynamic::InformerLease,
     pub(super) handler: HandlerId,
 }
 
@@ -90,6 +90,10 @@ pub fn start(
     controller
         .validate()
         .map_err(|e| StartError::Invalid(e.to_string()))?;
+    crate::hook_rollout::warn_not_acted_on(
+        controller.spec.hook_rollout.as_ref(),
+        controller.metadata.name.as_deref().unwrap_or_default(),
+    );
     let resolved = Resolved::new(&controller, resources)?;
     resolved.check_scope(informers.scope())?;
     let spec = reconcile::ControllerSpec::from(CustomizableController::Composite(Box::new(
@@ -111,7 +115,11 @@ pub fn start(
     };
     let common = reconcile::Common::new(spec, queue.clone(), &ctx, enqueue);
     let writer = &common.writer;
-    let parent = informers.lease_keeping(&resolved.parent, Keep::Parents);
+    let parent = informers.lease_selected(
+        &resolved.parent,
+        Keep::Parents,
+        server_selector(&controller, &resolved.parent_selector),
+    );
     let spec = &controller.spec;
     let mapper = Arc::new(Mapper {
         parents: parent.value().clone(),
@@ -151,6 +159,21 @@ pub fn start(
         mapper,
     });
     Ok(reconcile::run(inner, concurrency))
+}
+
+/// The `labelSelector` the API server applies to the parent informer: the parent selector,
+/// unless a finalize hook is set. Then a parent keeps being managed after its labels stop
+/// matching as long as it carries our finalizer (upstream's rule, so that its finalize hook
+/// still runs when it is deleted), and the server cannot select "matches or has this
+/// finalizer": the informer stays unfiltered and the selector is applied here only.
+fn server_selector(
+    controller: &CompositeController,
+    selector: &metacontroller_dynamic::Selector,
+) -> Option<String> {
+    if controller.spec.finalize_hook().is_some() {
+        return None;
+    }
+    selector.server_query()
 }
 
 /// Leases the informer of ControllerRevisions (rolling updates) for own-writes tracking.
@@ -578,5 +601,38 @@ impl Inner {
                 errors,
             })
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn controller(finalize: bool) -> CompositeController {
+        let mut hooks = json!({"sync": {"webhook": {"url": "http://127.0.0.1:1/sync"}}});
+        if finalize {
+            hooks["finalize"] = json!({"webhook": {"url": "http://127.0.0.1:1/finalize"}});
+        }
+        serde_json::from_value(json!({
+            "apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "CompositeController",
+            "metadata": {"name": "c"},
+            "spec": {"parentResource": {"apiVersion": "v1", "resource": "things",
+                                        "labelSelector": {"matchLabels": {"a": "b"}}},
+                     "hooks": hooks},
+        }))
+        .expect("a CompositeController")
+    }
+
+    #[test]
+    fn the_server_selects_parents_unless_a_finalize_hook_needs_the_unmatched_ones() {
+        let selector = metacontroller_dynamic::Selector::parse("a=b").expect("a selector");
+        assert_eq!(
+            server_selector(&controller(false), &selector).as_deref(),
+            Some("a=b")
+        );
+        assert_eq!(server_selector(&controller(true), &selector), None);
+        let everything = metacontroller_dynamic::Selector::default();
+        assert_eq!(server_selector(&controller(false), &everything), None);
     }
 }

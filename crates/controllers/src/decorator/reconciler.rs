@@ -19,8 +19,8 @@ use metacontroller_api::decorator::DecoratorController;
 use metacontroller_api::hook::Hook;
 use metacontroller_api::wire::{CustomizableController, DecoratorHookResponse};
 use metacontroller_dynamic::{
-    ApiResource, Change, HandlerId, Informer, Informers, Keep, Lease, NamespacedName, ObjectKey,
-    Origin, ResourceId, ResourceMap,
+    ApiResource, Change, HandlerId, Informer, Informers, Keep, NamespacedName, ObjectKey, Origin,
+    ResourceMap,
 };
 use metacontroller_hooks::HookClient;
 use metacontroller_workqueue::WorkQueue;
@@ -150,7 +150,7 @@ impl std::fmt::Display for TargetKey {
 struct AttachmentType {
     kind: ChildType,
     resource: Arc<ApiResource>,
-    informer: Lease<ResourceId, Informer>,
+    informer: metacontroller_dynamic::InformerLease,
     handler: HandlerId,
 }
 
@@ -159,7 +159,7 @@ struct Routing {
     selector: TargetSelector,
     finalizer: String,
     /// Per target type: resource and informer (filled before handlers are added).
-    targets: Vec<(Arc<ApiResource>, Lease<ResourceId, Informer>)>,
+    targets: Vec<(Arc<ApiResource>, metacontroller_dynamic::InformerLease)>,
     queue: WorkQueue<TargetKey>,
 }
 
@@ -286,6 +286,10 @@ pub fn start(
     controller
         .validate()
         .map_err(|e| StartError::Invalid(e.to_string()))?;
+    crate::hook_rollout::warn_not_acted_on(
+        controller.spec.hook_rollout.as_ref(),
+        controller.metadata.name.as_deref().unwrap_or_default(),
+    );
     if controller.spec.hooks.is_none() {
         return Err(StartError::Invalid("spec.hooks: no hooks defined".into()));
     }
@@ -296,14 +300,19 @@ pub fn start(
     )));
     let queue: WorkQueue<TargetKey> = options.metrics.queue(spec.controller_type(), &spec.name);
     queue.set_gate(options.gate.clone());
+    let targets = resolved
+        .targets
+        .iter()
+        .map(|res| {
+            let labels = server_selector(&controller, &resolved.selector, res);
+            let lease = informers.lease_selected(res, Keep::Parents, labels);
+            (res.clone(), lease)
+        })
+        .collect();
     let routing = Arc::new(Routing {
         selector: resolved.selector,
         finalizer: controller.finalizer_name(),
-        targets: resolved
-            .targets
-            .iter()
-            .map(|res| (res.clone(), informers.lease_keeping(res, Keep::Parents)))
-            .collect(),
+        targets,
         queue: queue.clone(),
     });
     let concurrency = options.concurrency();
@@ -429,6 +438,24 @@ impl Resolved {
             attachments,
         })
     }
+}
+
+/// The `labelSelector` the API server applies to the informer of target type `res`: the
+/// label selector of its `resources[]` rule. Annotation selectors stay client-side (the API
+/// server cannot filter on annotations). With a finalize hook the informer stays unfiltered:
+/// a target that carries our finalizer is managed after its labels stop matching (upstream's
+/// rule), which no server-side selector can express.
+fn server_selector(
+    controller: &DecoratorController,
+    selector: &TargetSelector,
+    res: &ApiResource,
+) -> Option<String> {
+    if controller.spec.finalize_hook().is_some() {
+        return None;
+    }
+    selector
+        .rule(&res.api_version, &res.kind)
+        .and_then(|rule| rule.selector.labels.server_query())
 }
 
 /// Related-object changes queue the target (by type and key).

@@ -6,8 +6,8 @@ use std::time::{Duration, Instant};
 
 use super::LIST_PAGE_SIZE;
 use crate::{
-    ApiResource, Change, Handler, Informer, InformerConfig, Informers, Keep, KeepKeys, Lease,
-    NamespacedName, Origin, Relisted, ResourceId, ResourceMap, WatchScope,
+    ApiResource, Change, Handler, Informer, InformerConfig, Informers, Keep, KeepKeys,
+    NamespacedName, Origin, Relisted, ResourceMap, WatchScope,
 };
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DeleteParams, PostParams};
@@ -547,7 +547,7 @@ async fn scoped_informers_watch_only_their_namespaces() {
 async fn filtered_configmaps(
     client: &kube::Client,
     map: &ResourceMap,
-) -> (Informers, Lease<ResourceId, Informer>) {
+) -> (Informers, crate::InformerLease) {
     let configmaps = map.get("v1", "configmaps").unwrap().clone();
     let informers = Informers::new(
         client.clone(),
@@ -716,4 +716,94 @@ async fn after_a_long_outage_watches_resume_within_seconds_of_the_server_answeri
     .await;
     eprintln!("cached {:?} after the server came back", back.elapsed());
     drop(second);
+}
+
+fn labelled(name: &str, app: &str) -> ConfigMap {
+    serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name, "namespace": "default", "labels": {"app": app}},
+    }))
+    .unwrap()
+}
+
+/// An informer leased with a label selector lists and watches only matching objects (the
+/// server filters: its list count says so), runs beside the unfiltered informer of the same
+/// resource, and sees an object whose labels stop matching as deleted, and as added when
+/// they match again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn selected_informer_is_filtered_by_the_server() {
+    let (server, client, map) = discovered().await;
+    let configmaps = map.get("v1", "configmaps").unwrap().clone();
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    for (name, app) in [("p1", "web"), ("p2", "web"), ("o1", "db"), ("o2", "db")] {
+        cms.create(&PostParams::default(), &labelled(name, app))
+            .await
+            .unwrap();
+    }
+    let informers = Informers::new(client.clone(), InformerConfig::default());
+    let all = informers.lease(&configmaps);
+    let web = informers.lease_selected(&configmaps, Keep::Parents, Some("app=web".into()));
+    let again = informers.lease_selected(&configmaps, Keep::Parents, Some("app=web".into()));
+    assert_eq!(
+        informers.running().len(),
+        2,
+        "one per resource and selector"
+    );
+    for lease in [&all, &web] {
+        tokio::time::timeout(Duration::from_secs(10), lease.wait_synced())
+            .await
+            .unwrap();
+    }
+    let key = |n: &str| NamespacedName::new("default", n);
+    assert!(web.contains(&key("p1")) && web.contains(&key("p2")));
+    assert!(!web.contains(&key("o1")), "not matching: never listed");
+    assert_eq!(
+        web.listed_objects(),
+        2,
+        "the server returned matching objects only"
+    );
+    assert!(all.contains(&key("o1")) && all.contains(&key("p1")));
+    assert!(
+        again.contains(&key("p1")),
+        "the same selector shares the informer"
+    );
+
+    let seen: Seen = Arc::default();
+    web.add_handler(record(&seen));
+    let relabel = |app: &'static str| {
+        let cms = cms.clone();
+        async move {
+            let patch = serde_json::json!({"metadata": {"labels": {"app": app}}});
+            let params = kube::api::PatchParams::default();
+            cms.patch("p1", &params, &kube::api::Patch::Merge(&patch))
+                .await
+                .unwrap();
+        }
+    };
+    relabel("db").await;
+    eventually("p1 left the selection", || {
+        saw(&seen, "deleted", "p1", Origin::Watch)
+    })
+    .await;
+    assert!(!web.contains(&key("p1")));
+    assert!(all.contains(&key("p1")), "the unfiltered informer keeps it");
+    relabel("web").await;
+    eventually("p1 back in the selection", || {
+        saw(&seen, "added", "p1", Origin::Watch)
+    })
+    .await;
+
+    let stats = informers.cache_stats();
+    let selected = stats
+        .iter()
+        .find(|s| s.key.label_selector.as_deref() == Some("app=web"))
+        .unwrap();
+    assert_eq!(selected.cached, 2);
+    drop((web, again));
+    assert_eq!(
+        informers.running().len(),
+        1,
+        "the selected informer stopped"
+    );
+    drop(all);
+    server.shutdown().await;
 }

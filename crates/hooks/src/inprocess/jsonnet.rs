@@ -3,10 +3,10 @@
 //! The full standard library is available; `import`, `importstr` and `importbin` resolve only
 //! to keys of the hook's own ConfigMap, so the code reads no file, network or environment.
 //!
-//! jrsonnet's values are bound to the thread that made them, so each call builds its own
-//! evaluation state on a blocking thread. Evaluation cannot be interrupted from outside: the
-//! caller stops waiting at the hook's timeout, and [`JsonnetRuntime`] bounds how many
-//! evaluations may still run past their deadline (see the module's users).
+//! Evaluation cannot be interrupted from inside the process, so the controller runs it in
+//! worker processes ([`super::jsonnet_pool`]) that it kills at the hook's timeout; this
+//! module is what a worker runs. jrsonnet's values are bound to the thread that made them:
+//! a [`Program`] lives on the worker's evaluation thread.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -23,6 +23,10 @@ use jrsonnet_gcmodule::Acyclic;
 const MAX_ERROR_LINES: usize = 12;
 
 use crate::sources::CodeObject;
+
+mod locate;
+pub(crate) mod trace;
+pub(crate) use trace::take_traces;
 
 /// Resolves imports to keys of the hook's ConfigMap (`data`, then `binaryData`), and
 /// nothing else. The ConfigMap is the watched object itself: nothing is copied per call.
@@ -75,65 +79,98 @@ fn runtime_error(message: String) -> jrsonnet_evaluator::Error {
     ErrorKind::RuntimeError(message.into()).into()
 }
 
-/// Evaluates `entry` of `files` as a function of `request` and returns the response JSON.
-/// Runs on the calling thread; errors are the evaluator's message with file:line frames.
-pub(crate) fn evaluate(
+/// The deepest Jsonnet call stack an evaluation may build: jsonnetd's (go-jsonnet) default,
+/// where jrsonnet's own is 200.
+pub(crate) const MAX_STACK_DEPTH: usize = 500;
+
+/// A hook's code ready to evaluate: the evaluation state of one ConfigMap, whose parse and
+/// import caches are kept across calls (a worker keeps one per code digest). Bound to the
+/// thread that made it, as jrsonnet's values are.
+pub(crate) struct Program {
+    state: State,
     files: Arc<CodeObject>,
-    entry: &str,
-    request: &[u8],
-) -> Result<Vec<u8>, String> {
-    let request: Val =
-        serde_json::from_slice(request).map_err(|e| format!("can't read the request: {e}"))?;
-    let state = sandboxed_state(files);
-    let _entered = state.enter();
-    let result = (|| {
-        let function = state.import(entry)?;
-        // jrsonnet's interned strings are keys by address; the map never mutates them.
-        #[allow(clippy::mutable_key_type)]
-        let mut arguments = HashMap::new();
-        arguments.insert(IStr::from("request"), TlaArg::Val(request));
-        let response = jrsonnet_evaluator::apply_tla(&arguments, function)?;
-        response.manifest(JsonFormat::minify())
-    })();
-    result
-        .map(String::into_bytes)
-        .map_err(|error| format_error(&error))
+}
+
+impl Program {
+    /// The state for `files`: imports resolve to its keys, `std.trace` goes to [`take_traces`].
+    pub(crate) fn new(files: Arc<CodeObject>) -> Program {
+        Program {
+            state: sandboxed_state(files.clone()),
+            files,
+        }
+    }
+
+    /// Evaluates `entry` as a function of `request` and returns the response JSON. Errors
+    /// are the evaluator's message with `key:line:column` frames.
+    pub(crate) fn evaluate(&self, entry: &str, request: &[u8]) -> Result<Vec<u8>, String> {
+        let request: Val =
+            serde_json::from_slice(request).map_err(|e| format!("can't read the request: {e}"))?;
+        let _entered = self.state.enter();
+        let _depth = jrsonnet_evaluator::stack::limit_stack_depth(MAX_STACK_DEPTH);
+        let result = (|| {
+            let function = self.state.import(entry)?;
+            // jrsonnet's interned strings are keys by address; the map never mutates them.
+            #[allow(clippy::mutable_key_type)]
+            let mut arguments = HashMap::new();
+            arguments.insert(IStr::from("request"), TlaArg::Val(request));
+            let response = jrsonnet_evaluator::apply_tla(&arguments, function)?;
+            response.manifest(JsonFormat::minify())
+        })();
+        result.map(String::into_bytes).map_err(|error| {
+            let source = self.files.data.get(entry).map(String::as_str);
+            format_error(&error, entry, source)
+        })
+    }
+}
+
+/// Evaluates `entry` of `files` as a function of `request` on the calling thread, with a
+/// state of its own (nothing cached): the in-thread path, kept to measure the pool against.
+pub fn evaluate(files: Arc<CodeObject>, entry: &str, request: &[u8]) -> Result<Vec<u8>, String> {
+    Program::new(files).evaluate(entry, request)
 }
 
 /// An evaluation state whose imports resolve only to the keys of `files`, with the
-/// standard library: what a call and a check both evaluate in.
+/// standard library and `std.trace` going to [`take_traces`]: what a call and a check both
+/// evaluate in.
 fn sandboxed_state(files: Arc<CodeObject>) -> State {
     let mut builder = State::builder();
     builder.import_resolver(ConfigMapImports(files));
-    builder.context_initializer(jrsonnet_stdlib::ContextInitializer::new(
-        PathResolver::FileName,
-    ));
+    let context = jrsonnet_stdlib::ContextInitializer::new(PathResolver::FileName);
+    context.settings_mut().trace_printer = std::rc::Rc::new(trace::Collector);
+    builder.context_initializer(context);
     builder.build()
 }
 
 /// Loads the entry file as a call would, without calling it: a syntax error (of the entry,
 /// or of a file it imports at its top level) or an error evaluating its top level.
 pub(crate) fn load_entry(files: Arc<CodeObject>, entry: &str) -> Result<(), String> {
-    let state = sandboxed_state(files);
+    let state = sandboxed_state(files.clone());
     let _entered = state.enter();
-    state
-        .import(entry)
-        .map(drop)
-        .map_err(|error| format_error(&error))
+    let _depth = jrsonnet_evaluator::stack::limit_stack_depth(MAX_STACK_DEPTH);
+    state.import(entry).map(drop).map_err(|error| {
+        let source = files.data.get(entry).map(String::as_str);
+        format_error(&error, entry, source)
+    })
 }
 
 /// The evaluator's error as one message: its text and the first stack frames (file:line),
 /// with file names as the ConfigMap's keys.
-fn format_error(error: &jrsonnet_evaluator::Error) -> String {
+fn format_error(error: &jrsonnet_evaluator::Error, entry: &str, source: Option<&str>) -> String {
     let format = CompactFormat {
         resolver: PathResolver::FileName,
         max_trace: MAX_ERROR_LINES,
         padding: 2,
     };
-    let text = format
+    let mut text = format
         .format(error)
         .unwrap_or_else(|_| error.to_string())
         .replace("virtual:", "");
+    if let Some(place) = unlocated_field(error, entry, source) {
+        text = match text.split_once('\n') {
+            Some((first, rest)) => format!("{first}\n{place}\n{rest}"),
+            None => format!("{text}\n{place}"),
+        };
+    }
     let lines: Vec<&str> = text.lines().collect();
     if lines.len() <= MAX_ERROR_LINES {
         return lines.join("\n");
@@ -145,9 +182,39 @@ fn format_error(error: &jrsonnet_evaluator::Error) -> String {
     )
 }
 
+/// For an error whose frames carry no source location: `  <entry>:<line>:<column>: field
+/// <name>`, the field of the entry file whose evaluation failed (see [`locate`]).
+fn unlocated_field(
+    error: &jrsonnet_evaluator::Error,
+    entry: &str,
+    source: Option<&str>,
+) -> Option<String> {
+    let frames = &error.trace().0;
+    if frames.iter().any(|frame| frame.location.is_some()) {
+        return None;
+    }
+    if let ErrorKind::ImportSyntaxError { .. } = error.error() {
+        return None;
+    }
+    let path = locate::field_path(frames.iter().map(|frame| frame.desc.as_str()));
+    let (line, column) = locate::find_field(source?, &path)?;
+    let name = path.last()?;
+    Some(format!("  {entry}:{line}:{column}: field <{name}>"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn runtime_errors_without_a_location_name_the_field() {
+        let files = files(&[(
+            "sync.jsonnet",
+            "function(request) {\n  status: {\n    r: request.parent.spec.replicas,\n  },\n}",
+        )]);
+        let err = evaluate(files, "sync.jsonnet", br#"{"parent":null}"#).unwrap_err();
+        assert!(err.contains("sync.jsonnet:3:5: field <r>"), "{err}");
+    }
 
     fn files(entries: &[(&str, &str)]) -> Arc<CodeObject> {
         Arc::new(CodeObject::from_text(entries))

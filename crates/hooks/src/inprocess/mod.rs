@@ -14,12 +14,12 @@ mod check;
 mod code;
 mod download;
 mod imports;
+pub mod jsonnet;
+pub mod jsonnet_pool;
 
 pub(crate) use imports::change_affects;
-pub(crate) mod jsonnet;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -27,6 +27,7 @@ use bytes::Bytes;
 use metacontroller_api::hook::{HookRuntime, JsonnetHook, WasmHook};
 
 use crate::error::HookError;
+use crate::inprocess::jsonnet_pool::{JsonnetError, JsonnetLimits, JsonnetPool, JsonnetPoolConfig};
 use crate::sources::{CodeObject, CodeSource};
 use crate::wasm::{WasmError, WasmLimits, WasmModule, WasmRuntime};
 use admission::{Admission, Refused};
@@ -38,13 +39,6 @@ pub use budget::{format_bytes, DEFAULT_MEMORY_BUDGET};
 pub use check::check_code;
 pub use code::MAX_MODULE_BYTES;
 
-/// What a Jsonnet evaluation reserves from the memory budget until `jsonnet.memoryLimit`
-/// exists: 256 MiB.
-pub const DEFAULT_JSONNET_MEMORY_RESERVATION: u64 = 256 << 20;
-
-/// Jsonnet evaluations that may still run past their timeout at once. Evaluation cannot be
-/// preempted: past this many, Jsonnet calls fail at once until one of them ends.
-pub const MAX_OVERDUE_JSONNET: usize = 4;
 /// Bytes of code kept (downloaded modules, compiled modules; by digest).
 const CODE_CACHE_BYTES: u64 = 384 << 20;
 /// ConfigMap keys whose module digest is remembered; past this the map starts over.
@@ -54,6 +48,11 @@ const MAX_KNOWN: usize = 1024;
 const DEADLINE_GRACE: Duration = Duration::from_millis(50);
 /// The default hook timeout (as `webhook.timeout`).
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The SHA-256 of `bytes` as lower-case hex (the digest of code versions).
+pub(crate) fn code_hex_sha256(bytes: &[u8]) -> String {
+    code::hex(&code::sha256(bytes))
+}
 
 /// How an in-process hook is shown in messages, logs, metrics (`url`) and recordings:
 /// `jsonnet:<namespace>/<name>#<key>`, `wasm:<namespace>/<name>#<key>` or `wasm:<url>`.
@@ -85,8 +84,8 @@ pub(crate) struct InProcess {
     /// The digest of the module last read from each ConfigMap key, while that ConfigMap
     /// is the same object (no hashing per call).
     known: Mutex<HashMap<KnownKey, (Arc<CodeObject>, Digest)>>,
-    /// Jsonnet evaluations still running past their timeout.
-    overdue: Arc<AtomicUsize>,
+    /// The worker processes evaluating Jsonnet.
+    jsonnet: JsonnetPool,
     /// Each controller's share, the process cap and the memory budget.
     admission: Admission,
 }
@@ -96,6 +95,7 @@ impl InProcess {
         source: Option<Arc<dyn CodeSource>>,
         limits: InProcessLimits,
         metrics: Option<crate::metrics::InProcessMetrics>,
+        jsonnet: JsonnetPoolConfig,
     ) -> Self {
         let (budget, waits) = match metrics {
             Some(m) => (Some(m.budget), Some(m.waits)),
@@ -107,7 +107,12 @@ impl InProcess {
             wasm: WasmRuntime::new(),
             cache,
             known: Mutex::new(HashMap::new()),
-            overdue: Arc::new(AtomicUsize::new(0)),
+            // Admission already gives each controller its share of the process cap; a
+            // tighter pool-wide cap would let one controller's calls hold every worker.
+            jsonnet: JsonnetPool::new(JsonnetPoolConfig {
+                workers: limits.process.max(jsonnet.workers),
+                ..jsonnet
+            }),
             admission: Admission::new(limits, budget, waits),
         }
     }
@@ -115,7 +120,7 @@ impl InProcess {
     /// Runs `runtime` for `controller` (its identity: kind and name) on `request`; the
     /// response body, at most `max_body` bytes. The call waits for admission (its
     /// controller's share, the process cap, its memory reservation), loads its code and
-    /// runs, all within the hook's timeout.
+    /// runs, all by `deadline` (the call's start plus the hook's timeout).
     pub(crate) async fn call(
         &self,
         controller: &str,
@@ -123,9 +128,9 @@ impl InProcess {
         shown: &str,
         request: Bytes,
         max_body: usize,
+        deadline: Instant,
     ) -> Result<Bytes, HookError> {
         let (timeout, memory) = limits_of(runtime, shown)?;
-        let deadline = Instant::now() + timeout;
         let _ticket = match self.admission.admit(controller, memory, deadline).await {
             Ok(ticket) => ticket,
             Err(Refused::Share(message)) => {
@@ -139,7 +144,9 @@ impl InProcess {
         };
         let run = async {
             match runtime {
-                HookRuntime::Jsonnet(hook) => self.jsonnet(hook, shown, request).await,
+                HookRuntime::Jsonnet(hook) => {
+                    self.jsonnet(hook, shown, request, memory, deadline).await
+                }
                 HookRuntime::Wasm(hook) => {
                     self.wasm(hook, shown, request, max_body, deadline).await
                 }
@@ -165,13 +172,16 @@ impl InProcess {
         Ok(body)
     }
 
+    /// Evaluates a Jsonnet hook in a worker process; loading its code, waiting for a worker
+    /// and evaluating end by `deadline`, in at most `memory_bytes`.
     async fn jsonnet(
         &self,
         hook: &JsonnetHook,
         shown: &str,
         request: Bytes,
+        memory_bytes: u64,
+        deadline: Instant,
     ) -> Result<Bytes, HookError> {
-        let timeout = effective_timeout(hook.timeout_duration(), shown)?;
         let object = self
             .loader
             .config_map(&hook.config_map_ref)
@@ -179,43 +189,15 @@ impl InProcess {
             .map_err(|message| code_error(shown, message))?;
         code::check_jsonnet_entry(&object, &hook.config_map_ref, &hook.key)
             .map_err(|message| code_error(shown, message))?;
-        if self.overdue.load(Ordering::Relaxed) >= MAX_OVERDUE_JSONNET {
-            return Err(failed(
-                shown,
-                format!("{MAX_OVERDUE_JSONNET} Jsonnet evaluations are still running past their timeout; not starting another"),
-            ));
-        }
-        let entry = hook.key.clone();
-        let evaluation =
-            tokio::task::spawn_blocking(move || jsonnet::evaluate(object, &entry, &request));
-        self.await_jsonnet(evaluation, timeout, shown).await
-    }
-
-    /// The evaluation's result, or a timeout after which the evaluation is counted as
-    /// overdue until it ends.
-    async fn await_jsonnet(
-        &self,
-        mut evaluation: tokio::task::JoinHandle<Result<Vec<u8>, String>>,
-        timeout: Duration,
-        shown: &str,
-    ) -> Result<Bytes, HookError> {
-        match tokio::time::timeout(timeout, &mut evaluation).await {
-            Ok(Ok(Ok(body))) => Ok(Bytes::from(body)),
-            Ok(Ok(Err(message))) => Err(failed(shown, message)),
-            Ok(Err(join)) => Err(failed(shown, format!("evaluation panicked: {join}"))),
-            Err(_) => {
-                let overdue = self.overdue.clone();
-                overdue.fetch_add(1, Ordering::Relaxed);
-                tokio::spawn(async move {
-                    let _ = evaluation.await;
-                    overdue.fetch_sub(1, Ordering::Relaxed);
-                });
-                Err(HookError::Timeout {
-                    url: shown.to_owned(),
-                    timeout,
-                })
-            }
-        }
+        let limits = JsonnetLimits {
+            timeout: admission::remaining(deadline),
+            memory_bytes,
+        };
+        let evaluated = self
+            .jsonnet
+            .evaluate(&object, &hook.key, &request, limits)
+            .await;
+        jsonnet_result(evaluated, shown)
     }
 
     /// Runs a WebAssembly hook; loading its code and running it end by `deadline`.
@@ -332,7 +314,7 @@ fn limits_of(runtime: &HookRuntime<'_>, shown: &str) -> Result<(Duration, u64), 
     match runtime {
         HookRuntime::Jsonnet(hook) => Ok((
             effective_timeout(hook.timeout_duration(), shown)?,
-            jsonnet_memory_bytes(hook),
+            jsonnet_memory_bytes(hook, shown)?,
         )),
         HookRuntime::Wasm(hook) => Ok((
             effective_timeout(hook.timeout_duration(), shown)?,
@@ -342,10 +324,17 @@ fn limits_of(runtime: &HookRuntime<'_>, shown: &str) -> Result<(Duration, u64), 
     }
 }
 
-/// What a Jsonnet call reserves from the memory budget: its memory limit. Until
-/// `jsonnet.memoryLimit` exists, [`DEFAULT_JSONNET_MEMORY_RESERVATION`].
-fn jsonnet_memory_bytes(_hook: &JsonnetHook) -> u64 {
-    DEFAULT_JSONNET_MEMORY_RESERVATION
+/// The timeout of an in-process hook (`timeout`; zero or negative: the 10s default).
+pub(crate) fn timeout_of(runtime: &HookRuntime<'_>) -> Result<Duration, HookError> {
+    let shown = display(runtime);
+    limits_of(runtime, &shown).map(|(timeout, _)| timeout)
+}
+
+/// A Jsonnet hook's `memoryLimit` in bytes: what its call reserves from the budget and
+/// what its worker may use beyond the worker's own overhead.
+fn jsonnet_memory_bytes(hook: &JsonnetHook, shown: &str) -> Result<u64, HookError> {
+    hook.memory_limit_bytes()
+        .map_err(|e| HookError::config(format!("{shown}: memoryLimit: {e}")))
 }
 
 /// A WebAssembly hook's `memoryLimit` in bytes.
@@ -371,6 +360,34 @@ fn effective_timeout(
     } else {
         timeout
     })
+}
+
+/// An evaluation's result as the hook's: `std.trace` lines go to the log with the hook's
+/// name, a timeout is that of every hook, the rest names what failed.
+fn jsonnet_result(
+    evaluated: Result<jsonnet_pool::Evaluated, JsonnetError>,
+    shown: &str,
+) -> Result<Bytes, HookError> {
+    let log_traces = |traces: &[String]| {
+        for line in traces {
+            tracing::info!(hook = shown, trace = %line, "std.trace");
+        }
+    };
+    match evaluated {
+        Ok(evaluated) => {
+            log_traces(&evaluated.traces);
+            Ok(Bytes::from(evaluated.body))
+        }
+        Err(JsonnetError::Timeout { timeout }) => Err(HookError::Timeout {
+            url: shown.to_owned(),
+            timeout,
+        }),
+        Err(JsonnetError::Evaluation { message, traces }) => {
+            log_traces(&traces);
+            Err(failed(shown, message))
+        }
+        Err(error) => Err(failed(shown, error.to_string())),
+    }
 }
 
 fn code_error(shown: &str, message: String) -> HookError {

@@ -213,8 +213,9 @@ fn local_config_map() -> CodeConfigMapReference {
     }
 }
 
-/// `hook` as a `jsonnet:` hook of `file` (the configured timeout kept).
+/// `hook` as a `jsonnet:` hook of `file` (the configured timeout and memory limit kept).
 fn local_jsonnet(hook: &Hook, file: &std::path::Path) -> Hook {
+    let memory_limit = hook.jsonnet.as_ref().and_then(|j| j.memory_limit.clone());
     let timeout = hook
         .jsonnet
         .as_ref()
@@ -226,6 +227,7 @@ fn local_jsonnet(hook: &Hook, file: &std::path::Path) -> Hook {
             config_map_ref: local_config_map(),
             key: file_key(file),
             timeout,
+            memory_limit,
         }),
         ..Hook::default()
     }
