@@ -246,7 +246,10 @@ mod tests {
         assert_eq!(parse_quantity_bytes("500k"), Ok(500_000));
         assert_eq!(parse_quantity_bytes("4096"), Ok(4096));
         let fraction = parse_quantity_bytes("1.5Gi").unwrap_err();
-        assert!(fraction.contains("is not a quantity of bytes"), "{fraction}");
+        assert!(
+            fraction.contains("is not a quantity of bytes"),
+            "{fraction}"
+        );
         assert!(parse_quantity_bytes("64MB").is_err());
         assert!(parse_quantity_bytes("").is_err());
         assert!(parse_quantity_bytes("99999999999999999999Ti").is_err());
