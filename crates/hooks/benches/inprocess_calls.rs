@@ -342,13 +342,17 @@ fn bench_engines(c: &mut Criterion) {
         group.bench_function(format!("in_thread/{name}"), |b| {
             b.iter(|| {
                 let (code, request) = (code.clone(), request.clone());
-                let call = tokio::task::spawn_blocking(move || {
-                    metacontroller_hooks::inprocess::jsonnet::evaluate(
-                        code,
-                        "sync.jsonnet",
-                        &request,
-                    )
-                });
+                // As the controller ran it: on a blocking thread of the runtime.
+                let call = async move {
+                    tokio::task::spawn_blocking(move || {
+                        metacontroller_hooks::inprocess::jsonnet::evaluate(
+                            code,
+                            "sync.jsonnet",
+                            &request,
+                        )
+                    })
+                    .await
+                };
                 rt.block_on(call).unwrap().unwrap()
             })
         });
