@@ -564,7 +564,7 @@ impl Setup {
     /// Per replica: the parents and the ConfigMaps its informers cache.
     async fn cached_per_replica(&self, replicas: &[&ControllerProcess]) -> Vec<(i64, i64)> {
         let parent_labels = format!(
-            "api_version=\"{}\",resource=\"{}\"",
+            "api_version=\"{}\",label_selector=\"\",resource=\"{}\"",
             self.parent.api_version(),
             self.parent.plural()
         );
@@ -572,7 +572,12 @@ impl Setup {
         let mut per_replica = Vec::new();
         for r in replicas {
             let p = labeled_gauge(r, cached, &parent_labels).await;
-            let c = labeled_gauge(r, cached, "api_version=\"v1\",resource=\"configmaps\"").await;
+            let c = labeled_gauge(
+                r,
+                cached,
+                "api_version=\"v1\",label_selector=\"\",resource=\"configmaps\"",
+            )
+            .await;
             per_replica.push((p, c));
         }
         per_replica
