@@ -30,7 +30,7 @@ use crate::metrics::{CallLabels, HookMetrics, OUTCOME_CACHED, OUTCOME_SUCCESS};
 use crate::pool::{ClientPool, OverrideDns};
 use crate::record::{HookRecorder, RecordedExchange, RecordedResponse};
 use crate::sources::{CodeChange, CodeSource, ConfigMapSource, SecretSource};
-use crate::target::{display_url, hook_timeout, hook_url, HostResolver};
+use crate::target::{display_url, hook_timeout, hook_url, Deadline, HostResolver};
 use crate::trace::TracePropagator;
 
 /// Default limit of a response body: 16 MiB.
@@ -317,7 +317,11 @@ impl HookClient {
         let Some(runtime) = runtime else {
             return Err(HookError::config("hook has no webhook"));
         };
-        let deadline = Instant::now() + call_timeout(runtime)?;
+        let timeout = call_timeout(runtime, labels.url)?;
+        let deadline = Deadline {
+            at: Instant::now() + timeout,
+            timeout,
+        };
         let body = encode_request(request)?;
         // A recording shares the body buffer (no copy); nothing is kept when off.
         let recording = self
@@ -331,7 +335,7 @@ impl HookClient {
                     .await?
             }
             in_process => {
-                self.in_process(ctx, labels, in_process, body, deadline)
+                self.in_process(ctx, labels, in_process, body, deadline.at)
                     .await
             }
         };
@@ -353,7 +357,7 @@ impl HookClient {
         webhook: &Webhook,
         endpoint_configs: &[EndpointConfig],
         body: Bytes,
-        deadline: Instant,
+        deadline: Deadline,
     ) -> Result<Exchanged, HookError> {
         let transport = &self.inner.webhook;
         let (target, settings) = transport
@@ -563,10 +567,10 @@ pub fn code_config_map(hook: &Hook) -> Option<&CodeConfigMapReference> {
 
 /// The timeout of a call to `runtime`: the deadline its runtime must answer by is taken
 /// from it once, when the call starts.
-fn call_timeout(runtime: &HookRuntime<'_>) -> Result<Duration, HookError> {
+fn call_timeout(runtime: &HookRuntime<'_>, shown: &str) -> Result<Duration, HookError> {
     match runtime {
         HookRuntime::Webhook(webhook) => hook_timeout(webhook),
-        in_process => crate::inprocess::timeout_of(in_process),
+        in_process => crate::inprocess::timeout_of(in_process, shown),
     }
 }
 

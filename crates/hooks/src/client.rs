@@ -25,7 +25,7 @@ use crate::metrics::{CallLabels, HookMetrics};
 use crate::pool::{ClientPool, OverrideDns};
 use crate::record::RecordedResponse;
 use crate::retry::{self, Backoff};
-use crate::target::{display_url, hook_timeout, hook_url, HostResolver};
+use crate::target::{display_url, hook_url, Deadline, HostResolver};
 use crate::trace::TracePropagator;
 
 /// How much of a non-200 body goes into [`HookError::Status`].
@@ -45,17 +45,16 @@ pub(crate) struct WebhookTransport {
 impl WebhookTransport {
     /// Where a call to `webhook` goes (its URL, shown on the current span, and timeout) and
     /// the credentials and TLS settings it uses (Secrets and ConfigMaps read); the transfer
-    /// ends by `deadline`.
+    /// ends by `deadline`, which the caller took from the hook's timeout.
     pub(crate) async fn resolve(
         &self,
         webhook: &metacontroller_api::hook::Webhook,
         endpoint_configs: &[EndpointConfig],
-        deadline: Instant,
+        deadline: Deadline,
     ) -> Result<(Target, ResolvedSettings), HookError> {
         let url = hook_url(webhook)?;
         let shown = display_url(&url);
         tracing::Span::current().record("url", shown.as_str());
-        let timeout = hook_timeout(webhook)?;
         let settings = match credentials::select(webhook, &url, endpoint_configs) {
             Some(selected) => credentials::resolve(&selected, &self.sources).await?,
             None => ResolvedSettings::default(),
@@ -64,8 +63,8 @@ impl WebhookTransport {
         let target = Target {
             url,
             shown,
-            timeout,
-            deadline,
+            timeout: deadline.timeout,
+            deadline: deadline.at,
             secrets,
         };
         Ok((target, settings))

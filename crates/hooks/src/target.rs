@@ -266,3 +266,11 @@ mod tests {
         assert_eq!(resolver.resolve("hooks.ns", 81), None);
     }
 }
+
+/// When a call must be answered by, and the hook's timeout that set it (as errors name it):
+/// taken once per call, when it starts.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Deadline {
+    pub(crate) at: std::time::Instant,
+    pub(crate) timeout: Duration,
+}

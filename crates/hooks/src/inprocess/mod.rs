@@ -324,10 +324,14 @@ fn limits_of(runtime: &HookRuntime<'_>, shown: &str) -> Result<(Duration, u64), 
     }
 }
 
-/// The timeout of an in-process hook (`timeout`; zero or negative: the 10s default).
-pub(crate) fn timeout_of(runtime: &HookRuntime<'_>) -> Result<Duration, HookError> {
-    let shown = display(runtime);
-    limits_of(runtime, &shown).map(|(timeout, _)| timeout)
+/// The timeout of an in-process hook (`timeout`; zero or negative: the 10s default); errors
+/// name the hook as `shown`.
+pub(crate) fn timeout_of(runtime: &HookRuntime<'_>, shown: &str) -> Result<Duration, HookError> {
+    match runtime {
+        HookRuntime::Jsonnet(hook) => effective_timeout(hook.timeout_duration(), shown),
+        HookRuntime::Wasm(hook) => effective_timeout(hook.timeout_duration(), shown),
+        HookRuntime::Webhook(_) => Err(HookError::config("a webhook is not an in-process hook")),
+    }
 }
 
 /// A Jsonnet hook's `memoryLimit` in bytes: what its call reserves from the budget and
