@@ -804,24 +804,17 @@ async fn install_wasm_hook(args: &Args, cluster: &TestCluster) -> (String, Strin
         b"children=003 status=o",
         settings.as_bytes(),
     );
-    let ns = cluster.create_namespace("hooks").await;
-    let name = "load-hook".to_string();
-    let cm = ConfigMap {
-        metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
-            name: Some(name.clone()),
-            namespace: Some(ns.clone()),
+    let (ns, name) = store_hook_code(
+        cluster,
+        ConfigMap {
+            binary_data: Some(BTreeMap::from([(
+                WASM_KEY.to_string(),
+                k8s_openapi::ByteString(module.clone()),
+            )])),
             ..Default::default()
         },
-        binary_data: Some(BTreeMap::from([(
-            WASM_KEY.to_string(),
-            k8s_openapi::ByteString(module.clone()),
-        )])),
-        ..Default::default()
-    };
-    Api::<ConfigMap>::namespaced(cluster.client(), &ns)
-        .create(&PostParams::default(), &cm)
-        .await
-        .expect("creating the hook ConfigMap");
+    )
+    .await;
     println!(
         "hook: load-hook-wasm module, {} KiB, in {ns}/{name}",
         module.len() / 1024
@@ -860,25 +853,32 @@ fn jsonnet_hook(children: usize, status_observed: bool) -> String {
 
 /// Stores [`jsonnet_hook`] in a ConfigMap of a fresh namespace (not the parents').
 async fn install_jsonnet_hook(args: &Args, cluster: &TestCluster) -> (String, String) {
-    let ns = cluster.create_namespace("hooks").await;
-    let name = "load-hook".to_string();
-    let cm = ConfigMap {
-        metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
-            name: Some(name.clone()),
-            namespace: Some(ns.clone()),
+    let (ns, name) = store_hook_code(
+        cluster,
+        ConfigMap {
+            data: Some(BTreeMap::from([(
+                JSONNET_KEY.to_string(),
+                jsonnet_hook(args.children, args.status_observed),
+            )])),
             ..Default::default()
         },
-        data: Some(BTreeMap::from([(
-            JSONNET_KEY.to_string(),
-            jsonnet_hook(args.children, args.status_observed),
-        )])),
-        ..Default::default()
-    };
+    )
+    .await;
+    println!("hook: Jsonnet in {ns}/{name}");
+    (ns, name)
+}
+
+/// Creates `code` as ConfigMap `load-hook` in a fresh namespace (not the parents': the
+/// children are counted there); its namespace and name.
+async fn store_hook_code(cluster: &TestCluster, mut code: ConfigMap) -> (String, String) {
+    let ns = cluster.create_namespace("hooks").await;
+    let name = "load-hook".to_string();
+    code.metadata.name = Some(name.clone());
+    code.metadata.namespace = Some(ns.clone());
     Api::<ConfigMap>::namespaced(cluster.client(), &ns)
-        .create(&PostParams::default(), &cm)
+        .create(&PostParams::default(), &code)
         .await
         .expect("creating the hook ConfigMap");
-    println!("hook: Jsonnet in {ns}/{name}");
     (ns, name)
 }
 
