@@ -3,6 +3,8 @@
 //! picks each parent's code does not yet, so a controller asking for a rollout is told so
 //! in the log instead of silently getting every change at once.
 
+pub(crate) mod store;
+
 use metacontroller_api::rollout::HookRollout;
 
 /// Logs a warning when `rollout` is set: this version does not roll code out in steps yet.
