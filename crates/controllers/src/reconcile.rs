@@ -193,6 +193,8 @@ where
     code: Vec<CodeChange>,
     /// Its hooks whose code is in one of them.
     code_hooks: Vec<Hook>,
+    /// The driver of `spec.hookRollout` (in-process hook code rolled out in steps).
+    pub(crate) rollout: Option<Arc<crate::hook_rollout::driver::RolloutDriver>>,
 }
 
 /// What `start` of either kind is given, besides the controller object.
@@ -239,6 +241,14 @@ where
             .filter(|hook| metacontroller_hooks::code_config_map(hook).is_some())
             .cloned()
             .collect();
+        let rollout = crate::hook_rollout::driver::RolloutDriver::new(
+            &spec.controller,
+            code.iter()
+                .map(|m| (m.namespace.clone(), m.name.clone()))
+                .collect(),
+            ctx.client.clone(),
+            ctx.hooks.clone(),
+        );
         let related = RelatedManager::new(RelatedConfig {
             controller: spec.controller,
             name: spec.name.clone(),
@@ -269,6 +279,7 @@ where
             resync_period_seconds: spec.resync_period_seconds,
             code,
             code_hooks,
+            rollout,
         }
     }
 
@@ -574,6 +585,11 @@ fn code_config_maps(hooks: &[Hook], client: &HookClient) -> Vec<CodeChange> {
 async fn resync_on_code_changes<R: Reconciler>(reconciler: Arc<R>) {
     use tokio::sync::broadcast::error::RecvError;
     let common = reconciler.common();
+    if let Some(driver) = common.rollout.clone() {
+        // Code changes reach the parents in steps (`spec.hookRollout`), not all at once.
+        let host = Arc::new(crate::hook_rollout::host::Host(reconciler.clone()));
+        return crate::hook_rollout::driver::drive(driver, host).await;
+    }
     let changes = match common.hooks.code_changes() {
         Some(changes) if !common.code.is_empty() => changes,
         _ => return std::future::pending().await,
@@ -640,9 +656,12 @@ pub(crate) async fn sync_and_record<R: Reconciler>(
         let retry = common.queue.num_requeues(key) > 0;
         span.record("trigger", if retry { "retry" } else { "change" });
     }
-    let outcome = two_phases(reconciler, key, worker)
-        .instrument(span.clone())
-        .await;
+    let outcome = crate::hook_rollout::sync_on_assigned_code(reconciler, key, async {
+        two_phases(reconciler, key, worker)
+            .instrument(span.clone())
+            .await
+    })
+    .await;
     spans::record_sync(&span, &outcome.result);
     schedule_resync_period(reconciler, key);
     common

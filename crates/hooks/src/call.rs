@@ -472,6 +472,20 @@ impl HookClient {
         crate::inprocess::change_affects(self.inner.code.as_deref(), hook, change).await
     }
 
+    /// The live content of ConfigMap `namespace/name` from the code source (`Ok(None)`
+    /// without a code source or when it does not exist): a hook rollout stores it as a
+    /// version.
+    pub async fn code_object(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<Arc<crate::CodeObject>>, crate::SourceError> {
+        match &self.inner.code {
+            Some(code) => code.get(namespace, name).await,
+            None => Ok(None),
+        }
+    }
+
     /// Starts watching the ConfigMap holding `hook`'s code (if it has one), so a change is
     /// noticed before the next call.
     pub fn watch_code(&self, hook: &Hook) {

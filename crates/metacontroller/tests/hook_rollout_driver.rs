@@ -1,0 +1,181 @@
+//! `spec.hookRollout` driven by the binary (issue 52): 50 parents on Jsonnet code, a new
+//! version that fails on a parent of the second step, steps `[1, "10%", "100%"]`. The
+//! rollout moves one parent, then five, stops at the failure and rolls every parent back;
+//! the parents outside the step never ran the new code (their children keep their
+//! resourceVersion; the hook writes its version into each child, so a child says which code
+//! produced it); the Warning Event and `status.hookRollout` name the failing parent.
+//! Passes on the embedded server and on a real one (`METACONTROLLER_E2E_KUBECONFIG`).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, Patch, PatchParams};
+use metacontroller_api::composite::CompositeController;
+use metacontroller_api::rollout::assign::ParentKey;
+use metacontroller_api::rollout::{HookRolloutStatus, RolloutPhase};
+use metacontroller_testkit::{
+    create_object, eventually_within, unique_name, until_event, ControllerProcess, TestCluster,
+};
+use serde_json::json;
+
+const WAIT: Duration = Duration::from_secs(120);
+const PARENTS: usize = 50;
+
+/// The hook: one child ConfigMap per parent holding the code's version; `failing` parents
+/// make it fail.
+fn code(version: &str, failing: &[String]) -> String {
+    let failing = serde_json::to_string(failing).unwrap_or_default();
+    format!(
+        "function(request) local name = request.parent.metadata.name;\n\
+         if std.member({failing}, name) then error 'version {version} cannot sync ' + name\n\
+         else {{children: [{{apiVersion: 'v1', kind: 'ConfigMap', \
+         metadata: {{name: name + '-child'}}, data: {{version: '{version}'}}}}]}}"
+    )
+}
+
+async fn set_code(api: &Api<ConfigMap>, text: &str) {
+    let patch = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "code"},
+        "data": {"sync.jsonnet": text}});
+    api.patch(
+        "code",
+        &PatchParams::apply("test").force(),
+        &Patch::Apply(&patch),
+    )
+    .await
+    .expect("writing the code ConfigMap");
+}
+
+async fn rollout_status(api: &Api<CompositeController>, name: &str) -> Option<HookRolloutStatus> {
+    let cc = api.get(name).await.ok()?;
+    HookRolloutStatus::from_status(cc.status.as_ref())
+}
+
+/// `(name, resourceVersion, version)` of each parent's child, by parent name.
+async fn children(api: &Api<ConfigMap>) -> BTreeMap<String, (String, String)> {
+    let list = api
+        .list(&Default::default())
+        .await
+        .expect("listing children");
+    list.items
+        .into_iter()
+        .filter_map(|cm| {
+            let name = cm.metadata.name.clone()?;
+            let parent = name.strip_suffix("-child")?.to_string();
+            let rv = cm.metadata.resource_version.clone().unwrap_or_default();
+            let version = cm.data.as_ref()?.get("version")?.clone();
+            Some((parent, (rv, version)))
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_change_stops_at_its_step_and_rolls_back() {
+    let (cluster, ns, parent) = TestCluster::start_with_parent("rollout-bad").await;
+    cluster.install_metacontroller_crds().await;
+    let config_maps: Api<ConfigMap> = Api::namespaced(cluster.client(), &ns);
+    set_code(&config_maps, &code("v1", &[])).await;
+    let parents = parent.api(cluster.client(), Some(&ns));
+    let mut keys = Vec::new();
+    for i in 0..PARENTS {
+        let name = format!("p{i:02}");
+        let object = json!({"apiVersion": parent.api_version(), "kind": parent.kind(),
+            "metadata": {"name": name, "namespace": ns}});
+        let created = create_object(&parents, object).await;
+        let uid = created.metadata.uid.unwrap_or_default();
+        keys.push((ParentKey::new(&uid, &ns, &name), name));
+    }
+    // The rollout's order: step 1 is the first key, step 2 ("10%" of 50) the first five.
+    keys.sort();
+    let order: Vec<String> = keys.into_iter().map(|(_, name)| name).collect();
+    let failing = order[2].clone();
+
+    let label = unique_name("team");
+    let mut spec = parent.composite_spec("http://unused.invalid/");
+    spec["hooks"] = json!({"sync": {"jsonnet": {
+        "configMapRef": {"namespace": ns, "name": "code"}, "key": "sync.jsonnet"}}});
+    spec["generateSelector"] = json!(true);
+    spec["hookRollout"] = json!({"steps": [1, "10%", "100%"]});
+    let cc_name = unique_name("rollout");
+    let _: CompositeController = cluster.create_controller(&cc_name, &label, spec).await;
+    let _controller = ControllerProcess::run_team(
+        env!("CARGO_BIN_EXE_metacontroller"),
+        cluster.kubeconfig_path(),
+        &label,
+        &[],
+    );
+    let ccs: Api<CompositeController> = Api::all(cluster.client());
+    eventually_within(
+        "every child on v1 and the rollout state written",
+        WAIT,
+        || async {
+            let all = children(&config_maps).await;
+            all.len() == PARENTS
+                && all.values().all(|(_, v)| v == "v1")
+                && rollout_status(&ccs, &cc_name)
+                    .await
+                    .is_some_and(|s| s.phase == RolloutPhase::Complete)
+        },
+    )
+    .await;
+    let before = children(&config_maps).await;
+    let v1 = rollout_status(&ccs, &cc_name).await.expect("status").to;
+
+    // v2 fails on the third parent of the order (and on one far outside the steps).
+    set_code(
+        &config_maps,
+        &code("v2", &[failing.clone(), order[40].clone()]),
+    )
+    .await;
+    eventually_within("the rollout rolled back", WAIT, || async {
+        rollout_status(&ccs, &cc_name)
+            .await
+            .is_some_and(|s| s.phase == RolloutPhase::RolledBack)
+    })
+    .await;
+    let status = rollout_status(&ccs, &cc_name).await.expect("status");
+    let shown = format!("{ns}/{failing}");
+    assert_eq!(status.failed_parent.as_deref(), Some(shown.as_str()));
+    assert_eq!(status.from, v1);
+    assert_ne!(status.to, v1);
+    assert_eq!(status.step, 1, "stopped at the second step: {status:?}");
+    assert!(status.message.contains(&shown), "{}", status.message);
+    let event = until_event(
+        &cluster,
+        ("default", &cc_name),
+        "RolloutRolledBack",
+        &shown,
+        WAIT,
+    )
+    .await;
+    assert_eq!(event.type_.as_deref(), Some("Warning"));
+    assert!(
+        event
+            .message
+            .as_deref()
+            .is_some_and(|m| m.contains("cannot sync")),
+        "{event:?}"
+    );
+
+    // The step's parents are back on v1; the others never ran v2.
+    eventually_within("the step's parents back on v1", WAIT, || async {
+        children(&config_maps)
+            .await
+            .values()
+            .all(|(_, v)| v == "v1")
+    })
+    .await;
+    let after = children(&config_maps).await;
+    for name in &order[5..] {
+        assert_eq!(
+            after.get(name),
+            before.get(name),
+            "{name} is outside the step"
+        );
+    }
+    // The first step's parent did run v2 (its child was rewritten, then written back).
+    assert_ne!(
+        after.get(&order[0]).map(|c| &c.0),
+        before.get(&order[0]).map(|c| &c.0)
+    );
+}
