@@ -96,9 +96,20 @@ struct Report {
 
 /// `None` for documents that are not Metacontroller controllers (CRDs, Deployments, ...):
 /// a manifest file usually carries them side by side.
-/// Until the rollout driver lands, `spec.hookRollout` is checked and stored but a code change
-/// still reaches every parent at once; users must not believe otherwise.
-const HOOK_ROLLOUT_NOT_ACTED_ON: &str = "spec.hookRollout: checked and kept, but this version does not act on it yet: a hook code change still reaches every parent at once";
+/// `spec.hookRollout` rolls out in-process hook code only; on a controller whose hooks are
+/// all webhooks it does nothing, and users must not believe otherwise.
+const HOOK_ROLLOUT_WITHOUT_CODE: &str = "spec.hookRollout: applies to in-process (jsonnet:, wasm:) hook code only, and this controller has none: a change of its webhooks still reaches every parent at once";
+
+/// Whether a controller document has a hook whose code is in-process (`jsonnet:`, `wasm:`).
+fn has_in_process_hook(doc: &Value) -> bool {
+    doc.pointer("/spec/hooks")
+        .and_then(Value::as_object)
+        .is_some_and(|hooks| {
+            hooks
+                .values()
+                .any(|h| h.get("jsonnet").is_some() || h.get("wasm").is_some())
+        })
+}
 
 fn check_document(doc: Value) -> Option<Report> {
     let api_version = doc.get("apiVersion").and_then(Value::as_str).unwrap_or("");
@@ -133,8 +144,8 @@ fn check_document(doc: Value) -> Option<Report> {
             .errors
             .push(error("metadata.name", "must not be empty".to_string()));
     }
-    if doc.pointer("/spec/hookRollout").is_some() {
-        report.warnings.push(HOOK_ROLLOUT_NOT_ACTED_ON.to_string());
+    if doc.pointer("/spec/hookRollout").is_some() && !has_in_process_hook(&doc) {
+        report.warnings.push(HOOK_ROLLOUT_WITHOUT_CODE.to_string());
     }
     let outcome = match kind.as_str() {
         "CompositeController" => decode::<CompositeController>(doc, &mut report.warnings)

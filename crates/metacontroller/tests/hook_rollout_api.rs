@@ -1,7 +1,7 @@
 //! `spec.hookRollout` (issue 52) as far as this version carries it: the API server keeps the
 //! spec field and a `status.hookRollout` on both controller kinds (nothing pruned), the
-//! binary running such a controller says in its log that it does not roll code out in steps
-//! yet, and `metacontroller rollout status|pause|resume` read and set what the rollout uses.
+//! binary running such a controller with webhook hooks only says in its log that the
+//! rollout does nothing for them, and `metacontroller rollout status|pause|resume` read and set what the rollout uses.
 //! Passes on the embedded server and on a real one (`METACONTROLLER_E2E_KUBECONFIG`).
 
 use std::path::PathBuf;
@@ -70,8 +70,8 @@ async fn both_kinds_keep_hook_rollout_spec_and_status() {
         written.status.as_ref().and_then(|s| s.get("hookRollout")),
         status().get("hookRollout")
     );
-    // The binary runs both controllers and says the rollout is not acted on yet (polled:
-    // the embedded server runs on this test's thread).
+    // The binary runs both controllers and says a rollout of webhook code does nothing
+    // (polled: the embedded server runs on this test's thread).
     let process = ControllerProcess::run_team(
         env!("CARGO_BIN_EXE_metacontroller"),
         cluster.kubeconfig_path(),
@@ -81,7 +81,7 @@ async fn both_kinds_keep_hook_rollout_spec_and_status() {
     let warned = |name: &str| {
         process.logs().lines().any(|l| {
             l.contains("WARN")
-                && l.contains("spec.hookRollout is checked and kept")
+                && l.contains("spec.hookRollout applies to in-process")
                 && l.contains(name)
         })
     };

@@ -404,7 +404,7 @@ async fn kubeconfig_checks_in_process_hook_code() {
 }
 
 #[test]
-fn hook_rollout_is_checked_and_flagged_as_not_acted_on() {
+fn hook_rollout_is_checked_and_flagged_without_in_process_code() {
     let dir = tempfile::tempdir().expect("temp dir");
     let file = dir.path().join("rollout.yaml");
     std::fs::write(
@@ -432,7 +432,7 @@ spec:
     assert!(text.contains("DecoratorController/good: ok"), "{text}");
     assert!(
         text.contains(
-            "spec.hookRollout: checked and kept, but this version does not act on it yet"
+            "spec.hookRollout: applies to in-process (jsonnet:, wasm:) hook code only, and this controller has none"
         ),
         "{text}"
     );

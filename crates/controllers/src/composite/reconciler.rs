@@ -90,10 +90,6 @@ pub fn start(
     controller
         .validate()
         .map_err(|e| StartError::Invalid(e.to_string()))?;
-    crate::hook_rollout::warn_not_acted_on(
-        controller.spec.hook_rollout.as_ref(),
-        controller.metadata.name.as_deref().unwrap_or_default(),
-    );
     let resolved = Resolved::new(&controller, resources)?;
     resolved.check_scope(informers.scope())?;
     let spec = reconcile::ControllerSpec::from(CustomizableController::Composite(Box::new(

@@ -286,10 +286,6 @@ pub fn start(
     controller
         .validate()
         .map_err(|e| StartError::Invalid(e.to_string()))?;
-    crate::hook_rollout::warn_not_acted_on(
-        controller.spec.hook_rollout.as_ref(),
-        controller.metadata.name.as_deref().unwrap_or_default(),
-    );
     if controller.spec.hooks.is_none() {
         return Err(StartError::Invalid("spec.hooks: no hooks defined".into()));
     }

@@ -108,7 +108,10 @@ impl RolloutDriver {
                 serde_json::to_value(c.as_ref()).ok()?,
             ),
         };
-        let namespace = maps.first()?.0.clone();
+        let Some((namespace, _)) = maps.first().cloned() else {
+            super::warn_without_code(meta.name.as_deref().unwrap_or_default());
+            return None;
+        };
         let gvk =
             GroupVersionKind::gvk(metacontroller_api::GROUP, metacontroller_api::VERSION, kind);
         Some(Arc::new(RolloutDriver {

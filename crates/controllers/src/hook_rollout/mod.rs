@@ -1,22 +1,20 @@
-//! `spec.hookRollout` at controller start. The API, its validation and the rollout state
-//! machine exist (`metacontroller_api::rollout`); the driver that stores code versions and
-//! picks each parent's code does not yet, so a controller asking for a rollout is told so
-//! in the log instead of silently getting every change at once.
+//! `spec.hookRollout`: progressive rollouts of a controller's in-process hook code. The
+//! versions are stored as ControllerRevisions ([`store`]), each sync runs the code of its
+//! parent's assignment ([`sync_on_assigned_code`]), and [`driver`] advances the rollout in
+//! the controller object's `status.hookRollout`. Webhook hooks are not rolled out: a
+//! controller with `spec.hookRollout` and no in-process hook code is told so in the log.
 
 pub(crate) mod driver;
 pub(crate) mod host;
 pub(crate) mod store;
 
-use metacontroller_api::rollout::HookRollout;
-
-/// Logs a warning when `rollout` is set: this version does not roll code out in steps yet.
-pub(crate) fn warn_not_acted_on(rollout: Option<&HookRollout>, controller: &str) {
-    if rollout.is_some() {
-        tracing::warn!(
-            controller,
-            "spec.hookRollout is checked and kept, but this version does not act on it yet: a hook code change still reaches every parent at once"
-        );
-    }
+/// Logs a warning when `rollout` is set on a controller without in-process hook code:
+/// webhook code is not rolled out in steps.
+pub(crate) fn warn_without_code(controller: &str) {
+    tracing::warn!(
+        controller,
+        "spec.hookRollout applies to in-process (jsonnet:, wasm:) hook code only; this controller has none, so a change of its webhooks still reaches every parent at once"
+    );
 }
 
 /// Runs `sync` (one sync of `key`) on the code of the parent's rollout assignment and
