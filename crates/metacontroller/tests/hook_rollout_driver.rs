@@ -69,71 +69,106 @@ async fn children(api: &Api<ConfigMap>) -> BTreeMap<String, (String, String)> {
         .collect()
 }
 
+/// A cluster with 50 parents on v1 code, a controller with `rollout`, and the binary
+/// running it, once every child is on v1 and the rollout state is written.
+struct Fixture {
+    cluster: TestCluster,
+    ns: String,
+    config_maps: Api<ConfigMap>,
+    ccs: Api<CompositeController>,
+    cc_name: String,
+    /// Parent names in the rollout's order (step 1 is the first).
+    order: Vec<String>,
+    _controller: ControllerProcess,
+}
+
+impl Fixture {
+    async fn start(prefix: &str, rollout: serde_json::Value) -> Self {
+        let (cluster, ns, parent) = TestCluster::start_with_parent(prefix).await;
+        cluster.install_metacontroller_crds().await;
+        let config_maps: Api<ConfigMap> = Api::namespaced(cluster.client(), &ns);
+        set_code(&config_maps, &code("v1", &[])).await;
+        let parents = parent.api(cluster.client(), Some(&ns));
+        let mut keys = Vec::new();
+        for i in 0..PARENTS {
+            let name = format!("p{i:02}");
+            let object = json!({"apiVersion": parent.api_version(), "kind": parent.kind(),
+                "metadata": {"name": name, "namespace": ns}});
+            let created = create_object(&parents, object).await;
+            let uid = created.metadata.uid.unwrap_or_default();
+            keys.push((ParentKey::new(&uid, &ns, &name), name));
+        }
+        keys.sort();
+        let order = keys.into_iter().map(|(_, name)| name).collect();
+        let label = unique_name("team");
+        let mut spec = parent.composite_spec("http://unused.invalid/");
+        spec["hooks"] = json!({"sync": {"jsonnet": {
+            "configMapRef": {"namespace": ns, "name": "code"}, "key": "sync.jsonnet"}}});
+        spec["generateSelector"] = json!(true);
+        spec["hookRollout"] = rollout;
+        let cc_name = unique_name("rollout");
+        let _: CompositeController = cluster.create_controller(&cc_name, &label, spec).await;
+        let controller = ControllerProcess::run_team(
+            env!("CARGO_BIN_EXE_metacontroller"),
+            cluster.kubeconfig_path(),
+            &label,
+            &[],
+        );
+        let ccs: Api<CompositeController> = Api::all(cluster.client());
+        eventually_within(
+            "every child on v1 and the rollout state written",
+            WAIT,
+            || async {
+                let all = children(&config_maps).await;
+                all.len() == PARENTS
+                    && all.values().all(|(_, v)| v == "v1")
+                    && rollout_status(&ccs, &cc_name)
+                        .await
+                        .is_some_and(|s| s.phase == RolloutPhase::Complete)
+            },
+        )
+        .await;
+        Fixture {
+            cluster,
+            ns,
+            config_maps,
+            ccs,
+            cc_name,
+            order,
+            _controller: controller,
+        }
+    }
+
+    async fn status(&self) -> HookRolloutStatus {
+        rollout_status(&self.ccs, &self.cc_name)
+            .await
+            .expect("status.hookRollout")
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failing_change_stops_at_its_step_and_rolls_back() {
-    let (cluster, ns, parent) = TestCluster::start_with_parent("rollout-bad").await;
-    cluster.install_metacontroller_crds().await;
-    let config_maps: Api<ConfigMap> = Api::namespaced(cluster.client(), &ns);
-    set_code(&config_maps, &code("v1", &[])).await;
-    let parents = parent.api(cluster.client(), Some(&ns));
-    let mut keys = Vec::new();
-    for i in 0..PARENTS {
-        let name = format!("p{i:02}");
-        let object = json!({"apiVersion": parent.api_version(), "kind": parent.kind(),
-            "metadata": {"name": name, "namespace": ns}});
-        let created = create_object(&parents, object).await;
-        let uid = created.metadata.uid.unwrap_or_default();
-        keys.push((ParentKey::new(&uid, &ns, &name), name));
-    }
-    // The rollout's order: step 1 is the first key, step 2 ("10%" of 50) the first five.
-    keys.sort();
-    let order: Vec<String> = keys.into_iter().map(|(_, name)| name).collect();
+    let f = Fixture::start("rollout-bad", json!({"steps": [1, "10%", "100%"]})).await;
+    let (ns, config_maps, ccs, cc_name, order) =
+        (&f.ns, &f.config_maps, &f.ccs, &f.cc_name, &f.order);
+    let cluster = &f.cluster;
     let failing = order[2].clone();
-
-    let label = unique_name("team");
-    let mut spec = parent.composite_spec("http://unused.invalid/");
-    spec["hooks"] = json!({"sync": {"jsonnet": {
-        "configMapRef": {"namespace": ns, "name": "code"}, "key": "sync.jsonnet"}}});
-    spec["generateSelector"] = json!(true);
-    spec["hookRollout"] = json!({"steps": [1, "10%", "100%"]});
-    let cc_name = unique_name("rollout");
-    let _: CompositeController = cluster.create_controller(&cc_name, &label, spec).await;
-    let _controller = ControllerProcess::run_team(
-        env!("CARGO_BIN_EXE_metacontroller"),
-        cluster.kubeconfig_path(),
-        &label,
-        &[],
-    );
-    let ccs: Api<CompositeController> = Api::all(cluster.client());
-    eventually_within(
-        "every child on v1 and the rollout state written",
-        WAIT,
-        || async {
-            let all = children(&config_maps).await;
-            all.len() == PARENTS
-                && all.values().all(|(_, v)| v == "v1")
-                && rollout_status(&ccs, &cc_name)
-                    .await
-                    .is_some_and(|s| s.phase == RolloutPhase::Complete)
-        },
-    )
-    .await;
-    let before = children(&config_maps).await;
-    let v1 = rollout_status(&ccs, &cc_name).await.expect("status").to;
+    let before = children(config_maps).await;
+    let v1 = f.status().await.to;
 
     // v2 fails on the third parent of the order (and on one far outside the steps).
     set_code(
-        &config_maps,
+        config_maps,
         &code("v2", &[failing.clone(), order[40].clone()]),
     )
     .await;
     eventually_within("the rollout rolled back", WAIT, || async {
-        rollout_status(&ccs, &cc_name)
+        rollout_status(ccs, cc_name)
             .await
             .is_some_and(|s| s.phase == RolloutPhase::RolledBack)
     })
     .await;
-    let status = rollout_status(&ccs, &cc_name).await.expect("status");
+    let status = f.status().await;
     let shown = format!("{ns}/{failing}");
     assert_eq!(status.failed_parent.as_deref(), Some(shown.as_str()));
     assert_eq!(status.from, v1);
@@ -141,8 +176,8 @@ async fn a_failing_change_stops_at_its_step_and_rolls_back() {
     assert_eq!(status.step, 1, "stopped at the second step: {status:?}");
     assert!(status.message.contains(&shown), "{}", status.message);
     let event = until_event(
-        &cluster,
-        ("default", &cc_name),
+        cluster,
+        ("default", cc_name),
         "RolloutRolledBack",
         &shown,
         WAIT,
@@ -159,13 +194,10 @@ async fn a_failing_change_stops_at_its_step_and_rolls_back() {
 
     // The step's parents are back on v1; the others never ran v2.
     eventually_within("the step's parents back on v1", WAIT, || async {
-        children(&config_maps)
-            .await
-            .values()
-            .all(|(_, v)| v == "v1")
+        children(config_maps).await.values().all(|(_, v)| v == "v1")
     })
     .await;
-    let after = children(&config_maps).await;
+    let after = children(config_maps).await;
     for name in &order[5..] {
         assert_eq!(
             after.get(name),
