@@ -211,3 +211,70 @@ async fn a_failing_change_stops_at_its_step_and_rolls_back() {
         before.get(&order[0]).map(|c| &c.0)
     );
 }
+
+/// Children on v2 and the rollout status, read in this order: the step only grows, so the
+/// children never count more parents than the step read after them allows.
+async fn on_v2_within_step(f: &Fixture) -> (usize, HookRolloutStatus) {
+    let on_v2 = children(&f.config_maps)
+        .await
+        .values()
+        .filter(|(_, v)| v == "v2")
+        .count();
+    (on_v2, f.status().await)
+}
+
+/// A good change reaches all 50 parents in the steps (1, 5, 50), with a pause after each,
+/// never more parents on the new code than the current step allows; Events name each step.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_good_change_goes_step_by_step_to_every_parent() {
+    let f = Fixture::start(
+        "rollout-good",
+        json!({"steps": [1, "10%", "100%"], "pauseSeconds": 1}),
+    )
+    .await;
+    let v1 = f.status().await.to;
+    set_code(&f.config_maps, &code("v2", &[])).await;
+    let allowed = [1, 5, PARENTS];
+    let mut steps_seen = std::collections::BTreeSet::new();
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let (on_v2, status) = on_v2_within_step(&f).await;
+        if status.to != v1 {
+            let step = status.step as usize;
+            assert!(
+                status.phase == RolloutPhase::Complete || on_v2 <= allowed[step.min(2)],
+                "{on_v2} parents on v2 at step {step}: {status:?}"
+            );
+            steps_seen.insert(step);
+        }
+        if status.phase == RolloutPhase::Complete && status.to != v1 && on_v2 == PARENTS {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "rollout did not complete: {status:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let status = f.status().await;
+    assert_eq!((status.from, status.updated), (v1, PARENTS as u32));
+    for needle in ["step 2: 5 of 50", "step 3: 50 of 50"] {
+        until_event(
+            &f.cluster,
+            ("default", &f.cc_name),
+            "RolloutStep",
+            needle,
+            WAIT,
+        )
+        .await;
+    }
+    until_event(
+        &f.cluster,
+        ("default", &f.cc_name),
+        "RolloutComplete",
+        "every parent (50)",
+        WAIT,
+    )
+    .await;
+    assert!(steps_seen.contains(&1), "step 2 observed: {steps_seen:?}");
+}
