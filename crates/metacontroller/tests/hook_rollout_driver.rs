@@ -79,7 +79,11 @@ struct Fixture {
     cc_name: String,
     /// Parent names in the rollout's order (step 1 is the first).
     order: Vec<String>,
-    _controller: ControllerProcess,
+    label: String,
+    controller: ControllerProcess,
+    parents: Api<kube::core::DynamicObject>,
+    /// `apiVersion` and `kind` of the parents.
+    parent_type: (String, String),
 }
 
 impl Fixture {
@@ -135,8 +139,22 @@ impl Fixture {
             ccs,
             cc_name,
             order,
-            _controller: controller,
+            label,
+            controller,
+            parents,
+            parent_type: (parent.api_version(), parent.kind().to_string()),
         }
+    }
+
+    /// Kills the controller with SIGKILL and starts a new process.
+    fn kill9_and_restart(&mut self) {
+        self.controller.kill9();
+        self.controller = ControllerProcess::run_team(
+            env!("CARGO_BIN_EXE_metacontroller"),
+            self.cluster.kubeconfig_path(),
+            &self.label,
+            &[],
+        );
     }
 
     async fn status(&self) -> HookRolloutStatus {
@@ -277,4 +295,68 @@ async fn a_good_change_goes_step_by_step_to_every_parent() {
     )
     .await;
     assert!(steps_seen.contains(&1), "step 2 observed: {steps_seen:?}");
+}
+
+/// kill -9 in mid-rollout (held at step 1 by a long pause): the restarted process reads
+/// `status.hookRollout` and the stored versions and stays at the same step, with the same
+/// parent on the new code, and no other parent's child rewritten (so none ran either code
+/// anew, nor switched back); the state says why it waits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_in_mid_rollout_resumes_at_the_same_step() {
+    let mut f = Fixture::start(
+        "rollout-restart",
+        json!({"steps": [1, "100%"], "pauseSeconds": 3600}),
+    )
+    .await;
+    let before = children(&f.config_maps).await;
+    set_code(&f.config_maps, &code("v2", &[])).await;
+    eventually_within("step 1 healthy and pausing", WAIT, || async {
+        let status = f.status().await;
+        status.healthy == 1 && status.message.contains("pausing")
+    })
+    .await;
+    let held = f.status().await;
+    let first = f.order[0].clone();
+    let during = children(&f.config_maps).await;
+    assert_eq!(during.get(&first).map(|c| c.1.as_str()), Some("v2"));
+    f.kill9_and_restart();
+    // The new process queues every parent at start; a parent created after that is synced
+    // after them, so once its child exists the others have been synced by the new process.
+    eventually_within("the restarted process reads the state", WAIT, || async {
+        f.controller.logs().contains("hook rollout: state read")
+    })
+    .await;
+    let (api_version, kind) = f.parent_type.clone();
+    let late = json!({"apiVersion": api_version, "kind": kind,
+        "metadata": {"name": "late", "namespace": f.ns}});
+    create_object(&f.parents, late).await;
+    eventually_within("the late parent's child", WAIT, || async {
+        children(&f.config_maps).await.contains_key("late")
+    })
+    .await;
+    eventually_within("the restarted process holds the step", WAIT, || async {
+        let status = f.status().await;
+        status.healthy == 1 && status.message.contains("pausing")
+    })
+    .await;
+    let after_restart = f.status().await;
+    assert_eq!(
+        (
+            &after_restart.to,
+            after_restart.step,
+            &after_restart.cutoff,
+            after_restart.phase
+        ),
+        (&held.to, held.step, &held.cutoff, held.phase)
+    );
+    let after = children(&f.config_maps).await;
+    assert_eq!(
+        after.get(&first),
+        during.get(&first),
+        "the step's parent stays on v2"
+    );
+    for name in &f.order[1..] {
+        assert_eq!(after.get(name), before.get(name), "{name} stays on v1");
+    }
+    assert!(f.controller.logs().contains("hook rollout: state read"));
 }
