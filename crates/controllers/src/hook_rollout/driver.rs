@@ -24,6 +24,8 @@ use super::store::{self, CodeVersion, Owner};
 
 /// How often a running rollout is re-evaluated without news (pause and health deadlines).
 const TICK: Duration = Duration::from_secs(1);
+/// Longest a sync waits for the rollout state to be read before it is retried later.
+const READY_WAIT: Duration = Duration::from_secs(5);
 /// Wait before retrying a failed read or write of the rollout state.
 const RETRY: Duration = Duration::from_secs(2);
 
@@ -138,14 +140,17 @@ impl RolloutDriver {
     }
 
     /// The code `parent` runs now: its digest and the pinned ConfigMaps. Waits until the
-    /// state is read; an error when the version is not loaded (the sync is retried).
+    /// state is read (at most [`READY_WAIT`]); an error when the version is not loaded (the sync is retried).
     pub(crate) async fn code_for(
         &self,
         parent: &Value,
     ) -> Result<(String, Arc<PinnedCode>), String> {
+        // Bounded: a state that cannot be read (API down, RBAC) must not hold a worker.
         let mut ready = self.ready.subscribe();
-        if ready.wait_for(|r| *r).await.is_err() {
-            return Err("the rollout driver stopped".into());
+        match tokio::time::timeout(READY_WAIT, ready.wait_for(|r| *r)).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(_)) => return Err("the rollout driver stopped".into()),
+            Err(_) => return Err("the rollout state is not read yet".into()),
         }
         let state = self.lock();
         let Some(status) = &state.status else {
@@ -361,6 +366,7 @@ pub(crate) async fn drive(driver: Arc<RolloutDriver>, host: Arc<dyn RolloutHost>
     use tokio::sync::broadcast::error::RecvError;
     while let Err(e) = driver.init().await {
         tracing::warn!(controller = %driver.owner.name, error = %e, "hook rollout: cannot read its state; retrying");
+        host.event(&driver.object, true, "RolloutError", e);
         tokio::time::sleep(RETRY).await;
     }
     tracing::info!(controller = %driver.owner.name, "hook rollout: state read; syncs run the code of their parent's assignment");
@@ -374,6 +380,7 @@ pub(crate) async fn drive(driver: Arc<RolloutDriver>, host: Arc<dyn RolloutHost>
             }
             Err(e) => {
                 tracing::warn!(controller = %driver.owner.name, error = %e, "hook rollout: step failed; retrying");
+                host.event(&driver.object, true, "RolloutError", e);
                 tokio::time::sleep(RETRY).await;
                 continue;
             }
