@@ -540,7 +540,10 @@ mod tests {
         let ms = |n| Duration::from_millis(n);
         // Backoff would bring it back after 5 ms, then 10 ms.
         assert_eq!(calls, vec![ms(0), ms(40), ms(80)]);
-        assert_eq!(failures, 0, "a throttled key has no failures to back off on");
+        assert_eq!(
+            failures, 0,
+            "a throttled key has no failures to back off on"
+        );
     }
 
     #[tokio::test(start_paused = true)]

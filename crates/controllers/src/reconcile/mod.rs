@@ -55,6 +55,11 @@ use crate::spans;
 use crate::writer::{WriteError, Writer};
 use tracing::Instrument as _;
 
+mod policy;
+
+pub(crate) use policy::SyncFailure;
+use policy::{error_policy, resync_period};
+
 /// The queue priority of an informer event: watch events go before relist replays, so a
 /// cache flush never starves real changes.
 pub(crate) fn priority(origin: Origin) -> Priority {
@@ -64,26 +69,8 @@ pub(crate) fn priority(origin: Origin) -> Priority {
     }
 }
 
-/// How the skeleton treats a failed sync.
-pub(crate) trait SyncFailure: Display {
-    /// `Some(delay)` when a hook asked to slow down (429): retried after `delay`, no Event.
-    fn retry_after(&self) -> Option<Duration>;
-    /// A 409 Conflict (stale cache): retried with backoff, no Event.
-    fn is_conflict(&self) -> bool;
-    /// The API server was unreachable: retried with backoff of at most
-    /// [`UNREACHABLE_RETRY_MAX`], so keys that failed during an outage follow soon after it.
-    fn is_unreachable(&self) -> bool {
-        false
-    }
-}
-
 /// How soon a key found with a cache not synced is tried again (see [`sync_and_record`]).
 const UNSYNCED_RETRY: Duration = Duration::from_secs(1);
-
-/// The longest backoff of a key whose sync failed because the API server was unreachable.
-/// Only keys with work pending fail so (an idle parent is not synced while the watches are
-/// down), so the retries stay few; the hook is called again on each.
-pub(crate) const UNREACHABLE_RETRY_MAX: Duration = Duration::from_secs(2);
 
 /// The parts of a controller object the skeleton reads, whatever its kind.
 pub(crate) struct ControllerSpec {
@@ -644,11 +631,11 @@ pub(crate) async fn sync_and_record<R: Reconciler>(
         .instrument(span.clone())
         .await;
     spans::record_sync(&span, &outcome.result);
-    schedule_resync_period(reconciler, key);
     common
         .failing
         .observe(key, &outcome, || reconciler.object(key), &common.events);
-    on_failure(reconciler, key, outcome)
+    let outcome = on_failure(reconciler, key, outcome);
+    outcome.with_resync(resync_after(reconciler, key))
 }
 
 /// Phase one with the worker, phase two without it (see [`Reconciler::plan`]).
@@ -666,15 +653,11 @@ async fn two_phases<R: Reconciler>(
     let Some(writes) = plan.writes else {
         return Outcome::done(plan.requeue);
     };
-    Outcome {
-        result: reconciler.write(writes).await,
-        requeue: plan.requeue,
-    }
+    Outcome::new(reconciler.write(writes).await, plan.requeue)
 }
 
-/// A failed sync: a hook's 429 comes back after `Retry-After` as a success (no backoff, no
-/// Event); an unreachable API server bounds the backoff; any failure but a 409 Conflict is
-/// recorded as a `SyncError` Event on the object.
+/// A failed sync as the failure policy ([`error_policy`]) decides; records the
+/// `SyncError` Event it asks for (the only effect here: the queue applies the rest).
 fn on_failure<R: Reconciler>(
     reconciler: &R,
     key: &R::Key,
@@ -683,16 +666,13 @@ fn on_failure<R: Reconciler>(
     let Err(error) = &outcome.result else {
         return outcome;
     };
-    let common = reconciler.common();
-    if let Some(delay) = error.retry_after() {
-        tracing::info!(controller = reconciler.name(), object = %key, ?delay, "hook asked to slow down; resyncing later");
-        return Outcome::done(Requeue::After(delay));
+    let policy = error_policy(error);
+    if let Some(Requeue::After(delay)) = policy.requeue {
+        tracing::info!(controller = reconciler.name(), object = %key, ?delay, "hook asked to slow down; syncing again after its Retry-After");
     }
-    if error.is_unreachable() {
-        common.queue.limit_next_retry(key, UNREACHABLE_RETRY_MAX);
-    }
-    if !error.is_conflict() {
+    if policy.sync_error_event {
         if let Some(object) = reconciler.object(key) {
+            let common = reconciler.common();
             common.events.warning(
                 &object,
                 events::reason::SYNC_ERROR,
@@ -701,28 +681,18 @@ fn on_failure<R: Reconciler>(
             common.failing.failed(key);
         }
     }
-    outcome
+    policy.apply(outcome)
 }
 
 /// `resyncPeriodSeconds`: like upstream's informer resync, every object the controller
 /// cares about comes back after the period, whether its last sync succeeded or not (a
-/// failure is also retried with backoff, whichever comes first). Upstream raises any period
-/// below one second (0 and negatives too) to one.
-fn schedule_resync_period<R: Reconciler>(reconciler: &R, key: &R::Key) {
-    let Some(period) = reconciler.common().resync_period_seconds else {
-        return;
-    };
-    if !reconciler
+/// failure is also retried, whichever comes first).
+fn resync_after<R: Reconciler>(reconciler: &R, key: &R::Key) -> Option<std::time::Duration> {
+    let period = resync_period(reconciler.common().resync_period_seconds)?;
+    reconciler
         .object(key)
         .is_some_and(|object| reconciler.cares(&object))
-    {
-        return;
-    }
-    let delay = Duration::from_secs(period.max(1) as u64);
-    reconciler
-        .common()
-        .queue
-        .add_after(key.clone(), delay, Priority::Bulk);
+        .then_some(period)
 }
 
 /// The hook's `resyncAfterSeconds`: sync again after that many seconds (0 = no).
