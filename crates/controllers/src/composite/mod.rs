@@ -36,6 +36,7 @@ mod adoption;
 pub(crate) mod errors;
 mod mapper;
 pub(crate) mod plan;
+mod read_versions;
 mod reconciler;
 pub(crate) mod resolve;
 mod revisions;
