@@ -288,15 +288,22 @@ mod tests {
     }
 
     /// Stored through a real API server (the embedded one, or the one of
-    /// METACONTROLLER_E2E_KUBECONFIG), a version reads back byte for byte.
+    /// METACONTROLLER_E2E_KUBECONFIG), a version reads back byte for byte. The owner is a
+    /// real controller object: a real garbage collector deletes revisions of a missing one.
     #[tokio::test]
     async fn versions_survive_the_api_server() {
         let cluster = TestCluster::start().await;
+        cluster.install_metacontroller_crds().await;
         let ns = cluster.create_namespace("hook-code").await;
+        let name = format!("store-{ns}");
+        let spec = serde_json::json!({"parentResource": {"apiVersion": "v1", "resource": "configmaps"},
+            "hooks": {"sync": {"webhook": {"url": "http://127.0.0.1:9/sync"}}}});
+        let cc: metacontroller_api::composite::CompositeController =
+            cluster.create_controller(&name, "nobody", spec).await;
         let owner = Owner {
             kind: "CompositeController",
-            name: format!("store-{ns}"),
-            uid: "0b6c1a52-7a0e-4a39-9a43-000000000001".into(),
+            name,
+            uid: cc.metadata.uid.unwrap_or_default(),
         };
         let client = cluster.client();
         let a = version("{a: 1}");
