@@ -575,6 +575,7 @@ impl Inner {
             kind: self.parent_resource.kind.clone(),
             name: parent.key.name.clone(),
             uid: parent.uid.clone(),
+            namespace: parent.namespace.clone().unwrap_or_default(),
         }
     }
 
