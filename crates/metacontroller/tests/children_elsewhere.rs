@@ -2,14 +2,20 @@
 //! whose child types opt in (`namespaces: ["*"]`) creates a Namespace, a RoleBinding in it,
 //! a ConfigMap in another namespace and a ClusterRole. They carry no ownerReference but the
 //! parent-uid label and the parent annotation; the hook sees them keyed `<namespace>/<name>`
-//! (or `<name>` when cluster-scoped); a spec change updates them in place. Passes on the
+//! (or `<name>` when cluster-scoped); a spec change updates them in place. Deleting the
+//! parent runs the finalize hook first, then deletes them through the parent's
+//! `children-elsewhere.metacontroller.io/...` finalizer — also when the controller was
+//! killed -9 in between and a child was deleted or relabelled meanwhile (the relabelled one
+//! is no longer ours and stays); `propagationPolicy: Orphan` leaves them. Passes on the
 //! embedded server and on a real one (`METACONTROLLER_E2E_KUBECONFIG`).
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use k8s_openapi::api::rbac::v1::{ClusterRole, RoleBinding};
-use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
 use kube::Resource;
 use metacontroller_api::composite::CompositeController;
 use metacontroller_testkit::{
@@ -53,7 +59,7 @@ fn reply(request: &Value) -> Value {
     })
 }
 
-fn spec(sync_url: &str, parent_api_version: &str, plural: &str) -> Value {
+fn spec(hook: &HookServer, parent_api_version: &str, plural: &str) -> Value {
     let anywhere = |api_version: &str, resource: &str| {
         json!({"apiVersion": api_version, "resource": resource, "namespaces": ["*"],
                "updateStrategy": {"method": "InPlace"}})
@@ -66,7 +72,8 @@ fn spec(sync_url: &str, parent_api_version: &str, plural: &str) -> Value {
             anywhere("rbac.authorization.k8s.io/v1", "rolebindings"),
             anywhere("v1", "configmaps"),
         ],
-        "hooks": {"sync": {"webhook": {"url": sync_url}}},
+        "hooks": {"sync": {"webhook": {"url": hook.url("/sync")}},
+                  "finalize": {"webhook": {"url": hook.url("/finalize")}}},
     })
 }
 
@@ -84,20 +91,159 @@ fn tracking<K: Resource>(obj: &K) -> (Option<String>, Option<String>, bool) {
     )
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn namespaced_parent_creates_and_updates_children_elsewhere() {
+struct Setup {
+    cluster: TestCluster,
+    parent_ns: String,
+    other: String,
+    child_ns: String,
+    role: String,
+    uid: String,
+    label: String,
+    hook: HookServer,
+    finalized: Arc<AtomicBool>,
+    parents: Api<DynamicObject>,
+    process: ControllerProcess,
+}
+
+impl Setup {
+    fn run(&self) -> ControllerProcess {
+        run(&self.cluster, &self.label)
+    }
+
+    fn apis(
+        &self,
+    ) -> (
+        Api<Namespace>,
+        Api<ClusterRole>,
+        Api<RoleBinding>,
+        Api<ConfigMap>,
+    ) {
+        let client = self.cluster.client();
+        (
+            Api::all(client.clone()),
+            Api::all(client.clone()),
+            Api::namespaced(client.clone(), &self.child_ns),
+            Api::namespaced(client, &self.other),
+        )
+    }
+
+    /// The four children exist, label-tracked, at `round`.
+    async fn at_round(&self, round: &str) -> bool {
+        let (namespaces, roles, bindings, configmaps) = self.apis();
+        let want = (
+            Some(self.uid.clone()),
+            Some(format!("{}/team", self.parent_ns)),
+            false,
+        );
+        let round_label =
+            |m: &kube::api::ObjectMeta| m.labels.as_ref().and_then(|l| l.get("round")).cloned();
+        let ns = namespaces.get_opt(&self.child_ns).await.ok().flatten();
+        let cr = roles.get_opt(&self.role).await.ok().flatten();
+        let rb = bindings.get_opt("team").await.ok().flatten();
+        let cm = configmaps.get_opt("shared").await.ok().flatten();
+        let user = format!("user-{round}");
+        ns.is_some_and(|o| {
+            tracking(&o) == want && round_label(&o.metadata).as_deref() == Some(round)
+        }) && cr.is_some_and(|o| {
+            tracking(&o) == want && round_label(&o.metadata).as_deref() == Some(round)
+        }) && rb.is_some_and(|o| {
+            tracking(&o) == want && o.subjects.as_ref().is_some_and(|s| s[0].name == user)
+        }) && cm.is_some_and(|o| {
+            tracking(&o) == want
+                && o.data
+                    .as_ref()
+                    .and_then(|d| d.get("round"))
+                    .map(String::as_str)
+                    == Some(round)
+        })
+    }
+
+    /// How many of the four children are left (a Namespace being deleted counts as gone:
+    /// on a real server it waits for its content controller).
+    async fn left(&self) -> usize {
+        let (namespaces, roles, bindings, configmaps) = self.apis();
+        let ns = namespaces.get_opt(&self.child_ns).await.ok().flatten();
+        let live_ns = ns.is_some_and(|n| n.metadata.deletion_timestamp.is_none());
+        [
+            live_ns,
+            roles.get_opt(&self.role).await.ok().flatten().is_some(),
+            bindings.get_opt("team").await.ok().flatten().is_some(),
+            configmaps.get_opt("shared").await.ok().flatten().is_some(),
+        ]
+        .iter()
+        .filter(|b| **b)
+        .count()
+    }
+
+    async fn parent_exists(&self) -> bool {
+        self.parents.get_opt("team").await.ok().flatten().is_some()
+    }
+
+    /// Deletes what a test left behind (cluster-scoped objects outlive its namespaces).
+    async fn cleanup(&self) {
+        let (namespaces, roles, _, _) = self.apis();
+        let _ = namespaces
+            .delete(&self.child_ns, &DeleteParams::default())
+            .await;
+        let _ = roles.delete(&self.role, &DeleteParams::default()).await;
+    }
+}
+
+fn run(cluster: &TestCluster, label: &str) -> ControllerProcess {
+    ControllerProcess::run(
+        env!("CARGO_BIN_EXE_metacontroller"),
+        cluster.kubeconfig_path(),
+        &[
+            "--target-label-selector",
+            &format!("team={label}"),
+            "--health-probe-bind-address",
+            "0",
+        ],
+    )
+}
+
+/// Polls `check` until it holds or `limit` passes; whether it held.
+async fn poll_until<F, Fut>(limit: Duration, check: F) -> bool
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + limit;
+    while tokio::time::Instant::now() < deadline {
+        if check().await {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    check().await
+}
+
+async fn setup(prefix: &str) -> Setup {
     let cluster = TestCluster::start().await;
     cluster.install_metacontroller_crds().await;
-    let parent_ns = cluster.create_namespace("elsewhere-parent").await;
-    let other = cluster.create_namespace("elsewhere-other").await;
-    let crd = cluster.install_parent_crd("elsewhere").await;
-    let hook = HookServer::start(|_, request| HookReply::json(reply(request))).await;
+    let parent_ns = cluster.create_namespace(&format!("{prefix}-parent")).await;
+    let other = cluster.create_namespace(&format!("{prefix}-other")).await;
+    let crd = cluster.install_parent_crd(prefix).await;
+    let finalized = Arc::new(AtomicBool::new(false));
+    let flag = finalized.clone();
+    let hook = HookServer::start(move |path, request| {
+        if path == "/finalize" {
+            // Children still there while the finalize hook says "not yet".
+            let mut out = reply(request);
+            out["finalized"] = json!(flag.load(Ordering::SeqCst));
+            out["resyncAfterSeconds"] = json!(0.5);
+            HookReply::json(out)
+        } else {
+            HookReply::json(reply(request))
+        }
+    })
+    .await;
     let label = unique_name("team");
     let _: CompositeController = cluster
         .create_controller(
             &unique_name("cc"),
             &label,
-            spec(&hook.url("/sync"), &crd.api_version(), crd.plural()),
+            spec(&hook, &crd.api_version(), crd.plural()),
         )
         .await;
     let (child_ns, role) = (unique_name("elsewhere-made"), unique_name("elsewhere-role"));
@@ -111,69 +257,32 @@ async fn namespaced_parent_creates_and_updates_children_elsewhere() {
     )
     .await;
     let uid = parent.metadata.uid.clone().expect("parent uid");
-    let process = ControllerProcess::run(
-        env!("CARGO_BIN_EXE_metacontroller"),
-        cluster.kubeconfig_path(),
-        &[
-            "--target-label-selector",
-            &format!("team={label}"),
-            "--health-probe-bind-address",
-            "0",
-        ],
-    );
-    let client = cluster.client();
-    let namespaces: Api<Namespace> = Api::all(client.clone());
-    let roles: Api<ClusterRole> = Api::all(client.clone());
-    let bindings: Api<RoleBinding> = Api::namespaced(client.clone(), &child_ns);
-    let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), &other);
-    let want = (Some(uid.clone()), Some(format!("{parent_ns}/team")), false);
-
-    let round_is = |round: &'static str| {
-        let (namespaces, roles, bindings, configmaps) = (
-            namespaces.clone(),
-            roles.clone(),
-            bindings.clone(),
-            configmaps.clone(),
-        );
-        let (child_ns, role, want) = (child_ns.clone(), role.clone(), want.clone());
-        move || {
-            let (namespaces, roles, bindings, configmaps) = (
-                namespaces.clone(),
-                roles.clone(),
-                bindings.clone(),
-                configmaps.clone(),
-            );
-            let (child_ns, role, want) = (child_ns.clone(), role.clone(), want.clone());
-            async move {
-                let user = format!("user-{round}");
-                let ns = namespaces.get_opt(&child_ns).await.ok().flatten();
-                let cr = roles.get_opt(&role).await.ok().flatten();
-                let rb = bindings.get_opt("team").await.ok().flatten();
-                let cm = configmaps.get_opt("shared").await.ok().flatten();
-                let round_label = |m: &kube::api::ObjectMeta| {
-                    m.labels.as_ref().and_then(|l| l.get("round")).cloned()
-                };
-                ns.is_some_and(|o| {
-                    tracking(&o) == want && round_label(&o.metadata).as_deref() == Some(round)
-                }) && cr.is_some_and(|o| {
-                    tracking(&o) == want && round_label(&o.metadata).as_deref() == Some(round)
-                }) && rb.is_some_and(|o| {
-                    tracking(&o) == want && o.subjects.as_ref().is_some_and(|s| s[0].name == user)
-                }) && cm.is_some_and(|o| {
-                    tracking(&o) == want
-                        && o.data
-                            .as_ref()
-                            .and_then(|d| d.get("round"))
-                            .map(String::as_str)
-                            == Some(round)
-                })
-            }
-        }
+    let process = run(&cluster, &label);
+    let s = Setup {
+        cluster,
+        parent_ns,
+        other,
+        child_ns,
+        role,
+        uid,
+        label,
+        hook,
+        finalized,
+        parents,
+        process,
     };
-    let check = round_is("1");
-    eventually_within("the four children exist, label-tracked", WAIT, check).await;
+    eventually_within("the four children exist, label-tracked", WAIT, || {
+        s.at_round("1")
+    })
+    .await;
+    s
+}
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn children_elsewhere_are_created_updated_and_deleted_with_the_parent() {
+    let s = setup("elsewhere").await;
     // The hook sees them, keyed `<namespace>/<name>` (v1), cluster-scoped ones by name.
+    let (child_ns, role, other) = (&s.child_ns, &s.role, &s.other);
     let seen = |request: &Value| {
         let children = &request["children"];
         children["Namespace.v1"].get(child_ns.as_str()).is_some()
@@ -188,24 +297,45 @@ async fn namespaced_parent_creates_and_updates_children_elsewhere() {
                 .is_some()
     };
     eventually_within("the hook sees the children", WAIT, || async {
-        hook.requests("/sync").iter().any(seen)
+        s.hook.requests("/sync").iter().any(seen)
     })
     .await;
 
     // A spec change updates them in place.
-    parents
-        .patch(
-            "team",
-            &PatchParams::default(),
-            &Patch::Merge(&json!({"spec": {"round": 2}})),
-        )
+    let patch = json!({"spec": {"round": 2}});
+    s.parents
+        .patch("team", &PatchParams::default(), &Patch::Merge(&patch))
         .await
         .expect("patching the parent");
-    let check = round_is("2");
-    eventually_within("the four children are updated", WAIT, check).await;
-    drop(process);
+    eventually_within("the four children are updated", WAIT, || s.at_round("2")).await;
 
-    // Cluster-scoped leftovers of this test (deletion with the parent is not in this test).
-    let _ = namespaces.delete(&child_ns, &DeleteParams::default()).await;
-    let _ = roles.delete(&role, &DeleteParams::default()).await;
+    // Deletion: the finalize hook first (children stay while it says "not yet") ...
+    s.parents
+        .delete("team", &DeleteParams::default())
+        .await
+        .expect("deleting the parent");
+    eventually_within("the finalize hook is called", WAIT, || async {
+        !s.hook.requests("/finalize").is_empty()
+    })
+    .await;
+    assert_eq!(
+        s.left().await,
+        4,
+        "children stay until the finalize hook is done"
+    );
+    assert!(s.parent_exists().await);
+    // ... then the children elsewhere are deleted and the parent goes.
+    s.finalized.store(true, Ordering::SeqCst);
+    let gone = poll_until(WAIT, || async {
+        s.left().await == 0 && !s.parent_exists().await
+    })
+    .await;
+    assert!(
+        gone,
+        "left: {}, parent: {}\n{}",
+        s.left().await,
+        s.parent_exists().await,
+        s.process.logs()
+    );
+    drop(s.process);
 }

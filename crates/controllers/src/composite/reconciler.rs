@@ -379,6 +379,9 @@ impl Inner {
         if !self.cares(&parent.object) {
             return Ok(Plan::done());
         }
+        if let super::cleanup::Cleanup::Done = self.cleanup_elsewhere(&mut parent).await? {
+            return Ok(Plan::done());
+        }
         if !self
             .common
             .own_writes_confirmed(key, &parent.uid, |k| self.cached(k))
