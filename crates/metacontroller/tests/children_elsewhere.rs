@@ -6,7 +6,7 @@
 //! parent runs the finalize hook first, then deletes them through the parent's
 //! `children-elsewhere.metacontroller.io/...` finalizer — also when the controller was
 //! killed -9 in between and a child was deleted or relabelled meanwhile (the relabelled one
-//! is no longer ours and stays); `propagationPolicy: Orphan` leaves them. Passes on the
+//! is no longer ours and stays). Passes on the
 //! embedded server and on a real one (`METACONTROLLER_E2E_KUBECONFIG`).
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -337,5 +337,48 @@ async fn children_elsewhere_are_created_updated_and_deleted_with_the_parent() {
         s.parent_exists().await,
         s.process.logs()
     );
-    drop(s.process);
+    s.cleanup().await;
+}
+
+/// Killed -9 between the parent's deletion and the cleanup, with one child deleted and one
+/// relabelled by someone else meanwhile: the finalizer keeps the parent until the restarted
+/// controller deletes what is still its own; the relabelled child is not ours any more.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cleanup_survives_kill_9_and_children_changed_meanwhile() {
+    let mut s = setup("elsewhere-kill").await;
+    s.finalized.store(true, Ordering::SeqCst);
+    s.process.kill9();
+    s.parents
+        .delete("team", &DeleteParams::default())
+        .await
+        .expect("deleting the parent");
+    let (_, roles, _, configmaps) = s.apis();
+    configmaps
+        .delete("shared", &DeleteParams::default())
+        .await
+        .expect("deleting a child by hand");
+    let unlabel = json!({"metadata": {"labels": {UID_LABEL: null}}});
+    roles
+        .patch(&s.role, &PatchParams::default(), &Patch::Merge(&unlabel))
+        .await
+        .expect("relabelling a child by hand");
+    assert!(s.parent_exists().await, "the finalizer holds the parent");
+    let restarted = s.run();
+    let done = poll_until(WAIT, || async {
+        !s.parent_exists().await && s.left().await == 1
+    })
+    .await;
+    assert!(
+        done,
+        "left: {}, parent: {}\n{}",
+        s.left().await,
+        s.parent_exists().await,
+        restarted.logs()
+    );
+    let role = roles
+        .get(&s.role)
+        .await
+        .expect("the relabelled child stays");
+    assert_eq!(tracking(&role).0, None);
+    s.cleanup().await;
 }

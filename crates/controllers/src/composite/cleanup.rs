@@ -2,9 +2,11 @@
 //! live elsewhere (other namespaces, cluster-scoped). The garbage collector cannot do it
 //! (they carry no ownerReference), so a second finalizer holds such a parent: once it is
 //! being deleted and our finalize-hook finalizer is gone (the finalize hook ran first), its
-//! label-tracked children are deleted, then the finalizer is dropped. A parent deleted with
-//! `propagationPolicy: Orphan` (Kubernetes' `orphan` finalizer) leaves them in place. The
-//! finalizer survives a controller crash: a restarted controller finishes the cleanup.
+//! label-tracked children are deleted, then the finalizer is dropped. A parent seen with
+//! Kubernetes' `orphan` finalizer (`propagationPolicy: Orphan`) leaves them in place — best
+//! effort only: the garbage collector may drop that finalizer before we see it (the
+//! embedded server does so at once), and then they are deleted. The finalizer survives a
+//! controller crash: a restarted controller finishes the cleanup.
 
 use metacontroller_dynamic::ObjectMetaAccess;
 use serde_json::Value;
