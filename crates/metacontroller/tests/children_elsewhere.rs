@@ -19,8 +19,8 @@ use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
 use kube::Resource;
 use metacontroller_api::composite::CompositeController;
 use metacontroller_testkit::{
-    create_object, eventually_within, unique_name, ControllerProcess, HookReply, HookServer,
-    TestCluster,
+    create_object, events_about, eventually_within, unique_name, ControllerProcess, HookReply,
+    HookServer, TestCluster,
 };
 use serde_json::{json, Value};
 
@@ -218,7 +218,9 @@ where
     check().await
 }
 
-async fn setup(prefix: &str) -> Setup {
+/// The controller, its parent `team` and (unless `taken`) the four children at round 1.
+/// With `taken`, a ConfigMap of someone else already has the ConfigMap child's name.
+async fn setup(prefix: &str, taken: bool) -> Setup {
     let cluster = TestCluster::start().await;
     cluster.install_metacontroller_crds().await;
     let parent_ns = cluster.create_namespace(&format!("{prefix}-parent")).await;
@@ -247,6 +249,16 @@ async fn setup(prefix: &str) -> Setup {
         )
         .await;
     let (child_ns, role) = (unique_name("elsewhere-made"), unique_name("elsewhere-role"));
+    if taken {
+        let foreign: ConfigMap = serde_json::from_value(json!({
+            "metadata": {"name": "shared", "labels": {"app": "elsewhere"}},
+            "data": {"owner": "someone else"}}))
+        .expect("configmap");
+        Api::<ConfigMap>::namespaced(cluster.client(), &other)
+            .create(&Default::default(), &foreign)
+            .await
+            .expect("creating the foreign configmap");
+    }
     let parents = crd.api(cluster.client(), Some(&parent_ns));
     let parent = create_object(
         &parents,
@@ -271,16 +283,18 @@ async fn setup(prefix: &str) -> Setup {
         parents,
         process,
     };
-    eventually_within("the four children exist, label-tracked", WAIT, || {
-        s.at_round("1")
-    })
-    .await;
+    if !taken {
+        eventually_within("the four children exist, label-tracked", WAIT, || {
+            s.at_round("1")
+        })
+        .await;
+    }
     s
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn children_elsewhere_are_created_updated_and_deleted_with_the_parent() {
-    let s = setup("elsewhere").await;
+    let s = setup("elsewhere", false).await;
     // The hook sees them, keyed `<namespace>/<name>` (v1), cluster-scoped ones by name.
     let (child_ns, role, other) = (&s.child_ns, &s.role, &s.other);
     let seen = |request: &Value| {
@@ -345,7 +359,7 @@ async fn children_elsewhere_are_created_updated_and_deleted_with_the_parent() {
 /// controller deletes what is still its own; the relabelled child is not ours any more.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cleanup_survives_kill_9_and_children_changed_meanwhile() {
-    let mut s = setup("elsewhere-kill").await;
+    let mut s = setup("elsewhere-kill", false).await;
     s.finalized.store(true, Ordering::SeqCst);
     s.process.kill9();
     s.parents
@@ -380,5 +394,43 @@ async fn cleanup_survives_kill_9_and_children_changed_meanwhile() {
         .await
         .expect("the relabelled child stays");
     assert_eq!(tracking(&role).0, None);
+    s.cleanup().await;
+}
+
+/// A child name taken by someone else's object in another namespace: a SyncError Warning
+/// Event on the parent; the object is never adopted or overwritten.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn child_name_taken_elsewhere_is_reported_never_adopted() {
+    let s = setup("elsewhere-taken", true).await;
+    let named = format!("ConfigMap {}/shared", s.other);
+    eventually_within(
+        "a SyncError Warning naming the taken name",
+        WAIT,
+        || async {
+            events_about(&s.cluster, &s.parent_ns, "team")
+                .await
+                .iter()
+                .any(|e| {
+                    e.type_.as_deref() == Some("Warning")
+                        && e.reason.as_deref() == Some("SyncError")
+                        && e.message.as_deref().is_some_and(|m| m.contains(&named))
+                })
+        },
+    )
+    .await;
+    // The other children were written meanwhile (the sync went on past the taken name).
+    eventually_within("the other children exist", WAIT, || async {
+        s.left().await == 4
+    })
+    .await;
+    let (_, _, _, configmaps) = s.apis();
+    let foreign = configmaps
+        .get("shared")
+        .await
+        .expect("the foreign configmap");
+    assert_eq!(tracking(&foreign), (None, None, false), "never adopted");
+    let data = foreign.data.unwrap_or_default();
+    assert_eq!(data.get("owner").map(String::as_str), Some("someone else"));
+    assert!(data.get("round").is_none(), "never overwritten");
     s.cleanup().await;
 }
