@@ -32,6 +32,8 @@
 #                            request counts then come from the controller's own /metrics (by
 #                            verb and status code), and the CPU seconds of a kube-apiserver
 #                            running on this machine are reported
+#   --metrics-out FILE       write the controller's /metrics after the quiet period (with
+#                            --kubeconfig/--real: the queue's and hooks' series behind the summary)
 #   --real                   start a fresh ../shared/k8s cluster in target/k8s-load (etcd wiped)
 #                            and run against it
 #

@@ -71,10 +71,7 @@ mod tests {
     use super::*;
 
     fn ok(requeue: Requeue) -> Outcome<()> {
-        Outcome {
-            result: Ok(()),
-            requeue,
-        }
+        Outcome::done(requeue)
     }
 
     /// Whether `observe` asked for the object (it does only to record the Event).
@@ -101,10 +98,7 @@ mod tests {
         );
         failing.failed(&"p");
         failing.failed(&"p");
-        let failed = Outcome {
-            result: Err(()),
-            requeue: Requeue::OnChange,
-        };
+        let failed = Outcome::new(Err(()), Requeue::OnChange);
         assert!(!recovers(&failing, "p", failed));
         assert!(!recovers(
             &failing,

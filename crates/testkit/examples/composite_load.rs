@@ -43,7 +43,7 @@
 //! Usage: `composite_load --binary PATH [--parents N] [--children N] [--workers N]
 //! [--realistic-latency] [--status observed|desired] [--hook-delay-ms N] [--quiet-secs N]
 //! [--controller-arg ARG]... [--no-resync] [--burst B] [--resync-secs S]
-//! [--ignore-status-changes] [--hook webhook|wasm|jsonnet]`.
+//! [--ignore-status-changes] [--hook webhook|wasm|jsonnet] [--metrics-out FILE]`.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -86,6 +86,8 @@ struct Args {
     ignore_status_changes: bool,
     /// Where the sync hook runs: the local webhook, or inside the controller.
     hook: HookKind,
+    /// Where to write the controller's `/metrics` after the quiet period (real server only).
+    metrics_out: Option<PathBuf>,
 }
 
 /// Where the sync hook runs.
@@ -99,24 +101,32 @@ enum HookKind {
     Jsonnet,
 }
 
+impl Default for Args {
+    /// The harness's defaults (see the usage above).
+    fn default() -> Self {
+        Args {
+            binary: PathBuf::from("target/release/metacontroller"),
+            parents: 1000,
+            children: 3,
+            workers: 5,
+            hook_delay: Duration::from_millis(1),
+            realistic_latency: false,
+            status_observed: true,
+            quiet: Duration::from_secs(15),
+            controller_args: Vec::new(),
+            resync: true,
+            kubeconfig: None,
+            burst: 0,
+            resync_secs: 30,
+            ignore_status_changes: false,
+            hook: HookKind::Webhook,
+            metrics_out: None,
+        }
+    }
+}
+
 fn parse_args() -> Result<Args, String> {
-    let mut args = Args {
-        binary: PathBuf::from("target/release/metacontroller"),
-        parents: 1000,
-        children: 3,
-        workers: 5,
-        hook_delay: Duration::from_millis(1),
-        realistic_latency: false,
-        status_observed: true,
-        quiet: Duration::from_secs(15),
-        controller_args: Vec::new(),
-        resync: true,
-        kubeconfig: None,
-        burst: 0,
-        resync_secs: 30,
-        ignore_status_changes: false,
-        hook: HookKind::Webhook,
-    };
+    let mut args = Args::default();
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         match flag.as_str() {
@@ -149,6 +159,7 @@ fn parse_args() -> Result<Args, String> {
             "--quiet-secs" => args.quiet = Duration::from_secs(number()?),
             "--controller-arg" => args.controller_args.push(value),
             "--kubeconfig" => args.kubeconfig = Some(PathBuf::from(&value)),
+            "--metrics-out" => args.metrics_out = Some(PathBuf::from(&value)),
             "--burst" => args.burst = number()? as usize,
             "--resync-secs" => args.resync_secs = number()?.max(1),
             "--status" => {
@@ -1013,6 +1024,9 @@ async fn cold_start(args: &Args, s: &Setup) -> ColdStart {
     let mut counts = converge_counts;
     add(&mut counts, &quiet_counts);
     let hook_calls = hook_calls(s).await;
+    if let Some(path) = &args.metrics_out {
+        save_metrics(s, path).await;
+    }
     s.hook.clear_calls();
     let burst = if args.burst > 0 {
         Some(run_burst(&s.cluster, args, &s.parents_crd, &s.main_calls).await)
@@ -1049,6 +1063,24 @@ async fn hook_calls(s: &Setup) -> Option<usize> {
         .filter_map(|line| line.rsplit_once(' ')?.1.parse::<f64>().ok())
         .sum();
     Some(total as usize)
+}
+
+/// Writes the running controller's `/metrics` to `path` (for the queue's and the hooks'
+/// series behind the summary); says so when there is nothing to scrape.
+async fn save_metrics(s: &Setup, path: &std::path::Path) {
+    let Some(port) = s.metrics_port else {
+        eprintln!("composite_load: --metrics-out needs a real server (--kubeconfig)");
+        return;
+    };
+    let address = format!("127.0.0.1:{port}");
+    match metrics::http_get(&address, "/metrics", Duration::from_secs(10)).await {
+        Ok(text) => {
+            if let Err(e) = std::fs::write(path, text) {
+                eprintln!("composite_load: writing {}: {e}", path.display());
+            }
+        }
+        Err(e) => eprintln!("composite_load: scraping {address}/metrics: {e}"),
+    }
 }
 
 /// The cold start's lines; returns the controller's writes.

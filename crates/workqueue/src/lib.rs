@@ -20,5 +20,5 @@ mod queue_metrics;
 
 pub use gate::{shard_of, stable_hash, Lapse, LeaseDeadlines, SyncGate};
 pub use queue::{
-    Backoff, Concurrency, Outcome, Priority, QueueMetrics, Requeue, WorkQueue, Worker,
+    Backoff, Concurrency, Outcome, Priority, QueueMetrics, Requeue, Retry, WorkQueue, Worker,
 };

@@ -251,9 +251,10 @@ pub(crate) struct BoundQueueMetrics {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum ReconcileResult {
     Error,
-    /// The handler succeeded and left a delayed add for its key (a resync or a hook's
-    /// Retry-After). controller-runtime's `requeue` (immediate requeue on request) has no
-    /// counterpart here; its series stays at zero.
+    /// The handler succeeded and left a delayed add for its key (a resync, a hook's
+    /// `resyncAfterSeconds`, an own-writes fallback); a throttled failure is an `Error`.
+    /// controller-runtime's `requeue` (immediate requeue on request) has no counterpart
+    /// here; its series stays at zero.
     RequeueAfter,
     Success,
 }

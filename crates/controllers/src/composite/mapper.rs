@@ -8,6 +8,7 @@ use metacontroller_workqueue::WorkQueue;
 use serde_json::json;
 
 use super::plan::parent_child_selector;
+use super::read_versions::ReadVersions;
 use crate::reconcile::{self, priority};
 
 /// Maps informer events to parent keys (shared by the handlers).
@@ -19,8 +20,8 @@ pub(super) struct Mapper {
     pub(super) generate_selector: bool,
     pub(super) ignore_status_changes: bool,
     pub(super) queue: WorkQueue<NamespacedName>,
-    /// The parent resourceVersion each parent's latest sync read (cache or own writes).
-    pub(super) read: std::sync::Mutex<std::collections::HashMap<NamespacedName, String>>,
+    /// The parent resourceVersions recent syncs of each parent read (cache or own writes).
+    pub(super) read: ReadVersions<NamespacedName>,
 }
 
 fn has_finalizer(obj: &DynamicObject, name: &str) -> bool {
@@ -36,26 +37,19 @@ impl Mapper {
         has_finalizer(parent, &self.finalizer) || self.parent_selector.matches(labels)
     }
 
-    pub(super) fn read_lock(
-        &self,
-    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<NamespacedName, String>> {
-        self.read.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
     /// A sync of `key` read the parent at `version`.
     pub(super) fn record_read(&self, key: &NamespacedName, version: Option<&str>) {
-        if let Some(version) = version {
-            self.read_lock().insert(key.clone(), version.to_string());
-        }
+        self.read.record(key, version);
     }
 
-    /// Whether a sync already read this version of the parent: the watch event of our own
-    /// write (finalizer, status) that the next sync read from the own-writes overlay before
-    /// the event came. Such an event brings the hook nothing it has not seen, and queueing
-    /// it would cost one more sync. The event of a status write that no sync has read yet
-    /// still queues the parent (as upstream, hooks see their status committed).
+    /// Whether a recent sync already read this version of the parent: the watch event of
+    /// our own write (finalizer, status) that a later sync read from the own-writes overlay
+    /// before the event came (see [`ReadVersions`]). Such an event brings the hook nothing it
+    /// has not seen, and queueing it would cost one more sync. The event of a status write
+    /// that no sync has read yet still queues the parent (as upstream, hooks see their
+    /// status committed).
     fn already_read(&self, key: &NamespacedName, version: Option<&str>) -> bool {
-        version.is_some_and(|v| self.read_lock().get(key).is_some_and(|r| r == v))
+        self.read.contains(key, version)
     }
 
     pub(super) fn on_parent(&self, change: &Change<DynamicObject>, origin: Origin) {
@@ -65,7 +59,7 @@ impl Mapper {
             // responses) — also when it had stopped matching, as it may have matched before.
             Change::Deleted(obj) => {
                 if let Some(key) = NamespacedName::of(obj.as_ref()) {
-                    self.read_lock().remove(&key);
+                    self.read.forget(&key);
                     self.queue.add(key, priority(origin));
                 }
                 return;

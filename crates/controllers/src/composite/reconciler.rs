@@ -258,16 +258,14 @@ impl Reconciler for Inner {
 
     fn forget_departed(&self) {
         let parent = &*self.parent;
-        self.mapper
-            .read_lock()
-            .retain(|key, _| parent.contains(key));
+        self.mapper.read.retain(|key| parent.contains(key));
         self.common.queue.retain(|key| parent.contains(key));
         let held = crate::departed::Held::new(vec![(&*self.parent_resource, parent)]);
         crate::departed::forget_departed(&self.common, &held, &|key| self.written(key));
     }
 
     fn state_entries(&self) -> Vec<(&'static str, usize)> {
-        let mut entries = vec![("last_read", self.mapper.read_lock().len())];
+        let mut entries = vec![("last_read", self.mapper.read.len())];
         entries.extend(self.common.state_entries());
         entries
     }
@@ -337,7 +335,7 @@ impl Inner {
             // Deleted; children go with the garbage collector. A sync that ran when the
             // deletion came may have recorded state since: this one runs after it.
             self.forget_parent(key);
-            self.mapper.read_lock().remove(key);
+            self.mapper.read.forget(key);
             let held = crate::departed::Held::new(vec![(&*self.parent_resource, &*self.parent)]);
             crate::departed::forget_deleted_owners(&self.common, &held, &|key| self.written(key));
             return Ok(Plan::done());

@@ -39,7 +39,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 mod run;
-pub use run::{Concurrency, Outcome, Requeue, Worker};
+pub use run::{Concurrency, Outcome, Requeue, Retry, Worker};
 
 use crate::gate::SyncGate;
 
@@ -428,7 +428,7 @@ where
     /// (the failure is still counted). For a failure that says nothing about the key, such
     /// as the API server being unreachable: its retry must not wait out a backoff that grew
     /// while the server was down.
-    pub fn limit_next_retry(&self, key: &K, max: Duration) {
+    pub(crate) fn limit_next_retry(&self, key: &K, max: Duration) {
         let mut state = self.lock();
         if !state.shutting_down {
             state.retry_limits.insert(key.clone(), max);

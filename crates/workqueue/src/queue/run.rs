@@ -83,23 +83,63 @@ pub enum Requeue {
     UnlessSyncedWithin(Duration),
 }
 
+/// How a failed sync is retried (ignored when the sync succeeded).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Retry {
+    /// With backoff that grows with each failure of the key.
+    #[default]
+    Backoff,
+    /// With that backoff, but waiting at most this long: for a failure that says nothing
+    /// about the key (the API server unreachable), whose retry must not wait out a backoff
+    /// that grew meanwhile.
+    BackoffAtMost(Duration),
+    /// Without backoff: the peer asked to slow down, and the [`Outcome::requeue`] says when
+    /// to come back (a hook's 429 with `Retry-After`). Counted as a failed sync in the
+    /// metrics; the key's failure count is cleared, as after a success.
+    Throttled,
+}
+
 /// How a sync ended: its result, and what it asks of the queue (a failed sync asks too: a
-/// hook's `resyncAfterSeconds` stands when a later write failed).
+/// hook's `resyncAfterSeconds` stands when a later write failed). A value: the queue alone
+/// applies it; a sync never queues its own key.
 #[derive(Debug)]
 pub struct Outcome<E> {
-    /// `Err` retries the key with backoff; `Ok` forgets its failures.
+    /// `Err` retries the key as [`Outcome::retry`] says; `Ok` forgets its failures.
     pub result: Result<(), E>,
     /// When the key comes back, whatever the result.
     pub requeue: Requeue,
+    /// How a failure is retried.
+    pub retry: Retry,
+    /// A periodic resync: the key comes back after this delay as a bulk (low-priority) add,
+    /// whatever the result (a controller's `resyncPeriodSeconds`).
+    pub resync: Option<Duration>,
 }
 
 impl<E> Outcome<E> {
     /// A sync that succeeded and asks for `requeue`.
     pub fn done(requeue: Requeue) -> Self {
+        Outcome::new(Ok(()), requeue)
+    }
+
+    /// A sync that ended with `result` and asks for `requeue`; a failure retried with
+    /// backoff, no periodic resync.
+    pub fn new(result: Result<(), E>, requeue: Requeue) -> Self {
         Outcome {
-            result: Ok(()),
+            result,
             requeue,
+            retry: Retry::Backoff,
+            resync: None,
         }
+    }
+
+    /// The same outcome, its failure retried as `retry` says.
+    pub fn with_retry(self, retry: Retry) -> Self {
+        Outcome { retry, ..self }
+    }
+
+    /// The same outcome, with a periodic resync after `resync` (if any).
+    pub fn with_resync(self, resync: Option<Duration>) -> Self {
+        Outcome { resync, ..self }
     }
 }
 
@@ -107,10 +147,7 @@ impl<E> From<Result<Requeue, E>> for Outcome<E> {
     fn from(result: Result<Requeue, E>) -> Self {
         match result {
             Ok(requeue) => Outcome::done(requeue),
-            Err(error) => Outcome {
-                result: Err(error),
-                requeue: Requeue::OnChange,
-            },
+            Err(error) => Outcome::new(Err(error), Requeue::OnChange),
         }
     }
 }
@@ -256,7 +293,15 @@ where
         started: Instant,
     ) {
         let failed = match outcome {
-            Ok(Outcome { result, requeue }) => {
+            Ok(Outcome {
+                result,
+                requeue,
+                retry,
+                resync,
+            }) => {
+                if let Some(period) = resync {
+                    self.add_after(key.clone(), period, Priority::Bulk);
+                }
                 self.requeue(key, requeue);
                 match result {
                     Ok(()) => {
@@ -264,8 +309,7 @@ where
                         false
                     }
                     Err(err) => {
-                        tracing::warn!(queue = %self.name(), error = %err, "sync failed; requeued with backoff");
-                        self.add_rate_limited(key.clone());
+                        self.retry(key, retry, &err);
                         true
                     }
                 }
@@ -289,6 +333,21 @@ where
             };
             m.reconciled(result, started.elapsed().as_secs_f64());
         }
+    }
+
+    /// Retries `key` after a failed sync as `retry` says.
+    fn retry(&self, key: &K, retry: Retry, err: &dyn fmt::Display) {
+        match retry {
+            Retry::Backoff => {}
+            Retry::BackoffAtMost(max) => self.limit_next_retry(key, max),
+            Retry::Throttled => {
+                tracing::info!(queue = %self.name(), error = %err, "sync throttled; requeued as asked, without backoff");
+                self.forget(key);
+                return;
+            }
+        }
+        tracing::warn!(queue = %self.name(), error = %err, "sync failed; requeued with backoff");
+        self.add_rate_limited(key.clone());
     }
 
     /// Queues `key` again as `requeue` asks.
@@ -415,10 +474,10 @@ mod tests {
                     // The first sync asks to come back in 2 ms (sooner than its 5 ms
                     // backoff), then fails a write.
                     let outcome = match calls.len() {
-                        1 => Outcome {
-                            result: Err("write failed"),
-                            requeue: Requeue::After(Duration::from_millis(2)),
-                        },
+                        1 => Outcome::new(
+                            Err("write failed"),
+                            Requeue::After(Duration::from_millis(2)),
+                        ),
                         _ => Outcome::done(Requeue::OnChange),
                     };
                     async move { outcome }
@@ -435,6 +494,91 @@ mod tests {
         let calls = calls.lock().unwrap().clone();
         assert_eq!(calls.get(1), Some(&Duration::from_millis(2)), "{calls:?}");
         assert_eq!(q.num_requeues(&"a"), 0, "the second sync succeeded");
+    }
+
+    /// Runs one sync of "a" per entry of `outcomes` (then successes) until `syncs` syncs
+    /// ran or ten minutes passed; returns when each started and the key's failure count.
+    async fn run_outcomes(
+        q: &WorkQueue<&'static str>,
+        outcomes: Vec<Outcome<&'static str>>,
+        syncs: usize,
+    ) -> (Vec<Duration>, u32) {
+        let calls = Arc::new(Mutex::new(Vec::new()));
+        let outcomes = Arc::new(Mutex::new(outcomes.into_iter()));
+        q.add("a", Priority::Event);
+        let start = Instant::now();
+        let runner = {
+            let (q, calls) = (q.clone(), calls.clone());
+            tokio::spawn(async move {
+                q.run(1, move |_key, _worker| {
+                    calls.lock().unwrap().push(start.elapsed());
+                    let outcome = outcomes.lock().unwrap().next();
+                    async move { outcome.unwrap_or_else(|| Outcome::done(Requeue::OnChange)) }
+                })
+                .await
+            })
+        };
+        let deadline = start + Duration::from_secs(600);
+        while calls.lock().unwrap().len() < syncs && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        let failures = q.num_requeues(&"a");
+        q.shut_down();
+        runner.await.unwrap();
+        let calls = calls.lock().unwrap().clone();
+        (calls, failures)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_throttled_failure_comes_back_when_asked_without_backoff() {
+        let q = WorkQueue::new("t");
+        let throttled = || {
+            Outcome::new(Err("429"), Requeue::After(Duration::from_millis(40)))
+                .with_retry(Retry::Throttled)
+        };
+        let (calls, failures) = run_outcomes(&q, vec![throttled(), throttled()], 3).await;
+        let ms = |n| Duration::from_millis(n);
+        // Backoff would bring it back after 5 ms, then 10 ms.
+        assert_eq!(calls, vec![ms(0), ms(40), ms(80)]);
+        assert_eq!(
+            failures, 0,
+            "a throttled key has no failures to back off on"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_bounded_backoff_waits_at_most_its_bound() {
+        let q = WorkQueue::with_options(
+            "t",
+            Backoff {
+                base: Duration::from_millis(100),
+                max: Duration::from_secs(10),
+            },
+            None,
+        );
+        let bounded = Outcome::new(Err("unreachable"), Requeue::OnChange)
+            .with_retry(Retry::BackoffAtMost(Duration::from_millis(30)));
+        let (calls, failures) = run_outcomes(&q, vec![bounded], 2).await;
+        assert_eq!(calls.get(1), Some(&Duration::from_millis(30)), "{calls:?}");
+        assert_eq!(failures, 0, "the second sync succeeded");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_resync_brings_the_key_back_after_its_period() {
+        let q = WorkQueue::new("t");
+        let period = Some(Duration::from_secs(30));
+        let outcomes = vec![
+            Outcome::done(Requeue::OnChange).with_resync(period),
+            Outcome::done(Requeue::OnChange).with_resync(period),
+        ];
+        let (calls, _) = run_outcomes(&q, outcomes, 3).await;
+        let s = Duration::from_secs;
+        assert_eq!(calls, vec![s(0), s(30), s(60)]);
+        let q = WorkQueue::new("t");
+        let failed = Outcome::new(Err("boom"), Requeue::OnChange).with_resync(period);
+        let (calls, _) = run_outcomes(&q, vec![failed], 2).await;
+        // Retried after its 5 ms backoff (the earlier of the two deadlines).
+        assert_eq!(calls, vec![s(0), Duration::from_millis(5)]);
     }
 
     /// Runs 6 keys through `limits`; each sync gives its worker up when `release` says so,
