@@ -32,6 +32,21 @@ pub struct ChildType {
     pub namespaced: bool,
     /// The effective update method.
     pub method: ChildUpdateMethod,
+    /// Extension (`childResources[].namespaces`): where a namespaced parent may place
+    /// children of this type besides its own namespace (`*`: anywhere, cluster-scoped
+    /// types included). Empty: upstream's rule.
+    pub namespaces: Vec<String>,
+}
+
+impl ChildType {
+    /// May a namespaced parent have a child of this type in `namespace` (`""`:
+    /// cluster-scoped) other than its own? Only when opted in.
+    pub(crate) fn allows_elsewhere(&self, namespace: &str) -> bool {
+        self.namespaces.iter().any(|n| {
+            n == metacontroller_api::composite::ANY_NAMESPACE
+                || (!namespace.is_empty() && n == namespace)
+        })
+    }
 }
 
 /// Identifies a child: (apiVersion, kind, namespace, name).
@@ -185,7 +200,10 @@ fn validate_one(
                 })
             }
             "" => parent_ns.to_string(),
-            ns if !parent_ns.is_empty() && ns != parent_ns => {
+            ns if !parent_ns.is_empty()
+                && ns != parent_ns
+                && !types[type_index].allows_elsewhere(ns) =>
+            {
                 return Err(ChildError::Namespace {
                     index,
                     namespace,
@@ -195,6 +213,7 @@ fn validate_one(
             ns => ns.to_string(),
         }
     } else if !namespace.is_empty() {
+        // (`namespaces` never lets a cluster-scoped object have a namespace.)
         return Err(ChildError::Namespace {
             index,
             namespace,
@@ -222,11 +241,20 @@ pub struct ParentRef {
     pub name: String,
     /// Parent uid.
     pub uid: String,
+    /// Parent namespace: a child outside it is tracked by label, not by ownerReference
+    /// (see [`crate::elsewhere`]). Empty for cluster-scoped parents and for decorators,
+    /// whose children always carry an ownerReference.
+    pub namespace: String,
 }
 
 /// Adds (or replaces) the controller ownerReference of `obj` with one to `parent`
-/// (`controller: true`, `blockOwnerDeletion: true`), keeping other owners.
+/// (`controller: true`, `blockOwnerDeletion: true`), keeping other owners. A child outside
+/// a namespaced parent's namespace gets the parent label and annotation instead.
 pub(crate) fn set_controller_ref(obj: &mut Value, parent: &ParentRef) {
+    if crate::elsewhere::is_elsewhere(obj, parent) {
+        crate::elsewhere::set_parent_label(obj, parent);
+        return;
+    }
     let Some(root) = obj.as_object_mut() else {
         return;
     };
@@ -487,6 +515,7 @@ mod tests {
             resource: "configmaps".into(),
             namespaced: true,
             method,
+            namespaces: Vec::new(),
         }
     }
 
@@ -497,6 +526,7 @@ mod tests {
             resource: "namespaces".into(),
             namespaced: false,
             method: ChildUpdateMethod::InPlace,
+            namespaces: Vec::new(),
         }
     }
 
@@ -506,6 +536,7 @@ mod tests {
             kind: "Parent".into(),
             name: "p".into(),
             uid: "uid-p".into(),
+            namespace: String::new(),
         }
     }
 

@@ -49,6 +49,16 @@ pub fn classify(parent: &Claimant<'_>, child: &Value) -> Claim {
     let matches = parent.selector.matches(&labels(child));
     match child.controller_uid() {
         Some(uid) if uid != parent.uid => Claim::Ignore,
+        // Extension: a child outside the parent's namespace carries our uid label (set by
+        // us, never adopted): ours whatever its other labels.
+        Some(_)
+            if child.pointer("/metadata/ownerReferences").is_none_or(|r| {
+                r.as_array()
+                    .is_none_or(|refs| !refs.iter().any(|r| r["controller"] == true))
+            }) =>
+        {
+            Claim::Owned
+        }
         Some(_) if matches => Claim::Owned,
         Some(_) if parent.deleting => Claim::Ignore,
         Some(_) => Claim::Release,

@@ -39,6 +39,7 @@ pub mod offline;
 mod children;
 mod claim;
 mod departed;
+mod elsewhere;
 mod finalizer;
 mod handle;
 mod hook_events;

@@ -20,9 +20,17 @@ pub trait ObjectMetaAccess: Versioned {
     fn name(&self) -> Option<&str>;
     /// `metadata.uid`.
     fn uid(&self) -> Option<&str>;
-    /// The uid of the owner reference with `controller: true`, if any.
+    /// The uid of the owner reference with `controller: true`, if any; without one, the
+    /// [`PARENT_UID_LABEL`] of a child tracked by label (a child outside its namespaced
+    /// parent's namespace, which no ownerReference can name).
     fn controller_uid(&self) -> Option<&str>;
 }
+
+/// Extension: the label naming the uid of the parent of a child that lives outside its
+/// parent's namespace (or is cluster-scoped while its parent is namespaced). Such a child
+/// cannot carry an ownerReference (the garbage collector would delete it), so the caches
+/// index it under this uid as if it were its controller's.
+pub const PARENT_UID_LABEL: &str = "metacontroller.k8s.io/parent-uid";
 
 /// The owner reference with `controller: true`, as far as the sharded caches need it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -79,13 +87,16 @@ impl ObjectMetaAccess for serde_json::Value {
         meta_str(self, "uid")
     }
     fn controller_uid(&self) -> Option<&str> {
-        self.get("metadata")?
-            .get("ownerReferences")?
-            .as_array()?
-            .iter()
-            .find(|r| r.get("controller").and_then(serde_json::Value::as_bool) == Some(true))?
-            .get("uid")?
-            .as_str()
+        let meta = self.get("metadata")?;
+        meta.get("ownerReferences")
+            .and_then(serde_json::Value::as_array)
+            .and_then(|refs| {
+                refs.iter().find(|r| {
+                    r.get("controller").and_then(serde_json::Value::as_bool) == Some(true)
+                })
+            })
+            .and_then(|r| r.get("uid")?.as_str())
+            .or_else(|| meta.get("labels")?.get(PARENT_UID_LABEL)?.as_str())
     }
 }
 
@@ -111,10 +122,17 @@ impl ObjectMetaAccess for DynamicObject {
     fn controller_uid(&self) -> Option<&str> {
         self.metadata
             .owner_references
-            .as_ref()?
             .iter()
+            .flatten()
             .find(|r| r.controller == Some(true))
             .map(|r| r.uid.as_str())
+            .or_else(|| {
+                self.metadata
+                    .labels
+                    .as_ref()?
+                    .get(PARENT_UID_LABEL)
+                    .map(String::as_str)
+            })
     }
 }
 

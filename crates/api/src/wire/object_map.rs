@@ -10,6 +10,10 @@ use serde_json::Value;
 
 use crate::hook::HookVersion;
 
+/// Extension: the label carrying the parent's uid on a child outside its namespaced
+/// parent's namespace (no ownerReference can name the parent there).
+pub const PARENT_UID_LABEL: &str = "metacontroller.k8s.io/parent-uid";
+
 /// The map key of a resource type: `<Kind>.<apiVersion>`, e.g. `Pod.v1` or
 /// `StatefulSet.apps/v1`.
 pub fn group_key(api_version: &str, kind: &str) -> String {
@@ -84,7 +88,9 @@ impl ObjectMap {
 
     /// Inserts an observed child/attachment the way upstream builds sync requests:
     /// in v1, a namespaced parent only sees children in its own namespace (others,
-    /// including cluster-scoped objects, are left out); v2 sends every child. Returns
+    /// including cluster-scoped objects, are left out, except the children placed elsewhere
+    /// by the `childResources[].namespaces` extension, which carry [`PARENT_UID_LABEL`]);
+    /// v2 sends every child. Returns
     /// whether the object was inserted. Related objects use [`ObjectMap::insert`].
     pub fn insert_child(
         &mut self,
@@ -93,11 +99,32 @@ impl ObjectMap {
         object: Value,
     ) -> bool {
         let parent_ns = parent_namespace.unwrap_or_default();
-        if version == HookVersion::V1
-            && !parent_ns.is_empty()
-            && str_at(&object, "namespace") != parent_ns
-        {
-            return false;
+        let namespace = str_at(&object, "namespace");
+        if version == HookVersion::V1 && !parent_ns.is_empty() && namespace != parent_ns {
+            let tracked = object
+                .pointer("/metadata/labels")
+                .and_then(|l| l.get(PARENT_UID_LABEL))
+                .is_some();
+            if !tracked {
+                return false;
+            }
+            // A child placed elsewhere: keyed as a cluster-scoped parent's children are.
+            let key = match namespace {
+                "" => str_at(&object, "name").to_string(),
+                ns => format!("{ns}/{}", str_at(&object, "name")),
+            };
+            let group = group_key(
+                object
+                    .get("apiVersion")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default(),
+                object
+                    .get("kind")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default(),
+            );
+            self.0.entry(group).or_default().insert(key, object);
+            return true;
         }
         self.insert(version, parent_namespace, object);
         true

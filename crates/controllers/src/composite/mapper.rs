@@ -100,6 +100,19 @@ impl Mapper {
         let obj = change.object();
         let child_deleting =
             matches!(change, Change::Deleted(_)) || obj.metadata.deletion_timestamp.is_some();
+        if let Some((key, uid)) = crate::elsewhere::parent_of(
+            obj.metadata.labels.as_ref(),
+            obj.metadata.annotations.as_ref(),
+        ) {
+            // A child outside its parent's namespace, tracked by label (extension).
+            let parent = self.parents.get(&key);
+            if let Some(parent) = parent.filter(|p| p.metadata.uid.as_deref() == Some(&uid)) {
+                if self.interested(&parent) {
+                    self.queue.add(key, priority(origin));
+                }
+            }
+            return;
+        }
         if reconcile::controller_ref(obj).is_some() {
             let resolved =
                 reconcile::resolve_controller_ref(obj, &self.parent_resource, &self.parents);

@@ -33,6 +33,7 @@
 //! which are expected stale-cache retries).
 
 mod adoption;
+mod cleanup;
 pub(crate) mod errors;
 mod mapper;
 pub(crate) mod plan;

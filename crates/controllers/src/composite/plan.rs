@@ -221,6 +221,7 @@ mod tests {
             resource: "configmaps".into(),
             namespaced: true,
             method: metacontroller_api::ChildUpdateMethod::OnDelete,
+            namespaces: Vec::new(),
         }]
     }
 

@@ -373,6 +373,9 @@ impl Inner {
         if !self.cares(&parent.object) {
             return Ok(Plan::done());
         }
+        if let super::cleanup::Cleanup::Done = self.cleanup_elsewhere(&mut parent).await? {
+            return Ok(Plan::done());
+        }
         if !self
             .common
             .own_writes_confirmed(key, &parent.uid, |k| self.cached(k))
@@ -569,6 +572,7 @@ impl Inner {
             kind: self.parent_resource.kind.clone(),
             name: parent.key.name.clone(),
             uid: parent.uid.clone(),
+            namespace: parent.namespace.clone().unwrap_or_default(),
         }
     }
 

@@ -64,8 +64,10 @@ impl Resolved {
         let mut children = Vec::new();
         for rule in &spec.child_resources {
             let resource = lookup(&rule.api_version, &rule.resource)?;
+            let mut child_type = reconcile::child_type(&resource, rule.update_method());
+            child_type.namespaces = rule.namespaces.clone();
             children.push((
-                reconcile::child_type(&resource, rule.update_method()),
+                child_type,
                 rule.update_strategy
                     .as_ref()
                     .and_then(|s| s.status_checks.clone()),

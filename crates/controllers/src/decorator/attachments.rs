@@ -112,6 +112,7 @@ mod tests {
             resource: "services".into(),
             namespaced: true,
             method: ChildUpdateMethod::InPlace,
+            namespaces: Vec::new(),
         }
     }
 
@@ -196,6 +197,7 @@ mod tests {
             kind: "Pod".into(),
             name: "p".into(),
             uid: "t".into(),
+            namespace: String::new(),
         };
         let actions = plan_children(&[svc_type()], &target, &[], &desired, false).unwrap();
         let [Action::Create { object, .. }] = actions.as_slice() else {

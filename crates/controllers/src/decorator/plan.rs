@@ -129,6 +129,7 @@ mod tests {
             resource: "secrets".into(),
             namespaced: true,
             method: metacontroller_api::ChildUpdateMethod::OnDelete,
+            namespaces: Vec::new(),
         }]
     }
 

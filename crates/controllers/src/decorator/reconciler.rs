@@ -762,6 +762,8 @@ impl Inner {
             kind: target.res.kind.clone(),
             name: target.key.key.name.clone(),
             uid: target.uid.clone(),
+            // Attachments always carry an ownerReference.
+            namespace: String::new(),
         };
         let errors = self
             .common

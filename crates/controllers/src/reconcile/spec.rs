@@ -108,5 +108,6 @@ pub(crate) fn child_type(res: &ApiResource, method: ChildUpdateMethod) -> ChildT
         resource: res.name.clone(),
         namespaced: res.namespaced,
         method,
+        namespaces: Vec::new(),
     }
 }

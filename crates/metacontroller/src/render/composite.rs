@@ -203,6 +203,7 @@ impl Sync<'_> {
             kind: self.resolved.parent.kind.clone(),
             name: meta_str(parent, "name").to_string(),
             uid: meta_str(parent, "uid").to_string(),
+            namespace: meta_str(parent, "namespace").to_string(),
         };
         steps::print_owned_plan(
             self.env.args,

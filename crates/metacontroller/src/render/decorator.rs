@@ -210,6 +210,7 @@ impl Sync<'_> {
             kind: res.kind.clone(),
             name: meta_str(object, "name").to_string(),
             uid: meta_str(object, "uid").to_string(),
+            namespace: String::new(),
         };
         steps::print_owned_plan(
             self.env.args,
