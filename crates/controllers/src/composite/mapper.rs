@@ -29,12 +29,17 @@ fn has_finalizer(obj: &DynamicObject, name: &str) -> bool {
 }
 
 impl Mapper {
-    /// Parents that neither match `parentResource.labelSelector` nor carry our finalizer are
-    /// not ours.
+    /// Parents that neither match `parentResource.labelSelector` nor carry one of our
+    /// finalizers (finalize hook, children elsewhere) are not ours.
     pub(super) fn interested(&self, parent: &DynamicObject) -> bool {
         let empty = Default::default();
         let labels = parent.metadata.labels.as_ref().unwrap_or(&empty);
-        has_finalizer(parent, &self.finalizer) || self.parent_selector.matches(labels)
+        has_finalizer(parent, &self.finalizer)
+            || self.parent_selector.matches(labels)
+            || has_finalizer(
+                parent,
+                &super::cleanup::elsewhere_finalizer(&self.finalizer),
+            )
     }
 
     /// A sync of `key` read the parent at `version`.

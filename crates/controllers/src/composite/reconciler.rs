@@ -158,7 +158,8 @@ pub fn start(
 }
 
 /// The `labelSelector` the API server applies to the parent informer: the parent selector,
-/// unless a finalize hook is set. Then a parent keeps being managed after its labels stop
+/// unless a finalize hook is set or a child type may be placed elsewhere (whose finalizer
+/// also outlives the labels). Then a parent keeps being managed after its labels stop
 /// matching as long as it carries our finalizer (upstream's rule, so that its finalize hook
 /// still runs when it is deleted), and the server cannot select "matches or has this
 /// finalizer": the informer stays unfiltered and the selector is applied here only.
@@ -166,7 +167,12 @@ fn server_selector(
     controller: &CompositeController,
     selector: &metacontroller_dynamic::Selector,
 ) -> Option<String> {
-    if controller.spec.finalize_hook().is_some() {
+    let elsewhere = controller
+        .spec
+        .child_resources
+        .iter()
+        .any(|c| !c.namespaces.is_empty());
+    if controller.spec.finalize_hook().is_some() || elsewhere {
         return None;
     }
     selector.server_query()
@@ -341,7 +347,12 @@ impl Inner {
             return Ok(Plan::done());
         };
         self.mapper.record_read(key, object.resource_version());
-        if !self.cares(&object) {
+        let cares = self.cares(&object);
+        let holds_elsewhere = finalizer::has_finalizer(
+            &object,
+            &super::cleanup::elsewhere_finalizer(self.finalizer()),
+        );
+        if !cares && !holds_elsewhere {
             // Not ours (any more): nothing to keep for it.
             self.forget_parent(key);
             return Ok(Plan::done());
@@ -354,6 +365,12 @@ impl Inner {
             uid,
             namespace,
         };
+        if !cares {
+            // Stopped matching but still holds children elsewhere: no hook call (as for any
+            // parent that stopped matching), but its deletion still removes them.
+            self.cleanup_elsewhere(&mut parent).await?;
+            return Ok(Plan::done());
+        }
         let finalize_hook = self.controller.spec.finalize_hook().is_some();
         let written = reconcile::sync_finalizer(
             &self.common.writer,
