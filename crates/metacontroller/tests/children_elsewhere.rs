@@ -434,3 +434,30 @@ async fn child_name_taken_elsewhere_is_reported_never_adopted() {
     assert!(!data.contains_key("round"), "never overwritten");
     s.cleanup().await;
 }
+
+/// Deleted with `propagationPolicy: Orphan`: the parent goes (finalize hook first) and its
+/// children elsewhere stay, as owned children would.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn orphan_propagation_leaves_children_elsewhere() {
+    let s = setup("elsewhere-orphan", false).await;
+    s.finalized.store(true, Ordering::SeqCst);
+    let orphan = DeleteParams {
+        propagation_policy: Some(kube::api::PropagationPolicy::Orphan),
+        ..DeleteParams::default()
+    };
+    s.parents
+        .delete("team", &orphan)
+        .await
+        .expect("deleting the parent");
+    let gone = poll_until(WAIT, || async { !s.parent_exists().await }).await;
+    assert!(gone, "the parent goes\n{}", s.process.logs());
+    assert_eq!(
+        s.left().await,
+        4,
+        "an orphaned child was deleted\n{}",
+        s.process.logs()
+    );
+    let (_, _, _, configmaps) = s.apis();
+    let _ = configmaps.delete("shared", &DeleteParams::default()).await;
+    s.cleanup().await;
+}

@@ -2,12 +2,16 @@
 //! live elsewhere (other namespaces, cluster-scoped). The garbage collector cannot do it
 //! (they carry no ownerReference), so a second finalizer holds such a parent: once it is
 //! being deleted and our finalize-hook finalizer is gone (the finalize hook ran first), its
-//! label-tracked children are deleted, then the finalizer is dropped. A parent seen with
-//! Kubernetes' `orphan` finalizer (`propagationPolicy: Orphan`) leaves them in place — best
-//! effort only: the garbage collector may drop that finalizer before we see it (the
-//! embedded server does so at once), and then they are deleted. The finalizer survives a
-//! controller crash: a restarted controller finishes the cleanup.
+//! label-tracked children are deleted, then the finalizer is dropped. A parent deleted with
+//! `propagationPolicy: Orphan` leaves them in place: its watch events carry Kubernetes'
+//! `orphan` finalizer, remembered ([`Orphaning`]) since the garbage collector drops it before
+//! the parent goes. The finalizer survives a controller crash: a restarted controller
+//! finishes the cleanup (but forgets an Orphan delete whose `orphan` finalizer is gone).
 
+use std::collections::HashSet;
+use std::sync::{Mutex, MutexGuard};
+
+use kube::core::DynamicObject;
 use metacontroller_dynamic::ObjectMetaAccess;
 use serde_json::Value;
 
@@ -16,6 +20,48 @@ use super::SyncError;
 use crate::finalizer::{has_finalizer, is_deleting};
 use crate::reconcile::{self, Reconciler};
 use crate::writer::to_value;
+
+/// The finalizer Kubernetes puts on an object deleted with `propagationPolicy: Orphan`.
+const ORPHAN_FINALIZER: &str = "orphan";
+
+/// Parents seen being deleted with the `orphan` finalizer. The garbage collector drops that
+/// finalizer soon after the delete while ours still holds the parent, so the sync that
+/// cleans up may never see it; the parent's watch events do, and this keeps what they saw.
+/// Kept in memory only: a controller restarted after the collector dropped the finalizer
+/// no longer knows, and deletes the children (documented).
+#[derive(Debug, Default)]
+pub(super) struct Orphaning(Mutex<HashSet<String>>);
+
+impl Orphaning {
+    fn uids(&self) -> MutexGuard<'_, HashSet<String>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Records `parent` if it is being deleted with the `orphan` finalizer.
+    pub(super) fn observe(&self, parent: &DynamicObject) {
+        let orphan = parent.metadata.deletion_timestamp.is_some()
+            && parent
+                .metadata
+                .finalizers
+                .iter()
+                .flatten()
+                .any(|f| f == ORPHAN_FINALIZER);
+        if let (true, Some(uid)) = (orphan, parent.metadata.uid.as_deref()) {
+            self.uids().insert(uid.to_string());
+        }
+    }
+
+    /// Forgets a parent that is gone.
+    pub(super) fn forget(&self, parent: &DynamicObject) {
+        if let Some(uid) = parent.metadata.uid.as_deref() {
+            self.uids().remove(uid);
+        }
+    }
+
+    fn contains(&self, uid: &str) -> bool {
+        self.uids().contains(uid)
+    }
+}
 
 /// What the cleanup step leaves to the rest of the sync.
 pub(super) enum Cleanup {
@@ -72,7 +118,8 @@ impl Inner {
             // The finalize hook has not said `finalized` yet: it runs first.
             return Ok(Cleanup::Continue);
         }
-        let orphan = has_finalizer(&parent.object, "orphan");
+        let orphan = has_finalizer(&parent.object, ORPHAN_FINALIZER)
+            || self.mapper.orphaning.contains(&parent.uid);
         if !orphan && self.delete_elsewhere(parent).await? > 0 {
             // Their deletion events bring the parent back (mapper); drop the finalizer then.
             return Ok(Cleanup::Done);

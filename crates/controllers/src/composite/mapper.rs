@@ -22,6 +22,8 @@ pub(super) struct Mapper {
     pub(super) queue: WorkQueue<NamespacedName>,
     /// The parent resourceVersions recent syncs of each parent read (cache or own writes).
     pub(super) read: ReadVersions<NamespacedName>,
+    /// Parents seen being deleted with `propagationPolicy: Orphan` (children elsewhere).
+    pub(super) orphaning: super::cleanup::Orphaning,
 }
 
 fn has_finalizer(obj: &DynamicObject, name: &str) -> bool {
@@ -63,14 +65,19 @@ impl Mapper {
             // drops what was cached for it (related objects, their informer leases, hook
             // responses) — also when it had stopped matching, as it may have matched before.
             Change::Deleted(obj) => {
+                self.orphaning.forget(obj);
                 if let Some(key) = NamespacedName::of(obj.as_ref()) {
                     self.read.forget(&key);
                     self.queue.add(key, priority(origin));
                 }
                 return;
             }
-            Change::Added(new) => new,
+            Change::Added(new) => {
+                self.orphaning.observe(new);
+                new
+            }
             Change::Updated { old, new } => {
+                self.orphaning.observe(new);
                 if origin == Origin::Watch {
                     let key = NamespacedName::of(new.as_ref());
                     let version = new.metadata.resource_version.as_deref();

@@ -126,6 +126,7 @@ pub fn start(
         ignore_status_changes: spec.parent_resource.ignore_status_changes == Some(true),
         queue: queue.clone(),
         read: Default::default(),
+        orphaning: Default::default(),
     });
     let parent_handler = {
         let mapper = mapper.clone();
