@@ -72,16 +72,7 @@ impl ObjectMap {
     /// Inserts an object under its type (`apiVersion`/`kind` read from the object) and
     /// its key for the given hook version and parent namespace.
     pub fn insert(&mut self, version: HookVersion, parent_namespace: Option<&str>, object: Value) {
-        let group = group_key(
-            object
-                .get("apiVersion")
-                .and_then(Value::as_str)
-                .unwrap_or_default(),
-            object
-                .get("kind")
-                .and_then(Value::as_str)
-                .unwrap_or_default(),
-        );
+        let group = object_group(&object);
         let key = Self::object_key(version, parent_namespace, &object);
         self.0.entry(group).or_default().insert(key, object);
     }
@@ -113,16 +104,7 @@ impl ObjectMap {
                 "" => str_at(&object, "name").to_string(),
                 ns => format!("{ns}/{}", str_at(&object, "name")),
             };
-            let group = group_key(
-                object
-                    .get("apiVersion")
-                    .and_then(Value::as_str)
-                    .unwrap_or_default(),
-                object
-                    .get("kind")
-                    .and_then(Value::as_str)
-                    .unwrap_or_default(),
-            );
+            let group = object_group(&object);
             self.0.entry(group).or_default().insert(key, object);
             return true;
         }
@@ -154,6 +136,12 @@ impl ObjectMap {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+}
+
+/// The map key of `object`'s type, from its own `apiVersion` and `kind`.
+fn object_group(object: &Value) -> String {
+    let field = |name| object.get(name).and_then(Value::as_str).unwrap_or_default();
+    group_key(field("apiVersion"), field("kind"))
 }
 
 fn str_at<'a>(object: &'a Value, field: &str) -> &'a str {
