@@ -40,12 +40,7 @@ impl Orphaning {
     /// Records `parent` if it is being deleted with the `orphan` finalizer.
     pub(super) fn observe(&self, parent: &DynamicObject) {
         let orphan = parent.metadata.deletion_timestamp.is_some()
-            && parent
-                .metadata
-                .finalizers
-                .iter()
-                .flatten()
-                .any(|f| f == ORPHAN_FINALIZER);
+            && super::mapper::has_finalizer(parent, ORPHAN_FINALIZER);
         if let (true, Some(uid)) = (orphan, parent.metadata.uid.as_deref()) {
             self.uids().insert(uid.to_string());
         }
@@ -92,14 +87,14 @@ impl Inner {
         &self,
         parent: &mut ParentState,
     ) -> Result<Cleanup, SyncError> {
-        let name = elsewhere_finalizer(self.finalizer());
+        let name = &self.mapper.elsewhere_finalizer;
         let wanted = self.places_elsewhere(parent);
         if !is_deleting(&parent.object) || !wanted {
             let written = reconcile::sync_finalizer(
                 &self.common.writer,
                 &self.parent_resource,
                 parent.object.clone(),
-                &name,
+                name,
                 wanted,
             )
             .await?;
@@ -111,7 +106,7 @@ impl Inner {
                 None => Cleanup::Done,
             });
         }
-        if !has_finalizer(&parent.object, &name) {
+        if !has_finalizer(&parent.object, name) {
             return Ok(Cleanup::Continue);
         }
         if has_finalizer(&parent.object, self.finalizer()) {
@@ -126,7 +121,7 @@ impl Inner {
         }
         tracing::info!(controller = self.name(), parent = %parent.key, orphan,
             "children elsewhere cleaned up: dropping the finalizer");
-        if let Some(updated) = crate::finalizer::with_finalizer(&parent.object, &name, false) {
+        if let Some(updated) = crate::finalizer::with_finalizer(&parent.object, name, false) {
             match self
                 .common
                 .writer

@@ -17,6 +17,8 @@ pub(super) struct Mapper {
     pub(super) parent_resource: Arc<ApiResource>,
     pub(super) parent_selector: Selector,
     pub(super) finalizer: String,
+    /// The children-elsewhere finalizer ([`super::cleanup::elsewhere_finalizer`]), once.
+    pub(super) elsewhere_finalizer: String,
     pub(super) generate_selector: bool,
     pub(super) ignore_status_changes: bool,
     pub(super) queue: WorkQueue<NamespacedName>,
@@ -26,7 +28,7 @@ pub(super) struct Mapper {
     pub(super) orphaning: super::cleanup::Orphaning,
 }
 
-fn has_finalizer(obj: &DynamicObject, name: &str) -> bool {
+pub(super) fn has_finalizer(obj: &DynamicObject, name: &str) -> bool {
     obj.metadata.finalizers.iter().flatten().any(|f| f == name)
 }
 

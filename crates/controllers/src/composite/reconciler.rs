@@ -122,6 +122,7 @@ pub fn start(
         parent_resource: resolved.parent.clone(),
         parent_selector: resolved.parent_selector,
         finalizer: controller.finalizer_name(),
+        elsewhere_finalizer: super::cleanup::elsewhere_finalizer(&controller.finalizer_name()),
         generate_selector: spec.generate_selector == Some(true),
         ignore_status_changes: spec.parent_resource.ignore_status_changes == Some(true),
         queue: queue.clone(),
@@ -349,10 +350,7 @@ impl Inner {
         };
         self.mapper.record_read(key, object.resource_version());
         let cares = self.cares(&object);
-        let holds_elsewhere = finalizer::has_finalizer(
-            &object,
-            &super::cleanup::elsewhere_finalizer(self.finalizer()),
-        );
+        let holds_elsewhere = finalizer::has_finalizer(&object, &self.mapper.elsewhere_finalizer);
         if !cares && !holds_elsewhere {
             // Not ours (any more): nothing to keep for it.
             self.forget_parent(key);
