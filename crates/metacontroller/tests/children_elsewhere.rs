@@ -190,15 +190,11 @@ impl Setup {
 }
 
 fn run(cluster: &TestCluster, label: &str) -> ControllerProcess {
-    ControllerProcess::run(
+    ControllerProcess::run_team(
         env!("CARGO_BIN_EXE_metacontroller"),
         cluster.kubeconfig_path(),
-        &[
-            "--target-label-selector",
-            &format!("team={label}"),
-            "--health-probe-bind-address",
-            "0",
-        ],
+        label,
+        &[],
     )
 }
 
