@@ -22,6 +22,11 @@ impl ParentKey {
         ))
     }
 
+    /// A key as another replica stored it (its text, unchanged).
+    pub fn from_stored(text: String) -> Self {
+        ParentKey(text)
+    }
+
     /// The key as stored in `status.hookRollout.cutoff`.
     pub fn as_str(&self) -> &str {
         &self.0

@@ -244,6 +244,10 @@ impl Reconciler for Inner {
         !finalizer::is_ignored(matches, parent, self.finalizer())
     }
 
+    fn parent_resources(&self) -> Vec<Arc<ApiResource>> {
+        vec![self.parent_resource.clone()]
+    }
+
     fn cached_keys(&self) -> Vec<NamespacedName> {
         self.parent
             .list()

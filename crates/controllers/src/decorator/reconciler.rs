@@ -489,6 +489,14 @@ impl Reconciler for Inner {
         attachments.chain(targets).collect()
     }
 
+    fn parent_resources(&self) -> Vec<Arc<ApiResource>> {
+        self.routing
+            .targets
+            .iter()
+            .map(|(r, _)| r.clone())
+            .collect()
+    }
+
     fn object(&self, key: &TargetKey) -> Option<Value> {
         let (res, informer) = self.routing.targets.get(key.resource)?;
         let cached = to_value(&*informer.get(&key.key)?, res).ok()?;

@@ -32,17 +32,19 @@ const RETRY: Duration = Duration::from_secs(2);
 /// One controller's rollout: its spec, where its state lives, and the state.
 pub(crate) struct RolloutDriver {
     spec: HookRollout,
-    owner: Owner,
+    pub(super) owner: Owner,
     /// The controller object as JSON (Events are recorded on it).
     object: Value,
-    resource: ApiResource,
+    pub(super) resource: ApiResource,
     /// Namespace of the stored versions: the first code ConfigMap's.
-    namespace: String,
+    pub(super) namespace: String,
     /// The ConfigMaps holding the controller's in-process hook code.
     maps: Vec<(String, String)>,
-    client: kube::Client,
+    pub(super) client: kube::Client,
     hooks: HookClient,
-    state: Mutex<State>,
+    /// With `--sharding`: who drives, and the reports of the other replicas.
+    pub(super) shared: Option<super::shared::Shared>,
+    pub(super) state: Mutex<State>,
     /// Becomes true once the state is read (syncs wait for it).
     ready: watch::Sender<bool>,
     /// A sync finished: re-evaluate.
@@ -50,11 +52,15 @@ pub(crate) struct RolloutDriver {
 }
 
 #[derive(Default)]
-struct State {
-    status: Option<HookRolloutStatus>,
+pub(super) struct State {
+    pub(super) status: Option<HookRolloutStatus>,
     versions: HashMap<String, Arc<PinnedCode>>,
-    /// Last sync result of each parent (by key) with the digest it ran.
-    results: HashMap<ParentKey, (String, SyncResult)>,
+    /// Last sync result of each parent (by key) with the digest it ran and when it ended
+    /// (Unix milliseconds).
+    pub(super) results: HashMap<ParentKey, (String, SyncResult, i64)>,
+    /// The controller object's `resourceVersion` the status was read at (sharded: writes
+    /// are conditional on it).
+    pub(super) resource_version: String,
 }
 
 /// The parents of a controller, as the driver needs them.
@@ -93,6 +99,7 @@ impl RolloutDriver {
         maps: Vec<(String, String)>,
         client: kube::Client,
         hooks: HookClient,
+        gate: &metacontroller_workqueue::SyncGate,
     ) -> Option<Arc<Self>> {
         let (spec, kind, plural, meta, object) = match controller {
             CustomizableController::Composite(c) => (
@@ -116,13 +123,15 @@ impl RolloutDriver {
         };
         let gvk =
             GroupVersionKind::gvk(metacontroller_api::GROUP, metacontroller_api::VERSION, kind);
+        let owner = Owner {
+            kind,
+            name: meta.name.unwrap_or_default(),
+            uid: meta.uid.unwrap_or_default(),
+        };
         Some(Arc::new(RolloutDriver {
             spec,
-            owner: Owner {
-                kind,
-                name: meta.name.unwrap_or_default(),
-                uid: meta.uid.unwrap_or_default(),
-            },
+            shared: super::shared::Shared::new(gate, &owner),
+            owner,
             object,
             resource: ApiResource::from_gvk_with_plural(&gvk, plural),
             namespace,
@@ -135,7 +144,7 @@ impl RolloutDriver {
         }))
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+    pub(super) fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -169,9 +178,10 @@ impl RolloutDriver {
             Ok(()) => SyncResult::Ok,
             Err(e) => SyncResult::Err(e),
         };
+        let at = super::shared::now_ms();
         self.lock()
             .results
-            .insert(parent_key(parent), (digest, result));
+            .insert(parent_key(parent), (digest, result, at));
         self.wake.notify_one();
     }
 
@@ -204,7 +214,7 @@ impl RolloutDriver {
     }
 
     /// Loads version `digest` into memory unless it is there.
-    async fn ensure_loaded(&self, digest: &str) -> Result<(), String> {
+    pub(super) async fn ensure_loaded(&self, digest: &str) -> Result<(), String> {
         if digest.is_empty() || self.lock().versions.contains_key(digest) {
             return Ok(());
         }
@@ -233,6 +243,7 @@ impl RolloutDriver {
             .await
             .map_err(|e| format!("reading {} {}: {e}", self.owner.kind, self.owner.name))?;
         let status = HookRolloutStatus::from_status(object.data.get("status"));
+        self.lock().resource_version = object.metadata.resource_version.unwrap_or_default();
         let status = match status {
             Some(status) => status,
             None => {
@@ -258,14 +269,20 @@ impl RolloutDriver {
 
     async fn write_status(&self, status: &HookRolloutStatus) -> Result<(), String> {
         let api = kube::Api::<DynamicObject>::all_with(self.client.clone(), &self.resource);
-        let patch = json!({"status": {"hookRollout": status}});
+        let mut patch = json!({"status": {"hookRollout": status}});
+        if self.shared.is_some() {
+            // Several replicas: the write holds only on the state it was computed from.
+            patch["metadata"] = json!({"resourceVersion": self.lock().resource_version});
+        }
         api.patch_status(
             &self.owner.name,
             &PatchParams::default(),
             &Patch::Merge(&patch),
         )
         .await
-        .map(|_| ())
+        .map(|written| {
+            self.lock().resource_version = written.metadata.resource_version.unwrap_or_default();
+        })
         .map_err(|e| {
             format!(
                 "writing the status of {} {}: {e}",
@@ -276,9 +293,10 @@ impl RolloutDriver {
 
     /// One round: a code change starts a rollout, else a running one is re-evaluated.
     /// Returns the transition's effects once its status is written.
-    async fn step(
+    pub(super) async fn step(
         &self,
         parents: &[Parent],
+        remote: &HashMap<ParentKey, super::shared::Reported>,
         code_may_have_changed: bool,
     ) -> Result<Vec<Effect>, String> {
         let Some(prev) = self.lock().status.clone() else {
@@ -293,7 +311,7 @@ impl RolloutDriver {
                 machine::code_changed(&self.spec, Some(&prev), &prev.to, &live.digest, &keys, now);
         }
         if transition.is_none() {
-            let obs = self.observe(&prev, parents, now);
+            let obs = self.observe(&prev, parents, remote, now);
             transition = machine::evaluate(&self.spec, &prev, &obs);
         }
         let Some(transition) = transition else {
@@ -312,7 +330,13 @@ impl RolloutDriver {
     }
 
     /// The health of each parent on the new code.
-    fn observe(&self, status: &HookRolloutStatus, parents: &[Parent], now: i64) -> Observation {
+    fn observe(
+        &self,
+        status: &HookRolloutStatus,
+        parents: &[Parent],
+        remote: &HashMap<ParentKey, super::shared::Reported>,
+        now: i64,
+    ) -> Observation {
         let state = self.lock();
         let rule = self.spec.healthy.as_ref();
         let condition = rule.and_then(|r| r.condition.as_ref());
@@ -322,9 +346,16 @@ impl RolloutDriver {
                 metacontroller_api::rollout::assign::version_of(status, &p.key) == Version::To
             })
             .map(|p| {
-                let sync = match state.results.get(&p.key) {
-                    Some((digest, result)) if *digest == status.to => result.clone(),
-                    _ => SyncResult::NotYet,
+                let own = match state.results.get(&p.key) {
+                    Some((digest, result, at)) if *digest == status.to => Some((result, *at)),
+                    _ => None,
+                };
+                // Sharded: another replica may have synced it since (reports of `to` only).
+                let sync = match (own, remote.get(&p.key)) {
+                    (Some((_, at)), Some(r)) if r.at > at => r.result(),
+                    (Some((result, _)), _) => result.clone(),
+                    (None, Some(r)) => r.result(),
+                    (None, None) => SyncResult::NotYet,
                 };
                 let holds = condition.is_some_and(|c| c.holds(&p.object));
                 let health = machine::health(rule, &sync, holds, status.step_started_at, now);
@@ -358,6 +389,10 @@ pub(crate) trait RolloutHost: Send + Sync {
     fn resync(&self, keys: &[ParentKey]);
     /// Records an Event on the controller object.
     fn event(&self, object: &Value, warning: bool, reason: &str, message: String);
+    /// The resources of the controller's parents (listed from the API when sharded).
+    fn parent_resources(&self) -> Vec<Arc<metacontroller_dynamic::ApiResource>>;
+    /// Whether the controller syncs `object` (selected, or still finalized).
+    fn cares(&self, object: &Value) -> bool;
 }
 
 /// Runs the rollout of one controller until it stops: reads the state, then reacts to code
@@ -366,15 +401,33 @@ pub(crate) async fn drive(driver: Arc<RolloutDriver>, host: Arc<dyn RolloutHost>
     use tokio::sync::broadcast::error::RecvError;
     while let Err(e) = driver.init().await {
         tracing::warn!(controller = %driver.owner.name, error = %e, "hook rollout: cannot read its state; retrying");
-        host.event(&driver.object, true, "RolloutError", e);
+        if !super::shared::is_conflict(&e) {
+            // A conflict is another replica writing the first state: nothing to report.
+            host.event(&driver.object, true, "RolloutError", e);
+        }
         tokio::time::sleep(RETRY).await;
     }
     tracing::info!(controller = %driver.owner.name, "hook rollout: state read; syncs run the code of their parent's assignment");
     let mut changes = driver.hooks.code_changes();
     let mut pending_change = true;
+    let mut drove = false;
     loop {
-        match driver.step(&host.parents(), pending_change).await {
-            Ok(effects) => {
+        let round = match &driver.shared {
+            None => driver
+                .step(&host.parents(), &HashMap::new(), pending_change)
+                .await
+                .map(Some),
+            Some(shared) => {
+                let drives = shared.drives();
+                // A new driver checks the code: a change may have come before it drove.
+                pending_change |= drives && !drove;
+                drove = drives;
+                super::shared::sharded_round(&driver, host.as_ref(), drives, pending_change).await
+            }
+        };
+        match round {
+            Ok(None) => {}
+            Ok(Some(effects)) => {
                 pending_change = false;
                 apply(&driver, host.as_ref(), effects);
             }

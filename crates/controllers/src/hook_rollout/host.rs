@@ -37,6 +37,14 @@ impl<R: Reconciler> RolloutHost for Host<R> {
         }
     }
 
+    fn parent_resources(&self) -> Vec<Arc<metacontroller_dynamic::ApiResource>> {
+        self.0.parent_resources()
+    }
+
+    fn cares(&self, object: &Value) -> bool {
+        self.0.cares(object)
+    }
+
     fn event(&self, object: &Value, warning: bool, reason: &str, message: String) {
         let events = &self.0.common().events;
         if warning {

@@ -6,6 +6,7 @@
 
 pub(crate) mod driver;
 pub(crate) mod host;
+pub(crate) mod shared;
 pub(crate) mod store;
 
 /// Logs a warning when `rollout` is set on a controller without in-process hook code:

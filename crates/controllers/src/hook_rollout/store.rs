@@ -76,7 +76,8 @@ pub(crate) struct Owner {
 }
 
 impl Owner {
-    fn reference(&self) -> OwnerReference {
+    /// The owner reference of objects kept for the controller (versions, reports).
+    pub(crate) fn reference(&self) -> OwnerReference {
         OwnerReference {
             api_version: metacontroller_api::API_VERSION.to_string(),
             kind: self.kind.to_string(),
@@ -91,13 +92,8 @@ impl Owner {
     /// (a Composite- and a DecoratorController may share a name) and 16 hex digits of the
     /// digest, hashed as a whole when that would exceed a name's 253 characters.
     pub(crate) fn revision_name(&self, digest: &str) -> String {
-        let kind = if self.kind == "DecoratorController" {
-            "dc"
-        } else {
-            "cc"
-        };
         let short: String = digest.chars().take(16).collect();
-        let name = format!("{}-{kind}-code-{short}", self.name);
+        let name = format!("{}-code-{short}", self.prefix());
         if name.len() <= 253 {
             return name;
         }
@@ -108,6 +104,19 @@ impl Owner {
             .map(|b| format!("{b:02x}"))
             .collect();
         format!("hook-code-{hashed}")
+    }
+}
+
+impl Owner {
+    /// `<name>-cc` or `<name>-dc`: the start of the names of the objects kept for the
+    /// controller (a Composite- and a DecoratorController may share a name).
+    pub(crate) fn prefix(&self) -> String {
+        let kind = if self.kind == "DecoratorController" {
+            "dc"
+        } else {
+            "cc"
+        };
+        format!("{}-{kind}", self.name)
     }
 }
 

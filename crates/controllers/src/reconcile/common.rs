@@ -106,6 +106,7 @@ where
                 .collect(),
             ctx.client.clone(),
             ctx.hooks.clone(),
+            &ctx.options.gate,
         );
         let related = RelatedManager::new(RelatedConfig {
             controller: spec.controller,

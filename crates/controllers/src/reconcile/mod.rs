@@ -33,6 +33,7 @@
 use std::fmt::Display;
 use std::future::Future;
 use std::hash::Hash;
+use std::sync::Arc;
 use std::time::Duration;
 
 use metacontroller_dynamic::Informer;
@@ -121,6 +122,8 @@ pub(crate) trait Reconciler: Send + Sync + 'static {
     /// Whether the controller cares about `object`: it is selected, or it still carries
     /// the controller's finalizer (so it must be finalized).
     fn cares(&self, object: &Value) -> bool;
+    /// The resources of the objects it syncs (its parents, a decorator's targets).
+    fn parent_resources(&self) -> Vec<Arc<metacontroller_dynamic::ApiResource>>;
     /// The key of every cached object the controller might sync (before [`Self::cares`]).
     fn cached_keys(&self) -> Vec<Self::Key>;
     /// Phase one of a sync of `key`, holding a worker: reads, the writes that must come
