@@ -1,0 +1,356 @@
+//! `spec.hookRollout` with three sharded replicas of the binary (issue 52): each replica
+//! syncs only the parents of its shards, one of them (the holder of shard 0) drives the
+//! rollout, every replica follows `status.hookRollout` from the API and reports the health
+//! of its own parents. The hook writes its code version into each parent's child, and the
+//! test reads the children and the status over and over: no parent ever runs the new code
+//! before the step that includes it (by the stable order of parent keys), no parent goes
+//! back, the steps come in order, and only one replica writes the rollout state during the
+//! rollout (every write is seen by a recording proxy per replica). A failing change, on a
+//! parent most likely synced by a replica that does not drive, rolls back from its report.
+//! Passes on the embedded server and on a real one (`METACONTROLLER_E2E_KUBECONFIG`).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use metacontroller_api::composite::CompositeController;
+use metacontroller_api::rollout::assign::ParentKey;
+use metacontroller_api::rollout::{HookRolloutStatus, RolloutPhase};
+use metacontroller_testkit::replicas::{sharded_replica_args, writes_by_replica, ShardLeases};
+use metacontroller_testkit::{
+    create_object, eventually_within, unique_name, until_event, ApiRecorder, ControllerProcess,
+    TestCluster,
+};
+use serde_json::json;
+
+const WAIT: Duration = Duration::from_secs(120);
+const PARENTS: usize = 40;
+const SHARDS: u32 = 12;
+const LEASE: Duration = Duration::from_secs(4);
+
+/// The hook: one child ConfigMap per parent holding the code's version; `failing` parents
+/// make it fail.
+fn code(version: &str, failing: &[String]) -> String {
+    let failing = serde_json::to_string(failing).unwrap_or_default();
+    format!(
+        "function(request) local name = request.parent.metadata.name;\n\
+         if std.member({failing}, name) then error 'version {version} cannot sync ' + name\n\
+         else {{children: [{{apiVersion: 'v1', kind: 'ConfigMap', \
+         metadata: {{name: name + '-child'}}, data: {{version: '{version}'}}}}]}}"
+    )
+}
+
+async fn set_code(api: &Api<ConfigMap>, text: &str) {
+    let patch = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "code"},
+        "data": {"sync.jsonnet": text}});
+    api.patch(
+        "code",
+        &PatchParams::apply("test").force(),
+        &Patch::Apply(&patch),
+    )
+    .await
+    .expect("writing the code ConfigMap");
+}
+
+/// `(resourceVersion, version)` of each parent's child, by parent name.
+async fn children(api: &Api<ConfigMap>) -> BTreeMap<String, (String, String)> {
+    let list = api
+        .list(&Default::default())
+        .await
+        .expect("listing children");
+    list.items
+        .into_iter()
+        .filter_map(|cm| {
+            let name = cm.metadata.name.clone()?;
+            let parent = name.strip_suffix("-child")?.to_string();
+            let rv = cm.metadata.resource_version.clone().unwrap_or_default();
+            let version = cm.data.as_ref()?.get("version")?.clone();
+            Some((parent, (rv, version)))
+        })
+        .collect()
+}
+
+/// 40 parents on v1 code, a controller with `hookRollout`, and three sharded replicas
+/// (each behind its own recording proxy) that split the shards and brought every child to
+/// v1.
+struct Fixture {
+    cluster: TestCluster,
+    ns: String,
+    config_maps: Api<ConfigMap>,
+    ccs: Api<CompositeController>,
+    cc_name: String,
+    /// Parent keys by name.
+    keys: BTreeMap<String, ParentKey>,
+    /// Parent names in the rollout's order (step 1 is the first).
+    order: Vec<String>,
+    shards: ShardLeases,
+    recorders: Vec<ApiRecorder>,
+    _replicas: Vec<ControllerProcess>,
+}
+
+impl Fixture {
+    async fn start(prefix: &str, rollout: serde_json::Value) -> Self {
+        let (cluster, ns, parent) = TestCluster::start_with_parent(prefix).await;
+        let config_maps: Api<ConfigMap> = Api::namespaced(cluster.client(), &ns);
+        set_code(&config_maps, &code("v1", &[])).await;
+        let parents = parent.api(cluster.client(), Some(&ns));
+        let mut keys = BTreeMap::new();
+        for i in 0..PARENTS {
+            let name = format!("p{i:02}");
+            let object = json!({"apiVersion": parent.api_version(), "kind": parent.kind(),
+                "metadata": {"name": name, "namespace": ns}});
+            let created = create_object(&parents, object).await;
+            let uid = created.metadata.uid.unwrap_or_default();
+            keys.insert(name.clone(), ParentKey::new(&uid, &ns, &name));
+        }
+        let mut sorted: Vec<(&ParentKey, &String)> = keys.iter().map(|(n, k)| (k, n)).collect();
+        sorted.sort();
+        let order = sorted.into_iter().map(|(_, n)| n.clone()).collect();
+        let label = unique_name("team");
+        let mut spec = parent.composite_spec("http://unused.invalid/");
+        spec["hooks"] = json!({"sync": {"jsonnet": {
+            "configMapRef": {"namespace": ns, "name": "code"}, "key": "sync.jsonnet"}}});
+        spec["generateSelector"] = json!(true);
+        spec["hookRollout"] = rollout;
+        let cc_name = unique_name("rollout");
+        let _: CompositeController = cluster.create_controller(&cc_name, &label, spec).await;
+        let shards = ShardLeases::new_group(cluster.client(), &ns, SHARDS);
+        let mut recorders = Vec::new();
+        let mut replicas = Vec::new();
+        for _ in 0..3 {
+            let recorder = ApiRecorder::start(cluster.client());
+            let args = sharded_replica_args(
+                recorder.kubeconfig_path(),
+                &label,
+                shards.group(),
+                SHARDS,
+                LEASE,
+            );
+            replicas.push(ControllerProcess::start_with_env(
+                env!("CARGO_BIN_EXE_metacontroller"),
+                args,
+                [
+                    ("POD_NAMESPACE", ns.clone()),
+                    (
+                        "RUST_LOG",
+                        "warn,metacontroller=info,metacontroller_controllers=info".to_string(),
+                    ),
+                ],
+            ));
+            recorders.push(recorder);
+        }
+        for r in &replicas {
+            r.wait_joined().await;
+        }
+        let ids: BTreeSet<String> = replicas.iter().map(|r| r.member_identity()).collect();
+        shards.wait_spread(&ids, WAIT).await;
+        let ccs: Api<CompositeController> = Api::all(cluster.client());
+        let f = Fixture {
+            cluster,
+            ns,
+            config_maps,
+            ccs,
+            cc_name,
+            keys,
+            order,
+            shards,
+            recorders,
+            _replicas: replicas,
+        };
+        eventually_within(
+            "every child on v1 and the rollout state written",
+            WAIT,
+            || async {
+                let all = children(&f.config_maps).await;
+                all.len() == PARENTS
+                    && all.values().all(|(_, v)| v == "v1")
+                    && f.status_opt()
+                        .await
+                        .is_some_and(|s| s.phase == RolloutPhase::Complete)
+            },
+        )
+        .await;
+        f
+    }
+
+    async fn status_opt(&self) -> Option<HookRolloutStatus> {
+        let cc = self.ccs.get(&self.cc_name).await.ok()?;
+        HookRolloutStatus::from_status(cc.status.as_ref())
+    }
+
+    async fn status(&self) -> HookRolloutStatus {
+        self.status_opt().await.expect("status.hookRollout")
+    }
+
+    /// Accepted writes of the controller's status, by replica identity.
+    fn status_writes(&self) -> Vec<(String, std::time::Instant)> {
+        writes_by_replica(&self.recorders)
+            .into_iter()
+            .filter(|(_, w)| {
+                w.accepted()
+                    && w.resource == "compositecontrollers"
+                    && w.subresource.as_deref() == Some("status")
+                    && w.name.as_deref() == Some(self.cc_name.as_str())
+            })
+            .map(|(who, w)| (who, w.start))
+            .collect()
+    }
+
+    /// The replicas that published a report for the controller.
+    async fn reporters(&self) -> usize {
+        let leases: Api<Lease> = Api::namespaced(self.cluster.client(), &self.ns);
+        let selector = format!(
+            "metacontroller.k8s.io/hook-rollout-report={}-cc",
+            self.cc_name
+        );
+        leases
+            .list(&ListParams::default().labels(&selector))
+            .await
+            .map(|l| l.items.len())
+            .unwrap_or(0)
+    }
+}
+
+/// Whether a parent with `key` may run `to` under `status` (read after its child).
+fn may_run_new(status: &HookRolloutStatus, key: &ParentKey) -> bool {
+    match status.phase {
+        RolloutPhase::Complete => true,
+        RolloutPhase::RolledBack => false,
+        _ => !status.cutoff.is_empty() && key.as_str() <= status.cutoff.as_str(),
+    }
+}
+
+/// A good change over three replicas: steps 1, 4, 40 with a pause; every child read on v2
+/// belongs to a parent the step read after it includes; no child goes back to v1; one
+/// replica (the holder of shard 0) writes every state of the rollout; the other replicas'
+/// parents count through their reports.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_sharded_replicas_roll_out_each_parent_on_its_assignment() {
+    let f = Fixture::start(
+        "rollout-shard-good",
+        json!({"steps": [1, "10%", "100%"], "pauseSeconds": 1}),
+    )
+    .await;
+    let v1 = f.status().await.to;
+    let started = std::time::Instant::now();
+    set_code(&f.config_maps, &code("v2", &[])).await;
+    let allowed = [1, 4, PARENTS];
+    let mut steps_seen = BTreeSet::new();
+    let mut on_new: BTreeSet<String> = BTreeSet::new();
+    let mut checks = 0usize;
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let all = children(&f.config_maps).await;
+        let status = f.status().await;
+        let v2: BTreeSet<String> = all
+            .iter()
+            .filter(|(_, (_, v))| v == "v2")
+            .map(|(n, _)| n.clone())
+            .collect();
+        if status.to != v1 {
+            for name in &v2 {
+                assert!(
+                    may_run_new(&status, &f.keys[name]),
+                    "{name} runs v2 before its step: {status:?}"
+                );
+                checks += 1;
+            }
+            let step = status.step as usize;
+            assert!(
+                status.phase == RolloutPhase::Complete || v2.len() <= allowed[step.min(2)],
+                "{} parents on v2 at step {step}: {status:?}",
+                v2.len()
+            );
+            steps_seen.insert(step);
+        }
+        let back: Vec<&String> = on_new.difference(&v2).collect();
+        assert!(back.is_empty(), "parents back on v1: {back:?}");
+        on_new = v2;
+        if status.phase == RolloutPhase::Complete && status.to != v1 && on_new.len() == PARENTS {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "rollout did not complete: {status:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(checks > PARENTS, "too few observations: {checks}");
+    assert!(steps_seen.contains(&1), "step 2 observed: {steps_seen:?}");
+    let status = f.status().await;
+    assert_eq!((status.from, status.updated), (v1, PARENTS as u32));
+    for needle in ["step 2: 4 of 40", "step 3: 40 of 40"] {
+        until_event(
+            &f.cluster,
+            ("default", &f.cc_name),
+            "RolloutStep",
+            needle,
+            WAIT,
+        )
+        .await;
+    }
+    // One writer of the rollout: the holder of shard 0.
+    let writes: Vec<(String, std::time::Instant)> = f
+        .status_writes()
+        .into_iter()
+        .filter(|(_, at)| *at >= started)
+        .collect();
+    let during: BTreeSet<&String> = writes.iter().map(|(w, _)| w).collect();
+    let holder = f.shards.holders().await.get(&0).cloned();
+    assert_eq!(during.len(), 1, "writers of the rollout state: {during:?}");
+    assert_eq!(during.into_iter().next(), holder.as_ref());
+    assert!(writes.len() >= 3, "one write per step at least: {writes:?}");
+    assert!(f.reporters().await >= 2, "the other replicas reported");
+}
+
+/// A failing change over three replicas: v2 fails on the third parent of the order (the
+/// second step); the driver learns it from the report of the replica syncing it (or its
+/// own), rolls back, names the parent; parents outside the step never ran v2.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_sharded_replicas_roll_back_a_failing_change() {
+    let f = Fixture::start("rollout-shard-bad", json!({"steps": [1, "10%", "100%"]})).await;
+    let failing = f.order[2].clone();
+    let before = children(&f.config_maps).await;
+    let v1 = f.status().await.to;
+    set_code(
+        &f.config_maps,
+        &code("v2", &[failing.clone(), f.order[30].clone()]),
+    )
+    .await;
+    eventually_within("the rollout rolled back", WAIT, || async {
+        f.status_opt()
+            .await
+            .is_some_and(|s| s.phase == RolloutPhase::RolledBack)
+    })
+    .await;
+    let status = f.status().await;
+    let shown = format!("{}/{failing}", f.ns);
+    assert_eq!(status.failed_parent.as_deref(), Some(shown.as_str()));
+    assert_eq!((status.from.as_str(), status.step), (v1.as_str(), 1));
+    let event = until_event(
+        &f.cluster,
+        ("default", &f.cc_name),
+        "RolloutRolledBack",
+        &shown,
+        WAIT,
+    )
+    .await;
+    assert_eq!(event.type_.as_deref(), Some("Warning"));
+    eventually_within("the step's parents back on v1", WAIT, || async {
+        children(&f.config_maps)
+            .await
+            .values()
+            .all(|(_, v)| v == "v1")
+    })
+    .await;
+    let after = children(&f.config_maps).await;
+    for name in &f.order[4..] {
+        assert_eq!(
+            after.get(name),
+            before.get(name),
+            "{name} is outside the step"
+        );
+    }
+}
