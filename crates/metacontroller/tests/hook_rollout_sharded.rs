@@ -23,6 +23,7 @@ use metacontroller_testkit::{
     create_object, eventually_within, unique_name, until_event, ApiRecorder, ControllerProcess,
     TestCluster,
 };
+use metacontroller_workqueue::shard_of;
 use serde_json::json;
 
 const WAIT: Duration = Duration::from_secs(120);
@@ -305,13 +306,21 @@ async fn three_sharded_replicas_roll_out_each_parent_on_its_assignment() {
     assert!(f.reporters().await >= 2, "the other replicas reported");
 }
 
-/// A failing change over three replicas: v2 fails on the third parent of the order (the
-/// second step); the driver learns it from the report of the replica syncing it (or its
-/// own), rolls back, names the parent; parents outside the step never ran v2.
+/// A failing change over three replicas: v2 fails on a parent of the second step that a
+/// replica other than the driver syncs; the driver learns it from that replica's report,
+/// rolls back and names the parent; parents outside the step never ran v2.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_sharded_replicas_roll_back_a_failing_change() {
-    let f = Fixture::start("rollout-shard-bad", json!({"steps": [1, "10%", "100%"]})).await;
-    let failing = f.order[2].clone();
+    let f = Fixture::start("rollout-shard-bad", json!({"steps": [1, "50%", "100%"]})).await;
+    let holders = f.shards.holders().await;
+    let driver = holders.get(&0).cloned().expect("shard 0 held");
+    let holder_of = |name: &String| holders.get(&shard_of(&format!("{}/{name}", f.ns), SHARDS));
+    // Step 2 holds the first 20 parents of the order: one of them is another replica's.
+    let failing = f.order[1..PARENTS / 2]
+        .iter()
+        .find(|n| holder_of(n) != Some(&driver))
+        .expect("a parent of step 2 synced by another replica")
+        .clone();
     let before = children(&f.config_maps).await;
     let v1 = f.status().await.to;
     set_code(
@@ -338,6 +347,7 @@ async fn three_sharded_replicas_roll_back_a_failing_change() {
     )
     .await;
     assert_eq!(event.type_.as_deref(), Some("Warning"));
+    assert_eq!(f.shards.holders().await, holders, "the shards did not move");
     eventually_within("the step's parents back on v1", WAIT, || async {
         children(&f.config_maps)
             .await
@@ -346,7 +356,7 @@ async fn three_sharded_replicas_roll_back_a_failing_change() {
     })
     .await;
     let after = children(&f.config_maps).await;
-    for name in &f.order[4..] {
+    for name in &f.order[PARENTS / 2..] {
         assert_eq!(
             after.get(name),
             before.get(name),
