@@ -118,35 +118,7 @@ impl Fixture {
         let cc_name = unique_name("rollout");
         let _: CompositeController = cluster.create_controller(&cc_name, &label, spec).await;
         let shards = ShardLeases::new_group(cluster.client(), &ns, SHARDS);
-        let mut recorders = Vec::new();
-        let mut replicas = Vec::new();
-        for _ in 0..3 {
-            let recorder = ApiRecorder::start(cluster.client());
-            let args = sharded_replica_args(
-                recorder.kubeconfig_path(),
-                &label,
-                shards.group(),
-                SHARDS,
-                LEASE,
-            );
-            replicas.push(ControllerProcess::start_with_env(
-                env!("CARGO_BIN_EXE_metacontroller"),
-                args,
-                [
-                    ("POD_NAMESPACE", ns.clone()),
-                    (
-                        "RUST_LOG",
-                        "warn,metacontroller=info,metacontroller_controllers=info".to_string(),
-                    ),
-                ],
-            ));
-            recorders.push(recorder);
-        }
-        for r in &replicas {
-            r.wait_joined().await;
-        }
-        let ids: BTreeSet<String> = replicas.iter().map(|r| r.member_identity()).collect();
-        shards.wait_spread(&ids, WAIT).await;
+        let (recorders, replicas) = three_replicas(&cluster, &ns, &label, &shards).await;
         let ccs: Api<CompositeController> = Api::all(cluster.client());
         let f = Fixture {
             cluster,
@@ -212,6 +184,46 @@ impl Fixture {
             .map(|l| l.items.len())
             .unwrap_or(0)
     }
+}
+
+/// Three replicas of group `shards` (each behind its own recording proxy) for the
+/// controllers labelled `team=<label>`, once they joined and split the shards.
+async fn three_replicas(
+    cluster: &TestCluster,
+    ns: &str,
+    label: &str,
+    shards: &ShardLeases,
+) -> (Vec<ApiRecorder>, Vec<ControllerProcess>) {
+    let mut recorders = Vec::new();
+    let mut replicas = Vec::new();
+    for _ in 0..3 {
+        let recorder = ApiRecorder::start(cluster.client());
+        let args = sharded_replica_args(
+            recorder.kubeconfig_path(),
+            label,
+            shards.group(),
+            SHARDS,
+            LEASE,
+        );
+        replicas.push(ControllerProcess::start_with_env(
+            env!("CARGO_BIN_EXE_metacontroller"),
+            args,
+            [
+                ("POD_NAMESPACE", ns.to_string()),
+                (
+                    "RUST_LOG",
+                    "warn,metacontroller=info,metacontroller_controllers=info".to_string(),
+                ),
+            ],
+        ));
+        recorders.push(recorder);
+    }
+    for r in &replicas {
+        r.wait_joined().await;
+    }
+    let ids: BTreeSet<String> = replicas.iter().map(|r| r.member_identity()).collect();
+    shards.wait_spread(&ids, WAIT).await;
+    (recorders, replicas)
 }
 
 /// Whether a parent with `key` may run `to` under `status` (read after its child).
