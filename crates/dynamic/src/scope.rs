@@ -58,7 +58,7 @@ impl WatchScope {
     }
 
     /// The namespaces, sorted.
-    pub(crate) fn namespaces(&self) -> impl Iterator<Item = &str> {
+    pub fn namespaces(&self) -> impl Iterator<Item = &str> {
         self.namespaces.iter().map(String::as_str)
     }
 

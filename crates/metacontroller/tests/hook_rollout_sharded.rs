@@ -290,6 +290,11 @@ async fn three_sharded_replicas_roll_out_each_parent_on_its_assignment() {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    // A figure for the docs, not an assertion.
+    eprintln!(
+        "rollout of {PARENTS} parents over 3 replicas complete after {:?}",
+        started.elapsed()
+    );
     assert!(checks > PARENTS, "too few observations: {checks}");
     assert!(steps_seen.contains(&1), "step 2 observed: {steps_seen:?}");
     let status = f.status().await;

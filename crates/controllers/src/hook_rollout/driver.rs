@@ -100,6 +100,7 @@ impl RolloutDriver {
         client: kube::Client,
         hooks: HookClient,
         gate: &metacontroller_workqueue::SyncGate,
+        scope: Option<Vec<String>>,
     ) -> Option<Arc<Self>> {
         let (spec, kind, plural, meta, object) = match controller {
             CustomizableController::Composite(c) => (
@@ -130,7 +131,7 @@ impl RolloutDriver {
         };
         Some(Arc::new(RolloutDriver {
             spec,
-            shared: super::shared::Shared::new(gate, &owner),
+            shared: super::shared::Shared::new(gate, &owner, scope),
             owner,
             object,
             resource: ApiResource::from_gvk_with_plural(&gvk, plural),

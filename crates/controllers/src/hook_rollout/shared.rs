@@ -87,12 +87,18 @@ pub(crate) struct Shared {
     report_name: String,
     /// The report last written (nothing is written while it is unchanged).
     published: std::sync::Mutex<Option<Report>>,
+    /// The watched namespaces (`--watch-namespaces`); `None`: every namespace.
+    namespaces: Option<Vec<String>>,
 }
 
 impl Shared {
     /// The sharing of a rollout under `gate`; `None` without sharding (one replica, or
     /// leader election: a single driver already).
-    pub(crate) fn new(gate: &SyncGate, owner: &Owner) -> Option<Shared> {
+    pub(crate) fn new(
+        gate: &SyncGate,
+        owner: &Owner,
+        namespaces: Option<Vec<String>>,
+    ) -> Option<Shared> {
         gate.shard_count()?;
         // Seeded by the OS: unique per process without an extra dependency.
         let mut nonce = std::collections::hash_map::RandomState::new().build_hasher();
@@ -101,6 +107,7 @@ impl Shared {
             gate: gate.clone(),
             report_name: report_name(owner, nonce.finish()),
             published: std::sync::Mutex::new(None),
+            namespaces,
         })
     }
 
@@ -203,20 +210,36 @@ pub(crate) fn merge(into: &mut HashMap<ParentKey, Reported>, key: ParentKey, res
 }
 
 /// Every parent of the controller, listed from the API (this replica caches only its
-/// shards), keeping those `cares` accepts.
+/// shards) in the watched `namespaces` (every one when `None`; a cluster-scoped resource
+/// cluster-wide), keeping those `cares` accepts.
 pub(crate) async fn list_parents(
     client: &kube::Client,
     resources: &[Arc<metacontroller_dynamic::ApiResource>],
+    namespaces: Option<&[String]>,
     cares: impl Fn(&Value) -> bool,
 ) -> Result<Vec<Parent>, String> {
     let mut parents = Vec::new();
     for resource in resources {
-        let api = Api::<DynamicObject>::all_with(client.clone(), &resource.to_kube());
-        let list = api
-            .list(&ListParams::default())
-            .await
-            .map_err(|e| format!("listing {}: {e}", resource.name))?;
-        for object in list.items {
+        let kube_resource = resource.to_kube();
+        let apis = match namespaces.filter(|_| resource.namespaced) {
+            None => vec![Api::<DynamicObject>::all_with(
+                client.clone(),
+                &kube_resource,
+            )],
+            Some(namespaces) => namespaces
+                .iter()
+                .map(|ns| Api::namespaced_with(client.clone(), ns, &kube_resource))
+                .collect(),
+        };
+        let mut items = Vec::new();
+        for api in apis {
+            let list = api
+                .list(&ListParams::default())
+                .await
+                .map_err(|e| format!("listing {}: {e}", resource.name))?;
+            items.extend(list.items);
+        }
+        for object in items {
             let mut value = serde_json::to_value(&object).map_err(|e| e.to_string())?;
             value["apiVersion"] = Value::String(resource.api_version.clone());
             value["kind"] = Value::String(resource.kind.clone());
@@ -281,7 +304,9 @@ pub(crate) async fn sharded_round(
         return Ok(None);
     }
     let remote = read_reports(&driver.client, &driver.owner, &driver.namespace, &status.to).await?;
-    let parents = list_parents(&driver.client, &host.parent_resources(), |o| host.cares(o)).await?;
+    let resources = host.parent_resources();
+    let scope = shared.namespaces.as_deref();
+    let parents = list_parents(&driver.client, &resources, scope, |o| host.cares(o)).await?;
     match driver.step(&parents, &remote, code_may_have_changed).await {
         Err(e) if is_conflict(&e) => {
             tracing::info!(controller = %driver.owner.name, "hook rollout: the state changed while evaluating it; reading it again");
@@ -417,8 +442,8 @@ mod tests {
             name: "c".into(),
             uid: "u".into(),
         };
-        assert!(Shared::new(&SyncGate::default(), &owner).is_none());
-        let sharded = Shared::new(&SyncGate::sharded(4), &owner).expect("sharded");
+        assert!(Shared::new(&SyncGate::default(), &owner, None).is_none());
+        let sharded = Shared::new(&SyncGate::sharded(4), &owner, None).expect("sharded");
         assert!(!sharded.drives(), "shard 0 is not owned yet");
         assert!(sharded.report_name.starts_with("c-cc-rollout-"));
     }

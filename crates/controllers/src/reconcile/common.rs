@@ -107,6 +107,9 @@ where
             ctx.client.clone(),
             ctx.hooks.clone(),
             &ctx.options.gate,
+            ctx.informers
+                .scope()
+                .map(|s| s.namespaces().map(str::to_string).collect()),
         );
         let related = RelatedManager::new(RelatedConfig {
             controller: spec.controller,
