@@ -35,6 +35,9 @@ use metacontroller_api::rollout::{HookRolloutStatus, RolloutPhase};
 use super::driver::{parent_of, Parent, RolloutDriver, RolloutHost};
 use super::store::Owner;
 
+/// Shortest time between two rounds of a sharded replica (each reads the controller object).
+const MIN_ROUND: std::time::Duration = std::time::Duration::from_millis(200);
+
 /// Label on every report Lease; its value is the controller's revision prefix
 /// (`<name>-cc` / `<name>-dc`), so the driver lists the reports of its controller only.
 pub(crate) const REPORT_LABEL: &str = "metacontroller.k8s.io/hook-rollout-report";
@@ -280,7 +283,8 @@ pub(crate) fn is_conflict(error: &str) -> bool {
 
 /// One round of a sharded replica: reads the state (queuing its own parents whose code
 /// changed), publishes its report, and when it `drives`, evaluates the rollout over every
-/// parent and every report. `None` when it does not drive, or lost a race to write.
+/// parent and every report. `None` when it does not drive, had nothing to evaluate, or lost
+/// a race to write. Rounds are at least [`MIN_ROUND`] apart: every finished sync wakes one.
 pub(crate) async fn sharded_round(
     driver: &RolloutDriver,
     host: &dyn RolloutHost,
@@ -290,24 +294,30 @@ pub(crate) async fn sharded_round(
     let Some(shared) = &driver.shared else {
         return Ok(None);
     };
+    let round = tokio::time::sleep(MIN_ROUND);
     let status = follow(driver, host).await?;
-    if matches!(
+    let running = matches!(
         status.phase,
         RolloutPhase::Progressing | RolloutPhase::Paused
-    ) {
+    );
+    if running {
         let report = own_report(driver, &status.to);
         shared
             .publish(&driver.client, &driver.owner, &driver.namespace, report)
             .await?;
     }
-    if !drives {
+    if !drives || !(running || code_may_have_changed) {
+        // At rest the driver lists nothing: only a code change starts a rollout.
+        round.await;
         return Ok(None);
     }
     let remote = read_reports(&driver.client, &driver.owner, &driver.namespace, &status.to).await?;
     let resources = host.parent_resources();
     let scope = shared.namespaces.as_deref();
     let parents = list_parents(&driver.client, &resources, scope, |o| host.cares(o)).await?;
-    match driver.step(&parents, &remote, code_may_have_changed).await {
+    let stepped = driver.step(&parents, &remote, code_may_have_changed).await;
+    round.await;
+    match stepped {
         Err(e) if is_conflict(&e) => {
             tracing::info!(controller = %driver.owner.name, "hook rollout: the state changed while evaluating it; reading it again");
             Ok(None)
