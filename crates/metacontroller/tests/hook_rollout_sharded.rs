@@ -88,7 +88,7 @@ struct Fixture {
     order: Vec<String>,
     shards: ShardLeases,
     recorders: Vec<ApiRecorder>,
-    _replicas: Vec<ControllerProcess>,
+    replicas: Vec<ControllerProcess>,
 }
 
 impl Fixture {
@@ -130,7 +130,7 @@ impl Fixture {
             order,
             shards,
             recorders,
-            _replicas: replicas,
+            replicas,
         };
         eventually_within(
             "every child on v1 and the rollout state written",
@@ -235,20 +235,15 @@ fn may_run_new(status: &HookRolloutStatus, key: &ParentKey) -> bool {
     }
 }
 
-/// A good change over three replicas: steps 1, 4, 40 with a pause; every child read on v2
-/// belongs to a parent the step read after it includes; no child goes back to v1; one
-/// replica (the holder of shard 0) writes every state of the rollout; the other replicas'
-/// parents count through their reports.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn three_sharded_replicas_roll_out_each_parent_on_its_assignment() {
-    let f = Fixture::start(
-        "rollout-shard-good",
-        json!({"steps": [1, "10%", "100%"], "pauseSeconds": 1}),
-    )
-    .await;
-    let v1 = f.status().await.to;
-    let started = std::time::Instant::now();
-    set_code(&f.config_maps, &code("v2", &[])).await;
+/// Reads the children, then the status, every 100 ms until every parent runs v2 and the
+/// rollout is `Complete`, checking on each read that every child on v2 belongs to a parent
+/// the status includes, at most 1, 4, 40 parents at the steps, and that no child goes back
+/// to v1. `each` sees every status read. Returns the steps seen and the checks made.
+async fn watch_until_complete(
+    f: &Fixture,
+    v1: &str,
+    mut each: impl FnMut(&HookRolloutStatus),
+) -> (BTreeSet<usize>, usize) {
     let allowed = [1, 4, PARENTS];
     let mut steps_seen = BTreeSet::new();
     let mut on_new: BTreeSet<String> = BTreeSet::new();
@@ -257,6 +252,7 @@ async fn three_sharded_replicas_roll_out_each_parent_on_its_assignment() {
     loop {
         let all = children(&f.config_maps).await;
         let status = f.status().await;
+        each(&status);
         let v2: BTreeSet<String> = all
             .iter()
             .filter(|(_, (_, v))| v == "v2")
@@ -282,7 +278,7 @@ async fn three_sharded_replicas_roll_out_each_parent_on_its_assignment() {
         assert!(back.is_empty(), "parents back on v1: {back:?}");
         on_new = v2;
         if status.phase == RolloutPhase::Complete && status.to != v1 && on_new.len() == PARENTS {
-            break;
+            return (steps_seen, checks);
         }
         assert!(
             tokio::time::Instant::now() < deadline,
@@ -290,6 +286,23 @@ async fn three_sharded_replicas_roll_out_each_parent_on_its_assignment() {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// A good change over three replicas: steps 1, 4, 40 with a pause; every child read on v2
+/// belongs to a parent the step read after it includes; no child goes back to v1; one
+/// replica (the holder of shard 0) writes every state of the rollout; the other replicas'
+/// parents count through their reports.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_sharded_replicas_roll_out_each_parent_on_its_assignment() {
+    let f = Fixture::start(
+        "rollout-shard-good",
+        json!({"steps": [1, "10%", "100%"], "pauseSeconds": 1}),
+    )
+    .await;
+    let v1 = f.status().await.to;
+    let started = std::time::Instant::now();
+    set_code(&f.config_maps, &code("v2", &[])).await;
+    let (steps_seen, checks) = watch_until_complete(&f, &v1, |_| {}).await;
     // A figure for the docs, not an assertion.
     eprintln!(
         "rollout of {PARENTS} parents over 3 replicas complete after {:?}",
@@ -380,4 +393,56 @@ async fn three_sharded_replicas_roll_back_a_failing_change() {
             "{name} is outside the step"
         );
     }
+}
+
+/// The driving replica (holder of shard 0) is killed with SIGKILL at step 2, held there by a
+/// pause: another replica takes shard 0 over and finishes the rollout from the state in the
+/// API; through the handover no parent runs v2 before its step nor goes back, and after the
+/// kill only the new holder of shard 0 writes the state.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_driver_hands_the_rollout_to_the_next_holder_of_shard_0() {
+    let mut f = Fixture::start(
+        "rollout-shard-kill",
+        json!({"steps": [1, "10%", "100%"], "pauseSeconds": 2}),
+    )
+    .await;
+    let v1 = f.status().await.to;
+    let first = f
+        .shards
+        .holders()
+        .await
+        .get(&0)
+        .cloned()
+        .expect("shard 0 held");
+    set_code(&f.config_maps, &code("v2", &[])).await;
+    eventually_within("step 2", WAIT, || async { f.status().await.step == 1 }).await;
+    let victim = f
+        .replicas
+        .iter()
+        .position(|r| r.member_identity() == first)
+        .expect("the driver is one of the replicas");
+    f.replicas[victim].kill9();
+    let killed = std::time::Instant::now();
+    let mut seen = Vec::new();
+    let (steps_seen, checks) = watch_until_complete(&f, &v1, |s| seen.push(s.step)).await;
+    assert!(checks > 0 && steps_seen.contains(&2), "{steps_seen:?}");
+    assert!(
+        seen.windows(2).all(|w| w[0] <= w[1]),
+        "the step never goes back: {seen:?}"
+    );
+    let second = f
+        .shards
+        .holders()
+        .await
+        .get(&0)
+        .cloned()
+        .expect("shard 0 held");
+    assert_ne!(second, first, "shard 0 moved");
+    let after: BTreeSet<String> = f
+        .status_writes()
+        .into_iter()
+        .filter(|(_, at)| *at > killed)
+        .map(|(who, _)| who)
+        .collect();
+    assert_eq!(after, BTreeSet::from([second]), "writers after the kill");
 }
