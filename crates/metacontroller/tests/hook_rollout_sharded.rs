@@ -15,7 +15,10 @@ use std::time::Duration;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::api::{ApiResource, DynamicObject};
+use kube::core::GroupVersionKind;
 use metacontroller_api::composite::CompositeController;
+use metacontroller_api::decorator::DecoratorController;
 use metacontroller_api::rollout::assign::ParentKey;
 use metacontroller_api::rollout::{HookRolloutStatus, RolloutPhase};
 use metacontroller_testkit::replicas::{sharded_replica_args, writes_by_replica, ShardLeases};
@@ -31,15 +34,18 @@ const PARENTS: usize = 40;
 const SHARDS: u32 = 12;
 const LEASE: Duration = Duration::from_secs(4);
 
-/// The hook: one child ConfigMap per parent holding the code's version; `failing` parents
-/// make it fail.
+/// The hook: one child ConfigMap per parent (a CompositeController's child, a
+/// DecoratorController's attachment) holding the code's version; `failing` parents make it
+/// fail.
 fn code(version: &str, failing: &[String]) -> String {
     let failing = serde_json::to_string(failing).unwrap_or_default();
     format!(
-        "function(request) local name = request.parent.metadata.name;\n\
+        "function(request) local composite = std.objectHas(request, 'parent');\n\
+         local name = (if composite then request.parent else request.object).metadata.name;\n\
+         local out = [{{apiVersion: 'v1', kind: 'ConfigMap', \
+         metadata: {{name: name + '-child'}}, data: {{version: '{version}'}}}}];\n\
          if std.member({failing}, name) then error 'version {version} cannot sync ' + name\n\
-         else {{children: [{{apiVersion: 'v1', kind: 'ConfigMap', \
-         metadata: {{name: name + '-child'}}, data: {{version: '{version}'}}}}]}}"
+         else if composite then {{children: out}} else {{attachments: out}}"
     )
 }
 
@@ -80,8 +86,11 @@ struct Fixture {
     cluster: TestCluster,
     ns: String,
     config_maps: Api<ConfigMap>,
-    ccs: Api<CompositeController>,
+    /// The controller objects of its kind.
+    ctrls: Api<DynamicObject>,
     cc_name: String,
+    /// `compositecontrollers` or `decoratorcontrollers`.
+    plural: &'static str,
     /// Parent keys by name.
     keys: BTreeMap<String, ParentKey>,
     /// Parent names in the rollout's order (step 1 is the first).
@@ -93,6 +102,12 @@ struct Fixture {
 
 impl Fixture {
     async fn start(prefix: &str, rollout: serde_json::Value) -> Self {
+        Fixture::start_kind(prefix, rollout, false).await
+    }
+
+    /// [`Fixture::start`] with a DecoratorController attaching the ConfigMaps when
+    /// `decorator`.
+    async fn start_kind(prefix: &str, rollout: serde_json::Value, decorator: bool) -> Self {
         let (cluster, ns, parent) = TestCluster::start_with_parent(prefix).await;
         let config_maps: Api<ConfigMap> = Api::namespaced(cluster.client(), &ns);
         set_code(&config_maps, &code("v1", &[])).await;
@@ -110,22 +125,44 @@ impl Fixture {
         sorted.sort();
         let order = sorted.into_iter().map(|(_, n)| n.clone()).collect();
         let label = unique_name("team");
-        let mut spec = parent.composite_spec("http://unused.invalid/");
-        spec["hooks"] = json!({"sync": {"jsonnet": {
+        let hooks = json!({"sync": {"jsonnet": {
             "configMapRef": {"namespace": ns, "name": "code"}, "key": "sync.jsonnet"}}});
-        spec["generateSelector"] = json!(true);
-        spec["hookRollout"] = rollout;
         let cc_name = unique_name("rollout");
-        let _: CompositeController = cluster.create_controller(&cc_name, &label, spec).await;
+        let plural = if decorator {
+            let spec = json!({
+                "resources": [{"apiVersion": parent.api_version(), "resource": parent.plural()}],
+                "attachments": [{"apiVersion": "v1", "resource": "configmaps",
+                                 "updateStrategy": {"method": "InPlace"}}],
+                "hooks": hooks, "hookRollout": rollout});
+            let _: DecoratorController = cluster.create_controller(&cc_name, &label, spec).await;
+            "decoratorcontrollers"
+        } else {
+            let mut spec = parent.composite_spec("http://unused.invalid/");
+            spec["hooks"] = hooks;
+            spec["generateSelector"] = json!(true);
+            spec["hookRollout"] = rollout;
+            let _: CompositeController = cluster.create_controller(&cc_name, &label, spec).await;
+            "compositecontrollers"
+        };
         let shards = ShardLeases::new_group(cluster.client(), &ns, SHARDS);
         let (recorders, replicas) = three_replicas(&cluster, &ns, &label, &shards).await;
-        let ccs: Api<CompositeController> = Api::all(cluster.client());
+        let kind = if decorator {
+            "DecoratorController"
+        } else {
+            "CompositeController"
+        };
+        let gvk = GroupVersionKind::gvk("metacontroller.k8s.io", "v1alpha1", kind);
+        let ctrls = Api::all_with(
+            cluster.client(),
+            &ApiResource::from_gvk_with_plural(&gvk, plural),
+        );
         let f = Fixture {
             cluster,
             ns,
             config_maps,
-            ccs,
+            ctrls,
             cc_name,
+            plural,
             keys,
             order,
             shards,
@@ -149,8 +186,8 @@ impl Fixture {
     }
 
     async fn status_opt(&self) -> Option<HookRolloutStatus> {
-        let cc = self.ccs.get(&self.cc_name).await.ok()?;
-        HookRolloutStatus::from_status(cc.status.as_ref())
+        let ctrl = self.ctrls.get(&self.cc_name).await.ok()?;
+        HookRolloutStatus::from_status(ctrl.data.get("status"))
     }
 
     async fn status(&self) -> HookRolloutStatus {
@@ -163,7 +200,7 @@ impl Fixture {
             .into_iter()
             .filter(|(_, w)| {
                 w.accepted()
-                    && w.resource == "compositecontrollers"
+                    && w.resource == self.plural
                     && w.subresource.as_deref() == Some("status")
                     && w.name.as_deref() == Some(self.cc_name.as_str())
             })
@@ -175,8 +212,13 @@ impl Fixture {
     async fn reporters(&self) -> usize {
         let leases: Api<Lease> = Api::namespaced(self.cluster.client(), &self.ns);
         let selector = format!(
-            "metacontroller.k8s.io/hook-rollout-report={}-cc",
-            self.cc_name
+            "metacontroller.k8s.io/hook-rollout-report={}-{}",
+            self.cc_name,
+            if self.plural == "decoratorcontrollers" {
+                "dc"
+            } else {
+                "cc"
+            }
         );
         leases
             .list(&ListParams::default().labels(&selector))
@@ -445,4 +487,36 @@ async fn a_killed_driver_hands_the_rollout_to_the_next_holder_of_shard_0() {
         .map(|(who, _)| who)
         .collect();
     assert_eq!(after, BTreeSet::from([second]), "writers after the kill");
+}
+
+/// The same good change with a DecoratorController attaching the ConfigMaps to its targets:
+/// each target runs the code of its assignment, one replica writes the state.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_sharded_replicas_roll_out_a_decorator() {
+    let f = Fixture::start_kind(
+        "rollout-shard-dc",
+        json!({"steps": [1, "10%", "100%"], "pauseSeconds": 1}),
+        true,
+    )
+    .await;
+    let v1 = f.status().await.to;
+    let started = std::time::Instant::now();
+    set_code(&f.config_maps, &code("v2", &[])).await;
+    let (steps_seen, checks) = watch_until_complete(&f, &v1, |_| {}).await;
+    assert!(
+        checks > PARENTS && steps_seen.contains(&1),
+        "{steps_seen:?}"
+    );
+    let writers: BTreeSet<String> = f
+        .status_writes()
+        .into_iter()
+        .filter(|(_, at)| *at >= started)
+        .map(|(who, _)| who)
+        .collect();
+    let holder = f.shards.holders().await.get(&0).cloned();
+    assert_eq!(
+        writers.into_iter().collect::<Vec<_>>(),
+        Vec::from_iter(holder)
+    );
+    assert!(f.reporters().await >= 2, "the other replicas reported");
 }
