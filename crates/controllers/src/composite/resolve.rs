@@ -25,14 +25,18 @@ pub struct Resolved {
 
 impl Resolved {
     /// Refuses cluster-scoped parent and child types when `scope` limits the process to
-    /// namespaces (see [`crate::scope`]).
+    /// namespaces (see [`crate::scope`]), except child types opted in to children elsewhere.
     pub(crate) fn check_scope(
         &self,
         scope: Option<&metacontroller_dynamic::WatchScope>,
     ) -> Result<(), crate::scope::OutOfScope> {
         crate::scope::check(scope, "parent", &self.parent)?;
-        for (_, _, child) in &self.children {
-            crate::scope::check(scope, "child", child)?;
+        for (kind, _, child) in &self.children {
+            // An opted-in child type (`namespaces`) may still place children in watched
+            // namespaces; each unreachable child is refused on its own (see `reach`).
+            if kind.namespaces.is_empty() {
+                crate::scope::check(scope, "child", child)?;
+            }
         }
         Ok(())
     }

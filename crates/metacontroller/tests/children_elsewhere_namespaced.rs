@@ -1,0 +1,144 @@
+//! Children elsewhere in a namespaced install (issue 53, extension
+//! `childResources[].namespaces` under `--watch-namespaces`): a child in a watched namespace
+//! other than the parent's is created and label-tracked; a child in a namespace the process
+//! does not watch, and a cluster-scoped child it cannot watch, are refused one by one (a
+//! log line, and a `SyncError` Warning Event on the parent naming the child and the watched
+//! namespaces), never written, while the parent's other children converge and the process
+//! keeps running. Passes on the embedded server and on a real one
+//! (`METACONTROLLER_E2E_KUBECONFIG`; the binary runs with the test's credentials there, so
+//! this shows the scope rule, not RBAC).
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::rbac::v1::ClusterRole;
+use kube::api::Api;
+use metacontroller_api::composite::CompositeController;
+use metacontroller_testkit::{
+    create_object, events_about, eventually_within, unique_name, ControllerProcess, HookReply,
+    HookServer, TestCluster,
+};
+use serde_json::{json, Value};
+
+const WAIT: Duration = Duration::from_secs(90);
+const UID_LABEL: &str = "metacontroller.k8s.io/parent-uid";
+
+/// ConfigMaps `own` (parent's namespace), `ok` in `spec.watched` and `lost` in
+/// `spec.unwatched`, and ClusterRole `spec.role`.
+fn reply(request: &Value) -> Value {
+    let spec = &request["parent"]["spec"];
+    let text = |field: &str| spec[field].as_str().unwrap_or_default().to_string();
+    let cm = |name: &str, namespace: Option<String>| {
+        let mut meta = json!({"name": name, "labels": {"app": "scoped"}});
+        if let Some(ns) = namespace {
+            meta["namespace"] = json!(ns);
+        }
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": {"k": "v"}})
+    };
+    json!({
+        "children": [
+            cm("own", None),
+            cm("ok", Some(text("watched"))),
+            cm("lost", Some(text("unwatched"))),
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+             "metadata": {"name": text("role"), "labels": {"app": "scoped"}},
+             "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"]}]},
+        ],
+        "status": {"ok": true},
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unwatched_children_elsewhere_are_refused_one_by_one() {
+    let cluster = TestCluster::start().await;
+    cluster.install_metacontroller_crds().await;
+    let parent_ns = cluster.create_namespace("scoped-parent").await;
+    let watched = cluster.create_namespace("scoped-watched").await;
+    let unwatched = cluster.create_namespace("scoped-unwatched").await;
+    let role = unique_name("scoped-role");
+    let crd = cluster.install_parent_crd("elsewhere-scoped").await;
+    let hook = HookServer::start(|_, request| HookReply::json(reply(request))).await;
+    let label = unique_name("team");
+    let anywhere = |api_version: &str, resource: &str| json!({"apiVersion": api_version, "resource": resource, "namespaces": ["*"]});
+    let _: CompositeController = cluster
+        .create_controller(
+            &unique_name("cc"),
+            &label,
+            json!({
+                "parentResource": {"apiVersion": crd.api_version(), "resource": crd.plural()},
+                "childResources": [anywhere("v1", "configmaps"),
+                                   anywhere("rbac.authorization.k8s.io/v1", "clusterroles")],
+                "hooks": {"sync": {"webhook": {"url": hook.url("/sync")}}},
+            }),
+        )
+        .await;
+    let parents = crd.api(cluster.client(), Some(&parent_ns));
+    let parent = create_object(
+        &parents,
+        json!({"apiVersion": crd.api_version(), "kind": "Parent", "metadata": {"name": "p"},
+               "spec": {"watched": watched, "unwatched": unwatched, "role": role,
+                        "selector": {"matchLabels": {"app": "scoped"}}}}),
+    )
+    .await;
+    let uid = parent.metadata.uid.clone().expect("parent uid");
+    let scope = format!("{parent_ns},{watched}");
+    let mut process = ControllerProcess::run_team(
+        env!("CARGO_BIN_EXE_metacontroller"),
+        cluster.kubeconfig_path(),
+        &label,
+        &["--watch-namespaces", &scope],
+    );
+
+    // The reachable children converge: `own` owned, `ok` label-tracked.
+    let configmaps = |ns: &str| Api::<ConfigMap>::namespaced(cluster.client(), ns);
+    eventually_within("the watched children exist", WAIT, || async {
+        let own = configmaps(&parent_ns).get_opt("own").await.ok().flatten();
+        let ok = configmaps(&watched).get_opt("ok").await.ok().flatten();
+        own.is_some()
+            && ok.is_some_and(|cm| {
+                cm.metadata.labels.unwrap_or_default().get(UID_LABEL) == Some(&uid)
+            })
+    })
+    .await;
+
+    // The other two: a Warning Event each, naming the child and the watched namespaces.
+    let sorted_scope = {
+        let mut names = [parent_ns.clone(), watched.clone()];
+        names.sort();
+        names.join(",")
+    };
+    let refused = [
+        format!("ConfigMap {unwatched}/lost"),
+        format!("ClusterRole {role}"),
+    ];
+    eventually_within("a Warning Event per unwatched child", WAIT, || async {
+        let events = events_about(&cluster, &parent_ns, "p").await;
+        refused.iter().all(|child| {
+            events.iter().any(|e| {
+                e.type_.as_deref() == Some("Warning")
+                    && e.reason.as_deref() == Some("SyncError")
+                    && e.message.as_deref().is_some_and(|m| {
+                        m.contains(&format!("{child} is not written")) && m.contains(&sorted_scope)
+                    })
+            })
+        })
+    })
+    .await;
+    let lost = configmaps(&unwatched).get_opt("lost").await.expect("get");
+    assert!(lost.is_none(), "the unwatched ConfigMap was written");
+    let roles: Api<ClusterRole> = Api::all(cluster.client());
+    assert!(
+        roles.get_opt(&role).await.expect("get").is_none(),
+        "the unwatchable ClusterRole was written"
+    );
+    let logs = process.logs();
+    assert!(
+        logs.contains("outside the watched namespaces"),
+        "no log line\n{logs}"
+    );
+    assert_eq!(
+        process.wait_exit(Duration::ZERO),
+        None,
+        "the process stopped\n{logs}"
+    );
+}
