@@ -468,6 +468,11 @@ pub struct ValidateArgs {
     /// $KUBECONFIG, ~/.kube/config, then in-cluster.
     #[arg(long, conflicts_with = "kubeconfig")]
     pub live: bool,
+
+    /// The namespaces `run --watch-namespaces` will be limited to (comma-separated): warns
+    /// about children elsewhere (`childResources[].namespaces`) such a process cannot reach.
+    #[arg(long, value_name = "NS,...", value_delimiter = ',')]
+    pub watch_namespaces: Vec<String>,
 }
 
 impl ValidateArgs {

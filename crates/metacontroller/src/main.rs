@@ -28,6 +28,7 @@ mod stranded;
 mod telemetry;
 mod validate_cmd;
 mod validate_code;
+mod validate_scope;
 mod validate_served;
 
 use std::process::ExitCode;

@@ -878,3 +878,104 @@ fn a_hook_error_is_printed_once() {
     assert!(err.contains("sync hook failed for HelloWorld"), "{err}");
     assert_eq!(err.matches("boom once").count(), 1, "{err}");
 }
+
+/// Children elsewhere (extension `childResources[].namespaces`), offline: the v1 request
+/// keys an observed child in another namespace `<namespace>/<name>`, and the desired
+/// children elsewhere (another namespace, a Namespace) are printed with the parent-uid label
+/// and parent annotations the controller writes; a child in the parent's namespace is not.
+#[test]
+fn children_elsewhere_show_their_namespace_and_parent_label() {
+    let dir = tempfile::tempdir().unwrap();
+    let never = json!({"webhook": {"url": "http://127.0.0.1:1/never"}});
+    let spec = json!({
+        "parentResource": {"apiVersion": "example.com/v1", "resource": "helloworlds"},
+        "childResources": [
+            {"apiVersion": "v1", "resource": "configmaps", "namespaces": ["shared"]},
+            {"apiVersion": "v1", "resource": "namespaces", "namespaces": ["*"]},
+        ],
+        "hooks": {"sync": never},
+    });
+    let controller = write(
+        dir.path(),
+        "controller.json",
+        &controller_object("CompositeController", "elsewhere", spec),
+    );
+    let children = write(
+        dir.path(),
+        "children.json",
+        &json!({"apiVersion": "v1", "kind": "List", "items": [
+            {"apiVersion": "v1", "kind": "ConfigMap",
+             "metadata": {"name": "c1", "namespace": "team-a", "labels": {"app": "p"}}},
+            {"apiVersion": "v1", "kind": "ConfigMap",
+             "metadata": {"name": "far", "namespace": "shared",
+                          "labels": {"metacontroller.k8s.io/parent-uid": "uid-p"}}},
+        ]}),
+    );
+    let answer = json!({"children": [
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c1", "labels": {"app": "p"}}},
+        {"apiVersion": "v1", "kind": "ConfigMap",
+         "metadata": {"name": "far", "namespace": "shared", "labels": {"app": "p"}}},
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "made", "labels": {"app": "p"}}},
+    ]});
+    let answer_file = write(dir.path(), "answer.json", &answer);
+    let captured = dir.path().join("request.json");
+    let hook = format!(
+        "tee {} >/dev/null; cat {}",
+        captured.display(),
+        answer_file.display()
+    );
+    let (code, out, err) = render(&[
+        "--controller",
+        path(&controller),
+        "--crd",
+        &hello("crd.yaml"),
+        "--parent",
+        path(&parent(dir.path())),
+        "--children",
+        path(&children),
+        "--hook-command",
+        &hook,
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let request = read_json(&captured);
+    let cms = &request["children"]["ConfigMap.v1"];
+    assert!(
+        cms.get("c1").is_some() && cms.get("shared/far").is_some(),
+        "{request}"
+    );
+    let doc: Value = serde_yaml::from_str(&out).expect("YAML output");
+    let find = |kind: &str, name: &str| {
+        doc["children"]
+            .as_array()
+            .and_then(|c| {
+                c.iter()
+                    .find(|c| c["kind"] == kind && c["metadata"]["name"] == name)
+                    .cloned()
+            })
+            .unwrap_or_else(|| panic!("no {kind} {name} in\n{out}"))
+    };
+    for (kind, name) in [("ConfigMap", "far"), ("Namespace", "made")] {
+        let meta = &find(kind, name)["metadata"];
+        assert_eq!(
+            meta["labels"]["metacontroller.k8s.io/parent-uid"], "uid-p",
+            "{out}"
+        );
+        assert_eq!(
+            meta["annotations"]["metacontroller.k8s.io/parent"], "team-a/p",
+            "{out}"
+        );
+        assert_eq!(
+            meta["annotations"]["metacontroller.k8s.io/parent-kind"], "HelloWorld.example.com/v1",
+            "{out}"
+        );
+    }
+    assert_eq!(find("ConfigMap", "far")["metadata"]["namespace"], "shared");
+    let own = find("ConfigMap", "c1");
+    assert_eq!(own["metadata"]["namespace"], "team-a", "{out}");
+    assert!(
+        own["metadata"]["labels"]
+            .get("metacontroller.k8s.io/parent-uid")
+            .is_none(),
+        "{out}"
+    );
+}
