@@ -25,6 +25,7 @@ mod shard;
 mod shutdown;
 mod sources;
 mod stranded;
+mod stranded_children;
 mod telemetry;
 mod validate_cmd;
 mod validate_code;

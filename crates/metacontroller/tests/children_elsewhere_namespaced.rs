@@ -48,6 +48,25 @@ fn reply(request: &Value) -> Value {
     })
 }
 
+/// Whether the parent `p` has a `SyncError` Warning for each of `refused` naming `scope`.
+async fn refusals_reported(
+    cluster: &TestCluster,
+    parent_ns: &str,
+    refused: &[String],
+    scope: &str,
+) -> bool {
+    let events = events_about(cluster, parent_ns, "p").await;
+    refused.iter().all(|child| {
+        events.iter().any(|e| {
+            e.type_.as_deref() == Some("Warning")
+                && e.reason.as_deref() == Some("SyncError")
+                && e.message.as_deref().is_some_and(|m| {
+                    m.contains(&format!("{child} is not written")) && m.contains(scope)
+                })
+        })
+    })
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unwatched_children_elsewhere_are_refused_one_by_one() {
     let cluster = TestCluster::start().await;
@@ -111,17 +130,8 @@ async fn unwatched_children_elsewhere_are_refused_one_by_one() {
         format!("ConfigMap {unwatched}/lost"),
         format!("ClusterRole {role}"),
     ];
-    eventually_within("a Warning Event per unwatched child", WAIT, || async {
-        let events = events_about(&cluster, &parent_ns, "p").await;
-        refused.iter().all(|child| {
-            events.iter().any(|e| {
-                e.type_.as_deref() == Some("Warning")
-                    && e.reason.as_deref() == Some("SyncError")
-                    && e.message.as_deref().is_some_and(|m| {
-                        m.contains(&format!("{child} is not written")) && m.contains(&sorted_scope)
-                    })
-            })
-        })
+    eventually_within("a Warning Event per unwatched child", WAIT, || {
+        refusals_reported(&cluster, &parent_ns, &refused, &sorted_scope)
     })
     .await;
     let lost = configmaps(&unwatched).get_opt("lost").await.expect("get");

@@ -883,9 +883,10 @@ fn a_hook_error_is_printed_once() {
 /// keys an observed child in another namespace `<namespace>/<name>`, and the desired
 /// children elsewhere (another namespace, a Namespace) are printed with the parent-uid label
 /// and parent annotations the controller writes; a child in the parent's namespace is not.
-#[test]
-fn children_elsewhere_show_their_namespace_and_parent_label() {
-    let dir = tempfile::tempdir().unwrap();
+/// The controller (ConfigMaps in `shared`, Namespaces anywhere), the observed children
+/// (one elsewhere) and a hook command answering three children and capturing the request
+/// to `request.json`, in `dir`.
+fn elsewhere_inputs(dir: &Path) -> (PathBuf, PathBuf, String) {
     let never = json!({"webhook": {"url": "http://127.0.0.1:1/never"}});
     let spec = json!({
         "parentResource": {"apiVersion": "example.com/v1", "resource": "helloworlds"},
@@ -896,12 +897,12 @@ fn children_elsewhere_show_their_namespace_and_parent_label() {
         "hooks": {"sync": never},
     });
     let controller = write(
-        dir.path(),
+        dir,
         "controller.json",
         &controller_object("CompositeController", "elsewhere", spec),
     );
     let children = write(
-        dir.path(),
+        dir,
         "children.json",
         &json!({"apiVersion": "v1", "kind": "List", "items": [
             {"apiVersion": "v1", "kind": "ConfigMap",
@@ -917,13 +918,20 @@ fn children_elsewhere_show_their_namespace_and_parent_label() {
          "metadata": {"name": "far", "namespace": "shared", "labels": {"app": "p"}}},
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "made", "labels": {"app": "p"}}},
     ]});
-    let answer_file = write(dir.path(), "answer.json", &answer);
-    let captured = dir.path().join("request.json");
+    let answer_file = write(dir, "answer.json", &answer);
     let hook = format!(
         "tee {} >/dev/null; cat {}",
-        captured.display(),
+        dir.join("request.json").display(),
         answer_file.display()
     );
+    (controller, children, hook)
+}
+
+#[test]
+fn children_elsewhere_show_their_namespace_and_parent_label() {
+    let dir = tempfile::tempdir().unwrap();
+    let (controller, children, hook) = elsewhere_inputs(dir.path());
+    let captured = dir.path().join("request.json");
     let (code, out, err) = render(&[
         "--controller",
         path(&controller),
