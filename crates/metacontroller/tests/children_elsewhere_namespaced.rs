@@ -67,16 +67,12 @@ async fn refusals_reported(
     })
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn unwatched_children_elsewhere_are_refused_one_by_one() {
-    let cluster = TestCluster::start().await;
-    cluster.install_metacontroller_crds().await;
-    let parent_ns = cluster.create_namespace("scoped-parent").await;
-    let watched = cluster.create_namespace("scoped-watched").await;
-    let unwatched = cluster.create_namespace("scoped-unwatched").await;
-    let role = unique_name("scoped-role");
-    let crd = cluster.install_parent_crd("elsewhere-scoped").await;
-    let hook = HookServer::start(|_, request| HookReply::json(reply(request))).await;
+/// A CompositeController with ConfigMaps and ClusterRoles anywhere; returns its label.
+async fn install_controller(
+    cluster: &TestCluster,
+    crd: &metacontroller_testkit::CrdBuilder,
+    hook: &HookServer,
+) -> String {
     let label = unique_name("team");
     let anywhere = |api_version: &str, resource: &str| json!({"apiVersion": api_version, "resource": resource, "namespaces": ["*"]});
     let _: CompositeController = cluster
@@ -91,6 +87,20 @@ async fn unwatched_children_elsewhere_are_refused_one_by_one() {
             }),
         )
         .await;
+    label
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unwatched_children_elsewhere_are_refused_one_by_one() {
+    let cluster = TestCluster::start().await;
+    cluster.install_metacontroller_crds().await;
+    let parent_ns = cluster.create_namespace("scoped-parent").await;
+    let watched = cluster.create_namespace("scoped-watched").await;
+    let unwatched = cluster.create_namespace("scoped-unwatched").await;
+    let role = unique_name("scoped-role");
+    let crd = cluster.install_parent_crd("elsewhere-scoped").await;
+    let hook = HookServer::start(|_, request| HookReply::json(reply(request))).await;
+    let label = install_controller(&cluster, &crd, &hook).await;
     let parents = crd.api(cluster.client(), Some(&parent_ns));
     let parent = create_object(
         &parents,
@@ -151,4 +161,9 @@ async fn unwatched_children_elsewhere_are_refused_one_by_one() {
         None,
         "the process stopped\n{logs}"
     );
+    // A real cluster outlives the test; other tests count label-tracked objects.
+    drop(process);
+    let _ = configmaps(&watched)
+        .delete("ok", &kube::api::DeleteParams::default())
+        .await;
 }

@@ -187,4 +187,5 @@ async fn start_sweep_deletes_children_elsewhere_of_a_parent_whose_controller_is_
         restarted.logs()
     );
     let _ = roles.delete(&role, &DeleteParams::default()).await;
+    let _ = configmaps.delete("foreign", &DeleteParams::default()).await;
 }

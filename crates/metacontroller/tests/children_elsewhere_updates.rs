@@ -121,6 +121,22 @@ impl Setup {
         Some((cm.metadata.uid.unwrap_or_default(), round))
     }
 
+    /// Stops the controller, then deletes the label-tracked ConfigMaps (a real cluster
+    /// outlives the test; other tests count label-tracked objects).
+    async fn finish(self, names: &[&str]) {
+        let Setup {
+            cluster,
+            other,
+            process,
+            ..
+        } = self;
+        drop(process);
+        let configmaps: Api<ConfigMap> = Api::namespaced(cluster.client(), &other);
+        for name in names {
+            let _ = configmaps.delete(name, &DeleteParams::default()).await;
+        }
+    }
+
     async fn set_round(&self, round: i64) {
         let patch = json!({"spec": {"round": round}});
         self.parents
@@ -201,6 +217,7 @@ async fn recreate_and_on_delete_apply_to_children_elsewhere() {
         },
     )
     .await;
+    s.finish(&["shared"]).await;
     let _ = roles.delete(&role_name, &DeleteParams::default()).await;
 }
 
@@ -265,4 +282,5 @@ async fn rolling_recreate_moves_children_elsewhere_one_by_one() {
         "no revision names {named}: {:?}",
         listed.items.iter().map(|r| &r.data).collect::<Vec<_>>()
     );
+    s.finish(&["a", "b"]).await;
 }
