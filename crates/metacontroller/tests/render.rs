@@ -987,3 +987,76 @@ fn children_elsewhere_show_their_namespace_and_parent_label() {
         "{out}"
     );
 }
+
+/// Children elsewhere against a cluster (`--kubeconfig`): the request holds the parent's
+/// label-tracked ConfigMap in another namespace (keyed `<namespace>/<name>`, found by the
+/// parent-uid label), not an unlabelled one there. Embedded and real server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn live_render_reads_children_elsewhere_by_label() {
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = TestCluster::start().await;
+    let parent_ns = cluster.create_namespace("render-else").await;
+    let other = cluster.create_namespace("render-else-other").await;
+    let crd = cluster.install_parent_crd("render-elsewhere").await;
+    let parents = crd.api(cluster.client(), Some(&parent_ns));
+    let parent = create_object(
+        &parents,
+        json!({"apiVersion": crd.api_version(), "kind": "Parent", "metadata": {"name": "p"},
+               "spec": {"selector": {"matchLabels": {"app": "r"}}}}),
+    )
+    .await;
+    let uid = parent.metadata.uid.clone().expect("uid");
+    let cms: Api<ConfigMap> = Api::namespaced(cluster.client(), &other);
+    for (name, labels) in [
+        (
+            "far",
+            json!({"app": "r", "metacontroller.k8s.io/parent-uid": uid}),
+        ),
+        ("stranger", json!({"app": "r"})),
+    ] {
+        let cm: ConfigMap =
+            serde_json::from_value(json!({"metadata": {"name": name, "labels": labels}})).unwrap();
+        cms.create(&PostParams::default(), &cm).await.unwrap();
+    }
+    let never = json!({"webhook": {"url": "http://127.0.0.1:1/never"}});
+    let spec = json!({
+        "parentResource": {"apiVersion": crd.api_version(), "resource": crd.plural()},
+        "childResources": [{"apiVersion": "v1", "resource": "configmaps", "namespaces": ["*"]}],
+        "hooks": {"sync": never},
+    });
+    let controller = write(
+        dir.path(),
+        "controller.json",
+        &controller_object("CompositeController", &unique_name("render-else"), spec),
+    );
+    let parent_file = write(
+        dir.path(),
+        "parent.json",
+        &json!({"apiVersion": crd.api_version(), "kind": "Parent",
+                "metadata": {"name": "p", "namespace": parent_ns}}),
+    );
+    let captured = dir.path().join("request.json");
+    let (code, out, err) = render(&[
+        "--controller",
+        path(&controller),
+        "--parent",
+        path(&parent_file),
+        "--kubeconfig",
+        path(cluster.kubeconfig_path()),
+        "--hook-command",
+        &capture(&captured),
+    ]);
+    assert_eq!(code, 0, "{err}\n{out}");
+    let request = read_json(&captured);
+    let observed = &request["children"]["ConfigMap.v1"];
+    assert!(
+        observed.get(format!("{other}/far").as_str()).is_some(),
+        "{request}"
+    );
+    assert!(
+        observed.get(format!("{other}/stranger").as_str()).is_none(),
+        "{request}"
+    );
+    // A real cluster outlives the test; other tests count label-tracked objects.
+    let _ = cms.delete("far", &Default::default()).await;
+}
