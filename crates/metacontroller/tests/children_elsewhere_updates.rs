@@ -39,6 +39,12 @@ fn reply(request: &Value) -> Value {
                    "data": {"round": round}})
         })
         .collect();
+    let widget_api_version = spec["widgetApiVersion"].as_str().unwrap_or_default();
+    for name in spec["widgets"].as_array().into_iter().flatten() {
+        children.push(json!({"apiVersion": widget_api_version, "kind": "Widget",
+                             "metadata": {"name": name, "namespace": other, "labels": labels},
+                             "spec": {"round": round}}));
+    }
     if let Some(role) = spec["role"].as_str() {
         children.push(json!({
             "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
@@ -54,17 +60,23 @@ struct Setup {
     parent_ns: String,
     other: String,
     parents: Api<DynamicObject>,
+    /// Widgets (a namespaced CRD with a status subresource) in the other namespace.
+    widgets: Api<DynamicObject>,
     uid: String,
     process: ControllerProcess,
     _hook: HookServer,
 }
 
-async fn setup(prefix: &str, children: impl FnOnce(&str) -> Value, spec: Value) -> Setup {
+/// `children(other namespace, Widget apiVersion)` are the childResources.
+async fn setup(prefix: &str, children: impl FnOnce(&str, &str) -> Value, spec: Value) -> Setup {
     let cluster = TestCluster::start().await;
     cluster.install_metacontroller_crds().await;
     let parent_ns = cluster.create_namespace(&format!("{prefix}-parent")).await;
     let other = cluster.create_namespace(&format!("{prefix}-other")).await;
     let crd = cluster.install_parent_crd(prefix).await;
+    let widgets = cluster
+        .install_unique_crd(prefix, "Widget", "widgets")
+        .await;
     let hook = HookServer::start(|_, request| HookReply::json(reply(request))).await;
     let label = unique_name("team");
     let _: CompositeController = cluster
@@ -73,7 +85,7 @@ async fn setup(prefix: &str, children: impl FnOnce(&str) -> Value, spec: Value) 
             &label,
             json!({
                 "parentResource": {"apiVersion": crd.api_version(), "resource": crd.plural()},
-                "childResources": children(&other),
+                "childResources": children(&other, &widgets.api_version()),
                 "hooks": {"sync": {"webhook": {"url": hook.url("/sync")}}},
             }),
         )
@@ -81,6 +93,7 @@ async fn setup(prefix: &str, children: impl FnOnce(&str) -> Value, spec: Value) 
     let parents = crd.api(cluster.client(), Some(&parent_ns));
     let mut spec = spec;
     spec["other"] = json!(other);
+    spec["widgetApiVersion"] = json!(widgets.api_version());
     spec["selector"] = json!({"matchLabels": {"app": "updates"}});
     let parent = create_object(
         &parents,
@@ -94,11 +107,13 @@ async fn setup(prefix: &str, children: impl FnOnce(&str) -> Value, spec: Value) 
         &label,
         &[],
     );
+    let widgets = widgets.api(cluster.client(), Some(&other));
     Setup {
         cluster,
         parent_ns,
         other,
         parents,
+        widgets,
         uid: parent.metadata.uid.clone().expect("parent uid"),
         process,
         _hook: hook,
@@ -166,7 +181,7 @@ async fn recreate_and_on_delete_apply_to_children_elsewhere() {
     let role_name = unique_name("updates-role");
     let s = setup(
         "elsewhere-upd",
-        |other| {
+        |other, _| {
             json!([
                 {"apiVersion": "v1", "resource": "configmaps", "namespaces": [other],
                  "updateStrategy": {"method": "Recreate"}},
@@ -225,7 +240,7 @@ async fn recreate_and_on_delete_apply_to_children_elsewhere() {
 async fn rolling_recreate_moves_children_elsewhere_one_by_one() {
     let s = setup(
         "elsewhere-roll",
-        |other| {
+        |other, _| {
             json!([{"apiVersion": "v1", "resource": "configmaps", "namespaces": [other],
                     "updateStrategy": {"method": "RollingRecreate"}}])
         },
@@ -283,4 +298,78 @@ async fn rolling_recreate_moves_children_elsewhere_one_by_one() {
         listed.items.iter().map(|r| &r.data).collect::<Vec<_>>()
     );
     s.finish(&["a", "b"]).await;
+}
+
+/// `(uid, spec.round)` of Widget `name` elsewhere when it is label-tracked by `uid`.
+async fn widget(s: &Setup, name: &str) -> Option<(String, i64)> {
+    let w = s.widgets.get_opt(name).await.ok().flatten()?;
+    let labels = w.metadata.labels.clone().unwrap_or_default();
+    if labels.get(UID_LABEL) != Some(&s.uid) || w.metadata.deletion_timestamp.is_some() {
+        return None;
+    }
+    let round = w.data["spec"]["round"].as_str()?.parse().ok()?;
+    Some((w.metadata.uid.unwrap_or_default(), round))
+}
+
+/// RollingRecreate with a status check: after the first Widget elsewhere moved to the new
+/// revision the rollout pauses (the parent's `Updated` condition names the failed check)
+/// until that Widget reports `Ready`, then the second one moves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rolling_recreate_waits_for_the_status_check_of_a_child_elsewhere() {
+    let s = setup(
+        "elsewhere-ready",
+        |other, widgets| {
+            json!([{"apiVersion": widgets, "resource": "widgets", "namespaces": [other],
+                    "updateStrategy": {"method": "RollingRecreate",
+                        "statusChecks": {"conditions": [{"type": "Ready", "status": "True"}]}}}])
+        },
+        json!({"round": 1, "widgets": ["a", "b"]}),
+    )
+    .await;
+    let rounds = || async {
+        let a = widget(&s, "a").await.map(|w| w.1);
+        let b = widget(&s, "b").await.map(|w| w.1);
+        (a, b)
+    };
+    eventually_within("both Widgets exist at round 1", WAIT, || async {
+        rounds().await == (Some(1), Some(1))
+    })
+    .await;
+    s.set_round(2).await;
+    let paused = || async {
+        let parent = s.parents.get("p").await.ok()?;
+        let conditions = parent.data["status"]["conditions"].as_array()?.clone();
+        let updated = conditions.iter().find(|c| c["type"] == "Updated")?;
+        let message = updated["message"].as_str().unwrap_or_default().to_string();
+        message.contains("failed status check").then_some(message)
+    };
+    eventually_within("the rollout pauses on the status check", WAIT, || async {
+        paused().await.is_some()
+    })
+    .await;
+    // One Widget moved, the other waits for it.
+    let (a, b) = rounds().await;
+    let moved = match (a, b) {
+        (Some(2), Some(1)) => "a",
+        (Some(1), Some(2)) => "b",
+        other => panic!(
+            "not one moved, one waiting: {other:?}\n{}",
+            s.process.logs()
+        ),
+    };
+    let message = paused().await.unwrap_or_default();
+    assert!(message.contains(moved), "{message}");
+    let ready = json!({"status": {"conditions": [{"type": "Ready", "status": "True"}]}});
+    s.widgets
+        .patch_status(moved, &PatchParams::default(), &Patch::Merge(&ready))
+        .await
+        .expect("setting the moved Widget Ready");
+    eventually_within(
+        "the second Widget moves after the first is Ready",
+        WAIT,
+        || async { rounds().await == (Some(2), Some(2)) },
+    )
+    .await;
+    let _ = s.widgets.delete("a", &DeleteParams::default()).await;
+    let _ = s.widgets.delete("b", &DeleteParams::default()).await;
 }
