@@ -22,6 +22,8 @@ use tokio::sync::{watch, Notify};
 
 use super::store::{self, CodeVersion, Owner};
 
+mod undo;
+
 /// How often a running rollout is re-evaluated without news (pause and health deadlines).
 const TICK: Duration = Duration::from_secs(1);
 /// Longest a sync waits for the rollout state to be read before it is retried later.
@@ -226,7 +228,7 @@ impl RolloutDriver {
 
     /// Reads `status.hookRollout` and the versions it names; with no state yet, the live
     /// code becomes the first (complete) one.
-    async fn init(&self) -> Result<(), String> {
+    async fn init(&self, host: &dyn RolloutHost) -> Result<(), String> {
         let api = kube::Api::<DynamicObject>::all_with(self.client.clone(), &self.resource);
         let object = api
             .get(&self.owner.name)
@@ -249,6 +251,7 @@ impl RolloutDriver {
                 status
             }
         };
+        let status = self.undo_if_asked(status, host).await?;
         self.ensure_loaded(&status.from).await?;
         self.ensure_loaded(&status.to).await?;
         self.lock().status = Some(status);
@@ -364,7 +367,7 @@ pub(crate) trait RolloutHost: Send + Sync {
 /// changes, finished syncs and the clock.
 pub(crate) async fn drive(driver: Arc<RolloutDriver>, host: Arc<dyn RolloutHost>) {
     use tokio::sync::broadcast::error::RecvError;
-    while let Err(e) = driver.init().await {
+    while let Err(e) = driver.init(host.as_ref()).await {
         tracing::warn!(controller = %driver.owner.name, error = %e, "hook rollout: cannot read its state; retrying");
         host.event(&driver.object, true, "RolloutError", e);
         tokio::time::sleep(RETRY).await;

@@ -1,0 +1,380 @@
+//! `spec.hookRollout` steered through the real `metacontroller rollout` CLI while the binary
+//! rolls out Jsonnet code to 50 parents (issue 52): `undo` of a running and of a complete
+//! rollout, `pause`/`resume` of a running one, and the `healthy.condition` gate (a step
+//! waits for its parents' `Ready=True`; a parent never Ready by the deadline rolls back).
+//! Each parent's child ConfigMap holds the version of the code that wrote it.
+//! Passes on the embedded server and on a real one (`METACONTROLLER_E2E_KUBECONFIG`).
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use metacontroller_api::composite::CompositeController;
+use metacontroller_api::rollout::assign::ParentKey;
+use metacontroller_api::rollout::{HookRolloutStatus, RolloutPhase, UNDO_ANNOTATION};
+use metacontroller_testkit::{
+    create_object, eventually_within, unique_name, until_event, ControllerProcess, TestCluster,
+};
+use serde_json::json;
+
+const WAIT: Duration = Duration::from_secs(120);
+const PARENTS: usize = 50;
+
+/// The hook: one child per parent holding `version`. With `gate`, the parent reports
+/// `Ready=True` only once its child exists and the parent is labelled `ready: "yes"`.
+fn code(version: &str, gate: bool) -> String {
+    let status = if gate {
+        "status: {conditions: [{type: 'Ready', status: \
+         if std.length(std.objectFields(request.children['ConfigMap.v1'])) > 0 \
+         && std.get(std.get(request.parent.metadata, 'labels', {}), 'ready', '') == 'yes' \
+         then 'True' else 'False'}]},"
+    } else {
+        ""
+    };
+    format!(
+        "function(request) local name = request.parent.metadata.name;\n\
+         {{{status} children: [{{apiVersion: 'v1', kind: 'ConfigMap', \
+         metadata: {{name: name + '-child'}}, data: {{version: '{version}'}}}}]}}"
+    )
+}
+
+async fn set_code(api: &Api<ConfigMap>, text: &str) {
+    let patch = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "code"},
+        "data": {"sync.jsonnet": text}});
+    api.patch(
+        "code",
+        &PatchParams::apply("test").force(),
+        &Patch::Apply(&patch),
+    )
+    .await
+    .expect("writing the code ConfigMap");
+}
+
+/// Version written by each parent's hook, by parent name.
+async fn versions(api: &Api<ConfigMap>) -> BTreeMap<String, String> {
+    let list = api
+        .list(&Default::default())
+        .await
+        .expect("listing children");
+    list.items
+        .into_iter()
+        .filter_map(|cm| {
+            let parent = cm
+                .metadata
+                .name
+                .as_deref()?
+                .strip_suffix("-child")?
+                .to_string();
+            Some((parent, cm.data.as_ref()?.get("version")?.clone()))
+        })
+        .collect()
+}
+
+/// `metacontroller rollout ARGS --kubeconfig KUBECONFIG`: exit code and output (off the
+/// test's thread, which serves the embedded API server).
+async fn rollout_cli(kubeconfig: PathBuf, args: &[&str]) -> (i32, String) {
+    let args: Vec<String> = args.iter().map(ToString::to_string).collect();
+    tokio::task::spawn_blocking(move || {
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_metacontroller"))
+            .arg("rollout")
+            .args(&args)
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .output()
+            .expect("run the metacontroller binary");
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        (output.status.code().unwrap_or(-1), text)
+    })
+    .await
+    .expect("rollout command")
+}
+
+/// 50 parents on v1 code, a CompositeController with `rollout`, the binary running it.
+struct Fixture {
+    cluster: TestCluster,
+    ns: String,
+    config_maps: Api<ConfigMap>,
+    ccs: Api<CompositeController>,
+    name: String,
+    /// Parent names in the rollout's order (step 1 is the first).
+    order: Vec<String>,
+    parents: Api<DynamicObject>,
+    _controller: ControllerProcess,
+}
+
+impl Fixture {
+    async fn start(prefix: &str, rollout: serde_json::Value) -> Self {
+        let (cluster, ns, parent) = TestCluster::start_with_parent(prefix).await;
+        cluster.install_metacontroller_crds().await;
+        let config_maps: Api<ConfigMap> = Api::namespaced(cluster.client(), &ns);
+        set_code(&config_maps, &code("v1", false)).await;
+        let parents = parent.api(cluster.client(), Some(&ns));
+        let mut keys = Vec::new();
+        for i in 0..PARENTS {
+            let name = format!("p{i:02}");
+            let object = json!({"apiVersion": parent.api_version(), "kind": parent.kind(),
+                "metadata": {"name": name, "namespace": ns}});
+            let created = create_object(&parents, object).await;
+            let uid = created.metadata.uid.unwrap_or_default();
+            keys.push((ParentKey::new(&uid, &ns, &name), name));
+        }
+        keys.sort();
+        let order = keys.into_iter().map(|(_, name)| name).collect();
+        let label = unique_name("team");
+        let mut spec = parent.composite_spec("http://unused.invalid/");
+        spec["hooks"] = json!({"sync": {"jsonnet": {
+            "configMapRef": {"namespace": ns, "name": "code"}, "key": "sync.jsonnet"}}});
+        spec["generateSelector"] = json!(true);
+        spec["hookRollout"] = rollout;
+        let name = unique_name("rollout");
+        let _: CompositeController = cluster.create_controller(&name, &label, spec).await;
+        let controller = ControllerProcess::run_team(
+            env!("CARGO_BIN_EXE_metacontroller"),
+            cluster.kubeconfig_path(),
+            &label,
+            &[],
+        );
+        let f = Fixture {
+            ns,
+            config_maps,
+            ccs: Api::all(cluster.client()),
+            cluster,
+            name,
+            order,
+            parents,
+            _controller: controller,
+        };
+        f.until("every child on v1, rollout Complete", |s, v| {
+            s.phase == RolloutPhase::Complete && v.len() == PARENTS && on(v, "v1") == PARENTS
+        })
+        .await;
+        f
+    }
+
+    async fn status(&self) -> HookRolloutStatus {
+        let cc = self
+            .ccs
+            .get(&self.name)
+            .await
+            .expect("reading the controller");
+        HookRolloutStatus::from_status(cc.status.as_ref()).unwrap_or_default()
+    }
+
+    /// Waits until `done(status, versions)` (status read after the children).
+    async fn until(
+        &self,
+        what: &str,
+        done: impl Fn(&HookRolloutStatus, &BTreeMap<String, String>) -> bool,
+    ) -> (HookRolloutStatus, BTreeMap<String, String>) {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        loop {
+            let v = versions(&self.config_maps).await;
+            let s = self.status().await;
+            if done(&s, &v) {
+                return (s, v);
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{what}: not within {WAIT:?}: {s:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    async fn cli(&self, args: &[&str]) -> (i32, String) {
+        rollout_cli(self.cluster.kubeconfig_path().to_path_buf(), args).await
+    }
+
+    async fn label_ready(&self, name: &str) {
+        let patch = json!({"metadata": {"labels": {"ready": "yes"}}});
+        self.parents
+            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .expect("labelling a parent");
+    }
+}
+
+fn on(versions: &BTreeMap<String, String>, version: &str) -> usize {
+    versions.values().filter(|v| *v == version).count()
+}
+
+/// `rollout undo` in mid-rollout (held at step 1 by a long pause): RolledBack, the step's
+/// parent back on v1, the Event names the annotation, which the driver removed; `status`
+/// then exits 1 and a second `undo` is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn undo_in_mid_rollout_rolls_back() {
+    let f = Fixture::start(
+        "rcli-undo",
+        json!({"steps": [1, "100%"], "pauseSeconds": 3600}),
+    )
+    .await;
+    let v1 = f.status().await.to;
+    set_code(&f.config_maps, &code("v2", false)).await;
+    let (held, _) = f
+        .until("step 1 healthy and pausing", |s, v| {
+            s.healthy == 1 && s.message.contains("pausing") && on(v, "v2") == 1
+        })
+        .await;
+    let (code, text) = f.cli(&["undo", &f.name]).await;
+    assert_eq!(code, 0, "{text}");
+    assert!(text.contains("rolled back"), "{text}");
+    let (status, _) = f
+        .until("rolled back, every child on v1", |s, v| {
+            s.phase == RolloutPhase::RolledBack && on(v, "v1") == PARENTS
+        })
+        .await;
+    assert_eq!((&status.from, &status.to), (&v1, &held.to));
+    let event = until_event(
+        &f.cluster,
+        ("default", &f.name),
+        "RolloutUndone",
+        UNDO_ANNOTATION,
+        WAIT,
+    )
+    .await;
+    assert_eq!(event.type_.as_deref(), Some("Normal"));
+    eventually_within("the undo annotation removed", WAIT, || async {
+        let cc = f.ccs.get(&f.name).await.expect("reading the controller");
+        !cc.metadata
+            .annotations
+            .is_some_and(|a| a.contains_key(UNDO_ANNOTATION))
+    })
+    .await;
+    let (code, text) = f.cli(&["status", &f.name]).await;
+    assert_eq!(code, 1, "{text}");
+    assert!(text.contains("RolledBack"), "{text}");
+    let (code, text) = f.cli(&["undo", &f.name]).await;
+    assert_eq!(code, 1, "{text}");
+    assert!(text.contains("already rolled back"), "{text}");
+    assert_eq!(f.status().await.phase, RolloutPhase::RolledBack);
+}
+
+/// `rollout undo` of a complete rollout returns every parent to the code before it at
+/// once (one step, `Complete` with `from` and `to` swapped).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn undo_of_a_complete_rollout_returns_every_parent() {
+    let f = Fixture::start("rcli-undone", json!({"steps": [1, "100%"]})).await;
+    let v1 = f.status().await.to;
+    set_code(&f.config_maps, &code("v2", false)).await;
+    let (done, _) = f
+        .until("every parent on v2", |s, v| {
+            s.phase == RolloutPhase::Complete && s.to != v1 && on(v, "v2") == PARENTS
+        })
+        .await;
+    let (code, text) = f.cli(&["undo", &format!("cc/{}", f.name)]).await;
+    assert_eq!(code, 0, "{text}");
+    let (status, _) = f
+        .until("every parent back on v1", |s, v| {
+            s.to == v1 && on(v, "v1") == PARENTS
+        })
+        .await;
+    assert_eq!(
+        (status.phase, &status.from),
+        (RolloutPhase::Complete, &done.to)
+    );
+    until_event(
+        &f.cluster,
+        ("default", &f.name),
+        "RolloutUndone",
+        "every parent back on",
+        WAIT,
+    )
+    .await;
+    let (code, text) = f.cli(&["status", &f.name]).await;
+    assert_eq!(code, 0, "{text}");
+}
+
+/// `rollout pause` holds a running rollout: no further parent gets v2 while paused (checked
+/// over several of its one-second pauses); `resume` continues to Complete.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pause_holds_a_running_rollout_and_resume_completes_it() {
+    let f = Fixture::start(
+        "rcli-pause",
+        json!({"steps": [1, "10%", "100%"], "pauseSeconds": 1}),
+    )
+    .await;
+    set_code(&f.config_maps, &code("v2", false)).await;
+    f.until("step 1 started", |s, v| s.updated >= 1 && on(v, "v2") >= 1)
+        .await;
+    let (code, text) = f.cli(&["pause", &f.name]).await;
+    assert_eq!(code, 0, "{text}");
+    let (paused, _) = f
+        .until("Paused", |s, _| s.phase == RolloutPhase::Paused)
+        .await;
+    assert!(paused.step < 2, "paused before the last step: {paused:?}");
+    let allowed = [1, 5][paused.step as usize];
+    // Ten pauses' worth of evaluations: the step and the parents on v2 stay put.
+    let until = tokio::time::Instant::now() + Duration::from_secs(10);
+    while tokio::time::Instant::now() < until {
+        let v = versions(&f.config_maps).await;
+        let s = f.status().await;
+        assert!(
+            on(&v, "v2") <= allowed,
+            "{} on v2 while paused: {s:?}",
+            on(&v, "v2")
+        );
+        assert_eq!(
+            (s.phase, s.step),
+            (RolloutPhase::Paused, paused.step),
+            "{s:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let (code, text) = f.cli(&["status", &f.name]).await;
+    assert!(code == 0 && text.contains("Paused"), "{text}");
+    let (code, text) = f.cli(&["resume", &f.name]).await;
+    assert_eq!(code, 0, "{text}");
+    f.until("every parent on v2", |s, v| {
+        s.phase == RolloutPhase::Complete && on(v, "v2") == PARENTS
+    })
+    .await;
+}
+
+/// `healthy.condition`: a step waits until its parent reports `Ready=True` (the hook says
+/// Ready once the parent has a child and the test has labelled it), then the rollout goes
+/// on; a parent of the next step that never becomes Ready fails it by `deadlineSeconds` and
+/// the rollout rolls back naming it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_ready_gate_holds_a_step_and_its_deadline_rolls_back() {
+    let f = Fixture::start(
+        "rcli-ready",
+        json!({"steps": [1, "10%", "100%"],
+            "healthy": {"condition": {"type": "Ready"}, "deadlineSeconds": 15}}),
+    )
+    .await;
+    set_code(&f.config_maps, &code("v2", true)).await;
+    let (waiting, _) = f
+        .until("step 1's parent synced on v2, not Ready", |s, v| {
+            on(v, "v2") == 1 && s.updated == 1 && s.message.contains("0 of 1")
+        })
+        .await;
+    assert_eq!((waiting.step, waiting.healthy), (0, 0), "{waiting:?}");
+    assert_eq!(waiting.phase, RolloutPhase::Progressing);
+    f.label_ready(&f.order[0]).await;
+    // Step 2's parents: all but the last become Ready; the last never does.
+    for name in &f.order[1..4] {
+        f.label_ready(name).await;
+    }
+    let (status, _) = f
+        .until("rolled back at step 2", |s, v| {
+            s.phase == RolloutPhase::RolledBack && on(v, "v1") == PARENTS
+        })
+        .await;
+    let stuck = format!("{}/{}", f.ns, f.order[4]);
+    assert_eq!(status.step, 1, "{status:?}");
+    assert_eq!(status.failed_parent.as_deref(), Some(stuck.as_str()));
+    until_event(
+        &f.cluster,
+        ("default", &f.name),
+        "RolloutRolledBack",
+        &stuck,
+        WAIT,
+    )
+    .await;
+}
