@@ -105,7 +105,7 @@ struct Fixture {
     /// Parent names in the rollout's order (step 1 is the first).
     order: Vec<String>,
     parents: Api<DynamicObject>,
-    _controller: ControllerProcess,
+    controller: ControllerProcess,
 }
 
 impl Fixture {
@@ -134,11 +134,18 @@ impl Fixture {
         spec["hookRollout"] = rollout;
         let name = unique_name("rollout");
         let _: CompositeController = cluster.create_controller(&name, &label, spec).await;
-        let controller = ControllerProcess::run_team(
+        let selector = format!("team={label}");
+        let controller = ControllerProcess::run(
             env!("CARGO_BIN_EXE_metacontroller"),
             cluster.kubeconfig_path(),
-            &label,
-            &[],
+            &[
+                "--target-label-selector",
+                &selector,
+                "--metrics-address",
+                "127.0.0.1:0",
+                "--health-probe-bind-address",
+                "0",
+            ],
         );
         let f = Fixture {
             ns,
@@ -148,7 +155,7 @@ impl Fixture {
             name,
             order,
             parents,
-            _controller: controller,
+            controller,
         };
         f.until("every child on v1, rollout Complete", |s, v| {
             s.phase == RolloutPhase::Complete && v.len() == PARENTS && on(v, "v1") == PARENTS
@@ -200,6 +207,19 @@ impl Fixture {
     }
 }
 
+impl Fixture {
+    /// The sample of `family` for this controller whose labels include `label` (or the
+    /// only one with an empty `label`); `None` when `/metrics` shows none.
+    async fn metric(&self, family: &str, label: &str) -> Option<f64> {
+        let text = self.controller.scrape_metrics().await;
+        let name = format!("controller_name=\"{}\"", self.name);
+        text.lines()
+            .filter(|l| l.starts_with(&format!("{family}{{")))
+            .filter(|l| l.contains(&name) && l.contains(label))
+            .find_map(|l| l.rsplit_once(' ').and_then(|(_, v)| v.parse::<f64>().ok()))
+    }
+}
+
 fn on(versions: &BTreeMap<String, String>, version: &str) -> usize {
     versions.values().filter(|v| *v == version).count()
 }
@@ -221,6 +241,21 @@ async fn undo_in_mid_rollout_rolls_back() {
             s.healthy == 1 && s.message.contains("pausing") && on(v, "v2") == 1
         })
         .await;
+    // The metrics show the held step (1, one parent updated and healthy, Progressing).
+    let m = |family: &'static str, label: &'static str| f.metric(family, label);
+    assert_eq!(m("metacontroller_hook_rollout_step", "").await, Some(1.0));
+    for state in ["updated", "healthy"] {
+        let label = format!("state=\"{state}\"");
+        let value = f
+            .metric("metacontroller_hook_rollout_parents", &label)
+            .await;
+        assert_eq!(value, Some(1.0), "{state}");
+    }
+    let failed = m("metacontroller_hook_rollout_parents", "state=\"failed\"").await;
+    assert_eq!(failed, Some(0.0));
+    let phase = |p: &'static str| m("metacontroller_hook_rollout_phase", p);
+    assert_eq!(phase("phase=\"Progressing\"").await, Some(1.0));
+    assert_eq!(phase("phase=\"RolledBack\"").await, Some(0.0));
     let (code, text) = f.cli(&["undo", &f.name]).await;
     assert_eq!(code, 0, "{text}");
     assert!(text.contains("rolled back"), "{text}");
@@ -253,6 +288,13 @@ async fn undo_in_mid_rollout_rolls_back() {
     assert_eq!(code, 1, "{text}");
     assert!(text.contains("already rolled back"), "{text}");
     assert_eq!(f.status().await.phase, RolloutPhase::RolledBack);
+    let rollbacks = "metacontroller_hook_rollout_rollbacks_total";
+    assert_eq!(m(rollbacks, "cause=\"undo\"").await, Some(1.0));
+    assert_eq!(m(rollbacks, "cause=\"failure\"").await, Some(0.0));
+    eventually_within("the phase gauge says RolledBack", WAIT, || async {
+        phase("phase=\"RolledBack\"").await == Some(1.0)
+    })
+    .await;
 }
 
 /// `rollout undo` of a complete rollout returns every parent to the code before it at

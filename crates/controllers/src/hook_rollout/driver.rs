@@ -22,6 +22,7 @@ use tokio::sync::{watch, Notify};
 
 use super::store::{self, CodeVersion, Owner};
 
+pub(crate) mod metrics;
 mod undo;
 
 /// How often a running rollout is re-evaluated without news (pause and health deadlines).
@@ -49,6 +50,8 @@ pub(crate) struct RolloutDriver {
     ready: watch::Sender<bool>,
     /// A sync finished: re-evaluate.
     wake: Notify,
+    /// Rollback counters, once the controller's metrics track this driver.
+    rollbacks: std::sync::OnceLock<metrics::Rollbacks>,
 }
 
 #[derive(Default)]
@@ -134,6 +137,7 @@ impl RolloutDriver {
             state: Mutex::new(State::default()),
             ready: watch::channel(false).0,
             wake: Notify::new(),
+            rollbacks: std::sync::OnceLock::new(),
         }))
     }
 
@@ -423,6 +427,7 @@ fn apply(driver: &RolloutDriver, host: &dyn RolloutHost, effects: Vec<Effect>) {
                 } else {
                     tracing::info!(controller = %driver.owner.name, reason, %message, "hook rollout");
                 }
+                driver.count_rollback(reason);
                 host.event(&driver.object, warning, reason, message);
             }
         }
