@@ -220,6 +220,42 @@ impl Fixture {
     }
 }
 
+/// `metacontroller render --live` of parent `name` with `extra` flags: exit code, stdout
+/// and stderr (off the test's thread).
+async fn render(f: &Fixture, name: &str, extra: &[&str]) -> (i32, String, String) {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let cc = f.ccs.get(&f.name).await.expect("reading the controller");
+    let controller = dir.path().join("controller.json");
+    std::fs::write(&controller, serde_json::to_vec(&cc).expect("JSON")).expect("writing");
+    let parent = f.parents.get(name).await.expect("reading the parent");
+    let parent_file = dir.path().join("parent.json");
+    std::fs::write(&parent_file, serde_json::to_vec(&parent).expect("JSON")).expect("writing");
+    let mut args: Vec<std::ffi::OsString> = vec![
+        "render".into(),
+        "--controller".into(),
+        controller.into(),
+        "--parent".into(),
+        parent_file.into(),
+        "--kubeconfig".into(),
+        f.cluster.kubeconfig_path().into(),
+    ];
+    args.extend(extra.iter().map(Into::into));
+    tokio::task::spawn_blocking(move || {
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_metacontroller"))
+            .args(&args)
+            .output()
+            .expect("run the metacontroller binary");
+        drop(dir);
+        (
+            output.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&output.stdout).into_owned(),
+            String::from_utf8_lossy(&output.stderr).into_owned(),
+        )
+    })
+    .await
+    .expect("render command")
+}
+
 fn on(versions: &BTreeMap<String, String>, version: &str) -> usize {
     versions.values().filter(|v| *v == version).count()
 }
@@ -241,6 +277,28 @@ async fn undo_in_mid_rollout_rolls_back() {
             s.healthy == 1 && s.message.contains("pausing") && on(v, "v2") == 1
         })
         .await;
+    // render runs any parent with either stored version; without --code, the live one.
+    for (parent, flags, version) in [
+        (&f.order[0], &["--code", "from"][..], "v1"),
+        (&f.order[0], &["--code", "to"][..], "v2"),
+        (&f.order[9], &["--code", "to"][..], "v2"),
+        (&f.order[9], &["--code", &v1[..12]][..], "v1"),
+        (&f.order[9], &[][..], "v2"),
+    ] {
+        let (code, out, err) = render(&f, parent, flags).await;
+        assert_eq!(code, 0, "{flags:?}: {out}{err}");
+        let wanted = format!("version: {version}");
+        assert!(
+            out.contains(&wanted),
+            "{flags:?}: {version} expected:\n{out}{err}"
+        );
+        if !flags.is_empty() {
+            assert!(err.contains("running stored code version"), "{err}");
+        }
+    }
+    let (code, _, err) = render(&f, &f.order[9], &["--code", "0123456789ab"]).await;
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("is not stored"), "{err}");
     // The metrics show the held step (1, one parent updated and healthy, Progressing).
     let m = |family: &'static str, label: &'static str| f.metric(family, label);
     assert_eq!(m("metacontroller_hook_rollout_step", "").await, Some(1.0));

@@ -7,6 +7,7 @@
 pub(crate) mod driver;
 pub(crate) mod host;
 pub(crate) mod store;
+pub(crate) mod stored;
 
 /// Logs a warning when `rollout` is set on a controller without in-process hook code:
 /// webhook code is not rolled out in steps.
