@@ -10,8 +10,10 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
+use kube::core::GroupVersionKind;
 use metacontroller_api::composite::CompositeController;
+use metacontroller_api::decorator::DecoratorController;
 use metacontroller_api::rollout::assign::ParentKey;
 use metacontroller_api::rollout::{HookRolloutStatus, RolloutPhase, UNDO_ANNOTATION};
 use metacontroller_testkit::{
@@ -38,6 +40,14 @@ fn code(version: &str, gate: bool) -> String {
          {{{status} children: [{{apiVersion: 'v1', kind: 'ConfigMap', \
          metadata: {{name: name + '-child'}}, data: {{version: '{version}'}}}}]}}"
     )
+}
+
+/// [`code`] for a DecoratorController: the parent is the request's `object`, the child an
+/// attachment.
+fn decorator_code(version: &str) -> String {
+    code(version, false)
+        .replacen(" children: [", " attachments: [", 1)
+        .replace("request.parent", "request.object")
 }
 
 async fn set_code(api: &Api<ConfigMap>, text: &str) {
@@ -95,12 +105,14 @@ async fn rollout_cli(kubeconfig: PathBuf, args: &[&str]) -> (i32, String) {
     .expect("rollout command")
 }
 
-/// 50 parents on v1 code, a CompositeController with `rollout`, the binary running it.
+/// 50 parents on v1 code, a CompositeController (or a DecoratorController of the parents)
+/// with `rollout`, the binary running it.
 struct Fixture {
     cluster: TestCluster,
     ns: String,
     config_maps: Api<ConfigMap>,
-    ccs: Api<CompositeController>,
+    /// The controller objects of the controller's kind.
+    ccs: Api<DynamicObject>,
     name: String,
     /// Parent names in the rollout's order (step 1 is the first).
     order: Vec<String>,
@@ -110,10 +122,19 @@ struct Fixture {
 
 impl Fixture {
     async fn start(prefix: &str, rollout: serde_json::Value) -> Self {
+        Self::start_kind(prefix, rollout, false).await
+    }
+
+    async fn start_kind(prefix: &str, rollout: serde_json::Value, decorator: bool) -> Self {
         let (cluster, ns, parent) = TestCluster::start_with_parent(prefix).await;
         cluster.install_metacontroller_crds().await;
         let config_maps: Api<ConfigMap> = Api::namespaced(cluster.client(), &ns);
-        set_code(&config_maps, &code("v1", false)).await;
+        let v1 = if decorator {
+            decorator_code("v1")
+        } else {
+            code("v1", false)
+        };
+        set_code(&config_maps, &v1).await;
         let parents = parent.api(cluster.client(), Some(&ns));
         let mut keys = Vec::new();
         for i in 0..PARENTS {
@@ -133,7 +154,20 @@ impl Fixture {
         spec["generateSelector"] = json!(true);
         spec["hookRollout"] = rollout;
         let name = unique_name("rollout");
-        let _: CompositeController = cluster.create_controller(&name, &label, spec).await;
+        let kind = if decorator {
+            let spec = json!({
+                "resources": [{"apiVersion": parent.api_version(), "resource": parent.plural()}],
+                "attachments": [{"apiVersion": "v1", "resource": "configmaps",
+                    "updateStrategy": {"method": "InPlace"}}],
+                "hooks": spec["hooks"], "hookRollout": spec["hookRollout"]});
+            let _: DecoratorController = cluster.create_controller(&name, &label, spec).await;
+            "DecoratorController"
+        } else {
+            let _: CompositeController = cluster.create_controller(&name, &label, spec).await;
+            "CompositeController"
+        };
+        let gvk =
+            GroupVersionKind::gvk(metacontroller_api::GROUP, metacontroller_api::VERSION, kind);
         let selector = format!("team={label}");
         let controller = ControllerProcess::run(
             env!("CARGO_BIN_EXE_metacontroller"),
@@ -150,7 +184,7 @@ impl Fixture {
         let f = Fixture {
             ns,
             config_maps,
-            ccs: Api::all(cluster.client()),
+            ccs: Api::all_with(cluster.client(), &ApiResource::from_gvk(&gvk)),
             cluster,
             name,
             order,
@@ -170,7 +204,7 @@ impl Fixture {
             .get(&self.name)
             .await
             .expect("reading the controller");
-        HookRolloutStatus::from_status(cc.status.as_ref()).unwrap_or_default()
+        HookRolloutStatus::from_status(cc.data.get("status")).unwrap_or_default()
     }
 
     /// Waits until `done(status, versions)` (status read after the children).
@@ -477,4 +511,52 @@ async fn the_ready_gate_holds_a_step_and_its_deadline_rolls_back() {
         WAIT,
     )
     .await;
+}
+
+/// A DecoratorController's rollout: a good change reaches the 50 decorated parents in the
+/// steps (1, 5, 50), never ahead of its step, and completes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_decorator_controller_rolls_out_in_steps() {
+    let f = Fixture::start_kind(
+        "rcli-dc",
+        json!({"steps": [1, "10%", "100%"], "pauseSeconds": 1}),
+        true,
+    )
+    .await;
+    let v1 = f.status().await.to;
+    set_code(&f.config_maps, &decorator_code("v2")).await;
+    let allowed = [1, 5, PARENTS];
+    f.until("every parent on v2", |s, v| {
+        if s.to != v1 && s.phase != RolloutPhase::Complete {
+            let step = (s.step as usize).min(2);
+            assert!(
+                on(v, "v2") <= allowed[step],
+                "{} on v2 at step {step}: {s:?}",
+                on(v, "v2")
+            );
+            assert_ne!(s.phase, RolloutPhase::RolledBack, "{s:?}");
+        }
+        s.phase == RolloutPhase::Complete && s.to != v1 && on(v, "v2") == PARENTS
+    })
+    .await;
+    for needle in ["step 2: 5 of 50", "step 3: 50 of 50"] {
+        until_event(
+            &f.cluster,
+            ("default", &f.name),
+            "RolloutStep",
+            needle,
+            WAIT,
+        )
+        .await;
+    }
+    until_event(
+        &f.cluster,
+        ("default", &f.name),
+        "RolloutComplete",
+        "every parent (50)",
+        WAIT,
+    )
+    .await;
+    let (code, text) = f.cli(&["status", &format!("dc/{}", f.name)]).await;
+    assert!(code == 0 && text.contains("Complete"), "{text}");
 }
