@@ -294,6 +294,51 @@ fn on(versions: &BTreeMap<String, String>, version: &str) -> usize {
     versions.values().filter(|v| *v == version).count()
 }
 
+/// `render` runs any parent with either stored version (`v1` is the digest of the first);
+/// without `--code`, the live one (v2); an unknown digest is an error.
+async fn renders_either_version(f: &Fixture, v1: &str) {
+    // render runs any parent with either stored version; without --code, the live one.
+    for (parent, flags, version) in [
+        (&f.order[0], &["--code", "from"][..], "v1"),
+        (&f.order[0], &["--code", "to"][..], "v2"),
+        (&f.order[9], &["--code", "to"][..], "v2"),
+        (&f.order[9], &["--code", &v1[..12]][..], "v1"),
+        (&f.order[9], &[][..], "v2"),
+    ] {
+        let (code, out, err) = render(f, parent, flags).await;
+        assert_eq!(code, 0, "{flags:?}: {out}{err}");
+        let wanted = format!("version: {version}");
+        assert!(
+            out.contains(&wanted),
+            "{flags:?}: {version} expected:\n{out}{err}"
+        );
+        if !flags.is_empty() {
+            assert!(err.contains("running stored code version"), "{err}");
+        }
+    }
+    let (code, _, err) = render(f, &f.order[9], &["--code", "0123456789ab"]).await;
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("is not stored"), "{err}");
+}
+
+/// The metrics of a rollout held at step 1: one parent updated and healthy, Progressing.
+async fn held_step_metrics(f: &Fixture) {
+    let m = |family: &'static str, label: &'static str| f.metric(family, label);
+    assert_eq!(m("metacontroller_hook_rollout_step", "").await, Some(1.0));
+    for state in ["updated", "healthy"] {
+        let label = format!("state=\"{state}\"");
+        let value = f
+            .metric("metacontroller_hook_rollout_parents", &label)
+            .await;
+        assert_eq!(value, Some(1.0), "{state}");
+    }
+    let failed = m("metacontroller_hook_rollout_parents", "state=\"failed\"").await;
+    assert_eq!(failed, Some(0.0));
+    let phase = |p: &'static str| m("metacontroller_hook_rollout_phase", p);
+    assert_eq!(phase("phase=\"Progressing\"").await, Some(1.0));
+    assert_eq!(phase("phase=\"RolledBack\"").await, Some(0.0));
+}
+
 /// `rollout undo` in mid-rollout (held at step 1 by a long pause): RolledBack, the step's
 /// parent back on v1, the Event names the annotation, which the driver removed; `status`
 /// then exits 1 and a second `undo` is refused.
@@ -311,43 +356,8 @@ async fn undo_in_mid_rollout_rolls_back() {
             s.healthy == 1 && s.message.contains("pausing") && on(v, "v2") == 1
         })
         .await;
-    // render runs any parent with either stored version; without --code, the live one.
-    for (parent, flags, version) in [
-        (&f.order[0], &["--code", "from"][..], "v1"),
-        (&f.order[0], &["--code", "to"][..], "v2"),
-        (&f.order[9], &["--code", "to"][..], "v2"),
-        (&f.order[9], &["--code", &v1[..12]][..], "v1"),
-        (&f.order[9], &[][..], "v2"),
-    ] {
-        let (code, out, err) = render(&f, parent, flags).await;
-        assert_eq!(code, 0, "{flags:?}: {out}{err}");
-        let wanted = format!("version: {version}");
-        assert!(
-            out.contains(&wanted),
-            "{flags:?}: {version} expected:\n{out}{err}"
-        );
-        if !flags.is_empty() {
-            assert!(err.contains("running stored code version"), "{err}");
-        }
-    }
-    let (code, _, err) = render(&f, &f.order[9], &["--code", "0123456789ab"]).await;
-    assert_eq!(code, 1, "{err}");
-    assert!(err.contains("is not stored"), "{err}");
-    // The metrics show the held step (1, one parent updated and healthy, Progressing).
-    let m = |family: &'static str, label: &'static str| f.metric(family, label);
-    assert_eq!(m("metacontroller_hook_rollout_step", "").await, Some(1.0));
-    for state in ["updated", "healthy"] {
-        let label = format!("state=\"{state}\"");
-        let value = f
-            .metric("metacontroller_hook_rollout_parents", &label)
-            .await;
-        assert_eq!(value, Some(1.0), "{state}");
-    }
-    let failed = m("metacontroller_hook_rollout_parents", "state=\"failed\"").await;
-    assert_eq!(failed, Some(0.0));
-    let phase = |p: &'static str| m("metacontroller_hook_rollout_phase", p);
-    assert_eq!(phase("phase=\"Progressing\"").await, Some(1.0));
-    assert_eq!(phase("phase=\"RolledBack\"").await, Some(0.0));
+    renders_either_version(&f, &v1).await;
+    held_step_metrics(&f).await;
     let (code, text) = f.cli(&["undo", &f.name]).await;
     assert_eq!(code, 0, "{text}");
     assert!(text.contains("rolled back"), "{text}");
@@ -380,11 +390,12 @@ async fn undo_in_mid_rollout_rolls_back() {
     assert_eq!(code, 1, "{text}");
     assert!(text.contains("already rolled back"), "{text}");
     assert_eq!(f.status().await.phase, RolloutPhase::RolledBack);
+    let m = |family: &'static str, label: &'static str| f.metric(family, label);
     let rollbacks = "metacontroller_hook_rollout_rollbacks_total";
     assert_eq!(m(rollbacks, "cause=\"undo\"").await, Some(1.0));
     assert_eq!(m(rollbacks, "cause=\"failure\"").await, Some(0.0));
     eventually_within("the phase gauge says RolledBack", WAIT, || async {
-        phase("phase=\"RolledBack\"").await == Some(1.0)
+        m("metacontroller_hook_rollout_phase", "phase=\"RolledBack\"").await == Some(1.0)
     })
     .await;
 }
@@ -472,13 +483,15 @@ async fn pause_holds_a_running_rollout_and_resume_completes_it() {
 
 /// `healthy.condition`: a step waits until its parent reports `Ready=True` (the hook says
 /// Ready once the parent has a child and the test has labelled it), then the rollout goes
-/// on; a parent of the next step that never becomes Ready fails it by `deadlineSeconds` and
-/// the rollout rolls back naming it.
+/// on; parents of the next step that never become Ready fail it by `deadlineSeconds` and the
+/// rollout rolls back naming one of them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_ready_gate_holds_a_step_and_its_deadline_rolls_back() {
     let f = Fixture::start(
         "rcli-ready",
-        json!({"steps": [1, "10%", "100%"],
+        // maxFailures 1: a sync that fails once for another reason (an API conflict while
+        // the test labels the parent) is tolerated; the two stuck parents are not.
+        json!({"steps": [1, "10%", "100%"], "maxFailures": 1,
             "healthy": {"condition": {"type": "Ready"}, "deadlineSeconds": 15}}),
     )
     .await;
@@ -491,8 +504,8 @@ async fn the_ready_gate_holds_a_step_and_its_deadline_rolls_back() {
     assert_eq!((waiting.step, waiting.healthy), (0, 0), "{waiting:?}");
     assert_eq!(waiting.phase, RolloutPhase::Progressing);
     f.label_ready(&f.order[0]).await;
-    // Step 2's parents: all but the last become Ready; the last never does.
-    for name in &f.order[1..4] {
+    // Step 2's five parents: three become Ready; the last two never do.
+    for name in &f.order[1..3] {
         f.label_ready(name).await;
     }
     let (status, _) = f
@@ -500,14 +513,15 @@ async fn the_ready_gate_holds_a_step_and_its_deadline_rolls_back() {
             s.phase == RolloutPhase::RolledBack && on(v, "v1") == PARENTS
         })
         .await;
-    let stuck = format!("{}/{}", f.ns, f.order[4]);
-    assert_eq!(status.step, 1, "{status:?}");
-    assert_eq!(status.failed_parent.as_deref(), Some(stuck.as_str()));
+    assert_eq!((status.step, status.failed), (1, 2), "{status:?}");
+    let stuck = [3, 4].map(|i| format!("{}/{}", f.ns, f.order[i]));
+    let failed = status.failed_parent.clone().unwrap_or_default();
+    assert!(stuck.contains(&failed), "{status:?}");
     until_event(
         &f.cluster,
         ("default", &f.name),
         "RolloutRolledBack",
-        &stuck,
+        &failed,
         WAIT,
     )
     .await;

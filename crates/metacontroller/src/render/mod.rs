@@ -138,7 +138,10 @@ pub async fn run(args: &RenderArgs) -> anyhow::Result<()> {
     let caller = Caller::new(target, cluster.is_live().then(|| cluster.client.clone()))?;
     tracing::debug!(controller = controller.name(), "rendering");
     let Some(choice) = &args.code else {
-        return render_with(args, &cluster, &caller, controller, replay, requested).await;
+        return Box::pin(render_with(
+            args, &cluster, &caller, controller, replay, requested,
+        ))
+        .await;
     };
     if !cluster.is_live() {
         bail!("--code runs a stored code version: it needs --live (or --kubeconfig)");
@@ -153,7 +156,10 @@ pub async fn run(args: &RenderArgs) -> anyhow::Result<()> {
             .await
             .map_err(|e| anyhow::anyhow!("--code: {e}"))?;
     eprintln!("render: running stored code version {digest}");
-    let render = render_with(args, &cluster, &caller, controller, replay, requested);
+    // Boxed: the render's state is large, and this future would hold it inline.
+    let render = Box::pin(render_with(
+        args, &cluster, &caller, controller, replay, requested,
+    ));
     metacontroller_hooks::with_pinned_code(pinned, render).await
 }
 
