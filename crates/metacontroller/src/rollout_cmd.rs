@@ -1,4 +1,4 @@
-//! `metacontroller rollout status|pause|resume TARGET`: `kubectl rollout` for the code of a
+//! `metacontroller rollout status|pause|resume|undo TARGET`: `kubectl rollout` for the code of a
 //! controller's in-process hooks (`spec.hookRollout`, see docs/src/hook-rollout.md).
 //!
 //! `status` reads `status.hookRollout` of the controller object and prints it once; it fails
