@@ -12,8 +12,9 @@ use serde_json::{json, Value};
 
 use crate::children::ParentRef;
 
-/// Annotation naming the parent of a label-tracked child: `<namespace>/<name>`.
-pub const PARENT_ANNOTATION: &str = "metacontroller.k8s.io/parent";
+/// Annotation naming the parent of a label-tracked child: `<namespace>/<name>` (sharded
+/// replicas cache such a child by it).
+pub use metacontroller_dynamic::PARENT_ANNOTATION;
 
 /// Annotation naming the parent's type of a label-tracked child: `<Kind>.<apiVersion>`.
 pub const PARENT_KIND_ANNOTATION: &str = "metacontroller.k8s.io/parent-kind";

@@ -32,6 +32,10 @@ const RESOURCE_VERSION: usize = 3;
 const CONTROLLER_UID: usize = 4;
 const CONTROLLER_API_VERSION: usize = 5;
 const CONTROLLER_KIND: usize = 6;
+/// The controller owner's name; for a child tracked by label (no controller owner, so no
+/// owner apiVersion or kind either) the parent key of its annotation
+/// ([`ControllerOwner::tracking_parent`]): one slot serves both, as an object has at most
+/// one of them, and the object stays its size.
 const CONTROLLER_NAME: usize = 7;
 const FIELDS: usize = 8;
 
@@ -85,7 +89,7 @@ impl CompactObject {
             obj.controller_uid(),
             owner.map(|o| o.api_version),
             owner.map(|o| o.kind),
-            owner.map(|o| o.name),
+            owner.map(|o| o.name).or_else(|| obj.tracking_parent()),
         ];
         let extra: usize = fields.iter().flatten().map(|s| s.len()).sum();
         text.reserve_exact(extra);
@@ -145,6 +149,13 @@ impl ControllerOwner for CompactObject {
             name: self.field(CONTROLLER_NAME)?,
         })
     }
+
+    fn tracking_parent(&self) -> Option<&str> {
+        if self.field(CONTROLLER_KIND).is_some() {
+            return None;
+        }
+        self.field(CONTROLLER_NAME)
+    }
 }
 
 impl ObjectMetaAccess for CompactObject {
@@ -182,6 +193,7 @@ mod tests {
         assert_eq!(compact.resource_version(), obj.resource_version());
         assert_eq!(compact.controller_uid(), obj.controller_uid());
         assert_eq!(compact.controller_ref(), obj.controller_ref());
+        assert_eq!(compact.tracking_parent(), obj.tracking_parent());
     }
 
     #[test]
@@ -208,6 +220,18 @@ mod tests {
         round_trip(json!({"metadata": {"name": "x"}}));
         round_trip(json!({"kind": "OnlyKind", "metadata": {"name": "x", "namespace": ""}}));
         round_trip(json!({"apiVersion": "v1", "metadata": {}, "status": {}}));
+        // A child tracked by label, whose parent is named by an annotation (extension).
+        let tracked = |annotation: &str| {
+            json!({"metadata": {"name": "t", "namespace": "other",
+                "labels": {crate::PARENT_UID_LABEL: "u1"},
+                "annotations": {crate::PARENT_ANNOTATION: annotation}}})
+        };
+        round_trip(tracked("team/p"));
+        round_trip(tracked("not-a-key"));
+        let c = CompactObject::encode(&dynamic(tracked("team/p"))).unwrap();
+        assert_eq!(c.tracking_parent(), Some("team/p"));
+        assert_eq!(c.controller_ref(), None);
+        assert_eq!(c.controller_uid(), Some("u1"));
     }
 
     #[test]

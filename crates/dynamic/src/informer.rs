@@ -55,8 +55,10 @@
 //! - [`Keep::Children`] (child / attachment / revision types): an object whose
 //!   controller owner's key is in a retained shard (the owner is the parent: in the child's
 //!   namespace, or cluster-scoped — known from the parent resources leased, see
-//!   [`KeepKeys::add_cluster_parent`]), and every object without a controller owner
-//!   (orphans: candidates for adoption by any parent);
+//!   [`KeepKeys::add_cluster_parent`]); a child tracked by label instead (outside its
+//!   namespaced parent's namespace, [`crate::PARENT_UID_LABEL`]) whose parent's key, from
+//!   its [`crate::PARENT_ANNOTATION`], is in a retained shard; and every other object without
+//!   a controller owner (orphans: candidates for adoption by any parent);
 //! - [`Keep::All`] (related objects of the customize hook, CRDs, any other use): everything.
 //!
 //! A resource leased for a new use keeps more from then on; widening a running informer
@@ -218,7 +220,11 @@ impl KeepKeys {
             return false;
         }
         let Some(owner) = obj.controller_ref() else {
-            return true;
+            // A child tracked by label (extension: outside its parent's namespace) goes with
+            // its parent's key, like an owned child; a true orphan is kept by every replica.
+            return obj
+                .tracking_parent()
+                .is_none_or(|parent| (self.key)(parent));
         };
         // A namespaced owner is in the child's namespace; a cluster-scoped child can only
         // have cluster-scoped owners.
@@ -1287,6 +1293,12 @@ mod tests {
         let child_of_theirs = object(Some("other"), "c", Some("mine"));
         let cluster_child = object(None, "c", Some("cluster-mine"));
         let orphan = object(Some("ns"), "o", None);
+        let tracked = |annotation: &str| -> DynamicObject {
+            serde_json::from_value(json!({"metadata": {"name": "t", "namespace": "other",
+                "labels": {crate::PARENT_UID_LABEL: "u1"},
+                "annotations": {crate::PARENT_ANNOTATION: annotation}}}))
+            .unwrap()
+        };
 
         assert!(keys.retains(Keep::Parents, &parent));
         assert!(!keys.retains(Keep::Parents, &other_parent));
@@ -1315,6 +1327,14 @@ mod tests {
         assert!(
             keys.retains(Keep::Children, &orphan),
             "orphans may be adopted"
+        );
+        // Children elsewhere go with their parent's shard, by the annotation's key.
+        assert!(keys.retains(Keep::Children, &tracked("ns/mine")));
+        assert!(!keys.retains(Keep::Children, &tracked("ns/theirs")));
+        assert!(!keys.retains(Keep::Parents, &tracked("ns/mine")));
+        assert!(
+            keys.retains(Keep::Children, &tracked("mine")),
+            "not a namespaced parent's key: an orphan"
         );
 
         for o in [&other_parent, &other_child] {

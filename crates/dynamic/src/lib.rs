@@ -44,7 +44,9 @@ pub use informer::{
     CacheStats, Handler, HandlerId, Informer, InformerConfig, InformerKey, InformerLease,
     Informers, Keep, KeepKeys, Origin, Relisted,
 };
-pub use object::{NamespacedName, ObjectKey, ObjectMetaAccess, Versioned, PARENT_UID_LABEL};
+pub use object::{
+    NamespacedName, ObjectKey, ObjectMetaAccess, Versioned, PARENT_ANNOTATION, PARENT_UID_LABEL,
+};
 pub use rate::{KeyedRateLimiter, RateError, TokenBucket};
 pub use registry::Lease;
 pub use schemas::Schemas;

@@ -32,6 +32,11 @@ pub trait ObjectMetaAccess: Versioned {
 /// index it under this uid as if it were its controller's.
 pub const PARENT_UID_LABEL: &str = "metacontroller.k8s.io/parent-uid";
 
+/// Extension: the annotation naming the parent (`<namespace>/<name>`) of a child tracked by
+/// [`PARENT_UID_LABEL`]. A sharded replica keeps such a child by this key, as it keeps an
+/// owned child by its controller owner's.
+pub const PARENT_ANNOTATION: &str = "metacontroller.k8s.io/parent";
+
 /// The owner reference with `controller: true`, as far as the sharded caches need it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct ControllerRef<'a> {
@@ -48,6 +53,17 @@ pub(crate) struct ControllerRef<'a> {
 pub(crate) trait ControllerOwner {
     /// The owner reference with `controller: true`, if any.
     fn controller_ref(&self) -> Option<ControllerRef<'_>>;
+    /// For a child tracked by label (no controller owner, a [`PARENT_UID_LABEL`]): the
+    /// parent's key from its [`PARENT_ANNOTATION`], when that is a `namespace/name` key.
+    fn tracking_parent(&self) -> Option<&str>;
+}
+
+/// The key in a [`PARENT_ANNOTATION`] value, if it is one (`namespace/name`, both parts
+/// non-empty): anything else leaves the child an orphan to the caches.
+pub(crate) fn parent_key(annotation: &str) -> Option<&str> {
+    let (namespace, name) = annotation.split_once('/')?;
+    let valid = !namespace.is_empty() && !name.is_empty() && !name.contains('/');
+    valid.then_some(annotation)
 }
 
 impl ControllerOwner for DynamicObject {
@@ -63,6 +79,14 @@ impl ControllerOwner for DynamicObject {
             kind: &owner.kind,
             name: &owner.name,
         })
+    }
+
+    fn tracking_parent(&self) -> Option<&str> {
+        if self.controller_ref().is_some() {
+            return None;
+        }
+        self.metadata.labels.as_ref()?.get(PARENT_UID_LABEL)?;
+        parent_key(self.metadata.annotations.as_ref()?.get(PARENT_ANNOTATION)?)
     }
 }
 

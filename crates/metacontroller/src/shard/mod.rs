@@ -68,7 +68,8 @@
 //!   and deletes its member Lease: the others take over at their next round.
 //! - **Caches.** Every replica watches every parent and child (one watch per resource, as a
 //!   single replica), but stores only its share: the parents of its retained shards, their
-//!   children (by controller ownerReference) and orphans (see
+//!   children (by controller ownerReference, or for children elsewhere by the parent their
+//!   `metacontroller.k8s.io/parent` annotation names) and orphans (see
 //!   [`metacontroller_dynamic::Keep`] for the retention rules and the trade-off). Label
 //!   selectors cannot do this: the shard is a function of the parent's key, which no label
 //!   on a child carries unless the controller wrote it (and parents are owned by users).
