@@ -7,6 +7,7 @@
 pub(crate) mod driver;
 pub(crate) mod host;
 pub(crate) mod store;
+pub(crate) mod stored;
 
 /// Logs a warning when `rollout` is set on a controller without in-process hook code:
 /// webhook code is not rolled out in steps.
@@ -44,6 +45,10 @@ where
         }
     };
     let outcome = metacontroller_hooks::with_pinned_code(pins, sync).await;
+    if outcome.result.as_ref().is_err_and(is_transient) {
+        // Says nothing about the code: the sync is retried soon, and that one counts.
+        return outcome;
+    }
     let result = outcome
         .result
         .as_ref()
@@ -51,4 +56,11 @@ where
         .map_err(ToString::to_string);
     driver.record(&parent, digest, result);
     outcome
+}
+
+/// A failed sync that is retried without it being the code's fault: a 409 Conflict (a
+/// stale cache, e.g. the parent changed while its status was written), an unreachable API
+/// server, or a hook's 429.
+fn is_transient<E: crate::reconcile::SyncFailure>(error: &E) -> bool {
+    error.is_conflict() || error.is_unreachable() || error.retry_after().is_some()
 }

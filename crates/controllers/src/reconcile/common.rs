@@ -107,6 +107,11 @@ where
             ctx.client.clone(),
             ctx.hooks.clone(),
         );
+        if let Some(driver) = &rollout {
+            ctx.options
+                .metrics
+                .track_rollout(controller_type, &spec.name, driver);
+        }
         let related = RelatedManager::new(RelatedConfig {
             controller: spec.controller,
             name: spec.name.clone(),
