@@ -1,7 +1,9 @@
 //! `metacontroller validate --watch-namespaces NS,...`: warnings for children elsewhere
 //! (`childResources[].namespaces`, an extension) that a namespaced install cannot reach.
-//! Such a child is refused at sync time (a `SyncError` Event on the parent, see
-//! docs/src/namespaced-install.md); these warnings say so before the controller runs.
+//! A namespace list naming an unwatched namespace keeps the controller from starting (a
+//! `CreateError` Event); with `["*"]` each unreachable child is refused at sync time (a
+//! `SyncError` Event on the parent, see docs/src/namespaced-install.md). These warnings say
+//! so before the controller runs.
 
 use serde_json::Value;
 
@@ -29,9 +31,9 @@ pub(crate) fn warnings(doc: &Value, watched: &[String]) -> Vec<String> {
             let Some(ns) = ns.as_str() else { continue };
             let path = format!("spec.childResources[{i}].namespaces[{j}]");
             if ns == metacontroller_api::composite::ANY_NAMESPACE {
-                out.push(format!("{path}: \"*\" under --watch-namespaces {scope}: only children in those namespaces are written; children in other namespaces, and cluster-scoped ones, are refused (SyncError)"));
+                out.push(format!("{path}: \"*\" under --watch-namespaces {scope}: only children in those namespaces are written; children in other namespaces are refused (SyncError), and a cluster-scoped child type keeps the controller from starting (CreateError)"));
             } else if !watched.contains(&ns) {
-                out.push(format!("{path}: namespace {ns:?} is not watched (--watch-namespaces {scope}): children there are refused (SyncError)"));
+                out.push(format!("{path}: namespace {ns:?} is not watched (--watch-namespaces {scope}): the controller does not start (CreateError)"));
             }
         }
     }
