@@ -22,7 +22,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 PACKAGES = {"metacontroller", "metacontroller-controllers", "metacontroller-testkit"}
-SOLO = re.compile(r"^(example_|dev|sharding)")
+SOLO = re.compile(r"^(example_|dev|sharding|children_elsewhere_sharded|hook_rollout_sharded)")
 RESULT = re.compile(r"^test result: (\w+)\. (\d+) passed; (\d+) failed; (\d+) ignored")
 # Per binary: generous, so only a hung test trips it.
 TIMEOUT_S = 900

@@ -84,6 +84,18 @@ pub enum ChildError {
         /// Why it is refused.
         reason: &'static str,
     },
+    /// Extension (children elsewhere in a namespaced install): a child in a namespace, or
+    /// of a cluster-scoped type, that this process does not watch (`--watch-namespaces`);
+    /// it would never be seen, so it is not written.
+    #[error("{kind} {name} is not written: this process does not watch it, it is limited to the namespaces {namespaces} (--watch-namespaces)")]
+    Unwatched {
+        /// The child's kind.
+        kind: String,
+        /// `<namespace>/<name>`, or `<name>` when cluster-scoped.
+        name: String,
+        /// The watched namespaces, comma-separated.
+        namespaces: String,
+    },
     /// The apply engine refused an object.
     #[error("{key:?}: {message}")]
     Apply {

@@ -54,5 +54,6 @@ mod spans;
 mod writer;
 
 pub use handle::ControllerHandle;
+pub use hook_rollout::stored::{stored_code, CodeChoice};
 pub use related::{ParentId, RelatedConfig, RelatedManager};
 pub use writer::{ApplyStrategy, DEFAULT_CHILD_WRITE_CONCURRENCY};

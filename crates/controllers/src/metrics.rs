@@ -10,7 +10,9 @@
 //!   server-side apply bodies not sent because the child already holds them;
 //! * `metacontroller_parent_state_entries{controller_name,controller_type,structure}` —
 //!   entries of each structure a controller keeps per parent, read from the running
-//!   controllers at each scrape (see `crate::departed`).
+//!   controllers at each scrape (see `crate::departed`);
+//! * the `metacontroller_hook_rollout_*` families of `spec.hookRollout` (see
+//!   `crate::hook_rollout::driver::metrics`).
 
 use std::hash::Hash;
 use std::sync::{Arc, Mutex, Weak};
@@ -38,6 +40,7 @@ struct Families {
     writes: IntCounterVec,
     skipped: IntCounterVec,
     states: StateSources,
+    rollouts: crate::hook_rollout::driver::metrics::RolloutMetrics,
 }
 
 /// What a running controller keeps per parent, by structure (see
@@ -123,6 +126,7 @@ impl ControllerMetrics {
                 writes,
                 skipped,
                 states,
+                rollouts: crate::hook_rollout::driver::metrics::RolloutMetrics::register(registry)?,
             }),
         })
     }
@@ -140,6 +144,18 @@ impl ControllerMetrics {
                 name.to_string(),
                 states,
             ));
+        }
+    }
+
+    /// Exports the state of `driver` (controller `name`'s rollout) until it is dropped.
+    pub(crate) fn track_rollout(
+        &self,
+        controller_type: &'static str,
+        name: &str,
+        driver: &Arc<crate::hook_rollout::driver::RolloutDriver>,
+    ) {
+        if let Some(f) = &self.families {
+            f.rollouts.track(controller_type, name, driver);
         }
     }
 

@@ -14,6 +14,19 @@ pub use crate::rolling::Desired;
 pub use crate::scope::OutOfScope;
 pub use crate::writer::{action_key, json_equal, to_value, ApplyStrategy, WriteError, Writer};
 
+pub use crate::elsewhere::PARENT_UID_LABEL;
+
+/// `child` as the controller writes it for `parent` when it is a child elsewhere (outside
+/// a namespaced parent's namespace, or cluster-scoped): with the parent-uid label and the
+/// parent annotations. Other children are returned unchanged (their ownerReference is set
+/// at write time).
+pub fn with_parent_label(mut child: serde_json::Value, parent: &ParentRef) -> serde_json::Value {
+    if crate::elsewhere::is_elsewhere(&child, parent) {
+        crate::elsewhere::set_parent_label(&mut child, parent);
+    }
+    child
+}
+
 /// The CompositeController's sync steps.
 pub mod composite {
     pub use crate::composite::errors::SyncError;

@@ -68,6 +68,16 @@ impl WatchScope {
         self.namespaces.contains(namespace)
     }
 
+    /// Whether an object of `resource` in `namespace` (ignored for cluster-scoped
+    /// resources) is within the scope: its informer sees it, so the process may own it.
+    pub fn reaches(&self, resource: &ApiResource, namespace: &str) -> bool {
+        match self.watched(resource) {
+            Watched::All => true,
+            Watched::Namespaces(_) => self.namespaces.contains(namespace),
+            Watched::Nothing => false,
+        }
+    }
+
     /// What an informer of `resource` watches.
     pub(crate) fn watched(&self, resource: &ApiResource) -> Watched {
         if resource.namespaced {
@@ -131,6 +141,12 @@ mod tests {
         let scope = WatchScope::new(["b", " a", "b"]).unwrap();
         assert_eq!(scope.to_string(), "a,b");
         assert!(scope.contains("a") && !scope.contains("c"));
+        let configmaps = resource("", "configmaps", true);
+        assert!(scope.reaches(&configmaps, "a") && !scope.reaches(&configmaps, "c"));
+        let roles = resource("rbac.authorization.k8s.io", "clusterroles", false);
+        assert!(!scope.reaches(&roles, ""));
+        let scope = scope.allow_cluster_wide("rbac.authorization.k8s.io", "clusterroles");
+        assert!(scope.reaches(&roles, ""));
         assert_eq!(
             scope.watched(&resource("", "configmaps", true)),
             Watched::Namespaces(vec!["a".into(), "b".into()])

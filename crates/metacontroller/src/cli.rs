@@ -64,7 +64,7 @@ pub enum Command {
     )]
     Render(Box<crate::render::args::RenderArgs>),
     /// Progressive rollouts of hook code (`spec.hookRollout`), as `kubectl rollout`:
-    /// status (exit 1 when rolled back), pause, resume.
+    /// status (exit 1 when rolled back), pause, resume, undo.
     Rollout(RolloutArgs),
 }
 
@@ -94,6 +94,10 @@ pub enum RolloutAction {
     Pause,
     /// Clear `spec.hookRollout.paused`.
     Resume,
+    /// Roll back: a running rollout returns every parent to `from`; a complete one
+    /// returns every parent to the code before it (annotation
+    /// `metacontroller.k8s.io/hook-rollout-undo`, acted on by the controller).
+    Undo,
 }
 
 /// Settings of the controller process (upstream flag names and defaults).
@@ -468,6 +472,11 @@ pub struct ValidateArgs {
     /// $KUBECONFIG, ~/.kube/config, then in-cluster.
     #[arg(long, conflicts_with = "kubeconfig")]
     pub live: bool,
+
+    /// The namespaces `run --watch-namespaces` will be limited to (comma-separated): warns
+    /// about children elsewhere (`childResources[].namespaces`) such a process cannot reach.
+    #[arg(long, value_name = "NS,...", value_delimiter = ',')]
+    pub watch_namespaces: Vec<String>,
 }
 
 impl ValidateArgs {

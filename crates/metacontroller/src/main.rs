@@ -25,9 +25,11 @@ mod shard;
 mod shutdown;
 mod sources;
 mod stranded;
+mod stranded_children;
 mod telemetry;
 mod validate_cmd;
 mod validate_code;
+mod validate_scope;
 mod validate_served;
 
 use std::process::ExitCode;

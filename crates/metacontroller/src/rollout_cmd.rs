@@ -1,17 +1,19 @@
-//! `metacontroller rollout status|pause|resume TARGET`: `kubectl rollout` for the code of a
+//! `metacontroller rollout status|pause|resume|undo TARGET`: `kubectl rollout` for the code of a
 //! controller's in-process hooks (`spec.hookRollout`, see docs/src/hook-rollout.md).
 //!
 //! `status` reads `status.hookRollout` of the controller object and prints it once; it fails
 //! (exit 1) when the rollout rolled back, as `kubectl rollout status` does on a failed
 //! rollout. `pause` and `resume` set and clear `spec.hookRollout.paused`, the field the rollout
-//! honours (as `kubectl rollout pause` sets a Deployment's `spec.paused`).
+//! honours (as `kubectl rollout pause` sets a Deployment's `spec.paused`). `undo` asks the
+//! controller to roll back the rollout it shows now: it sets the annotation
+//! [`UNDO_ANNOTATION`] to that rollout's `to`, which the driver acts on once and removes.
 
 use anyhow::{bail, Context};
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::{json, Value};
 
-use metacontroller_api::rollout::{HookRolloutStatus, RolloutPhase};
+use metacontroller_api::rollout::{HookRolloutStatus, RolloutPhase, UNDO_ANNOTATION};
 
 use crate::cli::{RolloutAction, RolloutArgs};
 
@@ -41,7 +43,40 @@ pub async fn run(args: &RolloutArgs) -> anyhow::Result<()> {
             println!("{shown} {}", if paused { "paused" } else { "resumed" });
             Ok(())
         }
+        RolloutAction::Undo => {
+            let to = undo_target(&shown, object.data.get("status"))?;
+            let patch = json!({"metadata": {"annotations": {UNDO_ANNOTATION: to}}});
+            api.patch(name, &PatchParams::default(), &Patch::Merge(patch))
+                .await
+                .with_context(|| format!("patching {shown}"))?;
+            println!(
+                "{shown} rolled back (undo of code {} requested)",
+                short(&to)
+            );
+            Ok(())
+        }
     }
+}
+
+/// The `to` of the rollout `undo` rolls back; an error when there is nothing to undo.
+fn undo_target(shown: &str, status: Option<&Value>) -> anyhow::Result<String> {
+    let Some(rollout) = HookRolloutStatus::from_status(status) else {
+        bail!("{shown}: no rollout yet, nothing to undo");
+    };
+    if rollout.phase == RolloutPhase::RolledBack {
+        bail!(
+            "{shown}: the rollout of {} is already rolled back; every parent runs {}",
+            short(&rollout.to),
+            short(&rollout.from)
+        );
+    }
+    if rollout.from == rollout.to {
+        bail!(
+            "{shown}: no previous code version: every parent runs {}",
+            short(&rollout.to)
+        );
+    }
+    Ok(rollout.to)
 }
 
 /// `KIND/NAME` or `NAME` as the controller kind and name.
@@ -114,5 +149,24 @@ mod tests {
         );
         assert!(target("deployment/web").is_err());
         assert!(target("cc/").is_err());
+    }
+
+    #[test]
+    fn undo_needs_a_rollout_with_a_previous_version() {
+        let status = |phase: &str, from: &str| {
+            json!({"hookRollout": {"from": from, "to": "b", "step": 0, "updated": 0,
+                "healthy": 0, "failed": 0, "phase": phase}})
+        };
+        assert_eq!(
+            undo_target("x", Some(&status("Progressing", "a"))).unwrap(),
+            "b"
+        );
+        assert_eq!(
+            undo_target("x", Some(&status("Complete", "a"))).unwrap(),
+            "b"
+        );
+        assert!(undo_target("x", Some(&status("RolledBack", "a"))).is_err());
+        assert!(undo_target("x", Some(&status("Complete", "b"))).is_err());
+        assert!(undo_target("x", None).is_err());
     }
 }

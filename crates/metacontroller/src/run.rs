@@ -737,6 +737,26 @@ async fn refresh(client: &Client, resources: &mut metacontroller_dynamic::Resour
 }
 
 /// Runs one CompositeController reconciler per CompositeController object.
+/// What restarts a controller's reconciler when it changes: its spec and a `rollout undo`
+/// request (the annotation [`UNDO_ANNOTATION`], read by the restarted rollout driver before
+/// any sync, as a change of `spec.hookRollout.paused` is).
+///
+/// [`UNDO_ANNOTATION`]: metacontroller_api::rollout::UNDO_ANNOTATION
+fn restart_key<S: serde::Serialize>(
+    spec: &S,
+    meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+) -> serde_json::Value {
+    let spec = serde_json::to_value(spec).unwrap_or_default();
+    let undo = meta
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(metacontroller_api::rollout::UNDO_ANNOTATION));
+    match undo {
+        Some(undo) => serde_json::json!({"spec": spec, "undo": undo}),
+        None => spec,
+    }
+}
+
 async fn run_composite(shared: Shared, args: &ControllerArgs) -> anyhow::Result<()> {
     use metacontroller_api::composite::CompositeController;
     use metacontroller_controllers::composite;
@@ -745,7 +765,7 @@ async fn run_composite(shared: Shared, args: &ControllerArgs) -> anyhow::Result<
     Box::pin(run_controllers(
         &shared,
         args,
-        |cc: &CompositeController| serde_json::to_value(&cc.spec).unwrap_or_default(),
+        |cc: &CompositeController| restart_key(&cc.spec, &cc.metadata),
         |cc, resources| {
             composite::start(
                 cc,
@@ -775,7 +795,7 @@ async fn run_decorator(shared: Shared, args: &ControllerArgs) -> anyhow::Result<
     Box::pin(run_controllers(
         &shared,
         args,
-        |dc: &DecoratorController| serde_json::to_value(&dc.spec).unwrap_or_default(),
+        |dc: &DecoratorController| restart_key(&dc.spec, &dc.metadata),
         |dc, resources| {
             decorator::start(
                 dc,

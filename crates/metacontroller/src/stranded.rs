@@ -13,6 +13,9 @@
 //!   controller object went) finishes the job from what the API holds, since the finalizer
 //!   itself names its controller.
 //!
+//! A parent's children-elsewhere finalizer names its CompositeController too and is removed
+//! likewise, after the children it holds (see [`crate::stranded_children`]).
+//!
 //! A finalizer is removed only when a GET of the controller object it names answers 404:
 //! a controller object of another Metacontroller (another `--target-label-selector`) or one
 //! re-created under the same name keeps its finalizers. The finalize hook is not called (see
@@ -28,6 +31,8 @@ use metacontroller_api::composite::CompositeController;
 use metacontroller_api::decorator::DecoratorController;
 use metacontroller_dynamic::{ApiResource, ResourceMap};
 use serde_json::{json, Value};
+
+use crate::stranded_children::{ChildrenElsewhere, ELSEWHERE_PREFIX};
 
 /// Finalizer prefix of CompositeController parents.
 pub(crate) const COMPOSITE_PREFIX: &str = "metacontroller.io/compositecontroller-";
@@ -53,6 +58,9 @@ impl Owner {
     /// The owner named by `finalizer`, if it is one of ours.
     pub fn of(finalizer: &str) -> Option<Owner> {
         let (composite, name) = if let Some(n) = finalizer.strip_prefix(COMPOSITE_PREFIX) {
+            (true, n)
+        } else if let Some(n) = finalizer.strip_prefix(ELSEWHERE_PREFIX) {
+            // A parent's children-elsewhere finalizer names its CompositeController too.
             (true, n)
         } else {
             (false, finalizer.strip_prefix(DECORATOR_PREFIX)?)
@@ -198,10 +206,12 @@ impl Sweeper {
     async fn sweep(&self, resources: &[Arc<ApiResource>], only: Option<&Owner>) -> Swept {
         let mut swept = Swept::default();
         let mut exists: HashMap<Owner, bool> = HashMap::new();
+        let mut elsewhere = ChildrenElsewhere::default();
         for resource in resources {
             for api in self.apis(resource) {
                 swept.resources += 1;
-                self.sweep_api(&api, resource, only, &mut exists, &mut swept)
+                let state = (&mut exists, &mut elsewhere);
+                self.sweep_api(&api, resource, only, state, &mut swept)
                     .await;
             }
         }
@@ -228,7 +238,7 @@ impl Sweeper {
         api: &Api<DynamicObject>,
         resource: &ApiResource,
         only: Option<&Owner>,
-        exists: &mut HashMap<Owner, bool>,
+        (exists, elsewhere): (&mut HashMap<Owner, bool>, &mut ChildrenElsewhere),
         swept: &mut Swept,
     ) {
         let ar = resource.to_kube();
@@ -258,6 +268,14 @@ impl Sweeper {
                 let (Some(name), ns) = (meta.name.as_deref(), meta.namespace.as_deref()) else {
                     continue;
                 };
+                if let Err(err) = elsewhere
+                    .before_removal(&self.client, &self.namespaces, item, &stranded)
+                    .await
+                {
+                    tracing::warn!(resource = %resource.name, namespace = ?ns, %name, error = %err, "stranded finalizers: cannot delete the children elsewhere; retrying later");
+                    swept.failed += 1;
+                    continue;
+                }
                 let api: Api<DynamicObject> = match ns {
                     Some(ns) => Api::namespaced_with(self.client.clone(), ns, &ar),
                     None => Api::all_with(self.client.clone(), &ar),
@@ -386,6 +404,13 @@ mod tests {
         );
         assert_eq!(Owner::of("metacontroller.io/compositecontroller-"), None);
         assert_eq!(Owner::of("kubernetes.io/pvc-protection"), None);
+        assert_eq!(
+            Owner::of("children-elsewhere.metacontroller.io/compositecontroller-teams"),
+            Some(Owner {
+                composite: true,
+                name: "teams".into()
+            })
+        );
     }
 
     #[test]

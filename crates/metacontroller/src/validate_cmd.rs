@@ -52,9 +52,11 @@ pub async fn run(args: &ValidateArgs) -> anyhow::Result<()> {
                 }
                 None => None,
             };
+            let scope = crate::validate_scope::warnings(&doc, &args.watch_namespaces);
             let Some(mut report) = check_document(doc) else {
                 continue;
             };
+            report.warnings.extend(scope);
             if let Some((cluster_errors, cluster_warnings)) = cluster {
                 report.errors.extend(cluster_errors);
                 report.warnings.extend(cluster_warnings);

@@ -340,7 +340,8 @@ impl Setup {
         }
     }
 
-    /// How many objects of a resource are label-tracked children, and how many are not.
+    /// How many objects of a resource one replica keeps (label-tracked children and owned
+    /// objects), and how many every replica keeps.
     async fn tracked_and_others(&self, api_version: &str, plural: &str) -> (usize, usize) {
         let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
         let gvk = kube::api::GroupVersionKind::gvk(group, version, "");
@@ -351,13 +352,25 @@ impl Setup {
             .await
             .expect("listing metadata")
             .items;
+        // Kept by one replica: children tracked by label with a parent key, and objects with a
+        // controller owner (a long-lived cluster holds other tests' owned children).
         let tracked = all
             .iter()
             .filter(|o| {
                 let labels = o.metadata.labels.as_ref();
-                let annotations = o.metadata.annotations.as_ref();
-                labels.is_some_and(|l| l.contains_key(UID_LABEL))
-                    && annotations.is_some_and(|a| a.contains_key(PARENT_ANNOTATION))
+                let parent_key = o
+                    .metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get(PARENT_ANNOTATION))
+                    .is_some_and(|key| key.split('/').filter(|s| !s.is_empty()).count() == 2);
+                let owned = o
+                    .metadata
+                    .owner_references
+                    .iter()
+                    .flatten()
+                    .any(|r| r.controller == Some(true));
+                owned || (labels.is_some_and(|l| l.contains_key(UID_LABEL)) && parent_key)
             })
             .count();
         (tracked, all.len() - tracked)

@@ -878,3 +878,185 @@ fn a_hook_error_is_printed_once() {
     assert!(err.contains("sync hook failed for HelloWorld"), "{err}");
     assert_eq!(err.matches("boom once").count(), 1, "{err}");
 }
+
+/// Children elsewhere (extension `childResources[].namespaces`), offline: the v1 request
+/// keys an observed child in another namespace `<namespace>/<name>`, and the desired
+/// children elsewhere (another namespace, a Namespace) are printed with the parent-uid label
+/// and parent annotations the controller writes; a child in the parent's namespace is not.
+/// The controller (ConfigMaps in `shared`, Namespaces anywhere), the observed children
+/// (one elsewhere) and a hook command answering three children and capturing the request
+/// to `request.json`, in `dir`.
+fn elsewhere_inputs(dir: &Path) -> (PathBuf, PathBuf, String) {
+    let never = json!({"webhook": {"url": "http://127.0.0.1:1/never"}});
+    let spec = json!({
+        "parentResource": {"apiVersion": "example.com/v1", "resource": "helloworlds"},
+        "childResources": [
+            {"apiVersion": "v1", "resource": "configmaps", "namespaces": ["shared"]},
+            {"apiVersion": "v1", "resource": "namespaces", "namespaces": ["*"]},
+        ],
+        "hooks": {"sync": never},
+    });
+    let controller = write(
+        dir,
+        "controller.json",
+        &controller_object("CompositeController", "elsewhere", spec),
+    );
+    let children = write(
+        dir,
+        "children.json",
+        &json!({"apiVersion": "v1", "kind": "List", "items": [
+            {"apiVersion": "v1", "kind": "ConfigMap",
+             "metadata": {"name": "c1", "namespace": "team-a", "labels": {"app": "p"}}},
+            {"apiVersion": "v1", "kind": "ConfigMap",
+             "metadata": {"name": "far", "namespace": "shared",
+                          "labels": {"metacontroller.k8s.io/parent-uid": "uid-p"}}},
+        ]}),
+    );
+    let answer = json!({"children": [
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c1", "labels": {"app": "p"}}},
+        {"apiVersion": "v1", "kind": "ConfigMap",
+         "metadata": {"name": "far", "namespace": "shared", "labels": {"app": "p"}}},
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "made", "labels": {"app": "p"}}},
+    ]});
+    let answer_file = write(dir, "answer.json", &answer);
+    let hook = format!(
+        "tee {} >/dev/null; cat {}",
+        dir.join("request.json").display(),
+        answer_file.display()
+    );
+    (controller, children, hook)
+}
+
+#[test]
+fn children_elsewhere_show_their_namespace_and_parent_label() {
+    let dir = tempfile::tempdir().unwrap();
+    let (controller, children, hook) = elsewhere_inputs(dir.path());
+    let captured = dir.path().join("request.json");
+    let (code, out, err) = render(&[
+        "--controller",
+        path(&controller),
+        "--crd",
+        &hello("crd.yaml"),
+        "--parent",
+        path(&parent(dir.path())),
+        "--children",
+        path(&children),
+        "--hook-command",
+        &hook,
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let request = read_json(&captured);
+    let cms = &request["children"]["ConfigMap.v1"];
+    assert!(
+        cms.get("c1").is_some() && cms.get("shared/far").is_some(),
+        "{request}"
+    );
+    let doc: Value = serde_yaml::from_str(&out).expect("YAML output");
+    let find = |kind: &str, name: &str| {
+        doc["children"]
+            .as_array()
+            .and_then(|c| {
+                c.iter()
+                    .find(|c| c["kind"] == kind && c["metadata"]["name"] == name)
+                    .cloned()
+            })
+            .unwrap_or_else(|| panic!("no {kind} {name} in\n{out}"))
+    };
+    for (kind, name) in [("ConfigMap", "far"), ("Namespace", "made")] {
+        let meta = &find(kind, name)["metadata"];
+        assert_eq!(
+            meta["labels"]["metacontroller.k8s.io/parent-uid"], "uid-p",
+            "{out}"
+        );
+        assert_eq!(
+            meta["annotations"]["metacontroller.k8s.io/parent"], "team-a/p",
+            "{out}"
+        );
+        assert_eq!(
+            meta["annotations"]["metacontroller.k8s.io/parent-kind"], "HelloWorld.example.com/v1",
+            "{out}"
+        );
+    }
+    assert_eq!(find("ConfigMap", "far")["metadata"]["namespace"], "shared");
+    let own = find("ConfigMap", "c1");
+    assert_eq!(own["metadata"]["namespace"], "team-a", "{out}");
+    assert!(
+        own["metadata"]["labels"]
+            .get("metacontroller.k8s.io/parent-uid")
+            .is_none(),
+        "{out}"
+    );
+}
+
+/// Children elsewhere against a cluster (`--kubeconfig`): the request holds the parent's
+/// label-tracked ConfigMap in another namespace (keyed `<namespace>/<name>`, found by the
+/// parent-uid label), not an unlabelled one there. Embedded and real server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn live_render_reads_children_elsewhere_by_label() {
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = TestCluster::start().await;
+    let parent_ns = cluster.create_namespace("render-else").await;
+    let other = cluster.create_namespace("render-else-other").await;
+    let crd = cluster.install_parent_crd("render-elsewhere").await;
+    let parents = crd.api(cluster.client(), Some(&parent_ns));
+    let parent = create_object(
+        &parents,
+        json!({"apiVersion": crd.api_version(), "kind": "Parent", "metadata": {"name": "p"},
+               "spec": {"selector": {"matchLabels": {"app": "r"}}}}),
+    )
+    .await;
+    let uid = parent.metadata.uid.clone().expect("uid");
+    let cms: Api<ConfigMap> = Api::namespaced(cluster.client(), &other);
+    for (name, labels) in [
+        (
+            "far",
+            json!({"app": "r", "metacontroller.k8s.io/parent-uid": uid}),
+        ),
+        ("stranger", json!({"app": "r"})),
+    ] {
+        let cm: ConfigMap =
+            serde_json::from_value(json!({"metadata": {"name": name, "labels": labels}})).unwrap();
+        cms.create(&PostParams::default(), &cm).await.unwrap();
+    }
+    let never = json!({"webhook": {"url": "http://127.0.0.1:1/never"}});
+    let spec = json!({
+        "parentResource": {"apiVersion": crd.api_version(), "resource": crd.plural()},
+        "childResources": [{"apiVersion": "v1", "resource": "configmaps", "namespaces": ["*"]}],
+        "hooks": {"sync": never},
+    });
+    let controller = write(
+        dir.path(),
+        "controller.json",
+        &controller_object("CompositeController", &unique_name("render-else"), spec),
+    );
+    let parent_file = write(
+        dir.path(),
+        "parent.json",
+        &json!({"apiVersion": crd.api_version(), "kind": "Parent",
+                "metadata": {"name": "p", "namespace": parent_ns}}),
+    );
+    let captured = dir.path().join("request.json");
+    let (code, out, err) = render(&[
+        "--controller",
+        path(&controller),
+        "--parent",
+        path(&parent_file),
+        "--kubeconfig",
+        path(cluster.kubeconfig_path()),
+        "--hook-command",
+        &capture(&captured),
+    ]);
+    assert_eq!(code, 0, "{err}\n{out}");
+    let request = read_json(&captured);
+    let observed = &request["children"]["ConfigMap.v1"];
+    assert!(
+        observed.get(format!("{other}/far").as_str()).is_some(),
+        "{request}"
+    );
+    assert!(
+        observed.get(format!("{other}/stranger").as_str()).is_none(),
+        "{request}"
+    );
+    // A real cluster outlives the test; other tests count label-tracked objects.
+    let _ = cms.delete("far", &Default::default()).await;
+}

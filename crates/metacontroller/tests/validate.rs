@@ -137,6 +137,27 @@ spec:
         "{text}"
     );
     assert!(text.contains("2 error(s) in 2 controller(s)"), "{text}");
+
+    // For a namespaced install: warnings (no errors) for what it cannot reach.
+    let mut command = Command::new(env!("CARGO_BIN_EXE_metacontroller"));
+    command
+        .args(["validate", "--watch-namespaces", "team-a,team-b", "-f"])
+        .arg(&file);
+    let (code, text) = exit_code_and_output(&mut command);
+    assert_eq!(code, 1, "{text}");
+    assert!(
+        text.contains("CompositeController/anywhere: warning: spec.childResources[0].namespaces[0]: \"*\" under --watch-namespaces team-a,team-b"),
+        "{text}"
+    );
+    assert!(
+        text.contains("CompositeController/anywhere: warning: spec.childResources[1].namespaces[0]: namespace \"shared\" is not watched (--watch-namespaces team-a,team-b)"),
+        "{text}"
+    );
+    assert!(
+        !text.contains("namespaces[1]: namespace \"team-a\""),
+        "{text}"
+    );
+    assert!(text.contains("CompositeController/anywhere: ok"), "{text}");
 }
 
 /// A CompositeController `name` (parents `parent_ref`, `children`) and a DecoratorController

@@ -76,6 +76,12 @@ pub struct RolloutHealth {
 /// Default `healthy.deadlineSeconds`.
 pub const DEFAULT_HEALTH_DEADLINE_SECONDS: i64 = 300;
 
+/// Annotation on a controller object asking its driver to undo the rollout whose `to` is
+/// the annotation's value (`metacontroller rollout undo` sets it). The driver acts on it
+/// once and removes it, as a Deployment's `spec.rollbackTo` was cleared once done; a value
+/// other than the current `to` (a newer rollout started meanwhile) is refused.
+pub const UNDO_ANNOTATION: &str = "metacontroller.k8s.io/hook-rollout-undo";
+
 impl RolloutHealth {
     /// `deadlineSeconds`, [`DEFAULT_HEALTH_DEADLINE_SECONDS`] when unset.
     pub fn deadline_seconds(&self) -> i64 {

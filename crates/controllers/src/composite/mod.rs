@@ -37,6 +37,7 @@ mod cleanup;
 pub(crate) mod errors;
 mod mapper;
 pub(crate) mod plan;
+mod reach;
 mod read_versions;
 mod reconciler;
 pub(crate) mod resolve;

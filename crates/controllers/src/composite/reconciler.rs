@@ -420,11 +420,12 @@ impl Inner {
             observed: &observed,
         };
         let use_revisions = self.revisions.is_some() && self.manages_children(&parent.object);
-        let outcome = if use_revisions {
+        let mut outcome = if use_revisions {
             self.sync_revisions(&parent, &call).await?
         } else {
             self.sync_once(&parent, &call).await?
         };
+        self.refuse_unwatched(&parent, &mut outcome);
         let requeue = reconcile::requeue_after_seconds(outcome.resync_after_seconds);
         let writes = ParentWrites {
             parent,

@@ -25,14 +25,18 @@ pub struct Resolved {
 
 impl Resolved {
     /// Refuses cluster-scoped parent and child types when `scope` limits the process to
-    /// namespaces (see [`crate::scope`]).
+    /// namespaces (see [`crate::scope`]), and child types listing namespaces it does not watch.
     pub(crate) fn check_scope(
         &self,
         scope: Option<&metacontroller_dynamic::WatchScope>,
     ) -> Result<(), crate::scope::OutOfScope> {
         crate::scope::check(scope, "parent", &self.parent)?;
-        for (_, _, child) in &self.children {
+        for (kind, _, child) in &self.children {
+            // As upstream, a cluster-scoped child type is refused, opted in or not; an
+            // explicit namespace list must be watched. `["*"]` may still reach watched
+            // namespaces: each unreachable child is refused on its own at sync (see `reach`).
             crate::scope::check(scope, "child", child)?;
+            crate::scope::check_child_namespaces(scope, child, &kind.namespaces)?;
         }
         Ok(())
     }

@@ -22,6 +22,9 @@ use tokio::sync::{watch, Notify};
 
 use super::store::{self, CodeVersion, Owner};
 
+pub(crate) mod metrics;
+mod undo;
+
 /// How often a running rollout is re-evaluated without news (pause and health deadlines).
 const TICK: Duration = Duration::from_secs(1);
 /// Longest a sync waits for the rollout state to be read before it is retried later.
@@ -49,6 +52,8 @@ pub(crate) struct RolloutDriver {
     ready: watch::Sender<bool>,
     /// A sync finished: re-evaluate.
     wake: Notify,
+    /// Rollback counters, once the controller's metrics track this driver.
+    rollbacks: std::sync::OnceLock<metrics::Rollbacks>,
 }
 
 #[derive(Default)]
@@ -142,6 +147,7 @@ impl RolloutDriver {
             state: Mutex::new(State::default()),
             ready: watch::channel(false).0,
             wake: Notify::new(),
+            rollbacks: std::sync::OnceLock::new(),
         }))
     }
 
@@ -237,7 +243,7 @@ impl RolloutDriver {
 
     /// Reads `status.hookRollout` and the versions it names; with no state yet, the live
     /// code becomes the first (complete) one.
-    async fn init(&self) -> Result<(), String> {
+    async fn init(&self, host: &dyn RolloutHost) -> Result<(), String> {
         let api = kube::Api::<DynamicObject>::all_with(self.client.clone(), &self.resource);
         let object = api
             .get(&self.owner.name)
@@ -261,6 +267,7 @@ impl RolloutDriver {
                 status
             }
         };
+        let status = self.undo_if_asked(status, host).await?;
         self.ensure_loaded(&status.from).await?;
         self.ensure_loaded(&status.to).await?;
         self.lock().status = Some(status);
@@ -400,7 +407,7 @@ pub(crate) trait RolloutHost: Send + Sync {
 /// changes, finished syncs and the clock.
 pub(crate) async fn drive(driver: Arc<RolloutDriver>, host: Arc<dyn RolloutHost>) {
     use tokio::sync::broadcast::error::RecvError;
-    while let Err(e) = driver.init().await {
+    while let Err(e) = driver.init(host.as_ref()).await {
         tracing::warn!(controller = %driver.owner.name, error = %e, "hook rollout: cannot read its state; retrying");
         if !super::shared::is_conflict(&e) {
             // A conflict is another replica writing the first state: nothing to report.
@@ -474,6 +481,7 @@ fn apply(driver: &RolloutDriver, host: &dyn RolloutHost, effects: Vec<Effect>) {
                 } else {
                     tracing::info!(controller = %driver.owner.name, reason, %message, "hook rollout");
                 }
+                driver.count_rollback(reason);
                 host.event(&driver.object, warning, reason, message);
             }
         }

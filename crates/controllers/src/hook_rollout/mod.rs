@@ -8,6 +8,7 @@ pub(crate) mod driver;
 pub(crate) mod host;
 pub(crate) mod shared;
 pub(crate) mod store;
+pub(crate) mod stored;
 
 /// Logs a warning when `rollout` is set on a controller without in-process hook code:
 /// webhook code is not rolled out in steps.
@@ -45,6 +46,10 @@ where
         }
     };
     let outcome = metacontroller_hooks::with_pinned_code(pins, sync).await;
+    if outcome.result.as_ref().is_err_and(is_transient) {
+        // Says nothing about the code: the sync is retried soon, and that one counts.
+        return outcome;
+    }
     let result = outcome
         .result
         .as_ref()
@@ -52,4 +57,67 @@ where
         .map_err(ToString::to_string);
     driver.record(&parent, digest, result);
     outcome
+}
+
+/// A failed sync that is retried without it being the code's fault: a 409 Conflict (a
+/// stale cache, e.g. the parent changed while its status was written), an unreachable API
+/// server, or a hook's 429.
+fn is_transient<E: crate::reconcile::SyncFailure>(error: &E) -> bool {
+    error.is_conflict() || error.is_unreachable() || error.retry_after().is_some()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_transient;
+    use std::fmt::Display;
+    use std::time::Duration;
+
+    /// A failure with the traits a test picks.
+    #[derive(Default)]
+    struct Failure {
+        retry_after: Option<Duration>,
+        conflict: bool,
+        unreachable: bool,
+    }
+
+    impl Display for Failure {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("failure")
+        }
+    }
+
+    impl crate::reconcile::SyncFailure for Failure {
+        fn retry_after(&self) -> Option<Duration> {
+            self.retry_after
+        }
+        fn is_conflict(&self) -> bool {
+            self.conflict
+        }
+        fn is_unreachable(&self) -> bool {
+            self.unreachable
+        }
+    }
+
+    #[test]
+    fn only_failures_that_say_something_about_the_code_count() {
+        assert!(
+            !is_transient(&Failure::default()),
+            "a hook or apply error counts"
+        );
+        let conflict = Failure {
+            conflict: true,
+            ..Failure::default()
+        };
+        let unreachable = Failure {
+            unreachable: true,
+            ..Failure::default()
+        };
+        let throttled = Failure {
+            retry_after: Some(Duration::from_secs(2)),
+            ..Failure::default()
+        };
+        for failure in [conflict, unreachable, throttled] {
+            assert!(is_transient(&failure));
+        }
+    }
 }

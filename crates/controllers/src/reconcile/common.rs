@@ -42,7 +42,7 @@ where
     /// The hook client (also told when parents and controllers go, for its ETag cache).
     pub(crate) hooks: HookClient,
     /// The shared informers (their prunes trigger [`Reconciler::forget_departed`]).
-    pub(super) informers: Informers,
+    pub(crate) informers: Informers,
     /// Where the per-parent state gauge reads this controller.
     pub(super) metrics: crate::metrics::ControllerMetrics,
     pub(super) endpoints: Vec<EndpointConfig>,
@@ -111,6 +111,11 @@ where
                 .scope()
                 .map(|s| s.namespaces().map(str::to_string).collect()),
         );
+        if let Some(driver) = &rollout {
+            ctx.options
+                .metrics
+                .track_rollout(controller_type, &spec.name, driver);
+        }
         let related = RelatedManager::new(RelatedConfig {
             controller: spec.controller,
             name: spec.name.clone(),

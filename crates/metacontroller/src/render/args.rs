@@ -57,6 +57,12 @@ pub struct RenderArgs {
     #[arg(long, value_name = "FILE")]
     pub wasm: Option<PathBuf>,
 
+    /// Run a code version stored by `spec.hookRollout` instead of the live ConfigMaps of
+    /// the controller's in-process hooks: `from` (the last good code), `to` (the code being
+    /// rolled out) or a digest (a prefix of `from` or `to` suffices). Needs --live.
+    #[arg(long, value_name = "from|to|DIGEST", conflicts_with = "hook_target")]
+    pub code: Option<String>,
+
     /// Call the finalize hook as for a parent being deleted (`finalizing: true`).
     #[arg(long, conflicts_with = "hook")]
     pub finalizing: bool,

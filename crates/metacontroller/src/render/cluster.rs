@@ -253,6 +253,26 @@ impl Cluster {
     }
 }
 
+impl Cluster {
+    /// Every object of `res` in every namespace that carries `label_selector` (children
+    /// elsewhere: the parent-uid label, selected by the server).
+    pub async fn list_labelled(
+        &self,
+        res: &ApiResource,
+        label_selector: &str,
+    ) -> anyhow::Result<Vec<Value>> {
+        let list = self
+            .api(res, None)
+            .list(&ListParams::default().labels(label_selector))
+            .await
+            .with_context(|| format!("listing {} labelled {label_selector}", res.name))?;
+        list.items
+            .iter()
+            .map(|o| to_value(o, res).map_err(Into::into))
+            .collect()
+    }
+}
+
 /// Creates `body` unless it exists.
 async fn api_create(api: &Api<DynamicObject>, body: &DynamicObject) -> anyhow::Result<()> {
     match api.create(&PostParams::default(), body).await {

@@ -70,8 +70,15 @@ pub async fn render(
         sync.print_diff(&prepared, &planned).await?;
         steps::show_events(None, events);
     } else {
+        // Children elsewhere carry the parent-uid label and annotations as written.
+        let owner = sync.owner(parent);
+        let children: Vec<Value> = planned
+            .desired
+            .values()
+            .map(|(_, c)| offline::with_parent_label(c.clone(), &owner))
+            .collect();
         let mut doc = json!({
-            "children": planned.desired.values().map(|(_, c)| c).collect::<Vec<_>>(),
+            "children": children,
             "status": planned.status,
         });
         steps::show_events(Some(&mut doc), events);
@@ -192,19 +199,24 @@ impl Sync<'_> {
             })
     }
 
+    /// The parent as its children's owner.
+    fn owner(&self, parent: &Value) -> ParentRef {
+        ParentRef {
+            api_version: self.resolved.parent.api_version.clone(),
+            kind: self.resolved.parent.kind.clone(),
+            name: meta_str(parent, "name").to_string(),
+            uid: meta_str(parent, "uid").to_string(),
+            namespace: meta_str(parent, "namespace").to_string(),
+        }
+    }
+
     /// `--diff`: the child writes, the finalizer and the status change the sync would make.
     async fn print_diff(&self, prepared: &Prepared, planned: &SyncPlan) -> anyhow::Result<()> {
         let parent = &prepared.object;
         let finalizer_name = self.controller.finalizer_name();
         let finalize_hook = self.controller.spec.finalize_hook().is_some();
         let manages = offline::manages_children(parent, &finalizer_name, finalize_hook);
-        let owner = ParentRef {
-            api_version: self.resolved.parent.api_version.clone(),
-            kind: self.resolved.parent.kind.clone(),
-            name: meta_str(parent, "name").to_string(),
-            uid: meta_str(parent, "uid").to_string(),
-            namespace: meta_str(parent, "namespace").to_string(),
-        };
+        let owner = self.owner(parent);
         steps::print_owned_plan(
             self.env.args,
             self.env.cluster,
@@ -270,10 +282,21 @@ async fn claimed_children(
         selector,
     };
     let mut claimed = Vec::new();
-    for (_, _, res) in &resolved.children {
+    for (kind, _, res) in &resolved.children {
         // A namespaced parent cannot own cluster-scoped objects.
         let can_adopt = namespace.is_none() || res.namespaced;
-        for obj in cluster.list(res, namespace).await? {
+        let mut listed = cluster.list(res, namespace).await?;
+        if let (Some(ns), true, false) = (namespace, res.namespaced, kind.namespaces.is_empty()) {
+            // Children elsewhere (extension): tracked by the parent-uid label in any namespace.
+            let selector = format!("{}={}", offline::PARENT_UID_LABEL, claimant.uid);
+            let elsewhere = cluster.list_labelled(res, &selector).await?;
+            listed.extend(
+                elsewhere
+                    .into_iter()
+                    .filter(|o| meta_str(o, "namespace") != ns),
+            );
+        }
+        for obj in listed {
             let what = plan::describe(&offline::child_key(&obj));
             match offline::classify(&claimant, &obj) {
                 Claim::Owned => claimed.push(obj),

@@ -137,15 +137,50 @@ pub async fn run(args: &RenderArgs) -> anyhow::Result<()> {
     };
     let caller = Caller::new(target, cluster.is_live().then(|| cluster.client.clone()))?;
     tracing::debug!(controller = controller.name(), "rendering");
+    let Some(choice) = &args.code else {
+        return Box::pin(render_with(
+            args, &cluster, &caller, controller, replay, requested,
+        ))
+        .await;
+    };
+    if !cluster.is_live() {
+        bail!("--code runs a stored code version: it needs --live (or --kubeconfig)");
+    }
+    let customizable = match &controller {
+        Controller::Composite(c) => CustomizableController::Composite(c.clone()),
+        Controller::Decorator(c) => CustomizableController::Decorator(c.clone()),
+    };
+    let choice: metacontroller_controllers::CodeChoice = choice.parse()?;
+    let (digest, pinned) =
+        metacontroller_controllers::stored_code(&cluster.client, &customizable, &choice)
+            .await
+            .map_err(|e| anyhow::anyhow!("--code: {e}"))?;
+    eprintln!("render: running stored code version {digest}");
+    // Boxed: the render's state is large, and this future would hold it inline.
+    let render = Box::pin(render_with(
+        args, &cluster, &caller, controller, replay, requested,
+    ));
+    metacontroller_hooks::with_pinned_code(pinned, render).await
+}
+
+/// One render of `controller` (the hook calls inside it run pinned code, with --code).
+async fn render_with(
+    args: &RenderArgs,
+    cluster: &Cluster,
+    caller: &Caller,
+    controller: Controller,
+    replay: Option<inputs::Replay>,
+    requested: Option<HookName>,
+) -> anyhow::Result<()> {
     match controller {
         Controller::Composite(cc) => {
             Box::pin(composite::render(
-                args, &cluster, &caller, *cc, replay, requested,
+                args, cluster, caller, *cc, replay, requested,
             ))
             .await
         }
         Controller::Decorator(dc) => {
-            decorator::render(args, &cluster, &caller, *dc, replay, requested).await
+            decorator::render(args, cluster, caller, *dc, replay, requested).await
         }
     }
 }
