@@ -14,12 +14,14 @@ use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
 use kube::core::GroupVersionKind;
 use metacontroller_api::composite::CompositeController;
 use metacontroller_api::decorator::DecoratorController;
-use metacontroller_api::rollout::assign::ParentKey;
 use metacontroller_api::rollout::{HookRolloutStatus, RolloutPhase, UNDO_ANNOTATION};
 use metacontroller_testkit::{
-    create_object, eventually_within, unique_name, until_event, ControllerProcess, TestCluster,
+    eventually_within, unique_name, until_event, ControllerProcess, TestCluster,
 };
 use serde_json::json;
+
+mod rollout_support;
+use rollout_support::{create_parents, set_code, versions};
 
 const WAIT: Duration = Duration::from_secs(120);
 const PARENTS: usize = 50;
@@ -48,38 +50,6 @@ fn decorator_code(version: &str) -> String {
     code(version, false)
         .replacen(" children: [", " attachments: [", 1)
         .replace("request.parent", "request.object")
-}
-
-async fn set_code(api: &Api<ConfigMap>, text: &str) {
-    let patch = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "code"},
-        "data": {"sync.jsonnet": text}});
-    api.patch(
-        "code",
-        &PatchParams::apply("test").force(),
-        &Patch::Apply(&patch),
-    )
-    .await
-    .expect("writing the code ConfigMap");
-}
-
-/// Version written by each parent's hook, by parent name.
-async fn versions(api: &Api<ConfigMap>) -> BTreeMap<String, String> {
-    let list = api
-        .list(&Default::default())
-        .await
-        .expect("listing children");
-    list.items
-        .into_iter()
-        .filter_map(|cm| {
-            let parent = cm
-                .metadata
-                .name
-                .as_deref()?
-                .strip_suffix("-child")?
-                .to_string();
-            Some((parent, cm.data.as_ref()?.get("version")?.clone()))
-        })
-        .collect()
 }
 
 /// `metacontroller rollout ARGS --kubeconfig KUBECONFIG`: exit code and output (off the
@@ -136,16 +106,8 @@ impl Fixture {
         };
         set_code(&config_maps, &v1).await;
         let parents = parent.api(cluster.client(), Some(&ns));
-        let mut keys = Vec::new();
-        for i in 0..PARENTS {
-            let name = format!("p{i:02}");
-            let object = json!({"apiVersion": parent.api_version(), "kind": parent.kind(),
-                "metadata": {"name": name, "namespace": ns}});
-            let created = create_object(&parents, object).await;
-            let uid = created.metadata.uid.unwrap_or_default();
-            keys.push((ParentKey::new(&uid, &ns, &name), name));
-        }
-        keys.sort();
+        let parent_type = (parent.api_version(), parent.kind().to_string());
+        let keys = create_parents(&parents, (&parent_type.0, &parent_type.1), &ns, PARENTS).await;
         let order = keys.into_iter().map(|(_, name)| name).collect();
         let label = unique_name("team");
         let mut spec = parent.composite_spec("http://unused.invalid/");

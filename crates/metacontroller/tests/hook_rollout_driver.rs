@@ -6,18 +6,19 @@
 //! produced it); the Warning Event and `status.hookRollout` name the failing parent.
 //! Passes on the embedded server and on a real one (`METACONTROLLER_E2E_KUBECONFIG`).
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::Api;
 use metacontroller_api::composite::CompositeController;
-use metacontroller_api::rollout::assign::ParentKey;
 use metacontroller_api::rollout::{HookRolloutStatus, RolloutPhase};
 use metacontroller_testkit::{
     create_object, eventually_within, unique_name, until_event, ControllerProcess, TestCluster,
 };
 use serde_json::json;
+
+mod rollout_support;
+use rollout_support::{children, create_parents, set_code};
 
 const WAIT: Duration = Duration::from_secs(120);
 const PARENTS: usize = 50;
@@ -34,39 +35,9 @@ fn code(version: &str, failing: &[String]) -> String {
     )
 }
 
-async fn set_code(api: &Api<ConfigMap>, text: &str) {
-    let patch = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "code"},
-        "data": {"sync.jsonnet": text}});
-    api.patch(
-        "code",
-        &PatchParams::apply("test").force(),
-        &Patch::Apply(&patch),
-    )
-    .await
-    .expect("writing the code ConfigMap");
-}
-
 async fn rollout_status(api: &Api<CompositeController>, name: &str) -> Option<HookRolloutStatus> {
     let cc = api.get(name).await.ok()?;
     HookRolloutStatus::from_status(cc.status.as_ref())
-}
-
-/// `(name, resourceVersion, version)` of each parent's child, by parent name.
-async fn children(api: &Api<ConfigMap>) -> BTreeMap<String, (String, String)> {
-    let list = api
-        .list(&Default::default())
-        .await
-        .expect("listing children");
-    list.items
-        .into_iter()
-        .filter_map(|cm| {
-            let name = cm.metadata.name.clone()?;
-            let parent = name.strip_suffix("-child")?.to_string();
-            let rv = cm.metadata.resource_version.clone().unwrap_or_default();
-            let version = cm.data.as_ref()?.get("version")?.clone();
-            Some((parent, (rv, version)))
-        })
-        .collect()
 }
 
 /// A cluster with 50 parents on v1 code, a controller with `rollout`, and the binary
@@ -93,16 +64,8 @@ impl Fixture {
         let config_maps: Api<ConfigMap> = Api::namespaced(cluster.client(), &ns);
         set_code(&config_maps, &code("v1", &[])).await;
         let parents = parent.api(cluster.client(), Some(&ns));
-        let mut keys = Vec::new();
-        for i in 0..PARENTS {
-            let name = format!("p{i:02}");
-            let object = json!({"apiVersion": parent.api_version(), "kind": parent.kind(),
-                "metadata": {"name": name, "namespace": ns}});
-            let created = create_object(&parents, object).await;
-            let uid = created.metadata.uid.unwrap_or_default();
-            keys.push((ParentKey::new(&uid, &ns, &name), name));
-        }
-        keys.sort();
+        let parent_type = (parent.api_version(), parent.kind().to_string());
+        let keys = create_parents(&parents, (&parent_type.0, &parent_type.1), &ns, PARENTS).await;
         let order = keys.into_iter().map(|(_, name)| name).collect();
         let label = unique_name("team");
         let mut spec = parent.composite_spec("http://unused.invalid/");
@@ -142,7 +105,7 @@ impl Fixture {
             label,
             controller,
             parents,
-            parent_type: (parent.api_version(), parent.kind().to_string()),
+            parent_type,
         }
     }
 

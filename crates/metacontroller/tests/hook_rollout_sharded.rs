@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::api::{Api, ListParams};
 use kube::api::{ApiResource, DynamicObject};
 use kube::core::GroupVersionKind;
 use metacontroller_api::composite::CompositeController;
@@ -23,11 +23,13 @@ use metacontroller_api::rollout::assign::ParentKey;
 use metacontroller_api::rollout::{HookRolloutStatus, RolloutPhase};
 use metacontroller_testkit::replicas::{sharded_replica_args, writes_by_replica, ShardLeases};
 use metacontroller_testkit::{
-    create_object, eventually_within, unique_name, until_event, ApiRecorder, ControllerProcess,
-    TestCluster,
+    eventually_within, unique_name, until_event, ApiRecorder, ControllerProcess, TestCluster,
 };
 use metacontroller_workqueue::shard_of;
 use serde_json::json;
+
+mod rollout_support;
+use rollout_support::{children, create_parents, set_code};
 
 const WAIT: Duration = Duration::from_secs(120);
 const PARENTS: usize = 40;
@@ -47,36 +49,6 @@ fn code(version: &str, failing: &[String]) -> String {
          if std.member({failing}, name) then error 'version {version} cannot sync ' + name\n\
          else if composite then {{children: out}} else {{attachments: out}}"
     )
-}
-
-async fn set_code(api: &Api<ConfigMap>, text: &str) {
-    let patch = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "code"},
-        "data": {"sync.jsonnet": text}});
-    api.patch(
-        "code",
-        &PatchParams::apply("test").force(),
-        &Patch::Apply(&patch),
-    )
-    .await
-    .expect("writing the code ConfigMap");
-}
-
-/// `(resourceVersion, version)` of each parent's child, by parent name.
-async fn children(api: &Api<ConfigMap>) -> BTreeMap<String, (String, String)> {
-    let list = api
-        .list(&Default::default())
-        .await
-        .expect("listing children");
-    list.items
-        .into_iter()
-        .filter_map(|cm| {
-            let name = cm.metadata.name.clone()?;
-            let parent = name.strip_suffix("-child")?.to_string();
-            let rv = cm.metadata.resource_version.clone().unwrap_or_default();
-            let version = cm.data.as_ref()?.get("version")?.clone();
-            Some((parent, (rv, version)))
-        })
-        .collect()
 }
 
 /// 40 parents on v1 code, a controller with `hookRollout`, and three sharded replicas
@@ -112,18 +84,11 @@ impl Fixture {
         let config_maps: Api<ConfigMap> = Api::namespaced(cluster.client(), &ns);
         set_code(&config_maps, &code("v1", &[])).await;
         let parents = parent.api(cluster.client(), Some(&ns));
-        let mut keys = BTreeMap::new();
-        for i in 0..PARENTS {
-            let name = format!("p{i:02}");
-            let object = json!({"apiVersion": parent.api_version(), "kind": parent.kind(),
-                "metadata": {"name": name, "namespace": ns}});
-            let created = create_object(&parents, object).await;
-            let uid = created.metadata.uid.unwrap_or_default();
-            keys.insert(name.clone(), ParentKey::new(&uid, &ns, &name));
-        }
-        let mut sorted: Vec<(&ParentKey, &String)> = keys.iter().map(|(n, k)| (k, n)).collect();
-        sorted.sort();
-        let order = sorted.into_iter().map(|(_, n)| n.clone()).collect();
+        let parent_type = (parent.api_version(), parent.kind().to_string());
+        let sorted = create_parents(&parents, (&parent_type.0, &parent_type.1), &ns, PARENTS).await;
+        let order = sorted.iter().map(|(_, name)| name.clone()).collect();
+        let keys: BTreeMap<String, ParentKey> =
+            sorted.into_iter().map(|(key, name)| (name, key)).collect();
         let label = unique_name("team");
         let hooks = json!({"sync": {"jsonnet": {
             "configMapRef": {"namespace": ns, "name": "code"}, "key": "sync.jsonnet"}}});

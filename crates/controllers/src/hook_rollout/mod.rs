@@ -69,34 +69,8 @@ fn is_transient<E: crate::reconcile::SyncFailure>(error: &E) -> bool {
 #[cfg(test)]
 mod tests {
     use super::is_transient;
-    use std::fmt::Display;
+    use crate::reconcile::policy::tests::Failure;
     use std::time::Duration;
-
-    /// A failure with the traits a test picks.
-    #[derive(Default)]
-    struct Failure {
-        retry_after: Option<Duration>,
-        conflict: bool,
-        unreachable: bool,
-    }
-
-    impl Display for Failure {
-        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-            f.write_str("failure")
-        }
-    }
-
-    impl crate::reconcile::SyncFailure for Failure {
-        fn retry_after(&self) -> Option<Duration> {
-            self.retry_after
-        }
-        fn is_conflict(&self) -> bool {
-            self.conflict
-        }
-        fn is_unreachable(&self) -> bool {
-            self.unreachable
-        }
-    }
 
     #[test]
     fn only_failures_that_say_something_about_the_code_count() {

@@ -44,7 +44,7 @@ mod code;
 mod common;
 mod finalize;
 mod ownership;
-mod policy;
+pub(crate) mod policy;
 mod runner;
 mod spec;
 mod wiring;

@@ -75,15 +75,15 @@ pub(crate) fn resync_period(seconds: Option<i32>) -> Option<Duration> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    /// A failure with the traits a test picks.
+    /// A failure with the traits a test picks (also used by other modules' tests).
     #[derive(Default)]
-    struct Failure {
-        retry_after: Option<Duration>,
-        conflict: bool,
-        unreachable: bool,
+    pub(crate) struct Failure {
+        pub(crate) retry_after: Option<Duration>,
+        pub(crate) conflict: bool,
+        pub(crate) unreachable: bool,
     }
 
     impl Display for Failure {
